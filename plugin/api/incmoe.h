@@ -1,0 +1,195 @@
+/*
+ * incmoe.h - the end-host client of the INC switch (and of the ring baseline).
+ *
+ * A communicator joins N ranks into a job.  Buffers are registered once;
+ * collectives are posted on byte ranges of registered buffers and complete
+ * asynchronously.  Every collective belongs to one of four streams (AllGather,
+ * ReduceScatter, AllReduce, barrier).  Each stream has its own epoch counter:
+ * the k-th collective posted on a stream has epoch k (starting at 1) and the
+ * stream's completion counter counts the collectives retired in order.  A
+ * request is therefore just (stream, epoch): it is done once the counter has
+ * reached the epoch.  Counters never go back, so they are never reset.
+ *
+ * Every rank must post the collectives of one stream in the same order (as in
+ * MPI and NCCL); the streams are independent of each other, so one thread may
+ * post AllGathers while another posts ReduceScatters.
+ *
+ * The padded layout (paper section 3.1): an N-block buffer holds block r of
+ * rank r at byte offset r * block_stride.  A collective covers the same
+ * window [offset, offset + length) of every block, clipped to the bytes that
+ * hold data in that block (valid[r]), so ranks may own different amounts of
+ * data, including none.
+ *
+ * All functions are thread safe.  Errors are negative incmoe_status_t values;
+ * output arguments are written only on success.
+ */
+#ifndef INCMOE_H
+#define INCMOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One status type everywhere: 0 is success, errors are negative. */
+typedef enum {
+    INCMOE_OK                = 0,
+    INCMOE_IN_PROGRESS       = 1,   /* not an error: the operation is still running */
+    INCMOE_ERR_INVALID_ARG   = -1,  /* an argument is out of its range */
+    INCMOE_ERR_NO_MEMORY     = -2,  /* an allocation failed or a memory bound was hit */
+    INCMOE_ERR_UNREACHABLE   = -3,  /* the switch or a peer could not be reached */
+    INCMOE_ERR_AUTH          = -4,  /* wrong or missing shared secret */
+    INCMOE_ERR_PEER_FAILED   = -5,  /* a rank (or the switch) died or disconnected */
+    INCMOE_ERR_TIMEOUT       = -6,  /* a bounded wait ran out */
+    INCMOE_ERR_PROTOCOL      = -7,  /* a malformed, truncated or unexpected message */
+    INCMOE_ERR_MISMATCH      = -8,  /* ranks disagree on a collective or on the job */
+    INCMOE_ERR_OUT_OF_RANGE  = -9,  /* a byte range outside a registered buffer */
+    INCMOE_ERR_UNSUPPORTED   = -10, /* a datatype/operation that is not implemented */
+    INCMOE_ERR_JOB           = -11, /* the job refused this rank (duplicate rank, rank >= N, full) */
+    INCMOE_ERR_TRANSPORT     = -12, /* the transport (UCX) reported an error */
+    INCMOE_ERR_CLOSED        = -13, /* the communicator was closed or has failed */
+} incmoe_status_t;
+
+const char *incmoe_strerror(incmoe_status_t status);
+
+typedef enum {
+    INCMOE_INT8 = 0,
+    INCMOE_UINT8,
+    INCMOE_INT32,
+    INCMOE_UINT32,
+    INCMOE_INT64,
+    INCMOE_UINT64,
+    INCMOE_FLOAT16,
+    INCMOE_FLOAT32,
+    INCMOE_FLOAT64,
+    INCMOE_BFLOAT16,
+    INCMOE_DTYPE_COUNT
+} incmoe_dtype_t;
+
+typedef enum {
+    INCMOE_SUM = 0,
+    INCMOE_PROD,
+    INCMOE_MAX,
+    INCMOE_MIN,
+    INCMOE_REDOP_COUNT
+} incmoe_redop_t;
+
+/* Bytes of one element; 0 for an unknown type. */
+size_t incmoe_dtype_size(incmoe_dtype_t dtype);
+const char *incmoe_dtype_name(incmoe_dtype_t dtype);
+const char *incmoe_redop_name(incmoe_redop_t op);
+/* Whether the switch (and the ring) reduce this type with this operation. */
+int incmoe_reduce_supported(incmoe_dtype_t dtype, incmoe_redop_t op);
+
+typedef enum {
+    INCMOE_ALGO_INC  = 0, /* in-network: the switch multicasts and reduces */
+    INCMOE_ALGO_RING = 1, /* bandwidth-optimal ring between the ranks, no switch in the data path */
+} incmoe_algo_t;
+
+typedef enum {
+    INCMOE_STREAM_ALLGATHER     = 0,
+    INCMOE_STREAM_REDUCESCATTER = 1,
+    INCMOE_STREAM_ALLREDUCE     = 2,
+    INCMOE_STREAM_BARRIER       = 3,
+    INCMOE_STREAM_COUNT
+} incmoe_stream_t;
+
+/* A posted collective: done once its stream's counter reaches epoch. */
+typedef struct {
+    incmoe_stream_t stream;
+    uint64_t        epoch;
+} incmoe_req_t;
+
+/* Fields of incmoe_comm_params_t that the caller set (the struct may grow). */
+enum {
+    INCMOE_COMM_PARAM_SECRET     = 1u << 0,
+    INCMOE_COMM_PARAM_ALGO       = 1u << 1,
+    INCMOE_COMM_PARAM_TIMEOUT    = 1u << 2,
+    INCMOE_COMM_PARAM_LISTEN_DEV = 1u << 3,
+};
+
+typedef struct {
+    uint32_t      field_mask;   /* INCMOE_COMM_PARAM_* for the optional fields below */
+    const char   *switch_addr;  /* "host:port" of incmoe-switchd (it also introduces ranks to each other) */
+    uint64_t      job_id;       /* the same on every rank of the job */
+    int           rank;         /* 0 .. nranks-1 */
+    int           nranks;       /* 1 .. INCMOE_MAX_RANKS */
+    const void   *secret;       /* shared secret the switch checks (optional) */
+    size_t        secret_len;   /* at most INCMOE_MAX_SECRET bytes */
+    incmoe_algo_t algo;         /* default INCMOE_ALGO_INC */
+    int           timeout_ms;   /* dead-peer bound; default INCMOE_TIMEOUT_MS or 10000 */
+} incmoe_comm_params_t;
+
+#define INCMOE_MAX_RANKS  256
+#define INCMOE_MAX_SECRET 64
+
+typedef struct incmoe_comm incmoe_comm_t;
+typedef struct incmoe_mr   incmoe_mr_t;
+
+/* Connect to the switch and wait (at most timeout_ms) until all ranks joined. */
+incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p);
+/* Waits for posted collectives to finish (bounded), then leaves the job. */
+incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm);
+/* The first error the communicator hit (INCMOE_OK if none), with its text. */
+incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len);
+int incmoe_comm_rank(const incmoe_comm_t *comm);
+int incmoe_comm_nranks(const incmoe_comm_t *comm);
+
+incmoe_status_t incmoe_mem_register(incmoe_comm_t *comm, void *base, size_t length, incmoe_mr_t **mr_p);
+incmoe_status_t incmoe_mem_deregister(incmoe_comm_t *comm, incmoe_mr_t *mr);
+
+/* The window of every block that one collective covers (padded layout). */
+typedef struct {
+    size_t        block_stride; /* bytes from block r to block r+1 */
+    size_t        offset;       /* window start inside each block */
+    size_t        length;       /* window length */
+    const size_t *valid;        /* valid[r]: bytes at the start of block r that hold data;
+                                   NULL means every block is full (block_stride bytes).
+                                   Copied at post time. */
+} incmoe_layout_t;
+
+/* Bytes rank r owns in the window: clamp(valid[r] - offset, 0, length). */
+size_t incmoe_layout_bytes(const incmoe_layout_t *layout, int r);
+
+/*
+ * AllGather: this rank sends its part of the window, incmoe_layout_bytes(me),
+ * from send_mr at send_offset; rank s's part lands at
+ * recv_offset + s * block_stride + offset of recv_mr for every s.  The own part
+ * is copied locally unless it is already in place.
+ */
+incmoe_status_t incmoe_allgather(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size_t send_offset,
+                                 incmoe_mr_t *recv_mr, size_t recv_offset,
+                                 const incmoe_layout_t *layout, incmoe_req_t *req_p);
+
+/*
+ * ReduceScatter: send_mr at send_offset holds an N-block buffer of partial
+ * results; the window of block s is this rank's partial for rank s.  The
+ * reduction of everyone's partial of this rank's part lands at recv_offset of
+ * recv_mr.  recv may alias this rank's own partial (in place).  Lengths must
+ * be multiples of the element size.
+ */
+incmoe_status_t incmoe_reducescatter(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size_t send_offset,
+                                     incmoe_mr_t *recv_mr, size_t recv_offset,
+                                     const incmoe_layout_t *layout, incmoe_dtype_t dtype,
+                                     incmoe_redop_t op, incmoe_req_t *req_p);
+
+/* AllReduce of count elements; recv may equal send (in place). */
+incmoe_status_t incmoe_allreduce(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size_t send_offset,
+                                 incmoe_mr_t *recv_mr, size_t recv_offset, size_t count,
+                                 incmoe_dtype_t dtype, incmoe_redop_t op, incmoe_req_t *req_p);
+
+incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p);
+
+/* INCMOE_OK when done, INCMOE_IN_PROGRESS when not yet, an error if the communicator failed. */
+incmoe_status_t incmoe_test(incmoe_comm_t *comm, const incmoe_req_t *req);
+/* Blocks (sleeping, not spinning) until done or failed. */
+incmoe_status_t incmoe_wait(incmoe_comm_t *comm, const incmoe_req_t *req);
+/* The number of collectives of a stream retired so far (the cumulative counter). */
+uint64_t incmoe_stream_completed(incmoe_comm_t *comm, incmoe_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

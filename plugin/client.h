@@ -1,0 +1,108 @@
+/*
+ * client.h - the communicator's internals, shared by the in-network path
+ * (client.c) and the ring baseline (ring.c).
+ *
+ * Threads: the caller's threads validate and queue collectives; one proxy
+ * thread per communicator owns the UCX worker and does all communication.
+ * Per stream, collectives retire in epoch order and the stream's completed
+ * counter is the epoch of the last retired one.
+ */
+#ifndef INCMOE_CLIENT_H
+#define INCMOE_CLIENT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "api/incmoe.h"
+#include "ucx_util.h"
+#include "wire.h"
+
+struct incmoe_mr {
+    struct incmoe_mr *next;
+    char             *base;
+    size_t            length;
+    ucp_mem_h         memh;
+};
+
+typedef struct coll_op {
+    struct coll_op *next;
+    incmoe_stream_t stream;
+    uint64_t        epoch;
+    incmoe_dtype_t  dtype;
+    incmoe_redop_t  redop;
+    char           *send;      /* send buffer at send_offset */
+    ucp_mem_h       send_memh;
+    char           *recv;      /* receive buffer at recv_offset */
+    ucp_mem_h       recv_memh;
+    size_t          stride;    /* block stride of the padded layout */
+    size_t          win;       /* window offset inside each block */
+    uint64_t       *bytes;     /* [nranks] bytes each rank owns in the window (AllReduce: the vector) */
+    uint64_t        sig;
+
+    /* Proxy-thread state. */
+    int      started;
+    uint64_t next_chunk;       /* send cursor: (chunk, root) in global order */
+    int      next_root;
+    int      all_issued;       /* every DATA of this rank was handed to UCX */
+    uint32_t sends_pending;
+    uint64_t recv_expected;
+    uint64_t recv_done;
+    int      barrier_done;
+    void    *algo_state;       /* ring.c's per-collective state */
+} coll_op_t;
+
+typedef struct {
+    uint64_t         posted;     /* epochs handed out (under comm->lock) */
+    _Atomic uint64_t completed;  /* epoch of the last retired collective */
+    coll_op_t       *head, *tail; /* active collectives in epoch order (proxy only) */
+    uint32_t         credits;    /* DATA messages this rank may still send (proxy only) */
+} client_stream_t;
+
+struct incmoe_comm {
+    int             rank, nranks;
+    uint64_t        job_id;
+    incmoe_algo_t   algo;
+    int             timeout_ms;
+    size_t          rndv_thresh;
+
+    ucx_node_t      node;
+    ucp_ep_h        ep;           /* to the switch */
+    int             wake_fd;      /* eventfd: new work for the proxy */
+    pthread_t       proxy;
+    int             proxy_started;
+    atomic_int      stop;
+
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    coll_op_t      *submit_head, *submit_tail; /* queued by callers, drained by the proxy */
+    struct incmoe_mr *mrs;
+    atomic_int      error;        /* first error, 0 while healthy */
+    char            error_text[256];
+    int             abort_pending; /* tell the switch about a local failure */
+
+    client_stream_t streams[INCMOE_STREAM_COUNT];
+
+    /* From JOIN_ACK. */
+    int       joined;
+    uint32_t  credits;
+    uint64_t  chunk_size;
+    void    **peer_addr;          /* [nranks] UCX worker addresses (ring) */
+    size_t   *peer_addr_len;
+
+    double    last_rx, last_tx;   /* liveness, proxy thread */
+    uint32_t  inflight_ctrl;      /* control sends not yet completed */
+
+    void     *ring;               /* ring.c's state when algo == RING */
+};
+
+/* Record the communicator's first error (later ones are only logged). */
+void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Proxy thread: the collective finished its part of the work; retire what can be retired. */
+void client_op_progressed(incmoe_comm_t *comm, coll_op_t *op);
+/* Retire the finished collectives at the front of a stream (they are freed). */
+void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream);
+
+#endif

@@ -1,0 +1,198 @@
+/* ucx_util.c - UCX context/worker setup, waiting, address parsing. */
+#include "ucx_util.h"
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double ucx_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+incmoe_status_t ucx_status_to_incmoe(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_OK: return INCMOE_OK;
+    case UCS_INPROGRESS: return INCMOE_IN_PROGRESS;
+    case UCS_ERR_NO_MEMORY: return INCMOE_ERR_NO_MEMORY;
+    case UCS_ERR_INVALID_PARAM: return INCMOE_ERR_INVALID_ARG;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_INVALID_ADDR: return INCMOE_ERR_UNREACHABLE;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT: return INCMOE_ERR_PEER_FAILED;
+    case UCS_ERR_TIMED_OUT: return INCMOE_ERR_TIMEOUT;
+    default: return INCMOE_ERR_TRANSPORT;
+    }
+}
+
+incmoe_status_t ucx_node_open(ucx_node_t *node)
+{
+    ucp_config_t *config;
+    ucs_status_t  st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) {
+        log_error("ucx", "ucp_config_read: %s", ucs_status_string(st));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    ucp_params_t params = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+        .features   = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+        .mt_workers_shared = 0,
+    };
+    st = ucp_init(&params, config, &node->context);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        log_error("ucx", "ucp_init: %s", ucs_status_string(st));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    /* One single-threaded worker per progress thread: shared MULTI workers are far slower. */
+    ucp_worker_params_t wparams = {
+        .field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SINGLE,
+    };
+    st = ucp_worker_create(node->context, &wparams, &node->worker);
+    if (st != UCS_OK) {
+        log_error("ucx", "ucp_worker_create: %s", ucs_status_string(st));
+        goto err_cleanup_context;
+    }
+    st = ucp_worker_get_efd(node->worker, &node->event_fd);
+    if (st != UCS_OK) {
+        log_error("ucx", "ucp_worker_get_efd: %s", ucs_status_string(st));
+        goto err_destroy_worker;
+    }
+    return INCMOE_OK;
+
+err_destroy_worker:
+    ucp_worker_destroy(node->worker);
+err_cleanup_context:
+    ucp_cleanup(node->context);
+    return INCMOE_ERR_TRANSPORT;
+}
+
+void ucx_node_close(ucx_node_t *node)
+{
+    if (node->worker != NULL)
+        ucp_worker_destroy(node->worker);
+    if (node->context != NULL)
+        ucp_cleanup(node->context);
+    node->worker  = NULL;
+    node->context = NULL;
+}
+
+incmoe_status_t ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
+                                   socklen_t *addr_len, int allow_any_port)
+{
+    if (text == NULL || *text == '\0') {
+        log_error("ucx", "empty address: expected HOST:PORT");
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    char host[256];
+    const char *colon = strrchr(text, ':');
+    if (colon == NULL || colon == text || (size_t)(colon - text) >= sizeof(host)) {
+        log_error("ucx", "address '%s' is not HOST:PORT", text);
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    memcpy(host, text, (size_t)(colon - text));
+    host[colon - text] = '\0';
+    /* [v6addr]:port */
+    char *h = host;
+    if (h[0] == '[' && h[strlen(h) - 1] == ']') {
+        h[strlen(h) - 1] = '\0';
+        h++;
+    }
+    char *end;
+    long  port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || end == colon + 1 || port < 0 || port > 65535 ||
+        (port == 0 && !allow_any_port)) {
+        log_error("ucx", "address '%s' has a bad port '%s' (1-65535)", text, colon + 1);
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    int rc = getaddrinfo(h, NULL, &hints, &res);
+    if (rc != 0) {
+        log_error("ucx", "cannot resolve host '%s': %s", h, gai_strerror(rc));
+        return INCMOE_ERR_UNREACHABLE;
+    }
+    memset(addr, 0, sizeof(*addr));
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    *addr_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    if (addr->ss_family == AF_INET)
+        ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)port);
+    return INCMOE_OK;
+}
+
+void ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int  port                   = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        snprintf(out, out_len, "%s:%d", host, port);
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+        snprintf(out, out_len, "[%s]:%d", host, port);
+    }
+}
+
+int ucx_node_wait(ucx_node_t *node, int extra_fd, int timeout_ms)
+{
+    if (ucp_worker_progress(node->worker) != 0)
+        return 1;
+    ucs_status_t st = ucp_worker_arm(node->worker);
+    if (st == UCS_ERR_BUSY)
+        return 1; /* events arrived meanwhile: progress again */
+    struct pollfd fds[2] = {{node->event_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
+    int           rc     = poll(fds, extra_fd >= 0 ? 2 : 1, timeout_ms);
+    if (rc < 0 && errno != EINTR)
+        log_warn("ucx", "poll: %s", strerror(errno));
+    return ucp_worker_progress(node->worker) != 0;
+}
+
+ucs_status_t ucx_request_wait(ucx_node_t *node, ucs_status_ptr_t request, int timeout_ms)
+{
+    if (request == NULL)
+        return UCS_OK;
+    if (UCS_PTR_IS_ERR(request))
+        return UCS_PTR_STATUS(request);
+    double       deadline = ucx_now_s() + timeout_ms / 1000.0;
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+        if (ucx_now_s() > deadline) {
+            /* Freeing an incomplete request lets UCX release it when it ends. */
+            st = UCS_ERR_TIMED_OUT;
+            break;
+        }
+        ucx_node_wait(node, -1, 10);
+    }
+    ucp_request_free(request);
+    return st;
+}
+
+void ucx_ep_close(ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+        .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+    };
+    ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
+    ucs_status_t     st  = ucx_request_wait(node, req, timeout_ms);
+    if (st != UCS_OK)
+        log_debug("ucx", "endpoint close: %s", ucs_status_string(st));
+}

@@ -1,0 +1,135 @@
+/* wire.c - header construction and validation (see wire.h for the protocol). */
+#include "wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const wire_msg_names[] = {
+    [WIRE_MSG_JOIN] = "JOIN",     [WIRE_MSG_JOIN_ACK] = "JOIN_ACK", [WIRE_MSG_ERROR] = "ERROR",
+    [WIRE_MSG_HEARTBEAT] = "HEARTBEAT", [WIRE_MSG_LEAVE] = "LEAVE", [WIRE_MSG_POST] = "POST",
+    [WIRE_MSG_DATA] = "DATA",     [WIRE_MSG_FWD] = "FWD",           [WIRE_MSG_CREDIT] = "CREDIT",
+    [WIRE_MSG_DONE] = "DONE",
+};
+
+static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
+                                                "barrier"};
+
+const char *wire_msg_name(unsigned msg)
+{
+    return (msg >= WIRE_MSG_JOIN && msg <= WIRE_MSG_LAST) ? wire_msg_names[msg] : "unknown";
+}
+
+const char *wire_stream_name(unsigned stream)
+{
+    return stream < INCMOE_STREAM_COUNT ? wire_stream_names[stream] : "unknown";
+}
+
+void wire_hdr_init(struct incmoe_wire_hdr *hdr, wire_msg_t msg, uint64_t job)
+{
+    memset(hdr, 0, sizeof(*hdr));
+    hdr->magic   = INCMOE_WIRE_MAGIC;
+    hdr->version = INCMOE_WIRE_VERSION;
+    hdr->msg     = (uint8_t)msg;
+    hdr->job     = job;
+}
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (why != NULL)                                                                           \
+            snprintf(why, why_len, __VA_ARGS__);                                                   \
+        return INCMOE_ERR_PROTOCOL;                                                                \
+    } while (0)
+
+incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
+                               char *why, size_t why_len)
+{
+    struct incmoe_wire_hdr h;
+    if (header == NULL || header_length != sizeof(h))
+        FAIL("header of %zu bytes, expected %zu", header_length, sizeof(h));
+    memcpy(&h, header, sizeof(h)); /* the UCX header buffer need not be aligned */
+    if (h.magic != INCMOE_WIRE_MAGIC)
+        FAIL("bad magic 0x%08x", h.magic);
+    if (h.version != INCMOE_WIRE_VERSION)
+        FAIL("wire version %u, this build speaks %u", h.version, INCMOE_WIRE_VERSION);
+    if (h.msg < WIRE_MSG_JOIN || h.msg > WIRE_MSG_LAST)
+        FAIL("unknown message type %u", h.msg);
+
+    switch ((wire_msg_t)h.msg) {
+    case WIRE_MSG_JOIN:
+        if (payload_length < sizeof(struct incmoe_wire_join))
+            FAIL("JOIN payload of %zu bytes is truncated", payload_length);
+        break;
+    case WIRE_MSG_JOIN_ACK:
+        if (payload_length < sizeof(struct incmoe_wire_join_ack))
+            FAIL("JOIN_ACK payload of %zu bytes is truncated", payload_length);
+        break;
+    case WIRE_MSG_ERROR:
+        if (payload_length > INCMOE_WIRE_MAX_TEXT)
+            FAIL("ERROR reason of %zu bytes", payload_length);
+        break;
+    case WIRE_MSG_POST:
+    case WIRE_MSG_DATA:
+    case WIRE_MSG_FWD:
+    case WIRE_MSG_CREDIT:
+    case WIRE_MSG_DONE:
+        if (h.stream >= INCMOE_STREAM_COUNT)
+            FAIL("%s for unknown stream %u", wire_msg_name(h.msg), h.stream);
+        if (h.epoch == 0)
+            FAIL("%s with epoch 0", wire_msg_name(h.msg));
+        if (h.msg == WIRE_MSG_CREDIT || h.msg == WIRE_MSG_DONE || h.msg == WIRE_MSG_POST) {
+            if (payload_length != 0)
+                FAIL("%s carries %zu payload bytes", wire_msg_name(h.msg), payload_length);
+        } else {
+            if (h.stream == INCMOE_STREAM_BARRIER)
+                FAIL("%s on the barrier stream", wire_msg_name(h.msg));
+            if (h.length != payload_length)
+                FAIL("%s says %llu bytes but carries %zu", wire_msg_name(h.msg),
+                     (unsigned long long)h.length, payload_length);
+            if (h.length == 0)
+                FAIL("empty %s", wire_msg_name(h.msg));
+            if (h.offset > h.total || h.length > h.total - h.offset)
+                FAIL("%s range [%llu, +%llu) outside a window of %llu bytes", wire_msg_name(h.msg),
+                     (unsigned long long)h.offset, (unsigned long long)h.length,
+                     (unsigned long long)h.total);
+            if (h.stream != INCMOE_STREAM_ALLGATHER) {
+                if (h.dtype >= INCMOE_DTYPE_COUNT || h.redop >= INCMOE_REDOP_COUNT)
+                    FAIL("%s with unknown datatype %u or operation %u", wire_msg_name(h.msg),
+                         h.dtype, h.redop);
+                size_t esize = incmoe_dtype_size((incmoe_dtype_t)h.dtype);
+                if (h.offset % esize != 0 || h.length % esize != 0)
+                    FAIL("%s range not aligned to %zu-byte %s elements", wire_msg_name(h.msg),
+                         esize, incmoe_dtype_name((incmoe_dtype_t)h.dtype));
+            }
+        }
+        break;
+    case WIRE_MSG_HEARTBEAT:
+    case WIRE_MSG_LEAVE:
+        if (payload_length != 0)
+            FAIL("%s carries %zu payload bytes", wire_msg_name(h.msg), payload_length);
+        break;
+    }
+    return INCMOE_OK;
+}
+
+/* FNV-1a over the description: cheap, and equal wherever the inputs are. */
+static uint64_t fnv(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xffu;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+uint64_t wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
+                        const uint64_t *bytes, int nranks)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, (uint64_t)stream);
+    h = fnv(h, (uint64_t)dtype);
+    h = fnv(h, (uint64_t)op);
+    h = fnv(h, (uint64_t)nranks);
+    for (int r = 0; r < nranks; r++)
+        h = fnv(h, bytes[r]);
+    return h;
+}

@@ -1,0 +1,136 @@
+/*
+ * wire.h - the incmoe wire protocol, documented in this one place.
+ *
+ * Every message is one UCX active message (id INCMOE_AM_ID) whose user header
+ * is exactly one struct incmoe_wire_hdr and whose data is the payload
+ * (hdr.length bytes).  Both ends validate every header with
+ * wire_hdr_check() before acting on it.
+ *
+ * Connection (client -> switch):
+ *   JOIN       payload: struct incmoe_wire_join + secret bytes + worker address.
+ *   JOIN_ACK   switch -> every rank once all N joined.  payload: struct
+ *              incmoe_wire_join_ack + N address records (length-prefixed).
+ *   ERROR      either direction.  status in hdr.status, the failing rank in
+ *              hdr.rank, payload: a NUL-terminated human-readable reason.
+ *              After an ERROR from the switch the job is gone.
+ *   HEARTBEAT  either direction, no payload; any message proves liveness.
+ *   LEAVE      client -> switch: orderly goodbye, the rank owes nothing more.
+ *
+ * Collectives (hdr.stream, hdr.epoch name one collective of a job):
+ *   POST       client -> switch, one per rank and collective, no payload:
+ *              hdr.total = bytes this rank owns in the window (AllGather,
+ *              ReduceScatter) or bytes of the vector (AllReduce), hdr.sig =
+ *              signature of the collective's description (kind, dtype, op,
+ *              every rank's byte count).  The switch forwards data of a
+ *              collective only after every rank posted it, so a receiver always
+ *              knows where the data goes.  For the barrier stream POST is the
+ *              whole protocol: the switch answers DONE when all N posted.
+ *   DATA       client -> switch, one chunk of a contribution.  hdr.root = the
+ *              rank whose window the chunk belongs to, hdr.offset/length =
+ *              byte range of the chunk inside that window, hdr.total = window
+ *              length, hdr.chunk = offset / chunk_size.  AllGather: root is
+ *              the sender.  ReduceScatter: root is any other rank.
+ *              AllReduce: root is unused (0).  Consumes one credit of the
+ *              stream.
+ *   FWD        switch -> client, the result for one chunk: the multicast
+ *              block chunk (AllGather), the reduction of the N-1 others'
+ *              partials (ReduceScatter, sent to the root only) or of all N
+ *              (AllReduce, sent to everyone).  Same root/offset/length/total.
+ *   CREDIT     switch -> client: hdr.length = number of credits of hdr.stream
+ *              returned (the switch freed that many of the rank's chunks).
+ *   DONE       switch -> client: the barrier of hdr.epoch is complete.
+ *
+ * Flow control: JOIN_ACK grants every rank `credits` chunks of `chunk_size`
+ * bytes per data stream.  A DATA message consumes one; the switch returns it
+ * when it has freed the buffer.  A rank that exceeds its credits is a
+ * protocol error.  So the switch holds at most N * streams * credits *
+ * chunk_size bytes of contributions per job.  Ranks send the chunks of one
+ * stream in one global order (epoch, chunk, root), which makes the credit
+ * scheme deadlock-free: the first incomplete chunk always has every
+ * contributor able to send it.
+ *
+ * Reductions are done in ascending rank order with fp32 accumulation for
+ * 16-bit types, so results are bitwise reproducible whatever order the
+ * messages arrive in.  The ReduceScatter root adds its own partial last.
+ */
+#ifndef INCMOE_WIRE_H
+#define INCMOE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/incmoe.h"
+
+#define INCMOE_AM_ID          7
+#define INCMOE_WIRE_MAGIC     0x4d434e49u /* "INCM" little-endian */
+#define INCMOE_WIRE_VERSION   1
+#define INCMOE_WIRE_MAX_ADDR  4096        /* bytes of one UCX worker address */
+#define INCMOE_WIRE_MAX_TEXT  256         /* bytes of an ERROR reason */
+
+typedef enum {
+    WIRE_MSG_JOIN = 1,
+    WIRE_MSG_JOIN_ACK,
+    WIRE_MSG_ERROR,
+    WIRE_MSG_HEARTBEAT,
+    WIRE_MSG_LEAVE,
+    WIRE_MSG_POST,
+    WIRE_MSG_DATA,
+    WIRE_MSG_FWD,
+    WIRE_MSG_CREDIT,
+    WIRE_MSG_DONE,
+    WIRE_MSG_LAST = WIRE_MSG_DONE
+} wire_msg_t;
+
+struct incmoe_wire_hdr {
+    uint32_t magic;   /* INCMOE_WIRE_MAGIC */
+    uint16_t version; /* INCMOE_WIRE_VERSION */
+    uint8_t  msg;     /* wire_msg_t */
+    uint8_t  stream;  /* incmoe_stream_t (collective messages) */
+    uint64_t job;     /* job id */
+    uint64_t epoch;   /* collective epoch within the stream, from 1 */
+    uint32_t rank;    /* sender rank (client -> switch), failing rank (ERROR) */
+    uint32_t root;    /* owner of the window the chunk belongs to */
+    uint64_t offset;  /* byte offset of the chunk inside the root's window */
+    uint64_t length;  /* payload bytes (or credits, for CREDIT) */
+    uint64_t total;   /* bytes of the root's window (or of this rank's, for POST) */
+    uint64_t sig;     /* signature of the collective's description */
+    uint32_t chunk;   /* offset / chunk_size */
+    uint8_t  dtype;   /* incmoe_dtype_t */
+    uint8_t  redop;   /* incmoe_redop_t */
+    int16_t  status;  /* incmoe_status_t, ERROR only */
+};
+
+/* Payload of JOIN: fixed part, then secret_len secret bytes, then addr_len address bytes. */
+struct incmoe_wire_join {
+    uint32_t nranks;
+    uint32_t secret_len;
+    uint32_t addr_len;
+    uint32_t timeout_ms; /* the rank's dead-peer bound; the switch uses the job's smallest */
+};
+
+/* Payload of JOIN_ACK: fixed part, then nranks x (uint32 length, address bytes). */
+struct incmoe_wire_join_ack {
+    uint32_t nranks;
+    uint32_t credits;    /* per rank and data stream */
+    uint64_t chunk_size; /* bytes of one DATA chunk */
+};
+
+/* Fill the constant fields. */
+void wire_hdr_init(struct incmoe_wire_hdr *hdr, wire_msg_t msg, uint64_t job);
+
+/*
+ * Check a received header: size, magic, version, message type, and the
+ * fields each message type needs in range.  Returns INCMOE_OK or an error
+ * with a reason written to why (which may be NULL).
+ */
+incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
+                               char *why, size_t why_len);
+
+const char *wire_msg_name(unsigned msg);
+const char *wire_stream_name(unsigned stream);
+
+/* Signature of a collective's description; equal on every rank that agrees. */
+uint64_t wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
+                        const uint64_t *bytes, int nranks);
+
+#endif

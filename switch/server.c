@@ -1,0 +1,415 @@
+/*
+ * server.c - incmoe-switchd's UCX service: listener, connections, sends,
+ * the event loop (which sleeps on the worker's event fd when idle) and the
+ * optional reduction threads.
+ */
+#include "server.h"
+#include "job.h"
+#include "log.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define SUBSYS "switch"
+
+typedef struct {
+    struct incmoe_wire_hdr hdr; /* alive until the send completes (UCX 1.13) */
+    server_t              *srv;
+    conn_t                *conn;
+    server_send_cb_t       cb;
+    void                  *arg;
+    void                  *owned;
+} send_ctx_t;
+
+/* ------------------------------------------------------------------------ */
+/* connections                                                               */
+
+/* UCX calls this inside progress: only mark the connection; the loop reaps it. */
+static void conn_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    conn_t *conn = arg;
+    if (conn->state != CONN_DEAD) {
+        log_info(SUBSYS, "connection of rank %d lost: %s", conn->rank, ucs_status_string(status));
+        conn->state = CONN_DEAD;
+    }
+}
+
+static void conn_request_cb(ucp_conn_request_h request, void *arg)
+{
+    server_t *srv  = arg;
+    conn_t   *conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        ucp_listener_reject(srv->listener, request);
+        return;
+    }
+    ucp_ep_params_t params = {
+        .field_mask   = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_USER_DATA,
+        .conn_request = request,
+        .err_mode     = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler  = {.cb = conn_err_cb, .arg = conn},
+        .user_data    = conn,
+    };
+    ucs_status_t st = ucp_ep_create(srv->node.worker, &params, &conn->ep);
+    if (st != UCS_OK) {
+        log_warn(SUBSYS, "accepting a connection failed: %s", ucs_status_string(st));
+        free(conn);
+        return;
+    }
+    conn->rank    = -1;
+    conn->created = conn->last_rx = conn->last_tx = ucx_now_s();
+    conn->next    = srv->conns;
+    srv->conns    = conn;
+    log_debug(SUBSYS, "new connection");
+}
+
+void server_drop_conn(server_t *srv, conn_t *conn)
+{
+    (void)srv;
+    conn->state = CONN_DEAD;
+}
+
+/* Close dead connections, tell their jobs, free those no send refers to. */
+static void reap_conns(server_t *srv)
+{
+    conn_t **pp = &srv->conns;
+    while (*pp != NULL) {
+        conn_t *c = *pp;
+        if (c->state != CONN_DEAD) {
+            pp = &c->next;
+            continue;
+        }
+        if (c->job != NULL)
+            job_on_conn_lost(srv, c, "its connection failed");
+        if (!c->closed) {
+            c->closed = 1;
+            /* Give a refusal (ERROR) a moment to leave, then force: a dead peer cannot flush. */
+            ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                     .flags        = UCP_EP_CLOSE_FLAG_FORCE};
+            if (c->refs > 0 && c->left == 0) {
+                p.flags = 0;
+            }
+            ucs_status_ptr_t req = ucp_ep_close_nbx(c->ep, &p);
+            if (UCS_PTR_IS_PTR(req))
+                ucp_request_free(req); /* released by UCX when it completes */
+        }
+        if (c->refs > 0) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        free(c);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* sending                                                                   */
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    send_ctx_t *ctx = user_data;
+    ctx->conn->refs--;
+    if (status == UCS_OK)
+        ctx->conn->last_tx = ucx_now_s();
+    if (ctx->cb != NULL)
+        ctx->cb(ctx->srv, ctx->arg, status);
+    free(ctx->owned);
+    free(ctx);
+    if (request != NULL)
+        ucp_request_free(request);
+}
+
+/* owned: freed when the send completes. */
+static void server_send_owned(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
+                              const void *payload, size_t length, server_send_cb_t cb, void *arg,
+                              void *owned)
+{
+    send_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (conn == NULL || conn->closed || ctx == NULL) {
+        free(ctx);
+        free(owned);
+        if (cb != NULL)
+            cb(srv, arg, UCS_ERR_NOT_CONNECTED);
+        return;
+    }
+    ctx->hdr  = *hdr;
+    ctx->srv  = srv;
+    ctx->conn = conn;
+    ctx->cb    = cb;
+    ctx->arg   = arg;
+    ctx->owned = owned;
+    conn->refs++;
+    conn->last_tx = ucx_now_s();
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.send   = send_cb,
+        .user_data = ctx,
+        .flags     = length >= srv->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : 0,
+    };
+    ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
+                                           payload, length, &param);
+    if (UCS_PTR_IS_ERR(req))
+        send_cb(NULL, UCS_PTR_STATUS(req), ctx);
+}
+
+void server_send(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
+                 const void *payload, size_t length, server_send_cb_t cb, void *arg)
+{
+    server_send_owned(srv, conn, hdr, payload, length, cb, arg, NULL);
+}
+
+void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_t status,
+                       uint32_t rank, const char *text)
+{
+    struct incmoe_wire_hdr h;
+    wire_hdr_init(&h, WIRE_MSG_ERROR, job);
+    h.status = (int16_t)status;
+    h.rank   = rank;
+    size_t n = strlen(text) + 1;
+    if (n > INCMOE_WIRE_MAX_TEXT)
+        n = INCMOE_WIRE_MAX_TEXT;
+    char *copy = malloc(n);
+    if (copy == NULL)
+        return;
+    memcpy(copy, text, n - 1);
+    copy[n - 1] = '\0';
+    h.length    = n;
+    server_send_owned(srv, conn, &h, copy, n, NULL, NULL, copy);
+}
+
+/* ------------------------------------------------------------------------ */
+/* receiving                                                                 */
+
+static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param)
+{
+    server_t *srv  = arg;
+    conn_t   *conn = NULL;
+    /* Clients send with UCP_AM_SEND_FLAG_REPLY, which names their endpoint here. */
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+        for (conn = srv->conns; conn != NULL && conn->ep != param->reply_ep; conn = conn->next) {
+        }
+    if (conn == NULL) {
+        srv->stats.bad_messages++;
+        log_warn(SUBSYS, "dropped a message from an unknown endpoint");
+        return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+    }
+    if (conn->state == CONN_DEAD)
+        return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_CANCELED : UCS_OK;
+    conn->last_rx = ucx_now_s();
+    char why[160];
+    if (wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
+        srv->stats.bad_messages++;
+        struct incmoe_wire_hdr h = {0};
+        if (header_length >= sizeof(h))
+            memcpy(&h, header, sizeof(h));
+        log_warn(SUBSYS, "malformed message from rank %d: %s", conn->rank, why);
+        char text[200];
+        snprintf(text, sizeof(text), "rank %d sent a malformed message: %s", conn->rank, why);
+        if (conn->job != NULL) {
+            /* Fail the whole job through the engine, with the reason. */
+            struct incmoe_wire_hdr e;
+            wire_hdr_init(&e, WIRE_MSG_ERROR, conn->job->id);
+            e.rank   = (uint32_t)conn->rank;
+            e.status = INCMOE_ERR_PROTOCOL;
+            e.length = strlen(text);
+            ucp_am_recv_param_t p = {.recv_attr = 0};
+            job_on_message(srv, conn, &e, text, e.length, &p);
+        } else {
+            server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0, text);
+            server_drop_conn(srv, conn);
+        }
+        return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+    }
+    struct incmoe_wire_hdr h;
+    memcpy(&h, header, sizeof(h));
+    if (conn->state == CONN_NEW) {
+        if (h.msg != WIRE_MSG_JOIN || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+            srv->stats.bad_messages++;
+            server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0,
+                              "the first message must be an eager JOIN");
+            server_drop_conn(srv, conn);
+            return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM
+                                                                   : UCS_OK;
+        }
+        job_on_join(srv, conn, &h, data, length);
+        return UCS_OK;
+    }
+    if (h.msg == WIRE_MSG_JOIN) {
+        srv->stats.bad_messages++;
+        server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0, "JOIN sent twice");
+        server_drop_conn(srv, conn);
+        return UCS_OK;
+    }
+    return job_on_message(srv, conn, &h, data, length, param);
+}
+
+/* ------------------------------------------------------------------------ */
+/* reduction threads                                                         */
+
+static void *pool_main(void *arg)
+{
+    server_t *srv = arg;
+    pthread_mutex_lock(&srv->pool_lock);
+    for (;;) {
+        while (srv->pool_todo == NULL && !srv->pool_stop)
+            pthread_cond_wait(&srv->pool_cond, &srv->pool_lock);
+        if (srv->pool_stop)
+            break;
+        item_t *it     = srv->pool_todo;
+        srv->pool_todo = it->pool_next;
+        pthread_mutex_unlock(&srv->pool_lock);
+        job_item_compute(it);
+        pthread_mutex_lock(&srv->pool_lock);
+        it->pool_next  = srv->pool_done;
+        srv->pool_done = it;
+        uint64_t one   = 1;
+        if (write(srv->pool_fd, &one, sizeof(one)) < 0)
+            log_warn(SUBSYS, "pool wake: %s", strerror(errno));
+    }
+    pthread_mutex_unlock(&srv->pool_lock);
+    return NULL;
+}
+
+int server_pool_submit(server_t *srv, item_t *it)
+{
+    if (srv->nthreads <= 1)
+        return 0;
+    pthread_mutex_lock(&srv->pool_lock);
+    it->pool_next  = srv->pool_todo;
+    srv->pool_todo = it;
+    pthread_cond_signal(&srv->pool_cond);
+    pthread_mutex_unlock(&srv->pool_lock);
+    return 1;
+}
+
+static void pool_drain(server_t *srv)
+{
+    if (srv->nthreads <= 1)
+        return;
+    uint64_t v;
+    if (read(srv->pool_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        log_warn(SUBSYS, "pool read: %s", strerror(errno));
+    pthread_mutex_lock(&srv->pool_lock);
+    item_t *done   = srv->pool_done;
+    srv->pool_done = NULL;
+    pthread_mutex_unlock(&srv->pool_lock);
+    while (done != NULL) {
+        item_t *next = done->pool_next;
+        job_item_reduced(srv, done);
+        done = next;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* service                                                                   */
+
+incmoe_status_t server_start(server_t *srv, const char *listen_addr)
+{
+    struct sockaddr_storage ss;
+    socklen_t               sslen;
+    incmoe_status_t         st = ucx_parse_hostport(listen_addr, &ss, &sslen, 1);
+    if (st != INCMOE_OK)
+        return st;
+    st = ucx_node_open(&srv->node);
+    if (st != INCMOE_OK)
+        return st;
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id  = INCMOE_AM_ID,
+        .cb  = server_am_cb,
+        .arg = srv,
+    };
+    ucs_status_t us = ucp_worker_set_am_recv_handler(srv->node.worker, &hp);
+    if (us != UCS_OK) {
+        log_error(SUBSYS, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    ucp_listener_params_t lp = {
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr   = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
+        .conn_handler = {.cb = conn_request_cb, .arg = srv},
+    };
+    us = ucp_listener_create(srv->node.worker, &lp, &srv->listener);
+    if (us != UCS_OK) {
+        log_error(SUBSYS, "cannot listen on %s: %s", listen_addr, ucs_status_string(us));
+        return ucx_status_to_incmoe(us);
+    }
+    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    us = ucp_listener_query(srv->listener, &attr);
+    char where[128] = "?";
+    if (us == UCS_OK)
+        ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, where, sizeof(where));
+    /* The first line on stdout is the contract with scripts and tests. */
+    printf("incmoe-switchd listening on %s\n", where);
+    fflush(stdout);
+    log_info(SUBSYS, "listening on %s (chunk %llu, %u credits, memory bound %zu)", where,
+             (unsigned long long)srv->chunk_size, srv->credits, srv->max_memory);
+
+    if (srv->nthreads > 1) {
+        srv->pool_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        pthread_mutex_init(&srv->pool_lock, NULL);
+        pthread_cond_init(&srv->pool_cond, NULL);
+        srv->threads = calloc((size_t)srv->nthreads, sizeof(pthread_t));
+        if (srv->pool_fd < 0 || srv->threads == NULL)
+            return INCMOE_ERR_NO_MEMORY;
+        for (int i = 0; i < srv->nthreads - 1; i++)
+            pthread_create(&srv->threads[i], NULL, pool_main, srv);
+    } else {
+        srv->pool_fd = -1;
+    }
+    return INCMOE_OK;
+}
+
+void server_run(server_t *srv)
+{
+    while (!srv->stop) {
+        while (ucp_worker_progress(srv->node.worker) != 0) {
+        }
+        pool_drain(srv);
+        reap_conns(srv);
+        job_tick(srv);
+        /* Idle: sleep on the worker's event fd (and the reduction threads' fd). */
+        ucx_node_wait(&srv->node, srv->pool_fd, 100);
+    }
+}
+
+void server_stop(server_t *srv)
+{
+    job_fail_all(srv, "the switch is shutting down");
+    for (conn_t *c = srv->conns; c != NULL; c = c->next)
+        c->state = CONN_DEAD;
+    /* Let the ERRORs go out, then close everything. */
+    double deadline = ucx_now_s() + 0.5;
+    while (ucx_now_s() < deadline)
+        ucx_node_wait(&srv->node, -1, 10);
+    for (conn_t *c = srv->conns; c != NULL; c = c->next)
+        c->left = 1;
+    reap_conns(srv);
+    deadline = ucx_now_s() + 1.0;
+    while (srv->conns != NULL && ucx_now_s() < deadline) {
+        ucx_node_wait(&srv->node, -1, 10);
+        reap_conns(srv);
+    }
+    if (srv->nthreads > 1) {
+        pthread_mutex_lock(&srv->pool_lock);
+        srv->pool_stop = 1;
+        pthread_cond_broadcast(&srv->pool_cond);
+        pthread_mutex_unlock(&srv->pool_lock);
+        for (int i = 0; i < srv->nthreads - 1; i++)
+            pthread_join(srv->threads[i], NULL);
+        free(srv->threads);
+        close(srv->pool_fd);
+    }
+    if (srv->listener != NULL)
+        ucp_listener_destroy(srv->listener);
+    ucx_node_close(&srv->node);
+}

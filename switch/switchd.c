@@ -1,0 +1,177 @@
+/*
+ * incmoe-switchd - the INC switch emulator: jobs of N ranks, multicast
+ * AllGather, rooted-reduction ReduceScatter, AllReduce and barrier over UCX.
+ */
+#include "config.h"
+#include "job.h"
+#include "log.h"
+#include "server.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static server_t *running;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (running != NULL)
+        running->stop = 1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: incmoe-switchd --listen HOST:PORT [options]\n"
+            "\n"
+            "  --listen HOST:PORT     address to accept ranks on (port 0: any free port)\n"
+            "  --auth-key-file FILE   ranks must present the secret in FILE's first line\n"
+            "  --threads N            threads that reduce (default 1: the event loop itself)\n"
+            "  --max-memory BYTES     bound on buffered data over all jobs (default 1G;\n"
+            "                         K/M/G suffixes); jobs that would exceed it are refused\n"
+            "  --chunk-size BYTES     bytes of one data chunk (default INCMOE_CHUNK_SIZE, 256K)\n"
+            "  --credits N            chunks a rank may have in flight per stream (default 8)\n"
+            "  --timeout-ms MS        dead-rank bound when ranks ask none (default 10000)\n"
+            "  --log-level LEVEL      error, warn, info, debug, trace (or INCMOE_LOG_LEVEL)\n"
+            "  --help\n"
+            "\n"
+            "The first line on stdout is 'incmoe-switchd listening on HOST:PORT'.\n"
+            "Each job may buffer at most chunk-size x credits x (3N+3) x 2 bytes.\n");
+}
+
+static int parse_size_arg(const char *name, const char *text, long long min, long long *out)
+{
+    long long v = config_parse_size(text);
+    if (v < min) {
+        fprintf(stderr, "incmoe-switchd: %s '%s' is not a size >= %lld\n", name, text, min);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, 'l'},     {"auth-key-file", required_argument, NULL, 'k'},
+        {"threads", required_argument, NULL, 't'},    {"max-memory", required_argument, NULL, 'm'},
+        {"chunk-size", required_argument, NULL, 'c'}, {"credits", required_argument, NULL, 'r'},
+        {"timeout-ms", required_argument, NULL, 'T'}, {"log-level", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
+    };
+    server_t    srv    = {0};
+    const char *listen = NULL, *keyfile = NULL;
+    long long   v;
+    srv.chunk_size  = (uint64_t)config_get_int("INCMOE_CHUNK_SIZE");
+    srv.credits     = (uint32_t)config_get_int("INCMOE_CREDITS");
+    srv.timeout_ms  = (int)config_get_int("INCMOE_TIMEOUT_MS");
+    srv.rndv_thresh = (size_t)config_get_int("INCMOE_RNDV_THRESH");
+    srv.max_memory  = (size_t)1 << 30;
+    srv.nthreads    = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l': listen = optarg; break;
+        case 'k': keyfile = optarg; break;
+        case 't':
+            if (parse_size_arg("--threads", optarg, 1, &v) || v > 64) {
+                fprintf(stderr, "incmoe-switchd: --threads takes 1..64\n");
+                return 2;
+            }
+            srv.nthreads = (int)v;
+            break;
+        case 'm':
+            if (parse_size_arg("--max-memory", optarg, 1, &v))
+                return 2;
+            srv.max_memory = (size_t)v;
+            break;
+        case 'c':
+            if (parse_size_arg("--chunk-size", optarg, 64, &v) || v > (1ll << 30)) {
+                fprintf(stderr, "incmoe-switchd: --chunk-size takes 64 B .. 1 GiB\n");
+                return 2;
+            }
+            srv.chunk_size = (uint64_t)v;
+            break;
+        case 'r':
+            if (parse_size_arg("--credits", optarg, 1, &v) || v > 4096) {
+                fprintf(stderr, "incmoe-switchd: --credits takes 1..4096\n");
+                return 2;
+            }
+            srv.credits = (uint32_t)v;
+            break;
+        case 'T':
+            if (parse_size_arg("--timeout-ms", optarg, 1, &v))
+                return 2;
+            srv.timeout_ms = (int)v;
+            break;
+        case 'L': {
+            int level = log_level_parse(optarg);
+            if (level < 0) {
+                fprintf(stderr, "incmoe-switchd: unknown log level '%s'\n", optarg);
+                return 2;
+            }
+            log_set_level(level);
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "incmoe-switchd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (listen == NULL) {
+        fprintf(stderr, "incmoe-switchd: --listen HOST:PORT is required\n");
+        usage(stderr);
+        return 2;
+    }
+    /* The 16-bit reductions work in element pairs: keep chunks element-aligned for all types. */
+    if (srv.chunk_size % 8 != 0) {
+        fprintf(stderr, "incmoe-switchd: --chunk-size must be a multiple of 8\n");
+        return 2;
+    }
+    if (keyfile != NULL) {
+        FILE *f = fopen(keyfile, "r");
+        char  line[INCMOE_MAX_SECRET + 2];
+        if (f == NULL || fgets(line, sizeof(line), f) == NULL) {
+            fprintf(stderr, "incmoe-switchd: cannot read a secret from %s\n", keyfile);
+            if (f != NULL)
+                fclose(f);
+            return 2;
+        }
+        fclose(f);
+        line[strcspn(line, "\r\n")] = '\0';
+        srv.secret_len = strlen(line);
+        if (srv.secret_len == 0) {
+            fprintf(stderr, "incmoe-switchd: the secret in %s is empty\n", keyfile);
+            return 2;
+        }
+        memcpy(srv.secret, line, srv.secret_len);
+        srv.have_secret = 1;
+    }
+    log_set_ident("switchd");
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    running = &srv;
+    if (server_start(&srv, listen) != INCMOE_OK) {
+        fprintf(stderr, "incmoe-switchd: cannot start on %s\n", listen);
+        return 1;
+    }
+    server_run(&srv);
+    server_stop(&srv);
+    log_info("switch",
+             "stopped: %llu jobs (%llu failed, %llu refused), %llu bad messages, %llu ranks lost, "
+             "%llu bytes in, %llu out, peak %zu bytes buffered",
+             (unsigned long long)srv.stats.jobs_started, (unsigned long long)srv.stats.jobs_failed,
+             (unsigned long long)srv.stats.jobs_refused, (unsigned long long)srv.stats.bad_messages,
+             (unsigned long long)srv.stats.peers_lost, (unsigned long long)srv.stats.bytes_in,
+             (unsigned long long)srv.stats.bytes_out, srv.stats.mem_peak);
+    return 0;
+}

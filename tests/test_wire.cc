@@ -1,0 +1,152 @@
+/* test_wire.cc - header validation, signatures, layout arithmetic, status texts, settings. */
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+
+extern "C" {
+#include "api/incmoe.h"
+#include "config.h"
+#include "wire.h"
+}
+
+static incmoe_wire_hdr data_hdr()
+{
+    incmoe_wire_hdr h;
+    wire_hdr_init(&h, WIRE_MSG_DATA, 42);
+    h.stream = INCMOE_STREAM_REDUCESCATTER;
+    h.epoch  = 1;
+    h.offset = 0;
+    h.length = 64;
+    h.total  = 128;
+    h.dtype  = INCMOE_FLOAT32;
+    h.redop  = INCMOE_SUM;
+    return h;
+}
+
+static incmoe_status_t check(const incmoe_wire_hdr &h, size_t payload, std::string *why = nullptr)
+{
+    char buf[200] = "";
+    incmoe_status_t st = wire_hdr_check(&h, sizeof(h), payload, buf, sizeof(buf));
+    if (why)
+        *why = buf;
+    return st;
+}
+
+TEST(Wire, AcceptsAWellFormedData)
+{
+    EXPECT_EQ(check(data_hdr(), 64), INCMOE_OK);
+}
+
+TEST(Wire, RejectsEachKindOfDamage)
+{
+    std::string why;
+    incmoe_wire_hdr h = data_hdr();
+    EXPECT_EQ(wire_hdr_check(&h, sizeof(h) - 1, 64, nullptr, 0), INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(wire_hdr_check(nullptr, 0, 0, nullptr, 0), INCMOE_ERR_PROTOCOL);
+
+    h = data_hdr(); h.magic = 0xdeadbeef;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("magic"), std::string::npos);
+    h = data_hdr(); h.version = 99;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("version"), std::string::npos);
+    h = data_hdr(); h.msg = 200;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("message type"), std::string::npos);
+    h = data_hdr(); h.stream = 9;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("stream"), std::string::npos);
+    h = data_hdr(); h.epoch = 0;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL);
+    h = data_hdr();
+    EXPECT_EQ(check(h, 63, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("carries"), std::string::npos);
+    h = data_hdr(); h.offset = 100;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("outside"), std::string::npos);
+    h = data_hdr(); h.offset = ~0ull - 10;
+    EXPECT_EQ(check(h, 64), INCMOE_ERR_PROTOCOL);
+    h = data_hdr(); h.dtype = 77;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("datatype"), std::string::npos);
+    h = data_hdr(); h.redop = 9;
+    EXPECT_EQ(check(h, 64), INCMOE_ERR_PROTOCOL);
+    h = data_hdr(); h.length = 6; h.dtype = INCMOE_FLOAT32;
+    EXPECT_EQ(check(h, 6, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("aligned"), std::string::npos);
+    h = data_hdr(); h.stream = INCMOE_STREAM_BARRIER;
+    EXPECT_EQ(check(h, 64), INCMOE_ERR_PROTOCOL);
+    h = data_hdr(); h.length = 0;
+    EXPECT_EQ(check(h, 0), INCMOE_ERR_PROTOCOL);
+
+    incmoe_wire_hdr j;
+    wire_hdr_init(&j, WIRE_MSG_JOIN, 1);
+    EXPECT_EQ(check(j, 3), INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(check(j, sizeof(incmoe_wire_join)), INCMOE_OK);
+    wire_hdr_init(&j, WIRE_MSG_HEARTBEAT, 1);
+    EXPECT_EQ(check(j, 1), INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(check(j, 0), INCMOE_OK);
+    wire_hdr_init(&j, WIRE_MSG_ERROR, 1);
+    EXPECT_EQ(check(j, INCMOE_WIRE_MAX_TEXT + 1), INCMOE_ERR_PROTOCOL);
+    wire_hdr_init(&j, WIRE_MSG_POST, 1);
+    j.epoch = 1;
+    EXPECT_EQ(check(j, 8), INCMOE_ERR_PROTOCOL);
+}
+
+TEST(Wire, AllGatherDataNeedsNoDatatype)
+{
+    incmoe_wire_hdr h = data_hdr();
+    h.stream = INCMOE_STREAM_ALLGATHER;
+    h.dtype  = 250;
+    h.length = 3;
+    EXPECT_EQ(check(h, 3), INCMOE_OK);
+}
+
+TEST(Wire, SignatureSeesEveryField)
+{
+    uint64_t a[3] = {1, 2, 3}, b[3] = {1, 2, 4};
+    uint64_t s = wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 3);
+    EXPECT_EQ(s, wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 3));
+    std::set<uint64_t> all = {s,
+        wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, b, 3),
+        wire_signature(INCMOE_STREAM_REDUCESCATTER, INCMOE_FLOAT32, INCMOE_SUM, a, 3),
+        wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT16, INCMOE_SUM, a, 3),
+        wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_MAX, a, 3),
+        wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 2)};
+    EXPECT_EQ(all.size(), 6u);
+}
+
+TEST(Layout, BytesClipToValidAndWindow)
+{
+    size_t          valid[4] = {100, 0, 40, 64};
+    incmoe_layout_t l        = {64, 32, 16, valid};
+    EXPECT_EQ(incmoe_layout_bytes(&l, 0), 16u); /* 100 > window end */
+    EXPECT_EQ(incmoe_layout_bytes(&l, 1), 0u);  /* empty block */
+    EXPECT_EQ(incmoe_layout_bytes(&l, 2), 8u);  /* ends inside the window */
+    EXPECT_EQ(incmoe_layout_bytes(&l, 3), 16u);
+    l.valid = nullptr;
+    EXPECT_EQ(incmoe_layout_bytes(&l, 1), 16u);
+    l.offset = 64;
+    l.length = 0;
+    EXPECT_EQ(incmoe_layout_bytes(&l, 1), 0u);
+}
+
+TEST(Status, EveryCodeHasItsOwnText)
+{
+    std::set<std::string> texts;
+    for (int s = 1; s >= -13; s--)
+        texts.insert(incmoe_strerror((incmoe_status_t)s));
+    EXPECT_EQ(texts.size(), 15u);
+    EXPECT_STREQ(incmoe_strerror((incmoe_status_t)-99), "unknown status");
+}
+
+TEST(Settings, TableAndParsing)
+{
+    EXPECT_EQ(config_parse_size("4096"), 4096);
+    EXPECT_EQ(config_parse_size("64K"), 65536);
+    EXPECT_EQ(config_parse_size("2MiB"), 2 << 20);
+    EXPECT_EQ(config_parse_size("1G"), 1ll << 30);
+    EXPECT_EQ(config_parse_size("x"), -1);
+    EXPECT_EQ(config_parse_size("12Q"), -1);
+    EXPECT_EQ(config_parse_size("-5"), -1);
+    setenv("INCMOE_CREDITS", "3", 1);
+    EXPECT_EQ(config_get_int("INCMOE_CREDITS"), 3);
+    unsetenv("INCMOE_CREDITS");
+    EXPECT_EQ(config_get_int("INCMOE_CREDITS"), 8);
+    for (size_t i = 0; i < config_table_size; i++)
+        EXPECT_EQ(std::string(config_table[i].name).rfind("INCMOE_", 0), 0u);
+}

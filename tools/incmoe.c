@@ -1,0 +1,332 @@
+/*
+ * incmoe - the command-line front door.
+ *
+ *   incmoe demo [-N RANKS] [-s SIZES] [--switchd PATH]
+ *       Starts incmoe-switchd and RANKS local rank processes on loopback, runs
+ *       a concurrent AllGather + ReduceScatter and an AllReduce on each size,
+ *       checks every byte against a reference and prints a table.
+ *   incmoe config
+ *       Lists every INCMOE_* setting with its value and meaning.
+ */
+#include "api/incmoe.h"
+#include "config.h"
+#include "switchd_path.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SIZES 32
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmd_config(void)
+{
+    printf("%-22s %-12s %s\n", "setting", "value", "meaning");
+    for (size_t i = 0; i < config_table_size; i++) {
+        const char *v = config_get_str(config_table[i].name);
+        printf("%-22s %-12s %s\n", config_table[i].name, v ? v : "(unset)", config_table[i].doc);
+    }
+    return 0;
+}
+
+/* Values that sum exactly in fp32 for any rank count used here. */
+static float ag_value(int rank, size_t i)
+{
+    return (float)((rank * 7919 + (int)(i % 4093)) % 2048);
+}
+
+static float rs_value(int rank, int block, size_t i)
+{
+    return (float)((rank * 31 + block * 17 + (int)(i % 1021)) % 512);
+}
+
+/* One rank of the demo: writes "size ag_rs_us allreduce_us errors" lines to out_fd. */
+static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const size_t *sizes,
+                     int nsizes, int out_fd)
+{
+    incmoe_comm_params_t params = {
+        .switch_addr = addr, .job_id = job, .rank = rank, .nranks = nranks};
+    incmoe_comm_t  *comm;
+    incmoe_status_t st = incmoe_comm_create(&params, &comm);
+    if (st != INCMOE_OK) {
+        dprintf(out_fd, "error rank %d: cannot join: %s\n", rank, incmoe_strerror(st));
+        return 1;
+    }
+    int failed = 0;
+    for (int k = 0; k < nsizes && !failed; k++) {
+        size_t per_rank = sizes[k] / (size_t)nranks / sizeof(float); /* elements per block */
+        if (per_rank == 0)
+            per_rank = 1;
+        size_t block   = per_rank * sizeof(float);
+        size_t all     = block * (size_t)nranks;
+        float *ag_send = malloc(block), *ag_recv = malloc(all);
+        float *rs_send = malloc(all), *rs_recv = malloc(block);
+        float *ar_buf  = malloc(all);
+        if (!ag_send || !ag_recv || !rs_send || !rs_recv || !ar_buf) {
+            dprintf(out_fd, "error rank %d: out of memory for %zu bytes\n", rank, all);
+            return 1;
+        }
+        for (size_t i = 0; i < per_rank; i++)
+            ag_send[i] = ag_value(rank, i);
+        for (int b = 0; b < nranks; b++)
+            for (size_t i = 0; i < per_rank; i++)
+                rs_send[(size_t)b * per_rank + i] = rs_value(rank, b, i);
+        for (size_t i = 0; i < per_rank * (size_t)nranks; i++)
+            ar_buf[i] = rs_value(rank, 0, i);
+        memset(ag_recv, 0, all);
+        memset(rs_recv, 0, block);
+
+        incmoe_mr_t *m_ags, *m_agr, *m_rss, *m_rsr, *m_ar;
+        incmoe_mem_register(comm, ag_send, block, &m_ags);
+        incmoe_mem_register(comm, ag_recv, all, &m_agr);
+        incmoe_mem_register(comm, rs_send, all, &m_rss);
+        incmoe_mem_register(comm, rs_recv, block, &m_rsr);
+        incmoe_mem_register(comm, ar_buf, all, &m_ar);
+        incmoe_layout_t layout = {.block_stride = block, .offset = 0, .length = block};
+
+        /* Line everyone up so the timing is of the collectives, not of arrival. */
+        incmoe_req_t bar, ag, rs, ar;
+        st = incmoe_barrier(comm, &bar);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &bar);
+        double t0 = now_s();
+        if (st == INCMOE_OK)
+            st = incmoe_allgather(comm, m_ags, 0, m_agr, 0, &layout, &ag);
+        if (st == INCMOE_OK)
+            st = incmoe_reducescatter(comm, m_rss, 0, m_rsr, 0, &layout, INCMOE_FLOAT32,
+                                      INCMOE_SUM, &rs);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &ag);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &rs);
+        double t1 = now_s();
+        if (st == INCMOE_OK)
+            st = incmoe_allreduce(comm, m_ar, 0, m_ar, 0, per_rank * (size_t)nranks,
+                                  INCMOE_FLOAT32, INCMOE_SUM, &ar);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &ar);
+        double t2 = now_s();
+        if (st != INCMOE_OK) {
+            char why[256];
+            incmoe_comm_error(comm, why, sizeof(why));
+            dprintf(out_fd, "error rank %d: %s: %s\n", rank, incmoe_strerror(st), why);
+            failed = 1;
+            break;
+        }
+        /* Every byte against the reference. */
+        size_t wrong = 0;
+        for (int b = 0; b < nranks; b++)
+            for (size_t i = 0; i < per_rank; i++)
+                wrong += ag_recv[(size_t)b * per_rank + i] != ag_value(b, i);
+        for (size_t i = 0; i < per_rank; i++) {
+            float want = 0;
+            for (int r = 0; r < nranks; r++)
+                want += rs_value(r, rank, i);
+            wrong += rs_recv[i] != want;
+        }
+        for (size_t i = 0; i < per_rank * (size_t)nranks; i++) {
+            float want = 0;
+            for (int r = 0; r < nranks; r++)
+                want += rs_value(r, 0, i);
+            wrong += ar_buf[i] != want;
+        }
+        dprintf(out_fd, "result %zu %.1f %.1f %zu\n", all, (t1 - t0) * 1e6, (t2 - t1) * 1e6, wrong);
+        incmoe_mem_deregister(comm, m_ags);
+        incmoe_mem_deregister(comm, m_agr);
+        incmoe_mem_deregister(comm, m_rss);
+        incmoe_mem_deregister(comm, m_rsr);
+        incmoe_mem_deregister(comm, m_ar);
+        free(ag_send);
+        free(ag_recv);
+        free(rs_send);
+        free(rs_recv);
+        free(ar_buf);
+    }
+    st = incmoe_comm_destroy(comm);
+    return failed || st != INCMOE_OK;
+}
+
+static pid_t start_switch(const char *path, char *addr, size_t addr_len)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl(path, path, "--listen", "127.0.0.1:0", (char *)NULL);
+        fprintf(stderr, "incmoe: cannot run %s: %s\n", path, strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    char   line[256] = "";
+    size_t have      = 0;
+    double deadline  = now_s() + 20;
+    while (have < sizeof(line) - 1 && strchr(line, '\n') == NULL && now_s() < deadline) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        ssize_t n = read(fds[0], line + have, sizeof(line) - 1 - have);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        line[have] = '\0';
+    }
+    close(fds[0]);
+    const char *at = strstr(line, "listening on ");
+    if (at == NULL) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    snprintf(addr, addr_len, "%s", at + strlen("listening on "));
+    addr[strcspn(addr, " \n")] = '\0';
+    return pid;
+}
+
+static int parse_sizes(const char *text, size_t *sizes, int *n)
+{
+    char *copy = strdup(text), *save = NULL;
+    *n         = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        long long v = config_parse_size(tok);
+        if (v <= 0 || *n == MAX_SIZES) {
+            fprintf(stderr, "incmoe demo: bad size '%s' (e.g. 4K,1M,64M; at most %d sizes)\n",
+                    tok, MAX_SIZES);
+            free(copy);
+            return -1;
+        }
+        sizes[(*n)++] = (size_t)v;
+    }
+    free(copy);
+    return *n > 0 ? 0 : -1;
+}
+
+static int cmd_demo(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"ranks", required_argument, NULL, 'N'},
+        {"sizes", required_argument, NULL, 's'},
+        {"switchd", required_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int         nranks = 4, nsizes;
+    size_t      sizes[MAX_SIZES];
+    const char *switchd = switchd_path();
+    parse_sizes("4K,256K,4M,32M", sizes, &nsizes);
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "N:s:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'N':
+            nranks = atoi(optarg);
+            if (nranks < 1 || nranks > 64) {
+                fprintf(stderr, "incmoe demo: -N takes 1..64 ranks, not '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 's':
+            if (parse_sizes(optarg, sizes, &nsizes) != 0)
+                return 2;
+            break;
+        case 'S': switchd = optarg; break;
+        case 'h':
+            printf("usage: incmoe demo [-N RANKS (4)] [-s SIZES (4K,256K,4M,32M)] [--switchd PATH]\n"
+                   "SIZE is the whole gathered buffer, as in the paper's S.\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    char  addr[128];
+    pid_t sw = start_switch(switchd, addr, sizeof(addr));
+    if (sw < 0) {
+        fprintf(stderr, "incmoe demo: could not start %s\n", switchd);
+        return 1;
+    }
+    printf("incmoe demo: switch at %s, %d ranks, fp32 sum\n", addr, nranks);
+    uint64_t job = ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL);
+    int      pipes[64];
+    pid_t    pids[64];
+    for (int r = 0; r < nranks; r++) {
+        int p[2];
+        if (pipe(p) != 0)
+            return 1;
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(p[0]);
+            _exit(demo_rank(addr, job, r, nranks, sizes, nsizes, p[1]));
+        }
+        close(p[1]);
+        pipes[r] = p[0];
+    }
+    /* Collect each rank's lines; the table shows the slowest rank's time. */
+    double agrs[MAX_SIZES] = {0}, ar[MAX_SIZES] = {0};
+    size_t wrong[MAX_SIZES] = {0}, bytes[MAX_SIZES] = {0};
+    int    seen[MAX_SIZES] = {0}, rc = 0;
+    for (int r = 0; r < nranks; r++) {
+        FILE *f = fdopen(pipes[r], "r");
+        char  line[512];
+        int   k = 0;
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            size_t b, w;
+            double t1, t2;
+            if (sscanf(line, "result %zu %lf %lf %zu", &b, &t1, &t2, &w) == 4 && k < nsizes) {
+                bytes[k] = b;
+                agrs[k]  = t1 > agrs[k] ? t1 : agrs[k];
+                ar[k]    = t2 > ar[k] ? t2 : ar[k];
+                wrong[k] += w;
+                seen[k]++;
+                k++;
+            } else {
+                fputs(line, stderr);
+                rc = 1;
+            }
+        }
+        if (f != NULL)
+            fclose(f);
+        int status;
+        waitpid(pids[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            rc = 1;
+    }
+    kill(sw, SIGTERM);
+    waitpid(sw, NULL, 0);
+    printf("%12s %16s %14s %10s %8s\n", "size(B)", "agrs_time(us)", "ar_time(us)", "wrong", "result");
+    for (int k = 0; k < nsizes; k++) {
+        int ok = seen[k] == nranks && wrong[k] == 0;
+        printf("%12zu %16.1f %14.1f %10zu %8s\n", bytes[k], agrs[k], ar[k], wrong[k],
+               ok ? "OK" : "FAIL");
+        if (!ok)
+            rc = 1;
+    }
+    printf("incmoe demo: %s\n", rc == 0 ? "all results correct" : "FAILED");
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "demo") == 0)
+        return cmd_demo(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "config") == 0)
+        return cmd_config();
+    fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+            "usage: incmoe demo [-N RANKS] [-s SIZES] [--switchd PATH]\n"
+            "       incmoe config      list the INCMOE_* settings\n");
+    return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+}
