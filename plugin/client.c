@@ -529,11 +529,23 @@ static void on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
     comm->joined = 1;
 }
 
+static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
+                                      size_t header_length, void *data, size_t length,
+                                      const ucp_am_recv_param_t *param);
+
 static ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                  size_t length, const ucp_am_recv_param_t *param)
 {
-    incmoe_comm_t *comm = arg;
-    char           why[160];
+    ucs_status_t st = client_on_message(arg, header, header_length, data, length, param);
+    /* UCX accepts an error (or INPROGRESS) only for rendezvous data; eager data is done with. */
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? st : UCS_OK;
+}
+
+static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
+                                      size_t header_length, void *data, size_t length,
+                                      const ucp_am_recv_param_t *param)
+{
+    char why[160];
     if (wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "malformed message from the switch: %s", why);
         return UCS_ERR_INVALID_PARAM;
@@ -786,7 +798,8 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
 static void comm_free(incmoe_comm_t *comm)
 {
     if (comm->ep != NULL) {
-        ucx_ep_close(&comm->node, comm->ep, atomic_load(&comm->error) != 0, 2000);
+        /* Graceful, so a LEAVE or ERROR still queued goes out; a dead peer fails it quickly. */
+        ucx_ep_close(&comm->node, comm->ep, 0, 2000);
         comm->ep = NULL;
     }
     /* Let outstanding control sends finish (or fail) before the worker goes. */
@@ -920,10 +933,11 @@ incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm)
     if (write(comm->wake_fd, &one, sizeof(one)) < 0)
         log_debug(SUBSYS, "wake: %s", strerror(errno));
     pthread_join(comm->proxy, NULL);
+    /* This thread owns the worker now: send a pending local failure, or say goodbye. */
+    drain_submissions(comm);
     incmoe_status_t st = (incmoe_status_t)atomic_load(&comm->error);
-    if (st == INCMOE_OK) {
+    if (st == INCMOE_OK)
         send_ctrl(comm, WIRE_MSG_LEAVE);
-    }
     comm_free(comm);
     return st == INCMOE_ERR_CLOSED ? INCMOE_OK : st;
 }

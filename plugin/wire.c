@@ -83,7 +83,7 @@ incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t 
             if (h.stream == INCMOE_STREAM_BARRIER)
                 FAIL("%s on the barrier stream", wire_msg_name(h.msg));
             if (h.length != payload_length)
-                FAIL("%s says %llu bytes but carries %zu", wire_msg_name(h.msg),
+                FAIL("%s says %llu bytes but carries %zu: truncated or overlong", wire_msg_name(h.msg),
                      (unsigned long long)h.length, payload_length);
             if (h.length == 0)
                 FAIL("empty %s", wire_msg_name(h.msg));

@@ -583,13 +583,18 @@ static int coll_describe(server_t *srv, job_t *job, conn_t *conn, coll_t *c,
         c->redop    = h->redop;
         return 1;
     }
-    if (c->sig != h->sig || c->dtype != h->dtype || c->redop != h->redop) {
+    if (c->dtype != h->dtype || c->redop != h->redop) {
         BAD(srv, job, INCMOE_ERR_MISMATCH, conn->rank,
-            "ranks disagree on %s epoch %llu: rank %d's size/datatype/op (%s %s) differ from the "
-            "others' (%s %s)",
+            "ranks disagree on %s epoch %llu: rank %d has %s %s, others %s %s",
             wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
             incmoe_dtype_name(h->dtype), incmoe_redop_name(h->redop), incmoe_dtype_name(c->dtype),
             incmoe_redop_name(c->redop));
+        return 0;
+    }
+    if (c->sig != h->sig) {
+        BAD(srv, job, INCMOE_ERR_MISMATCH, conn->rank,
+            "ranks disagree on %s epoch %llu: rank %d's byte counts differ from the others'",
+            wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank);
         return 0;
     }
     return 1;

@@ -248,7 +248,9 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
         server_drop_conn(srv, conn);
         return UCS_OK;
     }
-    return job_on_message(srv, conn, &h, data, length, param);
+    ucs_status_t st = job_on_message(srv, conn, &h, data, length, param);
+    /* UCX accepts an error (or INPROGRESS) only for rendezvous data; eager data is done with. */
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? st : UCS_OK;
 }
 
 /* ------------------------------------------------------------------------ */

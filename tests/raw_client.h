@@ -1,0 +1,47 @@
+/*
+ * raw_client.h - a deliberately unruly switch client for the bad-input tests:
+ * it speaks the wire protocol by hand, so it can send what libincmoe never would.
+ */
+#ifndef INCMOE_TEST_RAW_CLIENT_H
+#define INCMOE_TEST_RAW_CLIENT_H
+
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "ucx_util.h"
+#include "wire.h"
+}
+
+struct RawMsg {
+    incmoe_wire_hdr hdr;
+    std::string     payload;
+};
+
+class RawClient {
+  public:
+    ~RawClient();
+    bool connect(const std::string &addr);
+    /* Sends a header of header_len bytes (a short one is garbage on purpose). */
+    void send(const void *hdr, size_t header_len, const void *payload, size_t len, bool rndv = false);
+    void send(const incmoe_wire_hdr &hdr, const void *payload = nullptr, size_t len = 0)
+    {
+        send(&hdr, sizeof(hdr), payload, len);
+    }
+    /* JOIN as rank of an nranks job, with a secret. */
+    void join(uint64_t job, uint32_t rank, uint32_t nranks, const std::string &secret = "");
+    /* Waits for a message of the given type; false on timeout. */
+    bool wait_for(unsigned msg, RawMsg *out, int timeout_ms);
+    void progress(int ms);
+
+    std::vector<RawMsg> received;
+
+  private:
+    static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param);
+    ucx_node_t node_ = {};
+    ucp_ep_h   ep_   = nullptr;
+    std::vector<std::string *> keep_; /* payloads alive until the end */
+};
+
+#endif
