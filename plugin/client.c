@@ -13,6 +13,7 @@
 #include "config.h"
 #include "log.h"
 #include "reduce.h"
+#include "ring.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -23,13 +24,6 @@
 #include <unistd.h>
 
 #define SUBSYS "client"
-
-typedef struct {
-    struct incmoe_wire_hdr hdr; /* UCX 1.13 needs the sent header alive until completion */
-    incmoe_comm_t         *comm;
-    coll_op_t             *op;
-    void                  *payload_owned; /* freed on completion */
-} send_ctx_t;
 
 typedef struct {
     incmoe_comm_t *comm;
@@ -97,9 +91,8 @@ static void send_done_cb(void *request, ucs_status_t status, void *user_data)
         ucp_request_free(request);
 }
 
-/* Hands one message to UCX; ctx is owned by the send from here on. */
-static void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payload, size_t length,
-                        ucp_mem_h memh)
+void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
+                    size_t length, ucp_mem_h memh)
 {
     ctx->comm = comm;
     if (ctx->op != NULL)
@@ -118,14 +111,22 @@ static void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payloa
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param.memh = memh;
     }
-    ucs_status_ptr_t req = ucp_am_send_nbx(comm->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
-                                           payload, length, &param);
+    ucs_status_ptr_t req = ucp_am_send_nbx(ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr), payload,
+                                           length, &param);
     if (UCS_PTR_IS_ERR(req))
         send_done_cb(NULL, UCS_PTR_STATUS(req), ctx);
-    comm->last_tx = ucx_now_s();
+    if (ep == comm->ep)
+        comm->last_tx = ucx_now_s();
 }
 
-static send_ctx_t *ctrl_ctx(incmoe_comm_t *comm, wire_msg_t msg)
+/* To the switch. */
+static void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payload, size_t length,
+                        ucp_mem_h memh)
+{
+    client_send_ep(comm, comm->ep, ctx, payload, length, memh);
+}
+
+send_ctx_t *client_ctx(incmoe_comm_t *comm, wire_msg_t msg)
 {
     send_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
@@ -137,7 +138,7 @@ static send_ctx_t *ctrl_ctx(incmoe_comm_t *comm, wire_msg_t msg)
 
 static void send_ctrl(incmoe_comm_t *comm, wire_msg_t msg)
 {
-    send_ctx_t *ctx = ctrl_ctx(comm, msg);
+    send_ctx_t *ctx = client_ctx(comm, msg);
     if (ctx == NULL) {
         client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a %s message", wire_msg_name(msg));
         return;
@@ -147,7 +148,7 @@ static void send_ctrl(incmoe_comm_t *comm, wire_msg_t msg)
 
 static void send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *text)
 {
-    send_ctx_t *ctx = ctrl_ctx(comm, WIRE_MSG_ERROR);
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_ERROR);
     char       *msg = ctx ? strdup(text) : NULL;
     if (msg == NULL) {
         free(ctx);
@@ -162,7 +163,7 @@ static void send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *
 /* ------------------------------------------------------------------------ */
 /* collectives on the proxy thread                                          */
 
-static coll_op_t *find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch)
+coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch)
 {
     for (coll_op_t *op = comm->streams[stream].head; op != NULL; op = op->next)
         if (op->epoch == epoch)
@@ -172,7 +173,7 @@ static coll_op_t *find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch)
 
 static int op_finished(const incmoe_comm_t *comm, const coll_op_t *op)
 {
-    if (!op->started || !op->all_issued || op->sends_pending != 0)
+    if (!op->started || !op->all_issued || op->sends_pending != 0 || op->holds != 0)
         return 0;
     if (op->stream == INCMOE_STREAM_BARRIER)
         return op->barrier_done;
@@ -295,7 +296,11 @@ static void op_start(incmoe_comm_t *comm, coll_op_t *op)
         client_op_progressed(comm, op);
         return;
     }
-    send_ctx_t *ctx = ctrl_ctx(comm, WIRE_MSG_POST);
+    if (comm->algo == INCMOE_ALGO_RING && op->stream != INCMOE_STREAM_BARRIER) {
+        ring_start(comm, op);
+        return;
+    }
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_POST);
     if (ctx == NULL) {
         client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to post a collective");
         return;
@@ -316,6 +321,7 @@ static void pump_stream(incmoe_comm_t *comm, client_stream_t *s)
     for (coll_op_t *op = s->head; op != NULL; op = op->next) {
         if (op->all_issued)
             continue;
+        op->holds++;
         while (s->credits > 0) {
             int      root;
             uint64_t offset, length;
@@ -323,8 +329,9 @@ static void pump_stream(incmoe_comm_t *comm, client_stream_t *s)
                 op->all_issued = 1;
                 break;
             }
-            send_ctx_t *ctx = ctrl_ctx(comm, WIRE_MSG_DATA);
+            send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_DATA);
             if (ctx == NULL) {
+                op->holds--;
                 client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a DATA message");
                 return;
             }
@@ -342,6 +349,7 @@ static void pump_stream(incmoe_comm_t *comm, client_stream_t *s)
             s->credits--;
             client_send(comm, ctx, op_send_ptr(comm, op, root, offset), length, op->send_memh);
         }
+        op->holds--;
         if (!op->all_issued)
             break; /* out of credits: later collectives wait their turn */
     }
@@ -385,7 +393,7 @@ static void recv_done_cb(void *request, ucs_status_t status, size_t length, void
 static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h, void *data,
                            size_t length, const ucp_am_recv_param_t *param)
 {
-    coll_op_t *op = find_op(comm, h->stream, h->epoch);
+    coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
     const int  me = comm->rank;
     if (op == NULL || !op->started) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "result for %s epoch %llu that is not in flight",
@@ -554,7 +562,8 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
     memcpy(&h, header, sizeof(h));
     comm->last_rx = ucx_now_s();
     int rndv      = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (h.msg != WIRE_MSG_FWD && rndv) {
+    if (h.msg != WIRE_MSG_FWD && h.msg != WIRE_MSG_RING_REDUCE && h.msg != WIRE_MSG_RING_GATHER &&
+        rndv) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "%s sent rendezvous", wire_msg_name(h.msg));
         return UCS_ERR_INVALID_PARAM;
     }
@@ -585,7 +594,7 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
         comm->streams[h.stream].credits += (uint32_t)h.length;
         break;
     case WIRE_MSG_DONE: {
-        coll_op_t *op = find_op(comm, h.stream, h.epoch);
+        coll_op_t *op = client_find_op(comm, h.stream, h.epoch);
         if (h.stream != INCMOE_STREAM_BARRIER || op == NULL) {
             client_fail(comm, INCMOE_ERR_PROTOCOL, "DONE for %s epoch %llu not in flight",
                         wire_stream_name(h.stream), (unsigned long long)h.epoch);
@@ -596,6 +605,9 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
         break;
     }
     case WIRE_MSG_FWD: return on_fwd(comm, &h, data, length, param);
+    case WIRE_MSG_RING_HELLO: ring_on_hello(comm); break;
+    case WIRE_MSG_RING_REDUCE:
+    case WIRE_MSG_RING_GATHER: return ring_on_data(comm, &h, data, length, param);
     default:
         client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s from the switch",
                     wire_msg_name(h.msg));
@@ -731,13 +743,14 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
         return INCMOE_ERR_UNREACHABLE;
     }
 
-    /* JOIN carries the secret and this worker's address (for the ring). */
-    ucp_address_t *waddr;
-    size_t         waddr_len;
-    us = ucp_worker_get_address(comm->node.worker, &waddr, &waddr_len);
-    if (us != UCS_OK || waddr_len > INCMOE_WIRE_MAX_ADDR) {
-        log_error(SUBSYS, "worker address: %s (%zu bytes)", ucs_status_string(us), waddr_len);
-        return INCMOE_ERR_TRANSPORT;
+    /* JOIN carries the secret and where the ring neighbours reach this rank ("" for INC). */
+    char   waddr[128] = "";
+    size_t waddr_len  = 0;
+    if (comm->algo == INCMOE_ALGO_RING && comm->nranks > 1) {
+        st = ring_listen(comm, (struct sockaddr *)&ss, waddr, sizeof(waddr));
+        if (st != INCMOE_OK)
+            return st;
+        waddr_len = strlen(waddr) + 1;
     }
     char   secret[INCMOE_MAX_SECRET + 2];
     size_t secret_len = 0;
@@ -751,10 +764,8 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
         memcpy(secret, config_get_str("INCMOE_AUTH_KEY"), secret_len);
     } else if (config_get_str("INCMOE_AUTH_KEY_FILE") != NULL) {
         st = read_secret_file(config_get_str("INCMOE_AUTH_KEY_FILE"), secret, &secret_len);
-        if (st != INCMOE_OK) {
-            ucp_worker_release_address(comm->node.worker, waddr);
+        if (st != INCMOE_OK)
             return st;
-        }
     }
     struct incmoe_wire_join join = {
         .nranks     = (uint32_t)comm->nranks,
@@ -764,17 +775,15 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
     };
     size_t plen    = sizeof(join) + secret_len + waddr_len;
     char  *payload = malloc(plen);
-    send_ctx_t *ctx = ctrl_ctx(comm, WIRE_MSG_JOIN);
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_JOIN);
     if (payload == NULL || ctx == NULL) {
         free(payload);
         free(ctx);
-        ucp_worker_release_address(comm->node.worker, waddr);
         return INCMOE_ERR_NO_MEMORY;
     }
     memcpy(payload, &join, sizeof(join));
     memcpy(payload + sizeof(join), secret, secret_len);
     memcpy(payload + sizeof(join) + secret_len, waddr, waddr_len);
-    ucp_worker_release_address(comm->node.worker, waddr);
     ctx->hdr.length    = plen;
     ctx->payload_owned = payload;
     comm->last_rx      = ucx_now_s();
@@ -797,6 +806,7 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
 
 static void comm_free(incmoe_comm_t *comm)
 {
+    ring_close(comm);
     if (comm->ep != NULL) {
         /* Graceful, so a LEAVE or ERROR still queued goes out; a dead peer fails it quickly. */
         ucx_ep_close(&comm->node, comm->ep, 0, 2000);
@@ -865,10 +875,6 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
         log_error(SUBSYS, "unknown algorithm %d", (int)algo);
         return INCMOE_ERR_INVALID_ARG;
     }
-    if (algo == INCMOE_ALGO_RING) {
-        log_error(SUBSYS, "the ring algorithm is not built into this library");
-        return INCMOE_ERR_UNSUPPORTED;
-    }
     incmoe_comm_t *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return INCMOE_ERR_NO_MEMORY;
@@ -886,11 +892,15 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
     incmoe_status_t st = comm->wake_fd < 0 ? INCMOE_ERR_NO_MEMORY : ucx_node_open(&comm->node);
+    if (st == INCMOE_OK && algo == INCMOE_ALGO_RING)
+        st = ring_init(comm);
     if (st != INCMOE_OK) {
         comm_free(comm);
         return st;
     }
     st = comm_join(comm, params);
+    if (st == INCMOE_OK && algo == INCMOE_ALGO_RING)
+        st = ring_connect(comm);
     if (st == INCMOE_OK && pthread_create(&comm->proxy, NULL, proxy_main, comm) != 0)
         st = INCMOE_ERR_NO_MEMORY;
     if (st != INCMOE_OK) {
@@ -928,6 +938,14 @@ incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm)
         pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
     }
     pthread_mutex_unlock(&comm->lock);
+    if (comm->algo == INCMOE_ALGO_RING && atomic_load(&comm->error) == 0) {
+        /* Ring traffic is rank to rank: nobody may close its endpoints while a neighbour
+           still waits for a send of ours to be acknowledged.  A barrier makes sure every
+           rank has finished (a failure ends it at once). */
+        incmoe_req_t req;
+        if (incmoe_barrier(comm, &req) == INCMOE_OK)
+            incmoe_wait(comm, &req);
+    }
     atomic_store(&comm->stop, 1);
     uint64_t one = 1;
     if (write(comm->wake_fd, &one, sizeof(one)) < 0)

@@ -49,6 +49,7 @@ typedef struct coll_op {
     uint64_t recv_expected;
     uint64_t recv_done;
     int      barrier_done;
+    int      holds;            /* code still using op; UCX may complete sends inline */
     void    *algo_state;       /* ring.c's per-collective state */
 } coll_op_t;
 
@@ -95,6 +96,22 @@ struct incmoe_comm {
 
     void     *ring;               /* ring.c's state when algo == RING */
 };
+
+/* One message in flight; UCX 1.13 needs the sent header alive until completion. */
+typedef struct {
+    struct incmoe_wire_hdr hdr;
+    incmoe_comm_t         *comm;
+    coll_op_t             *op;            /* counted in op->sends_pending, or NULL */
+    void                  *payload_owned; /* freed on completion */
+} send_ctx_t;
+
+/* A message from this rank, header filled but for the per-message fields. */
+send_ctx_t *client_ctx(incmoe_comm_t *comm, wire_msg_t msg);
+/* Hands one message to UCX on ep; ctx belongs to the send from here on. */
+void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
+                    size_t length, ucp_mem_h memh);
+/* The started collective (stream, epoch), or NULL. */
+coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch);
 
 /* Record the communicator's first error (later ones are only logged). */
 void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)

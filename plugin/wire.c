@@ -8,7 +8,8 @@ static const char *const wire_msg_names[] = {
     [WIRE_MSG_JOIN] = "JOIN",     [WIRE_MSG_JOIN_ACK] = "JOIN_ACK", [WIRE_MSG_ERROR] = "ERROR",
     [WIRE_MSG_HEARTBEAT] = "HEARTBEAT", [WIRE_MSG_LEAVE] = "LEAVE", [WIRE_MSG_POST] = "POST",
     [WIRE_MSG_DATA] = "DATA",     [WIRE_MSG_FWD] = "FWD",           [WIRE_MSG_CREDIT] = "CREDIT",
-    [WIRE_MSG_DONE] = "DONE",
+    [WIRE_MSG_DONE] = "DONE",     [WIRE_MSG_RING_HELLO] = "RING_HELLO",
+    [WIRE_MSG_RING_REDUCE] = "RING_REDUCE", [WIRE_MSG_RING_GATHER] = "RING_GATHER",
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
@@ -70,6 +71,8 @@ incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t 
     case WIRE_MSG_POST:
     case WIRE_MSG_DATA:
     case WIRE_MSG_FWD:
+    case WIRE_MSG_RING_REDUCE:
+    case WIRE_MSG_RING_GATHER:
     case WIRE_MSG_CREDIT:
     case WIRE_MSG_DONE:
         if (h.stream >= INCMOE_STREAM_COUNT)
@@ -104,6 +107,7 @@ incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t 
         break;
     case WIRE_MSG_HEARTBEAT:
     case WIRE_MSG_LEAVE:
+    case WIRE_MSG_RING_HELLO:
         if (payload_length != 0)
             FAIL("%s carries %zu payload bytes", wire_msg_name(h.msg), payload_length);
         break;

@@ -40,6 +40,15 @@
  *              returned (the switch freed that many of the rank's chunks).
  *   DONE       switch -> client: the barrier of hdr.epoch is complete.
  *
+ * Ring baseline (rank -> right neighbour, no switch in the data path; ring.c):
+ *   RING_HELLO   once after connecting, to finish UCX wire-up before bulk data.
+ *   RING_REDUCE  a chunk of a running partial sum of block hdr.root (ReduceScatter,
+ *                and AllReduce's first phase); the receiver adds its own partial
+ *                and passes it on, or keeps it if the block is its own.
+ *   RING_GATHER  a chunk of block hdr.root (AllGather, AllReduce's second phase);
+ *                the receiver stores it and passes it on unless it is the last.
+ *   Same root/offset/length/total/chunk/dtype/redop fields as DATA.
+ *
  * Flow control: JOIN_ACK grants every rank `credits` chunks of `chunk_size`
  * bytes per data stream.  A DATA message consumes one; the switch returns it
  * when it has freed the buffer.  A rank that exceeds its credits is a
@@ -78,7 +87,10 @@ typedef enum {
     WIRE_MSG_FWD,
     WIRE_MSG_CREDIT,
     WIRE_MSG_DONE,
-    WIRE_MSG_LAST = WIRE_MSG_DONE
+    WIRE_MSG_RING_HELLO,
+    WIRE_MSG_RING_REDUCE,
+    WIRE_MSG_RING_GATHER,
+    WIRE_MSG_LAST = WIRE_MSG_RING_GATHER
 } wire_msg_t;
 
 struct incmoe_wire_hdr {

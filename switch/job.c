@@ -373,7 +373,7 @@ static void coll_retire(server_t *srv, job_t *job, int stream)
 
 static void coll_check_done(server_t *srv, job_t *job, coll_t *c)
 {
-    if (c->armed && c->remaining == 0 && !c->done) {
+    if (c->armed && c->remaining == 0 && !c->done && c->holds == 0) {
         c->done = 1;
         coll_retire(srv, job, c->stream);
     }
@@ -562,15 +562,18 @@ static void coll_arm(server_t *srv, job_t *job, coll_t *c)
     for (item_t *it = c->items; it != NULL; it = it->next)
         if (!item_matches_post(srv, job, c, it))
             return;
-    /* Forwarding may free items: walk a snapshot of the list. */
+    /* Forwards may complete inline and free items: walk a snapshot, and hold c. */
+    c->holds++;
     item_t *it = c->items;
     while (it != NULL && job->state == JOB_ACTIVE) {
         item_t *next = it->next;
         item_try_forward(srv, it);
         it = next;
     }
-    if (job->state == JOB_ACTIVE)
-        coll_check_done(srv, job, c);
+    if (job->state != JOB_ACTIVE)
+        return; /* job_fail() has freed c */
+    c->holds--;
+    coll_check_done(srv, job, c);
 }
 
 static int coll_describe(server_t *srv, job_t *job, conn_t *conn, coll_t *c,

@@ -39,6 +39,7 @@ typedef struct coll {
     int          armed;     /* everyone posted: results may flow */
     uint64_t     remaining; /* bytes still to forward once armed */
     int          done;
+    int          holds;     /* code still walking it: forwards may complete inline */
     item_t      *items;
 } coll_t;
 

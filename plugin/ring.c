@@ -1,0 +1,510 @@
+/*
+ * ring.c - the ring baseline: bandwidth-optimal, chunk-pipelined ring
+ * AllGather, ReduceScatter and AllReduce between the ranks themselves, over
+ * the same UCX transport and behind the same API as the in-network path.
+ *
+ * Ranks find each other through the switch (JOIN_ACK carries every rank's
+ * UCX worker address); afterwards the switch carries no data, only the
+ * barrier and liveness.  Each rank talks to its right neighbour (r+1) and
+ * hears from its left (r-1).  Every chunk moves on as soon as it arrives, so
+ * the N-1 ring steps overlap:
+ *
+ *   AllGather      rank r injects its block; a receiver stores a chunk of
+ *                  block b and forwards it unless it is the last one to get it
+ *                  (r == b-1).
+ *   ReduceScatter  rank r injects its partial of block r-1; a receiver adds its
+ *                  own partial to the incoming running sum and forwards it,
+ *                  except for its own block, where the sum is final.  The
+ *                  order of additions is fixed by the ring, so results are
+ *                  reproducible.
+ *   AllReduce      a ReduceScatter of N element-aligned blocks, each finished
+ *                  block then circulating as an AllGather.
+ *
+ * Data for a collective this rank has not posted yet waits: a rendezvous
+ * payload stays at the sender until the collective is posted, an eager one
+ * is copied.
+ */
+#include "ring.h"
+#include "log.h"
+#include "reduce.h"
+
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SUBSYS "ring"
+
+typedef struct ring_pending {
+    struct ring_pending   *next;
+    struct incmoe_wire_hdr hdr;
+    void                  *desc;   /* rendezvous descriptor, or */
+    void                  *copy;   /* the eager payload */
+    size_t                 length;
+} ring_pending_t;
+
+/*
+ * Neighbours connect client-server style: each rank listens, and connects to
+ * its right neighbour's listener.  Both ends then hold an endpoint of the
+ * same connection with peer error handling, and UCX needs no second,
+ * implicit connection for rendezvous replies.
+ */
+typedef struct {
+    ucp_listener_h  listener;
+    ucp_ep_h        right;          /* we connected to it */
+    ucp_ep_h        left;           /* it connected to us */
+    int             hello_from_left;
+    ring_pending_t *pending;
+    char            broken[160]; /* a neighbour connection failed while nothing was in flight */
+} ring_t;
+
+typedef struct {
+    incmoe_comm_t         *comm;
+    coll_op_t             *op;
+    struct incmoe_wire_hdr hdr;
+    char                  *dest;   /* where the received bytes go (gather) */
+    char                  *tmp;    /* running sum (reduce) */
+} ring_recv_t;
+
+static int ring_right(const incmoe_comm_t *comm)
+{
+    return (comm->rank + 1) % comm->nranks;
+}
+
+/* AllReduce's blocks: element-aligned, the first count % N one element longer. */
+static void ar_block(const coll_op_t *op, int nranks, int b, uint64_t *offset_p, uint64_t *bytes_p)
+{
+    size_t   esize = incmoe_dtype_size(op->dtype);
+    uint64_t count = op->bytes[0] / esize;
+    uint64_t base = count / (uint64_t)nranks, extra = count % (uint64_t)nranks;
+    uint64_t first = (uint64_t)b * base + ((uint64_t)b < extra ? (uint64_t)b : extra);
+    *offset_p      = first * esize;
+    *bytes_p       = (base + ((uint64_t)b < extra ? 1 : 0)) * esize;
+}
+
+/* Bytes of block b and where block b starts in the send and receive buffers. */
+static uint64_t block_bytes(const incmoe_comm_t *comm, const coll_op_t *op, int b,
+                            char **send_p, char **recv_p)
+{
+    if (op->stream == INCMOE_STREAM_ALLREDUCE) {
+        uint64_t off, bytes;
+        ar_block(op, comm->nranks, b, &off, &bytes);
+        *send_p = op->send + off;
+        *recv_p = op->recv + off;
+        return bytes;
+    }
+    if (op->stream == INCMOE_STREAM_ALLGATHER) {
+        *send_p = op->send; /* only the own block is sent from here */
+        *recv_p = op->recv + (size_t)b * op->stride + op->win;
+    } else {
+        *send_p = op->send + (size_t)b * op->stride + op->win;
+        *recv_p = op->recv; /* only the own block is received */
+    }
+    return op->bytes[b];
+}
+
+static void ring_send(incmoe_comm_t *comm, coll_op_t *op, wire_msg_t msg, int block,
+                      uint64_t offset, uint64_t length, uint64_t total, const void *payload,
+                      ucp_mem_h memh, void *owned)
+{
+    ring_t     *ring = comm->ring;
+    send_ctx_t *ctx  = client_ctx(comm, msg);
+    if (ctx == NULL) {
+        free(owned);
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a ring message");
+        return;
+    }
+    ctx->hdr.stream    = (uint8_t)op->stream;
+    ctx->hdr.epoch     = op->epoch;
+    ctx->hdr.root      = (uint32_t)block;
+    ctx->hdr.offset    = offset;
+    ctx->hdr.length    = length;
+    ctx->hdr.total     = total;
+    ctx->hdr.chunk     = (uint32_t)(offset / comm->chunk_size);
+    ctx->hdr.dtype     = (uint8_t)op->dtype;
+    ctx->hdr.redop     = (uint8_t)op->redop;
+    ctx->op            = op;
+    ctx->payload_owned = owned;
+    client_send_ep(comm, ring->right, ctx, payload, length, memh);
+}
+
+/* Send every chunk of [base, base+bytes) of a block to the right. */
+static void ring_send_block(incmoe_comm_t *comm, coll_op_t *op, wire_msg_t msg, int block,
+                            const char *base, uint64_t bytes)
+{
+    for (uint64_t off = 0; off < bytes; off += comm->chunk_size) {
+        uint64_t len = bytes - off < comm->chunk_size ? bytes - off : comm->chunk_size;
+        ring_send(comm, op, msg, block, off, len, bytes, base + off, op->send_memh, NULL);
+    }
+}
+
+void ring_start(incmoe_comm_t *comm, coll_op_t *op)
+{
+    const int me = comm->rank, n = comm->nranks;
+    char     *send, *recv;
+    if (((ring_t *)comm->ring)->broken[0] != '\0') {
+        client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ((ring_t *)comm->ring)->broken);
+        return;
+    }
+    op->all_issued = 1; /* forwards are issued as chunks arrive, counted in sends_pending */
+    op->holds++;        /* sends may complete inline: op stays until we are done here */
+    switch (op->stream) {
+    case INCMOE_STREAM_ALLGATHER: {
+        block_bytes(comm, op, me, &send, &recv);
+        ring_send_block(comm, op, WIRE_MSG_RING_GATHER, me, op->send, op->bytes[me]);
+        break;
+    }
+    case INCMOE_STREAM_REDUCESCATTER:
+    case INCMOE_STREAM_ALLREDUCE: {
+        int      b     = (me + n - 1) % n;
+        uint64_t bytes = block_bytes(comm, op, b, &send, &recv);
+        /* The running sums of the other blocks pass through here too: the collective is not
+           done before they went on, so they count as received bytes. */
+        for (int k = 0; k < n; k++)
+            if (k != me && k != b)
+                op->recv_expected += block_bytes(comm, op, k, &send, &recv);
+        block_bytes(comm, op, b, &send, &recv);
+        ring_send_block(comm, op, WIRE_MSG_RING_REDUCE, b, send, bytes);
+        break;
+    }
+    default: break;
+    }
+    /* Data that arrived before this rank posted the collective. */
+    const incmoe_stream_t stream = op->stream;
+    const uint64_t        epoch  = op->epoch;
+    ring_t               *ring   = comm->ring;
+    ring_pending_t      **pp     = &ring->pending;
+    while (*pp != NULL) {
+        ring_pending_t *p = *pp;
+        if (p->hdr.stream == stream && p->hdr.epoch == epoch) {
+            *pp = p->next;
+            ucp_am_recv_param_t param = {.recv_attr = p->desc ? UCP_AM_RECV_ATTR_FLAG_RNDV : 0};
+            ring_on_data(comm, &p->hdr, p->desc ? p->desc : p->copy, p->length, &param);
+            free(p->copy);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    op->holds--;
+    client_stream_retire(comm, stream);
+}
+
+/* A chunk is in: keep it, add to it, pass it on. */
+static void ring_chunk_arrived(ring_recv_t *rr)
+{
+    incmoe_comm_t               *comm = rr->comm;
+    coll_op_t                    *op   = rr->op;
+    const struct incmoe_wire_hdr *h    = &rr->hdr;
+    const int                     me = comm->rank, b = (int)h->root;
+    char                         *send, *recv;
+    block_bytes(comm, op, b, &send, &recv);
+    size_t esize = incmoe_dtype_size(op->dtype);
+    op->holds++; /* a forward may complete inline */
+    if (h->msg == WIRE_MSG_RING_GATHER) {
+        op->recv_done += h->length;
+        if (ring_right(comm) != b) /* the right neighbour has not seen this block yet */
+            ring_send(comm, op, WIRE_MSG_RING_GATHER, b, h->offset, h->length, h->total, rr->dest,
+                      op->recv_memh, NULL);
+    } else if (b == me) {
+        /* The last addition: incoming running sum op own partial, into place. */
+        reduce_pair(recv + h->offset, rr->tmp, send + h->offset, h->length / esize, op->dtype,
+                    op->redop);
+        op->recv_done += h->length;
+        if (op->stream == INCMOE_STREAM_ALLREDUCE)
+            ring_send(comm, op, WIRE_MSG_RING_GATHER, b, h->offset, h->length, h->total,
+                      recv + h->offset, op->recv_memh, NULL);
+        free(rr->tmp);
+    } else {
+        op->recv_done += h->length;
+        reduce_pair(rr->tmp, rr->tmp, send + h->offset, h->length / esize, op->dtype, op->redop);
+        ring_send(comm, op, WIRE_MSG_RING_REDUCE, b, h->offset, h->length, h->total, rr->tmp,
+                  NULL, rr->tmp); /* the send owns and frees the running sum */
+    }
+    op->holds--;
+    client_op_progressed(comm, op); /* may free op */
+    free(rr);
+}
+
+static void ring_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    ring_recv_t *rr = user_data;
+    if (status != UCS_OK) {
+        client_fail(rr->comm, ucx_status_to_incmoe(status), "ring receive from rank %d failed: %s",
+                    (rr->comm->rank + rr->comm->nranks - 1) % rr->comm->nranks,
+                    ucs_status_string(status));
+        free(rr->tmp);
+        free(rr);
+    } else {
+        ring_chunk_arrived(rr);
+    }
+    if (request != NULL)
+        ucp_request_free(request);
+}
+
+ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h, void *data,
+                          size_t length, const ucp_am_recv_param_t *param)
+{
+    ring_t   *ring = comm->ring;
+    const int me = comm->rank, b = (int)h->root;
+    int       rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (ring == NULL || h->stream == INCMOE_STREAM_BARRIER) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s", wire_msg_name(h->msg));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
+    if (op == NULL || !op->started) {
+        if (h->epoch <= incmoe_stream_completed(comm, (incmoe_stream_t)h->stream)) {
+            client_fail(comm, INCMOE_ERR_PROTOCOL, "ring data for finished %s epoch %llu",
+                        wire_stream_name(h->stream), (unsigned long long)h->epoch);
+            return UCS_ERR_INVALID_PARAM;
+        }
+        ring_pending_t *p = calloc(1, sizeof(*p));
+        if (p == NULL || (!rndv && (p->copy = malloc(length ? length : 1)) == NULL)) {
+            free(p);
+            client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for early ring data");
+            return UCS_ERR_NO_MEMORY;
+        }
+        p->hdr    = *h;
+        p->length = length;
+        if (rndv)
+            p->desc = data;
+        else
+            memcpy(p->copy, data, length);
+        p->next       = ring->pending;
+        ring->pending = p;
+        return rndv ? UCS_INPROGRESS : UCS_OK;
+    }
+    /* Which blocks may come from the left: every block but our own passes by in a gather;
+       in a reduction every block but the one we inject (r-1) comes by, our own last. */
+    const int n     = comm->nranks;
+    int       ok    = b >= 0 && b < n;
+    if (h->msg == WIRE_MSG_RING_GATHER)
+        ok = ok && b != me && op->stream != INCMOE_STREAM_REDUCESCATTER;
+    else
+        ok = ok && op->stream != INCMOE_STREAM_ALLGATHER && b != (me + n - 1) % n;
+    char    *send = NULL, *recv = NULL;
+    uint64_t bytes = ok ? block_bytes(comm, op, b, &send, &recv) : 0;
+    ok = ok && h->total == bytes && h->offset + h->length <= bytes && length == h->length &&
+         op->recv_done + h->length <= op->recv_expected &&
+         (op->stream == INCMOE_STREAM_ALLGATHER ||
+          (h->dtype == op->dtype && h->redop == op->redop));
+    if (!ok) {
+        client_fail(comm, INCMOE_ERR_MISMATCH,
+                    "%s %s epoch %llu: chunk [%llu,+%llu) of block %d (%llu bytes) does not fit "
+                    "this rank's view (%llu bytes)",
+                    wire_msg_name(h->msg), wire_stream_name(h->stream),
+                    (unsigned long long)h->epoch, (unsigned long long)h->offset,
+                    (unsigned long long)h->length, b, (unsigned long long)h->total,
+                    (unsigned long long)bytes);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ring_recv_t *rr = calloc(1, sizeof(*rr));
+    if (rr == NULL) {
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a ring receive");
+        return UCS_ERR_NO_MEMORY;
+    }
+    rr->comm = comm;
+    rr->op   = op;
+    rr->hdr  = *h;
+    char *target;
+    if (h->msg == WIRE_MSG_RING_GATHER) {
+        rr->dest = recv + h->offset;
+        target   = rr->dest;
+    } else {
+        rr->tmp = malloc(h->length);
+        if (rr->tmp == NULL) {
+            free(rr);
+            client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a ring reduction");
+            return UCS_ERR_NO_MEMORY;
+        }
+        target = rr->tmp;
+    }
+    if (!rndv) {
+        memcpy(target, data, length);
+        ring_chunk_arrived(rr);
+        return UCS_OK;
+    }
+    ucp_request_param_t rp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv_am = ring_recv_cb,
+        .user_data  = rr,
+        .datatype   = ucp_dt_make_contig(1),
+    };
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(comm->node.worker, data, target, length, &rp);
+    if (UCS_PTR_IS_ERR(req))
+        ring_recv_cb(NULL, UCS_PTR_STATUS(req), 0, rr);
+    return UCS_INPROGRESS;
+}
+
+/*
+ * A neighbour's connection failed.  With ring collectives in flight that fails
+ * the communicator now.  With none, it is usually a neighbour that finished and
+ * closed first; the next ring collective fails with this reason instead.
+ */
+static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    incmoe_comm_t *comm = arg;
+    ring_t        *ring = comm->ring;
+    int            peer = ep == ring->right ? ring_right(comm)
+                                            : (comm->rank + comm->nranks - 1) % comm->nranks;
+    snprintf(ring->broken, sizeof(ring->broken), "lost the ring connection to rank %d: %s", peer,
+             ucs_status_string(status));
+    for (int s = 0; s < INCMOE_STREAM_BARRIER; s++) {
+        if (comm->streams[s].head != NULL) {
+            client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ring->broken);
+            return;
+        }
+    }
+    log_debug(SUBSYS, "rank %d: %s (no ring collective in flight)", comm->rank, ring->broken);
+}
+
+static void ring_conn_cb(ucp_conn_request_h request, void *arg)
+{
+    incmoe_comm_t *comm = arg;
+    ring_t        *ring = comm->ring;
+    if (ring->left != NULL) {
+        log_warn(SUBSYS, "rank %d: a second ring connection was refused", comm->rank);
+        ucp_listener_reject(ring->listener, request);
+        return;
+    }
+    ucp_ep_params_t params = {
+        .field_mask   = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .conn_request = request,
+        .err_mode     = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler  = {.cb = ring_ep_err_cb, .arg = comm},
+    };
+    ucs_status_t st = ucp_ep_create(comm->node.worker, &params, &ring->left);
+    if (st != UCS_OK)
+        client_fail(comm, INCMOE_ERR_UNREACHABLE, "accepting the left ring neighbour failed: %s",
+                    ucs_status_string(st));
+}
+
+incmoe_status_t ring_listen(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
+                            size_t addr_len)
+{
+    ring_t *ring = comm->ring;
+    /* Listen on the address this host uses toward the switch: the neighbours reach it the
+       same way (a connected UDP socket tells which one, without sending anything). */
+    struct sockaddr_storage local;
+    socklen_t               local_len = sizeof(local);
+    int fd = socket(toward->sa_family, SOCK_DGRAM, 0);
+    if (fd < 0 || connect(fd, toward, toward->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                   : sizeof(struct sockaddr_in6)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&local, &local_len) != 0) {
+        if (fd >= 0)
+            close(fd);
+        log_error(SUBSYS, "rank %d: no local address toward the switch", comm->rank);
+        return INCMOE_ERR_UNREACHABLE;
+    }
+    close(fd);
+    if (local.ss_family == AF_INET)
+        ((struct sockaddr_in *)&local)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&local)->sin6_port = 0;
+    ucp_listener_params_t lp = {
+        .field_mask   = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr     = {.addr = (struct sockaddr *)&local, .addrlen = local_len},
+        .conn_handler = {.cb = ring_conn_cb, .arg = comm},
+    };
+    ucs_status_t st = ucp_listener_create(comm->node.worker, &lp, &ring->listener);
+    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    if (st == UCS_OK)
+        st = ucp_listener_query(ring->listener, &attr);
+    if (st != UCS_OK) {
+        log_error(SUBSYS, "rank %d: cannot listen for ring neighbours: %s", comm->rank,
+                  ucs_status_string(st));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, addr, addr_len);
+    return INCMOE_OK;
+}
+
+incmoe_status_t ring_init(incmoe_comm_t *comm)
+{
+    comm->ring = calloc(1, sizeof(ring_t));
+    return comm->ring != NULL ? INCMOE_OK : INCMOE_ERR_NO_MEMORY;
+}
+
+incmoe_status_t ring_connect(incmoe_comm_t *comm)
+{
+    if (comm->nranks == 1)
+        return INCMOE_OK;
+    ring_t                 *ring = comm->ring;
+    int                     peer = ring_right(comm);
+    const char             *where = comm->peer_addr[peer];
+    struct sockaddr_storage ss;
+    socklen_t               sslen;
+    if (comm->peer_addr_len[peer] == 0 || where[comm->peer_addr_len[peer] - 1] != '\0' ||
+        ucx_parse_hostport(where, &ss, &sslen, 0) != INCMOE_OK) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d's ring address is not HOST:PORT", peer);
+        return INCMOE_ERR_PROTOCOL;
+    }
+    ucp_ep_params_t params = {
+        .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .flags       = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+        .sockaddr    = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
+        .err_mode    = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ring_ep_err_cb, .arg = comm},
+    };
+    ucs_status_t ust = ucp_ep_create(comm->node.worker, &params, &ring->right);
+    if (ust != UCS_OK) {
+        client_fail(comm, INCMOE_ERR_UNREACHABLE, "cannot reach ring neighbour %d at %s: %s", peer,
+                    where, ucs_status_string(ust));
+        return INCMOE_ERR_UNREACHABLE;
+    }
+    /* One small round before bulk data: sends posted before wire-up ends go eager. */
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_RING_HELLO);
+    if (ctx == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    client_send_ep(comm, ring->right, ctx, NULL, 0, NULL);
+    ucp_request_param_t fp  = {.op_attr_mask = 0};
+    ucs_status_t        fst = ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp),
+                                               comm->timeout_ms);
+    double deadline = ucx_now_s() + comm->timeout_ms / 1000.0;
+    while (fst == UCS_OK && !ring->hello_from_left && atomic_load(&comm->error) == 0 &&
+           ucx_now_s() < deadline)
+        ucx_node_wait(&comm->node, -1, 20);
+    if (atomic_load(&comm->error) != 0)
+        return (incmoe_status_t)atomic_load(&comm->error);
+    if (fst != UCS_OK || !ring->hello_from_left) {
+        client_fail(comm, INCMOE_ERR_TIMEOUT, "ring wire-up with ranks %d and %d did not finish",
+                    (comm->rank + comm->nranks - 1) % comm->nranks, ring_right(comm));
+        return INCMOE_ERR_TIMEOUT;
+    }
+    return INCMOE_OK;
+}
+
+void ring_on_hello(incmoe_comm_t *comm)
+{
+    if (comm->ring != NULL)
+        ((ring_t *)comm->ring)->hello_from_left = 1;
+}
+
+void ring_close(incmoe_comm_t *comm)
+{
+    ring_t *ring = comm->ring;
+    if (ring == NULL)
+        return;
+    while (ring->pending != NULL) {
+        ring_pending_t *p = ring->pending;
+        ring->pending     = p->next;
+        if (p->desc != NULL)
+            ucp_am_data_release(comm->node.worker, p->desc);
+        free(p->copy);
+        free(p);
+    }
+    if (ring->right != NULL)
+        ucx_ep_close(&comm->node, ring->right, 0, 2000);
+    if (ring->left != NULL)
+        ucx_ep_close(&comm->node, ring->left, 0, 2000);
+    if (ring->listener != NULL)
+        ucp_listener_destroy(ring->listener);
+    free(ring);
+    comm->ring = NULL;
+}
