@@ -8,6 +8,7 @@
  */
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -512,6 +513,30 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
     }
     ASSERT_EQ(digests[0].size(), count * 8);
     EXPECT_TRUE(digests[0] == digests[1] && digests[1] == digests[2]);
+}
+
+/* The switch's reduction threads (--threads) give the same bits as reducing inline. */
+TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--threads", "3", "--chunk-size", "65536"}));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(4, [&](int me) -> std::string {
+        incmoe_comm_params_t p = {};
+        p.switch_addr          = sw.addr.c_str();
+        p.job_id               = job;
+        p.rank                 = me;
+        p.nranks               = 4;
+        incmoe_comm_t *comm;
+        if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
+            return "create";
+        std::string e = agrs_case(comm, me, 4, 40, 3001, 1, 7);
+        incmoe_comm_destroy(comm);
+        return e;
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    int status = harness::switch_stop(&sw);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* Every test runs on both algorithms: the switch, and the ring baseline between the ranks. */

@@ -185,6 +185,8 @@ void expect_job_fails(const std::string &addr, int n, incmoe_status_t want, cons
     auto res = harness::run_ranks(n, [&](int rank) -> std::string {
         incmoe_comm_t  *comm;
         incmoe_status_t st = create(addr, job, rank, n, &comm);
+        if (st == want)
+            return ""; /* a slow rank may hear of the failure while still joining */
         if (st != INCMOE_OK)
             return "create: " + status_text(st);
         st               = body(comm, rank);
