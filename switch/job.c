@@ -335,6 +335,16 @@ static coll_t *coll_get(server_t *srv, job_t *job, conn_t *conn, int stream, uin
             (unsigned long long)job->retired[stream] + JOB_MAX_OPEN_EPOCHS);
         return NULL;
     }
+    if (job->nleft > 0) {
+        for (int r = 0; r < job->nranks; r++) {
+            if (job->conns[r] != NULL && job->conns[r]->left) {
+                job_fail(srv, job, INCMOE_ERR_PEER_FAILED, r,
+                         "rank %d left the job; %s epoch %llu can never complete", r,
+                         wire_stream_name(stream), (unsigned long long)epoch);
+                return NULL;
+            }
+        }
+    }
     coll_t *c = calloc(1, sizeof(*c));
     if (c != NULL) {
         c->posted = calloc((size_t)job->nranks, 1);
@@ -454,7 +464,10 @@ static void item_send(server_t *srv, item_t *it, int to, const void *payload)
     it->sends_pending++;
     job->refs++;
     srv->stats.bytes_out += it->length;
-    server_send(srv, job->conns[to], &h, payload, it->length, item_sent_cb, it);
+    /* Results unblock the contributors' credits: they overtake multicast copies. */
+    server_send_data(srv, job->conns[to],
+                     it->coll->stream == INCMOE_STREAM_ALLGATHER ? EGRESS_FORWARD : EGRESS_RESULT,
+                     &h, payload, it->length, item_sent_cb, it);
 }
 
 void job_item_compute(item_t *it)

@@ -25,7 +25,19 @@ typedef struct {
     server_send_cb_t       cb;
     void                  *arg;
     void                  *owned;
+    size_t                 egress_bytes; /* counted in conn->egress_inflight */
 } send_ctx_t;
+
+typedef struct queued_send {
+    struct queued_send    *next;
+    struct incmoe_wire_hdr hdr;
+    const void            *payload;
+    size_t                 length;
+    server_send_cb_t       cb;
+    void                  *arg;
+} queued_send_t;
+
+static void egress_drain(server_t *srv, conn_t *conn);
 
 /* ------------------------------------------------------------------------ */
 /* connections                                                               */
@@ -85,6 +97,17 @@ static void reap_conns(server_t *srv)
             pp = &c->next;
             continue;
         }
+        /* Queued sends will never go: complete them with an error so their items are freed. */
+        for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
+            while (c->queue_head[cls] != NULL) {
+                queued_send_t *q     = c->queue_head[cls];
+                c->queue_head[cls] = q->next;
+                if (q->cb != NULL)
+                    q->cb(srv, q->arg, UCS_ERR_NOT_CONNECTED);
+                free(q);
+            }
+            c->queue_tail[cls] = NULL;
+        }
         if (c->job != NULL)
             job_on_conn_lost(srv, c, "its connection failed");
         if (!c->closed) {
@@ -113,22 +136,31 @@ static void reap_conns(server_t *srv)
 
 static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
-    send_ctx_t *ctx = user_data;
-    ctx->conn->refs--;
+    send_ctx_t *ctx   = user_data;
+    conn_t     *conn  = ctx->conn;
+    server_t   *srv   = ctx->srv;
+    size_t      bytes = ctx->egress_bytes;
+    conn->refs--;
+    conn->egress_inflight -= bytes;
     if (status == UCS_OK)
-        ctx->conn->last_tx = ucx_now_s();
+        conn->last_tx = ucx_now_s();
     if (ctx->cb != NULL)
         ctx->cb(ctx->srv, ctx->arg, status);
     free(ctx->owned);
     free(ctx);
     if (request != NULL)
         ucp_request_free(request);
+    if (bytes > 0) {
+        conn->refs++; /* keep conn while its queue drains */
+        egress_drain(srv, conn);
+        conn->refs--;
+    }
 }
 
-/* owned: freed when the send completes. */
+/* owned: freed when the send completes; egress: payload bytes counted against the queue. */
 static void server_send_owned(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
                               const void *payload, size_t length, server_send_cb_t cb, void *arg,
-                              void *owned)
+                              void *owned, size_t egress)
 {
     send_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (conn == NULL || conn->closed || ctx == NULL) {
@@ -143,7 +175,9 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct incmoe_w
     ctx->conn = conn;
     ctx->cb    = cb;
     ctx->arg   = arg;
-    ctx->owned = owned;
+    ctx->owned        = owned;
+    ctx->egress_bytes = egress;
+    conn->egress_inflight += egress;
     conn->refs++;
     conn->last_tx = ucx_now_s();
     ucp_request_param_t param = {
@@ -162,7 +196,49 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct incmoe_w
 void server_send(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
                  const void *payload, size_t length, server_send_cb_t cb, void *arg)
 {
-    server_send_owned(srv, conn, hdr, payload, length, cb, arg, NULL);
+    server_send_owned(srv, conn, hdr, payload, length, cb, arg, NULL, 0);
+}
+
+/* Hand queued sends to UCX while the destination has room, results first. */
+static void egress_drain(server_t *srv, conn_t *conn)
+{
+    for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
+        while (conn->queue_head[cls] != NULL &&
+               (conn->egress_inflight == 0 || conn->egress_inflight + conn->queue_head[cls]->length <=
+                                                  srv->egress_limit)) {
+            queued_send_t *q       = conn->queue_head[cls];
+            conn->queue_head[cls] = q->next;
+            if (q->next == NULL)
+                conn->queue_tail[cls] = NULL;
+            server_send_owned(srv, conn, &q->hdr, q->payload, q->length, q->cb, q->arg, NULL,
+                              q->length);
+            free(q);
+        }
+        if (conn->queue_head[cls] != NULL)
+            return; /* a higher class is waiting: lower classes wait behind it */
+    }
+}
+
+void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
+                      const struct incmoe_wire_hdr *hdr, const void *payload, size_t length,
+                      server_send_cb_t cb, void *arg)
+{
+    queued_send_t *q = malloc(sizeof(*q));
+    if (conn == NULL || conn->closed || q == NULL || cls == EGRESS_CONTROL) {
+        free(q);
+        if (cls == EGRESS_CONTROL)
+            server_send(srv, conn, hdr, payload, length, cb, arg);
+        else if (cb != NULL)
+            cb(srv, arg, UCS_ERR_NOT_CONNECTED);
+        return;
+    }
+    *q = (queued_send_t){.hdr = *hdr, .payload = payload, .length = length, .cb = cb, .arg = arg};
+    if (conn->queue_tail[cls] != NULL)
+        conn->queue_tail[cls]->next = q;
+    else
+        conn->queue_head[cls] = q;
+    conn->queue_tail[cls] = q;
+    egress_drain(srv, conn);
 }
 
 void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_t status,
@@ -181,7 +257,7 @@ void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_
     memcpy(copy, text, n - 1);
     copy[n - 1] = '\0';
     h.length    = n;
-    server_send_owned(srv, conn, &h, copy, n, NULL, NULL, copy);
+    server_send_owned(srv, conn, &h, copy, n, NULL, NULL, copy, 0);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -21,6 +21,16 @@ typedef enum {
     CONN_DEAD,    /* transport failed or refused; waiting to be closed */
 } conn_state_t;
 
+/* Egress classes: results that give credits back go before multicast forwards. */
+typedef enum {
+    EGRESS_CONTROL = 0, /* small, never queued */
+    EGRESS_RESULT,      /* ReduceScatter / AllReduce results */
+    EGRESS_FORWARD,     /* AllGather multicast copies */
+    EGRESS_CLASSES
+} egress_class_t;
+
+struct queued_send;
+
 typedef struct conn {
     struct conn  *next;
     ucp_ep_h      ep;
@@ -31,6 +41,10 @@ typedef struct conn {
     int           refs;      /* sends in flight that name this connection */
     int           closed;    /* ep closed */
     double        created, last_rx, last_tx;
+    /* Output queue toward this rank: at most egress_limit payload bytes are handed to UCX
+       at once, so a result is never stuck behind megabytes of multicast copies. */
+    struct queued_send *queue_head[EGRESS_CLASSES], *queue_tail[EGRESS_CLASSES];
+    size_t        egress_inflight;
 } conn_t;
 
 /* Counters printed at exit and with --stats. */
@@ -58,6 +72,7 @@ typedef struct server {
     size_t          secret_len;
     int             have_secret;
     size_t          rndv_thresh;
+    size_t          egress_limit; /* payload bytes in flight per destination */
 
     size_t          mem_reserved; /* sum of the admitted jobs' bounds */
     size_t          mem_used;
@@ -80,6 +95,10 @@ typedef void (*server_send_cb_t)(server_t *srv, void *arg, ucs_status_t status);
 /* Send one message; hdr is copied; payload must stay valid until cb runs. */
 void server_send(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
                  const void *payload, size_t length, server_send_cb_t cb, void *arg);
+/* The same for bulk data, through the destination's output queue in class cls. */
+void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
+                      const struct incmoe_wire_hdr *hdr, const void *payload, size_t length,
+                      server_send_cb_t cb, void *arg);
 /* ERROR with a reason; used for refusals and job failures. */
 void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_t status,
                        uint32_t rank, const char *text);

@@ -35,6 +35,8 @@ static void usage(FILE *out)
             "  --chunk-size BYTES     bytes of one data chunk (default INCMOE_CHUNK_SIZE, 256K)\n"
             "  --credits N            chunks a rank may have in flight per stream (default 8)\n"
             "  --timeout-ms MS        dead-rank bound when ranks ask none (default 10000)\n"
+            "  --egress-chunks N      chunks in flight toward one rank (default 2); results\n"
+            "                         go ahead of multicast copies in each rank's queue\n"
             "  --log-level LEVEL      error, warn, info, debug, trace (or INCMOE_LOG_LEVEL)\n"
             "  --help\n"
             "\n"
@@ -60,6 +62,7 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, 't'},    {"max-memory", required_argument, NULL, 'm'},
         {"chunk-size", required_argument, NULL, 'c'}, {"credits", required_argument, NULL, 'r'},
         {"timeout-ms", required_argument, NULL, 'T'}, {"log-level", required_argument, NULL, 'L'},
+        {"egress-chunks", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
     };
     server_t    srv    = {0};
@@ -71,6 +74,7 @@ int main(int argc, char **argv)
     srv.rndv_thresh = (size_t)config_get_int("INCMOE_RNDV_THRESH");
     srv.max_memory  = (size_t)1 << 30;
     srv.nthreads    = 1;
+    long long egress_chunks = 2;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -106,6 +110,12 @@ int main(int argc, char **argv)
             if (parse_size_arg("--timeout-ms", optarg, 1, &v))
                 return 2;
             srv.timeout_ms = (int)v;
+            break;
+        case 'E':
+            if (parse_size_arg("--egress-chunks", optarg, 1, &egress_chunks) || egress_chunks > 1024) {
+                fprintf(stderr, "incmoe-switchd: --egress-chunks takes 1..1024\n");
+                return 2;
+            }
             break;
         case 'L': {
             int level = log_level_parse(optarg);
@@ -154,6 +164,7 @@ int main(int argc, char **argv)
         memcpy(srv.secret, line, srv.secret_len);
         srv.have_secret = 1;
     }
+    srv.egress_limit = (size_t)egress_chunks * srv.chunk_size;
     log_set_ident("switchd");
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
