@@ -1,1 +1,19 @@
-# (filled in by its issue)
+# libincmoe_moe: the INC-MoE layer (public header api/incmoe_moe.h), CPU backend.
+# Its role workers post collectives through libincmoe's device-side FIFO.
+if HAVE_OPENBLAS
+lib_LTLIBRARIES = libincmoe_moe.la
+include_HEADERS = api/incmoe_moe.h
+
+libincmoe_moe_la_SOURCES = \
+	band.h \
+	sync.c sync.h \
+	elem.h \
+	layer.c layer.h \
+	roles.c \
+	config.c \
+	ffn_cpu.c \
+	cpu_backend.c
+libincmoe_moe_la_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_srcdir)/plugin/api -I$(top_srcdir)/moe $(OPENBLAS_CFLAGS)
+libincmoe_moe_la_LIBADD = $(top_builddir)/plugin/libincmoe.la $(OPENBLAS_LIBS) -lpthread -lm
+libincmoe_moe_la_LDFLAGS = -version-info 0:0:0
+endif

@@ -24,7 +24,7 @@ const config_entry_t config_table[] = {
     {"INCMOE_MOE_TAIL", NULL, "MoE layer: last bands the gather workers help reduce (0 = off)"},
     {"INCMOE_MOE_LINK_MBPS", "1000", "MoE layer config model: per-rank link bandwidth, Mbit/s"},
     {"INCMOE_MOE_GFLOPS", "20", "MoE layer config model: GEMM rate of one compute worker"},
-    {"INCMOE_MOE_BAND_US", "400", "MoE layer config model: fixed cost of one band, microseconds"},
+    {"INCMOE_MOE_BAND_US", "4000", "MoE layer config model: fixed cost of one band, microseconds"},
 };
 const size_t config_table_size = sizeof(config_table) / sizeof(config_table[0]);
 

@@ -1,1 +1,23 @@
-# (filled in by its issue)
+# The INC-MoE layer (issue 5): the FIFO, band arithmetic, the layer against an
+# fp64 reference, bad arguments, a randomised stress test.
+if HAVE_OPENBLAS
+MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/plugin/api -I$(top_srcdir)/moe -I$(top_srcdir)/moe/api
+MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(TEST_LIBS)
+
+check_PROGRAMS += test_moe_fifo test_moe_band test_moe_layer test_moe_errors test_moe_stress
+test_moe_fifo_SOURCES = test_moe_fifo.cc
+test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_fifo_LDADD = $(MOE_TEST_LIBS)
+test_moe_band_SOURCES = test_moe_band.cc
+test_moe_band_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_band_LDADD = $(MOE_TEST_LIBS)
+test_moe_layer_SOURCES = test_moe_layer.cc moe_ref.cc moe_ref.h
+test_moe_layer_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_layer_LDADD = $(MOE_TEST_LIBS)
+test_moe_errors_SOURCES = test_moe_errors.cc moe_ref.cc moe_ref.h
+test_moe_errors_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_errors_LDADD = $(MOE_TEST_LIBS)
+test_moe_stress_SOURCES = test_moe_stress.cc moe_ref.cc moe_ref.h
+test_moe_stress_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_stress_LDADD = $(MOE_TEST_LIBS)
+endif

@@ -1,0 +1,125 @@
+/*
+ * incmoe_moe.h - the INC-MoE layer: a band-pipelined expert-parallel MoE
+ * layer over AllGather and ReduceScatter (paper sections 3.3-3.5).
+ *
+ * One layer object per rank.  Rank r hosts a subset of the E experts (E/N
+ * contiguous ones by default) with SwiGLU FFNs
+ *     FFN_e(x) = W_down,e (SiLU(W_gate,e x) * W_up,e x)
+ * and owns T_r tokens.  A forward pass computes, for each of its tokens,
+ *     y_t = sum over e in K(t) of g_t,e FFN_e(x_t)          (Equation (1))
+ * where the caller chose the top-k experts K(t) and their weights g_t,e
+ * (routing is the caller's; the layer never renormalises the weights).
+ *
+ * Modes: INCMOE_MOE_BASELINE (AllGather everything, then every local expert,
+ * then ReduceScatter: vLLM's default expert-parallel path) and
+ * INCMOE_MOE_PIPELINED (bands of tokens flow through gather, compute and
+ * reduce workers, so an AllGather and a ReduceScatter are in flight together).
+ * The collective algorithm (in-network or ring) is the communicator's.
+ *
+ * Every rank must call create, forward and destroy collectively, with the same
+ * shape and the same token counts; disagreements and bad arguments are
+ * detected through a small exchange and reported on every rank.
+ *
+ * CPU backend: the roles run on threads the layer owns; the FFN GEMMs call
+ * OpenBLAS from the compute threads, so run OpenBLAS single-threaded
+ * (OPENBLAS_NUM_THREADS=1) and size the worker split instead.
+ */
+#ifndef INCMOE_MOE_H
+#define INCMOE_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "incmoe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    INCMOE_MOE_BASELINE = 0,
+    INCMOE_MOE_PIPELINED = 1,
+} incmoe_moe_mode_t;
+
+/*
+ * Pipeline configuration.  0 (or -1 for tail_bands) means "choose
+ * automatically for the token count"; anything else overrides the choice.
+ * The INCMOE_MOE_* settings override the automatic choice as well.
+ */
+typedef struct {
+    int nbands;          /* bands per layer, 1 .. INCMOE_MOE_MAX_BANDS */
+    int gather_workers;  /* threads in the gather role */
+    int compute_workers; /* threads running expert FFNs */
+    int reduce_workers;  /* threads in the reduce role */
+    int tail_bands;      /* last bands the gather workers help reduce; -1 auto, 0 off */
+} incmoe_moe_config_t;
+
+#define INCMOE_MOE_MAX_BANDS   256
+#define INCMOE_MOE_MAX_WORKERS 16
+#define INCMOE_MOE_MAX_TOPK    64
+
+typedef struct {
+    int num_experts;      /* E */
+    int top_k;            /* k, 1 .. E */
+    int hidden;           /* H */
+    int intermediate;     /* I */
+    incmoe_dtype_t dtype; /* INCMOE_FLOAT32, INCMOE_FLOAT16 or INCMOE_BFLOAT16 */
+    incmoe_comm_t *comm;  /* joined by all N ranks; its algorithm is used */
+    int max_tokens;       /* bound on any rank's tokens per forward (sizes the buffers) */
+    /* owner[e]: the rank hosting expert e; NULL = contiguous E/N experts per rank
+       (E must then be divisible by N).  Every rank must pass the same placement. */
+    const int *expert_owner;
+    /* The local experts' weights, in ascending expert id, row-major in dtype:
+       w_gate and w_up [n_local][I][H], w_down [n_local][H][I].  Copied. */
+    const void *w_gate;
+    const void *w_up;
+    const void *w_down;
+    incmoe_moe_config_t config; /* overrides; all zero (tail_bands -1) = automatic */
+    int timeout_ms;             /* bound on any wait inside a forward; 0 = 2 * INCMOE_TIMEOUT_MS */
+} incmoe_moe_params_t;
+
+typedef struct incmoe_moe incmoe_moe_t;
+
+/* Fills params with defaults (automatic configuration, contiguous placement). */
+void incmoe_moe_params_init(incmoe_moe_params_t *params);
+
+/* Collective: validates the shape on every rank, registers the buffers. */
+incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_t **layer_p);
+incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *layer);
+
+/*
+ * Collective forward pass.
+ *   x          [counts[rank]][H] hidden states of this rank's tokens (dtype)
+ *   topk_ids   [counts[rank]][k] expert ids in [0, E)
+ *   topk_w     [counts[rank]][k] routing weights, used as given
+ *   counts     [N] every rank's token count (must agree across ranks)
+ *   out_p      receives [counts[rank]][H] outputs (dtype): a view into the
+ *              layer's reduce buffer, valid until the next forward or destroy.
+ */
+incmoe_status_t incmoe_moe_forward(incmoe_moe_t *layer, incmoe_moe_mode_t mode, const void *x,
+                                   const int32_t *topk_ids, const float *topk_w, const int *counts,
+                                   void **out_p);
+
+/* The configuration a pipelined forward with these counts uses. */
+incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *layer, const int *counts,
+                                      incmoe_moe_config_t *config_p);
+/* Prints a configuration in one line ("nb=4 workers=1/1/1 tail=1"); returns snprintf's value. */
+int incmoe_moe_config_str(const incmoe_moe_config_t *config, char *buf, size_t len);
+
+/* Wall-clock breakdown of this rank's last forward, in milliseconds (zeros if it failed). */
+typedef struct {
+    double total_ms;         /* the whole call */
+    double exchange_ms;      /* the header exchange every forward starts with */
+    double allgather_ms;     /* baseline mode: the AllGather (0 in pipelined mode) */
+    double ffn_ms;           /* baseline mode: the expert FFNs */
+    double reducescatter_ms; /* baseline mode: the ReduceScatter */
+} incmoe_moe_timing_t;
+
+incmoe_status_t incmoe_moe_last_timing(const incmoe_moe_t *layer, incmoe_moe_timing_t *timing_p);
+
+const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,97 @@
+/*
+ * config.c - choosing the band count, worker split and tail assistance.
+ *
+ * The paper swept these per token-count regime on its hardware; here a small
+ * model of the stage costs does the choosing, so it follows the shape and the
+ * token count.  A three-stage pipeline of nb bands takes about
+ *     (nb + 2) * stage / nb + nb * overhead
+ * where stage is the slowest of AllGather, FFN and ReduceScatter over the
+ * whole layer and overhead is a band's fixed cost (collective latency, the
+ * barrier, smaller GEMMs); the minimum is at nb = sqrt(2 * stage / overhead).
+ * The model's inputs are settings (link bandwidth, GEMM rate, band cost) so
+ * they can be calibrated on a testbed; every input that shapes the
+ * collectives is the same on all ranks, so all ranks choose alike (and the
+ * forward's header exchange checks that they did).
+ */
+#include "layer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+static int clampi(long long v, long long lo, long long hi)
+{
+    return (int)(v < lo ? lo : v > hi ? hi : v);
+}
+
+void config_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_p)
+{
+    incmoe_moe_config_t c = L->override;
+
+    /* Worker split.  Compute workers may differ by rank (they do not shape any
+       collective); gather and reduce workers do (ReduceScatter parts). */
+    const char *ws = config_get_str("INCMOE_MOE_WORKERS");
+    int wg = 0, wc = 0, wr = 0;
+    if (ws != NULL && sscanf(ws, "%d,%d,%d", &wg, &wc, &wr) != 3) {
+        log_warn("moe", "INCMOE_MOE_WORKERS=%s is not G,C,R; ignored", ws);
+        wg = wc = wr = 0;
+    }
+    if (c.gather_workers <= 0)
+        c.gather_workers = wg > 0 ? wg : 1;
+    if (c.reduce_workers <= 0)
+        c.reduce_workers = wr > 0 ? wr : 1;
+    if (c.compute_workers <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long per_rank = cores / (L->N > 0 ? L->N : 1);
+        /* Gather and reduce workers mostly sleep on completions, so every
+           core a rank has, less one for the transport, can run GEMMs. */
+        c.compute_workers = wc > 0 ? wc : clampi(per_rank - 1, 1, 8);
+    }
+    c.gather_workers = clampi(c.gather_workers, 1, INCMOE_MOE_MAX_WORKERS);
+    c.compute_workers = clampi(c.compute_workers, 1, INCMOE_MOE_MAX_WORKERS);
+    c.reduce_workers = clampi(c.reduce_workers, 1, INCMOE_MOE_MAX_WORKERS);
+
+    /* Band count from the stage-cost model. */
+    if (c.nbands <= 0) {
+        long long env = config_get_str("INCMOE_MOE_BANDS") ? config_get_int("INCMOE_MOE_BANDS") : 0;
+        if (env > 0) {
+            c.nbands = clampi(env, 1, INCMOE_MOE_MAX_BANDS);
+        } else {
+            double bw = (double)config_get_int("INCMOE_MOE_LINK_MBPS") * 1e6 / 8;
+            double flops = (double)config_get_int("INCMOE_MOE_GFLOPS") * 1e9;
+            double ovh = (double)config_get_int("INCMOE_MOE_BAND_US") * 1e-6;
+            double others = (double)(L->N - 1) * (double)tmax;
+            double t_ag = others * (double)L->grow / (bw > 0 ? bw : 1);
+            double t_rs = others * (double)L->zrow / (bw > 0 ? bw : 1);
+            /* Each rank runs its experts over about tmax * k routed rows. */
+            double t_ffn = (double)tmax * L->k * 6.0 * L->H * L->I / (flops > 0 ? flops : 1);
+            double stage = fmax(fmax(t_ag, t_rs), t_ffn);
+            double nb = ovh > 0 ? sqrt(2 * stage / ovh) : 8;
+            /* Bands of fewer than 8 rows only add fixed costs. */
+            long long most = (long long)((tmax + 7) / 8);
+            c.nbands = clampi(llround(nb), 1, most < 1 ? 1 : (most > 64 ? 64 : most));
+        }
+    }
+    c.nbands = clampi(c.nbands, 1, INCMOE_MOE_MAX_BANDS);
+
+    /* Tail assistance pays off once the drain phase is long: many rows per band. */
+    if (c.tail_bands < 0) {
+        const char *t = config_get_str("INCMOE_MOE_TAIL");
+        if (t != NULL)
+            c.tail_bands = (int)config_get_int("INCMOE_MOE_TAIL");
+        else
+            c.tail_bands = (c.nbands >= 4 && tmax >= 1024) ? 1 : 0;
+    }
+    c.tail_bands = clampi(c.tail_bands, 0, c.nbands);
+    *cfg_p = c;
+}
+
+int incmoe_moe_config_str(const incmoe_moe_config_t *c, char *buf, size_t len)
+{
+    return snprintf(buf, len, "nb=%d workers(gather/compute/reduce)=%d/%d/%d tail=%d", c->nbands,
+                    c->gather_workers, c->compute_workers, c->reduce_workers, c->tail_bands);
+}

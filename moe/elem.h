@@ -1,0 +1,87 @@
+/* elem.h - reading and writing fp32/fp16/bf16 rows as fp32 (the FFN accumulates in fp32). */
+#ifndef INCMOE_MOE_ELEM_H
+#define INCMOE_MOE_ELEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "api/incmoe.h"
+#include "dtype.h"
+
+static inline void elem_to_float(float *dst, const void *src, size_t n, incmoe_dtype_t dtype)
+{
+    const uint16_t *h = src;
+    switch (dtype) {
+    case INCMOE_FLOAT16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dtype_half_to_float(h[i]);
+        break;
+    case INCMOE_BFLOAT16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dtype_bf16_to_float(h[i]);
+        break;
+    default:
+        memcpy(dst, src, n * sizeof(float));
+        break;
+    }
+}
+
+static inline void elem_from_float(void *dst, const float *src, size_t n, incmoe_dtype_t dtype)
+{
+    uint16_t *h = dst;
+    switch (dtype) {
+    case INCMOE_FLOAT16:
+        for (size_t i = 0; i < n; i++)
+            h[i] = dtype_float_to_half(src[i]);
+        break;
+    case INCMOE_BFLOAT16:
+        for (size_t i = 0; i < n; i++)
+            h[i] = dtype_float_to_bf16(src[i]);
+        break;
+    default:
+        memcpy(dst, src, n * sizeof(float));
+        break;
+    }
+}
+
+/* dst (fp32) = src rounded to dtype and widened back. */
+static inline void elem_round(float *dst, const float *src, size_t n, incmoe_dtype_t dtype)
+{
+    switch (dtype) {
+    case INCMOE_FLOAT16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dtype_half_to_float(dtype_float_to_half(src[i]));
+        break;
+    case INCMOE_BFLOAT16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dtype_bf16_to_float(dtype_float_to_bf16(src[i]));
+        break;
+    default:
+        memcpy(dst, src, n * sizeof(float));
+        break;
+    }
+}
+
+/* dst (dtype) = dst + add, rounded once. */
+static inline void elem_add_float(void *dst, const float *add, size_t n, incmoe_dtype_t dtype)
+{
+    uint16_t *h = dst;
+    float *f = dst;
+    switch (dtype) {
+    case INCMOE_FLOAT16:
+        for (size_t i = 0; i < n; i++)
+            h[i] = dtype_float_to_half(dtype_half_to_float(h[i]) + add[i]);
+        break;
+    case INCMOE_BFLOAT16:
+        for (size_t i = 0; i < n; i++)
+            h[i] = dtype_float_to_bf16(dtype_bf16_to_float(h[i]) + add[i]);
+        break;
+    default:
+        for (size_t i = 0; i < n; i++)
+            f[i] += add[i];
+        break;
+    }
+}
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * ffn_cpu.c - the expert FFNs of a band on the CPU (paper section 3.5).
+ *
+ * Per tile of the band's rows and per local expert: select the rows routed to
+ * the expert, widen them to fp32, one GEMM against the concatenated gate/up
+ * weights, SwiGLU, one GEMM against the down weights, and a router-weighted
+ * accumulation.  Everything accumulates in fp32 whatever the datatype; each
+ * row is rounded to the datatype once, when it is stored into the reduce
+ * buffer Z (or kept in fp32 as this rank's own partial in pipelined mode).
+ */
+#include "layer.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "elem.h"
+
+/* cblas.h pulls in complex.h, whose I macro would shadow the FFN's I dimension. */
+#undef I
+
+incmoe_status_t ffn_scratch_alloc(const incmoe_moe_t *L, ffn_scratch_t *s)
+{
+    size_t t = MOE_FFN_TILE_ROWS, H = (size_t)L->H, I = (size_t)L->I;
+    memset(s, 0, sizeof(*s));
+    s->a = malloc(t * H * sizeof(float));
+    s->h = malloc(t * 2 * I * sizeof(float));
+    s->act = malloc(t * I * sizeof(float));
+    s->out = malloc(t * H * sizeof(float));
+    s->acc = malloc(t * H * sizeof(float));
+    s->sel = malloc(t * sizeof(int32_t));
+    s->selw = malloc(t * sizeof(float));
+    if (!s->a || !s->h || !s->act || !s->out || !s->acc || !s->sel || !s->selw) {
+        ffn_scratch_free(s);
+        return INCMOE_ERR_NO_MEMORY;
+    }
+    return INCMOE_OK;
+}
+
+void ffn_scratch_free(ffn_scratch_t *s)
+{
+    free(s->a);
+    free(s->h);
+    free(s->act);
+    free(s->out);
+    free(s->acc);
+    free(s->sel);
+    free(s->selw);
+    memset(s, 0, sizeof(*s));
+}
+
+/* One local expert over the m selected rows of a tile, weighted into acc. */
+static void ffn_expert(const incmoe_moe_t *L, ffn_scratch_t *s, int le, uint8_t *const *rows,
+                       size_t m)
+{
+    const int H = L->H, I = L->I;
+    for (size_t i = 0; i < m; i++)
+        elem_to_float(s->a + i * H, rows[s->sel[i]], (size_t)H, L->dtype);
+    const float *wgu = L->w_gu + (size_t)le * 2 * I * H;
+    const float *wd = L->w_down + (size_t)le * H * I;
+    /* [m x 2I] = [m x H] * [2I x H]^T: gate and up in one GEMM */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, 2 * I, H, 1.0f, s->a, H, wgu, H,
+                0.0f, s->h, 2 * I);
+    for (size_t i = 0; i < m; i++) {
+        const float *g = s->h + i * 2 * I, *u = g + I;
+        float *a = s->act + i * I;
+        for (int j = 0; j < I; j++)
+            a[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+    /* [m x H] = [m x I] * [H x I]^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, H, I, 1.0f, s->act, I, wd, I, 0.0f,
+                s->out, H);
+    for (size_t i = 0; i < m; i++) {
+        float *acc = s->acc + (size_t)s->sel[i] * H;
+        const float *o = s->out + i * H;
+        const float w = s->selw[i];
+        for (int j = 0; j < H; j++)
+            acc[j] += w * o[j];
+    }
+}
+
+void ffn_band_rows(incmoe_moe_t *L, ffn_scratch_t *s, band_t b, size_t first, size_t n)
+{
+    const moe_plan_t *p = &L->plan;
+    const size_t H = (size_t)L->H;
+    const size_t hb = H * L->esize;
+    const int pipelined = p->mode == INCMOE_MOE_PIPELINED;
+    uint8_t *rows[MOE_FFN_TILE_ROWS];
+    int blk[MOE_FFN_TILE_ROWS];
+    size_t idx[MOE_FFN_TILE_ROWS];
+
+    /* Find the block and row of list position `first`. */
+    int sblk = 0;
+    size_t pos = first;
+    while (sblk < L->N && pos >= band_valid_rows(b, p->counts[sblk]))
+        pos -= band_valid_rows(b, p->counts[sblk++]);
+
+    for (size_t done = 0; done < n;) {
+        size_t tile = n - done < MOE_FFN_TILE_ROWS ? n - done : MOE_FFN_TILE_ROWS;
+        for (size_t i = 0; i < tile; i++) {
+            while (pos >= band_valid_rows(b, p->counts[sblk])) {
+                pos = 0;
+                sblk++;
+            }
+            blk[i] = sblk;
+            idx[i] = b.start + pos;
+            rows[i] = xg_row(L, (size_t)sblk, b.start + pos);
+            pos++;
+        }
+        memset(s->acc, 0, tile * H * sizeof(float));
+        for (int le = 0; le < L->n_local; le++) {
+            const int32_t gid = L->local_ids[le];
+            size_t m = 0;
+            for (size_t i = 0; i < tile; i++) {
+                int32_t ids[64];
+                float w[64];
+                memcpy(ids, rows[i] + hb, (size_t)L->k * 4);
+                memcpy(w, rows[i] + hb + (size_t)L->k * 4, (size_t)L->k * 4);
+                for (int kk = 0; kk < L->k; kk++) {
+                    if (ids[kk] == gid) {
+                        s->sel[m] = (int32_t)i;
+                        s->selw[m] = w[kk];
+                        m++;
+                        break; /* ids of a token are distinct (checked on entry) */
+                    }
+                }
+            }
+            if (m > 0)
+                ffn_expert(L, s, le, rows, m);
+        }
+        for (size_t i = 0; i < tile; i++) {
+            const float *acc = s->acc + i * H;
+            if (pipelined && blk[i] == L->rank) {
+                /* Rounded to the datatype as the baseline's own partial is, so
+                   both modes reduce the same numbers (bitwise alike in-network). */
+                elem_round(L->own + idx[i] * H, acc, H, L->dtype);
+            } else
+                elem_from_float(z_row(L, (size_t)blk[i], idx[i]), acc, H, L->dtype);
+        }
+        done += tile;
+    }
+}

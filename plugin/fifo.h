@@ -1,0 +1,37 @@
+/*
+ * fifo.h - internals of the descriptor FIFO (public API in api/incmoe_fifo.h).
+ *
+ * The shared block (slots, producer tail, per-stream push tickets and
+ * completion counters) is one plain allocation a device could map; the
+ * proxy's private state sits beside it.  The transport behind the proxy is a
+ * small table of two functions so the FIFO can be tested without a switch.
+ */
+#ifndef INCMOE_FIFO_INTERNAL_H
+#define INCMOE_FIFO_INTERNAL_H
+
+#include "api/incmoe_fifo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The streams a FIFO can carry: AllGather, ReduceScatter, barrier. */
+#define FIFO_NSTREAMS INCMOE_STREAM_COUNT
+
+typedef struct {
+    /* Post one collective; on success *req_p identifies it. */
+    incmoe_status_t (*post)(void *ctx, const incmoe_fifo_trigger_t *trigger, incmoe_req_t *req_p);
+    /* Block (sleeping) until req completed or failed. */
+    incmoe_status_t (*wait)(void *ctx, const incmoe_req_t *req);
+} fifo_transport_t;
+
+/* The transport of a real communicator (ctx is the incmoe_comm_t). */
+extern const fifo_transport_t fifo_comm_transport;
+
+incmoe_status_t fifo_create_with(const fifo_transport_t *transport, void *ctx, uint32_t capacity,
+                                 incmoe_fifo_t **fifo_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,273 @@
+/*
+ * test_moe_errors.cc - bad arguments give a clear error on every rank, never
+ * a hang: each case runs under the harness's timeout, every rank must see the
+ * stated error, and afterwards a good forward must still work.
+ */
+#include <gtest/gtest.h>
+
+#include <string.h>
+
+#include <functional>
+#include <vector>
+
+#include "harness.h"
+#include "moe_ref.h"
+
+namespace
+{
+
+const int N = 4;
+
+struct Ctx {
+    int rank;
+    incmoe_comm_t *comm;
+    moeref::Problem p;
+    std::vector<uint8_t> g, u, d;
+    incmoe_moe_params_t prm;
+};
+
+std::string expect(const char *what, incmoe_status_t got, incmoe_status_t want)
+{
+    if (got == want)
+        return "";
+    return std::string(what) + ": got " + incmoe_strerror(got) + ", expected " +
+           incmoe_strerror(want);
+}
+
+/* A good forward after an error: the layer is still usable and correct. */
+std::string good_forward(Ctx &c, incmoe_moe_t *L)
+{
+    void *out;
+    incmoe_status_t st =
+        incmoe_moe_forward(L, INCMOE_MOE_PIPELINED, c.p.x[c.rank].data(), c.p.ids[c.rank].data(),
+                           c.p.w[c.rank].data(), c.p.counts.data(), &out);
+    if (st != INCMOE_OK)
+        return std::string("good forward after the error: ") + incmoe_strerror(st);
+    std::vector<double> mag, ref = moeref::reference(c.p, c.rank, &mag);
+    return moeref::check_against_ref(out, ref, mag, c.p.counts[c.rank], c.p.s.H, c.p.s.dtype,
+                                     "good forward after the error");
+}
+
+void run(const std::function<std::string(Ctx &)> &body)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        N,
+        [&](int rank) -> std::string {
+            Ctx c;
+            std::string err;
+            c.rank = rank;
+            c.comm = moeref::comm_create(sw.addr, job, rank, N, INCMOE_ALGO_INC, &err);
+            if (c.comm == nullptr)
+                return err;
+            moeref::Shape s;
+            s.N = N, s.E = 8, s.k = 2, s.H = 16, s.I = 8;
+            c.p = moeref::make_problem(s, {3, 1, 0, 4}, 77);
+            moeref::local_weights(c.p, rank, &c.g, &c.u, &c.d);
+            incmoe_moe_params_init(&c.prm);
+            c.prm.num_experts = s.E;
+            c.prm.top_k = s.k;
+            c.prm.hidden = s.H;
+            c.prm.intermediate = s.I;
+            c.prm.comm = c.comm;
+            c.prm.max_tokens = 8;
+            c.prm.w_gate = c.g.data();
+            c.prm.w_up = c.u.data();
+            c.prm.w_down = c.d.data();
+            c.prm.config.nbands = 2;
+            err = body(c);
+            incmoe_comm_destroy(c.comm);
+            return err;
+        },
+        60);
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+/* Creates the layer with prm modified on some ranks; expects want everywhere. */
+std::string create_case(Ctx &c, const std::function<void(incmoe_moe_params_t &)> &bad,
+                        bool only_rank1, incmoe_status_t want)
+{
+    incmoe_moe_params_t prm = c.prm;
+    if (!only_rank1 || c.rank == 1)
+        bad(prm);
+    incmoe_moe_t *L = nullptr;
+    incmoe_status_t st = incmoe_moe_create(&prm, &L);
+    if (st == INCMOE_OK)
+        incmoe_moe_destroy(L);
+    return expect("create", st, want);
+}
+
+/* Runs a forward with arguments modified on some ranks; expects want
+   everywhere, then a good forward. */
+std::string
+forward_case(Ctx &c,
+             const std::function<void(std::vector<int32_t> &ids, std::vector<int> &counts,
+                                      incmoe_moe_mode_t &mode)> &bad,
+             incmoe_status_t want, bool good_after = true)
+{
+    incmoe_moe_t *L;
+    incmoe_status_t st = incmoe_moe_create(&c.prm, &L);
+    if (st != INCMOE_OK)
+        return std::string("create: ") + incmoe_strerror(st);
+    std::vector<int32_t> ids = c.p.ids[c.rank];
+    std::vector<int> counts = c.p.counts;
+    incmoe_moe_mode_t mode = INCMOE_MOE_PIPELINED;
+    bad(ids, counts, mode);
+    void *out = nullptr;
+    st = incmoe_moe_forward(L, mode, c.p.x[c.rank].data(), ids.data(), c.p.w[c.rank].data(),
+                            counts.data(), &out);
+    std::string err = expect("forward", st, want);
+    if (err.empty() && good_after)
+        err = good_forward(c, L);
+    incmoe_moe_destroy(L);
+    return err;
+}
+
+} // namespace
+
+TEST(MoeErrors, TopKAboveExpertsOnEveryRank)
+{
+    run([](Ctx &c) {
+        return create_case(
+            c, [](incmoe_moe_params_t &p) { p.top_k = 9; }, false, INCMOE_ERR_INVALID_ARG);
+    });
+}
+
+TEST(MoeErrors, TopKAboveExpertsOnOneRank)
+{
+    run([](Ctx &c) {
+        return create_case(
+            c, [](incmoe_moe_params_t &p) { p.top_k = 9; }, true, INCMOE_ERR_INVALID_ARG);
+    });
+}
+
+TEST(MoeErrors, ExpertsNotDivisibleByRanks)
+{
+    run([](Ctx &c) {
+        return create_case(
+            c, [](incmoe_moe_params_t &p) { p.num_experts = 6; }, false, INCMOE_ERR_INVALID_ARG);
+    });
+}
+
+TEST(MoeErrors, ShapeDisagreesAcrossRanks)
+{
+    run([](Ctx &c) {
+        return create_case(
+            c, [](incmoe_moe_params_t &p) { p.intermediate = 4; }, true, INCMOE_ERR_MISMATCH);
+    });
+}
+
+TEST(MoeErrors, SizesOverTheBound)
+{
+    run([](Ctx &c) {
+        std::string e = create_case(
+            c, [](incmoe_moe_params_t &p) { p.hidden = 1 << 20; }, false, INCMOE_ERR_INVALID_ARG);
+        if (e.empty())
+            e = create_case(
+                c, [](incmoe_moe_params_t &p) { p.max_tokens = 1 << 30; }, true,
+                INCMOE_ERR_INVALID_ARG);
+        return e;
+    });
+}
+
+TEST(MoeErrors, ExpertIdOutOfRangeOnOneRank)
+{
+    run([](Ctx &c) {
+        return forward_case(
+            c,
+            [&](std::vector<int32_t> &ids, std::vector<int> &, incmoe_moe_mode_t &) {
+                if (c.rank == 3)
+                    ids[1] = 8;
+            },
+            INCMOE_ERR_INVALID_ARG);
+    });
+}
+
+TEST(MoeErrors, NegativeExpertIdAndDuplicateIds)
+{
+    run([](Ctx &c) {
+        std::string e = forward_case(
+            c,
+            [&](std::vector<int32_t> &ids, std::vector<int> &, incmoe_moe_mode_t &) {
+                if (c.rank == 0)
+                    ids[0] = -1;
+            },
+            INCMOE_ERR_INVALID_ARG);
+        if (e.empty())
+            e = forward_case(
+                c,
+                [&](std::vector<int32_t> &ids, std::vector<int> &, incmoe_moe_mode_t &) {
+                    if (c.rank == 1)
+                        ids[1] = ids[0];
+                },
+                INCMOE_ERR_INVALID_ARG);
+        return e;
+    });
+}
+
+TEST(MoeErrors, CountsDisagreeAcrossRanks)
+{
+    run([](Ctx &c) {
+        return forward_case(
+            c,
+            [&](std::vector<int32_t> &, std::vector<int> &counts, incmoe_moe_mode_t &) {
+                if (c.rank == 2)
+                    counts[0] = 2;
+            },
+            INCMOE_ERR_MISMATCH);
+    });
+}
+
+TEST(MoeErrors, CountOverTheBound)
+{
+    run([](Ctx &c) {
+        return forward_case(
+            c,
+            [&](std::vector<int32_t> &, std::vector<int> &counts, incmoe_moe_mode_t &) {
+                counts[2] = 9;
+            },
+            INCMOE_ERR_INVALID_ARG);
+    });
+}
+
+TEST(MoeErrors, ModeDisagreesAcrossRanks)
+{
+    run([](Ctx &c) {
+        return forward_case(
+            c,
+            [&](std::vector<int32_t> &, std::vector<int> &, incmoe_moe_mode_t &mode) {
+                if (c.rank == 1)
+                    mode = INCMOE_MOE_BASELINE;
+            },
+            INCMOE_ERR_MISMATCH);
+    });
+}
+
+TEST(MoeErrors, BandCountDisagreesAcrossRanks)
+{
+    run([](Ctx &c) {
+        if (c.rank == 2)
+            c.prm.config.nbands = 3;
+        /* The layers themselves disagree, so no later forward can succeed either. */
+        return forward_case(
+            c, [](std::vector<int32_t> &, std::vector<int> &, incmoe_moe_mode_t &) {},
+            INCMOE_ERR_MISMATCH, false);
+    });
+}
+
+TEST(MoeErrors, NullArgumentsAreRejectedLocally)
+{
+    EXPECT_EQ(incmoe_moe_create(nullptr, nullptr), INCMOE_ERR_INVALID_ARG);
+    incmoe_moe_params_t p;
+    incmoe_moe_params_init(&p);
+    incmoe_moe_t *L;
+    EXPECT_EQ(incmoe_moe_create(&p, &L), INCMOE_ERR_INVALID_ARG); /* no communicator */
+    void *out;
+    EXPECT_EQ(
+        incmoe_moe_forward(nullptr, INCMOE_MOE_BASELINE, nullptr, nullptr, nullptr, nullptr, &out),
+        INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(incmoe_moe_destroy(nullptr), INCMOE_OK);
+}

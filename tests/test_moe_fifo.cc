@@ -1,0 +1,348 @@
+/*
+ * test_moe_fifo.cc - the device-side posting FIFO: ordering, counters and
+ * error propagation under contention, with a fake transport that completes
+ * collectives from its own thread after random delays; then through a real
+ * communicator and switch.
+ */
+#include <gtest/gtest.h>
+
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "fifo.h"
+#include "harness.h"
+
+namespace
+{
+
+/* A transport that records what the proxy posted and retires it later, in order per stream. */
+struct FakeNet {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<uint64_t>> posted_offsets{INCMOE_STREAM_COUNT};
+    uint64_t epoch[INCMOE_STREAM_COUNT] = {};
+    uint64_t retired[INCMOE_STREAM_COUNT] = {};
+    int fail_post_at = -1; /* fail the n-th post (0-based), -1 never */
+    int fail_wait_at = -1;
+    int posts = 0;
+    bool stop = false;
+    std::thread retirer;
+
+    FakeNet()
+    {
+        retirer = std::thread([this] {
+            std::mt19937 rng(7);
+            std::unique_lock<std::mutex> lk(mu);
+            while (!stop) {
+                bool any = false;
+                for (int s = 0; s < INCMOE_STREAM_COUNT; s++) {
+                    if (retired[s] < epoch[s] && rng() % 2 == 0) {
+                        retired[s]++;
+                        any = true;
+                    }
+                }
+                if (any)
+                    cv.notify_all();
+                lk.unlock();
+                if (rng() % 8 == 0)
+                    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50));
+                else
+                    std::this_thread::yield();
+                lk.lock();
+            }
+        });
+    }
+    ~FakeNet()
+    {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            stop = true;
+        }
+        retirer.join();
+    }
+
+    static incmoe_status_t post(void *ctx, const incmoe_fifo_trigger_t *t, incmoe_req_t *req_p)
+    {
+        FakeNet *n = static_cast<FakeNet *>(ctx);
+        std::lock_guard<std::mutex> lk(n->mu);
+        if (n->posts++ == n->fail_post_at)
+            return INCMOE_ERR_TRANSPORT;
+        int s = incmoe_fifo_op_stream((incmoe_fifo_op_t)t->desc.op);
+        n->posted_offsets[s].push_back(t->desc.offset);
+        req_p->stream = (incmoe_stream_t)s;
+        req_p->epoch = ++n->epoch[s];
+        return INCMOE_OK;
+    }
+    static incmoe_status_t wait(void *ctx, const incmoe_req_t *req)
+    {
+        FakeNet *n = static_cast<FakeNet *>(ctx);
+        std::unique_lock<std::mutex> lk(n->mu);
+        if (n->fail_wait_at >= 0 && (int)req->epoch == n->fail_wait_at)
+            return INCMOE_ERR_PEER_FAILED;
+        n->cv.wait(lk, [&] { return n->retired[req->stream] >= req->epoch; });
+        return INCMOE_OK;
+    }
+};
+
+const fifo_transport_t fake_transport = {FakeNet::post, FakeNet::wait};
+
+incmoe_fifo_trigger_t trig(incmoe_fifo_op_t op, uint64_t offset)
+{
+    incmoe_fifo_trigger_t t;
+    memset(&t, 0, sizeof(t));
+    t.desc.op = op;
+    t.desc.offset = offset;
+    return t;
+}
+
+const incmoe_fifo_op_t kOps[3] = {INCMOE_FIFO_OP_ALLGATHER, INCMOE_FIFO_OP_REDUCESCATTER,
+                                  INCMOE_FIFO_OP_BARRIER};
+
+} // namespace
+
+TEST(MoeFifo, DescriptorIs64Bytes)
+{
+    EXPECT_EQ(sizeof(incmoe_fifo_desc_t), 64u);
+}
+
+TEST(MoeFifo, RejectsBadCapacityAndOp)
+{
+    FakeNet net;
+    incmoe_fifo_t *f = nullptr;
+    EXPECT_EQ(fifo_create_with(&fake_transport, &net, 3, &f), INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(fifo_create_with(&fake_transport, &net, 0, &f), INCMOE_ERR_INVALID_ARG);
+    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 4, &f), INCMOE_OK);
+    uint64_t ticket = 0;
+    auto bad = trig((incmoe_fifo_op_t)99, 0);
+    EXPECT_EQ(incmoe_fifo_push(f, &bad, &ticket, 1000), INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
+    EXPECT_EQ(incmoe_fifo_create(nullptr, 4, &f), INCMOE_ERR_INVALID_ARG);
+}
+
+/* Three producers, one per stream, on a FIFO much smaller than the work, so
+   producers keep finding it full; every stream must arrive whole and in order. */
+class MoeFifoContention : public ::testing::TestWithParam<uint32_t>
+{
+};
+
+TEST_P(MoeFifoContention, StreamsArriveInOrderAndCountersAreExact)
+{
+    const uint32_t cap = GetParam();
+    const int M = 3000;
+    FakeNet net;
+    incmoe_fifo_t *f = nullptr;
+    ASSERT_EQ(fifo_create_with(&fake_transport, &net, cap, &f), INCMOE_OK);
+    std::vector<std::thread> producers;
+    std::atomic<int> errors{0};
+    for (int p = 0; p < 3; p++) {
+        producers.emplace_back([&, p] {
+            incmoe_stream_t s = incmoe_fifo_op_stream(kOps[p]);
+            for (int i = 1; i <= M; i++) {
+                auto t = trig(kOps[p], (uint64_t)i);
+                uint64_t ticket = 0;
+                if (incmoe_fifo_push(f, &t, &ticket, 10000) != INCMOE_OK || ticket != (uint64_t)i)
+                    errors++;
+                /* Now and then wait for completion, as a role worker does. */
+                if (i % 97 == 0 && incmoe_fifo_wait(f, s, ticket, 10000) != INCMOE_OK)
+                    errors++;
+                if (incmoe_fifo_completed(f, s) > ticket)
+                    errors++; /* a counter never runs ahead of what was pushed */
+            }
+            if (incmoe_fifo_wait(f, s, M, 10000) != INCMOE_OK)
+                errors++;
+        });
+    }
+    for (auto &t : producers)
+        t.join();
+    EXPECT_EQ(errors.load(), 0);
+    for (int p = 0; p < 3; p++) {
+        incmoe_stream_t s = incmoe_fifo_op_stream(kOps[p]);
+        EXPECT_EQ(incmoe_fifo_completed(f, s), (uint64_t)M);
+        std::lock_guard<std::mutex> lk(net.mu);
+        ASSERT_EQ(net.posted_offsets[s].size(), (size_t)M);
+        for (int i = 0; i < M; i++)
+            ASSERT_EQ(net.posted_offsets[s][i], (uint64_t)(i + 1)) << "stream " << s;
+    }
+    EXPECT_EQ(incmoe_fifo_completed(f, INCMOE_STREAM_ALLREDUCE), 0u);
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
+}
+
+INSTANTIATE_TEST_SUITE_P(Capacities, MoeFifoContention, ::testing::Values(2u, 8u, 256u));
+
+/* Many producers on one stream, serialised by a ticket the way the reduce
+   workers serialise their ReduceScatter parts. */
+TEST(MoeFifo, SerialisedProducersOfOneStreamKeepTheirOrder)
+{
+    const int P = 4, M = 1500;
+    FakeNet net;
+    incmoe_fifo_t *f = nullptr;
+    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 4, &f), INCMOE_OK);
+    std::atomic<uint64_t> turn{0};
+    std::vector<std::thread> th;
+    std::atomic<int> errors{0};
+    for (int p = 0; p < P; p++) {
+        th.emplace_back([&, p] {
+            for (int i = 0; i < M; i++) {
+                uint64_t mine = (uint64_t)i * P + p;
+                while (turn.load(std::memory_order_acquire) != mine)
+                    std::this_thread::yield();
+                auto t = trig(INCMOE_FIFO_OP_REDUCESCATTER, mine);
+                uint64_t ticket;
+                if (incmoe_fifo_push(f, &t, &ticket, 10000) != INCMOE_OK || ticket != mine + 1)
+                    errors++;
+                turn.store(mine + 1, std::memory_order_release);
+                if (incmoe_fifo_wait(f, INCMOE_STREAM_REDUCESCATTER, ticket, 10000) != INCMOE_OK)
+                    errors++;
+            }
+        });
+    }
+    for (auto &t : th)
+        t.join();
+    EXPECT_EQ(errors.load(), 0);
+    std::lock_guard<std::mutex> lk(net.mu);
+    auto &v = net.posted_offsets[INCMOE_STREAM_REDUCESCATTER];
+    ASSERT_EQ(v.size(), (size_t)P * M);
+    for (size_t i = 0; i < v.size(); i++)
+        ASSERT_EQ(v[i], i);
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
+}
+
+TEST(MoeFifo, PostFailureReachesEveryWaiterWithoutHanging)
+{
+    FakeNet net;
+    net.fail_post_at = 5;
+    incmoe_fifo_t *f = nullptr;
+    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    uint64_t last = 0;
+    incmoe_status_t st = INCMOE_OK;
+    for (int i = 0; i < 20 && st == INCMOE_OK; i++) {
+        auto t = trig(INCMOE_FIFO_OP_ALLGATHER, i);
+        st = incmoe_fifo_push(f, &t, &last, 2000);
+    }
+    /* Either a later push or the wait reports the transport's error. */
+    if (st == INCMOE_OK)
+        st = incmoe_fifo_wait(f, INCMOE_STREAM_ALLGATHER, last, 5000);
+    EXPECT_EQ(st, INCMOE_ERR_TRANSPORT);
+    EXPECT_EQ(incmoe_fifo_error(f), INCMOE_ERR_TRANSPORT);
+    EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_ALLGATHER, 20, 5000), INCMOE_ERR_TRANSPORT);
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_ERR_TRANSPORT);
+}
+
+TEST(MoeFifo, CompletionFailureReachesWaiters)
+{
+    FakeNet net;
+    net.fail_wait_at = 3;
+    incmoe_fifo_t *f = nullptr;
+    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    uint64_t ticket = 0;
+    for (int i = 0; i < 5; i++) {
+        auto t = trig(INCMOE_FIFO_OP_BARRIER, i);
+        ASSERT_EQ(incmoe_fifo_push(f, &t, &ticket, 2000), INCMOE_OK);
+    }
+    EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_BARRIER, 5, 5000), INCMOE_ERR_PEER_FAILED);
+    EXPECT_LE(incmoe_fifo_completed(f, INCMOE_STREAM_BARRIER), 2u);
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_ERR_PEER_FAILED);
+}
+
+TEST(MoeFifo, WaitTimesOutWhenNothingCompletes)
+{
+    FakeNet net;
+    incmoe_fifo_t *f = nullptr;
+    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    /* Ticket 1 was never pushed: the counter cannot reach it. */
+    EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_ALLGATHER, 1, 50), INCMOE_ERR_TIMEOUT);
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
+}
+
+/* Through a real switch: two ranks post AllGathers and ReduceScatters via the FIFO. */
+TEST(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    const int N = 2;
+    const size_t blk = 4096; /* bytes per block */
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        N,
+        [&](int rank) -> std::string {
+            incmoe_comm_params_t p;
+            memset(&p, 0, sizeof(p));
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = rank;
+            p.nranks = N;
+            incmoe_comm_t *comm;
+            if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
+                return "comm_create failed";
+            std::vector<float> ag(N * blk / 4, -1.0f), rs(N * blk / 4);
+            for (size_t i = 0; i < blk / 4; i++)
+                ag[rank * blk / 4 + i] = rank * 1000.0f + i;
+            for (int s = 0; s < N; s++)
+                for (size_t i = 0; i < blk / 4; i++)
+                    rs[s * blk / 4 + i] = (float)(rank + 1) * (s + 1);
+            incmoe_mr_t *agm, *rsm;
+            incmoe_mem_register(comm, ag.data(), ag.size() * 4, &agm);
+            incmoe_mem_register(comm, rs.data(), rs.size() * 4, &rsm);
+            incmoe_fifo_t *f;
+            if (incmoe_fifo_create(comm, 16, &f) != INCMOE_OK)
+                return "fifo_create failed";
+            size_t valid[N] = {blk, blk / 2}; /* rank 1 owns half a block */
+            incmoe_fifo_trigger_t t;
+            memset(&t, 0, sizeof(t));
+            t.desc.op = INCMOE_FIFO_OP_ALLGATHER;
+            t.desc.send_mr = (uint64_t)(uintptr_t)agm;
+            t.desc.send_offset = rank * blk;
+            t.desc.recv_mr = (uint64_t)(uintptr_t)agm;
+            t.desc.block_stride = blk;
+            t.desc.length = blk;
+            t.valid = valid;
+            uint64_t tk_ag, tk_rs, tk_b;
+            if (incmoe_fifo_push(f, &t, &tk_ag, 5000) != INCMOE_OK)
+                return "push AG failed";
+            memset(&t, 0, sizeof(t));
+            t.desc.op = INCMOE_FIFO_OP_REDUCESCATTER;
+            t.desc.dtype = INCMOE_FLOAT32;
+            t.desc.send_mr = (uint64_t)(uintptr_t)rsm;
+            t.desc.recv_mr = (uint64_t)(uintptr_t)rsm;
+            t.desc.recv_offset = rank * blk;
+            t.desc.block_stride = blk;
+            t.desc.length = blk;
+            if (incmoe_fifo_push(f, &t, &tk_rs, 5000) != INCMOE_OK)
+                return "push RS failed";
+            memset(&t, 0, sizeof(t));
+            t.desc.op = INCMOE_FIFO_OP_BARRIER;
+            if (incmoe_fifo_push(f, &t, &tk_b, 5000) != INCMOE_OK)
+                return "push barrier failed";
+            if (incmoe_fifo_wait(f, INCMOE_STREAM_ALLGATHER, tk_ag, 10000) != INCMOE_OK ||
+                incmoe_fifo_wait(f, INCMOE_STREAM_REDUCESCATTER, tk_rs, 10000) != INCMOE_OK ||
+                incmoe_fifo_wait(f, INCMOE_STREAM_BARRIER, tk_b, 10000) != INCMOE_OK)
+                return "wait failed";
+            for (int s = 0; s < N; s++)
+                for (size_t i = 0; i < valid[s] / 4; i++)
+                    if (ag[s * blk / 4 + i] != s * 1000.0f + i)
+                        return "AllGather block " + std::to_string(s) + " wrong at " +
+                               std::to_string(i);
+            /* Rank r's shard: sum over ranks q of (q+1)*(r+1) = 3*(r+1) for N=2. */
+            for (size_t i = 0; i < blk / 4; i++)
+                if (rs[rank * blk / 4 + i] != 3.0f * (rank + 1))
+                    return "ReduceScatter wrong at " + std::to_string(i);
+            if (incmoe_fifo_destroy(f) != INCMOE_OK)
+                return "fifo_destroy reported an error";
+            incmoe_mem_deregister(comm, agm);
+            incmoe_mem_deregister(comm, rsm);
+            incmoe_comm_destroy(comm);
+            return "";
+        },
+        60);
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
+}

@@ -1,0 +1,287 @@
+/*
+ * test_moe_layer.cc - the INC-MoE layer against an fp64 reference of
+ * Equation (1) over all ranks' tokens, in both modes, over both collective
+ * algorithms, for N in {1, 2, 4, 8}, every datatype, unequal token counts
+ * (including ranks without tokens), tokens whose experts are all remote,
+ * bands that are empty on some ranks, band counts from 1 to Tmax and several
+ * worker splits with and without tail assistance.
+ *
+ * Bounds: per token, ||out - ref||_2 <= b * ||m||_2 where m is the sum of the
+ * magnitudes of the token's expert contributions and b = 2e-5 (fp32), 4e-3
+ * (fp16), 2.5e-2 (bf16) (see moe_ref.cc); pipelined against baseline,
+ * per-token cosine similarity >= 0.99999.
+ */
+#include <gtest/gtest.h>
+
+#include <string.h>
+
+#include <vector>
+
+#include "harness.h"
+#include "moe_ref.h"
+
+namespace
+{
+
+struct Case {
+    moeref::Shape shape;
+    std::vector<int> counts;
+    std::vector<incmoe_moe_config_t> configs; /* pipelined configurations to run */
+};
+
+incmoe_moe_config_t cfg(int nb, int g = 1, int c = 1, int r = 1, int tail = 0)
+{
+    incmoe_moe_config_t x = {nb, g, c, r, tail};
+    return x;
+}
+
+/* Runs one forward; copies the output (a view valid until the next forward). */
+std::string forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const moeref::Problem &p, int rank,
+                    std::vector<uint8_t> *out)
+{
+    void *view = nullptr;
+    incmoe_status_t st = incmoe_moe_forward(L, mode, p.x[rank].data(), p.ids[rank].data(),
+                                            p.w[rank].data(), p.counts.data(), &view);
+    if (st != INCMOE_OK)
+        return std::string("forward (") + incmoe_moe_mode_name(mode) + "): " + incmoe_strerror(st);
+    size_t bytes = (size_t)p.counts[rank] * p.s.H * incmoe_dtype_size(p.s.dtype);
+    out->assign(static_cast<uint8_t *>(view), static_cast<uint8_t *>(view) + bytes);
+    return "";
+}
+
+std::string run_case(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed)
+{
+    moeref::Problem p = moeref::make_problem(c.shape, c.counts, seed);
+    std::vector<uint8_t> g, u, d;
+    moeref::local_weights(p, rank, &g, &u, &d);
+    std::vector<double> mag, ref = moeref::reference(p, rank, &mag);
+    int T = c.counts[rank];
+    std::string tag = std::string(incmoe_dtype_name(c.shape.dtype)) +
+                      " N=" + std::to_string(c.shape.N) + " seed=" + std::to_string(seed);
+
+    std::vector<uint8_t> base;
+    for (size_t i = 0; i <= c.configs.size(); i++) {
+        incmoe_moe_params_t prm;
+        incmoe_moe_params_init(&prm);
+        prm.num_experts = c.shape.E;
+        prm.top_k = c.shape.k;
+        prm.hidden = c.shape.H;
+        prm.intermediate = c.shape.I;
+        prm.dtype = c.shape.dtype;
+        prm.comm = comm;
+        prm.max_tokens = 64;
+        prm.w_gate = g.data();
+        prm.w_up = u.data();
+        prm.w_down = d.data();
+        prm.timeout_ms = 20000;
+        if (i > 0)
+            prm.config = c.configs[i - 1];
+        incmoe_moe_t *L;
+        incmoe_status_t st = incmoe_moe_create(&prm, &L);
+        if (st != INCMOE_OK)
+            return tag + ": create: " + incmoe_strerror(st);
+        std::vector<uint8_t> out;
+        std::string err;
+        char cs[128] = "baseline";
+        if (i == 0) {
+            err = forward(L, INCMOE_MOE_BASELINE, p, rank, &out);
+            if (err.empty())
+                err = moeref::check_against_ref(out.data(), ref, mag, T, c.shape.H, c.shape.dtype,
+                                                "baseline");
+            base = out;
+        } else {
+            incmoe_moe_config_t used;
+            incmoe_moe_config_for(L, p.counts.data(), &used);
+            incmoe_moe_config_str(&used, cs, sizeof(cs));
+            /* Twice: the second forward checks the never-reset counters carry over. */
+            for (int rep = 0; rep < 2 && err.empty(); rep++) {
+                err = forward(L, INCMOE_MOE_PIPELINED, p, rank, &out);
+                if (err.empty())
+                    err = moeref::check_against_ref(out.data(), ref, mag, T, c.shape.H,
+                                                    c.shape.dtype, "pipelined");
+                if (err.empty())
+                    err = moeref::check_cosine(out.data(), base.data(), T, c.shape.H, c.shape.dtype,
+                                               0.99999, "pipelined vs baseline");
+            }
+        }
+        st = incmoe_moe_destroy(L);
+        if (err.empty() && st != INCMOE_OK)
+            err = std::string("destroy: ") + incmoe_strerror(st);
+        if (!err.empty())
+            return tag + " [" + cs + "]: " + err;
+    }
+    return "";
+}
+
+void run_cases(int N, incmoe_algo_t algo, const std::vector<Case> &cases)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        N,
+        [&](int rank) -> std::string {
+            setenv("OPENBLAS_NUM_THREADS", "1", 1);
+            std::string err;
+            incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
+            if (comm == nullptr)
+                return err;
+            for (size_t i = 0; i < cases.size() && err.empty(); i++)
+                err = run_case(comm, rank, cases[i], 1000 + i);
+            incmoe_comm_destroy(comm);
+            return err;
+        },
+        150);
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+const incmoe_dtype_t kDtypes[] = {INCMOE_FLOAT32, INCMOE_FLOAT16, INCMOE_BFLOAT16};
+
+moeref::Shape shape(int N, int E, int k, incmoe_dtype_t dt, int H = 16, int I = 8)
+{
+    moeref::Shape s;
+    s.N = N, s.E = E, s.k = k, s.H = H, s.I = I, s.dtype = dt;
+    return s;
+}
+
+class MoeLayer : public ::testing::TestWithParam<incmoe_algo_t>
+{
+};
+
+} // namespace
+
+/* One rank: every band count from 1 to Tmax (and beyond). */
+TEST_P(MoeLayer, OneRankEveryBandCount)
+{
+    std::vector<Case> cases;
+    for (auto dt : kDtypes) {
+        Case c{shape(1, 4, 2, dt), {9}, {}};
+        for (int nb = 1; nb <= 10; nb++)
+            c.configs.push_back(cfg(nb));
+        cases.push_back(c);
+    }
+    run_cases(1, GetParam(), cases);
+}
+
+/* Two ranks, one without tokens; then none at all; worker splits and tail. */
+TEST_P(MoeLayer, TwoRanksUnequalAndEmpty)
+{
+    std::vector<Case> cases;
+    for (auto dt : kDtypes)
+        cases.push_back(Case{shape(2, 4, 2, dt), {6, 0}, {cfg(1), cfg(3), cfg(6)}});
+    cases.push_back(Case{shape(2, 4, 2, INCMOE_FLOAT32),
+                         {5, 3},
+                         {cfg(2, 2, 2, 2, 1), cfg(4, 1, 2, 3, 2), cfg(5, 2, 1, 1, 5)}});
+    cases.push_back(Case{shape(2, 4, 2, INCMOE_FLOAT32), {0, 0}, {cfg(1), cfg(3)}});
+    run_cases(2, GetParam(), cases);
+}
+
+/* Four ranks: every band count from 1 to Tmax in fp32; bands beyond some
+   ranks' tokens; 16-bit types with tail assistance. */
+TEST_P(MoeLayer, FourRanksBandSweep)
+{
+    std::vector<Case> cases;
+    Case c{shape(4, 8, 3, INCMOE_FLOAT32), {5, 0, 3, 7}, {}};
+    for (int nb = 1; nb <= 7; nb++)
+        c.configs.push_back(cfg(nb));
+    c.configs.push_back(cfg(4, 2, 2, 2, 2));
+    cases.push_back(c);
+    cases.push_back(Case{shape(4, 8, 3, INCMOE_FLOAT16), {5, 0, 3, 7}, {cfg(3, 1, 2, 1, 1)}});
+    cases.push_back(Case{shape(4, 8, 3, INCMOE_BFLOAT16), {5, 0, 3, 7}, {cfg(2, 2, 1, 2, 2)}});
+    run_cases(4, GetParam(), cases);
+}
+
+/* Eight ranks, one expert each: most experts of any token are remote. */
+TEST_P(MoeLayer, EightRanks)
+{
+    std::vector<Case> cases;
+    cases.push_back(Case{shape(8, 8, 2, INCMOE_FLOAT32),
+                         {3, 0, 1, 4, 0, 2, 5, 1},
+                         {cfg(1), cfg(2), cfg(5, 1, 1, 2, 2)}});
+    cases.push_back(Case{shape(8, 16, 3, INCMOE_BFLOAT16), {2, 2, 0, 3, 1, 0, 4, 2}, {cfg(3)}});
+    run_cases(8, GetParam(), cases);
+}
+
+/* The automatic configuration, with a printable choice. */
+TEST_P(MoeLayer, AutomaticConfiguration)
+{
+    std::vector<Case> cases;
+    incmoe_moe_config_t automatic = {0, 0, 0, 0, -1};
+    cases.push_back(Case{shape(2, 4, 2, INCMOE_FLOAT32, 32, 16), {40, 33}, {automatic}});
+    run_cases(2, GetParam(), cases);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algos, MoeLayer, ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING),
+                         [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
+                             return std::string(i.param == INCMOE_ALGO_INC ? "inc" : "ring");
+                         });
+
+/* The automatic choice follows the token count, obeys the settings and the
+   parameters (parameters first), and prints every field. */
+TEST(MoeConfig, ChoiceOverridesAndPrint)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(1, [&](int rank) -> std::string {
+        std::string err;
+        incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, 1, INCMOE_ALGO_INC, &err);
+        if (comm == nullptr)
+            return err;
+        moeref::Problem p = moeref::make_problem(shape(1, 4, 2, INCMOE_FLOAT32), {1}, 1);
+        std::vector<uint8_t> g, u, d;
+        moeref::local_weights(p, 0, &g, &u, &d);
+        incmoe_moe_params_t prm;
+        incmoe_moe_params_init(&prm);
+        prm.num_experts = 4, prm.top_k = 2, prm.hidden = 16, prm.intermediate = 8;
+        prm.comm = comm, prm.max_tokens = 4096;
+        prm.w_gate = g.data(), prm.w_up = u.data(), prm.w_down = d.data();
+        unsetenv("INCMOE_MOE_BANDS");
+        unsetenv("INCMOE_MOE_WORKERS");
+        unsetenv("INCMOE_MOE_TAIL");
+        incmoe_moe_t *L;
+        if (incmoe_moe_create(&prm, &L) != INCMOE_OK)
+            return "create failed";
+        incmoe_moe_config_t c;
+        int small[1] = {3}, big[1] = {4096};
+        incmoe_moe_config_for(L, small, &c);
+        if (c.nbands != 1 || c.tail_bands != 0 || c.gather_workers != 1 || c.reduce_workers != 1 ||
+            c.compute_workers < 1)
+            err = "3 tokens: expected one band, no tail, 1/x/1 workers";
+        /* One rank has no communication: the FFN is the stage, 4096 tokens of this
+           shape take 6.3 ms at 1 GFLOP/s; with 10 us per band the model wants
+           sqrt(2 * 6.3 ms / 10 us) = 35 bands. */
+        setenv("INCMOE_MOE_GFLOPS", "1", 1);
+        setenv("INCMOE_MOE_BAND_US", "10", 1);
+        incmoe_moe_config_for(L, big, &c);
+        if (err.empty() && (c.nbands < 30 || c.nbands > 40 || c.tail_bands != 1))
+            err = "4096 tokens: expected about 35 bands with one tail band, got nb=" +
+                  std::to_string(c.nbands) + " tail=" + std::to_string(c.tail_bands);
+        setenv("INCMOE_MOE_BANDS", "5", 1);
+        setenv("INCMOE_MOE_WORKERS", "2,3,1", 1);
+        setenv("INCMOE_MOE_TAIL", "2", 1);
+        incmoe_moe_config_for(L, big, &c);
+        char text[128];
+        incmoe_moe_config_str(&c, text, sizeof(text));
+        if (err.empty() && std::string(text) != "nb=5 workers(gather/compute/reduce)=2/3/1 tail=2")
+            err = std::string("settings not obeyed or printed: ") + text;
+        incmoe_moe_destroy(L);
+        prm.config = {7, 1, 0, 2, 0}; /* compute workers left to the settings */
+        if (err.empty() && incmoe_moe_create(&prm, &L) != INCMOE_OK)
+            err = "create with overrides failed";
+        else if (err.empty()) {
+            incmoe_moe_config_for(L, big, &c);
+            incmoe_moe_config_str(&c, text, sizeof(text));
+            if (std::string(text) != "nb=7 workers(gather/compute/reduce)=1/3/2 tail=0")
+                err = std::string("parameters should win over settings (compute from the "
+                                  "setting): ") +
+                      text;
+            incmoe_moe_destroy(L);
+        }
+        incmoe_comm_destroy(comm);
+        return err;
+    });
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
+}

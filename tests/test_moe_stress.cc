@@ -1,0 +1,129 @@
+/*
+ * test_moe_stress.cc - many random shapes, token counts, datatypes and
+ * pipeline configurations through one communicator, each pipelined forward
+ * checked against the fp64 reference and against the baseline.
+ */
+#include <gtest/gtest.h>
+
+#include <string.h>
+
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "harness.h"
+#include "moe_ref.h"
+
+namespace
+{
+
+std::string one(incmoe_comm_t *comm, int rank, int N, std::mt19937 &rng, int iter)
+{
+    auto rnd = [&](int lo, int hi) { return lo + (int)(rng() % (unsigned)(hi - lo + 1)); };
+    moeref::Shape s;
+    s.N = N;
+    s.E = N * rnd(1, 3);
+    s.k = rnd(1, s.E < 4 ? s.E : 4);
+    s.H = rnd(1, 40);
+    s.I = rnd(1, 24);
+    const incmoe_dtype_t d[] = {INCMOE_FLOAT32, INCMOE_FLOAT16, INCMOE_BFLOAT16};
+    s.dtype = d[rnd(0, 2)];
+    std::vector<int> counts(N);
+    int tmax = 0;
+    for (auto &c : counts) {
+        c = rnd(0, 4) == 0 ? 0 : rnd(1, 24);
+        tmax = c > tmax ? c : tmax;
+    }
+    incmoe_moe_config_t cfg = {rnd(1, tmax + 2), rnd(1, 3), rnd(1, 3), rnd(1, 3), 0};
+    cfg.tail_bands = rnd(0, cfg.nbands);
+    /* All ranks draw the same numbers (same seed); the problem seed too. */
+    moeref::Problem p = moeref::make_problem(s, counts, 5000 + iter, rnd(0, 3));
+    std::vector<uint8_t> g, u, dn;
+    moeref::local_weights(p, rank, &g, &u, &dn);
+    incmoe_moe_params_t prm;
+    incmoe_moe_params_init(&prm);
+    prm.num_experts = s.E;
+    prm.top_k = s.k;
+    prm.hidden = s.H;
+    prm.intermediate = s.I;
+    prm.dtype = s.dtype;
+    prm.comm = comm;
+    prm.max_tokens = 24;
+    prm.w_gate = g.data();
+    prm.w_up = u.data();
+    prm.w_down = dn.data();
+    prm.config = cfg;
+    prm.timeout_ms = 20000;
+    char desc[256];
+    char cs[128];
+    incmoe_moe_config_str(&cfg, cs, sizeof(cs));
+    snprintf(desc, sizeof(desc), "iter %d: E=%d k=%d H=%d I=%d %s Tmax=%d %s", iter, s.E, s.k, s.H,
+             s.I, incmoe_dtype_name(s.dtype), tmax, cs);
+    incmoe_moe_t *L;
+    incmoe_status_t st = incmoe_moe_create(&prm, &L);
+    if (st != INCMOE_OK)
+        return std::string(desc) + ": create: " + incmoe_strerror(st);
+    std::vector<double> mag, ref = moeref::reference(p, rank, &mag);
+    std::vector<uint8_t> base;
+    std::string err;
+    for (int m = 0; m < 2 && err.empty(); m++) {
+        incmoe_moe_mode_t mode = m == 0 ? INCMOE_MOE_BASELINE : INCMOE_MOE_PIPELINED;
+        void *out;
+        st = incmoe_moe_forward(L, mode, p.x[rank].data(), p.ids[rank].data(), p.w[rank].data(),
+                                counts.data(), &out);
+        if (st != INCMOE_OK) {
+            err = std::string(incmoe_moe_mode_name(mode)) + ": " + incmoe_strerror(st);
+            break;
+        }
+        err = moeref::check_against_ref(out, ref, mag, counts[rank], s.H, s.dtype,
+                                        incmoe_moe_mode_name(mode));
+        size_t bytes = (size_t)counts[rank] * s.H * incmoe_dtype_size(s.dtype);
+        if (m == 0)
+            base.assign((uint8_t *)out, (uint8_t *)out + bytes);
+        else if (err.empty())
+            err = moeref::check_cosine(out, base.data(), counts[rank], s.H, s.dtype, 0.99999,
+                                       "pipelined vs baseline");
+    }
+    incmoe_moe_destroy(L);
+    return err.empty() ? "" : std::string(desc) + ": " + err;
+}
+
+class MoeStress : public ::testing::TestWithParam<std::tuple<int, incmoe_algo_t>>
+{
+};
+
+} // namespace
+
+TEST_P(MoeStress, RandomShapesAndConfigurations)
+{
+    const int N = std::get<0>(GetParam());
+    const incmoe_algo_t algo = std::get<1>(GetParam());
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        N,
+        [&](int rank) -> std::string {
+            setenv("OPENBLAS_NUM_THREADS", "1", 1);
+            std::string err;
+            incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
+            if (comm == nullptr)
+                return err;
+            std::mt19937 rng(424242 + N);
+            for (int it = 0; it < 40 && err.empty(); it++)
+                err = one(comm, rank, N, rng, it);
+            incmoe_comm_destroy(comm);
+            return err;
+        },
+        150);
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, MoeStress,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, incmoe_algo_t>> &i) {
+                             return "N" + std::to_string(std::get<0>(i.param)) +
+                                    (std::get<1>(i.param) == INCMOE_ALGO_INC ? "_inc" : "_ring");
+                         });

@@ -1,0 +1,744 @@
+/*
+ * moe_bench.c - incmoe-moe-bench, the INC-MoE layer benchmark (paper Figures 1 and 7).
+ *
+ *   incmoe-moe-bench [-N 4] [-t 64,256,1024] [-E 16] [-k 4] [-H 512] [-I 256] [-d float]
+ *                    [-b BANDS] [--model olmoe] [--algo inc,ring] [-n 5] [-w 2]
+ *                    [--link-mbps BW] [--no-verify]
+ *   incmoe-moe-bench --switch HOST:PORT --rank R -N N [--job ID] ...  (one rank of a job)
+ *
+ * For each collective algorithm and each token count per rank it runs the MoE
+ * layer in baseline mode (AllGather, every expert, ReduceScatter: vLLM's
+ * default expert-parallel path) and in pipelined mode (INC-MoE's band
+ * pipeline), checks the outputs (per-token cosine similarity between the modes
+ * and a relative error against an fp64 evaluation of Equation (1) on sample
+ * tokens), and prints the layer time, tokens/s per rank and the speedup over
+ * the ring baseline.  Embedded (no --rank) it starts incmoe-switchd on loopback
+ * and N rank processes itself; with --rank it is one rank of a job whose ranks
+ * all run the same command (tools/testbed run), and rank 0 prints the table.
+ *
+ * Layer time is the median over the timed forwards of the slowest rank.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/incmoe.h"
+#include "dtype.h"
+#include "incmoe_moe.h"
+#include "switchd_path.h"
+
+#define MAX_T     32
+#define MAX_RANKS 64
+
+typedef struct {
+    int nranks, rank; /* rank -1: embedded */
+    int E, k, H, I;
+    incmoe_dtype_t dtype;
+    int tokens[MAX_T], ntokens;
+    int bands, iters, warmup, verify;
+    int algos[2], nalgos;
+    const char *switch_addr;
+    uint64_t job;
+    double link_mbps;
+    const char *model;
+} opts_t;
+
+/* One measurement: an algorithm, a token count, a mode. */
+typedef struct {
+    int algo, ti, mode;
+    double ms;      /* median layer time */
+    double cos_min; /* pipelined vs baseline (pipelined rows only) */
+    double ref_err; /* worst sample-token relative error against fp64 */
+    /* Baseline phases (medians): header exchange, AllGather, FFN, ReduceScatter. */
+    double ex_ms, ag_ms, ffn_ms, rs_ms;
+    char cfg[96];
+} result_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------ problem data */
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* A uniform value in [-1, 1) that any rank can recompute from (stream, index). */
+static double uval(uint64_t stream, uint64_t i)
+{
+    return (double)(mix(stream * 0x100000001b3ull ^ mix(i)) >> 11) * (2.0 / 9007199254740992.0) -
+           1.0;
+}
+
+static void put(void *base, size_t i, double v, incmoe_dtype_t dt)
+{
+    if (dt == INCMOE_FLOAT16)
+        ((uint16_t *)base)[i] = dtype_float_to_half((float)v);
+    else if (dt == INCMOE_BFLOAT16)
+        ((uint16_t *)base)[i] = dtype_float_to_bf16((float)v);
+    else
+        ((float *)base)[i] = (float)v;
+}
+
+static double get(const void *base, size_t i, incmoe_dtype_t dt)
+{
+    if (dt == INCMOE_FLOAT16)
+        return dtype_half_to_float(((const uint16_t *)base)[i]);
+    if (dt == INCMOE_BFLOAT16)
+        return dtype_bf16_to_float(((const uint16_t *)base)[i]);
+    return ((const float *)base)[i];
+}
+
+/* Weight streams: expert e's gate, up and down matrices. */
+static uint64_t wstream(int e, int which)
+{
+    return 1000u + (uint64_t)e * 3u + (uint64_t)which;
+}
+
+static double wscale(const opts_t *o, int which)
+{
+    return which == 2 ? 2.0 / sqrt(o->I) : 2.0 / sqrt(o->H);
+}
+
+static void fill_weights(const opts_t *o, int e, int which, void *dst)
+{
+    size_t n = (size_t)o->H * o->I;
+    double s = wscale(o, which);
+    for (size_t i = 0; i < n; i++)
+        put(dst, i, uval(wstream(e, which), i) * s, o->dtype);
+}
+
+/* Token inputs and routing of rank r at token count T (deterministic). */
+static void make_tokens(const opts_t *o, int r, int T, void *x, int32_t *ids, float *w)
+{
+    uint64_t sx = mix(77 + (uint64_t)r * 1315423911u + (uint64_t)T);
+    for (size_t i = 0; i < (size_t)T * o->H; i++)
+        put(x, i, uval(sx, i), o->dtype);
+    for (int t = 0; t < T; t++) {
+        /* k distinct experts, uniformly; weights as a router's softmax would give (not renormalised
+         * here). */
+        for (int a = 0; a < o->k; a++) {
+            int32_t e;
+            int dup;
+            uint64_t c = 0;
+            do {
+                e = (int32_t)(mix(sx ^ mix(((uint64_t)t << 8 | (uint64_t)a) + (c++ << 40))) %
+                              (uint64_t)o->E);
+                dup = 0;
+                for (int b = 0; b < a; b++)
+                    dup |= ids[(size_t)t * o->k + b] == e;
+            } while (dup);
+            ids[(size_t)t * o->k + a] = e;
+            w[(size_t)t * o->k + a] =
+                (float)(0.5 + 0.5 * uval(sx + 1, (uint64_t)t * o->k + a)) / (float)o->k;
+        }
+    }
+}
+
+/* fp64 Equation (1) for token t of rank r, recomputing the experts' weights. */
+static void reference_token(const opts_t *o, const void *x, const int32_t *ids, const float *w,
+                            int t, double *y)
+{
+    double *a = malloc(sizeof(double) * (size_t)o->I);
+    memset(y, 0, sizeof(double) * (size_t)o->H);
+    size_t es = incmoe_dtype_size(o->dtype);
+    void *m = malloc((size_t)o->H * o->I * es);
+    for (int c = 0; c < o->k; c++) {
+        int e = ids[(size_t)t * o->k + c];
+        fill_weights(o, e, 0, m);
+        double *g = calloc((size_t)o->I, sizeof(double));
+        for (int i = 0; i < o->I; i++)
+            for (int h = 0; h < o->H; h++)
+                g[i] +=
+                    get(m, (size_t)i * o->H + h, o->dtype) * get(x, (size_t)t * o->H + h, o->dtype);
+        fill_weights(o, e, 1, m);
+        for (int i = 0; i < o->I; i++) {
+            double u = 0;
+            for (int h = 0; h < o->H; h++)
+                u +=
+                    get(m, (size_t)i * o->H + h, o->dtype) * get(x, (size_t)t * o->H + h, o->dtype);
+            a[i] = g[i] / (1.0 + exp(-g[i])) * u;
+        }
+        free(g);
+        fill_weights(o, e, 2, m);
+        for (int h = 0; h < o->H; h++) {
+            double acc = 0;
+            for (int i = 0; i < o->I; i++)
+                acc += get(m, (size_t)h * o->I + i, o->dtype) * a[i];
+            y[h] += w[(size_t)t * o->k + c] * acc;
+        }
+    }
+    free(m);
+    free(a);
+}
+
+/* --------------------------------------------------------------- one rank */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static incmoe_comm_t *join(const opts_t *o, int rank, int algo)
+{
+    incmoe_comm_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.switch_addr = o->switch_addr;
+    p.job_id = o->job * 2 + (uint64_t)algo;
+    p.rank = rank;
+    p.nranks = o->nranks;
+    p.field_mask = INCMOE_COMM_PARAM_ALGO;
+    p.algo = (incmoe_algo_t)algo;
+    incmoe_comm_t *comm;
+    incmoe_status_t st = incmoe_comm_create(&p, &comm);
+    if (st != INCMOE_OK) {
+        fprintf(stderr, "rank %d: joining the %s job failed: %s\n", rank,
+                algo == INCMOE_ALGO_INC ? "in-network" : "ring", incmoe_strerror(st));
+        return NULL;
+    }
+    return comm;
+}
+
+/* Runs every measurement of this rank; writes "result ..." lines to out. */
+static int run_rank(const opts_t *o, int rank, FILE *out)
+{
+    int maxT = 0;
+    size_t es = incmoe_dtype_size(o->dtype);
+    for (int i = 0; i < o->ntokens; i++)
+        maxT = o->tokens[i] > maxT ? o->tokens[i] : maxT;
+    int nl = o->E / o->nranks;
+    size_t wsz = (size_t)o->H * o->I * es;
+    uint8_t *wg = malloc(wsz * nl), *wu = malloc(wsz * nl), *wd = malloc(wsz * nl);
+    void *x = malloc((size_t)maxT * o->H * es);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)maxT * o->k);
+    float *w = malloc(sizeof(float) * (size_t)maxT * o->k);
+    void *base = malloc((size_t)maxT * o->H * es);
+    double *times = malloc(sizeof(double) * (size_t)(o->iters > 0 ? o->iters : 1));
+    double *ph[4];
+    for (int i = 0; i < 4; i++)
+        ph[i] = malloc(sizeof(double) * (size_t)(o->iters > 0 ? o->iters : 1));
+    double *ref = malloc(sizeof(double) * (size_t)o->H);
+    if (!wg || !wu || !wd || !x || !ids || !w || !base || !times || !ref) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
+        return 1;
+    }
+    for (int le = 0; le < nl; le++) {
+        int e = rank * nl + le;
+        fill_weights(o, e, 0, wg + wsz * le);
+        fill_weights(o, e, 1, wu + wsz * le);
+        fill_weights(o, e, 2, wd + wsz * le);
+    }
+    int rc = 0;
+    for (int ai = 0; ai < o->nalgos && rc == 0; ai++) {
+        int algo = o->algos[ai];
+        incmoe_comm_t *comm = join(o, rank, algo);
+        if (comm == NULL)
+            return 1;
+        incmoe_moe_params_t p;
+        incmoe_moe_params_init(&p);
+        p.num_experts = o->E;
+        p.top_k = o->k;
+        p.hidden = o->H;
+        p.intermediate = o->I;
+        p.dtype = o->dtype;
+        p.comm = comm;
+        p.max_tokens = maxT;
+        p.w_gate = wg;
+        p.w_up = wu;
+        p.w_down = wd;
+        p.config.nbands = o->bands;
+        incmoe_moe_t *L;
+        incmoe_status_t st = incmoe_moe_create(&p, &L);
+        if (st != INCMOE_OK) {
+            fprintf(stderr, "rank %d: layer create failed: %s\n", rank, incmoe_strerror(st));
+            incmoe_comm_destroy(comm);
+            return 1;
+        }
+        for (int ti = 0; ti < o->ntokens && rc == 0; ti++) {
+            int T = o->tokens[ti];
+            int counts[MAX_RANKS];
+            for (int r = 0; r < o->nranks; r++)
+                counts[r] = T;
+            make_tokens(o, rank, T, x, ids, w);
+            for (int mode = 0; mode < 2 && rc == 0; mode++) {
+                void *out_p = NULL;
+                for (int it = 0; it < o->warmup + o->iters && rc == 0; it++) {
+                    double t0 = now_s();
+                    st = incmoe_moe_forward(L, (incmoe_moe_mode_t)mode, x, ids, w, counts, &out_p);
+                    double dt = now_s() - t0;
+                    if (st != INCMOE_OK) {
+                        fprintf(stderr, "rank %d: forward failed: %s\n", rank, incmoe_strerror(st));
+                        rc = 1;
+                    } else if (it >= o->warmup) {
+                        incmoe_moe_timing_t tm;
+                        incmoe_moe_last_timing(L, &tm);
+                        times[it - o->warmup] = dt;
+                        ph[0][it - o->warmup] = tm.exchange_ms;
+                        ph[1][it - o->warmup] = tm.allgather_ms;
+                        ph[2][it - o->warmup] = tm.ffn_ms;
+                        ph[3][it - o->warmup] = tm.reducescatter_ms;
+                    }
+                }
+                if (rc != 0)
+                    break;
+                qsort(times, (size_t)o->iters, sizeof(double), cmp_double);
+                result_t res = {.algo = algo, .ti = ti, .mode = mode, .cos_min = 1, .ref_err = 0};
+                res.ms = times[o->iters / 2] * 1e3;
+                for (int i = 0; i < 4; i++)
+                    qsort(ph[i], (size_t)o->iters, sizeof(double), cmp_double);
+                res.ex_ms = ph[0][o->iters / 2];
+                res.ag_ms = ph[1][o->iters / 2];
+                res.ffn_ms = ph[2][o->iters / 2];
+                res.rs_ms = ph[3][o->iters / 2];
+                if (mode == INCMOE_MOE_PIPELINED) {
+                    incmoe_moe_config_t c;
+                    incmoe_moe_config_for(L, counts, &c);
+                    incmoe_moe_config_str(&c, res.cfg, sizeof(res.cfg));
+                } else {
+                    snprintf(res.cfg, sizeof(res.cfg), "-");
+                }
+                if (mode == INCMOE_MOE_BASELINE) {
+                    memcpy(base, out_p, (size_t)T * o->H * es);
+                } else if (o->verify) {
+                    for (int t = 0; t < T; t++) {
+                        double ab = 0, aa = 0, bb = 0;
+                        for (int h = 0; h < o->H; h++) {
+                            double u = get(out_p, (size_t)t * o->H + h, o->dtype);
+                            double v = get(base, (size_t)t * o->H + h, o->dtype);
+                            ab += u * v, aa += u * u, bb += v * v;
+                        }
+                        double c = (aa == 0 && bb == 0) ? 1 : ab / sqrt(aa * bb);
+                        res.cos_min = c < res.cos_min ? c : res.cos_min;
+                    }
+                    /* Two sample tokens against fp64: first and last. */
+                    for (int s = 0; s < 2 && T > 0; s++) {
+                        int t = s == 0 ? 0 : T - 1;
+                        double en = 0, rn = 0;
+                        reference_token(o, x, ids, w, t, ref);
+                        for (int h = 0; h < o->H; h++) {
+                            double d = get(out_p, (size_t)t * o->H + h, o->dtype) - ref[h];
+                            en += d * d, rn += ref[h] * ref[h];
+                        }
+                        double e = sqrt(en / (rn > 0 ? rn : 1));
+                        res.ref_err = e > res.ref_err ? e : res.ref_err;
+                    }
+                }
+                fprintf(out, "result %d %d %d %.6f %.9f %.3e %.6f %.6f %.6f %.6f %s\n", res.algo,
+                        res.ti, res.mode, res.ms, res.cos_min, res.ref_err, res.ex_ms, res.ag_ms,
+                        res.ffn_ms, res.rs_ms, res.cfg);
+                fflush(out);
+            }
+        }
+        incmoe_moe_destroy(L);
+        incmoe_comm_destroy(comm);
+    }
+    free(wg), free(wu), free(wd), free(x), free(ids), free(w), free(base), free(times), free(ref);
+    for (int i = 0; i < 4; i++)
+        free(ph[i]);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ table */
+
+static double tol_of(incmoe_dtype_t dt)
+{
+    return dt == INCMOE_BFLOAT16 ? 3e-2 : dt == INCMOE_FLOAT16 ? 5e-3 : 1e-4;
+}
+
+static int print_table(const opts_t *o, result_t *all, int n)
+{
+    int ok = 1;
+    double ms[2][MAX_T][2];
+    double cosm[2][MAX_T], refe[2][MAX_T];
+    char cfg[2][MAX_T][96];
+    int have[2][MAX_T][2];
+    double phase[2][MAX_T]
+                [4]; /* baseline: exchange, AllGather, FFN, ReduceScatter (slowest rank) */
+    memset(have, 0, sizeof(have));
+    memset(phase, 0, sizeof(phase));
+    for (int a = 0; a < 2; a++)
+        for (int t = 0; t < MAX_T; t++)
+            cosm[a][t] = 1, refe[a][t] = 0, cfg[a][t][0] = '\0';
+    for (int i = 0; i < n; i++) {
+        result_t *r = &all[i];
+        /* The slowest rank sets the layer time. */
+        if (!have[r->algo][r->ti][r->mode] || r->ms > ms[r->algo][r->ti][r->mode])
+            ms[r->algo][r->ti][r->mode] = r->ms;
+        have[r->algo][r->ti][r->mode] = 1;
+        if (r->mode == 0) {
+            double v[4] = {r->ex_ms, r->ag_ms, r->ffn_ms, r->rs_ms};
+            for (int k = 0; k < 4; k++)
+                phase[r->algo][r->ti][k] = fmax(phase[r->algo][r->ti][k], v[k]);
+        }
+        if (r->mode == 1) {
+            cosm[r->algo][r->ti] = fmin(cosm[r->algo][r->ti], r->cos_min);
+            refe[r->algo][r->ti] = fmax(refe[r->algo][r->ti], r->ref_err);
+            snprintf(cfg[r->algo][r->ti], sizeof(cfg[0][0]), "%s", r->cfg);
+        }
+    }
+    printf("\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, median of %d forwards "
+           "(slowest rank)\n",
+           o->nranks, o->E, o->k, o->H, o->I, incmoe_dtype_name(o->dtype),
+           o->model ? ", model " : "", o->model ? o->model : "", o->iters);
+    printf("%8s %-5s %10s %10s %11s %11s %9s %9s %9s %10s %10s %9s  %s\n", "tok/rank", "algo",
+           "base_ms", "pipe_ms", "base_tok/s", "pipe_tok/s", "pipe/base", "vs_ring_b", "ideal_ms",
+           "pipe/ideal", "min_cos", "ref_err", "pipelined config");
+    for (int t = 0; t < o->ntokens; t++) {
+        double ringb = have[INCMOE_ALGO_RING][t][0] ? ms[INCMOE_ALGO_RING][t][0] : 0;
+        for (int ai = 0; ai < o->nalgos; ai++) {
+            int a = o->algos[ai];
+            if (!have[a][t][0] || !have[a][t][1]) {
+                printf("%8d %-5s   (missing results)\n", o->tokens[t], a ? "ring" : "inc");
+                ok = 0;
+                continue;
+            }
+            double b = ms[a][t][0], p = ms[a][t][1];
+            int good = o->verify ? (cosm[a][t] >= 0.99999 && refe[a][t] <= tol_of(o->dtype)) : 1;
+            ok &= good;
+            char vs[32] = "-";
+            if (ringb > 0)
+                snprintf(vs, sizeof(vs), "%.2fx", ringb / p);
+            /* The ideal pipeline: max(communication, FFN) plus the header exchange, from the
+               baseline's phases.  In the network an AllGather and a ReduceScatter in flight
+               together take N/(N-1) of the longer one alone (paper section 3.2: S/BW against
+               (N-1)/N S/BW each); ring ones share both link directions, so they add up. */
+            const double *ph = phase[a][t];
+            double comm =
+                a == INCMOE_ALGO_INC
+                    ? fmax(ph[1], ph[3]) * (o->nranks > 1 ? (double)o->nranks / (o->nranks - 1) : 1)
+                    : ph[1] + ph[3];
+            double ideal = fmax(comm, ph[2]) + ph[0];
+            printf("%8d %-5s %10.3f %10.3f %11.0f %11.0f %8.2fx %9s %9.3f %9.2fx %10.7f %9.2e  "
+                   "%s%s\n",
+                   o->tokens[t], a ? "ring" : "inc", b, p, o->tokens[t] / (b * 1e-3),
+                   o->tokens[t] / (p * 1e-3), b / p, vs, ideal, p / ideal, cosm[a][t], refe[a][t],
+                   cfg[a][t], good ? "" : "  VERIFY FAILED");
+        }
+    }
+    printf("pipe/base: speedup of the band pipeline over the same algorithm's baseline; "
+           "vs_ring_b: pipelined layer time of this row against the ring baseline "
+           "(vLLM's default path); ideal_ms: max(AllGather || ReduceScatter, FFN) + header "
+           "exchange from the baseline's measured phases; pipe/ideal: how far the pipeline is "
+           "from it.\n");
+    printf("incmoe-moe-bench: %s\n", ok ? "outputs verified" : "VERIFICATION FAILED");
+    return ok ? 0 : 1;
+}
+
+static int parse_results(FILE *f, result_t *all, int *n, int max)
+{
+    char line[512];
+    int bad = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        result_t r;
+        int off = 0;
+        if (*n < max && sscanf(line, "result %d %d %d %lf %lf %le %lf %lf %lf %lf %n", &r.algo,
+                               &r.ti, &r.mode, &r.ms, &r.cos_min, &r.ref_err, &r.ex_ms, &r.ag_ms,
+                               &r.ffn_ms, &r.rs_ms, &off) == 10) {
+            snprintf(r.cfg, sizeof(r.cfg), "%s", line + off);
+            r.cfg[strcspn(r.cfg, "\n")] = '\0';
+            all[(*n)++] = r;
+        } else {
+            fputs(line, stderr);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+/* ------------------------------------------------------------- embedded */
+
+static pid_t start_switch(const char *path, char *addr, size_t len)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl(path, path, "--listen", "127.0.0.1:0", (char *)NULL);
+        fprintf(stderr, "incmoe-moe-bench: cannot run %s: %s\n", path, strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[256] = "";
+    size_t have = 0;
+    double deadline = now_s() + 20;
+    while (have < sizeof(line) - 1 && strchr(line, '\n') == NULL && now_s() < deadline) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        ssize_t k = read(fds[0], line + have, sizeof(line) - 1 - have);
+        if (k <= 0)
+            break;
+        have += (size_t)k;
+        line[have] = '\0';
+    }
+    close(fds[0]);
+    const char *at = strstr(line, "listening on ");
+    if (at == NULL) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    snprintf(addr, len, "%s", at + strlen("listening on "));
+    addr[strcspn(addr, " \n")] = '\0';
+    return pid;
+}
+
+static int run_embedded(opts_t *o)
+{
+    char addr[128];
+    pid_t sw = -1;
+    if (o->switch_addr == NULL) {
+        sw = start_switch(switchd_path(), addr, sizeof(addr));
+        if (sw < 0) {
+            fprintf(stderr, "incmoe-moe-bench: could not start %s\n", switchd_path());
+            return 1;
+        }
+        o->switch_addr = addr;
+    }
+    if (o->job == 0)
+        o->job = ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL);
+    pid_t pids[MAX_RANKS];
+    FILE *outs[MAX_RANKS];
+    for (int r = 0; r < o->nranks; r++) {
+        int p[2];
+        if (pipe(p) != 0)
+            return 1;
+        fflush(stdout);
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(p[0]);
+            FILE *f = fdopen(p[1], "w");
+            _exit(run_rank(o, r, f));
+        }
+        close(p[1]);
+        outs[r] = fdopen(p[0], "r");
+    }
+    int max = 4 * MAX_T * o->nranks, n = 0, rc = 0;
+    result_t *all = calloc((size_t)max, sizeof(result_t));
+    for (int r = 0; r < o->nranks; r++) {
+        rc |= parse_results(outs[r], all, &n, max);
+        fclose(outs[r]);
+        int status;
+        waitpid(pids[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            rc = 1;
+    }
+    if (sw > 0) {
+        kill(sw, SIGTERM);
+        waitpid(sw, NULL, 0);
+    }
+    rc |= print_table(o, all, n);
+    free(all);
+    return rc;
+}
+
+/* ------------------------------------------------------------ arguments */
+
+static void usage(void)
+{
+    printf("usage: incmoe-moe-bench [options]\n"
+           "  -N RANKS           ranks (default 4)\n"
+           "  -t T1,T2,...       tokens per rank (default 64,256,1024)\n"
+           "  -E, -k, -H, -I     experts, top-k, hidden, intermediate (default 16, 4, 512, 256)\n"
+           "  -d TYPE            float, half or bfloat16 (default float)\n"
+           "  -b BANDS           bands of the pipeline (default: chosen automatically)\n"
+           "  --model olmoe      OLMoE-1B-7B's shape: E=64 k=8 H=2048 I=1024\n"
+           "  --algo inc,ring    collective algorithms to run (default both)\n"
+           "  -n ITERS, -w WARM  timed and warm-up forwards per point (default 5, 2)\n"
+           "  --link-mbps BW     per-rank link rate for the configuration model\n"
+           "  --no-verify        skip the output checks\n"
+           "  --switch HOST:PORT --rank R [--job ID]   run as one rank of a job\n");
+}
+
+static int parse_list(const char *s, int *v, int *n, int max)
+{
+    char *copy = strdup(s), *save = NULL;
+    *n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long x = strtol(tok, &end, 10);
+        if (*end != '\0' || x < 0 || x > (1 << 20) || *n == max) {
+            free(copy);
+            return -1;
+        }
+        v[(*n)++] = (int)x;
+    }
+    free(copy);
+    return *n > 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o = {.nranks = 4,
+                .rank = -1,
+                .E = 16,
+                .k = 4,
+                .H = 512,
+                .I = 256,
+                .dtype = INCMOE_FLOAT32,
+                .iters = 5,
+                .warmup = 2,
+                .verify = 1,
+                .algos = {INCMOE_ALGO_RING, INCMOE_ALGO_INC},
+                .nalgos = 2};
+    parse_list("64,256,1024", o.tokens, &o.ntokens, MAX_T);
+    static const struct option opts[] = {{"model", required_argument, NULL, 'M'},
+                                         {"algo", required_argument, NULL, 'A'},
+                                         {"switch", required_argument, NULL, 'S'},
+                                         {"rank", required_argument, NULL, 'R'},
+                                         {"job", required_argument, NULL, 'J'},
+                                         {"link-mbps", required_argument, NULL, 'L'},
+                                         {"no-verify", no_argument, NULL, 'V'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "N:t:E:k:H:I:d:b:n:w:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'N':
+            o.nranks = atoi(optarg);
+            break;
+        case 't':
+            if (parse_list(optarg, o.tokens, &o.ntokens, MAX_T) != 0) {
+                fprintf(stderr, "incmoe-moe-bench: -t takes token counts like 64,256,1024\n");
+                return 2;
+            }
+            break;
+        case 'E':
+            o.E = atoi(optarg);
+            break;
+        case 'k':
+            o.k = atoi(optarg);
+            break;
+        case 'H':
+            o.H = atoi(optarg);
+            break;
+        case 'I':
+            o.I = atoi(optarg);
+            break;
+        case 'd':
+            if (!strcmp(optarg, "float") || !strcmp(optarg, "fp32"))
+                o.dtype = INCMOE_FLOAT32;
+            else if (!strcmp(optarg, "half") || !strcmp(optarg, "fp16"))
+                o.dtype = INCMOE_FLOAT16;
+            else if (!strcmp(optarg, "bfloat16") || !strcmp(optarg, "bf16"))
+                o.dtype = INCMOE_BFLOAT16;
+            else {
+                fprintf(stderr, "incmoe-moe-bench: -d takes float, half or bfloat16\n");
+                return 2;
+            }
+            break;
+        case 'b':
+            o.bands = atoi(optarg);
+            break;
+        case 'n':
+            o.iters = atoi(optarg);
+            break;
+        case 'w':
+            o.warmup = atoi(optarg);
+            break;
+        case 'M':
+            if (strcmp(optarg, "olmoe") != 0) {
+                fprintf(stderr, "incmoe-moe-bench: the only --model is olmoe\n");
+                return 2;
+            }
+            o.model = "olmoe-1b-7b", o.E = 64, o.k = 8, o.H = 2048, o.I = 1024;
+            break;
+        case 'A':
+            o.nalgos = 0;
+            if (strstr(optarg, "ring"))
+                o.algos[o.nalgos++] = INCMOE_ALGO_RING;
+            if (strstr(optarg, "inc"))
+                o.algos[o.nalgos++] = INCMOE_ALGO_INC;
+            if (o.nalgos == 0) {
+                fprintf(stderr, "incmoe-moe-bench: --algo takes inc, ring or inc,ring\n");
+                return 2;
+            }
+            break;
+        case 'S':
+            o.switch_addr = optarg;
+            break;
+        case 'R':
+            o.rank = atoi(optarg);
+            break;
+        case 'J':
+            o.job = strtoull(optarg, NULL, 0);
+            break;
+        case 'L':
+            o.link_mbps = atof(optarg);
+            break;
+        case 'V':
+            o.verify = 0;
+            break;
+        case 'h':
+            usage();
+            return 0;
+        default:
+            usage();
+            return 2;
+        }
+    }
+    if (o.nranks < 1 || o.nranks > MAX_RANKS || o.E < o.nranks || o.E % o.nranks != 0 || o.k < 1 ||
+        o.k > o.E || o.H < 1 || o.I < 1 || o.iters < 1 || o.warmup < 0 || o.bands < 0) {
+        fprintf(stderr,
+                "incmoe-moe-bench: need 1 <= N <= %d, E a multiple of N, 1 <= k <= E, "
+                "H, I, -n >= 1 (got N=%d E=%d k=%d H=%d I=%d n=%d)\n",
+                MAX_RANKS, o.nranks, o.E, o.k, o.H, o.I, o.iters);
+        return 2;
+    }
+    /* One BLAS thread per rank: the ranks share the machine's cores. */
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    if (o.link_mbps > 0) {
+        char v[32];
+        snprintf(v, sizeof(v), "%.0f", o.link_mbps);
+        setenv("INCMOE_MOE_LINK_MBPS", v, 1);
+    }
+    if (o.rank < 0)
+        return run_embedded(&o);
+    if (o.switch_addr == NULL || o.rank >= o.nranks) {
+        fprintf(stderr, "incmoe-moe-bench: --rank needs --switch and a rank below -N\n");
+        return 2;
+    }
+    if (o.job == 0)
+        o.job = 1;
+    /* One rank of a job: rank 0 prints its own measurements as the table. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    int rc = run_rank(&o, o.rank, mem);
+    fclose(mem);
+    if (o.rank == 0) {
+        FILE *in = fmemopen(buf, len, "r");
+        int n = 0;
+        result_t *all = calloc(4 * MAX_T, sizeof(result_t));
+        if (in != NULL) {
+            parse_results(in, all, &n, 4 * MAX_T);
+            fclose(in);
+        }
+        rc |= print_table(&o, all, n);
+        free(all);
+    }
+    free(buf);
+    return rc;
+}
