@@ -105,7 +105,8 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
         .cb.send   = send_done_cb,
         .user_data = ctx,
         /* REPLY names our endpoint at the switch, which is how it knows who sent it. */
-        .flags = UCP_AM_SEND_FLAG_REPLY | (length >= comm->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : 0),
+        .flags = UCP_AM_SEND_FLAG_REPLY |
+                 (length >= comm->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER),
     };
     if (memh != NULL) {
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
@@ -888,6 +889,8 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
     if (comm->timeout_ms <= 0)
         comm->timeout_ms = 10000;
     comm->rndv_thresh = (size_t)config_get_int("INCMOE_RNDV_THRESH");
+    if (comm->rndv_thresh == 0)
+        comm->rndv_thresh = SIZE_MAX;
     comm->wake_fd     = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);

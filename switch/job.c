@@ -172,8 +172,10 @@ static job_t *job_find(server_t *srv, uint64_t id)
 
 static size_t job_memory_bound(const server_t *srv, int nranks)
 {
-    /* Contributions: N ranks x credits per data stream; results: at most as many again. */
-    return (size_t)srv->chunk_size * srv->credits * ((size_t)nranks * 3 + 3) * 2;
+    /* Contributions: N ranks x credits in each of the 3 data streams.  Results exist only for
+       complete items: a ReduceScatter item holds N-1 contributions, so at most 2 x credits
+       results (N >= 2), an AllReduce item N, so at most credits. */
+    return (size_t)srv->chunk_size * srv->credits * ((size_t)nranks * 3 + 3);
 }
 
 static job_t *job_new(server_t *srv, uint64_t id, int nranks)

@@ -185,7 +185,7 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct incmoe_w
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
         .cb.send   = send_cb,
         .user_data = ctx,
-        .flags     = length >= srv->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : 0,
+        .flags     = length >= srv->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER,
     };
     ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
                                            payload, length, &param);

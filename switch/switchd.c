@@ -9,6 +9,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,15 +34,17 @@ static void usage(FILE *out)
             "  --max-memory BYTES     bound on buffered data over all jobs (default 1G;\n"
             "                         K/M/G suffixes); jobs that would exceed it are refused\n"
             "  --chunk-size BYTES     bytes of one data chunk (default INCMOE_CHUNK_SIZE, 256K)\n"
-            "  --credits N            chunks a rank may have in flight per stream (default 8)\n"
+            "  --credits N            chunks a rank may have in flight per stream (default 16)\n"
             "  --timeout-ms MS        dead-rank bound when ranks ask none (default 10000)\n"
+            "  --rndv-thresh BYTES    send payloads from this size rendezvous (default\n"
+            "                         INCMOE_RNDV_THRESH; 0: always eager, best on TCP)\n"
             "  --egress-chunks N      chunks in flight toward one rank (default 2); results\n"
             "                         go ahead of multicast copies in each rank's queue\n"
             "  --log-level LEVEL      error, warn, info, debug, trace (or INCMOE_LOG_LEVEL)\n"
             "  --help\n"
             "\n"
             "The first line on stdout is 'incmoe-switchd listening on HOST:PORT'.\n"
-            "Each job may buffer at most chunk-size x credits x (3N+3) x 2 bytes.\n");
+            "Each job may buffer at most chunk-size x credits x (3N+3) bytes.\n");
 }
 
 static int parse_size_arg(const char *name, const char *text, long long min, long long *out)
@@ -63,6 +66,7 @@ int main(int argc, char **argv)
         {"chunk-size", required_argument, NULL, 'c'}, {"credits", required_argument, NULL, 'r'},
         {"timeout-ms", required_argument, NULL, 'T'}, {"log-level", required_argument, NULL, 'L'},
         {"egress-chunks", required_argument, NULL, 'E'},
+        {"rndv-thresh", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
     };
     server_t    srv    = {0};
@@ -72,6 +76,8 @@ int main(int argc, char **argv)
     srv.credits     = (uint32_t)config_get_int("INCMOE_CREDITS");
     srv.timeout_ms  = (int)config_get_int("INCMOE_TIMEOUT_MS");
     srv.rndv_thresh = (size_t)config_get_int("INCMOE_RNDV_THRESH");
+    if (srv.rndv_thresh == 0)
+        srv.rndv_thresh = SIZE_MAX;
     srv.max_memory  = (size_t)1 << 30;
     srv.nthreads    = 1;
     long long egress_chunks = 2;
@@ -110,6 +116,11 @@ int main(int argc, char **argv)
             if (parse_size_arg("--timeout-ms", optarg, 1, &v))
                 return 2;
             srv.timeout_ms = (int)v;
+            break;
+        case 'R':
+            if (parse_size_arg("--rndv-thresh", optarg, 0, &v))
+                return 2;
+            srv.rndv_thresh = v == 0 ? SIZE_MAX : (size_t)v;
             break;
         case 'E':
             if (parse_size_arg("--egress-chunks", optarg, 1, &egress_chunks) || egress_chunks > 1024) {

@@ -27,26 +27,41 @@ extern "C" {
 
 namespace {
 
-harness::SwitchProc g_switch;
+/* Each case runs on both algorithms and both ways of moving bulk data: eager
+   (copied out of UCX's buffers; the TCP default) and rendezvous (received
+   straight into the registered buffer; the RDMA choice). */
+struct Variant {
+    incmoe_algo_t algo;
+    bool          rndv;
+};
 
-class Collectives : public ::testing::TestWithParam<incmoe_algo_t> {
+harness::SwitchProc g_switch[2]; /* [rndv] */
+
+class Collectives : public ::testing::TestWithParam<Variant> {
   protected:
     static void SetUpTestSuite()
     {
-        ASSERT_TRUE(harness::switch_start(&g_switch)) << "could not start incmoe-switchd";
+        ASSERT_TRUE(harness::switch_start(&g_switch[0])) << "could not start incmoe-switchd";
+        ASSERT_TRUE(harness::switch_start(&g_switch[1], {"--rndv-thresh", "4096"}));
     }
-    static void TearDownTestSuite() { harness::switch_stop(&g_switch); }
+    static void TearDownTestSuite()
+    {
+        harness::switch_stop(&g_switch[0]);
+        harness::switch_stop(&g_switch[1]);
+    }
 
     /* Runs body on nranks processes, each with a communicator of one fresh job. */
     void run(int nranks, const std::function<std::string(incmoe_comm_t *, int, int)> &body,
              int timeout_s = 120)
     {
         unsigned long long job  = harness::unique_job_id();
-        incmoe_algo_t      algo = GetParam();
+        incmoe_algo_t      algo = GetParam().algo;
+        bool               rndv = GetParam().rndv;
         auto results = harness::run_ranks(nranks, [&](int rank) -> std::string {
+            setenv("INCMOE_RNDV_THRESH", rndv ? "4096" : "0", 1);
             incmoe_comm_params_t p = {};
             p.field_mask           = INCMOE_COMM_PARAM_ALGO;
-            p.switch_addr          = g_switch.addr.c_str();
+            p.switch_addr          = g_switch[rndv].addr.c_str();
             p.job_id               = job;
             p.rank                 = rank;
             p.nranks               = nranks;
@@ -467,7 +482,7 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
             };
             for (size_t i = 0; i < count; i++) {
                 float want_rs, want_ar;
-                if (GetParam() == INCMOE_ALGO_RING) {
+                if (GetParam().algo == INCMOE_ALGO_RING) {
                     want_rs = ring_sum([&](int r) { return all_part[r][me * count + i]; }, me);
                     want_ar = ring_sum([&](int r) { return all_ar[r][i]; }, ar_block(i));
                 } else {
@@ -540,9 +555,12 @@ TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
 }
 
 /* Every test runs on both algorithms: the switch, and the ring baseline between the ranks. */
-INSTANTIATE_TEST_SUITE_P(Algo, Collectives, ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING),
-                         [](const ::testing::TestParamInfo<incmoe_algo_t> &info) {
-                             return std::string(info.param == INCMOE_ALGO_INC ? "inc" : "ring");
+INSTANTIATE_TEST_SUITE_P(Algo, Collectives,
+                         ::testing::Values(Variant{INCMOE_ALGO_INC, false}, Variant{INCMOE_ALGO_RING, false},
+                                           Variant{INCMOE_ALGO_INC, true}, Variant{INCMOE_ALGO_RING, true}),
+                         [](const ::testing::TestParamInfo<Variant> &info) {
+                             return std::string(info.param.algo == INCMOE_ALGO_INC ? "inc" : "ring") +
+                                    (info.param.rndv ? "_rndv" : "_eager");
                          });
 
 } // namespace

@@ -409,7 +409,7 @@ TEST_F(Errors, RangesOutsideWhatWasAnnounced)
 TEST_F(Errors, SenderIgnoringCreditsCannotMakeTheSwitchBuffer)
 {
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "credits", [](RawClient &c, uint64_t job) {
-        /* A 64-chunk window sent without waiting for a single credit back (8 are granted). */
+        /* A 64-chunk window sent without waiting for a single credit back (16 are granted). */
         const uint64_t    chunk = 262144, total = 64 * chunk;
         std::vector<char> data(chunk);
         for (uint64_t k = 0; k < 64; k++) {
@@ -431,7 +431,7 @@ TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
     ASSERT_TRUE(harness::switch_start(&sw, {"--max-memory", "40M"}));
     auto res = harness::run_ranks(1, [&](int) -> std::string {
         incmoe_comm_t  *comm;
-        /* 2 ranks need 256K x 8 x 9 x 2 = 36 MiB: admitted.  8 ranks need 108 MiB: refused. */
+        /* 2 ranks need 256K x 16 x 9 = 36 MiB: admitted.  8 ranks need 108 MiB: refused. */
         incmoe_status_t st = create(sw.addr, harness::unique_job_id(), 0, 8, &comm, 3000);
         if (st != INCMOE_ERR_NO_MEMORY)
             return "8-rank job gave " + status_text(st);
