@@ -159,46 +159,6 @@ static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const
     return failed || st != INCMOE_OK;
 }
 
-static pid_t start_switch(const char *path, char *addr, size_t addr_len)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        execl(path, path, "--listen", "127.0.0.1:0", (char *)NULL);
-        fprintf(stderr, "incmoe: cannot run %s: %s\n", path, strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    char   line[256] = "";
-    size_t have      = 0;
-    double deadline  = now_s() + 20;
-    while (have < sizeof(line) - 1 && strchr(line, '\n') == NULL && now_s() < deadline) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        ssize_t n = read(fds[0], line + have, sizeof(line) - 1 - have);
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-        line[have] = '\0';
-    }
-    close(fds[0]);
-    const char *at = strstr(line, "listening on ");
-    if (at == NULL) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
-    snprintf(addr, addr_len, "%s", at + strlen("listening on "));
-    addr[strcspn(addr, " \n")] = '\0';
-    return pid;
-}
-
 static int parse_sizes(const char *text, size_t *sizes, int *n)
 {
     char *copy = strdup(text), *save = NULL;
@@ -254,7 +214,7 @@ static int cmd_demo(int argc, char **argv)
         }
     }
     char  addr[128];
-    pid_t sw = start_switch(switchd, addr, sizeof(addr));
+    pid_t sw = switchd_spawn(switchd, addr, sizeof(addr));
     if (sw < 0) {
         fprintf(stderr, "incmoe demo: could not start %s\n", switchd);
         return 1;

@@ -465,52 +465,12 @@ static int parse_results(FILE *f, result_t *all, int *n, int max)
 
 /* ------------------------------------------------------------- embedded */
 
-static pid_t start_switch(const char *path, char *addr, size_t len)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        execl(path, path, "--listen", "127.0.0.1:0", (char *)NULL);
-        fprintf(stderr, "incmoe-moe-bench: cannot run %s: %s\n", path, strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    char line[256] = "";
-    size_t have = 0;
-    double deadline = now_s() + 20;
-    while (have < sizeof(line) - 1 && strchr(line, '\n') == NULL && now_s() < deadline) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        ssize_t k = read(fds[0], line + have, sizeof(line) - 1 - have);
-        if (k <= 0)
-            break;
-        have += (size_t)k;
-        line[have] = '\0';
-    }
-    close(fds[0]);
-    const char *at = strstr(line, "listening on ");
-    if (at == NULL) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
-    snprintf(addr, len, "%s", at + strlen("listening on "));
-    addr[strcspn(addr, " \n")] = '\0';
-    return pid;
-}
-
 static int run_embedded(opts_t *o)
 {
     char addr[128];
     pid_t sw = -1;
     if (o->switch_addr == NULL) {
-        sw = start_switch(switchd_path(), addr, sizeof(addr));
+        sw = switchd_spawn(switchd_path(), addr, sizeof(addr));
         if (sw < 0) {
             fprintf(stderr, "incmoe-moe-bench: could not start %s\n", switchd_path());
             return 1;
