@@ -88,6 +88,22 @@ static void coll_free(server_t *srv, job_t *job, coll_t *c)
     free(c);
 }
 
+static void job_unlink(server_t *srv, job_t *job);
+
+/* The job is over: drop its collectives, free its id and its memory reservation. */
+static void job_retire(server_t *srv, job_t *job)
+{
+    for (int s = 0; s < INCMOE_STREAM_COUNT; s++) {
+        while (job->colls[s] != NULL) {
+            coll_t *c     = job->colls[s];
+            job->colls[s] = c->next;
+            coll_free(srv, job, c);
+        }
+    }
+    job_unlink(srv, job);
+    srv->mem_reserved -= job->mem_bound;
+}
+
 static void job_unlink(server_t *srv, job_t *job)
 {
     for (job_t **pp = &srv->jobs; *pp != NULL; pp = &(*pp)->next) {
@@ -122,15 +138,7 @@ static void job_fail(server_t *srv, job_t *job, incmoe_status_t status, int rank
         if (c != NULL && c->state == CONN_JOINED && !c->left)
             server_send_error(srv, c, job->id, status, (uint32_t)(rank < 0 ? 0 : rank), text);
     }
-    for (int s = 0; s < INCMOE_STREAM_COUNT; s++) {
-        while (job->colls[s] != NULL) {
-            coll_t *c       = job->colls[s];
-            job->colls[s]   = c->next;
-            coll_free(srv, job, c);
-        }
-    }
-    job_unlink(srv, job);
-    srv->mem_reserved -= job->mem_bound;
+    job_retire(srv, job);
     job->mem_bound = (size_t)-1; /* buffers still in flight are freed later */
 }
 
@@ -902,15 +910,7 @@ static void job_release(server_t *srv, job_t *job)
     if (job->state != JOB_FAILED) {
         /* Everyone left in order. */
         job->state = JOB_FAILED;
-        for (int s = 0; s < INCMOE_STREAM_COUNT; s++) {
-            while (job->colls[s] != NULL) {
-                coll_t *c     = job->colls[s];
-                job->colls[s] = c->next;
-                coll_free(srv, job, c);
-            }
-        }
-        job_unlink(srv, job);
-        srv->mem_reserved -= job->mem_bound;
+        job_retire(srv, job);
         if (job->refs > 0)
             return;
     }
