@@ -76,9 +76,18 @@ static void send_done_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_ctx_t    *ctx  = user_data;
     incmoe_comm_t *comm = ctx->comm;
+    if (comm->freeing) { /* destroying the worker purged it; its collective is gone */
+        free(ctx->payload_owned);
+        free(ctx);
+        if (request != NULL)
+            ucp_request_free(request);
+        return;
+    }
     if (status != UCS_OK && status != UCS_ERR_CANCELED)
-        client_fail(comm, ucx_status_to_incmoe(status), "sending %s to the switch failed: %s",
-                    wire_msg_name(ctx->hdr.msg), ucs_status_string(status));
+        /* Once joined, a connection that cannot carry a message means the peer is gone. */
+        client_fail(comm, comm->joined ? INCMOE_ERR_PEER_FAILED : ucx_status_to_incmoe(status),
+                    "sending %s failed: %s", wire_msg_name(ctx->hdr.msg),
+                    ucs_status_string(status));
     if (ctx->op != NULL) {
         ctx->op->sends_pending--;
         client_op_progressed(comm, ctx->op);
@@ -250,10 +259,10 @@ static int op_next_chunk(incmoe_comm_t *comm, coll_op_t *op, int *root_p, uint64
 static const char *op_send_ptr(incmoe_comm_t *comm, coll_op_t *op, int root, uint64_t offset)
 {
     if (op->stream == INCMOE_STREAM_ALLREDUCE)
-        return op->send + offset;
+        return op_send_at(op, offset);
     if (op->stream == INCMOE_STREAM_ALLGATHER)
-        return op->send + offset;
-    return op->send + (size_t)root * op->stride + op->win + offset;
+        return op_send_at(op, offset);
+    return op_send_at(op, (size_t)root * op->stride + op->win + offset);
 }
 
 /* First step of a collective: local work, and the POST that announces it. */
@@ -263,9 +272,9 @@ static void op_start(incmoe_comm_t *comm, coll_op_t *op)
     op->started  = 1;
     switch (op->stream) {
     case INCMOE_STREAM_ALLGATHER: {
-        char *own = op->recv + (size_t)me * op->stride + op->win;
-        if (own != op->send && op->bytes[me] > 0)
-            memmove(own, op->send, op->bytes[me]);
+        char *own = op_recv_at(op, (size_t)me * op->stride + op->win);
+        if (own != op_send_at(op, 0) && op->bytes[me] > 0)
+            memmove(own, op_send_at(op, 0), op->bytes[me]);
         for (int r = 0; r < comm->nranks; r++)
             if (r != me)
                 op->recv_expected += op->bytes[r];
@@ -273,17 +282,17 @@ static void op_start(incmoe_comm_t *comm, coll_op_t *op)
     }
     case INCMOE_STREAM_REDUCESCATTER:
         if (comm->nranks == 1) {
-            const char *own = op->send + op->win;
-            if (own != op->recv && op->bytes[0] > 0)
-                memmove(op->recv, own, op->bytes[0]);
+            const char *own = op_send_at(op, op->win);
+            if (own != op_recv_at(op, 0) && op->bytes[0] > 0)
+                memmove(op_recv_at(op, 0), own, op->bytes[0]);
         } else {
             op->recv_expected = op->bytes[me];
         }
         break;
     case INCMOE_STREAM_ALLREDUCE:
         if (comm->nranks == 1) {
-            if (op->send != op->recv && op->bytes[0] > 0)
-                memmove(op->recv, op->send, op->bytes[0]);
+            if (op_send_at(op, 0) != op_recv_at(op, 0) && op->bytes[0] > 0)
+                memmove(op_recv_at(op, 0), op_send_at(op, 0), op->bytes[0]);
         } else {
             op->recv_expected = op->bytes[0];
         }
@@ -378,7 +387,10 @@ static void recv_finish(recv_ctx_t *rc)
 static void recv_done_cb(void *request, ucs_status_t status, size_t length, void *user_data)
 {
     recv_ctx_t *rc = user_data;
-    if (status != UCS_OK) {
+    if (rc->comm->freeing) {
+        free(rc->tmp);
+        free(rc);
+    } else if (status != UCS_OK) {
         client_fail(rc->comm, ucx_status_to_incmoe(status), "receiving a result failed: %s",
                     ucs_status_string(status));
         free(rc->tmp);
@@ -412,7 +424,7 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h,
             return UCS_ERR_INVALID_PARAM;
         }
         expect_total = op->bytes[h->root];
-        dest         = op->recv + (size_t)h->root * op->stride + op->win + h->offset;
+        dest         = op_recv_at(op, (size_t)h->root * op->stride + op->win + h->offset);
         break;
     case INCMOE_STREAM_REDUCESCATTER:
         if ((int)h->root != me) {
@@ -421,12 +433,12 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h,
             return UCS_ERR_INVALID_PARAM;
         }
         expect_total = op->bytes[me];
-        dest         = op->recv + h->offset;
-        own          = op->send + (size_t)me * op->stride + op->win + h->offset;
+        dest         = op_recv_at(op, h->offset);
+        own          = op_send_at(op, (size_t)me * op->stride + op->win + h->offset);
         break;
     default:
         expect_total = op->bytes[0];
-        dest         = op->recv + h->offset;
+        dest         = op_recv_at(op, h->offset);
         break;
     }
     if (h->total != expect_total || h->offset + h->length > expect_total ||
@@ -817,6 +829,7 @@ static void comm_free(incmoe_comm_t *comm)
     double deadline = ucx_now_s() + 1.0;
     while (comm->inflight_ctrl > 0 && ucx_now_s() < deadline)
         ucx_node_wait(&comm->node, -1, 10);
+    comm->freeing = 1;
     for (int s = 0; s < INCMOE_STREAM_COUNT; s++) {
         coll_op_t *op = comm->streams[s].head;
         while (op != NULL) {
@@ -1170,12 +1183,14 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
             return reject(comm, op, INCMOE_ERR_INVALID_ARG,
                           "%s: rank %d's %llu bytes are not whole %s elements", name, r,
                           (unsigned long long)op->bytes[r], incmoe_dtype_name(dtype));
-        /* The N-block side: recv for AllGather, send for ReduceScatter. */
+        /* The N-block side: recv for AllGather, send for ReduceScatter.  Only the bytes
+           moved must lie in the region: NCCL's CollNet names a staging slot with the
+           window's global offset, so the N-block base may sit before the region (the
+           offset wraps) and blocks outside the window move nothing. */
         incmoe_mr_t *nmr  = stream == INCMOE_STREAM_ALLGATHER ? recv_mr : send_mr;
         size_t       noff = stream == INCMOE_STREAM_ALLGATHER ? recv_offset : send_offset;
-        if (noff > SIZE_MAX - (size_t)r * layout->block_stride - layout->offset ||
-            !range_ok(comm, nmr, noff + (size_t)r * layout->block_stride + layout->offset,
-                      op->bytes[r]))
+        size_t       pos  = noff + (size_t)r * layout->block_stride + layout->offset;
+        if (op->bytes[r] > 0 && !range_ok(comm, nmr, pos, op->bytes[r]))
             return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
                           "%s: block %d's window [%zu + %d*%zu + %zu, +%llu) is outside the "
                           "registered %zu bytes",
@@ -1188,9 +1203,11 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
         return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
                       "%s: this rank's part [%zu,+%llu) is outside the registered %zu bytes", name,
                       ooff, (unsigned long long)op->bytes[me], omr->length);
-    op->send      = send_mr->base + send_offset;
+    op->send_base = send_mr->base;
+    op->send_off  = send_offset;
     op->send_memh = send_mr->memh;
-    op->recv      = recv_mr->base + recv_offset;
+    op->recv_base = recv_mr->base;
+    op->recv_off  = recv_offset;
     op->recv_memh = recv_mr->memh;
     op->stride    = layout->block_stride;
     op->win       = layout->offset;
@@ -1242,9 +1259,11 @@ incmoe_status_t incmoe_allreduce(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size
                       bytes, send_offset, recv_offset, send_mr->length, recv_mr->length);
     for (int r = 0; r < comm->nranks; r++)
         op->bytes[r] = bytes;
-    op->send      = send_mr->base + send_offset;
+    op->send_base = send_mr->base;
+    op->send_off  = send_offset;
     op->send_memh = send_mr->memh;
-    op->recv      = recv_mr->base + recv_offset;
+    op->recv_base = recv_mr->base;
+    op->recv_off  = recv_offset;
     op->recv_memh = recv_mr->memh;
     op->dtype     = dtype;
     op->redop     = redop;

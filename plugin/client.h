@@ -31,9 +31,11 @@ typedef struct coll_op {
     uint64_t        epoch;
     incmoe_dtype_t  dtype;
     incmoe_redop_t  redop;
-    char           *send;      /* send buffer at send_offset */
+    char           *send_base; /* the registered send region */
+    size_t          send_off;  /* the caller's send_offset; may wrap (see op_send_at) */
     ucp_mem_h       send_memh;
-    char           *recv;      /* receive buffer at recv_offset */
+    char           *recv_base;
+    size_t          recv_off;
     ucp_mem_h       recv_memh;
     size_t          stride;    /* block stride of the padded layout */
     size_t          win;       /* window offset inside each block */
@@ -52,6 +54,22 @@ typedef struct coll_op {
     int      holds;            /* code still using op; UCX may complete sends inline */
     void    *algo_state;       /* ring.c's per-collective state */
 } coll_op_t;
+
+/*
+ * Byte pos counted from the caller's offset.  The offset may "wrap" (be below
+ * the region, as NCCL's CollNet staging windows are): the arithmetic is done
+ * modulo 2^64 and only positions of bytes actually moved were checked to lie
+ * inside the registered region.
+ */
+static inline char *op_send_at(const coll_op_t *op, size_t pos)
+{
+    return op->send_base + (size_t)(op->send_off + pos);
+}
+
+static inline char *op_recv_at(const coll_op_t *op, size_t pos)
+{
+    return op->recv_base + (size_t)(op->recv_off + pos);
+}
 
 typedef struct {
     uint64_t         posted;     /* epochs handed out (under comm->lock) */
@@ -93,6 +111,7 @@ struct incmoe_comm {
 
     double    last_rx, last_tx;   /* liveness, proxy thread */
     uint32_t  inflight_ctrl;      /* control sends not yet completed */
+    int       freeing;            /* collectives are gone: completions only clean up */
 
     void     *ring;               /* ring.c's state when algo == RING */
 };

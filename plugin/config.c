@@ -13,7 +13,7 @@ const config_entry_t config_table[] = {
     {"INCMOE_AUTH_KEY_FILE", NULL, "file holding the shared secret (first line)"},
     {"INCMOE_TIMEOUT_MS", "10000", "bound on noticing a dead rank or switch, and on joining"},
     {"INCMOE_CHUNK_SIZE", "262144", "switch: bytes of one data chunk"},
-    {"INCMOE_CREDITS", "16", "switch: chunks a rank may have in flight per stream"},
+    {"INCMOE_CREDITS", "32", "switch: chunks a rank may have in flight per stream"},
     {"INCMOE_RNDV_THRESH", "0",
      "payloads from this size go rendezvous, landing zero-copy (good on RDMA); 0 = always eager "
      "(best on TCP, where rendezvous requests queue behind bulk data in the same socket)"},

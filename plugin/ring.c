@@ -91,16 +91,16 @@ static uint64_t block_bytes(const incmoe_comm_t *comm, const coll_op_t *op, int 
     if (op->stream == INCMOE_STREAM_ALLREDUCE) {
         uint64_t off, bytes;
         ar_block(op, comm->nranks, b, &off, &bytes);
-        *send_p = op->send + off;
-        *recv_p = op->recv + off;
+        *send_p = op_send_at(op, off);
+        *recv_p = op_recv_at(op, off);
         return bytes;
     }
     if (op->stream == INCMOE_STREAM_ALLGATHER) {
-        *send_p = op->send; /* only the own block is sent from here */
-        *recv_p = op->recv + (size_t)b * op->stride + op->win;
+        *send_p = op_send_at(op, 0); /* only the own block is sent from here */
+        *recv_p = op_recv_at(op, (size_t)b * op->stride + op->win);
     } else {
-        *send_p = op->send + (size_t)b * op->stride + op->win;
-        *recv_p = op->recv; /* only the own block is received */
+        *send_p = op_send_at(op, (size_t)b * op->stride + op->win);
+        *recv_p = op_recv_at(op, 0); /* only the own block is received */
     }
     return op->bytes[b];
 }
@@ -153,7 +153,7 @@ void ring_start(incmoe_comm_t *comm, coll_op_t *op)
     switch (op->stream) {
     case INCMOE_STREAM_ALLGATHER: {
         block_bytes(comm, op, me, &send, &recv);
-        ring_send_block(comm, op, WIRE_MSG_RING_GATHER, me, op->send, op->bytes[me]);
+        ring_send_block(comm, op, WIRE_MSG_RING_GATHER, me, op_send_at(op, 0), op->bytes[me]);
         break;
     }
     case INCMOE_STREAM_REDUCESCATTER:
@@ -231,7 +231,10 @@ static void ring_chunk_arrived(ring_recv_t *rr)
 static void ring_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
 {
     ring_recv_t *rr = user_data;
-    if (status != UCS_OK) {
+    if (rr->comm->freeing) {
+        free(rr->tmp);
+        free(rr);
+    } else if (status != UCS_OK) {
         client_fail(rr->comm, ucx_status_to_incmoe(status), "ring receive from rank %d failed: %s",
                     (rr->comm->rank + rr->comm->nranks - 1) % rr->comm->nranks,
                     ucs_status_string(status));

@@ -31,10 +31,10 @@ static void usage(FILE *out)
             "  --listen HOST:PORT     address to accept ranks on (port 0: any free port)\n"
             "  --auth-key-file FILE   ranks must present the secret in FILE's first line\n"
             "  --threads N            threads that reduce (default 1: the event loop itself)\n"
-            "  --max-memory BYTES     bound on buffered data over all jobs (default 1G;\n"
+            "  --max-memory BYTES     bound on buffered data over all jobs (default 4G;\n"
             "                         K/M/G suffixes); jobs that would exceed it are refused\n"
             "  --chunk-size BYTES     bytes of one data chunk (default INCMOE_CHUNK_SIZE, 256K)\n"
-            "  --credits N            chunks a rank may have in flight per stream (default 16)\n"
+            "  --credits N            chunks a rank may have in flight per stream (default 32)\n"
             "  --timeout-ms MS        dead-rank bound when ranks ask none (default 10000)\n"
             "  --rndv-thresh BYTES    send payloads from this size rendezvous (default\n"
             "                         INCMOE_RNDV_THRESH; 0: always eager, best on TCP)\n"
@@ -78,7 +78,7 @@ int main(int argc, char **argv)
     srv.rndv_thresh = (size_t)config_get_int("INCMOE_RNDV_THRESH");
     if (srv.rndv_thresh == 0)
         srv.rndv_thresh = SIZE_MAX;
-    srv.max_memory  = (size_t)1 << 30;
+    srv.max_memory  = (size_t)4 << 30;
     srv.nthreads    = 1;
     long long egress_chunks = 2;
     int c;

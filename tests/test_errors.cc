@@ -409,10 +409,10 @@ TEST_F(Errors, RangesOutsideWhatWasAnnounced)
 TEST_F(Errors, SenderIgnoringCreditsCannotMakeTheSwitchBuffer)
 {
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "credits", [](RawClient &c, uint64_t job) {
-        /* A 64-chunk window sent without waiting for a single credit back (16 are granted). */
-        const uint64_t    chunk = 262144, total = 64 * chunk;
+        /* A 128-chunk window sent without waiting for a single credit back (32 are granted). */
+        const uint64_t    chunk = 262144, total = 128 * chunk;
         std::vector<char> data(chunk);
-        for (uint64_t k = 0; k < 64; k++) {
+        for (uint64_t k = 0; k < 128; k++) {
             incmoe_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
             d.epoch  = 5; /* never armed: nothing is forwarded, so no credit comes back */
             d.root   = 1;
@@ -428,10 +428,10 @@ TEST_F(Errors, SenderIgnoringCreditsCannotMakeTheSwitchBuffer)
 TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
 {
     harness::switch_stop(&sw);
-    ASSERT_TRUE(harness::switch_start(&sw, {"--max-memory", "40M"}));
+    ASSERT_TRUE(harness::switch_start(&sw, {"--max-memory", "100M"}));
     auto res = harness::run_ranks(1, [&](int) -> std::string {
         incmoe_comm_t  *comm;
-        /* 2 ranks need 256K x 16 x 9 = 36 MiB: admitted.  8 ranks need 108 MiB: refused. */
+        /* 2 ranks need 256K x 32 x 9 = 72 MiB: admitted.  8 ranks need 216 MiB: refused. */
         incmoe_status_t st = create(sw.addr, harness::unique_job_id(), 0, 8, &comm, 3000);
         if (st != INCMOE_ERR_NO_MEMORY)
             return "8-rank job gave " + status_text(st);

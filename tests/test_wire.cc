@@ -146,7 +146,7 @@ TEST(Settings, TableAndParsing)
     setenv("INCMOE_CREDITS", "3", 1);
     EXPECT_EQ(config_get_int("INCMOE_CREDITS"), 3);
     unsetenv("INCMOE_CREDITS");
-    EXPECT_EQ(config_get_int("INCMOE_CREDITS"), 8);
+    EXPECT_EQ(config_get_int("INCMOE_CREDITS"), 32);
     for (size_t i = 0; i < config_table_size; i++)
         EXPECT_EQ(std::string(config_table[i].name).rfind("INCMOE_", 0), 0u);
 }
