@@ -1,1 +1,13 @@
-# (filled in by its issue)
+# incmoe-perf and the testbed (issue 3): the tools driven as a user runs them.
+# Included by tests/Makefile.am inside `if HAVE_GTEST`.
+check_PROGRAMS += test_perf_tool test_perf_testbed
+
+test_perf_tool_SOURCES = test_perf_tool.cc test_perf_run.cc
+test_perf_tool_LDADD = $(GTEST_LIBS) -lpthread
+
+test_perf_testbed_SOURCES = test_perf_testbed.cc test_perf_run.cc
+test_perf_testbed_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
+if HAVE_MPI
+test_perf_testbed_CPPFLAGS += -DPERF_HAVE_MPI=1
+endif
+test_perf_testbed_LDADD = $(GTEST_LIBS) -lpthread

@@ -1,0 +1,229 @@
+/*
+ * test_perf_tool.cc - incmoe-perf as a user runs it: embedded runs (a real
+ * switch and N rank processes on loopback) for every --op and both algorithms
+ * must check every byte and report #wrong 0; the table must parse; a corrupted
+ * result must be caught; bad flags must give a clear error and a non-zero exit.
+ */
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace perf_test
+{
+/* Same definitions as in test_perf_run.cc. */
+struct RunResult {
+    int status = -1; /* exit status, or 128 + signal */
+    bool timed_out = false;
+    std::string out, err;
+};
+RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s);
+std::vector<std::vector<std::string>> table_rows(const std::string &out);
+} // namespace perf_test
+
+using perf_test::RunResult;
+
+static const std::string kPerf = TOP_BUILDDIR "/tools/incmoe-perf";
+
+static RunResult perf(std::vector<std::string> args, int timeout_s = 90)
+{
+    args.insert(args.begin(), kPerf);
+    return perf_test::run_cmd(args, timeout_s);
+}
+
+static std::string describe(const RunResult &r)
+{
+    return "exit " + std::to_string(r.status) + (r.timed_out ? " (timed out)" : "") +
+           "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
+}
+
+/* The sizes incmoe-perf must print for -b lo -e hi -f f: lo, lo*f, ... <= hi. */
+static std::vector<size_t> sizes(size_t lo, size_t hi, size_t f)
+{
+    std::vector<size_t> v;
+    for (size_t s = lo; s <= hi; s *= f)
+        v.push_back(s);
+    return v;
+}
+
+struct Expect {
+    std::string op, algo, dtype, redop;
+    size_t esize;
+    int nranks;
+    bool link; /* --link-mbps given: agrs prints %bound */
+};
+
+/* Checks every row against what the arguments imply; returns "" when all fit. */
+static std::string check_table(const RunResult &r, const Expect &e, const std::vector<size_t> &want)
+{
+    auto rows = perf_test::table_rows(r.out);
+    if (rows.size() != want.size())
+        return "expected " + std::to_string(want.size()) + " rows, got " +
+               std::to_string(rows.size());
+    size_t ncol = e.op == "agrs" ? (e.link ? 10 : 9) : 8;
+    for (size_t i = 0; i < rows.size(); i++) {
+        auto &row = rows[i];
+        std::string where = "row " + std::to_string(i) + ": ";
+        if (row.size() != ncol)
+            return where + "expected " + std::to_string(ncol) + " columns, got " +
+                   std::to_string(row.size());
+        /* size and count: whole elements, and for AG/RS whole blocks of N */
+        size_t unit = e.op == "allreduce" ? e.esize : e.esize * e.nranks;
+        size_t bytes = want[i] / unit * unit;
+        if (std::stoull(row[0]) != bytes)
+            return where + "size " + row[0] + ", expected " + std::to_string(bytes);
+        if (std::stoull(row[1]) != bytes / e.esize)
+            return where + "count " + row[1] + ", expected " + std::to_string(bytes / e.esize);
+        if (row[2] != e.dtype)
+            return where + "type " + row[2] + ", expected " + e.dtype;
+        if (row[3] != (e.op == "allgather" ? "none" : e.redop))
+            return where + "redop " + row[3];
+        double t = std::stod(row[4]), algbw = std::stod(row[5]), busbw = std::stod(row[6]);
+        if (!(t > 0))
+            return where + "time " + row[4] + " is not positive";
+        double moved = e.op == "agrs" ? 2.0 * bytes : (double)bytes;
+        if (std::fabs(algbw - moved / t / 1e3) > 1e-4 + 0.01 * algbw)
+            return where + "algbw " + row[5] + " is not size/time";
+        double n = e.nranks, factor = e.op == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n;
+        if (std::fabs(busbw - algbw * factor) > 2e-4 + 0.01 * busbw)
+            return where + "busbw " + row[6] + " does not follow from algbw " + row[5];
+        if (row[7] != "0")
+            return where + "#wrong " + row[7];
+        if (e.op == "agrs") {
+            double eq = std::stod(row[8]);
+            if (std::fabs(eq - 2.0 * bytes * 8 / t) > 0.1 + 0.01 * eq)
+                return where + "eqbw " + row[8] + " is not 2*size/time in Mbit/s";
+        }
+    }
+    if (r.out.find("# Out of bounds values : 0 OK") == std::string::npos)
+        return "no '# Out of bounds values : 0 OK' line";
+    return "";
+}
+
+/* ---- every op with both algorithms ------------------------------------------ */
+
+class PerfOps : public ::testing::TestWithParam<std::tuple<const char *, const char *>>
+{
+};
+
+TEST_P(PerfOps, EmbeddedRunChecksEveryByte)
+{
+    std::string op = std::get<0>(GetParam()), algo = std::get<1>(GetParam());
+    RunResult r = perf({"-N", "4", "--op", op,  "--algo", algo, "-b", "1K", "-e",          "64K",
+                        "-f", "8", "-n",   "3", "-w",     "1",  "-c", "1",  "--link-mbps", "1000"});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    Expect e{op, algo, "float", "sum", 4, 4, true};
+    EXPECT_EQ(check_table(r, e, sizes(1024, 65536, 8)), "") << describe(r);
+    EXPECT_NE(r.out.find("algo " + algo), std::string::npos) << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, PerfOps,
+                         ::testing::Combine(::testing::Values("allgather", "reducescatter",
+                                                              "allreduce", "agrs"),
+                                            ::testing::Values("inc", "ring")),
+                         [](const auto &info) {
+                             return std::string(std::get<0>(info.param)) + "_" +
+                                    std::get<1>(info.param);
+                         });
+
+/* ---- data types and reductions ----------------------------------------------- */
+
+struct TypeCase {
+    const char *dtype, *redop, *op;
+    size_t esize;
+};
+
+class PerfTypes : public ::testing::TestWithParam<std::tuple<TypeCase, const char *>>
+{
+};
+
+TEST_P(PerfTypes, ExactResults)
+{
+    TypeCase c = std::get<0>(GetParam());
+    std::string algo = std::get<1>(GetParam());
+    RunResult r = perf({"-N", "3",  "--op", c.op, "--algo", algo, "-d", c.dtype, "-o", c.redop,
+                        "-b", "24", "-e",   "6K", "-f",     "16", "-n", "2",     "-w", "0"});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    /* -d half prints the library's name for the type; take it from the first row */
+    auto rows = perf_test::table_rows(r.out);
+    ASSERT_FALSE(rows.empty()) << describe(r);
+    Expect e{c.op, algo, rows[0][2], c.redop, c.esize, 3, false};
+    EXPECT_EQ(check_table(r, e, sizes(24, 6144, 16)), "") << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, PerfTypes,
+    ::testing::Combine(::testing::Values(TypeCase{"half", "sum", "agrs", 2},
+                                         TypeCase{"bfloat16", "max", "reducescatter", 2},
+                                         TypeCase{"int32", "min", "allreduce", 4},
+                                         TypeCase{"float", "prod", "agrs", 4}),
+                       ::testing::Values("inc", "ring")),
+    [](const auto &info) {
+        return std::string(std::get<0>(info.param).dtype) + "_" + std::get<0>(info.param).redop +
+               "_" + std::get<1>(info.param);
+    });
+
+/* ---- the check catches a wrong byte --------------------------------------- */
+
+TEST(PerfCheck, CorruptedResultIsCountedAndFails)
+{
+    for (const char *op : {"allgather", "reducescatter"}) {
+        RunResult r = perf({"-N", "2", "--op", op, "-b", "4K", "-e", "4K", "-n", "1", "-w", "0",
+                            "--inject-error"});
+        EXPECT_EQ(r.status, 1) << op << ": " << describe(r);
+        auto rows = perf_test::table_rows(r.out);
+        ASSERT_EQ(rows.size(), 1u) << describe(r);
+        EXPECT_EQ(rows[0][7], "1") << op << ": " << describe(r);
+        EXPECT_NE(r.out.find("FAILED"), std::string::npos) << describe(r);
+    }
+}
+
+TEST(PerfOutput, HeaderNamesTheColumns)
+{
+    RunResult r = perf({"-N", "2", "--op", "agrs", "-b", "64", "-e", "64", "-n", "1", "-w", "0",
+                        "--link-mbps", "100"});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    for (const char *col : {"size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong",
+                            "eqbw", "%bound", "(us)", "(GB/s)", "(Mbit/s)"})
+        EXPECT_NE(r.out.find(col), std::string::npos) << col << "\n" << describe(r);
+    /* --link-mbps 100, N=2, inc: bound 2*BW = 200 Mbit/s is stated */
+    EXPECT_NE(r.out.find("bound 2*BW = 200.0 Mbit/s"), std::string::npos) << describe(r);
+}
+
+/* ---- bad command lines ------------------------------------------------------ */
+
+struct BadArgs {
+    std::vector<std::string> args;
+    std::string says; /* the message must name what was wrong */
+};
+
+class PerfBadFlags : public ::testing::TestWithParam<BadArgs>
+{
+};
+
+TEST_P(PerfBadFlags, ClearErrorAndNonZeroExit)
+{
+    RunResult r = perf(GetParam().args, 20);
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_NE(r.err.find(GetParam().says), std::string::npos) << describe(r);
+    EXPECT_TRUE(perf_test::table_rows(r.out).empty()) << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, PerfBadFlags,
+    ::testing::Values(BadArgs{{"--bogus"}, "unknown option '--bogus'"},
+                      BadArgs{{"--op", "alltoall"}, "bad value 'alltoall' for --op"},
+                      BadArgs{{"--algo", "tree"}, "bad value 'tree' for --algo"},
+                      BadArgs{{"-d", "float8"}, "bad value 'float8' for -d"},
+                      BadArgs{{"-o", "avg"}, "bad value 'avg' for -o"},
+                      BadArgs{{"-b", "1M", "-e", "1K"}, "need 0 < -b <= -e"},
+                      BadArgs{{"-b", "12Q"}, "bad value '12Q' for -b"},
+                      BadArgs{{"-n", "0"}, "bad value '0' for -n"},
+                      BadArgs{{"-c", "2"}, "bad value '2' for -c"},
+                      BadArgs{{"-N", "0"}, "bad value '0' for -N"},
+                      BadArgs{{"--link-mbps", "-5"}, "bad value '-5' for --link-mbps"},
+                      BadArgs{{"--rank", "1"}, "--rank needs --switch"},
+                      BadArgs{{"--switch", "127.0.0.1:1", "--rank", "4", "-N", "4"},
+                              "--rank 4 is not below -N 4"},
+                      BadArgs{{"-n"}, "needs a value"}));

@@ -1,0 +1,845 @@
+/*
+ * perf.c - incmoe-perf, the collective benchmark (flags and columns as in nccl-tests).
+ *
+ *   incmoe-perf [-N 4] [--op agrs] [--algo inc|ring] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5]
+ *               [-c 1] [-d float] [-o sum] [--link-mbps BW]
+ *   incmoe-perf --switch HOST:PORT --rank R -N N [--job ID] ...   (one rank of a job)
+ *
+ * Without --rank it runs embedded: it starts incmoe-switchd on loopback (unless
+ * --switch names one) and N rank processes of its own.  With --rank it is one
+ * rank of a job whose ranks all run the same command; the ranks find each other
+ * through the switch, which is the only address they need (tools/testbed run
+ * passes it as {switch}).  Rank 0 prints the table.
+ *
+ * Sizes are bytes of the whole buffer, as in nccl-tests: the AllGather's
+ * output, the ReduceScatter's input, the AllReduce's buffer.  --op agrs posts an
+ * AllGather and a ReduceScatter of S bytes each at once and times both to
+ * completion: eqbw = 2S / time (paper section 5.2), bound N/(N-1) BW for the
+ * ring and 2 BW in the network.  Collectives go through the public API
+ * (api/incmoe.h) only; switchd_path() finds the switch for embedded runs.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/incmoe.h"
+#include "switchd_path.h"
+
+typedef enum { OP_ALLGATHER, OP_REDUCESCATTER, OP_ALLREDUCE, OP_AGRS, OP_COUNT } op_t;
+
+static const char *const op_names[OP_COUNT] = {"allgather", "reducescatter", "allreduce", "agrs"};
+
+typedef struct {
+    size_t min_bytes, max_bytes;
+    int factor, iters, warmup, check;
+    incmoe_dtype_t dtype;
+    incmoe_redop_t redop;
+    incmoe_algo_t algo;
+    op_t op;
+    double link_mbps;
+    int nranks, rank; /* rank -1: embedded */
+    const char *switch_addr;
+    uint64_t job_id;
+    int timeout_s;
+    int inject_error;
+} opts_t;
+
+/* ------------------------------------------------------------------------- */
+/* Command line                                                               */
+/* ------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: incmoe-perf [options]\n"
+               "  -b, --minbytes SIZE   smallest buffer (default 8; K, M, G suffixes)\n"
+               "  -e, --maxbytes SIZE   largest buffer (default 64M)\n"
+               "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
+               "  -n, --iters N         timed iterations per size (default 20)\n"
+               "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
+               "  -c, --check 0|1       check every byte of the results (default 1)\n"
+               "  -d, --datatype T      int8 uint8 int32 uint32 int64 uint64 half float double\n"
+               "                        bfloat16 (default float)\n"
+               "  -o, --op_redop OP     sum prod max min (default sum)\n"
+               "      --op OP           allgather reducescatter allreduce agrs (default agrs)\n"
+               "      --algo A          inc (in-network) or ring (default inc)\n"
+               "      --link-mbps BW    link rate per direction: report eqbw as %% of its bound\n"
+               "  -N, --nranks N        ranks (default 4)\n"
+               "      --switch H:P      incmoe-switchd address (embedded mode starts one)\n"
+               "      --rank R          run only rank R of the job (needs --switch)\n"
+               "      --job ID          job id, the same on every rank (default 1)\n"
+               "      --timeout S       embedded: stop the ranks after S seconds (default 600)\n"
+               "      --inject-error    self-test of the check: corrupt one result byte on rank 0\n"
+               "  -h, --help\n");
+}
+
+static int parse_size(const char *text, size_t *out)
+{
+    char *end;
+    errno = 0;
+    if (text[0] == '-')
+        return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (end == text || errno != 0)
+        return -1;
+    int shift = 0;
+    switch (*end) {
+    case 'K':
+    case 'k':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        shift = 30;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (*end != '\0' || v > (SIZE_MAX >> shift))
+        return -1;
+    *out = (size_t)v << shift;
+    return 0;
+}
+
+static int parse_long(const char *text, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_dtype(const char *text, incmoe_dtype_t *out)
+{
+    static const struct {
+        const char *name;
+        incmoe_dtype_t dtype;
+    } names[] = {
+        {"int8", INCMOE_INT8},       {"uint8", INCMOE_UINT8},       {"int32", INCMOE_INT32},
+        {"int", INCMOE_INT32},       {"uint32", INCMOE_UINT32},     {"int64", INCMOE_INT64},
+        {"uint64", INCMOE_UINT64},   {"half", INCMOE_FLOAT16},      {"float16", INCMOE_FLOAT16},
+        {"float", INCMOE_FLOAT32},   {"float32", INCMOE_FLOAT32},   {"double", INCMOE_FLOAT64},
+        {"float64", INCMOE_FLOAT64}, {"bfloat16", INCMOE_BFLOAT16}, {"bf16", INCMOE_BFLOAT16}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(text, names[i].name) == 0) {
+            *out = names[i].dtype;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_redop(const char *text, incmoe_redop_t *out)
+{
+    static const char *const names[] = {"sum", "prod", "max", "min"};
+    static const incmoe_redop_t ops[] = {INCMOE_SUM, INCMOE_PROD, INCMOE_MAX, INCMOE_MIN};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcmp(text, names[i]) == 0) {
+            *out = ops[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Returns 0 to run, 1 after --help, -1 on a bad command line (already reported). */
+static int parse_args(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){.min_bytes = 8,
+                  .max_bytes = 64u << 20,
+                  .factor = 2,
+                  .iters = 20,
+                  .warmup = 5,
+                  .check = 1,
+                  .dtype = INCMOE_FLOAT32,
+                  .redop = INCMOE_SUM,
+                  .algo = INCMOE_ALGO_INC,
+                  .op = OP_AGRS,
+                  .nranks = 4,
+                  .rank = -1,
+                  .job_id = 1,
+                  .timeout_s = 600};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (strcmp(a, "--inject-error") == 0) {
+            o->inject_error = 1;
+            continue;
+        }
+        static const char *const known[] = {
+            "-b",           "--minbytes", "-e",          "--maxbytes", "-f",
+            "--stepfactor", "-n",         "--iters",     "-w",         "--warmup_iters",
+            "-c",           "--check",    "-d",          "--datatype", "-o",
+            "--op_redop",   "-N",         "--nranks",    "--rank",     "--timeout",
+            "--switch",     "--job",      "--link-mbps", "--algo",     "--op"};
+        int is_known = 0;
+        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+            is_known |= strcmp(a, known[k]) == 0;
+        if (!is_known) {
+            fprintf(stderr, "incmoe-perf: unknown option '%s' (see --help)\n", a);
+            return -1;
+        }
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v == NULL) {
+            fprintf(stderr, "incmoe-perf: option '%s' needs a value (see --help)\n", a);
+            return -1;
+        }
+        long n = 0;
+        int bad = 0;
+#define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
+        if (IS("-b", "--minbytes"))
+            bad = parse_size(v, &o->min_bytes);
+        else if (IS("-e", "--maxbytes"))
+            bad = parse_size(v, &o->max_bytes);
+        else if (IS("-f", "--stepfactor"))
+            bad = parse_long(v, 2, 1 << 20, &n) || (o->factor = (int)n, 0);
+        else if (IS("-n", "--iters"))
+            bad = parse_long(v, 1, 1 << 30, &n) || (o->iters = (int)n, 0);
+        else if (IS("-w", "--warmup_iters"))
+            bad = parse_long(v, 0, 1 << 30, &n) || (o->warmup = (int)n, 0);
+        else if (IS("-c", "--check"))
+            bad = parse_long(v, 0, 1, &n) || (o->check = (int)n, 0);
+        else if (IS("-d", "--datatype"))
+            bad = parse_dtype(v, &o->dtype);
+        else if (IS("-o", "--op_redop"))
+            bad = parse_redop(v, &o->redop);
+        else if (IS("-N", "--nranks"))
+            bad = parse_long(v, 1, INCMOE_MAX_RANKS, &n) || (o->nranks = (int)n, 0);
+        else if (IS("--rank", "--rank"))
+            bad = parse_long(v, 0, INCMOE_MAX_RANKS - 1, &n) || (o->rank = (int)n, 0);
+        else if (IS("--timeout", "--timeout"))
+            bad = parse_long(v, 1, 86400, &n) || (o->timeout_s = (int)n, 0);
+        else if (IS("--switch", "--switch"))
+            o->switch_addr = v;
+        else if (IS("--job", "--job")) {
+            char *end;
+            errno = 0;
+            o->job_id = strtoull(v, &end, 0);
+            bad = end == v || *end != '\0' || errno != 0 || v[0] == '-';
+        } else if (IS("--link-mbps", "--link-mbps")) {
+            char *end;
+            o->link_mbps = strtod(v, &end);
+            bad = end == v || *end != '\0' || !(o->link_mbps > 0);
+        } else if (IS("--algo", "--algo")) {
+            if (strcmp(v, "inc") == 0)
+                o->algo = INCMOE_ALGO_INC;
+            else if (strcmp(v, "ring") == 0)
+                o->algo = INCMOE_ALGO_RING;
+            else
+                bad = 1;
+        } else if (IS("--op", "--op")) {
+            bad = 1;
+            for (int k = 0; k < OP_COUNT; k++) {
+                if (strcmp(v, op_names[k]) == 0) {
+                    o->op = (op_t)k;
+                    bad = 0;
+                }
+            }
+        } else {
+            fprintf(stderr, "incmoe-perf: unknown option '%s' (see --help)\n", a);
+            return -1;
+        }
+#undef IS
+        if (bad) {
+            fprintf(stderr, "incmoe-perf: bad value '%s' for %s (see --help)\n", v, a);
+            return -1;
+        }
+        i++;
+    }
+    if (o->min_bytes == 0 || o->min_bytes > o->max_bytes) {
+        fprintf(stderr, "incmoe-perf: need 0 < -b <= -e, got -b %zu -e %zu\n", o->min_bytes,
+                o->max_bytes);
+        return -1;
+    }
+    if (o->rank >= 0 && o->switch_addr == NULL) {
+        fprintf(stderr, "incmoe-perf: --rank needs --switch HOST:PORT (the job's switch)\n");
+        return -1;
+    }
+    if (o->rank >= o->nranks) {
+        fprintf(stderr, "incmoe-perf: --rank %d is not below -N %d\n", o->rank, o->nranks);
+        return -1;
+    }
+    if (o->op == OP_AGRS && o->link_mbps > 0 && o->algo == INCMOE_ALGO_RING && o->nranks < 2) {
+        fprintf(stderr, "incmoe-perf: the ring bound N/(N-1)*BW needs -N >= 2\n");
+        return -1;
+    }
+    if (o->op != OP_ALLGATHER && !incmoe_reduce_supported(o->dtype, o->redop)) {
+        fprintf(stderr, "incmoe-perf: reducing %s with %s is not supported\n",
+                incmoe_dtype_name(o->dtype), incmoe_redop_name(o->redop));
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Data pattern: small integers, so every reduction result is exact.         */
+/* ------------------------------------------------------------------------- */
+
+static int dtype_signed(incmoe_dtype_t t)
+{
+    return t != INCMOE_UINT8 && t != INCMOE_UINT32 && t != INCMOE_UINT64;
+}
+
+/* Element j (of the N-block buffer) of rank r's input.  Sums of N values stay
+   within +-120 (exact in every type, bf16 included); products are +-1 or +-2. */
+static int64_t pattern(const opts_t *o, int r, size_t j, unsigned seed)
+{
+    int n = o->nranks;
+    if (o->redop == INCMOE_PROD && o->op != OP_ALLGATHER) {
+        if (j % (size_t)n == (size_t)r && ((j / n + seed) & 1))
+            return 2;
+        return (dtype_signed(o->dtype) && (j * 7 + (size_t)r * 3 + seed) % 5 == 0) ? -1 : 1;
+    }
+    int64_t k = 120 / n < 1 ? 1 : 120 / n;
+    if (k > 16)
+        k = 16;
+    int64_t m = (int64_t)((j * 7 + (size_t)r * 13 + seed) % (size_t)(2 * k + 1));
+    return dtype_signed(o->dtype) ? m - k : m / 2;
+}
+
+static int64_t combine(incmoe_redop_t op, int64_t a, int64_t b)
+{
+    switch (op) {
+    case INCMOE_SUM:
+        return a + b;
+    case INCMOE_PROD:
+        return a * b;
+    case INCMOE_MAX:
+        return a > b ? a : b;
+    case INCMOE_MIN:
+        return a < b ? a : b;
+    default:
+        return 0;
+    }
+}
+
+/* Exact encodings of small integers (|v| < 2048) in the 16-bit float formats. */
+static uint16_t half_of_int(int64_t v)
+{
+    if (v == 0)
+        return 0;
+    uint16_t sign = v < 0 ? 0x8000 : 0;
+    uint64_t m = (uint64_t)(v < 0 ? -v : v);
+    int e = 63 - __builtin_clzll(m);
+    return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | (uint16_t)((m << (10 - e)) & 0x3ff));
+}
+
+static uint16_t bf16_of_int(int64_t v)
+{
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return (uint16_t)(u >> 16);
+}
+
+static void store(incmoe_dtype_t t, void *base, size_t i, int64_t v)
+{
+    switch (t) {
+    case INCMOE_INT8:
+    case INCMOE_UINT8:
+        ((uint8_t *)base)[i] = (uint8_t)v;
+        break;
+    case INCMOE_INT32:
+    case INCMOE_UINT32:
+        ((uint32_t *)base)[i] = (uint32_t)v;
+        break;
+    case INCMOE_INT64:
+    case INCMOE_UINT64:
+        ((uint64_t *)base)[i] = (uint64_t)v;
+        break;
+    case INCMOE_FLOAT16:
+        ((uint16_t *)base)[i] = half_of_int(v);
+        break;
+    case INCMOE_BFLOAT16:
+        ((uint16_t *)base)[i] = bf16_of_int(v);
+        break;
+    case INCMOE_FLOAT32:
+        ((float *)base)[i] = (float)v;
+        break;
+    case INCMOE_FLOAT64:
+        ((double *)base)[i] = (double)v;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Whether element i of base holds exactly the encoding of v. */
+static int matches(incmoe_dtype_t t, const void *base, size_t i, int64_t v)
+{
+    size_t es = incmoe_dtype_size(t);
+    uint8_t want[8];
+    store(t, want, 0, v);
+    return memcmp((const uint8_t *)base + i * es, want, es) == 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* One rank                                                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    opts_t *o;
+    incmoe_comm_t *comm;
+    int rank, n;
+    size_t es;
+    /* AG: small_a -> big_a.  RS: big_b -> small_b.  AR: big_b -> big_a. */
+    void *big_a, *big_b, *small_a, *small_b;
+    incmoe_mr_t *mr_big_a, *mr_big_b, *mr_small_a, *mr_small_b;
+    uint64_t *ctl; /* 2 x nranks uint64: reduction of timings and error counts */
+    incmoe_mr_t *mr_ctl;
+} rank_t;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+static int fail(rank_t *rk, const char *what, incmoe_status_t st)
+{
+    char msg[256] = "";
+    if (rk->comm != NULL)
+        incmoe_comm_error(rk->comm, msg, sizeof(msg));
+    fprintf(stderr, "incmoe-perf: rank %d: %s failed: %s%s%s\n", rk->rank, what,
+            incmoe_strerror(st), msg[0] ? ": " : "", msg);
+    return -1;
+}
+
+#define CHECK(rk, what, call)                                                                      \
+    do {                                                                                           \
+        incmoe_status_t st_ = (call);                                                              \
+        if (st_ != INCMOE_OK)                                                                      \
+            return fail(rk, what, st_);                                                            \
+    } while (0)
+
+static int alloc_reg(rank_t *rk, size_t bytes, void **buf_p, incmoe_mr_t **mr_p)
+{
+    bytes = (bytes + 4095) & ~(size_t)4095;
+    if (posix_memalign(buf_p, 4096, bytes) != 0) {
+        fprintf(stderr, "incmoe-perf: rank %d: cannot allocate %zu bytes\n", rk->rank, bytes);
+        return -1;
+    }
+    memset(*buf_p, 0, bytes); /* touch every page outside the timed loop */
+    CHECK(rk, "incmoe_mem_register", incmoe_mem_register(rk->comm, *buf_p, bytes, mr_p));
+    return 0;
+}
+
+/* AllReduce of one uint64 per rank with op (MAX for times, SUM for error
+   counts); the value is replicated over nranks elements so that every rank
+   owns part of the buffer, whatever the algorithm. */
+static int ctl_allreduce(rank_t *rk, uint64_t v, incmoe_redop_t op, uint64_t *out)
+{
+    for (int i = 0; i < rk->n; i++)
+        rk->ctl[i] = v;
+    incmoe_req_t req;
+    CHECK(rk, "incmoe_allreduce (control)",
+          incmoe_allreduce(rk->comm, rk->mr_ctl, 0, rk->mr_ctl, rk->n * sizeof(uint64_t), rk->n,
+                           INCMOE_UINT64, op, &req));
+    CHECK(rk, "incmoe_wait (control)", incmoe_wait(rk->comm, &req));
+    *out = rk->ctl[rk->n];
+    return 0;
+}
+
+static int barrier(rank_t *rk)
+{
+    incmoe_req_t req;
+    CHECK(rk, "incmoe_barrier", incmoe_barrier(rk->comm, &req));
+    CHECK(rk, "incmoe_wait (barrier)", incmoe_wait(rk->comm, &req));
+    return 0;
+}
+
+/* Element counts of one size: total (the N-block buffer) and per block. */
+static void counts_of(const rank_t *rk, size_t bytes, size_t *count, size_t *blk)
+{
+    size_t total = bytes / rk->es;
+    if (rk->o->op == OP_ALLREDUCE) {
+        *count = total;
+        *blk = 0;
+    } else {
+        *blk = total / rk->n;
+        *count = *blk * rk->n;
+    }
+}
+
+static void fill(rank_t *rk, size_t count, size_t blk, unsigned seed)
+{
+    opts_t *o = rk->o;
+    incmoe_dtype_t t = o->dtype;
+    size_t es = rk->es;
+    int r = rk->rank;
+    if (o->op == OP_ALLGATHER || o->op == OP_AGRS) {
+        for (size_t i = 0; i < blk; i++)
+            store(t, rk->small_a, i, pattern(o, r, (size_t)r * blk + i, seed));
+        memset(rk->big_a, 0x80, count * es); /* never a small integer in any type */
+    }
+    if (o->op == OP_REDUCESCATTER || o->op == OP_AGRS) {
+        for (size_t j = 0; j < count; j++)
+            store(t, rk->big_b, j, pattern(o, r, j, seed));
+        memset(rk->small_b, 0x80, blk * es);
+    }
+    if (o->op == OP_ALLREDUCE) {
+        for (size_t j = 0; j < count; j++)
+            store(t, rk->big_b, j, pattern(o, r, j, seed));
+        memset(rk->big_a, 0x80, count * es);
+    }
+}
+
+static int64_t reduced(const rank_t *rk, size_t j, unsigned seed)
+{
+    int64_t v = pattern(rk->o, 0, j, seed);
+    for (int s = 1; s < rk->n; s++)
+        v = combine(rk->o->redop, v, pattern(rk->o, s, j, seed));
+    return v;
+}
+
+/* The number of wrong elements in this rank's results. */
+static uint64_t check(const rank_t *rk, size_t count, size_t blk, unsigned seed)
+{
+    const opts_t *o = rk->o;
+    incmoe_dtype_t t = o->dtype;
+    uint64_t wrong = 0;
+    if (o->op == OP_ALLGATHER || o->op == OP_AGRS) {
+        for (size_t j = 0; j < count; j++)
+            wrong += !matches(t, rk->big_a, j, pattern(o, (int)(j / blk), j, seed));
+    }
+    if (o->op == OP_REDUCESCATTER || o->op == OP_AGRS) {
+        for (size_t i = 0; i < blk; i++)
+            wrong += !matches(t, rk->small_b, i, reduced(rk, (size_t)rk->rank * blk + i, seed));
+    }
+    if (o->op == OP_ALLREDUCE) {
+        for (size_t j = 0; j < count; j++)
+            wrong += !matches(t, rk->big_a, j, reduced(rk, j, seed));
+    }
+    return wrong;
+}
+
+static int post_and_wait(rank_t *rk, size_t count, size_t blk)
+{
+    opts_t *o = rk->o;
+    size_t es = rk->es;
+    incmoe_layout_t layout = {.block_stride = blk * es, .offset = 0, .length = blk * es};
+    incmoe_req_t req[2];
+    int nreq = 0;
+    if (o->op == OP_ALLGATHER || o->op == OP_AGRS)
+        CHECK(
+            rk, "incmoe_allgather",
+            incmoe_allgather(rk->comm, rk->mr_small_a, 0, rk->mr_big_a, 0, &layout, &req[nreq++]));
+    if (o->op == OP_REDUCESCATTER || o->op == OP_AGRS)
+        CHECK(rk, "incmoe_reducescatter",
+              incmoe_reducescatter(rk->comm, rk->mr_big_b, 0, rk->mr_small_b, 0, &layout, o->dtype,
+                                   o->redop, &req[nreq++]));
+    if (o->op == OP_ALLREDUCE)
+        CHECK(rk, "incmoe_allreduce",
+              incmoe_allreduce(rk->comm, rk->mr_big_b, 0, rk->mr_big_a, 0, count, o->dtype,
+                               o->redop, &req[nreq++]));
+    for (int i = 0; i < nreq; i++)
+        CHECK(rk, "incmoe_wait", incmoe_wait(rk->comm, &req[i]));
+    return 0;
+}
+
+static void print_header(const opts_t *o)
+{
+    printf("# incmoe-perf: op %s, algo %s, nranks %d, iters %d, warmup %d, check %d\n",
+           op_names[o->op], o->algo == INCMOE_ALGO_RING ? "ring" : "inc", o->nranks, o->iters,
+           o->warmup, o->check);
+    if (o->op == OP_AGRS) {
+        printf("# agrs: an AllGather and a ReduceScatter of <size> bytes each, posted together; "
+               "eqbw = 2*size/time\n");
+        if (o->link_mbps > 0) {
+            double bound = o->algo == INCMOE_ALGO_RING ? o->link_mbps * o->nranks / (o->nranks - 1)
+                                                       : 2 * o->link_mbps;
+            printf("# link %.0f Mbit/s per direction; bound %s = %.1f Mbit/s\n", o->link_mbps,
+                   o->algo == INCMOE_ALGO_RING ? "N/(N-1)*BW" : "2*BW", bound);
+        }
+    }
+    printf("#\n#%11s %12s %8s %6s %11s %8s %8s %8s", "size", "count", "type", "redop", "time",
+           "algbw", "busbw", "#wrong");
+    if (o->op == OP_AGRS)
+        printf(" %11s %7s", "eqbw", "%bound");
+    printf("\n#%11s %12s %8s %6s %11s %8s %8s %8s", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
+           "(GB/s)", "");
+    if (o->op == OP_AGRS)
+        printf(" %11s %7s", "(Mbit/s)", "");
+    printf("\n");
+    fflush(stdout);
+}
+
+static int run_rank(opts_t *o, int rank)
+{
+    rank_t rk = {.o = o, .rank = rank, .n = o->nranks, .es = incmoe_dtype_size(o->dtype)};
+    incmoe_comm_params_t params = {.field_mask = INCMOE_COMM_PARAM_ALGO,
+                                   .switch_addr = o->switch_addr,
+                                   .job_id = o->job_id,
+                                   .rank = rank,
+                                   .nranks = o->nranks,
+                                   .algo = o->algo};
+    CHECK(&rk, "incmoe_comm_create", incmoe_comm_create(&params, &rk.comm));
+    int rc = -1;
+    size_t max_all = o->max_bytes / rk.es * rk.es;
+    size_t max_blk = o->max_bytes / rk.es / rk.n * rk.es;
+    int need_ag = o->op == OP_ALLGATHER || o->op == OP_AGRS;
+    int need_rs = o->op == OP_REDUCESCATTER || o->op == OP_AGRS;
+    int need_ar = o->op == OP_ALLREDUCE;
+    if ((need_ag || need_ar) && alloc_reg(&rk, max_all, &rk.big_a, &rk.mr_big_a) != 0)
+        goto out;
+    if ((need_rs || need_ar) && alloc_reg(&rk, max_all, &rk.big_b, &rk.mr_big_b) != 0)
+        goto out;
+    if (need_ag && alloc_reg(&rk, max_blk + 1, &rk.small_a, &rk.mr_small_a) != 0)
+        goto out;
+    if (need_rs && alloc_reg(&rk, max_blk + 1, &rk.small_b, &rk.mr_small_b) != 0)
+        goto out;
+    if (alloc_reg(&rk, 2 * rk.n * sizeof(uint64_t), (void **)&rk.ctl, &rk.mr_ctl) != 0)
+        goto out;
+    if (rank == 0)
+        print_header(o);
+
+    uint64_t wrong_all = 0;
+    double busbw_sum = 0;
+    int nsizes = 0;
+    unsigned seed = 1;
+    for (size_t bytes = o->min_bytes;; bytes *= o->factor, seed++) {
+        size_t count, blk;
+        counts_of(&rk, bytes, &count, &blk);
+        if (count > 0) {
+            if (o->check)
+                fill(&rk, count, blk, seed);
+            for (int it = 0; it < o->warmup; it++)
+                if (post_and_wait(&rk, count, blk) != 0)
+                    goto out;
+            if (barrier(&rk) != 0)
+                goto out;
+            double t0 = now_us();
+            for (int it = 0; it < o->iters; it++)
+                if (post_and_wait(&rk, count, blk) != 0)
+                    goto out;
+            uint64_t t_ns = (uint64_t)((now_us() - t0) * 1e3 / o->iters), t_max;
+            if (ctl_allreduce(&rk, t_ns, INCMOE_MAX, &t_max) != 0)
+                goto out;
+            uint64_t wrong = 0, wrong_sum = 0;
+            if (o->check) {
+                if (o->inject_error && rank == 0)
+                    ((uint8_t *)(need_rs ? rk.small_b : rk.big_a))[0] ^= 0x01;
+                wrong = check(&rk, count, blk, seed);
+            }
+            if (ctl_allreduce(&rk, wrong, INCMOE_SUM, &wrong_sum) != 0)
+                goto out;
+            wrong_all += wrong_sum;
+            if (rank == 0) {
+                double t_us = t_max * 1e-3;
+                double sz = (double)count * rk.es;
+                double algbw = (o->op == OP_AGRS ? 2 * sz : sz) / t_us * 1e-3; /* GB/s */
+                double factor =
+                    o->op == OP_ALLREDUCE ? 2.0 * (rk.n - 1) / rk.n : (double)(rk.n - 1) / rk.n;
+                busbw_sum += algbw * factor;
+                nsizes++;
+                printf(" %11zu %12zu %8s %6s %11.1f %8.4f %8.4f", (size_t)sz, count,
+                       incmoe_dtype_name(o->dtype),
+                       o->op == OP_ALLGATHER ? "none" : incmoe_redop_name(o->redop), t_us, algbw,
+                       algbw * factor);
+                if (o->check)
+                    printf(" %8" PRIu64, wrong_sum);
+                else
+                    printf(" %8s", "N/A");
+                if (o->op == OP_AGRS) {
+                    double eq = 2 * sz * 8 / t_us; /* Mbit/s */
+                    printf(" %11.1f", eq);
+                    if (o->link_mbps > 0) {
+                        double bound = o->algo == INCMOE_ALGO_RING
+                                           ? o->link_mbps * rk.n / (rk.n - 1)
+                                           : 2 * o->link_mbps;
+                        printf(" %7.1f", 100 * eq / bound);
+                    }
+                }
+                printf("\n");
+                fflush(stdout);
+            }
+        }
+        if (bytes > o->max_bytes / o->factor)
+            break;
+    }
+    if (rank == 0) {
+        printf("# Out of bounds values : %" PRIu64 " %s\n", wrong_all, wrong_all ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %.4f\n#\n", nsizes ? busbw_sum / nsizes : 0.0);
+        fflush(stdout);
+    }
+    rc = wrong_all != 0 ? 1 : 0;
+out:
+    if (rk.mr_ctl)
+        incmoe_mem_deregister(rk.comm, rk.mr_ctl);
+    if (rk.mr_small_b)
+        incmoe_mem_deregister(rk.comm, rk.mr_small_b);
+    if (rk.mr_small_a)
+        incmoe_mem_deregister(rk.comm, rk.mr_small_a);
+    if (rk.mr_big_b)
+        incmoe_mem_deregister(rk.comm, rk.mr_big_b);
+    if (rk.mr_big_a)
+        incmoe_mem_deregister(rk.comm, rk.mr_big_a);
+    incmoe_status_t st = incmoe_comm_destroy(rk.comm);
+    if (st != INCMOE_OK && rc == 0) {
+        fprintf(stderr, "incmoe-perf: rank %d: incmoe_comm_destroy failed: %s\n", rank,
+                incmoe_strerror(st));
+        rc = -1;
+    }
+    free(rk.ctl);
+    free(rk.small_b);
+    free(rk.small_a);
+    free(rk.big_b);
+    free(rk.big_a);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Embedded mode: a switch and N rank processes on this host                  */
+/* ------------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    return now_us() * 1e-6;
+}
+
+/* Starts the switch on loopback; its first stdout line names the address. */
+static int start_switch(pid_t *pid_p, char *addr, size_t addr_len)
+{
+    /* INCMOE_SWITCHD, else beside this program (installed), else the build tree's. */
+    const char *path = switchd_path();
+    if (access(path, X_OK) != 0) {
+        fprintf(stderr,
+                "incmoe-perf: cannot run incmoe-switchd at %s (%s): set INCMOE_SWITCHD or pass "
+                "--switch HOST:PORT\n",
+                path, strerror(errno));
+        return -1;
+    }
+    *pid_p = switchd_spawn(path, addr, addr_len);
+    if (*pid_p < 0) {
+        fprintf(stderr, "incmoe-perf: %s did not report 'listening on HOST:PORT'\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void stop_switch(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    double deadline = now_s() + 5;
+    while (waitpid(pid, NULL, WNOHANG) == 0) {
+        if (now_s() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            return;
+        }
+        usleep(10000);
+    }
+}
+
+static int run_embedded(opts_t *o)
+{
+    char addr[256];
+    pid_t sw_pid = -1;
+    if (o->switch_addr == NULL) {
+        if (start_switch(&sw_pid, addr, sizeof(addr)) != 0)
+            return 2;
+        o->switch_addr = addr;
+        if (o->job_id == 1)
+            o->job_id = (uint64_t)getpid() << 16 | 1;
+    }
+    pid_t pids[INCMOE_MAX_RANKS];
+    int nstarted = 0, rc = 0;
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < o->nranks; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("incmoe-perf: fork");
+            rc = 2;
+            break;
+        }
+        if (pid == 0) {
+            if (r != 0 && freopen("/dev/null", "w", stdout) == NULL)
+                _exit(2);
+            int st = run_rank(o, r);
+            fflush(stdout);
+            _exit(st == 0 ? 0 : st > 0 ? 1 : 2);
+        }
+        pids[nstarted++] = pid;
+    }
+    int left = nstarted;
+    double deadline = now_s() + o->timeout_s;
+    while (left > 0) {
+        usleep(20000);
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            int r = -1;
+            for (int i = 0; i < nstarted; i++)
+                if (pids[i] == pid)
+                    r = i;
+            if (pid == sw_pid) {
+                fprintf(stderr, "incmoe-perf: incmoe-switchd exited while the ranks ran\n");
+                sw_pid = -1;
+            }
+            if (r < 0)
+                continue;
+            pids[r] = -1;
+            left--;
+            int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            if (code != 0) {
+                if (!WIFEXITED(status))
+                    fprintf(stderr, "incmoe-perf: rank %d killed by signal %d\n", r,
+                            WTERMSIG(status));
+                if (rc == 0)
+                    rc = code == 1 ? 1 : 2;
+                /* A rank that failed leaves the others waiting for it: stop them. */
+                for (int i = 0; i < nstarted; i++)
+                    if (pids[i] > 0)
+                        kill(pids[i], SIGTERM);
+            }
+        }
+        if (left > 0 && now_s() > deadline) {
+            fprintf(stderr,
+                    "incmoe-perf: ranks still running after --timeout %d s: stopping them\n",
+                    o->timeout_s);
+            for (int i = 0; i < nstarted; i++)
+                if (pids[i] > 0)
+                    kill(pids[i], SIGKILL);
+            deadline = now_s() + 3600;
+            rc = 2;
+        }
+    }
+    if (sw_pid > 0)
+        stop_switch(sw_pid);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    int p = parse_args(argc, argv, &o);
+    if (p != 0)
+        return p > 0 ? 0 : 2;
+    if (o.rank >= 0) {
+        int st = run_rank(&o, o.rank);
+        return st == 0 ? 0 : st > 0 ? 1 : 2;
+    }
+    return run_embedded(&o);
+}
