@@ -34,6 +34,17 @@ static void job_release(server_t *srv, job_t *job);
 /* ------------------------------------------------------------------------ */
 /* memory accounting                                                         */
 
+/* Count n more bytes buffered by the job (and the switch). */
+static void job_account(server_t *srv, job_t *job, size_t n)
+{
+    job->mem_used += n;
+    srv->mem_used += n;
+    if (job->mem_used > job->mem_peak)
+        job->mem_peak = job->mem_used;
+    if (srv->mem_used > srv->stats.mem_peak)
+        srv->stats.mem_peak = srv->mem_used;
+}
+
 static void *job_alloc(server_t *srv, job_t *job, size_t n)
 {
     if (job->mem_used + n > job->mem_bound) {
@@ -43,14 +54,8 @@ static void *job_alloc(server_t *srv, job_t *job, size_t n)
         return NULL;
     }
     void *p = malloc(n ? n : 1);
-    if (p == NULL)
-        return NULL;
-    job->mem_used += n;
-    srv->mem_used += n;
-    if (job->mem_used > job->mem_peak)
-        job->mem_peak = job->mem_used;
-    if (srv->mem_used > srv->stats.mem_peak)
-        srv->stats.mem_peak = srv->mem_used;
+    if (p != NULL)
+        job_account(srv, job, n);
     return p;
 }
 
@@ -402,11 +407,19 @@ static void coll_check_done(server_t *srv, job_t *job, coll_t *c)
 static void item_free(server_t *srv, item_t *it)
 {
     job_t *job = it->job;
-    for (int r = 0; r < job->nranks; r++)
-        job_free_mem(srv, job, it->contrib[r], it->length);
+    for (int r = 0; r < job->nranks; r++) {
+        if (it->ucx_owned[r] && it->contrib[r] != NULL) {
+            ucp_am_data_release(srv->node.worker, it->contrib[r]);
+            job->mem_used -= it->length;
+            srv->mem_used -= it->length;
+        } else {
+            job_free_mem(srv, job, it->contrib[r], it->length);
+        }
+    }
     job_free_mem(srv, job, it->out, it->length);
     free(it->contrib);
     free(it->arrived);
+    free(it->ucx_owned);
     free(it);
 }
 
@@ -447,12 +460,15 @@ static void item_sent_cb(server_t *srv, void *arg, ucs_status_t status)
         }
         c->remaining -= it->length;
         item_unlink(it);
-        item_free(srv, it);
+        if (it->nreceiving == 0) /* else on_data still holds it and frees it */
+            item_free(srv, it);
         coll_check_done(srv, job, c);
     } else {
         item_unlink(it);
-        item_free(srv, it);
-        job_release(srv, job);
+        if (it->nreceiving == 0) {
+            item_free(srv, it);
+            job_release(srv, job);
+        }
     }
 }
 
@@ -743,13 +759,15 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
     if (it == NULL) {
         it = calloc(1, sizeof(*it));
         if (it != NULL) {
-            it->contrib = calloc((size_t)job->nranks, sizeof(void *));
-            it->arrived = calloc((size_t)job->nranks, 1);
+            it->contrib   = calloc((size_t)job->nranks, sizeof(void *));
+            it->arrived   = calloc((size_t)job->nranks, 1);
+            it->ucx_owned = calloc((size_t)job->nranks, 1);
         }
-        if (it == NULL || it->contrib == NULL || it->arrived == NULL) {
+        if (it == NULL || it->contrib == NULL || it->arrived == NULL || it->ucx_owned == NULL) {
             if (it != NULL) {
                 free(it->contrib);
                 free(it->arrived);
+                free(it->ucx_owned);
             }
             free(it);
             job_fail(srv, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
@@ -780,6 +798,37 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
         BAD(srv, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent chunk %u of root %u twice", me,
             h->chunk, h->root);
         return UCS_ERR_INVALID_PARAM;
+    }
+    if (job->mem_used + length > job->mem_bound) {
+        job_fail(srv, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        return UCS_ERR_NO_MEMORY;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+        /* Eager data UCX lets us keep: hold its buffer instead of copying it. */
+        it->contrib[me]   = data;
+        it->ucx_owned[me] = 1;
+        job_account(srv, job, length);
+        job->inflight[me][stream]++;
+        srv->stats.bytes_in += length;
+        it->nreceiving++; /* a failure inside may detach the item: keep it until we know */
+        job->refs++;
+        item_arrived(srv, it, me);
+        it->nreceiving--;
+        job->refs--;
+        if ((it->coll != NULL && job->state == JOB_ACTIVE) || it->sends_pending > 0 ||
+            it->reducing)
+            return UCS_INPROGRESS; /* in use: released with the item */
+        /* Detached (the job failed, or it all went out at once): UCX takes its buffer back
+           when we return, so the item must not release it. */
+        it->contrib[me]   = NULL;
+        it->ucx_owned[me] = 0;
+        job->mem_used -= length;
+        srv->mem_used -= length;
+        if (it->nreceiving == 0) {
+            item_free(srv, it);
+            job_release(srv, job);
+        }
+        return UCS_OK;
     }
     it->contrib[me] = job_alloc(srv, job, length);
     if (it->contrib[me] == NULL) {

@@ -18,6 +18,7 @@ typedef struct item {
     uint64_t     offset, length, total;
     void       **contrib;   /* [nranks]: received payloads, NULL while missing */
     uint8_t     *arrived;   /* [nranks]: payload complete (rendezvous may still be running) */
+    uint8_t     *ucx_owned; /* [nranks]: contrib is UCX's eager buffer (ucp_am_data_release) */
     int          narrived, nexpected, nreceiving;
     void        *out;       /* reduction result (ReduceScatter, AllReduce) */
     int          reducing;  /* in a reduction thread */

@@ -325,8 +325,11 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
         return UCS_OK;
     }
     ucs_status_t st = job_on_message(srv, conn, &h, data, length, param);
-    /* UCX accepts an error (or INPROGRESS) only for rendezvous data; eager data is done with. */
-    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? st : UCS_OK;
+    /* UCX accepts an error only for rendezvous data, and INPROGRESS (we keep the buffer) also
+       for eager data it marked persistent; anything else is done with. */
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        return st;
+    return (st == UCS_INPROGRESS && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) ? st : UCS_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -514,12 +514,14 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
         incmoe_status_t st = create(doomed.addr, job, rank, 2, &comm, 2000);
         if (st != INCMOE_OK)
             return "create: " + status_text(st);
-        static char  buf[4096];
-        incmoe_mr_t *mr;
-        incmoe_mem_register(comm, buf, sizeof(buf), &mr);
+        incmoe_req_t req;
+        st = incmoe_barrier(comm, &req); /* both have joined */
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &req);
+        if (st != INCMOE_OK)
+            return "first barrier: " + status_text(st);
         if (rank == 0)
             kill(victim, SIGKILL);
-        incmoe_req_t req;
         usleep(100000);
         st = incmoe_barrier(comm, &req);
         if (st == INCMOE_OK)
