@@ -1,0 +1,163 @@
+/*
+ * adapt_v11.c - the v11 structs (NCCL 2.28-2.29) over the one implementation.
+ * v11 adds a per-communicator context to init/listen and a finalize.
+ */
+#include "plugin.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    uint64_t comm_id;
+} v11_ctx_t;
+
+static ncclResult_t v11_ctx_new(void **ctx, uint64_t comm_id)
+{
+    if (ctx == NULL)
+        return ncclInvalidArgument;
+    v11_ctx_t *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return ncclSystemError;
+    c->comm_id = comm_id;
+    *ctx = c;
+    return ncclSuccess;
+}
+
+static ncclResult_t net_init_v11(void **ctx, uint64_t comm_id, ncclNetCommConfig_t *config,
+                                 ncclDebugLogger_t logger, ncclProfilerCallback_t profiler)
+{
+    plugin_set_logger(logger);
+    ncclResult_t res = v11_ctx_new(ctx, comm_id);
+    if (res != ncclSuccess)
+        return res;
+    res = net_init();
+    if (res != ncclSuccess) {
+        free(*ctx);
+        *ctx = NULL;
+    }
+    return res;
+}
+
+static ncclResult_t net_props_v11(int dev, ncclNetProperties_v11_t *props)
+{
+    return plugin_get_props_v11(dev, props, PLUGIN_PTR_SUPPORT);
+}
+
+static ncclResult_t net_listen_v11(void *ctx, int dev, void *handle, void **listen_comm)
+{
+    return net_listen(dev, handle, listen_comm);
+}
+
+static ncclResult_t net_connect_v11(void *ctx, int dev, void *handle, void **send_comm,
+                                    ncclNetDeviceHandle_t **send_dev_comm)
+{
+    return net_connect(dev, handle, send_comm);
+}
+
+static ncclResult_t net_accept_v11(void *listen_comm, void **recv_comm,
+                                   ncclNetDeviceHandle_t **recv_dev_comm)
+{
+    return net_accept(listen_comm, recv_comm);
+}
+
+static ncclResult_t net_isend_v11(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                                  void *phandle, void **request)
+{
+    return net_isend(send_comm, data, size, tag, mhandle, request);
+}
+
+static ncclResult_t net_irecv_v11(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                                  void **mhandles, void **phandles, void **request)
+{
+    return net_irecv(recv_comm, n, data, sizes, tags, mhandles, request);
+}
+
+static ncclResult_t net_finalize_v11(void *ctx)
+{
+    free(ctx);
+    return net_finalize();
+}
+
+/* Flow and peer-count hints: UCX sizes its own resources, so they need no action. */
+static ncclResult_t net_set_attr_v11(void *ctx, ncclNetAttr_t *attr)
+{
+    return ncclSuccess;
+}
+
+PLUGIN_EXPORT ncclNet_v11_t ncclNetPlugin_v11 = {
+    .name = PLUGIN_NAME,
+    .init = net_init_v11,
+    .devices = net_devices,
+    .getProperties = net_props_v11,
+    .listen = net_listen_v11,
+    .connect = net_connect_v11,
+    .accept = net_accept_v11,
+    .regMr = net_reg_mr,
+    .regMrDmaBuf = net_reg_mr_dmabuf,
+    .deregMr = net_dereg_mr,
+    .isend = net_isend_v11,
+    .irecv = net_irecv_v11,
+    .iflush = net_iflush,
+    .test = net_test,
+    .closeSend = net_close_send,
+    .closeRecv = net_close_recv,
+    .closeListen = net_close_listen,
+    .getDeviceMr = NULL,
+    .irecvConsumed = NULL,
+    .makeVDevice = plugin_make_vdevice,
+    .finalize = net_finalize_v11,
+    .setNetAttr = net_set_attr_v11,
+};
+
+static ncclResult_t collnet_init_v11(void **ctx, uint64_t comm_id, ncclDebugLogger_t logger)
+{
+    plugin_set_logger(logger);
+    ncclResult_t res = v11_ctx_new(ctx, comm_id);
+    if (res != ncclSuccess)
+        return res;
+    res = collnet_init();
+    if (res != ncclSuccess) {
+        free(*ctx);
+        *ctx = NULL;
+    }
+    return res;
+}
+
+static ncclResult_t collnet_props_v11(int dev, ncclNetProperties_v11_t *props)
+{
+    return plugin_get_props_v11(dev, props, PLUGIN_PTR_SUPPORT);
+}
+
+static ncclResult_t collnet_listen_v11(void *ctx, int dev, void *handle, void **listen_comm)
+{
+    if (ctx == NULL)
+        return ncclInvalidArgument;
+    return collnet_listen(((v11_ctx_t *)ctx)->comm_id, dev, handle, listen_comm);
+}
+
+static ncclResult_t collnet_finalize_v11(void *ctx)
+{
+    free(ctx);
+    return ncclSuccess;
+}
+
+PLUGIN_EXPORT ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
+    .name = PLUGIN_NAME,
+    .init = collnet_init_v11,
+    .devices = collnet_devices,
+    .getProperties = collnet_props_v11,
+    .listen = collnet_listen_v11,
+    .connect = collnet_connect,
+    .reduceSupport = collnet_reduce_support,
+    .regMr = collnet_reg_mr,
+    .regMrDmaBuf = collnet_reg_mr_dmabuf,
+    .deregMr = collnet_dereg_mr,
+    .iallreduce = collnet_iallreduce,
+    .iallgather = collnet_iallgather,
+    .ireducescatter = collnet_ireducescatter,
+    .iflush = collnet_iflush,
+    .test = collnet_test,
+    .closeColl = collnet_close_coll,
+    .closeListen = collnet_close_listen,
+    .makeVDevice = plugin_make_vdevice,
+    .finalize = collnet_finalize_v11,
+};

@@ -1,0 +1,104 @@
+/*
+ * plugin.h - the one, version-neutral implementation of the NCCL net and
+ * CollNet plugins.  adapt_v*.c wrap it into the structs NCCL looks up; only
+ * those structs leave the library (exports.map).
+ */
+#ifndef INCMOE_NCCL_PLUGIN_H
+#define INCMOE_NCCL_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "abi.h"
+#include "api/incmoe.h"
+
+#define PLUGIN_NAME "incmoe"
+/* Largest grouped receive we accept (NCCL posts at most 8). */
+#define NET_MAX_RECVS 8
+/* Largest single transfer: the test() size output is an int. */
+#define PLUGIN_MAX_BYTES ((size_t)1 << 30)
+
+/* ---- common.c ---------------------------------------------------------- */
+
+/* Remember NCCL's logger and route the library's own log lines to it. */
+void plugin_set_logger(ncclDebugLogger_t logger);
+void plugin_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+#define PWARN(...) plugin_log(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, __VA_ARGS__)
+#define PINFO(...) plugin_log(NCCL_LOG_INFO, NCCL_NET | NCCL_INIT, __FILE__, __LINE__, __VA_ARGS__)
+
+/* incmoe status -> ncclResult_t: the only place the two meet. */
+ncclResult_t plugin_result(incmoe_status_t status);
+
+/* Properties of our single device, shared by the net and the CollNet so NCCL
+   pairs them (same index 0, name, PCI path and GUID). */
+void plugin_get_props(ncclNetProperties_v11_t *props, int ptr_support);
+/* Device-count bookkeeping for makeVDevice: we have one physical device. */
+ncclResult_t plugin_check_dev(int dev);
+ncclResult_t plugin_make_vdevice(int *d, ncclNetVDeviceProps_t *props);
+/* getProperties of one version, checking the device index. */
+ncclResult_t plugin_get_props_v9(int dev, ncclNetProperties_v9_t *props, int ptr_support);
+ncclResult_t plugin_get_props_v11(int dev, ncclNetProperties_v11_t *props, int ptr_support);
+/* What both the net and the CollNet accept in regMr: host memory, and GPU memory
+   through pinned staging where a CUDA runtime and a device are present (cuda.h). */
+int plugin_ptr_support(void);
+#define PLUGIN_PTR_SUPPORT plugin_ptr_support()
+/* Make the struct visible past -fvisibility=hidden; exports.map has the final say. */
+#define PLUGIN_EXPORT __attribute__((visibility("default")))
+
+/* The IPv4/IPv6 address our listeners advertise (port 0). */
+int plugin_local_addr(struct sockaddr_storage *addr, unsigned *addr_len);
+
+/* ---- net.c: point-to-point over UCX tags ------------------------------- */
+
+ncclResult_t net_init(void);
+ncclResult_t net_finalize(void);
+ncclResult_t net_devices(int *ndev);
+ncclResult_t net_listen(int dev, void *handle, void **listen_comm);
+ncclResult_t net_connect(int dev, void *handle, void **send_comm);
+ncclResult_t net_accept(void *listen_comm, void **recv_comm);
+ncclResult_t net_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
+ncclResult_t net_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
+                               int fd, void **mhandle);
+ncclResult_t net_dereg_mr(void *comm, void *mhandle);
+ncclResult_t net_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                       void **request);
+ncclResult_t net_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                       void **mhandles, void **request);
+ncclResult_t net_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
+                        void **request);
+ncclResult_t net_test(void *request, int *done, int *sizes);
+ncclResult_t net_close_send(void *send_comm);
+ncclResult_t net_close_recv(void *recv_comm);
+ncclResult_t net_close_listen(void *listen_comm);
+
+/* ---- collnet.c: CollNet over the incmoe client API --------------------- */
+
+ncclResult_t collnet_init(void);
+ncclResult_t collnet_devices(int *ndev);
+/* comm_id: NCCL's commId (v11), 0 where the version does not pass one. */
+ncclResult_t collnet_listen(uint64_t comm_id, int dev, void *handle, void **listen_comm);
+ncclResult_t collnet_connect(void *handles[], int nranks, int rank, void *listen_comm,
+                             void **coll_comm);
+ncclResult_t collnet_reduce_support(ncclDataType_t dtype, ncclRedOp_t op, int *supported);
+ncclResult_t collnet_reg_mr(void *coll_comm, void *data, size_t size, int type, void **mhandle);
+ncclResult_t collnet_reg_mr_dmabuf(void *coll_comm, void *data, size_t size, int type,
+                                   uint64_t offset, int fd, void **mhandle);
+ncclResult_t collnet_dereg_mr(void *coll_comm, void *mhandle);
+ncclResult_t collnet_iallreduce(void *coll_comm, void *send, void *recv, size_t count,
+                                ncclDataType_t dtype, ncclRedOp_t op, void *send_mh, void *recv_mh,
+                                void **request);
+ncclResult_t collnet_iallgather(void *coll_comm, void *send, int n_parts, ncclNetSGE_t *parts,
+                                size_t bytes_per_rank, size_t win_offset, size_t win_bytes,
+                                void *send_mh, void **request);
+ncclResult_t collnet_ireducescatter(void *coll_comm, int n_parts, ncclNetSGE_t *parts, void *recv,
+                                    size_t bytes_per_rank, size_t win_offset, size_t win_bytes,
+                                    ncclDataType_t dtype, ncclRedOp_t op, void *recv_mh,
+                                    void **request);
+ncclResult_t collnet_iflush(void *coll_comm, void *data, int size, void *mhandle, void **request);
+ncclResult_t collnet_test(void *request, int *done, int *size);
+ncclResult_t collnet_close_coll(void *coll_comm);
+ncclResult_t collnet_close_listen(void *listen_comm);
+
+#endif

@@ -1,0 +1,393 @@
+/*
+ * test_nccl_net.cc - the plugin's point-to-point net, driven as NCCL's proxy
+ * drives it: init, devices, getProperties, listen, handle exchange, connect
+ * and accept polled until both return a comm, regMr, isend / grouped irecv,
+ * test polling, iflush, close, finalize.  Two forked ranks on loopback, for
+ * every exported version.
+ */
+#include "harness.h"
+#include "nccl_loader.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using nccltest::Exchange;
+using nccltest::Plugin;
+
+namespace
+{
+
+#define REQUIRE(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return std::string("line ") + std::to_string(__LINE__) + ": " #cond " " +              \
+                   std::string(__VA_ARGS__);                                                       \
+    } while (0)
+
+double now_s()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The byte pattern rank `from` sends in message `id`: no two messages alike. */
+unsigned char pattern(int from, int id, size_t j)
+{
+    return (unsigned char)((j * 131u) ^ (j >> 8) ^ (unsigned)(id * 29 + from * 7));
+}
+
+/* Poll test() until done, as the proxy does; bounded. */
+std::string wait_req(Plugin &pl, void *req, int *sizes, double timeout_s = 30)
+{
+    double deadline = now_s() + timeout_s;
+    int done = 0;
+    while (!done) {
+        ncclResult_t r = pl.net_test(req, &done, sizes);
+        if (r != ncclSuccess)
+            return "test returned " + std::to_string(r) + ": " + nccltest::warnings();
+        if (!done && now_s() > deadline)
+            return "request not done after " + std::to_string(timeout_s) + " s";
+        if (!done)
+            usleep(50);
+    }
+    return "";
+}
+
+struct Conn {
+    Plugin pl;
+    void *lc = nullptr, *sc = nullptr, *rc = nullptr;
+};
+
+/* listen, exchange handles, connect + accept polled together (neither may block). */
+std::string setup(Conn *c, int version, int rank, Exchange *ex)
+{
+    std::string err = c->pl.load(version);
+    REQUIRE(err.empty(), err);
+    REQUIRE(c->pl.net_init(0x1234) == ncclSuccess, nccltest::warnings());
+    int ndev = 0;
+    REQUIRE(c->pl.net_devices(&ndev) == ncclSuccess && ndev == 1);
+    ncclNetProperties_v11_t props;
+    REQUIRE(c->pl.net_props(0, &props) == ncclSuccess);
+    REQUIRE(strcmp(props.name, "incmoe0") == 0, props.name);
+    REQUIRE(props.ptrSupport & NCCL_PTR_HOST);
+    REQUIRE(props.maxRecvs == 8);
+    REQUIRE(props.maxP2pBytes >= (64u << 20));
+    REQUIRE(props.netDeviceType == NCCL_NET_DEVICE_HOST);
+    REQUIRE(version != 11 || props.maxMultiRequestSize == 1);
+    REQUIRE(c->pl.net_props(1, &props) == ncclInvalidArgument);
+
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    REQUIRE(c->pl.net_listen(0, handle, &c->lc) == ncclSuccess, nccltest::warnings());
+    ex->publish(0, rank, handle, sizeof(handle));
+    std::vector<std::vector<char>> all;
+    REQUIRE(ex->gather(0, 2, &all, 30), "handle exchange timed out");
+    char peer[NCCL_NET_HANDLE_MAXSIZE];
+    memcpy(peer, all[1 - rank].data(), sizeof(peer));
+    double deadline = now_s() + 30;
+    while (c->sc == nullptr || c->rc == nullptr) {
+        if (c->sc == nullptr)
+            REQUIRE(c->pl.net_connect(0, peer, &c->sc) == ncclSuccess, nccltest::warnings());
+        if (c->rc == nullptr)
+            REQUIRE(c->pl.net_accept(c->lc, &c->rc) == ncclSuccess, nccltest::warnings());
+        REQUIRE(now_s() < deadline, "connect/accept did not finish");
+        usleep(100);
+    }
+    return "";
+}
+
+std::string teardown(Conn *c)
+{
+    REQUIRE(c->pl.net_close_send(c->sc) == ncclSuccess);
+    REQUIRE(c->pl.net_close_recv(c->rc) == ncclSuccess);
+    REQUIRE(c->pl.net_close_listen(c->lc) == ncclSuccess);
+    REQUIRE(c->pl.net_finalize() == ncclSuccess);
+    return "";
+}
+
+/* Both ranks send to each other at once: sizes 0 .. 64 MiB, one tag each. */
+std::string exchange_sizes(Conn *c, int rank, void *smh, void *rmh, char *sbuf, char *rbuf)
+{
+    const size_t sizes[] = {0, 1, 7, 4096, 65537, (1u << 20) + 3, 64u << 20};
+    for (int id = 0; id < (int)(sizeof(sizes) / sizeof(sizes[0])); id++) {
+        size_t n = sizes[id];
+        for (size_t j = 0; j < n; j++)
+            sbuf[j] = (char)pattern(rank, id, j);
+        memset(rbuf, 0x5a, n + 16);
+        void *sreq = nullptr, *rreq = nullptr;
+        void *data[1] = {rbuf};
+        size_t rsz[1] = {n + 16}; /* posted larger than sent: test reports the real size */
+        int tags[1] = {100 + id};
+        void *mhs[1] = {rmh};
+        REQUIRE(c->pl.net_irecv(c->rc, 1, data, rsz, tags, mhs, &rreq) == ncclSuccess);
+        REQUIRE(c->pl.net_isend(c->sc, sbuf, n, 100 + id, smh, &sreq) == ncclSuccess);
+        REQUIRE(sreq != nullptr && rreq != nullptr);
+        int got = -1, sent = -1;
+        std::string e = wait_req(c->pl, sreq, &sent);
+        REQUIRE(e.empty(), e);
+        e = wait_req(c->pl, rreq, &got);
+        REQUIRE(e.empty(), e);
+        REQUIRE(got == (int)n, "size " + std::to_string(n) + " arrived as " + std::to_string(got));
+        for (size_t j = 0; j < n; j++)
+            REQUIRE((unsigned char)rbuf[j] == pattern(1 - rank, id, j),
+                    "size " + std::to_string(n) + " byte " + std::to_string(j));
+        REQUIRE((unsigned char)rbuf[n] == 0x5a, "wrote past the message");
+        /* iflush of host memory: nothing to wait for, or a request that completes */
+        void *freq = nullptr;
+        int fsz = (int)n;
+        REQUIRE(c->pl.net_iflush(c->rc, 1, data, &fsz, mhs, &freq) == ncclSuccess);
+        if (freq != nullptr) {
+            e = wait_req(c->pl, freq, nullptr);
+            REQUIRE(e.empty(), e);
+        }
+    }
+    return "";
+}
+
+/* A grouped receive of 3 tags; the peer sends them in another order and shorter. */
+std::string grouped(Conn *c, int rank, void *smh, void *rmh, char *sbuf, char *rbuf)
+{
+    const int tags[3] = {7, 8, 9};
+    const size_t posted[3] = {1000, 2000, 3000};
+    const size_t sent[3] = {500, 2000, 2999};
+    void *data[3] = {rbuf, rbuf + 10000, rbuf + 20000};
+    size_t sizes[3];
+    int rtags[3];
+    void *mhs[3] = {rmh, rmh, rmh};
+    for (int i = 0; i < 3; i++) {
+        sizes[i] = posted[i];
+        rtags[i] = tags[i];
+    }
+    void *rreq = nullptr;
+    REQUIRE(c->pl.net_irecv(c->rc, 3, data, sizes, rtags, mhs, &rreq) == ncclSuccess);
+    const int order[3] = {2, 0, 1};
+    void *sreq[3];
+    for (int k = 0; k < 3; k++) {
+        int i = order[k];
+        for (size_t j = 0; j < sent[i]; j++)
+            sbuf[i * 4000 + j] = (char)pattern(rank, 50 + i, j);
+        REQUIRE(c->pl.net_isend(c->sc, sbuf + i * 4000, sent[i], tags[i], smh, &sreq[k]) ==
+                ncclSuccess);
+    }
+    for (int k = 0; k < 3; k++) {
+        std::string e = wait_req(c->pl, sreq[k], nullptr);
+        REQUIRE(e.empty(), e);
+    }
+    int got[3] = {-1, -1, -1};
+    std::string e = wait_req(c->pl, rreq, got);
+    REQUIRE(e.empty(), e);
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(got[i] == (int)sent[i],
+                "receive " + std::to_string(i) + " got " + std::to_string(got[i]));
+        for (size_t j = 0; j < sent[i]; j++)
+            REQUIRE((unsigned char)((char *)data[i])[j] == pattern(1 - rank, 50 + i, j));
+    }
+    return "";
+}
+
+/* Many requests outstanding, same tag and distinct tags, completed in any order. */
+std::string many(Conn *c, int rank, void *smh, void *rmh, char *sbuf, char *rbuf)
+{
+    const int n = 24;
+    const size_t sz = 8192;
+    std::vector<void *> rreq(n), sreq(n);
+    for (int i = 0; i < n; i++) {
+        void *data[1] = {rbuf + i * sz};
+        size_t s[1] = {sz};
+        int t[1] = {i < n / 2 ? 3 : 1000 + i}; /* half share one tag: FIFO per tag */
+        void *m[1] = {rmh};
+        REQUIRE(c->pl.net_irecv(c->rc, 1, data, s, t, m, &rreq[i]) == ncclSuccess);
+    }
+    for (int i = n - 1; i >= n / 2; i--) { /* distinct tags sent in reverse */
+        for (size_t j = 0; j < sz; j++)
+            sbuf[i * sz + j] = (char)pattern(rank, 200 + i, j);
+        REQUIRE(c->pl.net_isend(c->sc, sbuf + i * sz, sz, 1000 + i, smh, &sreq[i]) == ncclSuccess);
+    }
+    for (int i = 0; i < n / 2; i++) {
+        for (size_t j = 0; j < sz; j++)
+            sbuf[i * sz + j] = (char)pattern(rank, 200 + i, j);
+        REQUIRE(c->pl.net_isend(c->sc, sbuf + i * sz, sz, 3, smh, &sreq[i]) == ncclSuccess);
+    }
+    std::vector<int> idx(n);
+    for (int i = 0; i < n; i++)
+        idx[i] = (i * 7) % n; /* 7 is prime to 24: a permutation */
+    for (int i : idx) {
+        int got = -1;
+        std::string e = wait_req(c->pl, rreq[i], &got);
+        REQUIRE(e.empty(), e);
+        REQUIRE(got == (int)sz);
+        for (size_t j = 0; j < sz; j++)
+            REQUIRE((unsigned char)rbuf[i * sz + j] == pattern(1 - rank, 200 + i, j),
+                    "message " + std::to_string(i));
+        e = wait_req(c->pl, sreq[i], nullptr);
+        REQUIRE(e.empty(), e);
+    }
+    return "";
+}
+
+std::string bad_args(Conn *c, void *smh, char *sbuf, char *rbuf)
+{
+    void *req = nullptr, *mh = nullptr;
+    REQUIRE(c->pl.net_isend(c->sc, sbuf, (size_t)2 << 30, 1, nullptr, &req) == ncclInvalidArgument);
+    REQUIRE(c->pl.net_isend(c->sc, sbuf - 4096, 100, 1, smh, &req) == ncclInvalidArgument);
+    void *data[9];
+    size_t sizes[9];
+    int tags[9];
+    for (int i = 0; i < 9; i++) {
+        data[i] = rbuf;
+        sizes[i] = 1;
+        tags[i] = i;
+    }
+    REQUIRE(c->pl.net_irecv(c->rc, 9, data, sizes, tags, nullptr, &req) == ncclInvalidArgument);
+    REQUIRE(c->pl.net_irecv(c->rc, 0, data, sizes, tags, nullptr, &req) == ncclInvalidArgument);
+    REQUIRE(c->pl.net_reg(c->sc, sbuf, 100, 0x8 /* no such type */, &mh) == ncclInvalidArgument);
+    REQUIRE(c->pl.net_reg(c->sc, sbuf, 100, NCCL_PTR_DMABUF, &mh) == ncclInvalidArgument);
+    REQUIRE(nccltest::warnings().find("outside the registered") != std::string::npos);
+    nccltest::clear_warnings(); /* later failures show only their own warnings */
+    return "";
+}
+
+std::string net_rank(int version, int rank, Exchange *ex, int mem_type = NCCL_PTR_HOST)
+{
+    Conn c;
+    std::string err = setup(&c, version, rank, ex);
+    if (!err.empty())
+        return err;
+    const size_t cap = (64u << 20) + 4096;
+    std::vector<char> sbuf(cap), rbuf(cap);
+    void *smh = nullptr, *rmh = nullptr;
+    REQUIRE(c.pl.net_reg(c.sc, sbuf.data(), cap, mem_type, &smh) == ncclSuccess);
+    REQUIRE(c.pl.net_reg(c.rc, rbuf.data(), cap, mem_type, &rmh) == ncclSuccess);
+    if (!(err = exchange_sizes(&c, rank, smh, rmh, sbuf.data(), rbuf.data())).empty())
+        return "sizes: " + err;
+    if (!(err = grouped(&c, rank, smh, rmh, sbuf.data(), rbuf.data())).empty())
+        return "grouped: " + err;
+    if (!(err = many(&c, rank, smh, rmh, sbuf.data(), rbuf.data())).empty())
+        return "many: " + err;
+    if (!(err = bad_args(&c, smh, sbuf.data(), rbuf.data())).empty())
+        return "bad args: " + err;
+    /* Both sides are done before either closes, as in NCCL's teardown. */
+    REQUIRE(ex->barrier(1, rank, 2, 30));
+    REQUIRE(c.pl.net_dereg(c.sc, smh) == ncclSuccess);
+    REQUIRE(c.pl.net_dereg(c.rc, rmh) == ncclSuccess);
+    return teardown(&c);
+}
+
+class NcclNet : public ::testing::TestWithParam<int>
+{
+  protected:
+    void SetUp() override
+    {
+        setenv("INCMOE_NCCL_ADDR", "127.0.0.1", 1);
+        setenv("INCMOE_TIMEOUT_MS", "3000", 1);
+    }
+};
+
+TEST_P(NcclNet, SizesTagsGroupedReceivesAndBadArguments)
+{
+    int version = GetParam();
+    Exchange *ex = Exchange::create(2);
+    ASSERT_NE(ex, nullptr);
+    auto res = harness::run_ranks(
+        2, [&](int rank) { return net_rank(version, rank, ex); }, 100);
+    ex->destroy();
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+/* The peer dies with a receive pending: test() reports an error instead of hanging. */
+TEST_P(NcclNet, DeadPeerFailsThePendingReceive)
+{
+    int version = GetParam();
+    Exchange *ex = Exchange::create(2);
+    ASSERT_NE(ex, nullptr);
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            Conn c;
+            std::string err = setup(&c, version, rank, ex);
+            if (!err.empty())
+                return err;
+            REQUIRE(ex->barrier(1, rank, 2, 30));
+            if (rank == 1)
+                raise(SIGKILL);
+            char buf[64];
+            void *data[1] = {buf};
+            size_t sz[1] = {sizeof(buf)};
+            int tag[1] = {5};
+            void *req = nullptr;
+            REQUIRE(c.pl.net_irecv(c.rc, 1, data, sz, tag, nullptr, &req) == ncclSuccess);
+            double deadline = now_s() + 60;
+            int done = 0;
+            ncclResult_t r = ncclSuccess;
+            while (r == ncclSuccess && !done && now_s() < deadline) {
+                r = c.pl.net_test(req, &done, nullptr);
+                usleep(1000);
+            }
+            REQUIRE(r == ncclRemoteError || r == ncclSystemError,
+                    "test returned " + std::to_string(r) + ", done " + std::to_string(done));
+            REQUIRE(!nccltest::warnings().empty(), "no WARN through NCCL's logger");
+            return "";
+        },
+        100);
+    ex->destroy();
+    EXPECT_EQ(res[0], "");
+    EXPECT_NE(res[1].find("signal 9"), std::string::npos) << res[1];
+}
+
+/*
+ * GPU buffers through pinned staging, with the stand-in CUDA runtime: every
+ * byte reaches the receiver's "device" buffer only through the plugin's copies.
+ */
+TEST_P(NcclNet, CudaBuffersGoThroughPinnedStaging)
+{
+    int version = GetParam();
+    setenv("INCMOE_CUDART", nccltest::kFakeCudartPath, 1);
+    Exchange *ex = Exchange::create(2);
+    ASSERT_NE(ex, nullptr);
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+#ifdef INCMOE_NCCL_CUDA
+            std::string err = net_rank(version, rank, ex, NCCL_PTR_CUDA);
+            if (!err.empty())
+                return err;
+            REQUIRE(nccltest::fake_cudart_count("fake_cudart_host_allocs") >= 2);
+            REQUIRE(nccltest::fake_cudart_count("fake_cudart_to_host") > 0);
+            REQUIRE(nccltest::fake_cudart_count("fake_cudart_to_device") > 0);
+            return "";
+#else
+            Conn c;
+            std::string err = setup(&c, version, rank, ex);
+            if (!err.empty())
+                return err;
+            ncclNetProperties_v11_t p;
+            REQUIRE(c.pl.net_props(0, &p) == ncclSuccess && p.ptrSupport == NCCL_PTR_HOST);
+            char buf[64];
+            void *mh = nullptr;
+            REQUIRE(c.pl.net_reg(c.sc, buf, sizeof(buf), NCCL_PTR_CUDA, &mh) ==
+                    ncclInvalidArgument);
+            REQUIRE(ex->barrier(1, rank, 2, 30));
+            return teardown(&c);
+#endif
+        },
+        100);
+    ex->destroy();
+    unsetenv("INCMOE_CUDART");
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, NcclNet, ::testing::Values(11, 10, 9),
+                         [](const ::testing::TestParamInfo<int> &i) {
+                             return "v" + std::to_string(i.param);
+                         });
+
+} // namespace
