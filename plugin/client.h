@@ -106,7 +106,7 @@ struct incmoe_comm {
     int       joined;
     uint32_t  credits;
     uint64_t  chunk_size;
-    void    **peer_addr;          /* [nranks] UCX worker addresses (ring) */
+    void    **peer_addr;          /* [nranks] ring listener "HOST:PORT" (NUL-terminated) */
     size_t   *peer_addr_len;
 
     double    last_rx, last_tx;   /* liveness, proxy thread */

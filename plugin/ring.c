@@ -3,8 +3,8 @@
  * AllGather, ReduceScatter and AllReduce between the ranks themselves, over
  * the same UCX transport and behind the same API as the in-network path.
  *
- * Ranks find each other through the switch (JOIN_ACK carries every rank's
- * UCX worker address); afterwards the switch carries no data, only the
+ * Ranks find each other through the switch (JOIN_ACK carries the address
+ * each rank listens on); afterwards the switch carries no data, only the
  * barrier and liveness.  Each rank talks to its right neighbour (r+1) and
  * hears from its left (r-1).  Every chunk moves on as soon as it arrives, so
  * the N-1 ring steps overlap:

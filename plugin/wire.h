@@ -7,7 +7,8 @@
  * wire_hdr_check() before acting on it.
  *
  * Connection (client -> switch):
- *   JOIN       payload: struct incmoe_wire_join + secret bytes + worker address.
+ *   JOIN       payload: struct incmoe_wire_join + secret bytes + the address
+ *              where ring neighbours reach this rank ("HOST:PORT", or empty).
  *   JOIN_ACK   switch -> every rank once all N joined.  payload: struct
  *              incmoe_wire_join_ack + N address records (length-prefixed).
  *   ERROR      either direction.  status in hdr.status, the failing rank in
@@ -73,7 +74,7 @@
 #define INCMOE_AM_ID          7
 #define INCMOE_WIRE_MAGIC     0x4d434e49u /* "INCM" little-endian */
 #define INCMOE_WIRE_VERSION   1
-#define INCMOE_WIRE_MAX_ADDR  4096        /* bytes of one UCX worker address */
+#define INCMOE_WIRE_MAX_ADDR  4096        /* bytes of one rank address in JOIN */
 #define INCMOE_WIRE_MAX_TEXT  256         /* bytes of an ERROR reason */
 
 typedef enum {

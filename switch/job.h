@@ -53,7 +53,7 @@ typedef struct job {
     int          njoined, nleft;
     job_state_t  state;
     conn_t     **conns;     /* [nranks] */
-    void       **addr;      /* [nranks] worker addresses, for the ring */
+    void       **addr;      /* [nranks] ring listener addresses, relayed in JOIN_ACK */
     uint32_t    *addr_len;
     void        *ack_payload; /* JOIN_ACK, shared by the N sends */
     int          timeout_ms;
