@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +44,7 @@ pid_t switchd_spawn(const char *path, char *addr, size_t addr_len)
         return -1;
     }
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* the embedded switch dies with its tool */
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);

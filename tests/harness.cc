@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@ bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args)
     if (pid < 0)
         return false;
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test killed by its timeout takes its switch along */
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);
