@@ -1,4 +1,5 @@
-/* elem.h - reading and writing fp32/fp16/bf16 rows as fp32 (the FFN accumulates in fp32). */
+/* elem.h - fp32 arithmetic on fp32/fp16/bf16 rows (the FFN accumulates in fp32); plain
+   conversions are dtype_to_float / dtype_from_float in plugin/dtype.h. */
 #ifndef INCMOE_MOE_ELEM_H
 #define INCMOE_MOE_ELEM_H
 
@@ -8,42 +9,6 @@
 
 #include "api/incmoe.h"
 #include "dtype.h"
-
-static inline void elem_to_float(float *dst, const void *src, size_t n, incmoe_dtype_t dtype)
-{
-    const uint16_t *h = src;
-    switch (dtype) {
-    case INCMOE_FLOAT16:
-        for (size_t i = 0; i < n; i++)
-            dst[i] = dtype_half_to_float(h[i]);
-        break;
-    case INCMOE_BFLOAT16:
-        for (size_t i = 0; i < n; i++)
-            dst[i] = dtype_bf16_to_float(h[i]);
-        break;
-    default:
-        memcpy(dst, src, n * sizeof(float));
-        break;
-    }
-}
-
-static inline void elem_from_float(void *dst, const float *src, size_t n, incmoe_dtype_t dtype)
-{
-    uint16_t *h = dst;
-    switch (dtype) {
-    case INCMOE_FLOAT16:
-        for (size_t i = 0; i < n; i++)
-            h[i] = dtype_float_to_half(src[i]);
-        break;
-    case INCMOE_BFLOAT16:
-        for (size_t i = 0; i < n; i++)
-            h[i] = dtype_float_to_bf16(src[i]);
-        break;
-    default:
-        memcpy(dst, src, n * sizeof(float));
-        break;
-    }
-}
 
 /* dst (fp32) = src rounded to dtype and widened back. */
 static inline void elem_round(float *dst, const float *src, size_t n, incmoe_dtype_t dtype)

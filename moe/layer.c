@@ -209,11 +209,6 @@ static incmoe_status_t check_params(const incmoe_moe_params_t *p, int N, int ran
 #undef BAD
 }
 
-static void widen(float *dst, const void *src, size_t n, incmoe_dtype_t dtype)
-{
-    elem_to_float(dst, src, n, dtype);
-}
-
 static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p)
 {
     const size_t H = (size_t)L->H, I = (size_t)L->I;
@@ -241,9 +236,9 @@ static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p)
         const uint8_t *g = (const uint8_t *)p->w_gate + (size_t)le * I * H * L->esize;
         const uint8_t *u = (const uint8_t *)p->w_up + (size_t)le * I * H * L->esize;
         const uint8_t *d = (const uint8_t *)p->w_down + (size_t)le * H * I * L->esize;
-        widen(L->w_gu + (size_t)le * 2 * I * H, g, I * H, L->dtype);
-        widen(L->w_gu + (size_t)le * 2 * I * H + I * H, u, I * H, L->dtype);
-        widen(L->w_down + (size_t)le * H * I, d, H * I, L->dtype);
+        dtype_to_float(L->w_gu + (size_t)le * 2 * I * H, g, I * H, L->dtype);
+        dtype_to_float(L->w_gu + (size_t)le * 2 * I * H + I * H, u, I * H, L->dtype);
+        dtype_to_float(L->w_down + (size_t)le * H * I, d, H * I, L->dtype);
     }
     size_t rows = (size_t)L->N * (L->max_tokens > 0 ? L->max_tokens : 1);
     size_t gsize = rows * L->grow, zsize = rows * L->zrow;

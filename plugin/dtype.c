@@ -1,4 +1,5 @@
-/* dtype.c - element sizes, names, and IEEE binary16 conversions. */
+/* dtype.c - element sizes, names, and IEEE binary16 / bfloat16 conversions. */
+#pragma GCC optimize("O3") /* the vector conversions below are hot in the reductions and FFN */
 #include "api/incmoe.h"
 #include "dtype.h"
 
@@ -88,4 +89,43 @@ uint16_t dtype_float_to_half(float f)
     if (rem > half || (rem == half && (r & 1u)))
         r++;
     return sign | (uint16_t)r;
+}
+
+/* Wire payloads need not be aligned (UCX eager data follows its header). */
+typedef uint16_t u16_unaligned __attribute__((aligned(1)));
+
+void dtype_to_float(float *restrict dst, const void *restrict src, size_t n, int dtype)
+{
+    const u16_unaligned *h = src;
+    switch (dtype) {
+    case INCMOE_FLOAT16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dtype_half_to_float(h[i]);
+        break;
+    case INCMOE_BFLOAT16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dtype_bf16_to_float(h[i]);
+        break;
+    default:
+        memcpy(dst, src, n * sizeof(float));
+        break;
+    }
+}
+
+void dtype_from_float(void *restrict dst, const float *restrict src, size_t n, int dtype)
+{
+    u16_unaligned *h = dst;
+    switch (dtype) {
+    case INCMOE_FLOAT16:
+        for (size_t i = 0; i < n; i++)
+            h[i] = dtype_float_to_half(src[i]);
+        break;
+    case INCMOE_BFLOAT16:
+        for (size_t i = 0; i < n; i++)
+            h[i] = dtype_float_to_bf16(src[i]);
+        break;
+    default:
+        memcpy(dst, src, n * sizeof(float));
+        break;
+    }
 }

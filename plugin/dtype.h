@@ -2,6 +2,7 @@
 #ifndef INCMOE_DTYPE_H
 #define INCMOE_DTYPE_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -26,5 +27,10 @@ static inline uint16_t dtype_float_to_bf16(float f)
 
 float dtype_half_to_float(uint16_t h);
 uint16_t dtype_float_to_half(float f);
+
+/* n elements of dtype (INCMOE_FLOAT16, INCMOE_BFLOAT16 or INCMOE_FLOAT32) to fp32, and back
+   (rounding to nearest even).  The vectors must not overlap. */
+void dtype_to_float(float *dst, const void *src, size_t n, int dtype);
+void dtype_from_float(void *dst, const float *src, size_t n, int dtype);
 
 #endif

@@ -1,6 +1,10 @@
 /*
  * reduce.c - vectorisable reduction loops.
  *
+ * Buffers need not be aligned: payloads sit wherever the transport put them
+ * (UCX eager data follows its header), so every access is through a type
+ * with alignment 1, which the compiler still vectorises.
+ *
  * Native types combine element-wise in the order of the sources, one source
  * at a time over a block that stays in L1, so the compiler vectorises the
  * inner loops.  16-bit floats are widened into an fp32 accumulator block,
@@ -22,8 +26,12 @@
 #define OP_MIN(a, b)  ((a) < (b) ? (a) : (b))
 
 #define DEFINE_NATIVE(name, T, OP)                                                                 \
-    __attribute__((unused)) static void name(T *restrict acc, const T *restrict src, size_t n)     \
+    __attribute__((unused)) static void name(void *restrict accv, const void *restrict srcv,       \
+                                             size_t n)                                             \
     {                                                                                              \
+        typedef T unaligned_t __attribute__((aligned(1)));                                         \
+        unaligned_t       *acc = accv;                                                             \
+        const unaligned_t *src = srcv;                                                             \
         for (size_t i = 0; i < n; i++)                                                             \
             acc[i] = OP(acc[i], src[i]);                                                           \
     }
@@ -45,8 +53,12 @@ DEFINE_NATIVE_OPS(f64, double)
 
 /* Signed integer sum/prod wrap (two's complement) instead of being undefined. */
 #define DEFINE_WRAP(name, T, UT, OP)                                                               \
-    __attribute__((unused)) static void name(T *restrict acc, const T *restrict src, size_t n)     \
+    __attribute__((unused)) static void name(void *restrict accv, const void *restrict srcv,       \
+                                             size_t n)                                             \
     {                                                                                              \
+        typedef T unaligned_t __attribute__((aligned(1)));                                         \
+        unaligned_t       *acc = accv;                                                             \
+        const unaligned_t *src = srcv;                                                             \
         for (size_t i = 0; i < n; i++)                                                             \
             acc[i] = (T)OP((UT)acc[i], (UT)src[i]);                                                \
     }
@@ -84,40 +96,18 @@ static acc_fn_t native_fn(incmoe_dtype_t dtype, incmoe_redop_t op)
 #undef PICK
 }
 
-static void widen(float *restrict out, const uint16_t *restrict in, size_t n, incmoe_dtype_t dtype)
-{
-    if (dtype == INCMOE_BFLOAT16) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = dtype_bf16_to_float(in[i]);
-    } else {
-        for (size_t i = 0; i < n; i++)
-            out[i] = dtype_half_to_float(in[i]);
-    }
-}
-
-static void narrow(uint16_t *restrict out, const float *restrict in, size_t n, incmoe_dtype_t dtype)
-{
-    if (dtype == INCMOE_BFLOAT16) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = dtype_float_to_bf16(in[i]);
-    } else {
-        for (size_t i = 0; i < n; i++)
-            out[i] = dtype_float_to_half(in[i]);
-    }
-}
-
 static void reduce_ordered_16(uint16_t *dst, const void *const *srcs, int nsrc, size_t count,
                               incmoe_dtype_t dtype, acc_fn_t fn)
 {
     float acc[REDUCE_BLOCK], tmp[REDUCE_BLOCK];
     for (size_t base = 0; base < count; base += REDUCE_BLOCK) {
         size_t n = count - base < REDUCE_BLOCK ? count - base : REDUCE_BLOCK;
-        widen(acc, (const uint16_t *)srcs[0] + base, n, dtype);
+        dtype_to_float(acc, (const uint16_t *)srcs[0] + base, n, dtype);
         for (int s = 1; s < nsrc; s++) {
-            widen(tmp, (const uint16_t *)srcs[s] + base, n, dtype);
+            dtype_to_float(tmp, (const uint16_t *)srcs[s] + base, n, dtype);
             fn(acc, tmp, n);
         }
-        narrow(dst + base, acc, n, dtype);
+        dtype_from_float(dst + base, acc, n, dtype);
     }
 }
 
