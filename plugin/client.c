@@ -258,9 +258,8 @@ static int op_next_chunk(incmoe_comm_t *comm, coll_op_t *op, int *root_p, uint64
 
 static const char *op_send_ptr(incmoe_comm_t *comm, coll_op_t *op, int root, uint64_t offset)
 {
-    if (op->stream == INCMOE_STREAM_ALLREDUCE)
-        return op_send_at(op, offset);
-    if (op->stream == INCMOE_STREAM_ALLGATHER)
+    /* AllGather sends this rank's part, AllReduce the vector; ReduceScatter root's block. */
+    if (op->stream != INCMOE_STREAM_REDUCESCATTER)
         return op_send_at(op, offset);
     return op_send_at(op, (size_t)root * op->stride + op->win + offset);
 }
@@ -370,13 +369,14 @@ static void pump_stream(incmoe_comm_t *comm, client_stream_t *s)
 /* ------------------------------------------------------------------------ */
 /* receiving                                                                */
 
-static void recv_finish(recv_ctx_t *rc)
+/* The result is in (result: where it landed); for a ReduceScatter add the root's own partial. */
+static void recv_finish(recv_ctx_t *rc, const void *result)
 {
     if (rc->own != NULL) {
         /* The root's local reduction: own partial op the switch's sum of the others. */
         coll_op_t *op  = rc->op;
         size_t     cnt = rc->length / incmoe_dtype_size(op->dtype);
-        reduce_pair(rc->dest, rc->own, rc->tmp, cnt, op->dtype, op->redop);
+        reduce_pair(rc->dest, rc->own, result, cnt, op->dtype, op->redop);
     }
     rc->op->recv_done += rc->length;
     client_op_progressed(rc->comm, rc->op);
@@ -396,7 +396,7 @@ static void recv_done_cb(void *request, ucs_status_t status, size_t length, void
         free(rc->tmp);
         free(rc);
     } else {
-        recv_finish(rc);
+        recv_finish(rc, rc->own != NULL ? rc->tmp : rc->dest);
     }
     if (request != NULL)
         ucp_request_free(request);
@@ -463,19 +463,10 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h,
     rc->own    = own;
     rc->length = length;
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        /* Eager: the data is here already. */
-        if (own != NULL) {
-            rc->tmp = malloc(length);
-            if (rc->tmp == NULL) {
-                free(rc);
-                client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to receive a result");
-                return UCS_ERR_NO_MEMORY;
-            }
-            memcpy(rc->tmp, data, length);
-        } else {
+        /* Eager: the data is here already; a reduction reads it where it lies. */
+        if (own == NULL)
             memcpy(dest, data, length);
-        }
-        recv_finish(rc);
+        recv_finish(rc, data);
         return UCS_OK;
     }
     /* Rendezvous: straight into the registered buffer (or staging, for a reduction). */

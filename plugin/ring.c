@@ -151,21 +151,19 @@ void ring_start(incmoe_comm_t *comm, coll_op_t *op)
     op->all_issued = 1; /* forwards are issued as chunks arrive, counted in sends_pending */
     op->holds++;        /* sends may complete inline: op stays until we are done here */
     switch (op->stream) {
-    case INCMOE_STREAM_ALLGATHER: {
-        block_bytes(comm, op, me, &send, &recv);
+    case INCMOE_STREAM_ALLGATHER:
         ring_send_block(comm, op, WIRE_MSG_RING_GATHER, me, op_send_at(op, 0), op->bytes[me]);
         break;
-    }
     case INCMOE_STREAM_REDUCESCATTER:
     case INCMOE_STREAM_ALLREDUCE: {
-        int      b     = (me + n - 1) % n;
-        uint64_t bytes = block_bytes(comm, op, b, &send, &recv);
+        int   b = (me + n - 1) % n;
+        char *other_send, *other_recv;
         /* The running sums of the other blocks pass through here too: the collective is not
            done before they went on, so they count as received bytes. */
         for (int k = 0; k < n; k++)
             if (k != me && k != b)
-                op->recv_expected += block_bytes(comm, op, k, &send, &recv);
-        block_bytes(comm, op, b, &send, &recv);
+                op->recv_expected += block_bytes(comm, op, k, &other_send, &other_recv);
+        uint64_t bytes = block_bytes(comm, op, b, &send, &recv);
         ring_send_block(comm, op, WIRE_MSG_RING_REDUCE, b, send, bytes);
         break;
     }

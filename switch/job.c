@@ -59,13 +59,18 @@ static void *job_alloc(server_t *srv, job_t *job, size_t n)
     return p;
 }
 
+static void job_unaccount(server_t *srv, job_t *job, size_t n)
+{
+    job->mem_used -= n;
+    srv->mem_used -= n;
+}
+
 static void job_free_mem(server_t *srv, job_t *job, void *p, size_t n)
 {
     if (p == NULL)
         return;
     free(p);
-    job->mem_used -= n;
-    srv->mem_used -= n;
+    job_unaccount(srv, job, n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -410,8 +415,7 @@ static void item_free(server_t *srv, item_t *it)
     for (int r = 0; r < job->nranks; r++) {
         if (it->ucx_owned[r] && it->contrib[r] != NULL) {
             ucp_am_data_release(srv->node.worker, it->contrib[r]);
-            job->mem_used -= it->length;
-            srv->mem_used -= it->length;
+            job_unaccount(srv, job, it->length);
         } else {
             job_free_mem(srv, job, it->contrib[r], it->length);
         }
@@ -822,8 +826,7 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
            when we return, so the item must not release it. */
         it->contrib[me]   = NULL;
         it->ucx_owned[me] = 0;
-        job->mem_used -= length;
-        srv->mem_used -= length;
+        job_unaccount(srv, job, length);
         if (it->nreceiving == 0) {
             item_free(srv, it);
             job_release(srv, job);
