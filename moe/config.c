@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 static int clampi(long long v, long long lo, long long hi)
 {
@@ -34,7 +34,7 @@ void config_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_
 
     /* Worker split.  Compute workers may differ by rank (they do not shape any
        collective); gather and reduce workers do (ReduceScatter parts). */
-    const char *ws = config_get_str("INCMOE_MOE_WORKERS");
+    const char *ws = inc_config_get_str("INCMOE_MOE_WORKERS");
     int wg = 0, wc = 0, wr = 0;
     if (ws != NULL && sscanf(ws, "%d,%d,%d", &wg, &wc, &wr) != 3) {
         log_warn("moe", "INCMOE_MOE_WORKERS=%s is not G,C,R; ignored", ws);
@@ -57,13 +57,13 @@ void config_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_
 
     /* Band count from the stage-cost model. */
     if (c.nbands <= 0) {
-        long long env = config_get_str("INCMOE_MOE_BANDS") ? config_get_int("INCMOE_MOE_BANDS") : 0;
+        long long env = inc_config_get_str("INCMOE_MOE_BANDS") ? inc_config_get_int("INCMOE_MOE_BANDS") : 0;
         if (env > 0) {
             c.nbands = clampi(env, 1, INCMOE_MOE_MAX_BANDS);
         } else {
-            double bw = (double)config_get_int("INCMOE_MOE_LINK_MBPS") * 1e6 / 8;
-            double flops = (double)config_get_int("INCMOE_MOE_GFLOPS") * 1e9;
-            double ovh = (double)config_get_int("INCMOE_MOE_BAND_US") * 1e-6;
+            double bw = (double)inc_config_get_int("INCMOE_MOE_LINK_MBPS") * 1e6 / 8;
+            double flops = (double)inc_config_get_int("INCMOE_MOE_GFLOPS") * 1e9;
+            double ovh = (double)inc_config_get_int("INCMOE_MOE_BAND_US") * 1e-6;
             double others = (double)(L->N - 1) * (double)tmax;
             double t_ag = others * (double)L->grow / (bw > 0 ? bw : 1);
             double t_rs = others * (double)L->zrow / (bw > 0 ? bw : 1);
@@ -80,9 +80,9 @@ void config_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_
 
     /* Tail assistance pays off once the drain phase is long: many rows per band. */
     if (c.tail_bands < 0) {
-        const char *t = config_get_str("INCMOE_MOE_TAIL");
+        const char *t = inc_config_get_str("INCMOE_MOE_TAIL");
         if (t != NULL)
-            c.tail_bands = (int)config_get_int("INCMOE_MOE_TAIL");
+            c.tail_bands = (int)inc_config_get_int("INCMOE_MOE_TAIL");
         else
             c.tail_bands = (c.nbands >= 4 && tmax >= 1024) ? 1 : 0;
     }

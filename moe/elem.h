@@ -1,5 +1,5 @@
 /* elem.h - fp32 arithmetic on fp32/fp16/bf16 rows (the FFN accumulates in fp32); plain
-   conversions are dtype_to_float / dtype_from_float in plugin/dtype.h. */
+   conversions are inc_dtype_to_float / inc_dtype_from_float in plugin/dtype.h. */
 #ifndef INCMOE_MOE_ELEM_H
 #define INCMOE_MOE_ELEM_H
 
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "api/incmoe.h"
-#include "dtype.h"
+#include "base/dtype.h"
 
 /* dst (fp32) = src rounded to dtype and widened back. */
 static inline void elem_round(float *dst, const float *src, size_t n, incmoe_dtype_t dtype)
@@ -16,11 +16,11 @@ static inline void elem_round(float *dst, const float *src, size_t n, incmoe_dty
     switch (dtype) {
     case INCMOE_FLOAT16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = dtype_half_to_float(dtype_float_to_half(src[i]));
+            dst[i] = inc_dtype_half_to_float(inc_dtype_float_to_half(src[i]));
         break;
     case INCMOE_BFLOAT16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = dtype_bf16_to_float(dtype_float_to_bf16(src[i]));
+            dst[i] = inc_dtype_bf16_to_float(inc_dtype_float_to_bf16(src[i]));
         break;
     default:
         memcpy(dst, src, n * sizeof(float));
@@ -36,11 +36,11 @@ static inline void elem_add_float(void *dst, const float *add, size_t n, incmoe_
     switch (dtype) {
     case INCMOE_FLOAT16:
         for (size_t i = 0; i < n; i++)
-            h[i] = dtype_float_to_half(dtype_half_to_float(h[i]) + add[i]);
+            h[i] = inc_dtype_float_to_half(inc_dtype_half_to_float(h[i]) + add[i]);
         break;
     case INCMOE_BFLOAT16:
         for (size_t i = 0; i < n; i++)
-            h[i] = dtype_float_to_bf16(dtype_bf16_to_float(h[i]) + add[i]);
+            h[i] = inc_dtype_float_to_bf16(inc_dtype_bf16_to_float(h[i]) + add[i]);
         break;
     default:
         for (size_t i = 0; i < n; i++)

@@ -56,7 +56,7 @@ static void ffn_expert(const incmoe_moe_t *L, ffn_scratch_t *s, int le, uint8_t 
 {
     const int H = L->H, I = L->I;
     for (size_t i = 0; i < m; i++)
-        dtype_to_float(s->a + i * H, rows[s->sel[i]], (size_t)H, L->dtype);
+        inc_dtype_to_float(s->a + i * H, rows[s->sel[i]], (size_t)H, L->dtype);
     const float *wgu = L->w_gu + (size_t)le * 2 * I * H;
     const float *wd = L->w_down + (size_t)le * H * I;
     /* [m x 2I] = [m x H] * [2I x H]^T: gate and up in one GEMM */
@@ -136,7 +136,7 @@ void ffn_band_rows(incmoe_moe_t *L, ffn_scratch_t *s, band_t b, size_t first, si
                    both modes reduce the same numbers (bitwise alike in-network). */
                 elem_round(L->own + idx[i] * H, acc, H, L->dtype);
             } else
-                dtype_from_float(z_row(L, (size_t)blk[i], idx[i]), acc, H, L->dtype);
+                inc_dtype_from_float(z_row(L, (size_t)blk[i], idx[i]), acc, H, L->dtype);
         }
         done += tile;
     }

@@ -17,9 +17,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "config.h"
+#include "base/config.h"
 #include "elem.h"
-#include "log.h"
+#include "base/log.h"
+#include "base/clock.h"
+#include "base/hash.h"
 
 #define SUBSYS "moe"
 
@@ -45,16 +47,6 @@ typedef struct {
 
 _Static_assert(sizeof(moe_hdr_t) <= MOE_HDR_BYTES, "header fits its block");
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 void incmoe_moe_params_init(incmoe_moe_params_t *p)
 {
     memset(p, 0, sizeof(*p));
@@ -73,24 +65,17 @@ const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode)
     return "unknown";
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* Waits for req at most L->timeout_ms, sleeping with a backoff (capped at 1 ms):
    a rank that left the job early must not hold the others here for ever. */
 static incmoe_status_t wait_bounded(incmoe_moe_t *L, const incmoe_req_t *req)
 {
-    double deadline = now_ms() + L->timeout_ms;
+    double deadline = inc_now_ms() + L->timeout_ms;
     long ns = 10000;
     for (;;) {
         incmoe_status_t st = incmoe_test(L->comm, req);
         if (st != INCMOE_IN_PROGRESS)
             return st;
-        if (now_ms() > deadline)
+        if (inc_now_ms() > deadline)
             return INCMOE_ERR_TIMEOUT;
         struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
@@ -236,9 +221,9 @@ static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p)
         const uint8_t *g = (const uint8_t *)p->w_gate + (size_t)le * I * H * L->esize;
         const uint8_t *u = (const uint8_t *)p->w_up + (size_t)le * I * H * L->esize;
         const uint8_t *d = (const uint8_t *)p->w_down + (size_t)le * H * I * L->esize;
-        dtype_to_float(L->w_gu + (size_t)le * 2 * I * H, g, I * H, L->dtype);
-        dtype_to_float(L->w_gu + (size_t)le * 2 * I * H + I * H, u, I * H, L->dtype);
-        dtype_to_float(L->w_down + (size_t)le * H * I, d, H * I, L->dtype);
+        inc_dtype_to_float(L->w_gu + (size_t)le * 2 * I * H, g, I * H, L->dtype);
+        inc_dtype_to_float(L->w_gu + (size_t)le * 2 * I * H + I * H, u, I * H, L->dtype);
+        inc_dtype_to_float(L->w_down + (size_t)le * H * I, d, H * I, L->dtype);
     }
     size_t rows = (size_t)L->N * (L->max_tokens > 0 ? L->max_tokens : 1);
     size_t gsize = rows * L->grow, zsize = rows * L->zrow;
@@ -285,7 +270,7 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
     }
 
     L->timeout_ms =
-        p->timeout_ms > 0 ? p->timeout_ms : 2 * (int)config_get_int("INCMOE_TIMEOUT_MS");
+        p->timeout_ms > 0 ? p->timeout_ms : 2 * (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
     incmoe_status_t local = check_params(p, L->N, L->rank);
     if (local == INCMOE_OK) {
         L->E = p->num_experts;
@@ -301,7 +286,7 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
         uint64_t h = 1469598103934665603ull;
         for (int e = 0; e < L->E; e++) {
             int owner = p->expert_owner ? p->expert_owner[e] : e / (L->E / L->N);
-            h = fnv1a(h, &owner, sizeof(owner));
+            h = inc_fnv1a(h, &owner, sizeof(owner));
         }
         L->placement_hash = h;
         local = setup(L, p);
@@ -412,7 +397,7 @@ static incmoe_status_t forward_baseline(incmoe_moe_t *L)
     band_t own = {0, p->counts[L->rank]};
     incmoe_req_t req;
     incmoe_fifo_trigger_t t;
-    double t0 = now_ms();
+    double t0 = inc_now_ms();
     moe_pack_rows(L, own);
     moe_ag_trigger(L, all, &t);
     incmoe_layout_t lay = {t.desc.block_stride, t.desc.offset, t.desc.length, t.valid};
@@ -424,13 +409,13 @@ static incmoe_status_t forward_baseline(incmoe_moe_t *L)
         log_error(SUBSYS, "rank %d: baseline AllGather failed: %s", L->rank, incmoe_strerror(st));
         return st;
     }
-    double t1 = now_ms();
+    double t1 = inc_now_ms();
     sync_publish(&L->ag_ready, p->band_base + 1);
     if ((st = cpu_pool_run(L->pool, 0)) != INCMOE_OK)
         return st;
     if ((st = (incmoe_status_t)atomic_load(&L->abort)) != INCMOE_OK)
         return st;
-    double t2 = now_ms();
+    double t2 = inc_now_ms();
     moe_rs_trigger(L, all, &t);
     lay = (incmoe_layout_t){t.desc.block_stride, t.desc.offset, t.desc.length, t.valid};
     st = incmoe_reducescatter(L->comm, L->z_mr, 0, L->z_mr, t.desc.recv_offset, &lay, L->dtype,
@@ -442,7 +427,7 @@ static incmoe_status_t forward_baseline(incmoe_moe_t *L)
                   incmoe_strerror(st));
     L->timing.allgather_ms = t1 - t0;
     L->timing.ffn_ms = t2 - t1;
-    L->timing.reducescatter_ms = now_ms() - t2;
+    L->timing.reducescatter_ms = inc_now_ms() - t2;
     return st;
 }
 
@@ -461,7 +446,7 @@ incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, cons
                   L->rank);
         return INCMOE_ERR_CLOSED;
     }
-    double t_start = now_ms();
+    double t_start = inc_now_ms();
     incmoe_status_t local = check_forward(L, mode, x, ids, w, counts, out_p);
     incmoe_moe_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -469,7 +454,7 @@ incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, cons
     size_t tmax = 0;
     if (local == INCMOE_OK) {
         for (int s = 0; s < L->N; s++) {
-            hash = fnv1a(hash, &counts[s], sizeof(int));
+            hash = inc_fnv1a(hash, &counts[s], sizeof(int));
             if ((size_t)counts[s] > tmax)
                 tmax = (size_t)counts[s];
         }
@@ -491,7 +476,7 @@ incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, cons
     incmoe_status_t st = exchange(L, &mine, "forward");
     if (st != INCMOE_OK)
         return st;
-    double t_exchanged = now_ms();
+    double t_exchanged = inc_now_ms();
     memset(&L->timing, 0, sizeof(L->timing));
 
     moe_plan_t *p = &L->plan;
@@ -531,7 +516,7 @@ incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, cons
     }
     *out_p = z_row(L, (size_t)L->rank, 0);
     L->timing.exchange_ms = t_exchanged - t_start;
-    L->timing.total_ms = now_ms() - t_start;
+    L->timing.total_ms = inc_now_ms() - t_start;
     return INCMOE_OK;
 }
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "elem.h"
-#include "log.h"
+#include "base/log.h"
 
 #define SUBSYS "moe"
 

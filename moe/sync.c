@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include "base/clock.h"
 
 static inline void cpu_relax(void)
 {
@@ -43,13 +44,6 @@ uint64_t sync_advance(sync_counter_t *c)
     return v;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 incmoe_status_t sync_wait_geq(const sync_counter_t *c, uint64_t target, const _Atomic int *abort,
                               int timeout_ms)
 {
@@ -59,7 +53,7 @@ incmoe_status_t sync_wait_geq(const sync_counter_t *c, uint64_t target, const _A
             return INCMOE_OK;
         cpu_relax();
     }
-    double deadline = now_ms() + timeout_ms;
+    double deadline = inc_now_ms() + timeout_ms;
     for (;;) {
         uint64_t v = sync_load(c);
         if (v >= target)
@@ -67,7 +61,7 @@ incmoe_status_t sync_wait_geq(const sync_counter_t *c, uint64_t target, const _A
         int a = atomic_load_explicit(abort, memory_order_acquire);
         if (a != 0)
             return (incmoe_status_t)a;
-        if (now_ms() > deadline)
+        if (inc_now_ms() > deadline)
             return INCMOE_ERR_TIMEOUT;
         /* Sleep until the counter moves; the 5 ms cap bounds how late an abort is seen. */
         struct timespec ts = {0, 5 * 1000 * 1000};

@@ -10,9 +10,9 @@
  * The wire protocol is described in wire.h.
  */
 #include "client.h"
-#include "config.h"
-#include "log.h"
-#include "reduce.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/reduce.h"
 #include "ring.h"
 
 #include <errno.h>
@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include "base/clock.h"
 
 #define SUBSYS "client"
 
@@ -85,8 +86,8 @@ static void send_done_cb(void *request, ucs_status_t status, void *user_data)
     }
     if (status != UCS_OK && status != UCS_ERR_CANCELED)
         /* Once joined, a connection that cannot carry a message means the peer is gone. */
-        client_fail(comm, comm->joined ? INCMOE_ERR_PEER_FAILED : ucx_status_to_incmoe(status),
-                    "sending %s failed: %s", wire_msg_name(ctx->hdr.msg),
+        client_fail(comm, comm->joined ? INCMOE_ERR_PEER_FAILED : inc_ucx_status(status),
+                    "sending %s failed: %s", inc_wire_msg_name(ctx->hdr.msg),
                     ucs_status_string(status));
     if (ctx->op != NULL) {
         ctx->op->sends_pending--;
@@ -126,7 +127,7 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
     if (UCS_PTR_IS_ERR(req))
         send_done_cb(NULL, UCS_PTR_STATUS(req), ctx);
     if (ep == comm->ep)
-        comm->last_tx = ucx_now_s();
+        comm->last_tx = inc_now_s();
 }
 
 /* To the switch. */
@@ -136,21 +137,21 @@ static void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payloa
     client_send_ep(comm, comm->ep, ctx, payload, length, memh);
 }
 
-send_ctx_t *client_ctx(incmoe_comm_t *comm, wire_msg_t msg)
+send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg)
 {
     send_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return NULL;
-    wire_hdr_init(&ctx->hdr, msg, comm->job_id);
+    inc_wire_hdr_init(&ctx->hdr, msg, comm->job_id);
     ctx->hdr.rank = (uint32_t)comm->rank;
     return ctx;
 }
 
-static void send_ctrl(incmoe_comm_t *comm, wire_msg_t msg)
+static void send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg)
 {
     send_ctx_t *ctx = client_ctx(comm, msg);
     if (ctx == NULL) {
-        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a %s message", wire_msg_name(msg));
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a %s message", inc_wire_msg_name(msg));
         return;
     }
     client_send(comm, ctx, NULL, 0, NULL);
@@ -376,7 +377,7 @@ static void recv_finish(recv_ctx_t *rc, const void *result)
         /* The root's local reduction: own partial op the switch's sum of the others. */
         coll_op_t *op  = rc->op;
         size_t     cnt = rc->length / incmoe_dtype_size(op->dtype);
-        reduce_pair(rc->dest, rc->own, result, cnt, op->dtype, op->redop);
+        inc_reduce_pair(rc->dest, rc->own, result, cnt, op->dtype, op->redop);
     }
     rc->op->recv_done += rc->length;
     client_op_progressed(rc->comm, rc->op);
@@ -391,7 +392,7 @@ static void recv_done_cb(void *request, ucs_status_t status, size_t length, void
         free(rc->tmp);
         free(rc);
     } else if (status != UCS_OK) {
-        client_fail(rc->comm, ucx_status_to_incmoe(status), "receiving a result failed: %s",
+        client_fail(rc->comm, inc_ucx_status(status), "receiving a result failed: %s",
                     ucs_status_string(status));
         free(rc->tmp);
         free(rc);
@@ -403,14 +404,14 @@ static void recv_done_cb(void *request, ucs_status_t status, size_t length, void
 }
 
 /* A FWD: check it against what this rank posted, then land it. */
-static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h, void *data,
+static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
                            size_t length, const ucp_am_recv_param_t *param)
 {
     coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
     const int  me = comm->rank;
     if (op == NULL || !op->started) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "result for %s epoch %llu that is not in flight",
-                    wire_stream_name(h->stream), (unsigned long long)h->epoch);
+                    inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return UCS_ERR_INVALID_PARAM;
     }
     uint64_t expect_total;
@@ -447,7 +448,7 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h,
         client_fail(comm, INCMOE_ERR_MISMATCH,
                     "%s epoch %llu from rank %u: [%llu,+%llu) of %llu bytes, this rank expects "
                     "%llu bytes",
-                    wire_stream_name(h->stream), (unsigned long long)h->epoch, h->root,
+                    inc_wire_stream_name(h->stream), (unsigned long long)h->epoch, h->root,
                     (unsigned long long)h->offset, (unsigned long long)h->length,
                     (unsigned long long)h->total, (unsigned long long)expect_total);
         return UCS_ERR_INVALID_PARAM;
@@ -499,7 +500,7 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h,
 
 static void on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
 {
-    struct incmoe_wire_join_ack ack;
+    struct inc_wire_join_ack ack;
     memcpy(&ack, data, sizeof(ack));
     if (ack.nranks != (uint32_t)comm->nranks || ack.credits == 0 || ack.chunk_size == 0) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "bad JOIN_ACK: %u ranks, %u credits, chunk %llu",
@@ -536,7 +537,7 @@ static void on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
     }
     comm->credits    = ack.credits;
     comm->chunk_size = ack.chunk_size;
-    for (int s = 0; s < INCMOE_STREAM_COUNT; s++)
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
         comm->streams[s].credits = ack.credits;
     comm->joined = 1;
 }
@@ -558,26 +559,26 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
                                       const ucp_am_recv_param_t *param)
 {
     char why[160];
-    if (wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
+    if (inc_wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "malformed message from the switch: %s", why);
         return UCS_ERR_INVALID_PARAM;
     }
-    struct incmoe_wire_hdr h;
+    struct inc_wire_hdr h;
     memcpy(&h, header, sizeof(h));
-    comm->last_rx = ucx_now_s();
+    comm->last_rx = inc_now_s();
     int rndv      = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     if (h.msg != WIRE_MSG_FWD && h.msg != WIRE_MSG_RING_REDUCE && h.msg != WIRE_MSG_RING_GATHER &&
         rndv) {
-        client_fail(comm, INCMOE_ERR_PROTOCOL, "%s sent rendezvous", wire_msg_name(h.msg));
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "%s sent rendezvous", inc_wire_msg_name(h.msg));
         return UCS_ERR_INVALID_PARAM;
     }
     if (h.job != comm->job_id) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "%s for job %llu, this rank is in job %llu",
-                    wire_msg_name(h.msg), (unsigned long long)h.job,
+                    inc_wire_msg_name(h.msg), (unsigned long long)h.job,
                     (unsigned long long)comm->job_id);
         return UCS_ERR_INVALID_PARAM;
     }
-    switch ((wire_msg_t)h.msg) {
+    switch ((inc_wire_msg_t)h.msg) {
     case WIRE_MSG_JOIN_ACK: on_join_ack(comm, data, length); break;
     case WIRE_MSG_ERROR: {
         char text[INCMOE_WIRE_MAX_TEXT + 1];
@@ -601,7 +602,7 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
         coll_op_t *op = client_find_op(comm, h.stream, h.epoch);
         if (h.stream != INCMOE_STREAM_BARRIER || op == NULL) {
             client_fail(comm, INCMOE_ERR_PROTOCOL, "DONE for %s epoch %llu not in flight",
-                        wire_stream_name(h.stream), (unsigned long long)h.epoch);
+                        inc_wire_stream_name(h.stream), (unsigned long long)h.epoch);
             break;
         }
         op->barrier_done = 1;
@@ -614,7 +615,7 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
     case WIRE_MSG_RING_GATHER: return ring_on_data(comm, &h, data, length, param);
     default:
         client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s from the switch",
-                    wire_msg_name(h.msg));
+                    inc_wire_msg_name(h.msg));
         break;
     }
     return UCS_OK;
@@ -659,7 +660,7 @@ static void drain_submissions(incmoe_comm_t *comm)
 
 static void check_liveness(incmoe_comm_t *comm)
 {
-    double now      = ucx_now_s();
+    double now      = inc_now_s();
     double interval = comm->timeout_ms / 4000.0;
     if (now - comm->last_tx > interval)
         send_ctrl(comm, WIRE_MSG_HEARTBEAT);
@@ -683,7 +684,7 @@ static void *proxy_main(void *arg)
         }
         if (!did) {
             int wait_ms = comm->timeout_ms / 8 > 0 ? comm->timeout_ms / 8 : 1;
-            ucx_node_wait(&comm->node, comm->wake_fd, wait_ms);
+            inc_ucx_node_wait(&comm->node, comm->wake_fd, wait_ms);
             uint64_t v;
             if (read(comm->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
                 log_debug(SUBSYS, "wake read: %s", strerror(errno));
@@ -716,7 +717,7 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
 {
     struct sockaddr_storage ss;
     socklen_t               sslen;
-    incmoe_status_t st = ucx_parse_hostport(params->switch_addr, &ss, &sslen, 0);
+    incmoe_status_t st = inc_ucx_parse_hostport(params->switch_addr, &ss, &sslen, 0);
     if (st != INCMOE_OK)
         return st;
 
@@ -761,17 +762,17 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
     if (params->field_mask & INCMOE_COMM_PARAM_SECRET) {
         secret_len = params->secret_len;
         memcpy(secret, params->secret, secret_len);
-    } else if (config_get_str("INCMOE_AUTH_KEY") != NULL) {
-        secret_len = strlen(config_get_str("INCMOE_AUTH_KEY"));
+    } else if (inc_config_get_str("INCMOE_AUTH_KEY") != NULL) {
+        secret_len = strlen(inc_config_get_str("INCMOE_AUTH_KEY"));
         if (secret_len > INCMOE_MAX_SECRET)
             secret_len = INCMOE_MAX_SECRET;
-        memcpy(secret, config_get_str("INCMOE_AUTH_KEY"), secret_len);
-    } else if (config_get_str("INCMOE_AUTH_KEY_FILE") != NULL) {
-        st = read_secret_file(config_get_str("INCMOE_AUTH_KEY_FILE"), secret, &secret_len);
+        memcpy(secret, inc_config_get_str("INCMOE_AUTH_KEY"), secret_len);
+    } else if (inc_config_get_str("INCMOE_AUTH_KEY_FILE") != NULL) {
+        st = read_secret_file(inc_config_get_str("INCMOE_AUTH_KEY_FILE"), secret, &secret_len);
         if (st != INCMOE_OK)
             return st;
     }
-    struct incmoe_wire_join join = {
+    struct inc_wire_join join = {
         .nranks     = (uint32_t)comm->nranks,
         .secret_len = (uint32_t)secret_len,
         .addr_len   = (uint32_t)waddr_len,
@@ -790,20 +791,20 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
     memcpy(payload + sizeof(join) + secret_len, waddr, waddr_len);
     ctx->hdr.length    = plen;
     ctx->payload_owned = payload;
-    comm->last_rx      = ucx_now_s();
+    comm->last_rx      = inc_now_s();
     client_send(comm, ctx, payload, plen, NULL);
 
     /* Wait for all ranks to join (the switch answers then), bounded. */
-    double deadline = ucx_now_s() + comm->timeout_ms / 1000.0;
+    double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
     while (!comm->joined && atomic_load(&comm->error) == 0) {
-        if (ucx_now_s() > deadline) {
+        if (inc_now_s() > deadline) {
             client_fail(comm, INCMOE_ERR_TIMEOUT,
                         "job %llu: not all %d ranks joined at %s within %d ms",
                         (unsigned long long)comm->job_id, comm->nranks, params->switch_addr,
                         comm->timeout_ms);
             break;
         }
-        ucx_node_wait(&comm->node, -1, 50);
+        inc_ucx_node_wait(&comm->node, -1, 50);
     }
     return (incmoe_status_t)atomic_load(&comm->error);
 }
@@ -813,15 +814,15 @@ static void comm_free(incmoe_comm_t *comm)
     ring_close(comm);
     if (comm->ep != NULL) {
         /* Graceful, so a LEAVE or ERROR still queued goes out; a dead peer fails it quickly. */
-        ucx_ep_close(&comm->node, comm->ep, 0, 2000);
+        inc_ucx_ep_close(&comm->node, comm->ep, 0, 2000);
         comm->ep = NULL;
     }
     /* Let outstanding control sends finish (or fail) before the worker goes. */
-    double deadline = ucx_now_s() + 1.0;
-    while (comm->inflight_ctrl > 0 && ucx_now_s() < deadline)
-        ucx_node_wait(&comm->node, -1, 10);
+    double deadline = inc_now_s() + 1.0;
+    while (comm->inflight_ctrl > 0 && inc_now_s() < deadline)
+        inc_ucx_node_wait(&comm->node, -1, 10);
     comm->freeing = 1;
-    for (int s = 0; s < INCMOE_STREAM_COUNT; s++) {
+    for (int s = 0; s < INC_STREAM_COUNT; s++) {
         coll_op_t *op = comm->streams[s].head;
         while (op != NULL) {
             coll_op_t *next = op->next;
@@ -847,7 +848,7 @@ static void comm_free(incmoe_comm_t *comm)
             free(comm->peer_addr[r]);
     free(comm->peer_addr);
     free(comm->peer_addr_len);
-    ucx_node_close(&comm->node);
+    inc_ucx_node_close(&comm->node);
     if (comm->wake_fd >= 0)
         close(comm->wake_fd);
     pthread_mutex_destroy(&comm->lock);
@@ -889,16 +890,16 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
     comm->algo        = algo;
     comm->timeout_ms  = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
                             ? params->timeout_ms
-                            : (int)config_get_int("INCMOE_TIMEOUT_MS");
+                            : (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
     if (comm->timeout_ms <= 0)
         comm->timeout_ms = 10000;
-    comm->rndv_thresh = (size_t)config_get_int("INCMOE_RNDV_THRESH");
+    comm->rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
     if (comm->rndv_thresh == 0)
         comm->rndv_thresh = SIZE_MAX;
     comm->wake_fd     = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
-    incmoe_status_t st = comm->wake_fd < 0 ? INCMOE_ERR_NO_MEMORY : ucx_node_open(&comm->node);
+    incmoe_status_t st = comm->wake_fd < 0 ? INCMOE_ERR_NO_MEMORY : inc_ucx_node_open(&comm->node);
     if (st == INCMOE_OK && algo == INCMOE_ALGO_RING)
         st = ring_init(comm);
     if (st != INCMOE_OK) {
@@ -927,21 +928,15 @@ incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm)
     if (comm == NULL)
         return INCMOE_ERR_INVALID_ARG;
     /* Let posted collectives finish, within the dead-peer bound. */
-    double deadline = ucx_now_s() + comm->timeout_ms / 1000.0;
+    double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
     pthread_mutex_lock(&comm->lock);
     for (;;) {
         int busy = comm->submit_head != NULL;
-        for (int s = 0; s < INCMOE_STREAM_COUNT; s++)
+        for (int s = 0; s < INC_STREAM_COUNT; s++)
             busy |= atomic_load(&comm->streams[s].completed) != comm->streams[s].posted;
-        if (!busy || atomic_load(&comm->error) != 0 || ucx_now_s() > deadline)
+        if (!busy || atomic_load(&comm->error) != 0 || inc_now_s() > deadline)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = inc_realtime_after_ms(50);
         pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
     }
     pthread_mutex_unlock(&comm->lock);
@@ -1012,7 +1007,7 @@ incmoe_status_t incmoe_mem_register(incmoe_comm_t *comm, void *base, size_t leng
         if (us != UCS_OK) {
             log_error(SUBSYS, "ucp_mem_map of %zu bytes: %s", length, ucs_status_string(us));
             free(mr);
-            return ucx_status_to_incmoe(us);
+            return inc_ucx_status(us);
         }
     }
     pthread_mutex_lock(&comm->lock);
@@ -1143,7 +1138,7 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
                                         const incmoe_layout_t *layout, incmoe_dtype_t dtype,
                                         incmoe_redop_t redop, incmoe_req_t *req_p)
 {
-    const char *name = wire_stream_name(stream);
+    const char *name = inc_wire_stream_name(stream);
     if (comm == NULL || req_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
     coll_op_t *op = op_new(comm, stream);
@@ -1204,7 +1199,7 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
     op->win       = layout->offset;
     op->dtype     = stream == INCMOE_STREAM_ALLGATHER ? INCMOE_UINT8 : dtype;
     op->redop     = stream == INCMOE_STREAM_ALLGATHER ? INCMOE_SUM : redop;
-    op->sig       = wire_signature(stream, op->dtype, op->redop, op->bytes, comm->nranks);
+    op->sig       = inc_wire_signature(stream, op->dtype, op->redop, op->bytes, comm->nranks);
     return submit(comm, op, req_p);
 }
 
@@ -1258,7 +1253,7 @@ incmoe_status_t incmoe_allreduce(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size
     op->recv_memh = recv_mr->memh;
     op->dtype     = dtype;
     op->redop     = redop;
-    op->sig       = wire_signature(INCMOE_STREAM_ALLREDUCE, dtype, redop, op->bytes, comm->nranks);
+    op->sig       = inc_wire_signature(INCMOE_STREAM_ALLREDUCE, dtype, redop, op->bytes, comm->nranks);
     return submit(comm, op, req_p);
 }
 
@@ -1270,13 +1265,13 @@ incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p)
     if (op == NULL)
         return reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "barrier: out of memory");
     op->all_issued = 1;
-    op->sig        = wire_signature(INCMOE_STREAM_BARRIER, 0, 0, op->bytes, comm->nranks);
+    op->sig        = inc_wire_signature(INCMOE_STREAM_BARRIER, 0, 0, op->bytes, comm->nranks);
     return submit(comm, op, req_p);
 }
 
 incmoe_status_t incmoe_test(incmoe_comm_t *comm, const incmoe_req_t *req)
 {
-    if (comm == NULL || req == NULL || (unsigned)req->stream >= INCMOE_STREAM_COUNT)
+    if (comm == NULL || req == NULL || (unsigned)req->stream >= INC_STREAM_COUNT)
         return INCMOE_ERR_INVALID_ARG;
     uint64_t done =
         atomic_load_explicit(&comm->streams[req->stream].completed, memory_order_acquire);
@@ -1294,9 +1289,7 @@ incmoe_status_t incmoe_wait(incmoe_comm_t *comm, const incmoe_req_t *req)
     pthread_mutex_lock(&comm->lock);
     while ((st = incmoe_test(comm, req)) == INCMOE_IN_PROGRESS) {
         /* The proxy broadcasts on every retirement and error; the timeout is a safety net. */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        struct timespec ts = inc_realtime_after_ms(1000);
         pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
     }
     pthread_mutex_unlock(&comm->lock);
@@ -1305,7 +1298,7 @@ incmoe_status_t incmoe_wait(incmoe_comm_t *comm, const incmoe_req_t *req)
 
 uint64_t incmoe_stream_completed(incmoe_comm_t *comm, incmoe_stream_t stream)
 {
-    if (comm == NULL || (unsigned)stream >= INCMOE_STREAM_COUNT)
+    if (comm == NULL || (unsigned)stream >= INC_STREAM_COUNT)
         return 0;
     return atomic_load_explicit(&comm->streams[stream].completed, memory_order_acquire);
 }

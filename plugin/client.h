@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "api/incmoe.h"
-#include "ucx_util.h"
-#include "wire.h"
+#include "base/ucx_util.h"
+#include "base/wire.h"
 
 struct incmoe_mr {
     struct incmoe_mr *next;
@@ -85,7 +85,7 @@ struct incmoe_comm {
     int             timeout_ms;
     size_t          rndv_thresh;
 
-    ucx_node_t      node;
+    inc_ucx_node_t      node;
     ucp_ep_h        ep;           /* to the switch */
     int             wake_fd;      /* eventfd: new work for the proxy */
     pthread_t       proxy;
@@ -100,7 +100,7 @@ struct incmoe_comm {
     char            error_text[256];
     int             abort_pending; /* tell the switch about a local failure */
 
-    client_stream_t streams[INCMOE_STREAM_COUNT];
+    client_stream_t streams[INC_STREAM_COUNT];
 
     /* From JOIN_ACK. */
     int       joined;
@@ -118,14 +118,14 @@ struct incmoe_comm {
 
 /* One message in flight; UCX 1.13 needs the sent header alive until completion. */
 typedef struct {
-    struct incmoe_wire_hdr hdr;
+    struct inc_wire_hdr hdr;
     incmoe_comm_t         *comm;
     coll_op_t             *op;            /* counted in op->sends_pending, or NULL */
     void                  *payload_owned; /* freed on completion */
 } send_ctx_t;
 
 /* A message from this rank, header filled but for the per-message fields. */
-send_ctx_t *client_ctx(incmoe_comm_t *comm, wire_msg_t msg);
+send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg);
 /* Hands one message to UCX on ep; ctx belongs to the send from here on. */
 void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
                     size_t length, ucp_mem_h memh);

@@ -22,7 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "base/log.h"
+#include "base/clock.h"
 
 #define FIFO_REQ_RING 1024 /* collectives of one stream posted and not yet completed */
 #define FIFO_IDLE_MS  10   /* how long an idle proxy sleeps between looks at the FIFO */
@@ -74,13 +75,6 @@ static _Atomic uint32_t *low_word(_Atomic uint64_t *c)
     return (_Atomic uint32_t *)c + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 1 : 0);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 incmoe_stream_t incmoe_fifo_op_stream(incmoe_fifo_op_t op)
 {
     switch (op) {
@@ -91,7 +85,7 @@ incmoe_stream_t incmoe_fifo_op_stream(incmoe_fifo_op_t op)
     case INCMOE_FIFO_OP_BARRIER:
         return INCMOE_STREAM_BARRIER;
     }
-    return INCMOE_STREAM_COUNT;
+    return INC_STREAM_COUNT;
 }
 
 static void fifo_fail(incmoe_fifo_t *fifo, incmoe_status_t status)
@@ -113,7 +107,7 @@ incmoe_status_t incmoe_fifo_push(incmoe_fifo_t *fifo, const incmoe_fifo_trigger_
                                  uint64_t *ticket_p, int timeout_ms)
 {
     incmoe_stream_t s = incmoe_fifo_op_stream((incmoe_fifo_op_t)trigger->desc.op);
-    if (s == INCMOE_STREAM_COUNT) {
+    if (s == INC_STREAM_COUNT) {
         log_error("fifo", "descriptor op %u is not an AllGather, ReduceScatter or barrier",
                   trigger->desc.op);
         return INCMOE_ERR_INVALID_ARG;
@@ -141,8 +135,8 @@ incmoe_status_t incmoe_fifo_push(incmoe_fifo_t *fifo, const incmoe_fifo_trigger_
         } else if (seq < pos) {
             /* Full: the proxy has not drained this slot yet. */
             if (deadline < 0)
-                deadline = now_ms() + timeout_ms;
-            else if (now_ms() > deadline) {
+                deadline = inc_now_ms() + timeout_ms;
+            else if (inc_now_ms() > deadline) {
                 log_error("fifo", "FIFO of %u slots stayed full for %d ms", fifo->capacity,
                           timeout_ms);
                 return INCMOE_ERR_TIMEOUT;
@@ -177,7 +171,7 @@ incmoe_status_t incmoe_fifo_wait(incmoe_fifo_t *fifo, incmoe_stream_t stream, ui
     for (int i = 0; i < 32; i++)
         if (atomic_load_explicit(c, memory_order_acquire) >= ticket)
             return INCMOE_OK;
-    double deadline = now_ms() + timeout_ms;
+    double deadline = inc_now_ms() + timeout_ms;
     for (;;) {
         uint64_t v = atomic_load_explicit(c, memory_order_acquire);
         if (v >= ticket)
@@ -185,7 +179,7 @@ incmoe_status_t incmoe_fifo_wait(incmoe_fifo_t *fifo, incmoe_stream_t stream, ui
         int err = atomic_load_explicit(&fifo->error, memory_order_acquire);
         if (err != 0)
             return (incmoe_status_t)err;
-        if (now_ms() > deadline) {
+        if (inc_now_ms() > deadline) {
             log_error("fifo", "stream %d: collective %llu not complete after %d ms (%llu done)",
                       (int)stream, (unsigned long long)ticket, timeout_ms, (unsigned long long)v);
             return INCMOE_ERR_TIMEOUT;

@@ -10,13 +10,14 @@
 #define INCMOE_FIFO_INTERNAL_H
 
 #include "api/incmoe_fifo.h"
+#include "base/wire.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* The streams a FIFO can carry: AllGather, ReduceScatter, barrier. */
-#define FIFO_NSTREAMS INCMOE_STREAM_COUNT
+#define FIFO_NSTREAMS INC_STREAM_COUNT
 
 typedef struct {
     /* Post one collective; on success *req_p identifies it. */

@@ -1,13 +1,12 @@
-# libnccl-net-incmoe.so: the NCCL net + CollNet plugin (issue 4).  NCCL dlopen()s
-# it by name (NCCL_NET_PLUGIN=incmoe), so it is a module installed to libdir with
-# no version suffix.  It carries its own copy of the client library, compiled
-# with hidden visibility, and the version script exports only the plugin
-# structs: NCCL's process sees nothing else of ours.  In builds made with CUDA
-# it also takes GPU buffers (pinned host staging, nccl/cuda.h); the CUDA
-# runtime is dlopen()ed, so the plugin links no CUDA library.
+# libnccl-net-incmoe.so: the NCCL net + CollNet plugin.  NCCL dlopen()s it by
+# name (NCCL_NET_PLUGIN=incmoe), so it is a module installed to libdir with no
+# version suffix.  It links its own copy of the client library, and the version
+# script exports only the plugin structs: NCCL's process sees nothing else of
+# ours.  In builds made with CUDA it also takes GPU buffers (pinned host
+# staging, nccl/cuda.h); the CUDA runtime is dlopen()ed, so the plugin links no
+# CUDA library.
 lib_LTLIBRARIES += libnccl-net-incmoe.la
 libnccl_net_incmoe_la_SOURCES = \
-	$(libincmoe_la_SOURCES) \
 	nccl/abi.h \
 	nccl/plugin.h \
 	nccl/common.c \
@@ -18,12 +17,12 @@ libnccl_net_incmoe_la_SOURCES = \
 	nccl/adapt_v9.c \
 	nccl/adapt_v10.c \
 	nccl/adapt_v11.c
-libnccl_net_incmoe_la_CPPFLAGS = $(libincmoe_la_CPPFLAGS)
+libnccl_net_incmoe_la_CPPFLAGS = -I$(top_srcdir)/plugin $(UCX_CFLAGS)
 if HAVE_CUDA
 libnccl_net_incmoe_la_CPPFLAGS += -DINCMOE_NCCL_CUDA=1
 endif
 libnccl_net_incmoe_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
-libnccl_net_incmoe_la_LIBADD = $(libincmoe_la_LIBADD) -ldl
+libnccl_net_incmoe_la_LIBADD = libincmoe_client.la $(UCX_LIBS) -lpthread -lm -ldl
 libnccl_net_incmoe_la_LDFLAGS = -module -avoid-version -shared \
 	-Wl,--version-script=$(srcdir)/nccl/exports.map
 EXTRA_libnccl_net_incmoe_la_DEPENDENCIES = nccl/exports.map

@@ -25,8 +25,8 @@
  * is copied.
  */
 #include "ring.h"
-#include "log.h"
-#include "reduce.h"
+#include "base/log.h"
+#include "base/reduce.h"
 
 #include <netinet/in.h>
 #include <stdio.h>
@@ -34,12 +34,13 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "base/clock.h"
 
 #define SUBSYS "ring"
 
 typedef struct ring_pending {
     struct ring_pending   *next;
-    struct incmoe_wire_hdr hdr;
+    struct inc_wire_hdr hdr;
     void                  *desc;   /* rendezvous descriptor, or */
     void                  *copy;   /* the eager payload */
     size_t                 length;
@@ -63,7 +64,7 @@ typedef struct {
 typedef struct {
     incmoe_comm_t         *comm;
     coll_op_t             *op;
-    struct incmoe_wire_hdr hdr;
+    struct inc_wire_hdr hdr;
     char                  *dest;   /* where the received bytes go (gather) */
     char                  *tmp;    /* running sum (reduce) */
 } ring_recv_t;
@@ -105,7 +106,7 @@ static uint64_t block_bytes(const incmoe_comm_t *comm, const coll_op_t *op, int 
     return op->bytes[b];
 }
 
-static void ring_send(incmoe_comm_t *comm, coll_op_t *op, wire_msg_t msg, int block,
+static void ring_send(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, int block,
                       uint64_t offset, uint64_t length, uint64_t total, const void *payload,
                       ucp_mem_h memh, void *owned)
 {
@@ -131,7 +132,7 @@ static void ring_send(incmoe_comm_t *comm, coll_op_t *op, wire_msg_t msg, int bl
 }
 
 /* Send every chunk of [base, base+bytes) of a block to the right. */
-static void ring_send_block(incmoe_comm_t *comm, coll_op_t *op, wire_msg_t msg, int block,
+static void ring_send_block(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, int block,
                             const char *base, uint64_t bytes)
 {
     for (uint64_t off = 0; off < bytes; off += comm->chunk_size) {
@@ -195,7 +196,7 @@ static void ring_chunk_arrived(ring_recv_t *rr)
 {
     incmoe_comm_t               *comm = rr->comm;
     coll_op_t                    *op   = rr->op;
-    const struct incmoe_wire_hdr *h    = &rr->hdr;
+    const struct inc_wire_hdr *h    = &rr->hdr;
     const int                     me = comm->rank, b = (int)h->root;
     char                         *send, *recv;
     block_bytes(comm, op, b, &send, &recv);
@@ -208,7 +209,7 @@ static void ring_chunk_arrived(ring_recv_t *rr)
                       op->recv_memh, NULL);
     } else if (b == me) {
         /* The last addition: incoming running sum op own partial, into place. */
-        reduce_pair(recv + h->offset, rr->tmp, send + h->offset, h->length / esize, op->dtype,
+        inc_reduce_pair(recv + h->offset, rr->tmp, send + h->offset, h->length / esize, op->dtype,
                     op->redop);
         op->recv_done += h->length;
         if (op->stream == INCMOE_STREAM_ALLREDUCE)
@@ -217,7 +218,7 @@ static void ring_chunk_arrived(ring_recv_t *rr)
         free(rr->tmp);
     } else {
         op->recv_done += h->length;
-        reduce_pair(rr->tmp, rr->tmp, send + h->offset, h->length / esize, op->dtype, op->redop);
+        inc_reduce_pair(rr->tmp, rr->tmp, send + h->offset, h->length / esize, op->dtype, op->redop);
         ring_send(comm, op, WIRE_MSG_RING_REDUCE, b, h->offset, h->length, h->total, rr->tmp,
                   NULL, rr->tmp); /* the send owns and frees the running sum */
     }
@@ -233,7 +234,7 @@ static void ring_recv_cb(void *request, ucs_status_t status, size_t length, void
         free(rr->tmp);
         free(rr);
     } else if (status != UCS_OK) {
-        client_fail(rr->comm, ucx_status_to_incmoe(status), "ring receive from rank %d failed: %s",
+        client_fail(rr->comm, inc_ucx_status(status), "ring receive from rank %d failed: %s",
                     (rr->comm->rank + rr->comm->nranks - 1) % rr->comm->nranks,
                     ucs_status_string(status));
         free(rr->tmp);
@@ -245,21 +246,21 @@ static void ring_recv_cb(void *request, ucs_status_t status, size_t length, void
         ucp_request_free(request);
 }
 
-ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h, void *data,
+ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
                           size_t length, const ucp_am_recv_param_t *param)
 {
     ring_t   *ring = comm->ring;
     const int me = comm->rank, b = (int)h->root;
     int       rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     if (ring == NULL || h->stream == INCMOE_STREAM_BARRIER) {
-        client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s", wire_msg_name(h->msg));
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s", inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
     }
     coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
     if (op == NULL || !op->started) {
         if (h->epoch <= incmoe_stream_completed(comm, (incmoe_stream_t)h->stream)) {
             client_fail(comm, INCMOE_ERR_PROTOCOL, "ring data for finished %s epoch %llu",
-                        wire_stream_name(h->stream), (unsigned long long)h->epoch);
+                        inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
             return UCS_ERR_INVALID_PARAM;
         }
         ring_pending_t *p = calloc(1, sizeof(*p));
@@ -296,7 +297,7 @@ ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct incmoe_wire_hdr *h, 
         client_fail(comm, INCMOE_ERR_MISMATCH,
                     "%s %s epoch %llu: chunk [%llu,+%llu) of block %d (%llu bytes) does not fit "
                     "this rank's view (%llu bytes)",
-                    wire_msg_name(h->msg), wire_stream_name(h->stream),
+                    inc_wire_msg_name(h->msg), inc_wire_stream_name(h->stream),
                     (unsigned long long)h->epoch, (unsigned long long)h->offset,
                     (unsigned long long)h->length, b, (unsigned long long)h->total,
                     (unsigned long long)bytes);
@@ -421,7 +422,7 @@ incmoe_status_t ring_listen(incmoe_comm_t *comm, const struct sockaddr *toward, 
                   ucs_status_string(st));
         return INCMOE_ERR_TRANSPORT;
     }
-    ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, addr, addr_len);
+    inc_ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, addr, addr_len);
     return INCMOE_OK;
 }
 
@@ -441,7 +442,7 @@ incmoe_status_t ring_connect(incmoe_comm_t *comm)
     struct sockaddr_storage ss;
     socklen_t               sslen;
     if (comm->peer_addr_len[peer] == 0 || where[comm->peer_addr_len[peer] - 1] != '\0' ||
-        ucx_parse_hostport(where, &ss, &sslen, 0) != INCMOE_OK) {
+        inc_ucx_parse_hostport(where, &ss, &sslen, 0) != INCMOE_OK) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d's ring address is not HOST:PORT", peer);
         return INCMOE_ERR_PROTOCOL;
     }
@@ -465,12 +466,12 @@ incmoe_status_t ring_connect(incmoe_comm_t *comm)
         return INCMOE_ERR_NO_MEMORY;
     client_send_ep(comm, ring->right, ctx, NULL, 0, NULL);
     ucp_request_param_t fp  = {.op_attr_mask = 0};
-    ucs_status_t        fst = ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp),
+    ucs_status_t        fst = inc_ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp),
                                                comm->timeout_ms);
-    double deadline = ucx_now_s() + comm->timeout_ms / 1000.0;
+    double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
     while (fst == UCS_OK && !ring->hello_from_left && atomic_load(&comm->error) == 0 &&
-           ucx_now_s() < deadline)
-        ucx_node_wait(&comm->node, -1, 20);
+           inc_now_s() < deadline)
+        inc_ucx_node_wait(&comm->node, -1, 20);
     if (atomic_load(&comm->error) != 0)
         return (incmoe_status_t)atomic_load(&comm->error);
     if (fst != UCS_OK || !ring->hello_from_left) {
@@ -501,9 +502,9 @@ void ring_close(incmoe_comm_t *comm)
         free(p);
     }
     if (ring->right != NULL)
-        ucx_ep_close(&comm->node, ring->right, 0, 2000);
+        inc_ucx_ep_close(&comm->node, ring->right, 0, 2000);
     if (ring->left != NULL)
-        ucx_ep_close(&comm->node, ring->left, 0, 2000);
+        inc_ucx_ep_close(&comm->node, ring->left, 0, 2000);
     if (ring->listener != NULL)
         ucp_listener_destroy(ring->listener);
     free(ring);

@@ -14,7 +14,7 @@ incmoe_status_t ring_connect(incmoe_comm_t *comm);
 /* Proxy thread: a collective was posted; inject this rank's first chunks. */
 void ring_start(incmoe_comm_t *comm, coll_op_t *op);
 /* Proxy thread: RING_REDUCE / RING_GATHER from the left neighbour. */
-ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct incmoe_wire_hdr *hdr, void *data,
+ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *hdr, void *data,
                           size_t length, const ucp_am_recv_param_t *param);
 void ring_on_hello(incmoe_comm_t *comm);
 void ring_close(incmoe_comm_t *comm);

@@ -16,13 +16,14 @@
  * reason sent to every rank, never the switch: other jobs carry on.
  */
 #include "job.h"
-#include "log.h"
-#include "reduce.h"
+#include "base/log.h"
+#include "base/reduce.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/clock.h"
 
 #define SUBSYS "switch"
 
@@ -103,7 +104,7 @@ static void job_unlink(server_t *srv, job_t *job);
 /* The job is over: drop its collectives, free its id and its memory reservation. */
 static void job_retire(server_t *srv, job_t *job)
 {
-    for (int s = 0; s < INCMOE_STREAM_COUNT; s++) {
+    for (int s = 0; s < INC_STREAM_COUNT; s++) {
         while (job->colls[s] != NULL) {
             coll_t *c     = job->colls[s];
             job->colls[s] = c->next;
@@ -226,7 +227,7 @@ static job_t *job_new(server_t *srv, uint64_t id, int nranks)
 
 static void job_send_ack(server_t *srv, job_t *job)
 {
-    size_t len = sizeof(struct incmoe_wire_join_ack);
+    size_t len = sizeof(struct inc_wire_join_ack);
     for (int r = 0; r < job->nranks; r++)
         len += sizeof(uint32_t) + job->addr_len[r];
     char *payload = malloc(len);
@@ -234,7 +235,7 @@ static void job_send_ack(server_t *srv, job_t *job)
         job_fail(srv, job, INCMOE_ERR_NO_MEMORY, 0, "switch out of memory");
         return;
     }
-    struct incmoe_wire_join_ack ack = {
+    struct inc_wire_join_ack ack = {
         .nranks = (uint32_t)job->nranks, .credits = srv->credits, .chunk_size = srv->chunk_size};
     memcpy(payload, &ack, sizeof(ack));
     size_t pos = sizeof(ack);
@@ -247,8 +248,8 @@ static void job_send_ack(server_t *srv, job_t *job)
     /* One payload shared by the N sends; it lives as long as the job. */
     job->ack_payload = payload;
     for (int r = 0; r < job->nranks; r++) {
-        struct incmoe_wire_hdr h;
-        wire_hdr_init(&h, WIRE_MSG_JOIN_ACK, job->id);
+        struct inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_JOIN_ACK, job->id);
         h.rank   = (uint32_t)r;
         h.length = len;
         server_send(srv, job->conns[r], &h, payload, len, NULL, NULL);
@@ -257,10 +258,10 @@ static void job_send_ack(server_t *srv, job_t *job)
     log_info(SUBSYS, "job %llu formed: %d ranks", (unsigned long long)job->id, job->nranks);
 }
 
-void job_on_join(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
+void job_on_join(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
                  const char *payload, size_t length)
 {
-    struct incmoe_wire_join join;
+    struct inc_wire_join join;
     memcpy(&join, payload, sizeof(join));
     char text[200];
     if (join.secret_len > INCMOE_MAX_SECRET || join.addr_len > INCMOE_WIRE_MAX_ADDR ||
@@ -350,7 +351,7 @@ static coll_t *coll_get(server_t *srv, job_t *job, conn_t *conn, int stream, uin
     if (epoch <= job->retired[stream] || epoch > job->retired[stream] + JOB_MAX_OPEN_EPOCHS) {
         BAD(srv, job, INCMOE_ERR_PROTOCOL, conn->rank,
             "rank %d sent %s epoch %llu; open epochs are %llu..%llu", conn->rank,
-            wire_stream_name(stream), (unsigned long long)epoch,
+            inc_wire_stream_name(stream), (unsigned long long)epoch,
             (unsigned long long)job->retired[stream] + 1,
             (unsigned long long)job->retired[stream] + JOB_MAX_OPEN_EPOCHS);
         return NULL;
@@ -360,7 +361,7 @@ static coll_t *coll_get(server_t *srv, job_t *job, conn_t *conn, int stream, uin
             if (job->conns[r] != NULL && job->conns[r]->left) {
                 job_fail(srv, job, INCMOE_ERR_PEER_FAILED, r,
                          "rank %d left the job; %s epoch %llu can never complete", r,
-                         wire_stream_name(stream), (unsigned long long)epoch);
+                         inc_wire_stream_name(stream), (unsigned long long)epoch);
                 return NULL;
             }
         }
@@ -455,8 +456,8 @@ static void item_sent_cb(server_t *srv, void *arg, ucs_status_t status)
             if (!it->arrived[r])
                 continue;
             job->inflight[r][c->stream]--;
-            struct incmoe_wire_hdr h;
-            wire_hdr_init(&h, WIRE_MSG_CREDIT, job->id);
+            struct inc_wire_hdr h;
+            inc_wire_hdr_init(&h, WIRE_MSG_CREDIT, job->id);
             h.stream = (uint8_t)c->stream;
             h.epoch  = c->epoch;
             h.length = 1;
@@ -479,8 +480,8 @@ static void item_sent_cb(server_t *srv, void *arg, ucs_status_t status)
 static void item_send(server_t *srv, item_t *it, int to, const void *payload)
 {
     job_t                 *job = it->job;
-    struct incmoe_wire_hdr h;
-    wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
     h.stream = (uint8_t)it->coll->stream;
     h.epoch  = it->coll->epoch;
     h.rank   = (uint32_t)to;
@@ -510,7 +511,7 @@ void job_item_compute(item_t *it)
         if (it->contrib[r] != NULL)
             srcs[n++] = it->contrib[r];
     size_t esize = incmoe_dtype_size((incmoe_dtype_t)it->coll->dtype);
-    reduce_ordered(it->out, srcs, n, it->length / esize, (incmoe_dtype_t)it->coll->dtype,
+    inc_reduce_ordered(it->out, srcs, n, it->length / esize, (incmoe_dtype_t)it->coll->dtype,
                    (incmoe_redop_t)it->coll->redop);
 }
 
@@ -584,7 +585,7 @@ static int item_matches_post(server_t *srv, job_t *job, coll_t *c, item_t *it)
             BAD(srv, job, INCMOE_ERR_MISMATCH, r,
                 "%s epoch %llu: rank %d announced %llu bytes, a contribution for root %u says "
                 "%llu",
-                wire_stream_name(c->stream), (unsigned long long)c->epoch, r,
+                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, r,
                 (unsigned long long)c->bytes[r], it->root, (unsigned long long)it->total);
             return 0;
         }
@@ -620,7 +621,7 @@ static void coll_arm(server_t *srv, job_t *job, coll_t *c)
 }
 
 static int coll_describe(server_t *srv, job_t *job, conn_t *conn, coll_t *c,
-                         const struct incmoe_wire_hdr *h)
+                         const struct inc_wire_hdr *h)
 {
     if (!c->has_desc) {
         c->has_desc = 1;
@@ -632,7 +633,7 @@ static int coll_describe(server_t *srv, job_t *job, conn_t *conn, coll_t *c,
     if (c->dtype != h->dtype || c->redop != h->redop) {
         BAD(srv, job, INCMOE_ERR_MISMATCH, conn->rank,
             "ranks disagree on %s epoch %llu: rank %d has %s %s, others %s %s",
-            wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
+            inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
             incmoe_dtype_name(h->dtype), incmoe_redop_name(h->redop), incmoe_dtype_name(c->dtype),
             incmoe_redop_name(c->redop));
         return 0;
@@ -640,20 +641,20 @@ static int coll_describe(server_t *srv, job_t *job, conn_t *conn, coll_t *c,
     if (c->sig != h->sig) {
         BAD(srv, job, INCMOE_ERR_MISMATCH, conn->rank,
             "ranks disagree on %s epoch %llu: rank %d's byte counts differ from the others'",
-            wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank);
+            inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank);
         return 0;
     }
     return 1;
 }
 
-static void on_post(server_t *srv, job_t *job, conn_t *conn, const struct incmoe_wire_hdr *h)
+static void on_post(server_t *srv, job_t *job, conn_t *conn, const struct inc_wire_hdr *h)
 {
     coll_t *c = coll_get(srv, job, conn, h->stream, h->epoch);
     if (c == NULL || !coll_describe(srv, job, conn, c, h))
         return;
     if (c->posted[conn->rank]) {
         BAD(srv, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d posted %s epoch %llu twice",
-            conn->rank, wire_stream_name(h->stream), (unsigned long long)h->epoch);
+            conn->rank, inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return;
     }
     c->posted[conn->rank] = 1;
@@ -663,8 +664,8 @@ static void on_post(server_t *srv, job_t *job, conn_t *conn, const struct incmoe
         return;
     if (c->stream == INCMOE_STREAM_BARRIER) {
         for (int r = 0; r < job->nranks; r++) {
-            struct incmoe_wire_hdr d;
-            wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
+            struct inc_wire_hdr d;
+            inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
             d.stream = INCMOE_STREAM_BARRIER;
             d.epoch  = c->epoch;
             server_send(srv, job->conns[r], &d, NULL, 0, NULL, NULL);
@@ -726,7 +727,7 @@ static void data_recv_cb(void *request, ucs_status_t status, size_t length, void
 }
 
 static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
-                            const struct incmoe_wire_hdr *h, void *data, size_t length,
+                            const struct inc_wire_hdr *h, void *data, size_t length,
                             const ucp_am_recv_param_t *param)
 {
     const int me     = conn->rank;
@@ -737,7 +738,7 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
          (h->root == (uint32_t)me || h->root >= (uint32_t)job->nranks)) ||
         (stream == INCMOE_STREAM_ALLREDUCE && h->root != 0)) {
         BAD(srv, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent %s data for root %u", me,
-            wire_stream_name(stream), h->root);
+            inc_wire_stream_name(stream), h->root);
         return UCS_ERR_INVALID_PARAM;
     }
     if (h->offset % srv->chunk_size != 0 || h->chunk != h->offset / srv->chunk_size ||
@@ -751,7 +752,7 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
     }
     if (job->inflight[me][stream] >= srv->credits) {
         BAD(srv, job, INCMOE_ERR_PROTOCOL, me, "rank %d exceeded its %u credits on %s", me,
-            srv->credits, wire_stream_name(stream));
+            srv->credits, inc_wire_stream_name(stream));
         return UCS_ERR_INVALID_PARAM;
     }
     coll_t *c = coll_get(srv, job, conn, stream, h->epoch);
@@ -794,7 +795,7 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
     } else if (it->total != h->total || it->length != h->length) {
         BAD(srv, job, INCMOE_ERR_MISMATCH, me,
             "%s epoch %llu root %u: rank %d sends a window of %llu bytes, others %llu",
-            wire_stream_name(stream), (unsigned long long)h->epoch, h->root, me,
+            inc_wire_stream_name(stream), (unsigned long long)h->epoch, h->root, me,
             (unsigned long long)h->total, (unsigned long long)it->total);
         return UCS_ERR_INVALID_PARAM;
     }
@@ -872,14 +873,14 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
 /* A collective others have started that rank r has not posted, or NULL. */
 static const coll_t *job_collective_owed(const job_t *job, int r)
 {
-    for (int s = 0; s < INCMOE_STREAM_COUNT; s++)
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
         for (const coll_t *c = job->colls[s]; c != NULL; c = c->next)
             if (!c->done && !c->posted[r])
                 return c;
     return NULL;
 }
 
-ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *h,
+ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct inc_wire_hdr *h,
                             void *data, size_t length, const ucp_am_recv_param_t *param)
 {
     job_t *job = conn->job;
@@ -893,16 +894,16 @@ ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct incmoe_wir
     }
     if (job->state != JOB_ACTIVE && h->msg != WIRE_MSG_HEARTBEAT && h->msg != WIRE_MSG_LEAVE) {
         BAD(srv, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s before the job formed",
-            conn->rank, wire_msg_name(h->msg));
+            conn->rank, inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
     }
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     if (rndv && h->msg != WIRE_MSG_DATA) {
         BAD(srv, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s rendezvous", conn->rank,
-            wire_msg_name(h->msg));
+            inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
     }
-    switch ((wire_msg_t)h->msg) {
+    switch ((inc_wire_msg_t)h->msg) {
     case WIRE_MSG_HEARTBEAT: return UCS_OK;
     case WIRE_MSG_LEAVE: {
         /* Leaving is orderly only if nobody still waits on this rank. */
@@ -910,7 +911,7 @@ ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct incmoe_wir
         if (owed != NULL) {
             job_fail(srv, job, INCMOE_ERR_PEER_FAILED, conn->rank,
                      "rank %d left the job without posting %s epoch %llu", conn->rank,
-                     wire_stream_name(owed->stream), (unsigned long long)owed->epoch);
+                     inc_wire_stream_name(owed->stream), (unsigned long long)owed->epoch);
             return UCS_OK;
         }
         if (!conn->left) {
@@ -931,7 +932,7 @@ ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct incmoe_wir
     case WIRE_MSG_DATA: return on_data(srv, job, conn, h, data, length, param);
     default:
         BAD(srv, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s, which ranks never send",
-            conn->rank, wire_msg_name(h->msg));
+            conn->rank, inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
     }
 }
@@ -986,7 +987,7 @@ static void job_release(server_t *srv, job_t *job)
 
 void job_tick(server_t *srv)
 {
-    double now = ucx_now_s();
+    double now = inc_now_s();
     for (conn_t *c = srv->conns; c != NULL; c = c->next) {
         if (c->state == CONN_DEAD)
             continue;
@@ -1007,8 +1008,8 @@ void job_tick(server_t *srv)
             continue;
         }
         if (now - c->last_tx > timeout_ms / 4000.0) {
-            struct incmoe_wire_hdr h;
-            wire_hdr_init(&h, WIRE_MSG_HEARTBEAT, c->job != NULL ? c->job->id : 0);
+            struct inc_wire_hdr h;
+            inc_wire_hdr_init(&h, WIRE_MSG_HEARTBEAT, c->job != NULL ? c->job->id : 0);
             server_send(srv, c, &h, NULL, 0, NULL, NULL);
         }
     }

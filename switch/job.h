@@ -8,6 +8,7 @@
 #define INCMOE_SWITCH_JOB_H
 
 #include "server.h"
+#include "base/wire.h"
 
 /* One chunk of one window of one collective, and what the switch holds of it. */
 typedef struct item {
@@ -57,18 +58,18 @@ typedef struct job {
     uint32_t    *addr_len;
     void        *ack_payload; /* JOIN_ACK, shared by the N sends */
     int          timeout_ms;
-    uint32_t    (*inflight)[INCMOE_STREAM_COUNT]; /* [nranks][stream] DATA held */
-    coll_t      *colls[INCMOE_STREAM_COUNT];
-    uint64_t     retired[INCMOE_STREAM_COUNT];    /* every epoch <= this is finished */
+    uint32_t    (*inflight)[INC_STREAM_COUNT]; /* [nranks][stream] DATA held */
+    coll_t      *colls[INC_STREAM_COUNT];
+    uint64_t     retired[INC_STREAM_COUNT];    /* every epoch <= this is finished */
     size_t       mem_bound, mem_used, mem_peak;
     int          refs;      /* sends, receives and reductions in flight */
 } job_t;
 
 /* A JOIN from a new connection. */
-void job_on_join(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
+void job_on_join(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
                  const char *payload, size_t length);
 /* Any other message from a member. */
-ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
+ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
                             void *data, size_t length, const ucp_am_recv_param_t *param);
 /* The connection is gone (transport error or silence). */
 void job_on_conn_lost(server_t *srv, conn_t *conn, const char *why);

@@ -5,7 +5,7 @@
  */
 #include "server.h"
 #include "job.h"
-#include "log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -15,11 +15,12 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include "base/clock.h"
 
 #define SUBSYS "switch"
 
 typedef struct {
-    struct incmoe_wire_hdr hdr; /* alive until the send completes (UCX 1.13) */
+    struct inc_wire_hdr hdr; /* alive until the send completes (UCX 1.13) */
     server_t              *srv;
     conn_t                *conn;
     server_send_cb_t       cb;
@@ -30,7 +31,7 @@ typedef struct {
 
 typedef struct queued_send {
     struct queued_send    *next;
-    struct incmoe_wire_hdr hdr;
+    struct inc_wire_hdr hdr;
     const void            *payload;
     size_t                 length;
     server_send_cb_t       cb;
@@ -75,7 +76,7 @@ static void conn_request_cb(ucp_conn_request_h request, void *arg)
         return;
     }
     conn->rank    = -1;
-    conn->created = conn->last_rx = conn->last_tx = ucx_now_s();
+    conn->created = conn->last_rx = conn->last_tx = inc_now_s();
     conn->next    = srv->conns;
     srv->conns    = conn;
     log_debug(SUBSYS, "new connection");
@@ -143,7 +144,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
     conn->refs--;
     conn->egress_inflight -= bytes;
     if (status == UCS_OK)
-        conn->last_tx = ucx_now_s();
+        conn->last_tx = inc_now_s();
     if (ctx->cb != NULL)
         ctx->cb(ctx->srv, ctx->arg, status);
     free(ctx->owned);
@@ -158,7 +159,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
 }
 
 /* owned: freed when the send completes; egress: payload bytes counted against the queue. */
-static void server_send_owned(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
+static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
                               const void *payload, size_t length, server_send_cb_t cb, void *arg,
                               void *owned, size_t egress)
 {
@@ -179,7 +180,7 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct incmoe_w
     ctx->egress_bytes = egress;
     conn->egress_inflight += egress;
     conn->refs++;
-    conn->last_tx = ucx_now_s();
+    conn->last_tx = inc_now_s();
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
@@ -193,7 +194,7 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct incmoe_w
         send_cb(NULL, UCS_PTR_STATUS(req), ctx);
 }
 
-void server_send(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
+void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
                  const void *payload, size_t length, server_send_cb_t cb, void *arg)
 {
     server_send_owned(srv, conn, hdr, payload, length, cb, arg, NULL, 0);
@@ -220,7 +221,7 @@ static void egress_drain(server_t *srv, conn_t *conn)
 }
 
 void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
-                      const struct incmoe_wire_hdr *hdr, const void *payload, size_t length,
+                      const struct inc_wire_hdr *hdr, const void *payload, size_t length,
                       server_send_cb_t cb, void *arg)
 {
     queued_send_t *q = malloc(sizeof(*q));
@@ -244,8 +245,8 @@ void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
 void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_t status,
                        uint32_t rank, const char *text)
 {
-    struct incmoe_wire_hdr h;
-    wire_hdr_init(&h, WIRE_MSG_ERROR, job);
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_ERROR, job);
     h.status = (int16_t)status;
     h.rank   = rank;
     size_t n = strlen(text) + 1;
@@ -279,11 +280,11 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
     }
     if (conn->state == CONN_DEAD)
         return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_CANCELED : UCS_OK;
-    conn->last_rx = ucx_now_s();
+    conn->last_rx = inc_now_s();
     char why[160];
-    if (wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
+    if (inc_wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
         srv->stats.bad_messages++;
-        struct incmoe_wire_hdr h = {0};
+        struct inc_wire_hdr h = {0};
         if (header_length >= sizeof(h))
             memcpy(&h, header, sizeof(h));
         log_warn(SUBSYS, "malformed message from rank %d: %s", conn->rank, why);
@@ -291,8 +292,8 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
         snprintf(text, sizeof(text), "rank %d sent a malformed message: %s", conn->rank, why);
         if (conn->job != NULL) {
             /* Fail the whole job through the engine, with the reason. */
-            struct incmoe_wire_hdr e;
-            wire_hdr_init(&e, WIRE_MSG_ERROR, conn->job->id);
+            struct inc_wire_hdr e;
+            inc_wire_hdr_init(&e, WIRE_MSG_ERROR, conn->job->id);
             e.rank   = (uint32_t)conn->rank;
             e.status = INCMOE_ERR_PROTOCOL;
             e.length = strlen(text);
@@ -304,7 +305,7 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
         }
         return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
     }
-    struct incmoe_wire_hdr h;
+    struct inc_wire_hdr h;
     memcpy(&h, header, sizeof(h));
     if (conn->state == CONN_NEW) {
         if (h.msg != WIRE_MSG_JOIN || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
@@ -396,10 +397,10 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
 {
     struct sockaddr_storage ss;
     socklen_t               sslen;
-    incmoe_status_t         st = ucx_parse_hostport(listen_addr, &ss, &sslen, 1);
+    incmoe_status_t         st = inc_ucx_parse_hostport(listen_addr, &ss, &sslen, 1);
     if (st != INCMOE_OK)
         return st;
-    st = ucx_node_open(&srv->node);
+    st = inc_ucx_node_open(&srv->node);
     if (st != INCMOE_OK)
         return st;
     ucp_am_handler_param_t hp = {
@@ -422,13 +423,13 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
     us = ucp_listener_create(srv->node.worker, &lp, &srv->listener);
     if (us != UCS_OK) {
         log_error(SUBSYS, "cannot listen on %s: %s", listen_addr, ucs_status_string(us));
-        return ucx_status_to_incmoe(us);
+        return inc_ucx_status(us);
     }
     ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
     us = ucp_listener_query(srv->listener, &attr);
     char where[128] = "?";
     if (us == UCS_OK)
-        ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, where, sizeof(where));
+        inc_ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, where, sizeof(where));
     /* The first line on stdout is the contract with scripts and tests. */
     printf("incmoe-switchd listening on %s\n", where);
     fflush(stdout);
@@ -459,7 +460,7 @@ void server_run(server_t *srv)
         reap_conns(srv);
         job_tick(srv);
         /* Idle: sleep on the worker's event fd (and the reduction threads' fd). */
-        ucx_node_wait(&srv->node, srv->pool_fd, 100);
+        inc_ucx_node_wait(&srv->node, srv->pool_fd, 100);
     }
 }
 
@@ -469,15 +470,15 @@ void server_stop(server_t *srv)
     for (conn_t *c = srv->conns; c != NULL; c = c->next)
         c->state = CONN_DEAD;
     /* Let the ERRORs go out, then close everything. */
-    double deadline = ucx_now_s() + 0.5;
-    while (ucx_now_s() < deadline)
-        ucx_node_wait(&srv->node, -1, 10);
+    double deadline = inc_now_s() + 0.5;
+    while (inc_now_s() < deadline)
+        inc_ucx_node_wait(&srv->node, -1, 10);
     for (conn_t *c = srv->conns; c != NULL; c = c->next)
         c->left = 1;
     reap_conns(srv);
-    deadline = ucx_now_s() + 1.0;
-    while (srv->conns != NULL && ucx_now_s() < deadline) {
-        ucx_node_wait(&srv->node, -1, 10);
+    deadline = inc_now_s() + 1.0;
+    while (srv->conns != NULL && inc_now_s() < deadline) {
+        inc_ucx_node_wait(&srv->node, -1, 10);
         reap_conns(srv);
     }
     if (srv->nthreads > 1) {
@@ -492,5 +493,5 @@ void server_stop(server_t *srv)
     }
     if (srv->listener != NULL)
         ucp_listener_destroy(srv->listener);
-    ucx_node_close(&srv->node);
+    inc_ucx_node_close(&srv->node);
 }

@@ -9,8 +9,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "ucx_util.h"
-#include "wire.h"
+#include "base/ucx_util.h"
+#include "base/wire.h"
 
 struct job;
 struct item;
@@ -57,7 +57,7 @@ typedef struct {
 } server_stats_t;
 
 typedef struct server {
-    ucx_node_t      node;
+    inc_ucx_node_t      node;
     ucp_listener_h  listener;
     conn_t         *conns;
     struct job     *jobs;      /* live jobs, by id */
@@ -93,11 +93,11 @@ typedef struct server {
 typedef void (*server_send_cb_t)(server_t *srv, void *arg, ucs_status_t status);
 
 /* Send one message; hdr is copied; payload must stay valid until cb runs. */
-void server_send(server_t *srv, conn_t *conn, const struct incmoe_wire_hdr *hdr,
+void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
                  const void *payload, size_t length, server_send_cb_t cb, void *arg);
 /* The same for bulk data, through the destination's output queue in class cls. */
 void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
-                      const struct incmoe_wire_hdr *hdr, const void *payload, size_t length,
+                      const struct inc_wire_hdr *hdr, const void *payload, size_t length,
                       server_send_cb_t cb, void *arg);
 /* ERROR with a reason; used for refusals and job failures. */
 void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_t status,

@@ -2,9 +2,9 @@
  * incmoe-switchd - the INC switch emulator: jobs of N ranks, multicast
  * AllGather, rooted-reduction ReduceScatter, AllReduce and barrier over UCX.
  */
-#include "config.h"
+#include "base/config.h"
 #include "job.h"
-#include "log.h"
+#include "base/log.h"
 #include "server.h"
 
 #include <getopt.h>
@@ -49,7 +49,7 @@ static void usage(FILE *out)
 
 static int parse_size_arg(const char *name, const char *text, long long min, long long *out)
 {
-    long long v = config_parse_size(text);
+    long long v = inc_config_parse_size(text);
     if (v < min) {
         fprintf(stderr, "incmoe-switchd: %s '%s' is not a size >= %lld\n", name, text, min);
         return -1;
@@ -72,10 +72,10 @@ int main(int argc, char **argv)
     server_t    srv    = {0};
     const char *listen = NULL, *keyfile = NULL;
     long long   v;
-    srv.chunk_size  = (uint64_t)config_get_int("INCMOE_CHUNK_SIZE");
-    srv.credits     = (uint32_t)config_get_int("INCMOE_CREDITS");
-    srv.timeout_ms  = (int)config_get_int("INCMOE_TIMEOUT_MS");
-    srv.rndv_thresh = (size_t)config_get_int("INCMOE_RNDV_THRESH");
+    srv.chunk_size  = (uint64_t)inc_config_get_int("INCMOE_CHUNK_SIZE");
+    srv.credits     = (uint32_t)inc_config_get_int("INCMOE_CREDITS");
+    srv.timeout_ms  = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
+    srv.rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
     if (srv.rndv_thresh == 0)
         srv.rndv_thresh = SIZE_MAX;
     srv.max_memory  = (size_t)4 << 30;
@@ -129,12 +129,12 @@ int main(int argc, char **argv)
             }
             break;
         case 'L': {
-            int level = log_level_parse(optarg);
+            int level = inc_log_level_parse(optarg);
             if (level < 0) {
                 fprintf(stderr, "incmoe-switchd: unknown log level '%s'\n", optarg);
                 return 2;
             }
-            log_set_level(level);
+            inc_log_set_level(level);
             break;
         }
         case 'h': usage(stdout); return 0;
@@ -176,7 +176,7 @@ int main(int argc, char **argv)
         srv.have_secret = 1;
     }
     srv.egress_limit = (size_t)egress_chunks * srv.chunk_size;
-    log_set_ident("switchd");
+    inc_log_set_ident("switchd");
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

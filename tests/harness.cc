@@ -13,18 +13,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include "base/clock.h"
 
 /* Present in sanitizer builds: lets a forked rank check for leaks before _exit(). */
 extern "C" void __lsan_do_leak_check(void) __attribute__((weak));
 
 namespace harness {
-
-static double now_s()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args)
 {
@@ -66,8 +60,8 @@ bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args)
     close(fds[1]);
     /* The daemon's first stdout line is "listening on HOST:PORT". */
     std::string line;
-    double      deadline = now_s() + 60;
-    while (now_s() < deadline && line.find('\n') == std::string::npos) {
+    double      deadline = inc_now_s() + 60;
+    while (inc_now_s() < deadline && line.find('\n') == std::string::npos) {
         struct pollfd p = {fds[0], POLLIN, 0};
         if (poll(&p, 1, 200) <= 0)
             continue;
@@ -96,9 +90,9 @@ int switch_stop(SwitchProc *sw)
         return -1;
     kill(sw->pid, SIGTERM);
     int    status   = 0;
-    double deadline = now_s() + 10;
+    double deadline = inc_now_s() + 10;
     while (waitpid(sw->pid, &status, WNOHANG) == 0) {
-        if (now_s() > deadline) {
+        if (inc_now_s() > deadline) {
             kill(sw->pid, SIGKILL);
             waitpid(sw->pid, &status, 0);
             break;
@@ -146,7 +140,7 @@ std::vector<std::string> run_ranks(int nranks, const std::function<std::string(i
         fds[r]  = p[0];
         fcntl(fds[r], F_SETFL, O_NONBLOCK);
     }
-    double deadline = now_s() + timeout_s;
+    double deadline = inc_now_s() + timeout_s;
     int    left     = nranks;
     std::vector<bool> done(nranks, false);
     while (left > 0) {
@@ -177,7 +171,7 @@ std::vector<std::string> run_ranks(int nranks, const std::function<std::string(i
         }
         if (left == 0)
             break;
-        if (now_s() > deadline) {
+        if (inc_now_s() > deadline) {
             for (int r = 0; r < nranks; r++) {
                 if (!done[r]) {
                     kill(pids[r], SIGKILL);

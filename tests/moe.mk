@@ -1,13 +1,15 @@
-# The INC-MoE layer (issue 5): the FIFO, band arithmetic, the layer against an
+# The INC-MoE layer: the FIFO, band arithmetic, the layer against an
 # fp64 reference, bad arguments, a randomised stress test.
 if HAVE_OPENBLAS
 MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/plugin/api -I$(top_srcdir)/moe -I$(top_srcdir)/moe/api
-MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(TEST_LIBS)
+MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
 check_PROGRAMS += test_moe_fifo test_moe_band test_moe_layer test_moe_errors test_moe_stress
 test_moe_fifo_SOURCES = test_moe_fifo.cc
 test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
-test_moe_fifo_LDADD = $(MOE_TEST_LIBS)
+# The FIFO suite drives the FIFO's internal transport seam, so it links the
+# client's objects rather than the library that hides them.
+test_moe_fifo_LDADD = libharness.la $(top_builddir)/plugin/libincmoe_client.la $(GTEST_LIBS) -lpthread
 test_moe_band_SOURCES = test_moe_band.cc
 test_moe_band_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_band_LDADD = $(MOE_TEST_LIBS)

@@ -9,7 +9,7 @@
 #include <sstream>
 
 extern "C" {
-#include "dtype.h"
+#include "base/dtype.h"
 }
 
 namespace moeref
@@ -19,12 +19,12 @@ static void store(std::vector<uint8_t> &buf, size_t i, double v, incmoe_dtype_t 
 {
     switch (dtype) {
     case INCMOE_FLOAT16: {
-        uint16_t h = dtype_float_to_half((float)v);
+        uint16_t h = inc_dtype_float_to_half((float)v);
         memcpy(&buf[i * 2], &h, 2);
         break;
     }
     case INCMOE_BFLOAT16: {
-        uint16_t h = dtype_float_to_bf16((float)v);
+        uint16_t h = inc_dtype_float_to_bf16((float)v);
         memcpy(&buf[i * 2], &h, 2);
         break;
     }
@@ -44,10 +44,10 @@ double to_double(const void *base, size_t i, incmoe_dtype_t dtype)
     switch (dtype) {
     case INCMOE_FLOAT16:
         memcpy(&h, b + i * 2, 2);
-        return dtype_half_to_float(h);
+        return inc_dtype_half_to_float(h);
     case INCMOE_BFLOAT16:
         memcpy(&h, b + i * 2, 2);
-        return dtype_bf16_to_float(h);
+        return inc_dtype_bf16_to_float(h);
     default:
         memcpy(&f, b + i * 4, 4);
         return f;

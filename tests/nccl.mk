@@ -1,4 +1,4 @@
-# NCCL plugin suites (issue 4).  The net and CollNet suites dlopen() the built
+# NCCL plugin suites.  The net and CollNet suites dlopen() the built
 # plugin from plugin/.libs exactly as NCCL does; window is a unit test of the
 # window arithmetic; the fake CUDA runtime lets the GPU-staging path run on
 # machines without a GPU.

@@ -1,4 +1,4 @@
-# incmoe-perf and the testbed (issue 3): the tools driven as a user runs them.
+# incmoe-perf and the testbed: the tools driven as a user runs them.
 # Included by tests/Makefile.am inside `if HAVE_GTEST`.
 check_PROGRAMS += test_perf_tool test_perf_testbed
 

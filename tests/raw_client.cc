@@ -2,12 +2,13 @@
 #include "raw_client.h"
 
 #include <cstring>
+#include "base/clock.h"
 
 RawClient::~RawClient()
 {
     if (ep_ != nullptr)
-        ucx_ep_close(&node_, ep_, 1, 1000);
-    ucx_node_close(&node_);
+        inc_ucx_ep_close(&node_, ep_, 1, 1000);
+    inc_ucx_node_close(&node_);
     for (auto *s : keep_)
         delete s;
 }
@@ -26,7 +27,7 @@ ucs_status_t RawClient::on_am(void *arg, const void *header, size_t header_lengt
 
 bool RawClient::connect(const std::string &addr)
 {
-    if (ucx_node_open(&node_) != INCMOE_OK)
+    if (inc_ucx_node_open(&node_) != INCMOE_OK)
         return false;
     ucp_am_handler_param_t hp = {};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -37,7 +38,7 @@ bool RawClient::connect(const std::string &addr)
     ucp_worker_set_am_recv_handler(node_.worker, &hp);
     struct sockaddr_storage ss;
     socklen_t               len;
-    if (ucx_parse_hostport(addr.c_str(), &ss, &len, 0) != INCMOE_OK)
+    if (inc_ucx_parse_hostport(addr.c_str(), &ss, &len, 0) != INCMOE_OK)
         return false;
     ucp_ep_params_t ep = {};
     ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -60,15 +61,15 @@ void RawClient::send(const void *hdr, size_t header_len, const void *payload, si
     param.flags               = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : 0);
     ucs_status_ptr_t req = ucp_am_send_nbx(ep_, INCMOE_AM_ID, h->data(), h->size(), p->data(),
                                            p->size(), &param);
-    ucx_request_wait(&node_, req, 2000);
+    inc_ucx_request_wait(&node_, req, 2000);
 }
 
 void RawClient::join(uint64_t job, uint32_t rank, uint32_t nranks, const std::string &secret)
 {
-    incmoe_wire_hdr h;
-    wire_hdr_init(&h, WIRE_MSG_JOIN, job);
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_JOIN, job);
     h.rank = rank;
-    incmoe_wire_join j = {};
+    inc_wire_join j = {};
     j.nranks           = nranks;
     j.secret_len       = (uint32_t)secret.size();
     j.addr_len         = 4;
@@ -82,14 +83,14 @@ void RawClient::join(uint64_t job, uint32_t rank, uint32_t nranks, const std::st
 
 void RawClient::progress(int ms)
 {
-    double end = ucx_now_s() + ms / 1000.0;
-    while (ucx_now_s() < end)
-        ucx_node_wait(&node_, -1, 10);
+    double end = inc_now_s() + ms / 1000.0;
+    while (inc_now_s() < end)
+        inc_ucx_node_wait(&node_, -1, 10);
 }
 
 bool RawClient::wait_for(unsigned msg, RawMsg *out, int timeout_ms)
 {
-    double end = ucx_now_s() + timeout_ms / 1000.0;
+    double end = inc_now_s() + timeout_ms / 1000.0;
     for (;;) {
         for (auto &m : received) {
             if (m.hdr.msg == msg) {
@@ -98,8 +99,8 @@ bool RawClient::wait_for(unsigned msg, RawMsg *out, int timeout_ms)
                 return true;
             }
         }
-        if (ucx_now_s() > end)
+        if (inc_now_s() > end)
             return false;
-        ucx_node_wait(&node_, -1, 10);
+        inc_ucx_node_wait(&node_, -1, 10);
     }
 }

@@ -9,12 +9,12 @@
 #include <vector>
 
 extern "C" {
-#include "ucx_util.h"
-#include "wire.h"
+#include "base/ucx_util.h"
+#include "base/wire.h"
 }
 
 struct RawMsg {
-    incmoe_wire_hdr hdr;
+    inc_wire_hdr hdr;
     std::string     payload;
 };
 
@@ -24,7 +24,7 @@ class RawClient {
     bool connect(const std::string &addr);
     /* Sends a header of header_len bytes (a short one is garbage on purpose). */
     void send(const void *hdr, size_t header_len, const void *payload, size_t len, bool rndv = false);
-    void send(const incmoe_wire_hdr &hdr, const void *payload = nullptr, size_t len = 0)
+    void send(const inc_wire_hdr &hdr, const void *payload = nullptr, size_t len = 0)
     {
         send(&hdr, sizeof(hdr), payload, len);
     }
@@ -39,7 +39,7 @@ class RawClient {
   private:
     static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param);
-    ucx_node_t node_ = {};
+    inc_ucx_node_t node_ = {};
     ucp_ep_h   ep_   = nullptr;
     std::vector<std::string *> keep_; /* payloads alive until the end */
 };

@@ -23,6 +23,7 @@
 
 extern "C" {
 #include "api/incmoe.h"
+#include "base/dtype.h"
 }
 
 namespace {
@@ -323,10 +324,10 @@ TEST_P(Collectives, EveryDatatypeAndOperation)
     for (int n : {2, 3, 8}) {
         run(n, [&](incmoe_comm_t *comm, int me, int nr) -> std::string {
             const size_t count = 1001; /* per block: not a multiple of anything */
-            for (int d = 0; d < INCMOE_DTYPE_COUNT; d++) {
+            for (int d = 0; d < INC_DTYPE_COUNT; d++) {
                 incmoe_dtype_t dt = (incmoe_dtype_t)d;
                 size_t         es = incmoe_dtype_size(dt);
-                for (int op = 0; op < INCMOE_REDOP_COUNT; op++) {
+                for (int op = 0; op < INC_REDOP_COUNT; op++) {
                     std::vector<unsigned char> send(count * es * nr), recv(count * es),
                         ar(count * es * nr);
                     for (int b = 0; b < nr; b++)

@@ -19,6 +19,8 @@
 
 extern "C" {
 #include "api/incmoe.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 }
 
 namespace {
@@ -257,7 +259,7 @@ TEST_F(Errors, UnregisteredBufferAndBadArgumentsAreRejected)
         static char  buf[64];
         incmoe_mem_register(comm, buf, sizeof(buf), &mr);
         incmoe_req_t req;
-        if (incmoe_allreduce(comm, mr, 0, mr, 0, 4, INCMOE_DTYPE_COUNT, INCMOE_SUM, &req) !=
+        if (incmoe_allreduce(comm, mr, 0, mr, 0, 4, (incmoe_dtype_t)INC_DTYPE_COUNT, INCMOE_SUM, &req) !=
             INCMOE_ERR_UNSUPPORTED)
             return "unknown datatype accepted";
         std::string text = comm_text(comm);
@@ -314,10 +316,10 @@ void expect_raw_breaks_job(const std::string &addr, incmoe_status_t want, const 
     EXPECT_EQ(harness::failures(res), "");
 }
 
-incmoe_wire_hdr raw_hdr(wire_msg_t msg, uint64_t job, incmoe_stream_t stream)
+inc_wire_hdr raw_hdr(inc_wire_msg_t msg, uint64_t job, incmoe_stream_t stream)
 {
-    incmoe_wire_hdr h;
-    wire_hdr_init(&h, msg, job);
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, msg, job);
     h.rank   = 1;
     h.stream = (uint8_t)stream;
     h.epoch  = 1;
@@ -331,7 +333,7 @@ TEST_F(Errors, GarbageAndTruncatedMessages)
         c.send(garbage, sizeof(garbage), nullptr, 0);
     });
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "truncated", [](RawClient &c, uint64_t job) {
-        incmoe_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
+        inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
         h.root = 1;
         h.length = 4096; /* claims 4096, carries 100 */
         h.total  = 4096;
@@ -343,18 +345,18 @@ TEST_F(Errors, GarbageAndTruncatedMessages)
 TEST_F(Errors, UnknownOperationAndDatatype)
 {
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "unknown message type", [](RawClient &c, uint64_t job) {
-        incmoe_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
+        inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
         h.msg = 99;
         c.send(h);
     });
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [](RawClient &c, uint64_t job) {
-        incmoe_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
+        inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
         h.root = 0; h.length = 16; h.total = 16; h.dtype = 42; h.redop = INCMOE_SUM;
         char data[16] = {};
         c.send(h, data, sizeof(data));
     });
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [](RawClient &c, uint64_t job) {
-        incmoe_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
+        inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
         h.root = 0; h.length = 16; h.total = 16; h.dtype = INCMOE_FLOAT32; h.redop = 17;
         char data[16] = {};
         c.send(h, data, sizeof(data));
@@ -366,12 +368,12 @@ TEST_F(Errors, RangesOutsideWhatWasAnnounced)
     /* Announces 4096 bytes for its block, then sends a chunk claiming an 8192-byte window. */
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_MISMATCH, "announced", [](RawClient &c, uint64_t job) {
         uint64_t bytes[2] = {4096, 4096};
-        incmoe_wire_hdr p = raw_hdr(WIRE_MSG_POST, job, INCMOE_STREAM_ALLGATHER);
+        inc_wire_hdr p = raw_hdr(WIRE_MSG_POST, job, INCMOE_STREAM_ALLGATHER);
         p.total = 4096;
         p.dtype = INCMOE_UINT8;
-        p.sig   = wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM, bytes, 2);
+        p.sig   = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM, bytes, 2);
         c.send(p);
-        incmoe_wire_hdr d = p;
+        inc_wire_hdr d = p;
         d.msg    = WIRE_MSG_DATA;
         d.root   = 1;
         d.total  = 8192;
@@ -381,7 +383,7 @@ TEST_F(Errors, RangesOutsideWhatWasAnnounced)
     });
     /* A window that does not follow the switch's chunking. */
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "chunking", [](RawClient &c, uint64_t job) {
-        incmoe_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
+        inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
         d.root   = 1;
         d.offset = 3;
         d.length = 16;
@@ -391,7 +393,7 @@ TEST_F(Errors, RangesOutsideWhatWasAnnounced)
     });
     /* AllGather data for somebody else's block. */
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "data for root", [](RawClient &c, uint64_t job) {
-        incmoe_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
+        inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
         d.root   = 0;
         d.length = 16;
         d.total  = 16;
@@ -400,7 +402,7 @@ TEST_F(Errors, RangesOutsideWhatWasAnnounced)
     });
     /* Claiming to be another rank. */
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "claiming", [](RawClient &c, uint64_t job) {
-        incmoe_wire_hdr h = raw_hdr(WIRE_MSG_HEARTBEAT, job, INCMOE_STREAM_ALLGATHER);
+        inc_wire_hdr h = raw_hdr(WIRE_MSG_HEARTBEAT, job, INCMOE_STREAM_ALLGATHER);
         h.rank = 0;
         c.send(h);
     });
@@ -413,7 +415,7 @@ TEST_F(Errors, SenderIgnoringCreditsCannotMakeTheSwitchBuffer)
         const uint64_t    chunk = 262144, total = 128 * chunk;
         std::vector<char> data(chunk);
         for (uint64_t k = 0; k < 128; k++) {
-            incmoe_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
+            inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
             d.epoch  = 5; /* never armed: nothing is forwarded, so no credit comes back */
             d.root   = 1;
             d.offset = k * chunk;
@@ -464,11 +466,11 @@ void expect_dead_rank_detected(const std::string &addr, int sig)
         incmoe_mem_register(comm, buf, sizeof(buf), &mr);
         incmoe_layout_t l = {sizeof(buf) / n / 64 * 64, 0, sizeof(buf) / n / 64 * 64, nullptr};
         incmoe_req_t    req;
-        double          t0 = ucx_now_s();
+        double          t0 = inc_now_s();
         st                 = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
         if (st == INCMOE_OK)
             st = incmoe_wait(comm, &req);
-        double      waited = ucx_now_s() - t0;
+        double      waited = inc_now_s() - t0;
         std::string text   = comm_text(comm);
         incmoe_comm_destroy(comm);
         if (rank == 0) { /* a stopped rank never ends by itself */

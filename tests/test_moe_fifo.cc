@@ -20,6 +20,7 @@
 
 #include "fifo.h"
 #include "harness.h"
+#include "base/wire.h"
 
 namespace
 {
@@ -28,9 +29,9 @@ namespace
 struct FakeNet {
     std::mutex mu;
     std::condition_variable cv;
-    std::vector<std::vector<uint64_t>> posted_offsets{INCMOE_STREAM_COUNT};
-    uint64_t epoch[INCMOE_STREAM_COUNT] = {};
-    uint64_t retired[INCMOE_STREAM_COUNT] = {};
+    std::vector<std::vector<uint64_t>> posted_offsets{INC_STREAM_COUNT};
+    uint64_t epoch[INC_STREAM_COUNT] = {};
+    uint64_t retired[INC_STREAM_COUNT] = {};
     int fail_post_at = -1; /* fail the n-th post (0-based), -1 never */
     int fail_wait_at = -1;
     int posts = 0;
@@ -44,7 +45,7 @@ struct FakeNet {
             std::unique_lock<std::mutex> lk(mu);
             while (!stop) {
                 bool any = false;
-                for (int s = 0; s < INCMOE_STREAM_COUNT; s++) {
+                for (int s = 0; s < INC_STREAM_COUNT; s++) {
                     if (retired[s] < epoch[s] && rng() % 2 == 0) {
                         retired[s]++;
                         any = true;

@@ -29,6 +29,7 @@
 #include <functional>
 #include <string>
 #include <vector>
+#include "base/clock.h"
 
 using nccltest::Exchange;
 using nccltest::Plugin;
@@ -48,13 +49,6 @@ namespace
         if (!e_.empty())                                                                           \
             return e_;                                                                             \
     } while (0)
-
-double now_s()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- element encoding: our own, independent of the library's ---------- */
 
@@ -260,7 +254,7 @@ struct Pending {
 /* Poll every request (in a permuted order, as completion order is free) until all are done. */
 std::string drain(Rank *c, std::vector<Pending> *ps)
 {
-    double deadline = now_s() + 60;
+    double deadline = inc_now_s() + 60;
     size_t left = ps->size();
     size_t k = 0;
     while (left > 0) {
@@ -280,7 +274,7 @@ std::string drain(Rank *c, std::vector<Pending> *ps)
             }
         }
         k++;
-        REQUIRE(now_s() < deadline, std::to_string(left) + " requests not done");
+        REQUIRE(inc_now_s() < deadline, std::to_string(left) + " requests not done");
         if (left > 0)
             usleep(200);
     }
@@ -665,10 +659,10 @@ TEST_F(NcclCollNetBehaviour, DeadRankFailsTheOthersTest)
             REQUIRE(ex->barrier(1, rank, n, 60));
             if (rank == n - 1)
                 raise(SIGKILL);
-            double deadline = now_s() + 60;
+            double deadline = inc_now_s() + 60;
             ncclResult_t r = ncclSuccess;
             int done = 0;
-            while (r == ncclSuccess && !done && now_s() < deadline) {
+            while (r == ncclSuccess && !done && inc_now_s() < deadline) {
                 r = c.pl.coll_test(ps[0].req, &done, nullptr);
                 usleep(1000);
             }

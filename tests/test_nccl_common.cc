@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <mutex>
+#include "base/clock.h"
 
 namespace nccltest
 {
@@ -307,12 +308,6 @@ struct ExchangeMem {
     Slot slots[2][kMaxRanks]; /* rounds alternate: a rank is at most one round ahead */
 };
 
-double now_s()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 } // namespace
 
 Exchange *Exchange::create(int nranks)
@@ -343,12 +338,12 @@ void Exchange::publish(int round, int rank, const void *data, size_t len)
 bool Exchange::gather(int round, int nranks, std::vector<std::vector<char>> *out, double timeout_s)
 {
     ExchangeMem *m = reinterpret_cast<ExchangeMem *>(this);
-    double deadline = now_s() + timeout_s;
+    double deadline = inc_now_s() + timeout_s;
     out->assign(nranks, {});
     for (int r = 0; r < nranks; r++) {
         Slot &s = m->slots[round % 2][r];
         while (s.round.load(std::memory_order_acquire) != round + 1) {
-            if (now_s() > deadline)
+            if (inc_now_s() > deadline)
                 return false;
             usleep(1000);
         }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <string>
 #include <vector>
+#include "base/clock.h"
 
 using nccltest::Exchange;
 using nccltest::Plugin;
@@ -33,13 +34,6 @@ namespace
                    std::string(__VA_ARGS__);                                                       \
     } while (0)
 
-double now_s()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The byte pattern rank `from` sends in message `id`: no two messages alike. */
 unsigned char pattern(int from, int id, size_t j)
 {
@@ -49,13 +43,13 @@ unsigned char pattern(int from, int id, size_t j)
 /* Poll test() until done, as the proxy does; bounded. */
 std::string wait_req(Plugin &pl, void *req, int *sizes, double timeout_s = 30)
 {
-    double deadline = now_s() + timeout_s;
+    double deadline = inc_now_s() + timeout_s;
     int done = 0;
     while (!done) {
         ncclResult_t r = pl.net_test(req, &done, sizes);
         if (r != ncclSuccess)
             return "test returned " + std::to_string(r) + ": " + nccltest::warnings();
-        if (!done && now_s() > deadline)
+        if (!done && inc_now_s() > deadline)
             return "request not done after " + std::to_string(timeout_s) + " s";
         if (!done)
             usleep(50);
@@ -93,13 +87,13 @@ std::string setup(Conn *c, int version, int rank, Exchange *ex)
     REQUIRE(ex->gather(0, 2, &all, 30), "handle exchange timed out");
     char peer[NCCL_NET_HANDLE_MAXSIZE];
     memcpy(peer, all[1 - rank].data(), sizeof(peer));
-    double deadline = now_s() + 30;
+    double deadline = inc_now_s() + 30;
     while (c->sc == nullptr || c->rc == nullptr) {
         if (c->sc == nullptr)
             REQUIRE(c->pl.net_connect(0, peer, &c->sc) == ncclSuccess, nccltest::warnings());
         if (c->rc == nullptr)
             REQUIRE(c->pl.net_accept(c->lc, &c->rc) == ncclSuccess, nccltest::warnings());
-        REQUIRE(now_s() < deadline, "connect/accept did not finish");
+        REQUIRE(inc_now_s() < deadline, "connect/accept did not finish");
         usleep(100);
     }
     return "";
@@ -325,10 +319,10 @@ TEST_P(NcclNet, DeadPeerFailsThePendingReceive)
             int tag[1] = {5};
             void *req = nullptr;
             REQUIRE(c.pl.net_irecv(c.rc, 1, data, sz, tag, nullptr, &req) == ncclSuccess);
-            double deadline = now_s() + 60;
+            double deadline = inc_now_s() + 60;
             int done = 0;
             ncclResult_t r = ncclSuccess;
-            while (r == ncclSuccess && !done && now_s() < deadline) {
+            while (r == ncclSuccess && !done && inc_now_s() < deadline) {
                 r = c.pl.net_test(req, &done, nullptr);
                 usleep(1000);
             }

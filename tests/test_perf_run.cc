@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "base/clock.h"
 
 /* The test_perf_* suites declare these two functions themselves (the .gitignore
    keeps only tests/test_*.cc, so there is no shared header):
@@ -28,13 +29,6 @@ struct RunResult {
     bool timed_out = false;
     std::string out, err;
 };
-
-static double now_s()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s)
 {
@@ -73,9 +67,9 @@ RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s)
     struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     std::string *dst[2] = {&res.out, &res.err};
     int open_fds = 2;
-    double deadline = now_s() + timeout_s;
+    double deadline = inc_now_s() + timeout_s;
     while (open_fds > 0) {
-        int left_ms = (int)((deadline - now_s()) * 1000);
+        int left_ms = (int)((deadline - inc_now_s()) * 1000);
         if (left_ms <= 0) {
             res.timed_out = true;
             kill(-pid, SIGKILL);

@@ -8,8 +8,8 @@
 
 extern "C" {
 #include "api/incmoe.h"
-#include "dtype.h"
-#include "reduce.h"
+#include "base/dtype.h"
+#include "base/reduce.h"
 }
 
 /* Reference conversions through the compiler's own _Float16. */
@@ -36,7 +36,7 @@ static uint16_t ref_bf16(float f)
     uint32_t u;
     memcpy(&u, &f, 4);
     uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
-    double   dl = dtype_bf16_to_float(lo), dh = dtype_bf16_to_float(hi);
+    double   dl = inc_dtype_bf16_to_float(lo), dh = inc_dtype_bf16_to_float(hi);
     double   dlo = std::fabs((double)f - dl), dhi = std::fabs((double)f - dh);
     if (std::isinf(dh) && !std::isinf(f))
         dhi = std::fabs((double)f - 3.3961775292304e38 * (f < 0 ? -1 : 1)) ;
@@ -51,13 +51,13 @@ TEST(Dtype, HalfRoundTripsEveryValue)
 {
     for (uint32_t u = 0; u < 0x10000; u++) {
         uint16_t h = (uint16_t)u;
-        float    f = dtype_half_to_float(h);
+        float    f = inc_dtype_half_to_float(h);
         if (std::isnan(ref_half_to_float(h))) {
             EXPECT_TRUE(std::isnan(f)) << std::hex << u;
             continue;
         }
         ASSERT_EQ(f, ref_half_to_float(h)) << std::hex << u;
-        ASSERT_EQ(dtype_float_to_half(f), h) << std::hex << u;
+        ASSERT_EQ(inc_dtype_float_to_half(f), h) << std::hex << u;
     }
 }
 
@@ -70,7 +70,7 @@ TEST(Dtype, FloatToHalfRoundsLikeTheCompiler)
         memcpy(&f, &u, 4);
         if (std::isnan(f))
             continue;
-        ASSERT_EQ(dtype_float_to_half(f), ref_half(f)) << f;
+        ASSERT_EQ(inc_dtype_float_to_half(f), ref_half(f)) << f;
     }
 }
 
@@ -83,10 +83,10 @@ TEST(Dtype, FloatToBf16RoundsToNearestEven)
         memcpy(&f, &u, 4);
         if (std::isnan(f) || std::fabs(f) > 3.38e38f)
             continue;
-        ASSERT_EQ(dtype_float_to_bf16(f), ref_bf16(f)) << f;
+        ASSERT_EQ(inc_dtype_float_to_bf16(f), ref_bf16(f)) << f;
     }
-    EXPECT_EQ(dtype_float_to_bf16(1.0f), 0x3f80);
-    EXPECT_TRUE(std::isnan(dtype_bf16_to_float(dtype_float_to_bf16(NAN))));
+    EXPECT_EQ(inc_dtype_float_to_bf16(1.0f), 0x3f80);
+    EXPECT_TRUE(std::isnan(inc_dtype_bf16_to_float(inc_dtype_float_to_bf16(NAN))));
 }
 
 /* Independent reference: element by element, in the given order, in the type (or fp32). */
@@ -111,7 +111,7 @@ static void check_native(incmoe_dtype_t dt, int op, int nsrc, size_t count, std:
     for (auto &v : src)
         ptrs.push_back(v.data());
     std::vector<T> out(count);
-    reduce_ordered(out.data(), ptrs.data(), nsrc, count, dt, (incmoe_redop_t)op);
+    inc_reduce_ordered(out.data(), ptrs.data(), nsrc, count, dt, (incmoe_redop_t)op);
     for (size_t i = 0; i < count; i++) {
         T want = src[0][i];
         for (int s = 1; s < nsrc; s++)
@@ -123,7 +123,7 @@ static void check_native(incmoe_dtype_t dt, int op, int nsrc, size_t count, std:
 TEST(Reduce, NativeTypesEveryOp)
 {
     std::mt19937 rng(3);
-    for (int op = 0; op < INCMOE_REDOP_COUNT; op++) {
+    for (int op = 0; op < INC_REDOP_COUNT; op++) {
         for (int nsrc : {1, 2, 3, 7}) {
             for (size_t count : {1ul, 5ul, 1000ul, 5000ul}) {
                 check_native<int8_t>(INCMOE_INT8, op, nsrc, count, rng);
@@ -144,7 +144,7 @@ TEST(Reduce, SixteenBitAccumulatesInFp32AndRoundsOnce)
     std::mt19937                          rng(4);
     std::uniform_real_distribution<float> dist(-4, 4);
     for (incmoe_dtype_t dt : {INCMOE_FLOAT16, INCMOE_BFLOAT16}) {
-        for (int op = 0; op < INCMOE_REDOP_COUNT; op++) {
+        for (int op = 0; op < INC_REDOP_COUNT; op++) {
             const int    nsrc  = 6;
             const size_t count = 3001;
             std::vector<std::vector<uint16_t>> src(nsrc, std::vector<uint16_t>(count));
@@ -155,9 +155,9 @@ TEST(Reduce, SixteenBitAccumulatesInFp32AndRoundsOnce)
             for (auto &v : src)
                 ptrs.push_back(v.data());
             std::vector<uint16_t> out(count);
-            reduce_ordered(out.data(), ptrs.data(), nsrc, count, dt, (incmoe_redop_t)op);
+            inc_reduce_ordered(out.data(), ptrs.data(), nsrc, count, dt, (incmoe_redop_t)op);
             for (size_t i = 0; i < count; i++) {
-                auto  wide = [&](uint16_t x) { return dt == INCMOE_FLOAT16 ? ref_half_to_float(x) : dtype_bf16_to_float(x); };
+                auto  wide = [&](uint16_t x) { return dt == INCMOE_FLOAT16 ? ref_half_to_float(x) : inc_dtype_bf16_to_float(x); };
                 float acc  = wide(src[0][i]);
                 for (int s = 1; s < nsrc; s++)
                     acc = apply<float>(op, acc, wide(src[s][i]));
@@ -172,25 +172,25 @@ TEST(Reduce, PairInPlaceOnEitherSide)
 {
     std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
     std::vector<float> a2 = a, b2 = b;
-    reduce_pair(a2.data(), a2.data(), b.data(), 3, INCMOE_FLOAT32, INCMOE_SUM);
-    reduce_pair(b2.data(), a.data(), b2.data(), 3, INCMOE_FLOAT32, INCMOE_SUM);
+    inc_reduce_pair(a2.data(), a2.data(), b.data(), 3, INCMOE_FLOAT32, INCMOE_SUM);
+    inc_reduce_pair(b2.data(), a.data(), b2.data(), 3, INCMOE_FLOAT32, INCMOE_SUM);
     EXPECT_EQ(a2, (std::vector<float>{11, 22, 33}));
     EXPECT_EQ(b2, (std::vector<float>{11, 22, 33}));
     std::vector<uint16_t> h = {ref_half(1.5f), ref_half(-2.0f)}, g = {ref_half(0.25f), ref_half(8.0f)};
-    reduce_pair(g.data(), h.data(), g.data(), 2, INCMOE_FLOAT16, INCMOE_MAX);
+    inc_reduce_pair(g.data(), h.data(), g.data(), 2, INCMOE_FLOAT16, INCMOE_MAX);
     EXPECT_EQ(ref_half_to_float(g[0]), 1.5f);
     EXPECT_EQ(ref_half_to_float(g[1]), 8.0f);
 }
 
 TEST(Reduce, SupportTable)
 {
-    for (int d = 0; d < INCMOE_DTYPE_COUNT; d++)
-        for (int o = 0; o < INCMOE_REDOP_COUNT; o++)
+    for (int d = 0; d < INC_DTYPE_COUNT; d++)
+        for (int o = 0; o < INC_REDOP_COUNT; o++)
             EXPECT_TRUE(incmoe_reduce_supported((incmoe_dtype_t)d, (incmoe_redop_t)o));
-    EXPECT_FALSE(incmoe_reduce_supported(INCMOE_DTYPE_COUNT, INCMOE_SUM));
-    EXPECT_FALSE(incmoe_reduce_supported(INCMOE_FLOAT32, INCMOE_REDOP_COUNT));
+    EXPECT_FALSE(incmoe_reduce_supported((incmoe_dtype_t)INC_DTYPE_COUNT, INCMOE_SUM));
+    EXPECT_FALSE(incmoe_reduce_supported(INCMOE_FLOAT32, (incmoe_redop_t)INC_REDOP_COUNT));
     EXPECT_EQ(incmoe_dtype_size(INCMOE_BFLOAT16), 2u);
-    EXPECT_EQ(incmoe_dtype_size(INCMOE_DTYPE_COUNT), 0u);
+    EXPECT_EQ(incmoe_dtype_size((incmoe_dtype_t)INC_DTYPE_COUNT), 0u);
 }
 
 /* Wire payloads sit wherever the transport put them: results must not depend on alignment. */
@@ -205,12 +205,12 @@ TEST(Reduce, UnalignedBuffersGiveTheSameResults)
         for (auto &x : b)
             x = (unsigned char)(rng() % 64);
         std::vector<unsigned char> want(bytes);
-        reduce_pair(want.data(), a.data(), b.data(), count, dt, INCMOE_SUM);
+        inc_reduce_pair(want.data(), a.data(), b.data(), count, dt, INCMOE_SUM);
         /* The same inputs at odd addresses, the result too. */
         std::vector<unsigned char> ua(bytes + 3), ub(bytes + 5), uout(bytes + 7);
         memcpy(ua.data() + 3, a.data(), bytes);
         memcpy(ub.data() + 5, b.data(), bytes);
-        reduce_pair(uout.data() + 7, ua.data() + 3, ub.data() + 5, count, dt, INCMOE_SUM);
+        inc_reduce_pair(uout.data() + 7, ua.data() + 3, ub.data() + 5, count, dt, INCMOE_SUM);
         EXPECT_EQ(memcmp(uout.data() + 7, want.data(), bytes), 0) << incmoe_dtype_name(dt);
     }
 }

@@ -7,14 +7,14 @@
 
 extern "C" {
 #include "api/incmoe.h"
-#include "config.h"
-#include "wire.h"
+#include "base/config.h"
+#include "base/wire.h"
 }
 
-static incmoe_wire_hdr data_hdr()
+static inc_wire_hdr data_hdr()
 {
-    incmoe_wire_hdr h;
-    wire_hdr_init(&h, WIRE_MSG_DATA, 42);
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_DATA, 42);
     h.stream = INCMOE_STREAM_REDUCESCATTER;
     h.epoch  = 1;
     h.offset = 0;
@@ -25,10 +25,10 @@ static incmoe_wire_hdr data_hdr()
     return h;
 }
 
-static incmoe_status_t check(const incmoe_wire_hdr &h, size_t payload, std::string *why = nullptr)
+static incmoe_status_t check(const inc_wire_hdr &h, size_t payload, std::string *why = nullptr)
 {
     char buf[200] = "";
-    incmoe_status_t st = wire_hdr_check(&h, sizeof(h), payload, buf, sizeof(buf));
+    incmoe_status_t st = inc_wire_hdr_check(&h, sizeof(h), payload, buf, sizeof(buf));
     if (why)
         *why = buf;
     return st;
@@ -42,9 +42,9 @@ TEST(Wire, AcceptsAWellFormedData)
 TEST(Wire, RejectsEachKindOfDamage)
 {
     std::string why;
-    incmoe_wire_hdr h = data_hdr();
-    EXPECT_EQ(wire_hdr_check(&h, sizeof(h) - 1, 64, nullptr, 0), INCMOE_ERR_PROTOCOL);
-    EXPECT_EQ(wire_hdr_check(nullptr, 0, 0, nullptr, 0), INCMOE_ERR_PROTOCOL);
+    inc_wire_hdr h = data_hdr();
+    EXPECT_EQ(inc_wire_hdr_check(&h, sizeof(h) - 1, 64, nullptr, 0), INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(inc_wire_hdr_check(nullptr, 0, 0, nullptr, 0), INCMOE_ERR_PROTOCOL);
 
     h = data_hdr(); h.magic = 0xdeadbeef;
     EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("magic"), std::string::npos);
@@ -73,23 +73,23 @@ TEST(Wire, RejectsEachKindOfDamage)
     h = data_hdr(); h.length = 0;
     EXPECT_EQ(check(h, 0), INCMOE_ERR_PROTOCOL);
 
-    incmoe_wire_hdr j;
-    wire_hdr_init(&j, WIRE_MSG_JOIN, 1);
+    inc_wire_hdr j;
+    inc_wire_hdr_init(&j, WIRE_MSG_JOIN, 1);
     EXPECT_EQ(check(j, 3), INCMOE_ERR_PROTOCOL);
-    EXPECT_EQ(check(j, sizeof(incmoe_wire_join)), INCMOE_OK);
-    wire_hdr_init(&j, WIRE_MSG_HEARTBEAT, 1);
+    EXPECT_EQ(check(j, sizeof(inc_wire_join)), INCMOE_OK);
+    inc_wire_hdr_init(&j, WIRE_MSG_HEARTBEAT, 1);
     EXPECT_EQ(check(j, 1), INCMOE_ERR_PROTOCOL);
     EXPECT_EQ(check(j, 0), INCMOE_OK);
-    wire_hdr_init(&j, WIRE_MSG_ERROR, 1);
+    inc_wire_hdr_init(&j, WIRE_MSG_ERROR, 1);
     EXPECT_EQ(check(j, INCMOE_WIRE_MAX_TEXT + 1), INCMOE_ERR_PROTOCOL);
-    wire_hdr_init(&j, WIRE_MSG_POST, 1);
+    inc_wire_hdr_init(&j, WIRE_MSG_POST, 1);
     j.epoch = 1;
     EXPECT_EQ(check(j, 8), INCMOE_ERR_PROTOCOL);
 }
 
 TEST(Wire, AllGatherDataNeedsNoDatatype)
 {
-    incmoe_wire_hdr h = data_hdr();
+    inc_wire_hdr h = data_hdr();
     h.stream = INCMOE_STREAM_ALLGATHER;
     h.dtype  = 250;
     h.length = 3;
@@ -99,14 +99,14 @@ TEST(Wire, AllGatherDataNeedsNoDatatype)
 TEST(Wire, SignatureSeesEveryField)
 {
     uint64_t a[3] = {1, 2, 3}, b[3] = {1, 2, 4};
-    uint64_t s = wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 3);
-    EXPECT_EQ(s, wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 3));
+    uint64_t s = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 3);
+    EXPECT_EQ(s, inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 3));
     std::set<uint64_t> all = {s,
-        wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, b, 3),
-        wire_signature(INCMOE_STREAM_REDUCESCATTER, INCMOE_FLOAT32, INCMOE_SUM, a, 3),
-        wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT16, INCMOE_SUM, a, 3),
-        wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_MAX, a, 3),
-        wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 2)};
+        inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, b, 3),
+        inc_wire_signature(INCMOE_STREAM_REDUCESCATTER, INCMOE_FLOAT32, INCMOE_SUM, a, 3),
+        inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT16, INCMOE_SUM, a, 3),
+        inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_MAX, a, 3),
+        inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 2)};
     EXPECT_EQ(all.size(), 6u);
 }
 
@@ -136,17 +136,17 @@ TEST(Status, EveryCodeHasItsOwnText)
 
 TEST(Settings, TableAndParsing)
 {
-    EXPECT_EQ(config_parse_size("4096"), 4096);
-    EXPECT_EQ(config_parse_size("64K"), 65536);
-    EXPECT_EQ(config_parse_size("2MiB"), 2 << 20);
-    EXPECT_EQ(config_parse_size("1G"), 1ll << 30);
-    EXPECT_EQ(config_parse_size("x"), -1);
-    EXPECT_EQ(config_parse_size("12Q"), -1);
-    EXPECT_EQ(config_parse_size("-5"), -1);
+    EXPECT_EQ(inc_config_parse_size("4096"), 4096);
+    EXPECT_EQ(inc_config_parse_size("64K"), 65536);
+    EXPECT_EQ(inc_config_parse_size("2MiB"), 2 << 20);
+    EXPECT_EQ(inc_config_parse_size("1G"), 1ll << 30);
+    EXPECT_EQ(inc_config_parse_size("x"), -1);
+    EXPECT_EQ(inc_config_parse_size("12Q"), -1);
+    EXPECT_EQ(inc_config_parse_size("-5"), -1);
     setenv("INCMOE_CREDITS", "3", 1);
-    EXPECT_EQ(config_get_int("INCMOE_CREDITS"), 3);
+    EXPECT_EQ(inc_config_get_int("INCMOE_CREDITS"), 3);
     unsetenv("INCMOE_CREDITS");
-    EXPECT_EQ(config_get_int("INCMOE_CREDITS"), 32);
-    for (size_t i = 0; i < config_table_size; i++)
-        EXPECT_EQ(std::string(config_table[i].name).rfind("INCMOE_", 0), 0u);
+    EXPECT_EQ(inc_config_get_int("INCMOE_CREDITS"), 32);
+    for (size_t i = 0; i < inc_config_table_size; i++)
+        EXPECT_EQ(std::string(inc_config_table[i].name).rfind("INCMOE_", 0), 0u);
 }

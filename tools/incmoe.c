@@ -9,7 +9,7 @@
  *       Lists every INCMOE_* setting with its value and meaning.
  */
 #include "api/incmoe.h"
-#include "config.h"
+#include "base/config.h"
 #include "switchd_path.h"
 
 #include <errno.h>
@@ -22,22 +22,16 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "base/clock.h"
 
 #define MAX_SIZES 32
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmd_config(void)
 {
     printf("%-22s %-12s %s\n", "setting", "value", "meaning");
-    for (size_t i = 0; i < config_table_size; i++) {
-        const char *v = config_get_str(config_table[i].name);
-        printf("%-22s %-12s %s\n", config_table[i].name, v ? v : "(unset)", config_table[i].doc);
+    for (size_t i = 0; i < inc_config_table_size; i++) {
+        const char *v = inc_config_get_str(inc_config_table[i].name);
+        printf("%-22s %-12s %s\n", inc_config_table[i].name, v ? v : "(unset)", inc_config_table[i].doc);
     }
     return 0;
 }
@@ -102,7 +96,7 @@ static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const
         st = incmoe_barrier(comm, &bar);
         if (st == INCMOE_OK)
             st = incmoe_wait(comm, &bar);
-        double t0 = now_s();
+        double t0 = inc_now_s();
         if (st == INCMOE_OK)
             st = incmoe_allgather(comm, m_ags, 0, m_agr, 0, &layout, &ag);
         if (st == INCMOE_OK)
@@ -112,13 +106,13 @@ static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const
             st = incmoe_wait(comm, &ag);
         if (st == INCMOE_OK)
             st = incmoe_wait(comm, &rs);
-        double t1 = now_s();
+        double t1 = inc_now_s();
         if (st == INCMOE_OK)
             st = incmoe_allreduce(comm, m_ar, 0, m_ar, 0, per_rank * (size_t)nranks,
                                   INCMOE_FLOAT32, INCMOE_SUM, &ar);
         if (st == INCMOE_OK)
             st = incmoe_wait(comm, &ar);
-        double t2 = now_s();
+        double t2 = inc_now_s();
         if (st != INCMOE_OK) {
             char why[256];
             incmoe_comm_error(comm, why, sizeof(why));
@@ -164,7 +158,7 @@ static int parse_sizes(const char *text, size_t *sizes, int *n)
     char *copy = strdup(text), *save = NULL;
     *n         = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        long long v = config_parse_size(tok);
+        long long v = inc_config_parse_size(tok);
         if (v <= 0 || *n == MAX_SIZES) {
             fprintf(stderr, "incmoe demo: bad size '%s' (e.g. 4K,1M,64M; at most %d sizes)\n",
                     tok, MAX_SIZES);

@@ -32,9 +32,10 @@
 #include <unistd.h>
 
 #include "api/incmoe.h"
-#include "dtype.h"
+#include "base/dtype.h"
 #include "incmoe_moe.h"
 #include "switchd_path.h"
+#include "base/clock.h"
 
 #define MAX_T     32
 #define MAX_RANKS 64
@@ -63,13 +64,6 @@ typedef struct {
     char cfg[96];
 } result_t;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ------------------------------------------------------------ problem data */
 
 static uint64_t mix(uint64_t x)
@@ -90,9 +84,9 @@ static double uval(uint64_t stream, uint64_t i)
 static void put(void *base, size_t i, double v, incmoe_dtype_t dt)
 {
     if (dt == INCMOE_FLOAT16)
-        ((uint16_t *)base)[i] = dtype_float_to_half((float)v);
+        ((uint16_t *)base)[i] = inc_dtype_float_to_half((float)v);
     else if (dt == INCMOE_BFLOAT16)
-        ((uint16_t *)base)[i] = dtype_float_to_bf16((float)v);
+        ((uint16_t *)base)[i] = inc_dtype_float_to_bf16((float)v);
     else
         ((float *)base)[i] = (float)v;
 }
@@ -100,9 +94,9 @@ static void put(void *base, size_t i, double v, incmoe_dtype_t dt)
 static double get(const void *base, size_t i, incmoe_dtype_t dt)
 {
     if (dt == INCMOE_FLOAT16)
-        return dtype_half_to_float(((const uint16_t *)base)[i]);
+        return inc_dtype_half_to_float(((const uint16_t *)base)[i]);
     if (dt == INCMOE_BFLOAT16)
-        return dtype_bf16_to_float(((const uint16_t *)base)[i]);
+        return inc_dtype_bf16_to_float(((const uint16_t *)base)[i]);
     return ((const float *)base)[i];
 }
 
@@ -281,9 +275,9 @@ static int run_rank(const opts_t *o, int rank, FILE *out)
             for (int mode = 0; mode < 2 && rc == 0; mode++) {
                 void *out_p = NULL;
                 for (int it = 0; it < o->warmup + o->iters && rc == 0; it++) {
-                    double t0 = now_s();
+                    double t0 = inc_now_s();
                     st = incmoe_moe_forward(L, (incmoe_moe_mode_t)mode, x, ids, w, counts, &out_p);
-                    double dt = now_s() - t0;
+                    double dt = inc_now_s() - t0;
                     if (st != INCMOE_OK) {
                         fprintf(stderr, "rank %d: forward failed: %s\n", rank, incmoe_strerror(st));
                         rc = 1;

@@ -1,9 +1,9 @@
-# incmoe-moe-bench, the MoE layer benchmark (issue 5).  Included by tools/Makefile.am.
+# incmoe-moe-bench, the MoE layer benchmark.  Included by tools/Makefile.am.
 if HAVE_OPENBLAS
 bin_PROGRAMS += incmoe-moe-bench
 incmoe_moe_bench_SOURCES = moe_bench.c
 incmoe_moe_bench_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_srcdir)/plugin/api \
 	-I$(top_srcdir)/moe/api
-incmoe_moe_bench_LDADD = $(top_builddir)/moe/libincmoe_moe.la \
+incmoe_moe_bench_LDADD = libincmoe_tools.la $(top_builddir)/moe/libincmoe_moe.la \
 	$(top_builddir)/plugin/libincmoe.la -lm
 endif

@@ -32,6 +32,7 @@
 
 #include "api/incmoe.h"
 #include "switchd_path.h"
+#include "base/clock.h"
 
 typedef enum { OP_ALLGATHER, OP_REDUCESCATTER, OP_ALLREDUCE, OP_AGRS, OP_COUNT } op_t;
 
@@ -409,13 +410,6 @@ typedef struct {
     incmoe_mr_t *mr_ctl;
 } rank_t;
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
 static int fail(rank_t *rk, const char *what, incmoe_status_t st)
 {
     char msg[256] = "";
@@ -629,11 +623,11 @@ static int run_rank(opts_t *o, int rank)
                     goto out;
             if (barrier(&rk) != 0)
                 goto out;
-            double t0 = now_us();
+            double t0 = (inc_now_s() * 1e6);
             for (int it = 0; it < o->iters; it++)
                 if (post_and_wait(&rk, count, blk) != 0)
                     goto out;
-            uint64_t t_ns = (uint64_t)((now_us() - t0) * 1e3 / o->iters), t_max;
+            uint64_t t_ns = (uint64_t)(((inc_now_s() * 1e6) - t0) * 1e3 / o->iters), t_max;
             if (ctl_allreduce(&rk, t_ns, INCMOE_MAX, &t_max) != 0)
                 goto out;
             uint64_t wrong = 0, wrong_sum = 0;
@@ -713,11 +707,6 @@ out:
 /* Embedded mode: a switch and N rank processes on this host                  */
 /* ------------------------------------------------------------------------- */
 
-static double now_s(void)
-{
-    return now_us() * 1e-6;
-}
-
 /* Starts the switch on loopback; its first stdout line names the address. */
 static int start_switch(pid_t *pid_p, char *addr, size_t addr_len)
 {
@@ -741,9 +730,9 @@ static int start_switch(pid_t *pid_p, char *addr, size_t addr_len)
 static void stop_switch(pid_t pid)
 {
     kill(pid, SIGTERM);
-    double deadline = now_s() + 5;
+    double deadline = inc_now_s() + 5;
     while (waitpid(pid, NULL, WNOHANG) == 0) {
-        if (now_s() > deadline) {
+        if (inc_now_s() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
             return;
@@ -784,7 +773,7 @@ static int run_embedded(opts_t *o)
         pids[nstarted++] = pid;
     }
     int left = nstarted;
-    double deadline = now_s() + o->timeout_s;
+    double deadline = inc_now_s() + o->timeout_s;
     while (left > 0) {
         usleep(20000);
         int status;
@@ -815,14 +804,14 @@ static int run_embedded(opts_t *o)
                         kill(pids[i], SIGTERM);
             }
         }
-        if (left > 0 && now_s() > deadline) {
+        if (left > 0 && inc_now_s() > deadline) {
             fprintf(stderr,
                     "incmoe-perf: ranks still running after --timeout %d s: stopping them\n",
                     o->timeout_s);
             for (int i = 0; i < nstarted; i++)
                 if (pids[i] > 0)
                     kill(pids[i], SIGKILL);
-            deadline = now_s() + 3600;
+            deadline = inc_now_s() + 3600;
             rc = 2;
         }
     }

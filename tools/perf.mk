@@ -1,4 +1,4 @@
-# incmoe-perf, the emulated testbed and the OpenMPI reference (issue 3).
+# incmoe-perf, the emulated testbed and the OpenMPI reference.
 # Included by tools/Makefile.am.
 
 bin_PROGRAMS += incmoe-perf
@@ -6,7 +6,7 @@ incmoe_perf_SOURCES = perf.c
 # Embedded runs start incmoe-switchd found by switchd_path() (INCMOE_SWITCHD, beside the
 # program, or the build tree).
 incmoe_perf_CPPFLAGS = -I$(top_srcdir)/plugin
-incmoe_perf_LDADD = $(top_builddir)/plugin/libincmoe.la
+incmoe_perf_LDADD = libincmoe_tools.la $(top_builddir)/plugin/libincmoe.la
 
 # tools/testbed up|run|down, the OpenMPI run on it, and the eqbw plot.
 dist_bin_SCRIPTS += testbed mpi-reference plot-eqbw

@@ -65,7 +65,6 @@ typedef enum {
     INCMOE_FLOAT32,
     INCMOE_FLOAT64,
     INCMOE_BFLOAT16,
-    INCMOE_DTYPE_COUNT
 } incmoe_dtype_t;
 
 typedef enum {
@@ -73,7 +72,6 @@ typedef enum {
     INCMOE_PROD,
     INCMOE_MAX,
     INCMOE_MIN,
-    INCMOE_REDOP_COUNT
 } incmoe_redop_t;
 
 /* Bytes of one element; 0 for an unknown type. */
@@ -93,7 +91,6 @@ typedef enum {
     INCMOE_STREAM_REDUCESCATTER = 1,
     INCMOE_STREAM_ALLREDUCE     = 2,
     INCMOE_STREAM_BARRIER       = 3,
-    INCMOE_STREAM_COUNT
 } incmoe_stream_t;
 
 /* A posted collective: done once its stream's counter reaches epoch. */

@@ -20,7 +20,7 @@
 #include "cuda.h"
 #include "plugin.h"
 #include "window.h"
-#include "config.h"
+#include "base/config.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -75,7 +75,7 @@ static const char *switch_addr;
 
 ncclResult_t collnet_init(void)
 {
-    switch_addr = config_get_str("INCMOE_SWITCH");
+    switch_addr = inc_config_get_str("INCMOE_SWITCH");
     if (switch_addr == NULL)
         PWARN("INCMOE_SWITCH is not set: the CollNet offers no device and NCCL will not use it");
     else
@@ -126,8 +126,8 @@ static uint64_t mix64(uint64_t x)
 /* The shared secret: INCMOE_AUTH_KEY, else the first line of INCMOE_AUTH_KEY_FILE. */
 static ncclResult_t read_secret(char *buf, size_t buf_len, size_t *len)
 {
-    const char *key = config_get_str("INCMOE_AUTH_KEY");
-    const char *file = config_get_str("INCMOE_AUTH_KEY_FILE");
+    const char *key = inc_config_get_str("INCMOE_AUTH_KEY");
+    const char *file = inc_config_get_str("INCMOE_AUTH_KEY_FILE");
     *len = 0;
     if (key == NULL && file == NULL)
         return ncclSuccess;
@@ -176,7 +176,7 @@ ncclResult_t collnet_connect(void *handles[], int nranks, int rank, void *listen
     }
     const collnet_handle_t *h0 = handles[0];
     uint64_t job_id = mix64(h0->nonce ^ mix64(h0->comm_id + 0x9e3779b97f4a7c15ull));
-    const char *job = config_get_str("INCMOE_JOB_ID");
+    const char *job = inc_config_get_str("INCMOE_JOB_ID");
     if (job != NULL) {
         char *end;
         errno = 0;

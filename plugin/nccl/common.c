@@ -5,9 +5,9 @@
 #include "plugin.h"
 #include "cuda.h"
 
-#include "config.h"
-#include "log.h"
-#include "ucx_util.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/ucx_util.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -54,7 +54,7 @@ void plugin_set_logger(ncclDebugLogger_t logger)
     if (logger == NULL)
         return;
     plugin_logger = logger;
-    log_set_sink(plugin_log_sink);
+    inc_log_set_sink(plugin_log_sink);
 }
 
 ncclResult_t plugin_result(incmoe_status_t status)
@@ -88,7 +88,7 @@ static int addr_toward(const char *hostport, struct sockaddr_storage *addr, unsi
 {
     struct sockaddr_storage peer;
     socklen_t peer_len;
-    if (ucx_parse_hostport(hostport, &peer, &peer_len, 0) != INCMOE_OK)
+    if (inc_ucx_parse_hostport(hostport, &peer, &peer_len, 0) != INCMOE_OK)
         return -1;
     int fd = socket(peer.ss_family, SOCK_DGRAM, 0);
     if (fd < 0)
@@ -145,14 +145,14 @@ static int addr_first_interface(struct sockaddr_storage *addr, unsigned *addr_le
 
 int plugin_local_addr(struct sockaddr_storage *addr, unsigned *addr_len)
 {
-    const char *explicit_addr = config_get_str("INCMOE_NCCL_ADDR");
+    const char *explicit_addr = inc_config_get_str("INCMOE_NCCL_ADDR");
     if (explicit_addr != NULL) {
         if (addr_parse_ip(explicit_addr, addr, addr_len) != 0) {
             PWARN("INCMOE_NCCL_ADDR=%s is not an IPv4 or IPv6 address", explicit_addr);
             return -1;
         }
     } else {
-        const char *sw = config_get_str("INCMOE_SWITCH");
+        const char *sw = inc_config_get_str("INCMOE_SWITCH");
         if ((sw == NULL || addr_toward(sw, addr, addr_len) != 0) &&
             addr_first_interface(addr, addr_len) != 0)
             addr_parse_ip("127.0.0.1", addr, addr_len);

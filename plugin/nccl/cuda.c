@@ -2,7 +2,7 @@
 #include "cuda.h"
 #include "plugin.h"
 
-#include "config.h"
+#include "base/config.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -27,7 +27,7 @@ static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static void cuda_load(void)
 {
 #ifdef INCMOE_NCCL_CUDA
-    const char *names[] = {config_get_str("INCMOE_CUDART"), "libcudart.so", "libcudart.so.13",
+    const char *names[] = {inc_config_get_str("INCMOE_CUDART"), "libcudart.so", "libcudart.so.13",
                            "libcudart.so.12"};
     void *lib = NULL;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && lib == NULL; i++)

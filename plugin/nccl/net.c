@@ -16,8 +16,8 @@
  */
 #include "cuda.h"
 #include "plugin.h"
-#include "config.h"
-#include "ucx_util.h"
+#include "base/config.h"
+#include "base/ucx_util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +27,7 @@
 #include <string.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
+#include "base/clock.h"
 
 #define HANDLE_MAGIC 0x4e434e49u /* "INCN" */
 #define TAG_CTRL     (1ull << 63)
@@ -223,8 +224,8 @@ static void slot_cancel(net_slot_t *s)
     if (!s->posted || s->done || s->ucx == NULL)
         return;
     ucp_request_cancel(net.worker, s->ucx);
-    double deadline = ucx_now_s() + net.timeout_ms / 1000.0;
-    while (!s->done && ucx_now_s() < deadline) {
+    double deadline = inc_now_s() + net.timeout_ms / 1000.0;
+    while (!s->done && inc_now_s() < deadline) {
         if (ucp_worker_progress(net.worker) == 0)
             usleep(100);
     }
@@ -242,8 +243,8 @@ static void net_ep_close(ucp_ep_h ep, int force)
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &prm);
     if (r == NULL || UCS_PTR_IS_ERR(r))
         return;
-    double deadline = ucx_now_s() + net.timeout_ms / 1000.0;
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && ucx_now_s() < deadline) {
+    double deadline = inc_now_s() + net.timeout_ms / 1000.0;
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && inc_now_s() < deadline) {
         if (ucp_worker_progress(net.worker) == 0)
             usleep(100);
     }
@@ -288,7 +289,7 @@ ncclResult_t net_init(void)
         net.refs++;
         goto out;
     }
-    net.timeout_ms = (int)config_get_int("INCMOE_TIMEOUT_MS");
+    net.timeout_ms = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
     if (plugin_local_addr(&net.addr, &net.addr_len) != 0) {
         res = ncclInvalidArgument;
         goto out;
@@ -319,7 +320,7 @@ ncclResult_t net_init(void)
         goto out;
     }
     char addr[96];
-    ucx_format_sockaddr((struct sockaddr *)&net.addr, addr, sizeof(addr));
+    inc_ucx_format_sockaddr((struct sockaddr *)&net.addr, addr, sizeof(addr));
     PINFO("point-to-point net over UCX, listening on %s", addr);
     net.refs = 1;
 out:
@@ -380,7 +381,7 @@ ncclResult_t net_listen(int dev, void *handle, void **listen_comm)
     ucs_status_t st = ucp_listener_create(net.worker, &lprm, &l->listener);
     if (st != UCS_OK) {
         char a[96];
-        ucx_format_sockaddr((struct sockaddr *)&net.addr, a, sizeof(a));
+        inc_ucx_format_sockaddr((struct sockaddr *)&net.addr, a, sizeof(a));
         PWARN("cannot listen on %s: %s (set INCMOE_NCCL_ADDR to this host's address)", a,
               ucs_status_string(st));
         goto out;
@@ -477,7 +478,7 @@ ncclResult_t net_connect(int dev, void *handle, void **send_comm)
         ucs_status_t st = ucp_ep_create(net.worker, &eprm, &c->ep);
         if (st != UCS_OK) {
             char a[96];
-            ucx_format_sockaddr((struct sockaddr *)&peer, a, sizeof(a));
+            inc_ucx_format_sockaddr((struct sockaddr *)&peer, a, sizeof(a));
             PWARN("connect to %s failed: %s", a, ucs_status_string(st));
             free(c);
             res = ucs_result(st) == ncclInvalidArgument ? ncclSystemError : ucs_result(st);

@@ -102,16 +102,16 @@ static void reduce_ordered_16(uint16_t *dst, const void *const *srcs, int nsrc, 
     float acc[REDUCE_BLOCK], tmp[REDUCE_BLOCK];
     for (size_t base = 0; base < count; base += REDUCE_BLOCK) {
         size_t n = count - base < REDUCE_BLOCK ? count - base : REDUCE_BLOCK;
-        dtype_to_float(acc, (const uint16_t *)srcs[0] + base, n, dtype);
+        inc_dtype_to_float(acc, (const uint16_t *)srcs[0] + base, n, dtype);
         for (int s = 1; s < nsrc; s++) {
-            dtype_to_float(tmp, (const uint16_t *)srcs[s] + base, n, dtype);
+            inc_dtype_to_float(tmp, (const uint16_t *)srcs[s] + base, n, dtype);
             fn(acc, tmp, n);
         }
-        dtype_from_float(dst + base, acc, n, dtype);
+        inc_dtype_from_float(dst + base, acc, n, dtype);
     }
 }
 
-void reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t count,
+void inc_reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t count,
                     incmoe_dtype_t dtype, incmoe_redop_t op)
 {
     if (dtype == INCMOE_FLOAT16 || dtype == INCMOE_BFLOAT16) {
@@ -134,7 +134,7 @@ void reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t count,
     }
 }
 
-void reduce_pair(void *dst, const void *a, const void *b, size_t count, incmoe_dtype_t dtype,
+void inc_reduce_pair(void *dst, const void *a, const void *b, size_t count, incmoe_dtype_t dtype,
                  incmoe_redop_t op)
 {
     const void *srcs[2] = {a, b};
@@ -143,5 +143,5 @@ void reduce_pair(void *dst, const void *a, const void *b, size_t count, incmoe_d
         srcs[0] = b;
         srcs[1] = a;
     }
-    reduce_ordered(dst, srcs, 2, count, dtype, op);
+    inc_reduce_ordered(dst, srcs, 2, count, dtype, op);
 }

@@ -10,15 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "clock.h"
 
-double ucx_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-incmoe_status_t ucx_status_to_incmoe(ucs_status_t status)
+incmoe_status_t inc_ucx_status(ucs_status_t status)
 {
     switch (status) {
     case UCS_OK: return INCMOE_OK;
@@ -36,7 +30,7 @@ incmoe_status_t ucx_status_to_incmoe(ucs_status_t status)
     }
 }
 
-incmoe_status_t ucx_node_open(ucx_node_t *node)
+incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
 {
     ucp_config_t *config;
     ucs_status_t  st = ucp_config_read(NULL, NULL, &config);
@@ -79,7 +73,7 @@ err_cleanup_context:
     return INCMOE_ERR_TRANSPORT;
 }
 
-void ucx_node_close(ucx_node_t *node)
+void inc_ucx_node_close(inc_ucx_node_t *node)
 {
     if (node->worker != NULL)
         ucp_worker_destroy(node->worker);
@@ -89,7 +83,7 @@ void ucx_node_close(ucx_node_t *node)
     node->context = NULL;
 }
 
-incmoe_status_t ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
+incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
                                    socklen_t *addr_len, int allow_any_port)
 {
     if (text == NULL || *text == '\0') {
@@ -134,7 +128,7 @@ incmoe_status_t ucx_parse_hostport(const char *text, struct sockaddr_storage *ad
     return INCMOE_OK;
 }
 
-void ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len)
+void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len)
 {
     char host[INET6_ADDRSTRLEN] = "?";
     int  port                   = 0;
@@ -151,7 +145,7 @@ void ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len)
     }
 }
 
-int ucx_node_wait(ucx_node_t *node, int extra_fd, int timeout_ms)
+int inc_ucx_node_wait(inc_ucx_node_t *node, int extra_fd, int timeout_ms)
 {
     if (ucp_worker_progress(node->worker) != 0)
         return 1;
@@ -165,34 +159,34 @@ int ucx_node_wait(ucx_node_t *node, int extra_fd, int timeout_ms)
     return ucp_worker_progress(node->worker) != 0;
 }
 
-ucs_status_t ucx_request_wait(ucx_node_t *node, ucs_status_ptr_t request, int timeout_ms)
+ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request, int timeout_ms)
 {
     if (request == NULL)
         return UCS_OK;
     if (UCS_PTR_IS_ERR(request))
         return UCS_PTR_STATUS(request);
-    double       deadline = ucx_now_s() + timeout_ms / 1000.0;
+    double       deadline = inc_now_s() + timeout_ms / 1000.0;
     ucs_status_t st;
     while ((st = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-        if (ucx_now_s() > deadline) {
+        if (inc_now_s() > deadline) {
             /* Freeing an incomplete request lets UCX release it when it ends. */
             st = UCS_ERR_TIMED_OUT;
             break;
         }
-        ucx_node_wait(node, -1, 10);
+        inc_ucx_node_wait(node, -1, 10);
     }
     ucp_request_free(request);
     return st;
 }
 
-void ucx_ep_close(ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms)
+void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms)
 {
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
         .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
     };
     ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
-    ucs_status_t     st  = ucx_request_wait(node, req, timeout_ms);
+    ucs_status_t     st  = inc_ucx_request_wait(node, req, timeout_ms);
     if (st != UCS_OK)
         log_debug("ucx", "endpoint close: %s", ucs_status_string(st));
 }

@@ -1,12 +1,19 @@
 /* dtype.h - element conversions for the 16-bit floating-point types. */
-#ifndef INCMOE_DTYPE_H
-#define INCMOE_DTYPE_H
+#ifndef INC_DTYPE_H
+#define INC_DTYPE_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-static inline float dtype_bf16_to_float(uint16_t h)
+#include "api/incmoe.h"
+
+/* How many element types and reduction operations there are: internal, so that
+   adding one to the public enums changes no public value. */
+#define INC_DTYPE_COUNT ((int)INCMOE_BFLOAT16 + 1)
+#define INC_REDOP_COUNT ((int)INCMOE_MIN + 1)
+
+static inline float inc_dtype_bf16_to_float(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
     float    f;
@@ -15,7 +22,7 @@ static inline float dtype_bf16_to_float(uint16_t h)
 }
 
 /* Round to nearest even; NaN stays a (quiet) NaN. */
-static inline uint16_t dtype_float_to_bf16(float f)
+static inline uint16_t inc_dtype_float_to_bf16(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
@@ -25,12 +32,12 @@ static inline uint16_t dtype_float_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-float dtype_half_to_float(uint16_t h);
-uint16_t dtype_float_to_half(float f);
+float inc_dtype_half_to_float(uint16_t h);
+uint16_t inc_dtype_float_to_half(float f);
 
 /* n elements of dtype (INCMOE_FLOAT16, INCMOE_BFLOAT16 or INCMOE_FLOAT32) to fp32, and back
    (rounding to nearest even).  The vectors must not overlap. */
-void dtype_to_float(float *dst, const void *src, size_t n, int dtype);
-void dtype_from_float(void *dst, const float *src, size_t n, int dtype);
+void inc_dtype_to_float(float *dst, const void *src, size_t n, int dtype);
+void inc_dtype_from_float(void *dst, const float *src, size_t n, int dtype);
 
 #endif

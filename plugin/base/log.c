@@ -9,14 +9,14 @@
 #include <strings.h>
 #include <sys/time.h>
 
-int log_current_level = LOG_LEVEL_WARN;
+int inc_log_current_level = LOG_LEVEL_WARN;
 
 static char       log_ident[64] = "incmoe";
-static log_sink_t log_sink;
+static inc_log_sink_t log_sink;
 
 static const char *const log_level_names[] = {"error", "warn", "info", "debug", "trace"};
 
-int log_level_parse(const char *text)
+int inc_log_level_parse(const char *text)
 {
     if (text == NULL || *text == '\0')
         return -1;
@@ -30,18 +30,18 @@ int log_level_parse(const char *text)
     return -1;
 }
 
-void log_set_level(int level)
+void inc_log_set_level(int level)
 {
     if (level >= LOG_LEVEL_ERROR && level <= LOG_LEVEL_TRACE)
-        log_current_level = level;
+        inc_log_current_level = level;
 }
 
-void log_set_ident(const char *ident)
+void inc_log_set_ident(const char *ident)
 {
     snprintf(log_ident, sizeof(log_ident), "%s", ident);
 }
 
-void log_set_sink(log_sink_t sink)
+void inc_log_set_sink(inc_log_sink_t sink)
 {
     log_sink = sink;
 }
@@ -49,12 +49,12 @@ void log_set_sink(log_sink_t sink)
 /* Read INCMOE_LOG_LEVEL once, before main(), so every component logs alike. */
 __attribute__((constructor)) static void log_init_from_env(void)
 {
-    int level = log_level_parse(config_get_str("INCMOE_LOG_LEVEL"));
+    int level = inc_log_level_parse(inc_config_get_str("INCMOE_LOG_LEVEL"));
     if (level >= 0)
-        log_current_level = level;
+        inc_log_current_level = level;
 }
 
-void log_emit(int level, const char *subsys, const char *file, int line, const char *fmt, ...)
+void inc_log_emit(int level, const char *subsys, const char *file, int line, const char *fmt, ...)
 {
     char    text[1024];
     va_list ap;

@@ -2,15 +2,15 @@
  * wire.h - the incmoe wire protocol, documented in this one place.
  *
  * Every message is one UCX active message (id INCMOE_AM_ID) whose user header
- * is exactly one struct incmoe_wire_hdr and whose data is the payload
+ * is exactly one struct inc_wire_hdr and whose data is the payload
  * (hdr.length bytes).  Both ends validate every header with
- * wire_hdr_check() before acting on it.
+ * inc_wire_hdr_check() before acting on it.
  *
  * Connection (client -> switch):
- *   JOIN       payload: struct incmoe_wire_join + secret bytes + the address
+ *   JOIN       payload: struct inc_wire_join + secret bytes + the address
  *              where ring neighbours reach this rank ("HOST:PORT", or empty).
  *   JOIN_ACK   switch -> every rank once all N joined.  payload: struct
- *              incmoe_wire_join_ack + N address records (length-prefixed).
+ *              inc_wire_join_ack + N address records (length-prefixed).
  *   ERROR      either direction.  status in hdr.status, the failing rank in
  *              hdr.rank, payload: a NUL-terminated human-readable reason.
  *              After an ERROR from the switch the job is gone.
@@ -63,13 +63,16 @@
  * 16-bit types, so results are bitwise reproducible whatever order the
  * messages arrive in.  The ReduceScatter root adds its own partial last.
  */
-#ifndef INCMOE_WIRE_H
-#define INCMOE_WIRE_H
+#ifndef INC_WIRE_H
+#define INC_WIRE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "api/incmoe.h"
+
+/* How many streams a job has (incmoe_stream_t). */
+#define INC_STREAM_COUNT ((int)INCMOE_STREAM_BARRIER + 1)
 
 #define INCMOE_AM_ID          7
 #define INCMOE_WIRE_MAGIC     0x4d434e49u /* "INCM" little-endian */
@@ -92,12 +95,12 @@ typedef enum {
     WIRE_MSG_RING_REDUCE,
     WIRE_MSG_RING_GATHER,
     WIRE_MSG_LAST = WIRE_MSG_RING_GATHER
-} wire_msg_t;
+} inc_wire_msg_t;
 
-struct incmoe_wire_hdr {
+struct inc_wire_hdr {
     uint32_t magic;   /* INCMOE_WIRE_MAGIC */
     uint16_t version; /* INCMOE_WIRE_VERSION */
-    uint8_t  msg;     /* wire_msg_t */
+    uint8_t  msg;     /* inc_wire_msg_t */
     uint8_t  stream;  /* incmoe_stream_t (collective messages) */
     uint64_t job;     /* job id */
     uint64_t epoch;   /* collective epoch within the stream, from 1 */
@@ -114,7 +117,7 @@ struct incmoe_wire_hdr {
 };
 
 /* Payload of JOIN: fixed part, then secret_len secret bytes, then addr_len address bytes. */
-struct incmoe_wire_join {
+struct inc_wire_join {
     uint32_t nranks;
     uint32_t secret_len;
     uint32_t addr_len;
@@ -122,28 +125,28 @@ struct incmoe_wire_join {
 };
 
 /* Payload of JOIN_ACK: fixed part, then nranks x (uint32 length, address bytes). */
-struct incmoe_wire_join_ack {
+struct inc_wire_join_ack {
     uint32_t nranks;
     uint32_t credits;    /* per rank and data stream */
     uint64_t chunk_size; /* bytes of one DATA chunk */
 };
 
 /* Fill the constant fields. */
-void wire_hdr_init(struct incmoe_wire_hdr *hdr, wire_msg_t msg, uint64_t job);
+void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t job);
 
 /*
  * Check a received header: size, magic, version, message type, and the
  * fields each message type needs in range.  Returns INCMOE_OK or an error
  * with a reason written to why (which may be NULL).
  */
-incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
+incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
                                char *why, size_t why_len);
 
-const char *wire_msg_name(unsigned msg);
-const char *wire_stream_name(unsigned stream);
+const char *inc_wire_msg_name(unsigned msg);
+const char *inc_wire_stream_name(unsigned stream);
 
 /* Signature of a collective's description; equal on every rank that agrees. */
-uint64_t wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
+uint64_t inc_wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
                         const uint64_t *bytes, int nranks);
 
 #endif

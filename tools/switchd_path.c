@@ -1,7 +1,7 @@
 /* switchd_path.c - see switchd_path.h. */
 #include "switchd_path.h"
-#include "config.h"
-#include "ucx_util.h"
+#include "base/config.h"
+#include "base/ucx_util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -12,11 +12,12 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "base/clock.h"
 
 const char *switchd_path(void)
 {
     static char path[PATH_MAX];
-    const char *env = config_get_str("INCMOE_SWITCHD");
+    const char *env = inc_config_get_str("INCMOE_SWITCHD");
     if (env != NULL)
         return env;
     ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
@@ -55,8 +56,8 @@ pid_t switchd_spawn(const char *path, char *addr, size_t addr_len)
     close(fds[1]);
     char   line[256] = "";
     size_t have      = 0;
-    double deadline  = ucx_now_s() + 20;
-    while (have < sizeof(line) - 1 && strchr(line, '\n') == NULL && ucx_now_s() < deadline) {
+    double deadline  = inc_now_s() + 20;
+    while (have < sizeof(line) - 1 && strchr(line, '\n') == NULL && inc_now_s() < deadline) {
         struct pollfd p = {fds[0], POLLIN, 0};
         if (poll(&p, 1, 200) <= 0)
             continue;

@@ -1,5 +1,7 @@
 /* wire.c - header construction and validation (see wire.h for the protocol). */
 #include "wire.h"
+#include "hash.h"
+#include "dtype.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -15,17 +17,17 @@ static const char *const wire_msg_names[] = {
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
                                                 "barrier"};
 
-const char *wire_msg_name(unsigned msg)
+const char *inc_wire_msg_name(unsigned msg)
 {
     return (msg >= WIRE_MSG_JOIN && msg <= WIRE_MSG_LAST) ? wire_msg_names[msg] : "unknown";
 }
 
-const char *wire_stream_name(unsigned stream)
+const char *inc_wire_stream_name(unsigned stream)
 {
-    return stream < INCMOE_STREAM_COUNT ? wire_stream_names[stream] : "unknown";
+    return stream < INC_STREAM_COUNT ? wire_stream_names[stream] : "unknown";
 }
 
-void wire_hdr_init(struct incmoe_wire_hdr *hdr, wire_msg_t msg, uint64_t job)
+void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t job)
 {
     memset(hdr, 0, sizeof(*hdr));
     hdr->magic   = INCMOE_WIRE_MAGIC;
@@ -41,10 +43,10 @@ void wire_hdr_init(struct incmoe_wire_hdr *hdr, wire_msg_t msg, uint64_t job)
         return INCMOE_ERR_PROTOCOL;                                                                \
     } while (0)
 
-incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
+incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
                                char *why, size_t why_len)
 {
-    struct incmoe_wire_hdr h;
+    struct inc_wire_hdr h;
     if (header == NULL || header_length != sizeof(h))
         FAIL("header of %zu bytes, expected %zu", header_length, sizeof(h));
     memcpy(&h, header, sizeof(h)); /* the UCX header buffer need not be aligned */
@@ -55,13 +57,13 @@ incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t 
     if (h.msg < WIRE_MSG_JOIN || h.msg > WIRE_MSG_LAST)
         FAIL("unknown message type %u", h.msg);
 
-    switch ((wire_msg_t)h.msg) {
+    switch ((inc_wire_msg_t)h.msg) {
     case WIRE_MSG_JOIN:
-        if (payload_length < sizeof(struct incmoe_wire_join))
+        if (payload_length < sizeof(struct inc_wire_join))
             FAIL("JOIN payload of %zu bytes is truncated", payload_length);
         break;
     case WIRE_MSG_JOIN_ACK:
-        if (payload_length < sizeof(struct incmoe_wire_join_ack))
+        if (payload_length < sizeof(struct inc_wire_join_ack))
             FAIL("JOIN_ACK payload of %zu bytes is truncated", payload_length);
         break;
     case WIRE_MSG_ERROR:
@@ -75,32 +77,32 @@ incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t 
     case WIRE_MSG_RING_GATHER:
     case WIRE_MSG_CREDIT:
     case WIRE_MSG_DONE:
-        if (h.stream >= INCMOE_STREAM_COUNT)
-            FAIL("%s for unknown stream %u", wire_msg_name(h.msg), h.stream);
+        if (h.stream >= INC_STREAM_COUNT)
+            FAIL("%s for unknown stream %u", inc_wire_msg_name(h.msg), h.stream);
         if (h.epoch == 0)
-            FAIL("%s with epoch 0", wire_msg_name(h.msg));
+            FAIL("%s with epoch 0", inc_wire_msg_name(h.msg));
         if (h.msg == WIRE_MSG_CREDIT || h.msg == WIRE_MSG_DONE || h.msg == WIRE_MSG_POST) {
             if (payload_length != 0)
-                FAIL("%s carries %zu payload bytes", wire_msg_name(h.msg), payload_length);
+                FAIL("%s carries %zu payload bytes", inc_wire_msg_name(h.msg), payload_length);
         } else {
             if (h.stream == INCMOE_STREAM_BARRIER)
-                FAIL("%s on the barrier stream", wire_msg_name(h.msg));
+                FAIL("%s on the barrier stream", inc_wire_msg_name(h.msg));
             if (h.length != payload_length)
-                FAIL("%s says %llu bytes but carries %zu: truncated or overlong", wire_msg_name(h.msg),
+                FAIL("%s says %llu bytes but carries %zu: truncated or overlong", inc_wire_msg_name(h.msg),
                      (unsigned long long)h.length, payload_length);
             if (h.length == 0)
-                FAIL("empty %s", wire_msg_name(h.msg));
+                FAIL("empty %s", inc_wire_msg_name(h.msg));
             if (h.offset > h.total || h.length > h.total - h.offset)
-                FAIL("%s range [%llu, +%llu) outside a window of %llu bytes", wire_msg_name(h.msg),
+                FAIL("%s range [%llu, +%llu) outside a window of %llu bytes", inc_wire_msg_name(h.msg),
                      (unsigned long long)h.offset, (unsigned long long)h.length,
                      (unsigned long long)h.total);
             if (h.stream != INCMOE_STREAM_ALLGATHER) {
-                if (h.dtype >= INCMOE_DTYPE_COUNT || h.redop >= INCMOE_REDOP_COUNT)
-                    FAIL("%s with unknown datatype %u or operation %u", wire_msg_name(h.msg),
+                if (h.dtype >= INC_DTYPE_COUNT || h.redop >= INC_REDOP_COUNT)
+                    FAIL("%s with unknown datatype %u or operation %u", inc_wire_msg_name(h.msg),
                          h.dtype, h.redop);
                 size_t esize = incmoe_dtype_size((incmoe_dtype_t)h.dtype);
                 if (h.offset % esize != 0 || h.length % esize != 0)
-                    FAIL("%s range not aligned to %zu-byte %s elements", wire_msg_name(h.msg),
+                    FAIL("%s range not aligned to %zu-byte %s elements", inc_wire_msg_name(h.msg),
                          esize, incmoe_dtype_name((incmoe_dtype_t)h.dtype));
             }
         }
@@ -109,31 +111,22 @@ incmoe_status_t wire_hdr_check(const void *header, size_t header_length, size_t 
     case WIRE_MSG_LEAVE:
     case WIRE_MSG_RING_HELLO:
         if (payload_length != 0)
-            FAIL("%s carries %zu payload bytes", wire_msg_name(h.msg), payload_length);
+            FAIL("%s carries %zu payload bytes", inc_wire_msg_name(h.msg), payload_length);
         break;
     }
     return INCMOE_OK;
 }
 
-/* FNV-1a over the description: cheap, and equal wherever the inputs are. */
-static uint64_t fnv(uint64_t h, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) {
-        h ^= (v >> (8 * i)) & 0xffu;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-uint64_t wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
+uint64_t inc_wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
                         const uint64_t *bytes, int nranks)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = fnv(h, (uint64_t)stream);
-    h = fnv(h, (uint64_t)dtype);
-    h = fnv(h, (uint64_t)op);
-    h = fnv(h, (uint64_t)nranks);
+    /* FNV-1a over the description: cheap, and equal wherever the inputs are. */
+    uint64_t h = INC_FNV1A_INIT;
+    h = inc_fnv1a_u64(h, (uint64_t)stream);
+    h = inc_fnv1a_u64(h, (uint64_t)dtype);
+    h = inc_fnv1a_u64(h, (uint64_t)op);
+    h = inc_fnv1a_u64(h, (uint64_t)nranks);
     for (int r = 0; r < nranks; r++)
-        h = fnv(h, bytes[r]);
+        h = inc_fnv1a_u64(h, bytes[r]);
     return h;
 }

@@ -6,7 +6,7 @@
 static const struct {
     const char *name;
     size_t      size;
-} dtype_info[INCMOE_DTYPE_COUNT] = {
+} dtype_info[INC_DTYPE_COUNT] = {
     [INCMOE_INT8] = {"int8", 1},       [INCMOE_UINT8] = {"uint8", 1},
     [INCMOE_INT32] = {"int32", 4},     [INCMOE_UINT32] = {"uint32", 4},
     [INCMOE_INT64] = {"int64", 8},     [INCMOE_UINT64] = {"uint64", 8},
@@ -14,29 +14,29 @@ static const struct {
     [INCMOE_FLOAT64] = {"double", 8},  [INCMOE_BFLOAT16] = {"bfloat16", 2},
 };
 
-static const char *const redop_names[INCMOE_REDOP_COUNT] = {"sum", "prod", "max", "min"};
+static const char *const redop_names[INC_REDOP_COUNT] = {"sum", "prod", "max", "min"};
 
 size_t incmoe_dtype_size(incmoe_dtype_t dtype)
 {
-    return (unsigned)dtype < INCMOE_DTYPE_COUNT ? dtype_info[dtype].size : 0;
+    return (unsigned)dtype < INC_DTYPE_COUNT ? dtype_info[dtype].size : 0;
 }
 
 const char *incmoe_dtype_name(incmoe_dtype_t dtype)
 {
-    return (unsigned)dtype < INCMOE_DTYPE_COUNT ? dtype_info[dtype].name : "unknown";
+    return (unsigned)dtype < INC_DTYPE_COUNT ? dtype_info[dtype].name : "unknown";
 }
 
 const char *incmoe_redop_name(incmoe_redop_t op)
 {
-    return (unsigned)op < INCMOE_REDOP_COUNT ? redop_names[op] : "unknown";
+    return (unsigned)op < INC_REDOP_COUNT ? redop_names[op] : "unknown";
 }
 
 int incmoe_reduce_supported(incmoe_dtype_t dtype, incmoe_redop_t op)
 {
-    return (unsigned)dtype < INCMOE_DTYPE_COUNT && (unsigned)op < INCMOE_REDOP_COUNT;
+    return (unsigned)dtype < INC_DTYPE_COUNT && (unsigned)op < INC_REDOP_COUNT;
 }
 
-float dtype_half_to_float(uint16_t h)
+float inc_dtype_half_to_float(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp  = (h >> 10) & 0x1fu;
@@ -62,7 +62,7 @@ float dtype_half_to_float(uint16_t h)
 }
 
 /* Round to nearest even, overflow to infinity, NaN stays NaN. */
-uint16_t dtype_float_to_half(float f)
+uint16_t inc_dtype_float_to_half(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
@@ -94,17 +94,17 @@ uint16_t dtype_float_to_half(float f)
 /* Wire payloads need not be aligned (UCX eager data follows its header). */
 typedef uint16_t u16_unaligned __attribute__((aligned(1)));
 
-void dtype_to_float(float *restrict dst, const void *restrict src, size_t n, int dtype)
+void inc_dtype_to_float(float *restrict dst, const void *restrict src, size_t n, int dtype)
 {
     const u16_unaligned *h = src;
     switch (dtype) {
     case INCMOE_FLOAT16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = dtype_half_to_float(h[i]);
+            dst[i] = inc_dtype_half_to_float(h[i]);
         break;
     case INCMOE_BFLOAT16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = dtype_bf16_to_float(h[i]);
+            dst[i] = inc_dtype_bf16_to_float(h[i]);
         break;
     default:
         memcpy(dst, src, n * sizeof(float));
@@ -112,17 +112,17 @@ void dtype_to_float(float *restrict dst, const void *restrict src, size_t n, int
     }
 }
 
-void dtype_from_float(void *restrict dst, const float *restrict src, size_t n, int dtype)
+void inc_dtype_from_float(void *restrict dst, const float *restrict src, size_t n, int dtype)
 {
     u16_unaligned *h = dst;
     switch (dtype) {
     case INCMOE_FLOAT16:
         for (size_t i = 0; i < n; i++)
-            h[i] = dtype_float_to_half(src[i]);
+            h[i] = inc_dtype_float_to_half(src[i]);
         break;
     case INCMOE_BFLOAT16:
         for (size_t i = 0; i < n; i++)
-            h[i] = dtype_float_to_bf16(src[i]);
+            h[i] = inc_dtype_float_to_bf16(src[i]);
         break;
     default:
         memcpy(dst, src, n * sizeof(float));

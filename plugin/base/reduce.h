@@ -4,19 +4,19 @@
  * Results are a pure function of the inputs and their order: 16-bit floats
  * are widened to fp32, combined in the order given, and rounded once.
  */
-#ifndef INCMOE_REDUCE_H
-#define INCMOE_REDUCE_H
+#ifndef INC_REDUCE_H
+#define INC_REDUCE_H
 
 #include <stddef.h>
 
 #include "api/incmoe.h"
 
 /* dst = ((srcs[0] op srcs[1]) op srcs[2]) ... ; nsrc >= 1; dst may alias srcs[0]. */
-void reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t count,
+void inc_reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t count,
                     incmoe_dtype_t dtype, incmoe_redop_t op);
 
 /* dst = a op b; dst may alias a or b. */
-void reduce_pair(void *dst, const void *a, const void *b, size_t count, incmoe_dtype_t dtype,
+void inc_reduce_pair(void *dst, const void *a, const void *b, size_t count, incmoe_dtype_t dtype,
                  incmoe_redop_t op);
 
 #endif

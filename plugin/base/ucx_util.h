@@ -1,6 +1,6 @@
 /* ucx_util.h - the UCX plumbing shared by the client, the switch and the tools. */
-#ifndef INCMOE_UCX_UTIL_H
-#define INCMOE_UCX_UTIL_H
+#ifndef INC_UCX_UTIL_H
+#define INC_UCX_UTIL_H
 
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
@@ -12,32 +12,31 @@ typedef struct {
     ucp_context_h context;
     ucp_worker_h  worker;
     int           event_fd; /* the worker's wakeup fd */
-} ucx_node_t;
+} inc_ucx_node_t;
 
-incmoe_status_t ucx_node_open(ucx_node_t *node);
-void ucx_node_close(ucx_node_t *node);
+incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node);
+void inc_ucx_node_close(inc_ucx_node_t *node);
 
-incmoe_status_t ucx_status_to_incmoe(ucs_status_t status);
+incmoe_status_t inc_ucx_status(ucs_status_t status);
 
 /* "host:port" -> sockaddr; port 0 allowed only when allow_any_port. */
-incmoe_status_t ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
+incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
                                    socklen_t *addr_len, int allow_any_port);
 /* sockaddr -> "host:port" */
-void ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len);
+void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len);
 
 /*
  * Sleep until the worker has events or extra_fd (if >= 0) is readable, at most
  * timeout_ms.  Progresses the worker before arming it, as UCX requires.
  * Returns 1 when it progressed something, 0 otherwise.
  */
-int ucx_node_wait(ucx_node_t *node, int extra_fd, int timeout_ms);
+int inc_ucx_node_wait(inc_ucx_node_t *node, int extra_fd, int timeout_ms);
 
 /* Drive a request to completion (bounded by timeout_ms); frees it. */
-ucs_status_t ucx_request_wait(ucx_node_t *node, ucs_status_ptr_t request, int timeout_ms);
+ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request, int timeout_ms);
 
 /* Close an endpoint: flush when graceful, else force; bounded by timeout_ms. */
-void ucx_ep_close(ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms);
+void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms);
 
-double ucx_now_s(void);
 
 #endif

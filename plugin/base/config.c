@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const config_entry_t config_table[] = {
+const inc_config_entry_t inc_config_table[] = {
     {"INCMOE_LOG_LEVEL", "warn", "log level: error, warn, info, debug, trace"},
     {"INCMOE_SWITCH", NULL, "host:port of incmoe-switchd (NCCL plugin, tools)"},
     {"INCMOE_AUTH_KEY", NULL, "shared secret presented to the switch"},
@@ -28,21 +28,21 @@ const config_entry_t config_table[] = {
     {"INCMOE_MOE_GFLOPS", "20", "MoE layer config model: GEMM rate of one compute worker"},
     {"INCMOE_MOE_BAND_US", "4000", "MoE layer config model: fixed cost of one band, microseconds"},
 };
-const size_t config_table_size = sizeof(config_table) / sizeof(config_table[0]);
+const size_t inc_config_table_size = sizeof(inc_config_table) / sizeof(inc_config_table[0]);
 
-const char *config_get_str(const char *name)
+const char *inc_config_get_str(const char *name)
 {
-    for (size_t i = 0; i < config_table_size; i++) {
-        if (strcmp(config_table[i].name, name) == 0) {
+    for (size_t i = 0; i < inc_config_table_size; i++) {
+        if (strcmp(inc_config_table[i].name, name) == 0) {
             const char *v = getenv(name);
-            return (v != NULL && *v != '\0') ? v : config_table[i].default_val;
+            return (v != NULL && *v != '\0') ? v : inc_config_table[i].default_val;
         }
     }
     fprintf(stderr, "incmoe: internal error: setting %s is not in the table\n", name);
     abort();
 }
 
-long long config_parse_size(const char *text)
+long long inc_config_parse_size(const char *text)
 {
     if (text == NULL)
         return -1;
@@ -63,15 +63,15 @@ long long config_parse_size(const char *text)
     return *end == '\0' ? v : -1;
 }
 
-long long config_get_int(const char *name)
+long long inc_config_get_int(const char *name)
 {
-    const char *v = config_get_str(name);
-    long long   n = config_parse_size(v);
+    const char *v = inc_config_get_str(name);
+    long long   n = inc_config_parse_size(v);
     if (n < 0) {
         fprintf(stderr, "incmoe: %s=%s is not a number; using its default\n", name, v);
-        for (size_t i = 0; i < config_table_size; i++)
-            if (strcmp(config_table[i].name, name) == 0)
-                return config_parse_size(config_table[i].default_val);
+        for (size_t i = 0; i < inc_config_table_size; i++)
+            if (strcmp(inc_config_table[i].name, name) == 0)
+                return inc_config_parse_size(inc_config_table[i].default_val);
     }
     return n;
 }
