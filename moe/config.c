@@ -57,7 +57,8 @@ void config_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_
 
     /* Band count from the stage-cost model. */
     if (c.nbands <= 0) {
-        long long env = inc_config_get_str("INCMOE_MOE_BANDS") ? inc_config_get_int("INCMOE_MOE_BANDS") : 0;
+        long long env =
+            inc_config_get_str("INCMOE_MOE_BANDS") ? inc_config_get_int("INCMOE_MOE_BANDS") : 0;
         if (env > 0) {
             c.nbands = clampi(env, 1, INCMOE_MOE_MAX_BANDS);
         } else {

@@ -28,11 +28,11 @@
 
 typedef struct {
     incmoe_comm_t *comm;
-    coll_op_t     *op;
-    char          *dest;   /* where the result goes */
-    const char    *own;    /* ReduceScatter: the root's own partial, else NULL */
-    char          *tmp;    /* staging for a ReduceScatter result, else NULL */
-    size_t         length;
+    coll_op_t *op;
+    char *dest;      /* where the result goes */
+    const char *own; /* ReduceScatter: the root's own partial, else NULL */
+    char *tmp;       /* staging for a ReduceScatter result, else NULL */
+    size_t length;
 } recv_ctx_t;
 
 /* ------------------------------------------------------------------------ */
@@ -40,7 +40,7 @@ typedef struct {
 
 void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
 {
-    char    text[256];
+    char text[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
@@ -49,8 +49,8 @@ void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, .
     if (atomic_load(&comm->error) == 0) {
         snprintf(comm->error_text, sizeof(comm->error_text), "%s", text);
         atomic_store(&comm->error, status);
-        log_error(SUBSYS, "rank %d job %llu: %s (%s)", comm->rank,
-                  (unsigned long long)comm->job_id, text, incmoe_strerror(status));
+        log_error(SUBSYS, "rank %d job %llu: %s (%s)", comm->rank, (unsigned long long)comm->job_id,
+                  text, incmoe_strerror(status));
     } else {
         log_debug(SUBSYS, "rank %d: further error: %s", comm->rank, text);
     }
@@ -75,7 +75,7 @@ static void client_fail_job(incmoe_comm_t *comm, incmoe_status_t status, const c
 
 static void send_done_cb(void *request, ucs_status_t status, void *user_data)
 {
-    send_ctx_t    *ctx  = user_data;
+    send_ctx_t *ctx = user_data;
     incmoe_comm_t *comm = ctx->comm;
     if (comm->freeing) { /* destroying the worker purged it; its collective is gone */
         free(ctx->payload_owned);
@@ -112,7 +112,7 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.send   = send_done_cb,
+        .cb.send = send_done_cb,
         .user_data = ctx,
         /* REPLY names our endpoint at the switch, which is how it knows who sent it. */
         .flags = UCP_AM_SEND_FLAG_REPLY |
@@ -122,8 +122,8 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param.memh = memh;
     }
-    ucs_status_ptr_t req = ucp_am_send_nbx(ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr), payload,
-                                           length, &param);
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr), payload, length, &param);
     if (UCS_PTR_IS_ERR(req))
         send_done_cb(NULL, UCS_PTR_STATUS(req), ctx);
     if (ep == comm->ep)
@@ -151,7 +151,8 @@ static void send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg)
 {
     send_ctx_t *ctx = client_ctx(comm, msg);
     if (ctx == NULL) {
-        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a %s message", inc_wire_msg_name(msg));
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a %s message",
+                    inc_wire_msg_name(msg));
         return;
     }
     client_send(comm, ctx, NULL, 0, NULL);
@@ -160,14 +161,14 @@ static void send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg)
 static void send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *text)
 {
     send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_ERROR);
-    char       *msg = ctx ? strdup(text) : NULL;
+    char *msg = ctx ? strdup(text) : NULL;
     if (msg == NULL) {
         free(ctx);
         return;
     }
-    ctx->hdr.status        = (int16_t)status;
-    ctx->hdr.length        = strlen(msg) + 1;
-    ctx->payload_owned     = msg;
+    ctx->hdr.status = (int16_t)status;
+    ctx->hdr.length = strlen(msg) + 1;
+    ctx->payload_owned = msg;
     client_send(comm, ctx, msg, ctx->hdr.length, NULL);
 }
 
@@ -198,11 +199,11 @@ void client_op_progressed(incmoe_comm_t *comm, coll_op_t *op)
 
 void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream)
 {
-    client_stream_t *s       = &comm->streams[stream];
-    int              retired = 0;
+    client_stream_t *s = &comm->streams[stream];
+    int retired = 0;
     while (s->head != NULL && op_finished(comm, s->head)) {
         coll_op_t *done = s->head;
-        s->head         = done->next;
+        s->head = done->next;
         if (s->head == NULL)
             s->tail = NULL;
         atomic_store_explicit(&s->completed, done->epoch, memory_order_release);
@@ -222,8 +223,8 @@ static int op_next_chunk(incmoe_comm_t *comm, coll_op_t *op, int *root_p, uint64
                          uint64_t *length_p)
 {
     const uint64_t chunk = comm->chunk_size;
-    const int      me    = comm->rank;
-    uint64_t       most  = 0;
+    const int me = comm->rank;
+    uint64_t most = 0;
     for (int r = 0; r < comm->nranks; r++)
         if (op->bytes[r] > most)
             most = op->bytes[r];
@@ -247,7 +248,7 @@ static int op_next_chunk(incmoe_comm_t *comm, coll_op_t *op, int *root_p, uint64
             }
             if (off >= op->bytes[r])
                 continue;
-            *root_p   = r;
+            *root_p = r;
             *offset_p = off;
             *length_p = op->bytes[r] - off < chunk ? op->bytes[r] - off : chunk;
             op->next_root++;
@@ -269,7 +270,7 @@ static const char *op_send_ptr(incmoe_comm_t *comm, coll_op_t *op, int root, uin
 static void op_start(incmoe_comm_t *comm, coll_op_t *op)
 {
     const int me = comm->rank;
-    op->started  = 1;
+    op->started = 1;
     switch (op->stream) {
     case INCMOE_STREAM_ALLGATHER: {
         char *own = op_recv_at(op, (size_t)me * op->stride + op->win);
@@ -301,7 +302,7 @@ static void op_start(incmoe_comm_t *comm, coll_op_t *op)
         break;
     }
     if (comm->nranks == 1) {
-        op->all_issued   = 1;
+        op->all_issued = 1;
         op->barrier_done = 1;
         client_op_progressed(comm, op);
         return;
@@ -316,12 +317,12 @@ static void op_start(incmoe_comm_t *comm, coll_op_t *op)
         return;
     }
     ctx->hdr.stream = (uint8_t)op->stream;
-    ctx->hdr.epoch  = op->epoch;
-    ctx->hdr.total  = op->stream == INCMOE_STREAM_ALLREDUCE ? op->bytes[0] : op->bytes[me];
-    ctx->hdr.sig    = op->sig;
-    ctx->hdr.dtype  = (uint8_t)op->dtype;
-    ctx->hdr.redop  = (uint8_t)op->redop;
-    ctx->op         = op;
+    ctx->hdr.epoch = op->epoch;
+    ctx->hdr.total = op->stream == INCMOE_STREAM_ALLREDUCE ? op->bytes[0] : op->bytes[me];
+    ctx->hdr.sig = op->sig;
+    ctx->hdr.dtype = (uint8_t)op->dtype;
+    ctx->hdr.redop = (uint8_t)op->redop;
+    ctx->op = op;
     client_send(comm, ctx, NULL, 0, NULL);
 }
 
@@ -333,7 +334,7 @@ static void pump_stream(incmoe_comm_t *comm, client_stream_t *s)
             continue;
         op->holds++;
         while (s->credits > 0) {
-            int      root;
+            int root;
             uint64_t offset, length;
             if (!op_next_chunk(comm, op, &root, &offset, &length)) {
                 op->all_issued = 1;
@@ -346,16 +347,16 @@ static void pump_stream(incmoe_comm_t *comm, client_stream_t *s)
                 return;
             }
             ctx->hdr.stream = (uint8_t)op->stream;
-            ctx->hdr.epoch  = op->epoch;
-            ctx->hdr.root   = (uint32_t)root;
+            ctx->hdr.epoch = op->epoch;
+            ctx->hdr.root = (uint32_t)root;
             ctx->hdr.offset = offset;
             ctx->hdr.length = length;
-            ctx->hdr.total  = op->bytes[root];
-            ctx->hdr.sig    = op->sig;
-            ctx->hdr.chunk  = (uint32_t)(offset / comm->chunk_size);
-            ctx->hdr.dtype  = (uint8_t)op->dtype;
-            ctx->hdr.redop  = (uint8_t)op->redop;
-            ctx->op         = op;
+            ctx->hdr.total = op->bytes[root];
+            ctx->hdr.sig = op->sig;
+            ctx->hdr.chunk = (uint32_t)(offset / comm->chunk_size);
+            ctx->hdr.dtype = (uint8_t)op->dtype;
+            ctx->hdr.redop = (uint8_t)op->redop;
+            ctx->op = op;
             s->credits--;
             client_send(comm, ctx, op_send_ptr(comm, op, root, offset), length, op->send_memh);
         }
@@ -375,8 +376,8 @@ static void recv_finish(recv_ctx_t *rc, const void *result)
 {
     if (rc->own != NULL) {
         /* The root's local reduction: own partial op the switch's sum of the others. */
-        coll_op_t *op  = rc->op;
-        size_t     cnt = rc->length / incmoe_dtype_size(op->dtype);
+        coll_op_t *op = rc->op;
+        size_t cnt = rc->length / incmoe_dtype_size(op->dtype);
         inc_reduce_pair(rc->dest, rc->own, result, cnt, op->dtype, op->redop);
     }
     rc->op->recv_done += rc->length;
@@ -408,14 +409,14 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
                            size_t length, const ucp_am_recv_param_t *param)
 {
     coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
-    const int  me = comm->rank;
+    const int me = comm->rank;
     if (op == NULL || !op->started) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "result for %s epoch %llu that is not in flight",
                     inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return UCS_ERR_INVALID_PARAM;
     }
     uint64_t expect_total;
-    char    *dest;
+    char *dest;
     const char *own = NULL;
     switch (op->stream) {
     case INCMOE_STREAM_ALLGATHER:
@@ -425,7 +426,7 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
             return UCS_ERR_INVALID_PARAM;
         }
         expect_total = op->bytes[h->root];
-        dest         = op_recv_at(op, (size_t)h->root * op->stride + op->win + h->offset);
+        dest = op_recv_at(op, (size_t)h->root * op->stride + op->win + h->offset);
         break;
     case INCMOE_STREAM_REDUCESCATTER:
         if ((int)h->root != me) {
@@ -434,17 +435,18 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
             return UCS_ERR_INVALID_PARAM;
         }
         expect_total = op->bytes[me];
-        dest         = op_recv_at(op, h->offset);
-        own          = op_send_at(op, (size_t)me * op->stride + op->win + h->offset);
+        dest = op_recv_at(op, h->offset);
+        own = op_send_at(op, (size_t)me * op->stride + op->win + h->offset);
         break;
     default:
         expect_total = op->bytes[0];
-        dest         = op_recv_at(op, h->offset);
+        dest = op_recv_at(op, h->offset);
         break;
     }
     if (h->total != expect_total || h->offset + h->length > expect_total ||
         op->recv_done + h->length > op->recv_expected ||
-        (op->stream != INCMOE_STREAM_ALLGATHER && (h->dtype != op->dtype || h->redop != op->redop))) {
+        (op->stream != INCMOE_STREAM_ALLGATHER &&
+         (h->dtype != op->dtype || h->redop != op->redop))) {
         client_fail(comm, INCMOE_ERR_MISMATCH,
                     "%s epoch %llu from rank %u: [%llu,+%llu) of %llu bytes, this rank expects "
                     "%llu bytes",
@@ -458,10 +460,10 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
         client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to receive a result");
         return UCS_ERR_NO_MEMORY;
     }
-    rc->comm   = comm;
-    rc->op     = op;
-    rc->dest   = dest;
-    rc->own    = own;
+    rc->comm = comm;
+    rc->op = op;
+    rc->dest = dest;
+    rc->own = own;
     rc->length = length;
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         /* Eager: the data is here already; a reduction reads it where it lies. */
@@ -485,8 +487,8 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
         .cb.recv_am = recv_done_cb,
-        .user_data  = rc,
-        .datatype   = ucp_dt_make_contig(1),
+        .user_data = rc,
+        .datatype = ucp_dt_make_contig(1),
     };
     if (own == NULL && op->recv_memh != NULL) {
         rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
@@ -507,7 +509,7 @@ static void on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
                     ack.nranks, ack.credits, (unsigned long long)ack.chunk_size);
         return;
     }
-    comm->peer_addr     = calloc(comm->nranks, sizeof(void *));
+    comm->peer_addr = calloc(comm->nranks, sizeof(void *));
     comm->peer_addr_len = calloc(comm->nranks, sizeof(size_t));
     if (comm->peer_addr == NULL || comm->peer_addr_len == NULL) {
         client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for the address table");
@@ -535,16 +537,15 @@ static void on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
         comm->peer_addr_len[r] = len;
         pos += len;
     }
-    comm->credits    = ack.credits;
+    comm->credits = ack.credits;
     comm->chunk_size = ack.chunk_size;
     for (int s = 0; s < INC_STREAM_COUNT; s++)
         comm->streams[s].credits = ack.credits;
     comm->joined = 1;
 }
 
-static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
-                                      size_t header_length, void *data, size_t length,
-                                      const ucp_am_recv_param_t *param);
+static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header, size_t header_length,
+                                      void *data, size_t length, const ucp_am_recv_param_t *param);
 
 static ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                  size_t length, const ucp_am_recv_param_t *param)
@@ -554,9 +555,8 @@ static ucs_status_t client_am_cb(void *arg, const void *header, size_t header_le
     return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? st : UCS_OK;
 }
 
-static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
-                                      size_t header_length, void *data, size_t length,
-                                      const ucp_am_recv_param_t *param)
+static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header, size_t header_length,
+                                      void *data, size_t length, const ucp_am_recv_param_t *param)
 {
     char why[160];
     if (inc_wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
@@ -566,7 +566,7 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
     struct inc_wire_hdr h;
     memcpy(&h, header, sizeof(h));
     comm->last_rx = inc_now_s();
-    int rndv      = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     if (h.msg != WIRE_MSG_FWD && h.msg != WIRE_MSG_RING_REDUCE && h.msg != WIRE_MSG_RING_GATHER &&
         rndv) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "%s sent rendezvous", inc_wire_msg_name(h.msg));
@@ -579,7 +579,9 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
         return UCS_ERR_INVALID_PARAM;
     }
     switch ((inc_wire_msg_t)h.msg) {
-    case WIRE_MSG_JOIN_ACK: on_join_ack(comm, data, length); break;
+    case WIRE_MSG_JOIN_ACK:
+        on_join_ack(comm, data, length);
+        break;
     case WIRE_MSG_ERROR: {
         char text[INCMOE_WIRE_MAX_TEXT + 1];
         memcpy(text, data, length);
@@ -588,7 +590,8 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
         client_fail(comm, st, "switch: %s", text);
         break;
     }
-    case WIRE_MSG_HEARTBEAT: break;
+    case WIRE_MSG_HEARTBEAT:
+        break;
     case WIRE_MSG_CREDIT:
         if (h.stream == INCMOE_STREAM_BARRIER ||
             comm->streams[h.stream].credits + h.length > comm->credits) {
@@ -609,10 +612,14 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header,
         client_op_progressed(comm, op);
         break;
     }
-    case WIRE_MSG_FWD: return on_fwd(comm, &h, data, length, param);
-    case WIRE_MSG_RING_HELLO: ring_on_hello(comm); break;
+    case WIRE_MSG_FWD:
+        return on_fwd(comm, &h, data, length, param);
+    case WIRE_MSG_RING_HELLO:
+        ring_on_hello(comm);
+        break;
     case WIRE_MSG_RING_REDUCE:
-    case WIRE_MSG_RING_GATHER: return ring_on_data(comm, &h, data, length, param);
+    case WIRE_MSG_RING_GATHER:
+        return ring_on_data(comm, &h, data, length, param);
     default:
         client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s from the switch",
                     inc_wire_msg_name(h.msg));
@@ -634,9 +641,9 @@ static void client_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 static void drain_submissions(incmoe_comm_t *comm)
 {
     pthread_mutex_lock(&comm->lock);
-    coll_op_t *list     = comm->submit_head;
-    comm->submit_head   = comm->submit_tail = NULL;
-    int abort_pending   = comm->abort_pending;
+    coll_op_t *list = comm->submit_head;
+    comm->submit_head = comm->submit_tail = NULL;
+    int abort_pending = comm->abort_pending;
     comm->abort_pending = 0;
     char text[sizeof(comm->error_text) + 32];
     snprintf(text, sizeof(text), "rank %d: %s", comm->rank, comm->error_text);
@@ -646,8 +653,8 @@ static void drain_submissions(incmoe_comm_t *comm)
         send_error(comm, (incmoe_status_t)atomic_load(&comm->error), text);
     while (list != NULL) {
         coll_op_t *op = list;
-        list          = op->next;
-        op->next      = NULL;
+        list = op->next;
+        op->next = NULL;
         client_stream_t *s = &comm->streams[op->stream];
         if (s->tail != NULL)
             s->tail->next = op;
@@ -660,7 +667,7 @@ static void drain_submissions(incmoe_comm_t *comm)
 
 static void check_liveness(incmoe_comm_t *comm)
 {
-    double now      = inc_now_s();
+    double now = inc_now_s();
     double interval = comm->timeout_ms / 4000.0;
     if (now - comm->last_tx > interval)
         send_ctrl(comm, WIRE_MSG_HEARTBEAT);
@@ -716,7 +723,7 @@ static incmoe_status_t read_secret_file(const char *path, char *out, size_t *len
 static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params)
 {
     struct sockaddr_storage ss;
-    socklen_t               sslen;
+    socklen_t sslen;
     incmoe_status_t st = inc_ucx_parse_hostport(params->switch_addr, &ss, &sslen, 0);
     if (st != INCMOE_OK)
         return st;
@@ -724,8 +731,8 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
     ucp_am_handler_param_t hp = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG,
-        .id  = INCMOE_AM_ID,
-        .cb  = client_am_cb,
+        .id = INCMOE_AM_ID,
+        .cb = client_am_cb,
         .arg = comm,
     };
     ucs_status_t us = ucp_worker_set_am_recv_handler(comm->node.worker, &hp);
@@ -736,10 +743,10 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
     ucp_ep_params_t ep_params = {
         .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .flags            = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
-        .sockaddr         = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
-        .err_mode         = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler      = {.cb = client_ep_err_cb, .arg = comm},
+        .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+        .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = client_ep_err_cb, .arg = comm},
     };
     us = ucp_ep_create(comm->node.worker, &ep_params, &comm->ep);
     if (us != UCS_OK) {
@@ -749,15 +756,15 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
     }
 
     /* JOIN carries the secret and where the ring neighbours reach this rank ("" for INC). */
-    char   waddr[128] = "";
-    size_t waddr_len  = 0;
+    char waddr[128] = "";
+    size_t waddr_len = 0;
     if (comm->algo == INCMOE_ALGO_RING && comm->nranks > 1) {
         st = ring_listen(comm, (struct sockaddr *)&ss, waddr, sizeof(waddr));
         if (st != INCMOE_OK)
             return st;
         waddr_len = strlen(waddr) + 1;
     }
-    char   secret[INCMOE_MAX_SECRET + 2];
+    char secret[INCMOE_MAX_SECRET + 2];
     size_t secret_len = 0;
     if (params->field_mask & INCMOE_COMM_PARAM_SECRET) {
         secret_len = params->secret_len;
@@ -773,13 +780,13 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
             return st;
     }
     struct inc_wire_join join = {
-        .nranks     = (uint32_t)comm->nranks,
+        .nranks = (uint32_t)comm->nranks,
         .secret_len = (uint32_t)secret_len,
-        .addr_len   = (uint32_t)waddr_len,
+        .addr_len = (uint32_t)waddr_len,
         .timeout_ms = (uint32_t)comm->timeout_ms,
     };
-    size_t plen    = sizeof(join) + secret_len + waddr_len;
-    char  *payload = malloc(plen);
+    size_t plen = sizeof(join) + secret_len + waddr_len;
+    char *payload = malloc(plen);
     send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_JOIN);
     if (payload == NULL || ctx == NULL) {
         free(payload);
@@ -789,9 +796,9 @@ static incmoe_status_t comm_join(incmoe_comm_t *comm, const incmoe_comm_params_t
     memcpy(payload, &join, sizeof(join));
     memcpy(payload + sizeof(join), secret, secret_len);
     memcpy(payload + sizeof(join) + secret_len, waddr, waddr_len);
-    ctx->hdr.length    = plen;
+    ctx->hdr.length = plen;
     ctx->payload_owned = payload;
-    comm->last_rx      = inc_now_s();
+    comm->last_rx = inc_now_s();
     client_send(comm, ctx, payload, plen, NULL);
 
     /* Wait for all ranks to join (the switch answers then), bounded. */
@@ -871,12 +878,13 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
         return INCMOE_ERR_INVALID_ARG;
     }
     if ((params->field_mask & INCMOE_COMM_PARAM_SECRET) &&
-        (params->secret_len > INCMOE_MAX_SECRET || (params->secret == NULL && params->secret_len))) {
+        (params->secret_len > INCMOE_MAX_SECRET ||
+         (params->secret == NULL && params->secret_len))) {
         log_error(SUBSYS, "secret of %zu bytes: at most %d", params->secret_len, INCMOE_MAX_SECRET);
         return INCMOE_ERR_INVALID_ARG;
     }
-    incmoe_algo_t algo = (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo
-                                                                       : INCMOE_ALGO_INC;
+    incmoe_algo_t algo =
+        (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
     if (algo != INCMOE_ALGO_INC && algo != INCMOE_ALGO_RING) {
         log_error(SUBSYS, "unknown algorithm %d", (int)algo);
         return INCMOE_ERR_INVALID_ARG;
@@ -884,19 +892,19 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
     incmoe_comm_t *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return INCMOE_ERR_NO_MEMORY;
-    comm->rank        = params->rank;
-    comm->nranks      = params->nranks;
-    comm->job_id      = params->job_id;
-    comm->algo        = algo;
-    comm->timeout_ms  = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
-                            ? params->timeout_ms
-                            : (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
+    comm->rank = params->rank;
+    comm->nranks = params->nranks;
+    comm->job_id = params->job_id;
+    comm->algo = algo;
+    comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
+                           ? params->timeout_ms
+                           : (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
     if (comm->timeout_ms <= 0)
         comm->timeout_ms = 10000;
     comm->rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
     if (comm->rndv_thresh == 0)
         comm->rndv_thresh = SIZE_MAX;
-    comm->wake_fd     = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    comm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
     incmoe_status_t st = comm->wake_fd < 0 ? INCMOE_ERR_NO_MEMORY : inc_ucx_node_open(&comm->node);
@@ -994,13 +1002,13 @@ incmoe_status_t incmoe_mem_register(incmoe_comm_t *comm, void *base, size_t leng
     struct incmoe_mr *mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return INCMOE_ERR_NO_MEMORY;
-    mr->base   = base;
+    mr->base = base;
     mr->length = length;
     if (length > 0) {
         ucp_mem_map_params_t mp = {
             .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-            .address    = base,
-            .length     = length,
+            .address = base,
+            .length = length,
         };
         /* The context is thread safe for mem_map; the worker is not touched. */
         ucs_status_t us = ucp_mem_map(comm->node.context, &mp, &mr->memh);
@@ -1011,7 +1019,7 @@ incmoe_status_t incmoe_mem_register(incmoe_comm_t *comm, void *base, size_t leng
         }
     }
     pthread_mutex_lock(&comm->lock);
-    mr->next  = comm->mrs;
+    mr->next = comm->mrs;
     comm->mrs = mr;
     pthread_mutex_unlock(&comm->lock);
     *mr_p = mr;
@@ -1078,7 +1086,7 @@ static incmoe_status_t submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *
         return err;
     }
     client_stream_t *s = &comm->streams[op->stream];
-    op->epoch          = ++s->posted;
+    op->epoch = ++s->posted;
     if (comm->submit_tail != NULL)
         comm->submit_tail->next = op;
     else
@@ -1086,7 +1094,7 @@ static incmoe_status_t submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *
     comm->submit_tail = op;
     /* Fill the request before unlocking: from then on the proxy may retire and free op. */
     req_p->stream = op->stream;
-    req_p->epoch  = op->epoch;
+    req_p->epoch = op->epoch;
     pthread_mutex_unlock(&comm->lock);
     uint64_t one = 1;
     if (write(comm->wake_fd, &one, sizeof(one)) < 0)
@@ -1104,7 +1112,7 @@ static incmoe_status_t reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_status_
 static incmoe_status_t reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_status_t st,
                               const char *fmt, ...)
 {
-    char    text[256];
+    char text[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
@@ -1173,9 +1181,9 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
            moved must lie in the region: NCCL's CollNet names a staging slot with the
            window's global offset, so the N-block base may sit before the region (the
            offset wraps) and blocks outside the window move nothing. */
-        incmoe_mr_t *nmr  = stream == INCMOE_STREAM_ALLGATHER ? recv_mr : send_mr;
-        size_t       noff = stream == INCMOE_STREAM_ALLGATHER ? recv_offset : send_offset;
-        size_t       pos  = noff + (size_t)r * layout->block_stride + layout->offset;
+        incmoe_mr_t *nmr = stream == INCMOE_STREAM_ALLGATHER ? recv_mr : send_mr;
+        size_t noff = stream == INCMOE_STREAM_ALLGATHER ? recv_offset : send_offset;
+        size_t pos = noff + (size_t)r * layout->block_stride + layout->offset;
         if (op->bytes[r] > 0 && !range_ok(comm, nmr, pos, op->bytes[r]))
             return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
                           "%s: block %d's window [%zu + %d*%zu + %zu, +%llu) is outside the "
@@ -1183,23 +1191,23 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
                           name, r, noff, r, layout->block_stride, layout->offset,
                           (unsigned long long)op->bytes[r], nmr->length);
     }
-    incmoe_mr_t *omr  = stream == INCMOE_STREAM_ALLGATHER ? send_mr : recv_mr;
-    size_t       ooff = stream == INCMOE_STREAM_ALLGATHER ? send_offset : recv_offset;
+    incmoe_mr_t *omr = stream == INCMOE_STREAM_ALLGATHER ? send_mr : recv_mr;
+    size_t ooff = stream == INCMOE_STREAM_ALLGATHER ? send_offset : recv_offset;
     if (!range_ok(comm, omr, ooff, op->bytes[me]))
         return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
                       "%s: this rank's part [%zu,+%llu) is outside the registered %zu bytes", name,
                       ooff, (unsigned long long)op->bytes[me], omr->length);
     op->send_base = send_mr->base;
-    op->send_off  = send_offset;
+    op->send_off = send_offset;
     op->send_memh = send_mr->memh;
     op->recv_base = recv_mr->base;
-    op->recv_off  = recv_offset;
+    op->recv_off = recv_offset;
     op->recv_memh = recv_mr->memh;
-    op->stride    = layout->block_stride;
-    op->win       = layout->offset;
-    op->dtype     = stream == INCMOE_STREAM_ALLGATHER ? INCMOE_UINT8 : dtype;
-    op->redop     = stream == INCMOE_STREAM_ALLGATHER ? INCMOE_SUM : redop;
-    op->sig       = inc_wire_signature(stream, op->dtype, op->redop, op->bytes, comm->nranks);
+    op->stride = layout->block_stride;
+    op->win = layout->offset;
+    op->dtype = stream == INCMOE_STREAM_ALLGATHER ? INCMOE_UINT8 : dtype;
+    op->redop = stream == INCMOE_STREAM_ALLGATHER ? INCMOE_SUM : redop;
+    op->sig = inc_wire_signature(stream, op->dtype, op->redop, op->bytes, comm->nranks);
     return submit(comm, op, req_p);
 }
 
@@ -1239,21 +1247,22 @@ incmoe_status_t incmoe_allreduce(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size
     if (count > SIZE_MAX / esize)
         return reject(comm, op, INCMOE_ERR_INVALID_ARG, "allreduce: %zu elements overflow", count);
     size_t bytes = count * esize;
-    if (!range_ok(comm, send_mr, send_offset, bytes) || !range_ok(comm, recv_mr, recv_offset, bytes))
+    if (!range_ok(comm, send_mr, send_offset, bytes) ||
+        !range_ok(comm, recv_mr, recv_offset, bytes))
         return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
                       "allreduce: %zu bytes at send %zu / recv %zu exceed the registered %zu / %zu",
                       bytes, send_offset, recv_offset, send_mr->length, recv_mr->length);
     for (int r = 0; r < comm->nranks; r++)
         op->bytes[r] = bytes;
     op->send_base = send_mr->base;
-    op->send_off  = send_offset;
+    op->send_off = send_offset;
     op->send_memh = send_mr->memh;
     op->recv_base = recv_mr->base;
-    op->recv_off  = recv_offset;
+    op->recv_off = recv_offset;
     op->recv_memh = recv_mr->memh;
-    op->dtype     = dtype;
-    op->redop     = redop;
-    op->sig       = inc_wire_signature(INCMOE_STREAM_ALLREDUCE, dtype, redop, op->bytes, comm->nranks);
+    op->dtype = dtype;
+    op->redop = redop;
+    op->sig = inc_wire_signature(INCMOE_STREAM_ALLREDUCE, dtype, redop, op->bytes, comm->nranks);
     return submit(comm, op, req_p);
 }
 
@@ -1265,7 +1274,7 @@ incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p)
     if (op == NULL)
         return reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "barrier: out of memory");
     op->all_issued = 1;
-    op->sig        = inc_wire_signature(INCMOE_STREAM_BARRIER, 0, 0, op->bytes, comm->nranks);
+    op->sig = inc_wire_signature(INCMOE_STREAM_BARRIER, 0, 0, op->bytes, comm->nranks);
     return submit(comm, op, req_p);
 }
 

@@ -20,39 +20,39 @@
 
 struct incmoe_mr {
     struct incmoe_mr *next;
-    char             *base;
-    size_t            length;
-    ucp_mem_h         memh;
+    char *base;
+    size_t length;
+    ucp_mem_h memh;
 };
 
 typedef struct coll_op {
     struct coll_op *next;
     incmoe_stream_t stream;
-    uint64_t        epoch;
-    incmoe_dtype_t  dtype;
-    incmoe_redop_t  redop;
-    char           *send_base; /* the registered send region */
-    size_t          send_off;  /* the caller's send_offset; may wrap (see op_send_at) */
-    ucp_mem_h       send_memh;
-    char           *recv_base;
-    size_t          recv_off;
-    ucp_mem_h       recv_memh;
-    size_t          stride;    /* block stride of the padded layout */
-    size_t          win;       /* window offset inside each block */
-    uint64_t       *bytes;     /* [nranks] bytes each rank owns in the window (AllReduce: the vector) */
-    uint64_t        sig;
+    uint64_t epoch;
+    incmoe_dtype_t dtype;
+    incmoe_redop_t redop;
+    char *send_base; /* the registered send region */
+    size_t send_off; /* the caller's send_offset; may wrap (see op_send_at) */
+    ucp_mem_h send_memh;
+    char *recv_base;
+    size_t recv_off;
+    ucp_mem_h recv_memh;
+    size_t stride;   /* block stride of the padded layout */
+    size_t win;      /* window offset inside each block */
+    uint64_t *bytes; /* [nranks] bytes each rank owns in the window (AllReduce: the vector) */
+    uint64_t sig;
 
     /* Proxy-thread state. */
-    int      started;
-    uint64_t next_chunk;       /* send cursor: (chunk, root) in global order */
-    int      next_root;
-    int      all_issued;       /* every DATA of this rank was handed to UCX */
+    int started;
+    uint64_t next_chunk; /* send cursor: (chunk, root) in global order */
+    int next_root;
+    int all_issued; /* every DATA of this rank was handed to UCX */
     uint32_t sends_pending;
     uint64_t recv_expected;
     uint64_t recv_done;
-    int      barrier_done;
-    int      holds;            /* code still using op; UCX may complete sends inline */
-    void    *algo_state;       /* ring.c's per-collective state */
+    int barrier_done;
+    int holds;        /* code still using op; UCX may complete sends inline */
+    void *algo_state; /* ring.c's per-collective state */
 } coll_op_t;
 
 /*
@@ -72,56 +72,56 @@ static inline char *op_recv_at(const coll_op_t *op, size_t pos)
 }
 
 typedef struct {
-    uint64_t         posted;     /* epochs handed out (under comm->lock) */
-    _Atomic uint64_t completed;  /* epoch of the last retired collective */
-    coll_op_t       *head, *tail; /* active collectives in epoch order (proxy only) */
-    uint32_t         credits;    /* DATA messages this rank may still send (proxy only) */
+    uint64_t posted;            /* epochs handed out (under comm->lock) */
+    _Atomic uint64_t completed; /* epoch of the last retired collective */
+    coll_op_t *head, *tail;     /* active collectives in epoch order (proxy only) */
+    uint32_t credits;           /* DATA messages this rank may still send (proxy only) */
 } client_stream_t;
 
 struct incmoe_comm {
-    int             rank, nranks;
-    uint64_t        job_id;
-    incmoe_algo_t   algo;
-    int             timeout_ms;
-    size_t          rndv_thresh;
+    int rank, nranks;
+    uint64_t job_id;
+    incmoe_algo_t algo;
+    int timeout_ms;
+    size_t rndv_thresh;
 
-    inc_ucx_node_t      node;
-    ucp_ep_h        ep;           /* to the switch */
-    int             wake_fd;      /* eventfd: new work for the proxy */
-    pthread_t       proxy;
-    int             proxy_started;
-    atomic_int      stop;
+    inc_ucx_node_t node;
+    ucp_ep_h ep; /* to the switch */
+    int wake_fd; /* eventfd: new work for the proxy */
+    pthread_t proxy;
+    int proxy_started;
+    atomic_int stop;
 
     pthread_mutex_t lock;
-    pthread_cond_t  cond;
-    coll_op_t      *submit_head, *submit_tail; /* queued by callers, drained by the proxy */
+    pthread_cond_t cond;
+    coll_op_t *submit_head, *submit_tail; /* queued by callers, drained by the proxy */
     struct incmoe_mr *mrs;
-    atomic_int      error;        /* first error, 0 while healthy */
-    char            error_text[256];
-    int             abort_pending; /* tell the switch about a local failure */
+    atomic_int error; /* first error, 0 while healthy */
+    char error_text[256];
+    int abort_pending; /* tell the switch about a local failure */
 
     client_stream_t streams[INC_STREAM_COUNT];
 
     /* From JOIN_ACK. */
-    int       joined;
-    uint32_t  credits;
-    uint64_t  chunk_size;
-    void    **peer_addr;          /* [nranks] ring listener "HOST:PORT" (NUL-terminated) */
-    size_t   *peer_addr_len;
+    int joined;
+    uint32_t credits;
+    uint64_t chunk_size;
+    void **peer_addr; /* [nranks] ring listener "HOST:PORT" (NUL-terminated) */
+    size_t *peer_addr_len;
 
-    double    last_rx, last_tx;   /* liveness, proxy thread */
-    uint32_t  inflight_ctrl;      /* control sends not yet completed */
-    int       freeing;            /* collectives are gone: completions only clean up */
+    double last_rx, last_tx; /* liveness, proxy thread */
+    uint32_t inflight_ctrl;  /* control sends not yet completed */
+    int freeing;             /* collectives are gone: completions only clean up */
 
-    void     *ring;               /* ring.c's state when algo == RING */
+    void *ring; /* ring.c's state when algo == RING */
 };
 
 /* One message in flight; UCX 1.13 needs the sent header alive until completion. */
 typedef struct {
     struct inc_wire_hdr hdr;
-    incmoe_comm_t         *comm;
-    coll_op_t             *op;            /* counted in op->sends_pending, or NULL */
-    void                  *payload_owned; /* freed on completion */
+    incmoe_comm_t *comm;
+    coll_op_t *op;       /* counted in op->sends_pending, or NULL */
+    void *payload_owned; /* freed on completion */
 } send_ctx_t;
 
 /* A message from this rank, header filled but for the per-message fields. */

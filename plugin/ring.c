@@ -39,11 +39,11 @@
 #define SUBSYS "ring"
 
 typedef struct ring_pending {
-    struct ring_pending   *next;
+    struct ring_pending *next;
     struct inc_wire_hdr hdr;
-    void                  *desc;   /* rendezvous descriptor, or */
-    void                  *copy;   /* the eager payload */
-    size_t                 length;
+    void *desc; /* rendezvous descriptor, or */
+    void *copy; /* the eager payload */
+    size_t length;
 } ring_pending_t;
 
 /*
@@ -53,20 +53,20 @@ typedef struct ring_pending {
  * implicit connection for rendezvous replies.
  */
 typedef struct {
-    ucp_listener_h  listener;
-    ucp_ep_h        right;          /* we connected to it */
-    ucp_ep_h        left;           /* it connected to us */
-    int             hello_from_left;
+    ucp_listener_h listener;
+    ucp_ep_h right; /* we connected to it */
+    ucp_ep_h left;  /* it connected to us */
+    int hello_from_left;
     ring_pending_t *pending;
-    char            broken[160]; /* a neighbour connection failed while nothing was in flight */
+    char broken[160]; /* a neighbour connection failed while nothing was in flight */
 } ring_t;
 
 typedef struct {
-    incmoe_comm_t         *comm;
-    coll_op_t             *op;
+    incmoe_comm_t *comm;
+    coll_op_t *op;
     struct inc_wire_hdr hdr;
-    char                  *dest;   /* where the received bytes go (gather) */
-    char                  *tmp;    /* running sum (reduce) */
+    char *dest; /* where the received bytes go (gather) */
+    char *tmp;  /* running sum (reduce) */
 } ring_recv_t;
 
 static int ring_right(const incmoe_comm_t *comm)
@@ -77,17 +77,17 @@ static int ring_right(const incmoe_comm_t *comm)
 /* AllReduce's blocks: element-aligned, the first count % N one element longer. */
 static void ar_block(const coll_op_t *op, int nranks, int b, uint64_t *offset_p, uint64_t *bytes_p)
 {
-    size_t   esize = incmoe_dtype_size(op->dtype);
+    size_t esize = incmoe_dtype_size(op->dtype);
     uint64_t count = op->bytes[0] / esize;
     uint64_t base = count / (uint64_t)nranks, extra = count % (uint64_t)nranks;
     uint64_t first = (uint64_t)b * base + ((uint64_t)b < extra ? (uint64_t)b : extra);
-    *offset_p      = first * esize;
-    *bytes_p       = (base + ((uint64_t)b < extra ? 1 : 0)) * esize;
+    *offset_p = first * esize;
+    *bytes_p = (base + ((uint64_t)b < extra ? 1 : 0)) * esize;
 }
 
 /* Bytes of block b and where block b starts in the send and receive buffers. */
-static uint64_t block_bytes(const incmoe_comm_t *comm, const coll_op_t *op, int b,
-                            char **send_p, char **recv_p)
+static uint64_t block_bytes(const incmoe_comm_t *comm, const coll_op_t *op, int b, char **send_p,
+                            char **recv_p)
 {
     if (op->stream == INCMOE_STREAM_ALLREDUCE) {
         uint64_t off, bytes;
@@ -110,23 +110,23 @@ static void ring_send(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, in
                       uint64_t offset, uint64_t length, uint64_t total, const void *payload,
                       ucp_mem_h memh, void *owned)
 {
-    ring_t     *ring = comm->ring;
-    send_ctx_t *ctx  = client_ctx(comm, msg);
+    ring_t *ring = comm->ring;
+    send_ctx_t *ctx = client_ctx(comm, msg);
     if (ctx == NULL) {
         free(owned);
         client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a ring message");
         return;
     }
-    ctx->hdr.stream    = (uint8_t)op->stream;
-    ctx->hdr.epoch     = op->epoch;
-    ctx->hdr.root      = (uint32_t)block;
-    ctx->hdr.offset    = offset;
-    ctx->hdr.length    = length;
-    ctx->hdr.total     = total;
-    ctx->hdr.chunk     = (uint32_t)(offset / comm->chunk_size);
-    ctx->hdr.dtype     = (uint8_t)op->dtype;
-    ctx->hdr.redop     = (uint8_t)op->redop;
-    ctx->op            = op;
+    ctx->hdr.stream = (uint8_t)op->stream;
+    ctx->hdr.epoch = op->epoch;
+    ctx->hdr.root = (uint32_t)block;
+    ctx->hdr.offset = offset;
+    ctx->hdr.length = length;
+    ctx->hdr.total = total;
+    ctx->hdr.chunk = (uint32_t)(offset / comm->chunk_size);
+    ctx->hdr.dtype = (uint8_t)op->dtype;
+    ctx->hdr.redop = (uint8_t)op->redop;
+    ctx->op = op;
     ctx->payload_owned = owned;
     client_send_ep(comm, ring->right, ctx, payload, length, memh);
 }
@@ -144,7 +144,7 @@ static void ring_send_block(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t m
 void ring_start(incmoe_comm_t *comm, coll_op_t *op)
 {
     const int me = comm->rank, n = comm->nranks;
-    char     *send, *recv;
+    char *send, *recv;
     if (((ring_t *)comm->ring)->broken[0] != '\0') {
         client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ((ring_t *)comm->ring)->broken);
         return;
@@ -157,7 +157,7 @@ void ring_start(incmoe_comm_t *comm, coll_op_t *op)
         break;
     case INCMOE_STREAM_REDUCESCATTER:
     case INCMOE_STREAM_ALLREDUCE: {
-        int   b = (me + n - 1) % n;
+        int b = (me + n - 1) % n;
         char *other_send, *other_recv;
         /* The running sums of the other blocks pass through here too: the collective is not
            done before they went on, so they count as received bytes. */
@@ -168,13 +168,14 @@ void ring_start(incmoe_comm_t *comm, coll_op_t *op)
         ring_send_block(comm, op, WIRE_MSG_RING_REDUCE, b, send, bytes);
         break;
     }
-    default: break;
+    default:
+        break;
     }
     /* Data that arrived before this rank posted the collective. */
     const incmoe_stream_t stream = op->stream;
-    const uint64_t        epoch  = op->epoch;
-    ring_t               *ring   = comm->ring;
-    ring_pending_t      **pp     = &ring->pending;
+    const uint64_t epoch = op->epoch;
+    ring_t *ring = comm->ring;
+    ring_pending_t **pp = &ring->pending;
     while (*pp != NULL) {
         ring_pending_t *p = *pp;
         if (p->hdr.stream == stream && p->hdr.epoch == epoch) {
@@ -194,11 +195,11 @@ void ring_start(incmoe_comm_t *comm, coll_op_t *op)
 /* A chunk is in: keep it, add to it, pass it on. */
 static void ring_chunk_arrived(ring_recv_t *rr)
 {
-    incmoe_comm_t               *comm = rr->comm;
-    coll_op_t                    *op   = rr->op;
-    const struct inc_wire_hdr *h    = &rr->hdr;
-    const int                     me = comm->rank, b = (int)h->root;
-    char                         *send, *recv;
+    incmoe_comm_t *comm = rr->comm;
+    coll_op_t *op = rr->op;
+    const struct inc_wire_hdr *h = &rr->hdr;
+    const int me = comm->rank, b = (int)h->root;
+    char *send, *recv;
     block_bytes(comm, op, b, &send, &recv);
     size_t esize = incmoe_dtype_size(op->dtype);
     op->holds++; /* a forward may complete inline */
@@ -210,7 +211,7 @@ static void ring_chunk_arrived(ring_recv_t *rr)
     } else if (b == me) {
         /* The last addition: incoming running sum op own partial, into place. */
         inc_reduce_pair(recv + h->offset, rr->tmp, send + h->offset, h->length / esize, op->dtype,
-                    op->redop);
+                        op->redop);
         op->recv_done += h->length;
         if (op->stream == INCMOE_STREAM_ALLREDUCE)
             ring_send(comm, op, WIRE_MSG_RING_GATHER, b, h->offset, h->length, h->total,
@@ -218,9 +219,10 @@ static void ring_chunk_arrived(ring_recv_t *rr)
         free(rr->tmp);
     } else {
         op->recv_done += h->length;
-        inc_reduce_pair(rr->tmp, rr->tmp, send + h->offset, h->length / esize, op->dtype, op->redop);
-        ring_send(comm, op, WIRE_MSG_RING_REDUCE, b, h->offset, h->length, h->total, rr->tmp,
-                  NULL, rr->tmp); /* the send owns and frees the running sum */
+        inc_reduce_pair(rr->tmp, rr->tmp, send + h->offset, h->length / esize, op->dtype,
+                        op->redop);
+        ring_send(comm, op, WIRE_MSG_RING_REDUCE, b, h->offset, h->length, h->total, rr->tmp, NULL,
+                  rr->tmp); /* the send owns and frees the running sum */
     }
     op->holds--;
     client_op_progressed(comm, op); /* may free op */
@@ -249,9 +251,9 @@ static void ring_recv_cb(void *request, ucs_status_t status, size_t length, void
 ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
                           size_t length, const ucp_am_recv_param_t *param)
 {
-    ring_t   *ring = comm->ring;
+    ring_t *ring = comm->ring;
     const int me = comm->rank, b = (int)h->root;
-    int       rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     if (ring == NULL || h->stream == INCMOE_STREAM_BARRIER) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s", inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
@@ -269,30 +271,30 @@ ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, voi
             client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for early ring data");
             return UCS_ERR_NO_MEMORY;
         }
-        p->hdr    = *h;
+        p->hdr = *h;
         p->length = length;
         if (rndv)
             p->desc = data;
         else
             memcpy(p->copy, data, length);
-        p->next       = ring->pending;
+        p->next = ring->pending;
         ring->pending = p;
         return rndv ? UCS_INPROGRESS : UCS_OK;
     }
     /* Which blocks may come from the left: every block but our own passes by in a gather;
        in a reduction every block but the one we inject (r-1) comes by, our own last. */
-    const int n     = comm->nranks;
-    int       ok    = b >= 0 && b < n;
+    const int n = comm->nranks;
+    int ok = b >= 0 && b < n;
     if (h->msg == WIRE_MSG_RING_GATHER)
         ok = ok && b != me && op->stream != INCMOE_STREAM_REDUCESCATTER;
     else
         ok = ok && op->stream != INCMOE_STREAM_ALLGATHER && b != (me + n - 1) % n;
-    char    *send = NULL, *recv = NULL;
+    char *send = NULL, *recv = NULL;
     uint64_t bytes = ok ? block_bytes(comm, op, b, &send, &recv) : 0;
-    ok = ok && h->total == bytes && h->offset + h->length <= bytes && length == h->length &&
-         op->recv_done + h->length <= op->recv_expected &&
-         (op->stream == INCMOE_STREAM_ALLGATHER ||
-          (h->dtype == op->dtype && h->redop == op->redop));
+    ok =
+        ok && h->total == bytes && h->offset + h->length <= bytes && length == h->length &&
+        op->recv_done + h->length <= op->recv_expected &&
+        (op->stream == INCMOE_STREAM_ALLGATHER || (h->dtype == op->dtype && h->redop == op->redop));
     if (!ok) {
         client_fail(comm, INCMOE_ERR_MISMATCH,
                     "%s %s epoch %llu: chunk [%llu,+%llu) of block %d (%llu bytes) does not fit "
@@ -309,12 +311,12 @@ ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, voi
         return UCS_ERR_NO_MEMORY;
     }
     rr->comm = comm;
-    rr->op   = op;
-    rr->hdr  = *h;
+    rr->op = op;
+    rr->hdr = *h;
     char *target;
     if (h->msg == WIRE_MSG_RING_GATHER) {
         rr->dest = recv + h->offset;
-        target   = rr->dest;
+        target = rr->dest;
     } else {
         rr->tmp = malloc(h->length);
         if (rr->tmp == NULL) {
@@ -333,8 +335,8 @@ ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, voi
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
         .cb.recv_am = ring_recv_cb,
-        .user_data  = rr,
-        .datatype   = ucp_dt_make_contig(1),
+        .user_data = rr,
+        .datatype = ucp_dt_make_contig(1),
     };
     ucs_status_ptr_t req = ucp_am_recv_data_nbx(comm->node.worker, data, target, length, &rp);
     if (UCS_PTR_IS_ERR(req))
@@ -350,9 +352,9 @@ ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, voi
 static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     incmoe_comm_t *comm = arg;
-    ring_t        *ring = comm->ring;
-    int            peer = ep == ring->right ? ring_right(comm)
-                                            : (comm->rank + comm->nranks - 1) % comm->nranks;
+    ring_t *ring = comm->ring;
+    int peer =
+        ep == ring->right ? ring_right(comm) : (comm->rank + comm->nranks - 1) % comm->nranks;
     snprintf(ring->broken, sizeof(ring->broken), "lost the ring connection to rank %d: %s", peer,
              ucs_status_string(status));
     for (int s = 0; s < INCMOE_STREAM_BARRIER; s++) {
@@ -367,18 +369,18 @@ static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 static void ring_conn_cb(ucp_conn_request_h request, void *arg)
 {
     incmoe_comm_t *comm = arg;
-    ring_t        *ring = comm->ring;
+    ring_t *ring = comm->ring;
     if (ring->left != NULL) {
         log_warn(SUBSYS, "rank %d: a second ring connection was refused", comm->rank);
         ucp_listener_reject(ring->listener, request);
         return;
     }
     ucp_ep_params_t params = {
-        .field_mask   = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .conn_request = request,
-        .err_mode     = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler  = {.cb = ring_ep_err_cb, .arg = comm},
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ring_ep_err_cb, .arg = comm},
     };
     ucs_status_t st = ucp_ep_create(comm->node.worker, &params, &ring->left);
     if (st != UCS_OK)
@@ -393,10 +395,12 @@ incmoe_status_t ring_listen(incmoe_comm_t *comm, const struct sockaddr *toward, 
     /* Listen on the address this host uses toward the switch: the neighbours reach it the
        same way (a connected UDP socket tells which one, without sending anything). */
     struct sockaddr_storage local;
-    socklen_t               local_len = sizeof(local);
+    socklen_t local_len = sizeof(local);
     int fd = socket(toward->sa_family, SOCK_DGRAM, 0);
-    if (fd < 0 || connect(fd, toward, toward->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                                   : sizeof(struct sockaddr_in6)) != 0 ||
+    if (fd < 0 ||
+        connect(fd, toward,
+                toward->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                             : sizeof(struct sockaddr_in6)) != 0 ||
         getsockname(fd, (struct sockaddr *)&local, &local_len) != 0) {
         if (fd >= 0)
             close(fd);
@@ -409,8 +413,8 @@ incmoe_status_t ring_listen(incmoe_comm_t *comm, const struct sockaddr *toward, 
     else
         ((struct sockaddr_in6 *)&local)->sin6_port = 0;
     ucp_listener_params_t lp = {
-        .field_mask   = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-        .sockaddr     = {.addr = (struct sockaddr *)&local, .addrlen = local_len},
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr = {.addr = (struct sockaddr *)&local, .addrlen = local_len},
         .conn_handler = {.cb = ring_conn_cb, .arg = comm},
     };
     ucs_status_t st = ucp_listener_create(comm->node.worker, &lp, &ring->listener);
@@ -436,11 +440,11 @@ incmoe_status_t ring_connect(incmoe_comm_t *comm)
 {
     if (comm->nranks == 1)
         return INCMOE_OK;
-    ring_t                 *ring = comm->ring;
-    int                     peer = ring_right(comm);
-    const char             *where = comm->peer_addr[peer];
+    ring_t *ring = comm->ring;
+    int peer = ring_right(comm);
+    const char *where = comm->peer_addr[peer];
     struct sockaddr_storage ss;
-    socklen_t               sslen;
+    socklen_t sslen;
     if (comm->peer_addr_len[peer] == 0 || where[comm->peer_addr_len[peer] - 1] != '\0' ||
         inc_ucx_parse_hostport(where, &ss, &sslen, 0) != INCMOE_OK) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d's ring address is not HOST:PORT", peer);
@@ -449,9 +453,9 @@ incmoe_status_t ring_connect(incmoe_comm_t *comm)
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .flags       = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
-        .sockaddr    = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
-        .err_mode    = UCP_ERR_HANDLING_MODE_PEER,
+        .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+        .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ring_ep_err_cb, .arg = comm},
     };
     ucs_status_t ust = ucp_ep_create(comm->node.worker, &params, &ring->right);
@@ -465,9 +469,9 @@ incmoe_status_t ring_connect(incmoe_comm_t *comm)
     if (ctx == NULL)
         return INCMOE_ERR_NO_MEMORY;
     client_send_ep(comm, ring->right, ctx, NULL, 0, NULL);
-    ucp_request_param_t fp  = {.op_attr_mask = 0};
-    ucs_status_t        fst = inc_ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp),
-                                               comm->timeout_ms);
+    ucp_request_param_t fp = {.op_attr_mask = 0};
+    ucs_status_t fst =
+        inc_ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp), comm->timeout_ms);
     double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
     while (fst == UCS_OK && !ring->hello_from_left && atomic_load(&comm->error) == 0 &&
            inc_now_s() < deadline)
@@ -495,7 +499,7 @@ void ring_close(incmoe_comm_t *comm)
         return;
     while (ring->pending != NULL) {
         ring_pending_t *p = ring->pending;
-        ring->pending     = p->next;
+        ring->pending = p->next;
         if (p->desc != NULL)
             ucp_am_data_release(comm->node.worker, p->desc);
         free(p->copy);

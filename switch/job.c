@@ -87,7 +87,7 @@ static void coll_free(server_t *srv, job_t *job, coll_t *c)
         /* Items with UCX or a reduction thread still using their buffers stay until those end. */
         if (it->sends_pending > 0 || it->nreceiving > 0 || it->reducing) {
             it->coll = NULL;
-            *pp      = it->next;
+            *pp = it->next;
             it->next = NULL;
             continue;
         }
@@ -106,7 +106,7 @@ static void job_retire(server_t *srv, job_t *job)
 {
     for (int s = 0; s < INC_STREAM_COUNT; s++) {
         while (job->colls[s] != NULL) {
-            coll_t *c     = job->colls[s];
+            coll_t *c = job->colls[s];
             job->colls[s] = c->next;
             coll_free(srv, job, c);
         }
@@ -119,7 +119,7 @@ static void job_unlink(server_t *srv, job_t *job)
 {
     for (job_t **pp = &srv->jobs; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == job) {
-            *pp       = job->next;
+            *pp = job->next;
             job->next = srv->orphans;
             srv->orphans = job;
             return;
@@ -128,14 +128,14 @@ static void job_unlink(server_t *srv, job_t *job)
 }
 
 /* End a job: every member hears why, the job's state is freed, its id can be reused. */
-static void job_fail(server_t *srv, job_t *job, incmoe_status_t status, int rank,
-                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void job_fail(server_t *srv, job_t *job, incmoe_status_t status, int rank,
-                     const char *fmt, ...)
+static void job_fail(server_t *srv, job_t *job, incmoe_status_t status, int rank, const char *fmt,
+                     ...) __attribute__((format(printf, 5, 6)));
+static void job_fail(server_t *srv, job_t *job, incmoe_status_t status, int rank, const char *fmt,
+                     ...)
 {
     if (job->state == JOB_FAILED)
         return;
-    char    text[INCMOE_WIRE_MAX_TEXT - 32];
+    char text[INCMOE_WIRE_MAX_TEXT - 32];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
@@ -167,7 +167,7 @@ static int secret_equal(const char *a, size_t alen, const char *b, size_t blen)
 {
     /* Constant time in the secret's content, so timing does not leak it. */
     unsigned diff = alen != blen;
-    size_t   n    = alen < blen ? alen : blen;
+    size_t n = alen < blen ? alen : blen;
     for (size_t i = 0; i < n; i++)
         diff |= (unsigned)(a[i] ^ b[i]);
     return diff == 0;
@@ -202,10 +202,10 @@ static job_t *job_new(server_t *srv, uint64_t id, int nranks)
     job_t *job = calloc(1, sizeof(*job));
     if (job == NULL)
         return NULL;
-    job->id       = id;
-    job->nranks   = nranks;
-    job->conns    = calloc((size_t)nranks, sizeof(conn_t *));
-    job->addr     = calloc((size_t)nranks, sizeof(void *));
+    job->id = id;
+    job->nranks = nranks;
+    job->conns = calloc((size_t)nranks, sizeof(conn_t *));
+    job->addr = calloc((size_t)nranks, sizeof(void *));
     job->addr_len = calloc((size_t)nranks, sizeof(uint32_t));
     job->inflight = calloc((size_t)nranks, sizeof(*job->inflight));
     job->timeout_ms = srv->timeout_ms;
@@ -218,8 +218,8 @@ static job_t *job_new(server_t *srv, uint64_t id, int nranks)
         return NULL;
     }
     job->mem_bound = job_memory_bound(srv, nranks);
-    job->next      = srv->jobs;
-    srv->jobs      = job;
+    job->next = srv->jobs;
+    srv->jobs = job;
     srv->mem_reserved += job->mem_bound;
     srv->stats.jobs_started++;
     return job;
@@ -250,16 +250,16 @@ static void job_send_ack(server_t *srv, job_t *job)
     for (int r = 0; r < job->nranks; r++) {
         struct inc_wire_hdr h;
         inc_wire_hdr_init(&h, WIRE_MSG_JOIN_ACK, job->id);
-        h.rank   = (uint32_t)r;
+        h.rank = (uint32_t)r;
         h.length = len;
         server_send(srv, job->conns[r], &h, payload, len, NULL, NULL);
     }
-    job->state       = JOB_ACTIVE;
+    job->state = JOB_ACTIVE;
     log_info(SUBSYS, "job %llu formed: %d ranks", (unsigned long long)job->id, job->nranks);
 }
 
-void job_on_join(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
-                 const char *payload, size_t length)
+void job_on_join(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
+                 size_t length)
 {
     struct inc_wire_join join;
     memcpy(&join, payload, sizeof(join));
@@ -271,9 +271,8 @@ void job_on_join(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
         return;
     }
     const char *secret = payload + sizeof(join);
-    const char *addr   = secret + join.secret_len;
-    if (srv->have_secret &&
-        !secret_equal(secret, join.secret_len, srv->secret, srv->secret_len)) {
+    const char *addr = secret + join.secret_len;
+    if (srv->have_secret && !secret_equal(secret, join.secret_len, srv->secret, srv->secret_len)) {
         srv->stats.bad_messages++;
         refuse(srv, conn, hdr->job, INCMOE_ERR_AUTH,
                join.secret_len ? "wrong shared secret" : "this switch requires a shared secret");
@@ -308,8 +307,8 @@ void job_on_join(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
         }
     }
     if ((int)join.nranks != job->nranks) {
-        snprintf(text, sizeof(text), "rank %u says the job has %u ranks, others said %d",
-                 hdr->rank, join.nranks, job->nranks);
+        snprintf(text, sizeof(text), "rank %u says the job has %u ranks, others said %d", hdr->rank,
+                 join.nranks, job->nranks);
         refuse(srv, conn, hdr->job, INCMOE_ERR_MISMATCH, text);
         return;
     }
@@ -329,12 +328,12 @@ void job_on_join(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
     if (join.timeout_ms > 0 && (int)join.timeout_ms < job->timeout_ms)
         job->timeout_ms = (int)join.timeout_ms;
     job->conns[hdr->rank] = conn;
-    conn->job             = job;
-    conn->rank            = (int)hdr->rank;
-    conn->state           = CONN_JOINED;
+    conn->job = job;
+    conn->rank = (int)hdr->rank;
+    conn->state = CONN_JOINED;
     job->njoined++;
-    log_debug(SUBSYS, "job %llu: rank %u joined (%d of %d)", (unsigned long long)job->id,
-              hdr->rank, job->njoined, job->nranks);
+    log_debug(SUBSYS, "job %llu: rank %u joined (%d of %d)", (unsigned long long)job->id, hdr->rank,
+              job->njoined, job->nranks);
     if (job->njoined == job->nranks)
         job_send_ack(srv, job);
 }
@@ -369,7 +368,7 @@ static coll_t *coll_get(server_t *srv, job_t *job, conn_t *conn, int stream, uin
     coll_t *c = calloc(1, sizeof(*c));
     if (c != NULL) {
         c->posted = calloc((size_t)job->nranks, 1);
-        c->bytes  = calloc((size_t)job->nranks, sizeof(uint64_t));
+        c->bytes = calloc((size_t)job->nranks, sizeof(uint64_t));
     }
     if (c == NULL || c->posted == NULL || c->bytes == NULL) {
         if (c != NULL) {
@@ -381,13 +380,13 @@ static coll_t *coll_get(server_t *srv, job_t *job, conn_t *conn, int stream, uin
         return NULL;
     }
     c->stream = stream;
-    c->epoch  = epoch;
+    c->epoch = epoch;
     /* Keep the list in epoch order: retirement walks it from the front. */
     pp = &job->colls[stream];
     while (*pp != NULL && (*pp)->epoch < epoch)
         pp = &(*pp)->next;
     c->next = *pp;
-    *pp     = c;
+    *pp = c;
     return c;
 }
 
@@ -395,7 +394,7 @@ static void coll_retire(server_t *srv, job_t *job, int stream)
 {
     while (job->colls[stream] != NULL && job->colls[stream]->done &&
            job->colls[stream]->epoch == job->retired[stream] + 1) {
-        coll_t *c          = job->colls[stream];
+        coll_t *c = job->colls[stream];
         job->colls[stream] = c->next;
         job->retired[stream] = c->epoch;
         coll_free(srv, job, c);
@@ -444,8 +443,8 @@ static void item_unlink(item_t *it)
 /* The forward of an item completed: free it and give the contributors their credits back. */
 static void item_sent_cb(server_t *srv, void *arg, ucs_status_t status)
 {
-    item_t *it  = arg;
-    job_t  *job = it->job;
+    item_t *it = arg;
+    job_t *job = it->job;
     it->sends_pending--;
     job->refs--;
     if (it->sends_pending > 0)
@@ -459,7 +458,7 @@ static void item_sent_cb(server_t *srv, void *arg, ucs_status_t status)
             struct inc_wire_hdr h;
             inc_wire_hdr_init(&h, WIRE_MSG_CREDIT, job->id);
             h.stream = (uint8_t)c->stream;
-            h.epoch  = c->epoch;
+            h.epoch = c->epoch;
             h.length = 1;
             server_send(srv, job->conns[r], &h, NULL, 0, NULL, NULL);
         }
@@ -479,19 +478,19 @@ static void item_sent_cb(server_t *srv, void *arg, ucs_status_t status)
 
 static void item_send(server_t *srv, item_t *it, int to, const void *payload)
 {
-    job_t                 *job = it->job;
+    job_t *job = it->job;
     struct inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
     h.stream = (uint8_t)it->coll->stream;
-    h.epoch  = it->coll->epoch;
-    h.rank   = (uint32_t)to;
-    h.root   = it->root;
+    h.epoch = it->coll->epoch;
+    h.rank = (uint32_t)to;
+    h.root = it->root;
     h.offset = it->offset;
     h.length = it->length;
-    h.total  = it->total;
-    h.chunk  = it->chunk;
-    h.dtype  = (uint8_t)it->coll->dtype;
-    h.redop  = (uint8_t)it->coll->redop;
+    h.total = it->total;
+    h.chunk = it->chunk;
+    h.dtype = (uint8_t)it->coll->dtype;
+    h.redop = (uint8_t)it->coll->redop;
     it->sends_pending++;
     job->refs++;
     srv->stats.bytes_out += it->length;
@@ -503,16 +502,16 @@ static void item_send(server_t *srv, item_t *it, int to, const void *payload)
 
 void job_item_compute(item_t *it)
 {
-    job_t      *job = it->job;
+    job_t *job = it->job;
     const void *srcs[INCMOE_MAX_RANKS];
-    int         n = 0;
+    int n = 0;
     /* Ascending rank order whatever the arrival order: bitwise reproducible. */
     for (int r = 0; r < job->nranks; r++)
         if (it->contrib[r] != NULL)
             srcs[n++] = it->contrib[r];
     size_t esize = incmoe_dtype_size((incmoe_dtype_t)it->coll->dtype);
     inc_reduce_ordered(it->out, srcs, n, it->length / esize, (incmoe_dtype_t)it->coll->dtype,
-                   (incmoe_redop_t)it->coll->redop);
+                       (incmoe_redop_t)it->coll->redop);
 }
 
 static void item_forward_result(server_t *srv, item_t *it)
@@ -532,7 +531,7 @@ static void item_forward_result(server_t *srv, item_t *it)
 
 void job_item_reduced(server_t *srv, item_t *it)
 {
-    job_t *job   = it->job;
+    job_t *job = it->job;
     it->reducing = 0;
     job->refs--;
     if (it->coll == NULL || job->state != JOB_ACTIVE) {
@@ -546,8 +545,8 @@ void job_item_reduced(server_t *srv, item_t *it)
 /* Forward an item whose contributions are all here, if everyone has posted. */
 static void item_try_forward(server_t *srv, item_t *it)
 {
-    coll_t *c   = it->coll;
-    job_t  *job = it->job;
+    coll_t *c = it->coll;
+    job_t *job = it->job;
     if (!c->armed || it->forwarded || it->narrived < it->nexpected)
         return;
     it->forwarded = 1;
@@ -595,7 +594,7 @@ static int item_matches_post(server_t *srv, job_t *job, coll_t *c, item_t *it)
 
 static void coll_arm(server_t *srv, job_t *job, coll_t *c)
 {
-    c->armed     = 1;
+    c->armed = 1;
     c->remaining = 0;
     if (c->stream == INCMOE_STREAM_ALLREDUCE) {
         c->remaining = c->bytes[0];
@@ -625,9 +624,9 @@ static int coll_describe(server_t *srv, job_t *job, conn_t *conn, coll_t *c,
 {
     if (!c->has_desc) {
         c->has_desc = 1;
-        c->sig      = h->sig;
-        c->dtype    = h->dtype;
-        c->redop    = h->redop;
+        c->sig = h->sig;
+        c->dtype = h->dtype;
+        c->redop = h->redop;
         return 1;
     }
     if (c->dtype != h->dtype || c->redop != h->redop) {
@@ -658,7 +657,7 @@ static void on_post(server_t *srv, job_t *job, conn_t *conn, const struct inc_wi
         return;
     }
     c->posted[conn->rank] = 1;
-    c->bytes[conn->rank]  = h->total;
+    c->bytes[conn->rank] = h->total;
     c->nposted++;
     if (c->nposted < job->nranks)
         return;
@@ -667,7 +666,7 @@ static void on_post(server_t *srv, job_t *job, conn_t *conn, const struct inc_wi
             struct inc_wire_hdr d;
             inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
             d.stream = INCMOE_STREAM_BARRIER;
-            d.epoch  = c->epoch;
+            d.epoch = c->epoch;
             server_send(srv, job->conns[r], &d, NULL, 0, NULL, NULL);
         }
         c->armed = 1;
@@ -699,25 +698,24 @@ static void item_arrived(server_t *srv, item_t *it, int from)
 
 typedef struct {
     server_t *srv;
-    item_t   *it;
-    int       from;
+    item_t *it;
+    int from;
 } recv_arg_t;
 
 static void data_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
 {
-    recv_arg_t *ra  = user_data;
-    item_t     *it  = ra->it;
-    job_t      *job = it->job;
-    server_t   *srv = ra->srv;
+    recv_arg_t *ra = user_data;
+    item_t *it = ra->it;
+    job_t *job = it->job;
+    server_t *srv = ra->srv;
     it->nreceiving--;
     job->refs--;
     if (status != UCS_OK && job->state == JOB_ACTIVE)
-        job_fail(srv, job, INCMOE_ERR_PEER_FAILED, ra->from,
-                 "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
+        job_fail(srv, job, INCMOE_ERR_PEER_FAILED, ra->from, "receiving rank %d's data failed: %s",
+                 ra->from, ucs_status_string(status));
     if (job->state == JOB_ACTIVE && it->coll != NULL) {
         item_arrived(srv, it, ra->from);
-    } else if (it->coll == NULL && it->sends_pending == 0 && it->nreceiving == 0 &&
-               !it->reducing) {
+    } else if (it->coll == NULL && it->sends_pending == 0 && it->nreceiving == 0 && !it->reducing) {
         item_free(srv, it);
         job_release(srv, job);
     }
@@ -726,11 +724,10 @@ static void data_recv_cb(void *request, ucs_status_t status, size_t length, void
         ucp_request_free(request);
 }
 
-static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
-                            const struct inc_wire_hdr *h, void *data, size_t length,
-                            const ucp_am_recv_param_t *param)
+static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
+                            void *data, size_t length, const ucp_am_recv_param_t *param)
 {
-    const int me     = conn->rank;
+    const int me = conn->rank;
     const int stream = h->stream;
     /* Who may send what. */
     if ((stream == INCMOE_STREAM_ALLGATHER && h->root != (uint32_t)me) ||
@@ -742,8 +739,8 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
         return UCS_ERR_INVALID_PARAM;
     }
     if (h->offset % srv->chunk_size != 0 || h->chunk != h->offset / srv->chunk_size ||
-        h->length != (h->total - h->offset < srv->chunk_size ? h->total - h->offset
-                                                             : srv->chunk_size)) {
+        h->length !=
+            (h->total - h->offset < srv->chunk_size ? h->total - h->offset : srv->chunk_size)) {
         BAD(srv, job, INCMOE_ERR_PROTOCOL, me,
             "rank %d: chunk %u [%llu,+%llu) of %llu bytes does not follow the %llu-byte chunking",
             me, h->chunk, (unsigned long long)h->offset, (unsigned long long)h->length,
@@ -764,8 +761,8 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
     if (it == NULL) {
         it = calloc(1, sizeof(*it));
         if (it != NULL) {
-            it->contrib   = calloc((size_t)job->nranks, sizeof(void *));
-            it->arrived   = calloc((size_t)job->nranks, 1);
+            it->contrib = calloc((size_t)job->nranks, sizeof(void *));
+            it->arrived = calloc((size_t)job->nranks, 1);
             it->ucx_owned = calloc((size_t)job->nranks, 1);
         }
         if (it == NULL || it->contrib == NULL || it->arrived == NULL || it->ucx_owned == NULL) {
@@ -778,18 +775,18 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
             job_fail(srv, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
             return UCS_ERR_NO_MEMORY;
         }
-        it->coll      = c;
-        it->job       = job;
-        it->root      = h->root;
-        it->chunk     = h->chunk;
-        it->offset    = h->offset;
-        it->length    = h->length;
-        it->total     = h->total;
+        it->coll = c;
+        it->job = job;
+        it->root = h->root;
+        it->chunk = h->chunk;
+        it->offset = h->offset;
+        it->length = h->length;
+        it->total = h->total;
         it->nexpected = stream == INCMOE_STREAM_ALLGATHER       ? 1
                         : stream == INCMOE_STREAM_REDUCESCATTER ? job->nranks - 1
                                                                 : job->nranks;
-        it->next      = c->items;
-        c->items      = it;
+        it->next = c->items;
+        c->items = it;
         if (c->armed && !item_matches_post(srv, job, c, it))
             return UCS_ERR_INVALID_PARAM;
     } else if (it->total != h->total || it->length != h->length) {
@@ -810,7 +807,7 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
         /* Eager data UCX lets us keep: hold its buffer instead of copying it. */
-        it->contrib[me]   = data;
+        it->contrib[me] = data;
         it->ucx_owned[me] = 1;
         job_account(srv, job, length);
         job->inflight[me][stream]++;
@@ -820,12 +817,11 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
         item_arrived(srv, it, me);
         it->nreceiving--;
         job->refs--;
-        if ((it->coll != NULL && job->state == JOB_ACTIVE) || it->sends_pending > 0 ||
-            it->reducing)
+        if ((it->coll != NULL && job->state == JOB_ACTIVE) || it->sends_pending > 0 || it->reducing)
             return UCS_INPROGRESS; /* in use: released with the item */
         /* Detached (the job failed, or it all went out at once): UCX takes its buffer back
            when we return, so the item must not release it. */
-        it->contrib[me]   = NULL;
+        it->contrib[me] = NULL;
         it->ucx_owned[me] = 0;
         job_unaccount(srv, job, length);
         if (it->nreceiving == 0) {
@@ -851,8 +847,8 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
         job_fail(srv, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
         return UCS_ERR_NO_MEMORY;
     }
-    ra->srv  = srv;
-    ra->it   = it;
+    ra->srv = srv;
+    ra->it = it;
     ra->from = me;
     it->nreceiving++;
     job->refs++;
@@ -860,8 +856,8 @@ static ucs_status_t on_data(server_t *srv, job_t *job, conn_t *conn,
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
         .cb.recv_am = data_recv_cb,
-        .user_data  = ra,
-        .datatype   = ucp_dt_make_contig(1),
+        .user_data = ra,
+        .datatype = ucp_dt_make_contig(1),
     };
     ucs_status_ptr_t req =
         ucp_am_recv_data_nbx(srv->node.worker, data, it->contrib[me], length, &rp);
@@ -880,8 +876,8 @@ static const coll_t *job_collective_owed(const job_t *job, int r)
     return NULL;
 }
 
-ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct inc_wire_hdr *h,
-                            void *data, size_t length, const ucp_am_recv_param_t *param)
+ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct inc_wire_hdr *h, void *data,
+                            size_t length, const ucp_am_recv_param_t *param)
 {
     job_t *job = conn->job;
     if (job->state == JOB_FAILED)
@@ -904,7 +900,8 @@ ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct inc_wire_h
         return UCS_ERR_INVALID_PARAM;
     }
     switch ((inc_wire_msg_t)h->msg) {
-    case WIRE_MSG_HEARTBEAT: return UCS_OK;
+    case WIRE_MSG_HEARTBEAT:
+        return UCS_OK;
     case WIRE_MSG_LEAVE: {
         /* Leaving is orderly only if nobody still waits on this rank. */
         const coll_t *owed = job_collective_owed(job, conn->rank);
@@ -928,8 +925,11 @@ ucs_status_t job_on_message(server_t *srv, conn_t *conn, const struct inc_wire_h
         job_fail(srv, job, st, conn->rank, "%s", text);
         return UCS_OK;
     }
-    case WIRE_MSG_POST: on_post(srv, job, conn, h); return UCS_OK;
-    case WIRE_MSG_DATA: return on_data(srv, job, conn, h, data, length, param);
+    case WIRE_MSG_POST:
+        on_post(srv, job, conn, h);
+        return UCS_OK;
+    case WIRE_MSG_DATA:
+        return on_data(srv, job, conn, h, data, length, param);
     default:
         BAD(srv, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s, which ranks never send",
             conn->rank, inc_wire_msg_name(h->msg));
@@ -943,7 +943,7 @@ void job_on_conn_lost(server_t *srv, conn_t *conn, const char *why)
     if (job == NULL)
         return;
     job->conns[conn->rank] = NULL;
-    conn->job              = NULL;
+    conn->job = NULL;
     if (job->state != JOB_FAILED && !conn->left) {
         srv->stats.peers_lost++;
         job_fail(srv, job, INCMOE_ERR_PEER_FAILED, conn->rank, "rank %d of job %llu is gone: %s",

@@ -21,21 +21,21 @@
 
 typedef struct {
     struct inc_wire_hdr hdr; /* alive until the send completes (UCX 1.13) */
-    server_t              *srv;
-    conn_t                *conn;
-    server_send_cb_t       cb;
-    void                  *arg;
-    void                  *owned;
-    size_t                 egress_bytes; /* counted in conn->egress_inflight */
+    server_t *srv;
+    conn_t *conn;
+    server_send_cb_t cb;
+    void *arg;
+    void *owned;
+    size_t egress_bytes; /* counted in conn->egress_inflight */
 } send_ctx_t;
 
 typedef struct queued_send {
-    struct queued_send    *next;
+    struct queued_send *next;
     struct inc_wire_hdr hdr;
-    const void            *payload;
-    size_t                 length;
-    server_send_cb_t       cb;
-    void                  *arg;
+    const void *payload;
+    size_t length;
+    server_send_cb_t cb;
+    void *arg;
 } queued_send_t;
 
 static void egress_drain(server_t *srv, conn_t *conn);
@@ -55,19 +55,19 @@ static void conn_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 
 static void conn_request_cb(ucp_conn_request_h request, void *arg)
 {
-    server_t *srv  = arg;
-    conn_t   *conn = calloc(1, sizeof(*conn));
+    server_t *srv = arg;
+    conn_t *conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
         ucp_listener_reject(srv->listener, request);
         return;
     }
     ucp_ep_params_t params = {
-        .field_mask   = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_USER_DATA,
+        .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_USER_DATA,
         .conn_request = request,
-        .err_mode     = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler  = {.cb = conn_err_cb, .arg = conn},
-        .user_data    = conn,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = conn_err_cb, .arg = conn},
+        .user_data = conn,
     };
     ucs_status_t st = ucp_ep_create(srv->node.worker, &params, &conn->ep);
     if (st != UCS_OK) {
@@ -75,10 +75,10 @@ static void conn_request_cb(ucp_conn_request_h request, void *arg)
         free(conn);
         return;
     }
-    conn->rank    = -1;
+    conn->rank = -1;
     conn->created = conn->last_rx = conn->last_tx = inc_now_s();
-    conn->next    = srv->conns;
-    srv->conns    = conn;
+    conn->next = srv->conns;
+    srv->conns = conn;
     log_debug(SUBSYS, "new connection");
 }
 
@@ -101,7 +101,7 @@ static void reap_conns(server_t *srv)
         /* Queued sends will never go: complete them with an error so their items are freed. */
         for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
             while (c->queue_head[cls] != NULL) {
-                queued_send_t *q     = c->queue_head[cls];
+                queued_send_t *q = c->queue_head[cls];
                 c->queue_head[cls] = q->next;
                 if (q->cb != NULL)
                     q->cb(srv, q->arg, UCS_ERR_NOT_CONNECTED);
@@ -115,7 +115,7 @@ static void reap_conns(server_t *srv)
             c->closed = 1;
             /* Give a refusal (ERROR) a moment to leave, then force: a dead peer cannot flush. */
             ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                     .flags        = UCP_EP_CLOSE_FLAG_FORCE};
+                                     .flags = UCP_EP_CLOSE_FLAG_FORCE};
             if (c->refs > 0 && c->left == 0) {
                 p.flags = 0;
             }
@@ -137,10 +137,10 @@ static void reap_conns(server_t *srv)
 
 static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
-    send_ctx_t *ctx   = user_data;
-    conn_t     *conn  = ctx->conn;
-    server_t   *srv   = ctx->srv;
-    size_t      bytes = ctx->egress_bytes;
+    send_ctx_t *ctx = user_data;
+    conn_t *conn = ctx->conn;
+    server_t *srv = ctx->srv;
+    size_t bytes = ctx->egress_bytes;
     conn->refs--;
     conn->egress_inflight -= bytes;
     if (status == UCS_OK)
@@ -171,12 +171,12 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
             cb(srv, arg, UCS_ERR_NOT_CONNECTED);
         return;
     }
-    ctx->hdr  = *hdr;
-    ctx->srv  = srv;
+    ctx->hdr = *hdr;
+    ctx->srv = srv;
     ctx->conn = conn;
-    ctx->cb    = cb;
-    ctx->arg   = arg;
-    ctx->owned        = owned;
+    ctx->cb = cb;
+    ctx->arg = arg;
+    ctx->owned = owned;
     ctx->egress_bytes = egress;
     conn->egress_inflight += egress;
     conn->refs++;
@@ -184,9 +184,9 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.send   = send_cb,
+        .cb.send = send_cb,
         .user_data = ctx,
-        .flags     = length >= srv->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER,
+        .flags = length >= srv->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER,
     };
     ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
                                            payload, length, &param);
@@ -194,8 +194,8 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
         send_cb(NULL, UCS_PTR_STATUS(req), ctx);
 }
 
-void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
-                 const void *payload, size_t length, server_send_cb_t cb, void *arg)
+void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
+                 size_t length, server_send_cb_t cb, void *arg)
 {
     server_send_owned(srv, conn, hdr, payload, length, cb, arg, NULL, 0);
 }
@@ -205,9 +205,9 @@ static void egress_drain(server_t *srv, conn_t *conn)
 {
     for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
         while (conn->queue_head[cls] != NULL &&
-               (conn->egress_inflight == 0 || conn->egress_inflight + conn->queue_head[cls]->length <=
-                                                  srv->egress_limit)) {
-            queued_send_t *q       = conn->queue_head[cls];
+               (conn->egress_inflight == 0 ||
+                conn->egress_inflight + conn->queue_head[cls]->length <= srv->egress_limit)) {
+            queued_send_t *q = conn->queue_head[cls];
             conn->queue_head[cls] = q->next;
             if (q->next == NULL)
                 conn->queue_tail[cls] = NULL;
@@ -248,7 +248,7 @@ void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_
     struct inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_ERROR, job);
     h.status = (int16_t)status;
-    h.rank   = rank;
+    h.rank = rank;
     size_t n = strlen(text) + 1;
     if (n > INCMOE_WIRE_MAX_TEXT)
         n = INCMOE_WIRE_MAX_TEXT;
@@ -257,7 +257,7 @@ void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_
         return;
     memcpy(copy, text, n - 1);
     copy[n - 1] = '\0';
-    h.length    = n;
+    h.length = n;
     server_send_owned(srv, conn, &h, copy, n, NULL, NULL, copy, 0);
 }
 
@@ -267,8 +267,8 @@ void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_
 static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                  size_t length, const ucp_am_recv_param_t *param)
 {
-    server_t *srv  = arg;
-    conn_t   *conn = NULL;
+    server_t *srv = arg;
+    conn_t *conn = NULL;
     /* Clients send with UCP_AM_SEND_FLAG_REPLY, which names their endpoint here. */
     if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
         for (conn = srv->conns; conn != NULL && conn->ep != param->reply_ep; conn = conn->next) {
@@ -294,7 +294,7 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
             /* Fail the whole job through the engine, with the reason. */
             struct inc_wire_hdr e;
             inc_wire_hdr_init(&e, WIRE_MSG_ERROR, conn->job->id);
-            e.rank   = (uint32_t)conn->rank;
+            e.rank = (uint32_t)conn->rank;
             e.status = INCMOE_ERR_PROTOCOL;
             e.length = strlen(text);
             ucp_am_recv_param_t p = {.recv_attr = 0};
@@ -313,8 +313,7 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
             server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0,
                               "the first message must be an eager JOIN");
             server_drop_conn(srv, conn);
-            return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM
-                                                                   : UCS_OK;
+            return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
         }
         job_on_join(srv, conn, &h, data, length);
         return UCS_OK;
@@ -345,14 +344,14 @@ static void *pool_main(void *arg)
             pthread_cond_wait(&srv->pool_cond, &srv->pool_lock);
         if (srv->pool_stop)
             break;
-        item_t *it     = srv->pool_todo;
+        item_t *it = srv->pool_todo;
         srv->pool_todo = it->pool_next;
         pthread_mutex_unlock(&srv->pool_lock);
         job_item_compute(it);
         pthread_mutex_lock(&srv->pool_lock);
-        it->pool_next  = srv->pool_done;
+        it->pool_next = srv->pool_done;
         srv->pool_done = it;
-        uint64_t one   = 1;
+        uint64_t one = 1;
         if (write(srv->pool_fd, &one, sizeof(one)) < 0)
             log_warn(SUBSYS, "pool wake: %s", strerror(errno));
     }
@@ -365,7 +364,7 @@ int server_pool_submit(server_t *srv, item_t *it)
     if (srv->nthreads <= 1)
         return 0;
     pthread_mutex_lock(&srv->pool_lock);
-    it->pool_next  = srv->pool_todo;
+    it->pool_next = srv->pool_todo;
     srv->pool_todo = it;
     pthread_cond_signal(&srv->pool_cond);
     pthread_mutex_unlock(&srv->pool_lock);
@@ -380,7 +379,7 @@ static void pool_drain(server_t *srv)
     if (read(srv->pool_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         log_warn(SUBSYS, "pool read: %s", strerror(errno));
     pthread_mutex_lock(&srv->pool_lock);
-    item_t *done   = srv->pool_done;
+    item_t *done = srv->pool_done;
     srv->pool_done = NULL;
     pthread_mutex_unlock(&srv->pool_lock);
     while (done != NULL) {
@@ -396,8 +395,8 @@ static void pool_drain(server_t *srv)
 incmoe_status_t server_start(server_t *srv, const char *listen_addr)
 {
     struct sockaddr_storage ss;
-    socklen_t               sslen;
-    incmoe_status_t         st = inc_ucx_parse_hostport(listen_addr, &ss, &sslen, 1);
+    socklen_t sslen;
+    incmoe_status_t st = inc_ucx_parse_hostport(listen_addr, &ss, &sslen, 1);
     if (st != INCMOE_OK)
         return st;
     st = inc_ucx_node_open(&srv->node);
@@ -406,8 +405,8 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
     ucp_am_handler_param_t hp = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG,
-        .id  = INCMOE_AM_ID,
-        .cb  = server_am_cb,
+        .id = INCMOE_AM_ID,
+        .cb = server_am_cb,
         .arg = srv,
     };
     ucs_status_t us = ucp_worker_set_am_recv_handler(srv->node.worker, &hp);
@@ -417,7 +416,7 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
     }
     ucp_listener_params_t lp = {
         .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-        .sockaddr   = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
+        .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
         .conn_handler = {.cb = conn_request_cb, .arg = srv},
     };
     us = ucp_listener_create(srv->node.worker, &lp, &srv->listener);

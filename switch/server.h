@@ -32,19 +32,19 @@ typedef enum {
 struct queued_send;
 
 typedef struct conn {
-    struct conn  *next;
-    ucp_ep_h      ep;
-    conn_state_t  state;
-    struct job   *job;
-    int           rank;
-    int           left;      /* said LEAVE: its disconnect is no failure */
-    int           refs;      /* sends in flight that name this connection */
-    int           closed;    /* ep closed */
-    double        created, last_rx, last_tx;
+    struct conn *next;
+    ucp_ep_h ep;
+    conn_state_t state;
+    struct job *job;
+    int rank;
+    int left;   /* said LEAVE: its disconnect is no failure */
+    int refs;   /* sends in flight that name this connection */
+    int closed; /* ep closed */
+    double created, last_rx, last_tx;
     /* Output queue toward this rank: at most egress_limit payload bytes are handed to UCX
        at once, so a result is never stuck behind megabytes of multicast copies. */
     struct queued_send *queue_head[EGRESS_CLASSES], *queue_tail[EGRESS_CLASSES];
-    size_t        egress_inflight;
+    size_t egress_inflight;
 } conn_t;
 
 /* Counters printed at exit and with --stats. */
@@ -53,48 +53,48 @@ typedef struct {
     uint64_t bad_messages; /* malformed, out of range, mismatched, unauthenticated */
     uint64_t peers_lost;
     uint64_t bytes_in, bytes_out;
-    size_t   mem_peak;
+    size_t mem_peak;
 } server_stats_t;
 
 typedef struct server {
-    inc_ucx_node_t      node;
-    ucp_listener_h  listener;
-    conn_t         *conns;
-    struct job     *jobs;      /* live jobs, by id */
-    struct job     *orphans;   /* failed or finished jobs waiting for their sends */
+    inc_ucx_node_t node;
+    ucp_listener_h listener;
+    conn_t *conns;
+    struct job *jobs;    /* live jobs, by id */
+    struct job *orphans; /* failed or finished jobs waiting for their sends */
 
     /* settings */
-    uint64_t        chunk_size;
-    uint32_t        credits;
-    size_t          max_memory;
-    int             timeout_ms;
-    char            secret[INCMOE_MAX_SECRET];
-    size_t          secret_len;
-    int             have_secret;
-    size_t          rndv_thresh;
-    size_t          egress_limit; /* payload bytes in flight per destination */
+    uint64_t chunk_size;
+    uint32_t credits;
+    size_t max_memory;
+    int timeout_ms;
+    char secret[INCMOE_MAX_SECRET];
+    size_t secret_len;
+    int have_secret;
+    size_t rndv_thresh;
+    size_t egress_limit; /* payload bytes in flight per destination */
 
-    size_t          mem_reserved; /* sum of the admitted jobs' bounds */
-    size_t          mem_used;
-    server_stats_t  stats;
-    volatile int    stop;
+    size_t mem_reserved; /* sum of the admitted jobs' bounds */
+    size_t mem_used;
+    server_stats_t stats;
+    volatile int stop;
 
     /* reduction threads (--threads > 1) */
-    int             nthreads;
-    pthread_t      *threads;
+    int nthreads;
+    pthread_t *threads;
     pthread_mutex_t pool_lock;
-    pthread_cond_t  pool_cond;
-    struct item    *pool_todo, *pool_done;
-    int             pool_stop;
-    int             pool_fd;   /* eventfd: reductions finished */
+    pthread_cond_t pool_cond;
+    struct item *pool_todo, *pool_done;
+    int pool_stop;
+    int pool_fd; /* eventfd: reductions finished */
 } server_t;
 
 /* Called when a send completes (status UCS_OK or an error). */
 typedef void (*server_send_cb_t)(server_t *srv, void *arg, ucs_status_t status);
 
 /* Send one message; hdr is copied; payload must stay valid until cb runs. */
-void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
-                 const void *payload, size_t length, server_send_cb_t cb, void *arg);
+void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
+                 size_t length, server_send_cb_t cb, void *arg);
 /* The same for bulk data, through the destination's output queue in class cls. */
 void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
                       const struct inc_wire_hdr *hdr, const void *payload, size_t length,

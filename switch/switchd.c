@@ -61,31 +61,40 @@ static int parse_size_arg(const char *name, const char *text, long long min, lon
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'},     {"auth-key-file", required_argument, NULL, 'k'},
-        {"threads", required_argument, NULL, 't'},    {"max-memory", required_argument, NULL, 'm'},
-        {"chunk-size", required_argument, NULL, 'c'}, {"credits", required_argument, NULL, 'r'},
-        {"timeout-ms", required_argument, NULL, 'T'}, {"log-level", required_argument, NULL, 'L'},
+        {"listen", required_argument, NULL, 'l'},
+        {"auth-key-file", required_argument, NULL, 'k'},
+        {"threads", required_argument, NULL, 't'},
+        {"max-memory", required_argument, NULL, 'm'},
+        {"chunk-size", required_argument, NULL, 'c'},
+        {"credits", required_argument, NULL, 'r'},
+        {"timeout-ms", required_argument, NULL, 'T'},
+        {"log-level", required_argument, NULL, 'L'},
         {"egress-chunks", required_argument, NULL, 'E'},
         {"rndv-thresh", required_argument, NULL, 'R'},
-        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    server_t    srv    = {0};
+    server_t srv = {0};
     const char *listen = NULL, *keyfile = NULL;
-    long long   v;
-    srv.chunk_size  = (uint64_t)inc_config_get_int("INCMOE_CHUNK_SIZE");
-    srv.credits     = (uint32_t)inc_config_get_int("INCMOE_CREDITS");
-    srv.timeout_ms  = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
+    long long v;
+    srv.chunk_size = (uint64_t)inc_config_get_int("INCMOE_CHUNK_SIZE");
+    srv.credits = (uint32_t)inc_config_get_int("INCMOE_CREDITS");
+    srv.timeout_ms = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
     srv.rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
     if (srv.rndv_thresh == 0)
         srv.rndv_thresh = SIZE_MAX;
-    srv.max_memory  = (size_t)4 << 30;
-    srv.nthreads    = 1;
+    srv.max_memory = (size_t)4 << 30;
+    srv.nthreads = 1;
     long long egress_chunks = 2;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'l': listen = optarg; break;
-        case 'k': keyfile = optarg; break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'k':
+            keyfile = optarg;
+            break;
         case 't':
             if (parse_size_arg("--threads", optarg, 1, &v) || v > 64) {
                 fprintf(stderr, "incmoe-switchd: --threads takes 1..64\n");
@@ -123,7 +132,8 @@ int main(int argc, char **argv)
             srv.rndv_thresh = v == 0 ? SIZE_MAX : (size_t)v;
             break;
         case 'E':
-            if (parse_size_arg("--egress-chunks", optarg, 1, &egress_chunks) || egress_chunks > 1024) {
+            if (parse_size_arg("--egress-chunks", optarg, 1, &egress_chunks) ||
+                egress_chunks > 1024) {
                 fprintf(stderr, "incmoe-switchd: --egress-chunks takes 1..1024\n");
                 return 2;
             }
@@ -137,8 +147,12 @@ int main(int argc, char **argv)
             inc_log_set_level(level);
             break;
         }
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind != argc) {
@@ -158,7 +172,7 @@ int main(int argc, char **argv)
     }
     if (keyfile != NULL) {
         FILE *f = fopen(keyfile, "r");
-        char  line[INCMOE_MAX_SECRET + 2];
+        char line[INCMOE_MAX_SECRET + 2];
         if (f == NULL || fgets(line, sizeof(line), f) == NULL) {
             fprintf(stderr, "incmoe-switchd: cannot read a secret from %s\n", keyfile);
             if (f != NULL)

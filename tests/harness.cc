@@ -18,7 +18,8 @@
 /* Present in sanitizer builds: lets a forked rank check for leaks before _exit(). */
 extern "C" void __lsan_do_leak_check(void) __attribute__((weak));
 
-namespace harness {
+namespace harness
+{
 
 bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args)
 {
@@ -60,12 +61,12 @@ bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args)
     close(fds[1]);
     /* The daemon's first stdout line is "listening on HOST:PORT". */
     std::string line;
-    double      deadline = inc_now_s() + 60;
+    double deadline = inc_now_s() + 60;
     while (inc_now_s() < deadline && line.find('\n') == std::string::npos) {
         struct pollfd p = {fds[0], POLLIN, 0};
         if (poll(&p, 1, 200) <= 0)
             continue;
-        char    buf[256];
+        char buf[256];
         ssize_t n = read(fds[0], buf, sizeof(buf));
         if (n <= 0)
             break;
@@ -79,8 +80,8 @@ bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args)
         return false;
     }
     std::string rest = line.substr(at + 13);
-    sw->addr         = rest.substr(0, rest.find_first_of(" \n"));
-    sw->pid          = pid;
+    sw->addr = rest.substr(0, rest.find_first_of(" \n"));
+    sw->pid = pid;
     return true;
 }
 
@@ -89,7 +90,7 @@ int switch_stop(SwitchProc *sw)
     if (sw->pid <= 0)
         return -1;
     kill(sw->pid, SIGTERM);
-    int    status   = 0;
+    int status = 0;
     double deadline = inc_now_s() + 10;
     while (waitpid(sw->pid, &status, WNOHANG) == 0) {
         if (inc_now_s() > deadline) {
@@ -107,7 +108,7 @@ std::vector<std::string> run_ranks(int nranks, const std::function<std::string(i
                                    int timeout_s)
 {
     std::vector<pid_t> pids(nranks, -1);
-    std::vector<int>   fds(nranks, -1);
+    std::vector<int> fds(nranks, -1);
     std::vector<std::string> out(nranks);
     fflush(stdout);
     fflush(stderr);
@@ -137,11 +138,11 @@ std::vector<std::string> run_ranks(int nranks, const std::function<std::string(i
         }
         close(p[1]);
         pids[r] = pid;
-        fds[r]  = p[0];
+        fds[r] = p[0];
         fcntl(fds[r], F_SETFL, O_NONBLOCK);
     }
     double deadline = inc_now_s() + timeout_s;
-    int    left     = nranks;
+    int left = nranks;
     std::vector<bool> done(nranks, false);
     while (left > 0) {
         for (int r = 0; r < nranks; r++) {
@@ -152,7 +153,7 @@ std::vector<std::string> run_ranks(int nranks, const std::function<std::string(i
                 }
                 continue;
             }
-            char    buf[4096];
+            char buf[4096];
             ssize_t n;
             while ((n = read(fds[r], buf, sizeof(buf))) > 0)
                 out[r].append(buf, n);

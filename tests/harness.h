@@ -12,10 +12,11 @@
 #include <string>
 #include <vector>
 
-namespace harness {
+namespace harness
+{
 
 struct SwitchProc {
-    pid_t       pid = -1;
+    pid_t pid = -1;
     std::string addr; /* "127.0.0.1:PORT" */
 };
 

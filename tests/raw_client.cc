@@ -16,8 +16,8 @@ RawClient::~RawClient()
 ucs_status_t RawClient::on_am(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param)
 {
-    auto  *self = static_cast<RawClient *>(arg);
-    RawMsg m    = {};
+    auto *self = static_cast<RawClient *>(arg);
+    RawMsg m = {};
     memcpy(&m.hdr, header, header_length < sizeof(m.hdr) ? header_length : sizeof(m.hdr));
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
         m.payload.assign(static_cast<const char *>(data), length);
@@ -32,21 +32,21 @@ bool RawClient::connect(const std::string &addr)
     ucp_am_handler_param_t hp = {};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                     UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    hp.id  = INCMOE_AM_ID;
-    hp.cb  = on_am;
+    hp.id = INCMOE_AM_ID;
+    hp.cb = on_am;
     hp.arg = this;
     ucp_worker_set_am_recv_handler(node_.worker, &hp);
     struct sockaddr_storage ss;
-    socklen_t               len;
+    socklen_t len;
     if (inc_ucx_parse_hostport(addr.c_str(), &ss, &len, 0) != INCMOE_OK)
         return false;
     ucp_ep_params_t ep = {};
     ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags            = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr    = (struct sockaddr *)&ss;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = (struct sockaddr *)&ss;
     ep.sockaddr.addrlen = len;
-    ep.err_mode         = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     return ucp_ep_create(node_.worker, &ep, &ep_) == UCS_OK;
 }
 
@@ -57,10 +57,10 @@ void RawClient::send(const void *hdr, size_t header_len, const void *payload, si
     keep_.push_back(h);
     keep_.push_back(p);
     ucp_request_param_t param = {};
-    param.op_attr_mask        = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags               = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : 0);
-    ucs_status_ptr_t req = ucp_am_send_nbx(ep_, INCMOE_AM_ID, h->data(), h->size(), p->data(),
-                                           p->size(), &param);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : 0);
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(ep_, INCMOE_AM_ID, h->data(), h->size(), p->data(), p->size(), &param);
     inc_ucx_request_wait(&node_, req, 2000);
 }
 
@@ -70,10 +70,10 @@ void RawClient::join(uint64_t job, uint32_t rank, uint32_t nranks, const std::st
     inc_wire_hdr_init(&h, WIRE_MSG_JOIN, job);
     h.rank = rank;
     inc_wire_join j = {};
-    j.nranks           = nranks;
-    j.secret_len       = (uint32_t)secret.size();
-    j.addr_len         = 4;
-    j.timeout_ms       = 10000;
+    j.nranks = nranks;
+    j.secret_len = (uint32_t)secret.size();
+    j.addr_len = 4;
+    j.timeout_ms = 10000;
     std::string payload((const char *)&j, sizeof(j));
     payload += secret;
     payload += "addr";

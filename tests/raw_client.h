@@ -15,15 +15,17 @@ extern "C" {
 
 struct RawMsg {
     inc_wire_hdr hdr;
-    std::string     payload;
+    std::string payload;
 };
 
-class RawClient {
+class RawClient
+{
   public:
     ~RawClient();
     bool connect(const std::string &addr);
     /* Sends a header of header_len bytes (a short one is garbage on purpose). */
-    void send(const void *hdr, size_t header_len, const void *payload, size_t len, bool rndv = false);
+    void send(const void *hdr, size_t header_len, const void *payload, size_t len,
+              bool rndv = false);
     void send(const inc_wire_hdr &hdr, const void *payload = nullptr, size_t len = 0)
     {
         send(&hdr, sizeof(hdr), payload, len);
@@ -40,7 +42,7 @@ class RawClient {
     static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param);
     inc_ucx_node_t node_ = {};
-    ucp_ep_h   ep_   = nullptr;
+    ucp_ep_h ep_ = nullptr;
     std::vector<std::string *> keep_; /* payloads alive until the end */
 };
 

@@ -26,19 +26,21 @@ extern "C" {
 #include "base/dtype.h"
 }
 
-namespace {
+namespace
+{
 
 /* Each case runs on both algorithms and both ways of moving bulk data: eager
    (copied out of UCX's buffers; the TCP default) and rendezvous (received
    straight into the registered buffer; the RDMA choice). */
 struct Variant {
     incmoe_algo_t algo;
-    bool          rndv;
+    bool rndv;
 };
 
 harness::SwitchProc g_switch[2]; /* [rndv] */
 
-class Collectives : public ::testing::TestWithParam<Variant> {
+class Collectives : public ::testing::TestWithParam<Variant>
+{
   protected:
     static void SetUpTestSuite()
     {
@@ -55,28 +57,31 @@ class Collectives : public ::testing::TestWithParam<Variant> {
     void run(int nranks, const std::function<std::string(incmoe_comm_t *, int, int)> &body,
              int timeout_s = 120)
     {
-        unsigned long long job  = harness::unique_job_id();
-        incmoe_algo_t      algo = GetParam().algo;
-        bool               rndv = GetParam().rndv;
-        auto results = harness::run_ranks(nranks, [&](int rank) -> std::string {
-            setenv("INCMOE_RNDV_THRESH", rndv ? "4096" : "0", 1);
-            incmoe_comm_params_t p = {};
-            p.field_mask           = INCMOE_COMM_PARAM_ALGO;
-            p.switch_addr          = g_switch[rndv].addr.c_str();
-            p.job_id               = job;
-            p.rank                 = rank;
-            p.nranks               = nranks;
-            p.algo                 = algo;
-            incmoe_comm_t  *comm;
-            incmoe_status_t st = incmoe_comm_create(&p, &comm);
-            if (st != INCMOE_OK)
-                return std::string("comm_create: ") + incmoe_strerror(st);
-            std::string err = body(comm, rank, nranks);
-            st              = incmoe_comm_destroy(comm);
-            if (err.empty() && st != INCMOE_OK)
-                err = std::string("comm_destroy: ") + incmoe_strerror(st);
-            return err;
-        }, timeout_s);
+        unsigned long long job = harness::unique_job_id();
+        incmoe_algo_t algo = GetParam().algo;
+        bool rndv = GetParam().rndv;
+        auto results = harness::run_ranks(
+            nranks,
+            [&](int rank) -> std::string {
+                setenv("INCMOE_RNDV_THRESH", rndv ? "4096" : "0", 1);
+                incmoe_comm_params_t p = {};
+                p.field_mask = INCMOE_COMM_PARAM_ALGO;
+                p.switch_addr = g_switch[rndv].addr.c_str();
+                p.job_id = job;
+                p.rank = rank;
+                p.nranks = nranks;
+                p.algo = algo;
+                incmoe_comm_t *comm;
+                incmoe_status_t st = incmoe_comm_create(&p, &comm);
+                if (st != INCMOE_OK)
+                    return std::string("comm_create: ") + incmoe_strerror(st);
+                std::string err = body(comm, rank, nranks);
+                st = incmoe_comm_destroy(comm);
+                if (err.empty() && st != INCMOE_OK)
+                    err = std::string("comm_destroy: ") + incmoe_strerror(st);
+                return err;
+            },
+            timeout_s);
         EXPECT_EQ(harness::failures(results), "") << "N=" << nranks;
     }
 };
@@ -96,16 +101,25 @@ std::string why(incmoe_comm_t *comm, incmoe_status_t st, const char *what)
     } while (0)
 
 /* Exact in fp32 for any sum of a handful of ranks. */
-float ag_val(int rank, size_t i) { return (float)((rank * 131 + (int)(i % 997)) % 1000); }
-float rs_val(int rank, int block, size_t i) { return (float)((rank * 7 + block * 3 + (int)(i % 251)) % 100); }
+float ag_val(int rank, size_t i)
+{
+    return (float)((rank * 131 + (int)(i % 997)) % 1000);
+}
+float rs_val(int rank, int block, size_t i)
+{
+    return (float)((rank * 7 + block * 3 + (int)(i % 251)) % 100);
+}
 
 /* Rows of rank r in an uneven layout: some ranks empty, some full, some in between. */
 size_t rows_of(int r, int n, size_t tmax, int shape)
 {
     switch (shape) {
-    case 0: return tmax;                                    /* equal */
-    case 1: return r % 3 == 1 ? 0 : tmax - (size_t)r * tmax / (2 * n); /* unequal with zeros */
-    default: return r == n - 1 ? tmax : 0;                  /* only the last rank has rows */
+    case 0:
+        return tmax; /* equal */
+    case 1:
+        return r % 3 == 1 ? 0 : tmax - (size_t)r * tmax / (2 * n); /* unequal with zeros */
+    default:
+        return r == n - 1 ? tmax : 0; /* only the last rank has rows */
     }
 }
 
@@ -116,14 +130,14 @@ size_t rows_of(int r, int n, size_t tmax, int shape)
 std::string agrs_case(incmoe_comm_t *comm, int me, int n, size_t tmax, size_t row_elems, int shape,
                       size_t band_rows)
 {
-    const size_t rowb   = row_elems * sizeof(float);
+    const size_t rowb = row_elems * sizeof(float);
     const size_t stride = tmax * rowb;
     std::vector<size_t> valid(n);
     for (int r = 0; r < n; r++)
         valid[r] = rows_of(r, n, tmax, shape) * rowb;
-    std::vector<float>   own(tmax * row_elems), gathered(tmax * row_elems * n);
-    std::vector<float>   partial(tmax * row_elems * n), reduced(tmax * row_elems);
-    const unsigned char  canary = 0xA5;
+    std::vector<float> own(tmax * row_elems), gathered(tmax * row_elems * n);
+    std::vector<float> partial(tmax * row_elems * n), reduced(tmax * row_elems);
+    const unsigned char canary = 0xA5;
     memset(gathered.data(), canary, gathered.size() * sizeof(float));
     memset(reduced.data(), canary, reduced.size() * sizeof(float));
     for (size_t i = 0; i < own.size(); i++)
@@ -140,9 +154,9 @@ std::string agrs_case(incmoe_comm_t *comm, int me, int n, size_t tmax, size_t ro
     /* Band by band, like the MoE pipeline: window [j*band, (j+1)*band) rows of every block. */
     std::vector<incmoe_req_t> reqs;
     for (size_t row = 0; row < tmax; row += band_rows) {
-        size_t          rows = std::min(band_rows, tmax - row);
-        incmoe_layout_t l    = {stride, row * rowb, rows * rowb, valid.data()};
-        incmoe_req_t    ag, rs;
+        size_t rows = std::min(band_rows, tmax - row);
+        incmoe_layout_t l = {stride, row * rowb, rows * rowb, valid.data()};
+        incmoe_req_t ag, rs;
         CHECK_OK(incmoe_allgather(comm, m_own, row * rowb, m_gat, 0, &l, &ag));
         CHECK_OK(incmoe_reducescatter(comm, m_par, 0, m_red, row * rowb, &l, INCMOE_FLOAT32,
                                       INCMOE_SUM, &rs));
@@ -199,12 +213,15 @@ TEST_P(Collectives, AllGatherWithReduceScatterEveryRankCount)
 {
     for (int n : {1, 2, 3, 4, 5, 8}) {
         run(n, [&](incmoe_comm_t *comm, int me, int nr) -> std::string {
-            struct { size_t tmax, row, band; int shape; } cases[] = {
-                {1, 1, 1, 0},        /* one element */
-                {7, 3, 2, 1},        /* odd sizes, uneven with empty blocks */
-                {33, 1000, 8, 2},    /* only the last rank has tokens */
-                {20, 16411, 20, 1},  /* ~1.3 MB blocks: not a multiple of the chunk */
-                {64, 1024, 5, 0},    /* many bands */
+            struct {
+                size_t tmax, row, band;
+                int shape;
+            } cases[] = {
+                {1, 1, 1, 0},       /* one element */
+                {7, 3, 2, 1},       /* odd sizes, uneven with empty blocks */
+                {33, 1000, 8, 2},   /* only the last rank has tokens */
+                {20, 16411, 20, 1}, /* ~1.3 MB blocks: not a multiple of the chunk */
+                {64, 1024, 5, 0},   /* many bands */
             };
             for (auto &c : cases) {
                 std::string e = agrs_case(comm, me, nr, c.tmax, c.row, c.shape, c.band);
@@ -220,37 +237,54 @@ TEST_P(Collectives, AllGatherWithReduceScatterEveryRankCount)
 TEST_P(Collectives, SixtyFourMebibytes)
 {
     /* 64 MiB gathered/reduced buffer at N=4: 16 MiB blocks, in two bands. */
-    run(4, [&](incmoe_comm_t *comm, int me, int n) -> std::string {
-        return agrs_case(comm, me, n, 2048, 2048, 0, 1024);
-    }, 300);
+    run(
+        4,
+        [&](incmoe_comm_t *comm, int me, int n) -> std::string {
+            return agrs_case(comm, me, n, 2048, 2048, 0, 1024);
+        },
+        300);
 }
 
 /* Reference reduction with the library's documented order (see wire.h). */
 template <typename T> T op_apply(int op, T a, T b)
 {
     switch (op) {
-    case INCMOE_SUM: return (T)((typename std::make_unsigned<T>::type)a + (typename std::make_unsigned<T>::type)b);
-    case INCMOE_PROD: return (T)((typename std::make_unsigned<T>::type)a * (typename std::make_unsigned<T>::type)b);
-    case INCMOE_MAX: return a > b ? a : b;
-    default: return a < b ? a : b;
+    case INCMOE_SUM:
+        return (T)((typename std::make_unsigned<T>::type)a +
+                   (typename std::make_unsigned<T>::type)b);
+    case INCMOE_PROD:
+        return (T)((typename std::make_unsigned<T>::type)a *
+                   (typename std::make_unsigned<T>::type)b);
+    case INCMOE_MAX:
+        return a > b ? a : b;
+    default:
+        return a < b ? a : b;
     }
 }
 template <> float op_apply<float>(int op, float a, float b)
 {
     switch (op) {
-    case INCMOE_SUM: return a + b;
-    case INCMOE_PROD: return a * b;
-    case INCMOE_MAX: return a > b ? a : b;
-    default: return a < b ? a : b;
+    case INCMOE_SUM:
+        return a + b;
+    case INCMOE_PROD:
+        return a * b;
+    case INCMOE_MAX:
+        return a > b ? a : b;
+    default:
+        return a < b ? a : b;
     }
 }
 template <> double op_apply<double>(int op, double a, double b)
 {
     switch (op) {
-    case INCMOE_SUM: return a + b;
-    case INCMOE_PROD: return a * b;
-    case INCMOE_MAX: return a > b ? a : b;
-    default: return a < b ? a : b;
+    case INCMOE_SUM:
+        return a + b;
+    case INCMOE_PROD:
+        return a * b;
+    case INCMOE_MAX:
+        return a > b ? a : b;
+    default:
+        return a < b ? a : b;
     }
 }
 
@@ -262,25 +296,58 @@ double elem_val(int rank, size_t i, int op)
     return (double)((rank * 5 + (int)(i % 13)) % 11) - 3;
 }
 
-uint16_t to_half(double v) { _Float16 h = (_Float16)v; uint16_t u; memcpy(&u, &h, 2); return u; }
+uint16_t to_half(double v)
+{
+    _Float16 h = (_Float16)v;
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
 /* Truncation is exact for the small integers used here. */
-uint16_t to_bf16(double v) { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); return (uint16_t)(u >> 16); }
+uint16_t to_bf16(double v)
+{
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
 
 /* Store v as element i of a buffer of type dt. */
 void put(incmoe_dtype_t dt, void *buf, size_t i, double v)
 {
     switch (dt) {
-    case INCMOE_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case INCMOE_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(int)v; break;
-    case INCMOE_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case INCMOE_UINT32: ((uint32_t *)buf)[i] = (uint32_t)(int64_t)v; break;
-    case INCMOE_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case INCMOE_UINT64: ((uint64_t *)buf)[i] = (uint64_t)(int64_t)v; break;
-    case INCMOE_FLOAT16: ((uint16_t *)buf)[i] = to_half(v); break;
-    case INCMOE_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case INCMOE_FLOAT64: ((double *)buf)[i] = v; break;
-    case INCMOE_BFLOAT16: ((uint16_t *)buf)[i] = to_bf16(v); break;
-    default: break;
+    case INCMOE_INT8:
+        ((int8_t *)buf)[i] = (int8_t)v;
+        break;
+    case INCMOE_UINT8:
+        ((uint8_t *)buf)[i] = (uint8_t)(int)v;
+        break;
+    case INCMOE_INT32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case INCMOE_UINT32:
+        ((uint32_t *)buf)[i] = (uint32_t)(int64_t)v;
+        break;
+    case INCMOE_INT64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case INCMOE_UINT64:
+        ((uint64_t *)buf)[i] = (uint64_t)(int64_t)v;
+        break;
+    case INCMOE_FLOAT16:
+        ((uint16_t *)buf)[i] = to_half(v);
+        break;
+    case INCMOE_FLOAT32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case INCMOE_FLOAT64:
+        ((double *)buf)[i] = v;
+        break;
+    case INCMOE_BFLOAT16:
+        ((uint16_t *)buf)[i] = to_bf16(v);
+        break;
+    default:
+        break;
     }
 }
 
@@ -290,20 +357,37 @@ std::vector<unsigned char> reference(incmoe_dtype_t dt, int op, const std::vecto
     std::vector<unsigned char> out(8, 0);
     auto fold = [&](auto zero) {
         using T = decltype(zero);
-        T acc   = (T)(std::is_unsigned<T>::value ? (T)(int64_t)vals[0] : (T)vals[0]);
+        T acc = (T)(std::is_unsigned<T>::value ? (T)(int64_t)vals[0] : (T)vals[0]);
         for (size_t k = 1; k < vals.size(); k++)
-            acc = op_apply<T>(op, acc, (T)(std::is_unsigned<T>::value ? (T)(int64_t)vals[k] : (T)vals[k]));
+            acc = op_apply<T>(op, acc,
+                              (T)(std::is_unsigned<T>::value ? (T)(int64_t)vals[k] : (T)vals[k]));
         memcpy(out.data(), &acc, sizeof(T));
     };
     switch (dt) {
-    case INCMOE_INT8: fold((int8_t)0); break;
-    case INCMOE_UINT8: fold((uint8_t)0); break;
-    case INCMOE_INT32: fold((int32_t)0); break;
-    case INCMOE_UINT32: fold((uint32_t)0); break;
-    case INCMOE_INT64: fold((int64_t)0); break;
-    case INCMOE_UINT64: fold((uint64_t)0); break;
-    case INCMOE_FLOAT32: fold((float)0); break;
-    case INCMOE_FLOAT64: fold((double)0); break;
+    case INCMOE_INT8:
+        fold((int8_t)0);
+        break;
+    case INCMOE_UINT8:
+        fold((uint8_t)0);
+        break;
+    case INCMOE_INT32:
+        fold((int32_t)0);
+        break;
+    case INCMOE_UINT32:
+        fold((uint32_t)0);
+        break;
+    case INCMOE_INT64:
+        fold((int64_t)0);
+        break;
+    case INCMOE_UINT64:
+        fold((uint64_t)0);
+        break;
+    case INCMOE_FLOAT32:
+        fold((float)0);
+        break;
+    case INCMOE_FLOAT64:
+        fold((double)0);
+        break;
     case INCMOE_FLOAT16:
     case INCMOE_BFLOAT16: {
         /* fp32 accumulation of the widened values, one rounding at the end. */
@@ -314,7 +398,8 @@ std::vector<unsigned char> reference(incmoe_dtype_t dt, int op, const std::vecto
         memcpy(out.data(), &u, 2);
         break;
     }
-    default: break;
+    default:
+        break;
     }
     return out;
 }
@@ -326,7 +411,7 @@ TEST_P(Collectives, EveryDatatypeAndOperation)
             const size_t count = 1001; /* per block: not a multiple of anything */
             for (int d = 0; d < INC_DTYPE_COUNT; d++) {
                 incmoe_dtype_t dt = (incmoe_dtype_t)d;
-                size_t         es = incmoe_dtype_size(dt);
+                size_t es = incmoe_dtype_size(dt);
                 for (int op = 0; op < INC_REDOP_COUNT; op++) {
                     std::vector<unsigned char> send(count * es * nr), recv(count * es),
                         ar(count * es * nr);
@@ -340,9 +425,11 @@ TEST_P(Collectives, EveryDatatypeAndOperation)
                     CHECK_OK(incmoe_mem_register(comm, recv.data(), recv.size(), &mr));
                     CHECK_OK(incmoe_mem_register(comm, ar.data(), ar.size(), &ma));
                     incmoe_layout_t l = {count * es, 0, count * es, nullptr};
-                    incmoe_req_t    rs, a;
-                    CHECK_OK(incmoe_reducescatter(comm, ms, 0, mr, 0, &l, dt, (incmoe_redop_t)op, &rs));
-                    CHECK_OK(incmoe_allreduce(comm, ma, 0, ma, 0, count * nr, dt, (incmoe_redop_t)op, &a));
+                    incmoe_req_t rs, a;
+                    CHECK_OK(
+                        incmoe_reducescatter(comm, ms, 0, mr, 0, &l, dt, (incmoe_redop_t)op, &rs));
+                    CHECK_OK(incmoe_allreduce(comm, ma, 0, ma, 0, count * nr, dt,
+                                              (incmoe_redop_t)op, &a));
                     CHECK_OK(incmoe_wait(comm, &rs));
                     CHECK_OK(incmoe_wait(comm, &a));
                     for (size_t i = 0; i < count; i++) {
@@ -380,52 +467,57 @@ TEST_P(Collectives, EveryDatatypeAndOperation)
 
 TEST_P(Collectives, ThousandBackToBackCollectives)
 {
-    run(4, [&](incmoe_comm_t *comm, int me, int n) -> std::string {
-        const int         iters = 1000;
-        std::vector<int32_t> send(iters), gat((size_t)iters * n), part((size_t)iters * n), red(iters);
-        for (int k = 0; k < iters; k++) {
-            send[k] = me * 100000 + k;
-            for (int b = 0; b < n; b++)
-                part[(size_t)k * n + b] = me + b + k;
-        }
-        incmoe_mr_t *ms, *mg, *mp, *mr;
-        CHECK_OK(incmoe_mem_register(comm, send.data(), send.size() * 4, &ms));
-        CHECK_OK(incmoe_mem_register(comm, gat.data(), gat.size() * 4, &mg));
-        CHECK_OK(incmoe_mem_register(comm, part.data(), part.size() * 4, &mp));
-        CHECK_OK(incmoe_mem_register(comm, red.data(), red.size() * 4, &mr));
-        std::vector<incmoe_req_t> reqs;
-        /* All posted before any is waited for: the epochs carry them apart. */
-        for (int k = 0; k < iters; k++) {
-            incmoe_layout_t l = {4, 0, 4, nullptr};
-            incmoe_req_t    ag, rs, b;
-            CHECK_OK(incmoe_allgather(comm, ms, k * 4, mg, (size_t)k * n * 4, &l, &ag));
-            CHECK_OK(incmoe_reducescatter(comm, mp, (size_t)k * n * 4, mr, k * 4, &l, INCMOE_INT32,
-                                          INCMOE_SUM, &rs));
-            if (k % 100 == 0) {
-                CHECK_OK(incmoe_barrier(comm, &b));
-                reqs.push_back(b);
+    run(
+        4,
+        [&](incmoe_comm_t *comm, int me, int n) -> std::string {
+            const int iters = 1000;
+            std::vector<int32_t> send(iters), gat((size_t)iters * n), part((size_t)iters * n),
+                red(iters);
+            for (int k = 0; k < iters; k++) {
+                send[k] = me * 100000 + k;
+                for (int b = 0; b < n; b++)
+                    part[(size_t)k * n + b] = me + b + k;
             }
-            reqs.push_back(ag);
-            reqs.push_back(rs);
-        }
-        for (auto &r : reqs)
-            CHECK_OK(incmoe_wait(comm, &r));
-        if (incmoe_stream_completed(comm, INCMOE_STREAM_ALLGATHER) != (uint64_t)iters ||
-            incmoe_stream_completed(comm, INCMOE_STREAM_REDUCESCATTER) != (uint64_t)iters ||
-            incmoe_stream_completed(comm, INCMOE_STREAM_BARRIER) != 10)
-            return "stream counters do not match the collectives posted";
-        for (int k = 0; k < iters; k++) {
-            for (int b = 0; b < n; b++)
-                if (gat[(size_t)k * n + b] != b * 100000 + k)
-                    return "allgather " + std::to_string(k) + " block " + std::to_string(b) + " wrong";
-            int32_t want = 0;
-            for (int r = 0; r < n; r++)
-                want += r + me + k;
-            if (red[k] != want)
-                return "reducescatter " + std::to_string(k) + " wrong";
-        }
-        return "";
-    }, 180);
+            incmoe_mr_t *ms, *mg, *mp, *mr;
+            CHECK_OK(incmoe_mem_register(comm, send.data(), send.size() * 4, &ms));
+            CHECK_OK(incmoe_mem_register(comm, gat.data(), gat.size() * 4, &mg));
+            CHECK_OK(incmoe_mem_register(comm, part.data(), part.size() * 4, &mp));
+            CHECK_OK(incmoe_mem_register(comm, red.data(), red.size() * 4, &mr));
+            std::vector<incmoe_req_t> reqs;
+            /* All posted before any is waited for: the epochs carry them apart. */
+            for (int k = 0; k < iters; k++) {
+                incmoe_layout_t l = {4, 0, 4, nullptr};
+                incmoe_req_t ag, rs, b;
+                CHECK_OK(incmoe_allgather(comm, ms, k * 4, mg, (size_t)k * n * 4, &l, &ag));
+                CHECK_OK(incmoe_reducescatter(comm, mp, (size_t)k * n * 4, mr, k * 4, &l,
+                                              INCMOE_INT32, INCMOE_SUM, &rs));
+                if (k % 100 == 0) {
+                    CHECK_OK(incmoe_barrier(comm, &b));
+                    reqs.push_back(b);
+                }
+                reqs.push_back(ag);
+                reqs.push_back(rs);
+            }
+            for (auto &r : reqs)
+                CHECK_OK(incmoe_wait(comm, &r));
+            if (incmoe_stream_completed(comm, INCMOE_STREAM_ALLGATHER) != (uint64_t)iters ||
+                incmoe_stream_completed(comm, INCMOE_STREAM_REDUCESCATTER) != (uint64_t)iters ||
+                incmoe_stream_completed(comm, INCMOE_STREAM_BARRIER) != 10)
+                return "stream counters do not match the collectives posted";
+            for (int k = 0; k < iters; k++) {
+                for (int b = 0; b < n; b++)
+                    if (gat[(size_t)k * n + b] != b * 100000 + k)
+                        return "allgather " + std::to_string(k) + " block " + std::to_string(b) +
+                               " wrong";
+                int32_t want = 0;
+                for (int r = 0; r < n; r++)
+                    want += r + me + k;
+                if (red[k] != want)
+                    return "reducescatter " + std::to_string(k) + " wrong";
+            }
+            return "";
+        },
+        180);
 }
 
 /*
@@ -435,17 +527,20 @@ TEST_P(Collectives, ThousandBackToBackCollectives)
  */
 TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
 {
-    const int    n = 5;
+    const int n = 5;
     const size_t count = 300000; /* several chunks per block */
     std::vector<std::string> digests;
     for (int run_no = 0; run_no < 3; run_no++) {
-        std::string path = "/tmp/incmoe-repro-" + std::to_string(getpid()) + "-" + std::to_string(run_no);
+        std::string path =
+            "/tmp/incmoe-repro-" + std::to_string(getpid()) + "-" + std::to_string(run_no);
         run(n, [&](incmoe_comm_t *comm, int me, int nr) -> std::string {
-            std::mt19937                          rng(1234 + me); /* same data every run */
+            std::mt19937 rng(1234 + me); /* same data every run */
             std::uniform_real_distribution<float> dist(-1, 1);
             std::vector<float> part(count * nr), red(count), ar(count);
-            for (auto &x : part) x = dist(rng);
-            for (auto &x : ar) x = dist(rng);
+            for (auto &x : part)
+                x = dist(rng);
+            for (auto &x : ar)
+                x = dist(rng);
             incmoe_mr_t *mp, *mr, *ma;
             CHECK_OK(incmoe_mem_register(comm, part.data(), part.size() * 4, &mp));
             CHECK_OK(incmoe_mem_register(comm, red.data(), red.size() * 4, &mr));
@@ -453,7 +548,7 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
             /* A different rank is late in each run. */
             usleep((useconds_t)(((me + run_no * 2) % nr) * 20000));
             incmoe_layout_t l = {count * 4, 0, count * 4, nullptr};
-            incmoe_req_t    rs, a;
+            incmoe_req_t rs, a;
             CHECK_OK(incmoe_reducescatter(comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32, INCMOE_SUM, &rs));
             CHECK_OK(incmoe_allreduce(comm, ma, 0, ma, 0, count, INCMOE_FLOAT32, INCMOE_SUM, &a));
             CHECK_OK(incmoe_wait(comm, &rs));
@@ -464,8 +559,10 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
                 std::mt19937 g(1234 + r);
                 all_part[r].resize(count * nr);
                 all_ar[r].resize(count);
-                for (auto &x : all_part[r]) x = dist(g);
-                for (auto &x : all_ar[r]) x = dist(g);
+                for (auto &x : all_part[r])
+                    x = dist(g);
+                for (auto &x : all_ar[r])
+                    x = dist(g);
             }
             /* The documented orders.  Switch: the others in ascending rank order, then the
                root's own partial.  Ring: block b's running sum starts at rank b+1 and each
@@ -477,7 +574,7 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
                 return acc;
             };
             const size_t ar_base = count / nr, ar_extra = count % nr;
-            auto         ar_block = [&](size_t i) {
+            auto ar_block = [&](size_t i) {
                 size_t big = ar_extra * (ar_base + 1);
                 return (int)(i < big ? i / (ar_base + 1) : ar_extra + (i - big) / ar_base);
             };
@@ -488,12 +585,13 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
                     want_ar = ring_sum([&](int r) { return all_ar[r][i]; }, ar_block(i));
                 } else {
                     float others = 0;
-                    bool  first  = true;
+                    bool first = true;
                     for (int r = 0; r < nr; r++) {
-                        if (r == me) continue;
+                        if (r == me)
+                            continue;
                         float v = all_part[r][me * count + i];
-                        others  = first ? v : others + v;
-                        first   = false;
+                        others = first ? v : others + v;
+                        first = false;
                     }
                     want_rs = others + all_part[me][me * count + i];
                     want_ar = all_ar[0][i];
@@ -501,11 +599,15 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
                         want_ar += all_ar[r][i];
                 }
                 if (memcmp(&red[i], &want_rs, 4) != 0)
-                    return "reducescatter element " + std::to_string(i) + " differs from the "
-                           "documented order: " + std::to_string(red[i]) + " vs " + std::to_string(want_rs);
+                    return "reducescatter element " + std::to_string(i) +
+                           " differs from the "
+                           "documented order: " +
+                           std::to_string(red[i]) + " vs " + std::to_string(want_rs);
                 if (memcmp(&ar[i], &want_ar, 4) != 0)
-                    return "allreduce element " + std::to_string(i) + " differs from the "
-                           "documented order: " + std::to_string(ar[i]) + " vs " + std::to_string(want_ar);
+                    return "allreduce element " + std::to_string(i) +
+                           " differs from the "
+                           "documented order: " +
+                           std::to_string(ar[i]) + " vs " + std::to_string(want_ar);
             }
             if (me == 0) {
                 FILE *f = fopen(path.c_str(), "wb");
@@ -515,7 +617,7 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
             }
             return "";
         });
-        FILE       *f = fopen(path.c_str(), "rb");
+        FILE *f = fopen(path.c_str(), "rb");
         std::string bytes;
         if (f != nullptr) {
             char buf[65536];
@@ -539,10 +641,10 @@ TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(4, [&](int me) -> std::string {
         incmoe_comm_params_t p = {};
-        p.switch_addr          = sw.addr.c_str();
-        p.job_id               = job;
-        p.rank                 = me;
-        p.nranks               = 4;
+        p.switch_addr = sw.addr.c_str();
+        p.job_id = job;
+        p.rank = me;
+        p.nranks = 4;
         incmoe_comm_t *comm;
         if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
             return "create";
@@ -556,12 +658,13 @@ TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
 }
 
 /* Every test runs on both algorithms: the switch, and the ring baseline between the ranks. */
-INSTANTIATE_TEST_SUITE_P(Algo, Collectives,
-                         ::testing::Values(Variant{INCMOE_ALGO_INC, false}, Variant{INCMOE_ALGO_RING, false},
-                                           Variant{INCMOE_ALGO_INC, true}, Variant{INCMOE_ALGO_RING, true}),
-                         [](const ::testing::TestParamInfo<Variant> &info) {
-                             return std::string(info.param.algo == INCMOE_ALGO_INC ? "inc" : "ring") +
-                                    (info.param.rndv ? "_rndv" : "_eager");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algo, Collectives,
+    ::testing::Values(Variant{INCMOE_ALGO_INC, false}, Variant{INCMOE_ALGO_RING, false},
+                      Variant{INCMOE_ALGO_INC, true}, Variant{INCMOE_ALGO_RING, true}),
+    [](const ::testing::TestParamInfo<Variant> &info) {
+        return std::string(info.param.algo == INCMOE_ALGO_INC ? "inc" : "ring") +
+               (info.param.rndv ? "_rndv" : "_eager");
+    });
 
 } // namespace

@@ -23,7 +23,8 @@ extern "C" {
 #include "base/dtype.h"
 }
 
-namespace {
+namespace
+{
 
 std::string status_text(incmoe_status_t st)
 {
@@ -34,15 +35,15 @@ incmoe_status_t create(const std::string &addr, unsigned long long job, int rank
                        incmoe_comm_t **comm, int timeout_ms = 3000, const char *secret = nullptr)
 {
     incmoe_comm_params_t p = {};
-    p.field_mask           = INCMOE_COMM_PARAM_TIMEOUT;
-    p.switch_addr          = addr.c_str();
-    p.job_id               = job;
-    p.rank                 = rank;
-    p.nranks               = n;
-    p.timeout_ms           = timeout_ms;
+    p.field_mask = INCMOE_COMM_PARAM_TIMEOUT;
+    p.switch_addr = addr.c_str();
+    p.job_id = job;
+    p.rank = rank;
+    p.nranks = n;
+    p.timeout_ms = timeout_ms;
     if (secret != nullptr) {
         p.field_mask |= INCMOE_COMM_PARAM_SECRET;
-        p.secret     = secret;
+        p.secret = secret;
         p.secret_len = strlen(secret);
     }
     return incmoe_comm_create(&p, comm);
@@ -59,33 +60,40 @@ std::string comm_text(incmoe_comm_t *comm)
 void expect_switch_serves(const std::string &addr, int n = 2)
 {
     unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(n, [&](int rank) -> std::string {
-        incmoe_comm_t *comm;
-        incmoe_status_t st = create(addr, job, rank, n, &comm);
-        if (st != INCMOE_OK)
-            return "create: " + status_text(st);
-        std::vector<int> send(16, rank), recv(16 * n, -1);
-        incmoe_mr_t *ms, *mr;
-        incmoe_mem_register(comm, send.data(), 64, &ms);
-        incmoe_mem_register(comm, recv.data(), 64 * n, &mr);
-        incmoe_layout_t l = {64, 0, 64, nullptr};
-        incmoe_req_t    req;
-        st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &req);
-        for (int b = 0; b < n && st == INCMOE_OK; b++)
-            if (recv[16 * b] != b)
-                return "wrong data after an earlier bad job";
-        incmoe_comm_destroy(comm);
-        return st == INCMOE_OK ? "" : "allgather: " + status_text(st);
-    }, 60);
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(addr, job, rank, n, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            std::vector<int> send(16, rank), recv(16 * n, -1);
+            incmoe_mr_t *ms, *mr;
+            incmoe_mem_register(comm, send.data(), 64, &ms);
+            incmoe_mem_register(comm, recv.data(), 64 * n, &mr);
+            incmoe_layout_t l = {64, 0, 64, nullptr};
+            incmoe_req_t req;
+            st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            for (int b = 0; b < n && st == INCMOE_OK; b++)
+                if (recv[16 * b] != b)
+                    return "wrong data after an earlier bad job";
+            incmoe_comm_destroy(comm);
+            return st == INCMOE_OK ? "" : "allgather: " + status_text(st);
+        },
+        60);
     EXPECT_EQ(harness::failures(res), "") << "the switch stopped serving";
 }
 
-class Errors : public ::testing::Test {
+class Errors : public ::testing::Test
+{
   protected:
     harness::SwitchProc sw;
-    void SetUp() override { ASSERT_TRUE(harness::switch_start(&sw)); }
+    void SetUp() override
+    {
+        ASSERT_TRUE(harness::switch_start(&sw));
+    }
     void TearDown() override
     {
         expect_switch_serves(sw.addr);
@@ -98,13 +106,13 @@ TEST_F(Errors, WrongOrMissingSecretIsRefused)
 {
     harness::switch_stop(&sw);
     char keyfile[] = "/tmp/incmoe-key-XXXXXX";
-    int  fd        = mkstemp(keyfile);
+    int fd = mkstemp(keyfile);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(write(fd, "s3cret\n", 7), 7);
     close(fd);
     ASSERT_TRUE(harness::switch_start(&sw, {"--auth-key-file", keyfile}));
     auto res = harness::run_ranks(1, [&](int) -> std::string {
-        incmoe_comm_t  *comm;
+        incmoe_comm_t *comm;
         incmoe_status_t st = create(sw.addr, harness::unique_job_id(), 0, 1, &comm, 3000, "wrong");
         if (st != INCMOE_ERR_AUTH)
             return "wrong secret gave " + status_text(st);
@@ -138,7 +146,7 @@ TEST_F(Errors, DuplicateRankIsRefused)
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(2, [&](int i) -> std::string {
         usleep(i * 300000); /* the second comes later and claims rank 0 too */
-        incmoe_comm_t  *comm;
+        incmoe_comm_t *comm;
         incmoe_status_t st = create(sw.addr, job, 0, 2, &comm, 1500);
         if (i == 1)
             return st == INCMOE_ERR_JOB ? "" : "duplicate rank gave " + status_text(st);
@@ -170,7 +178,7 @@ TEST_F(Errors, RankBeyondJobSizeAndSizeDisagreementAreRefused)
     unsigned long long job = harness::unique_job_id();
     res = harness::run_ranks(2, [&](int i) -> std::string {
         usleep(i * 300000);
-        incmoe_comm_t  *comm;
+        incmoe_comm_t *comm;
         incmoe_status_t st = create(sw.addr, job, i, 2 + i, &comm, 1500);
         if (i == 1)
             return st == INCMOE_ERR_MISMATCH ? "" : "job size 3 vs 2 gave " + status_text(st);
@@ -179,57 +187,63 @@ TEST_F(Errors, RankBeyondJobSizeAndSizeDisagreementAreRefused)
     EXPECT_EQ(harness::failures(res), "");
 }
 
-/* Runs a job whose ranks do body; every rank must end with want, and the reason must mention what. */
+/* Runs a job whose ranks do body; every rank must end with want, and the reason must mention what.
+ */
 void expect_job_fails(const std::string &addr, int n, incmoe_status_t want, const std::string &what,
                       const std::function<incmoe_status_t(incmoe_comm_t *, int)> &body)
 {
     unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(n, [&](int rank) -> std::string {
-        incmoe_comm_t  *comm;
-        incmoe_status_t st = create(addr, job, rank, n, &comm);
-        if (st == want)
-            return ""; /* a slow rank may hear of the failure while still joining */
-        if (st != INCMOE_OK)
-            return "create: " + status_text(st);
-        st               = body(comm, rank);
-        std::string text = comm_text(comm);
-        incmoe_comm_destroy(comm);
-        if (st != want)
-            return "got " + status_text(st) + " (" + text + "), want " + status_text(want);
-        if (text.find(what) == std::string::npos)
-            return "reason '" + text + "' does not mention '" + what + "'";
-        return "";
-    }, 60);
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(addr, job, rank, n, &comm);
+            if (st == want)
+                return ""; /* a slow rank may hear of the failure while still joining */
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            st = body(comm, rank);
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st != want)
+                return "got " + status_text(st) + " (" + text + "), want " + status_text(want);
+            if (text.find(what) == std::string::npos)
+                return "reason '" + text + "' does not mention '" + what + "'";
+            return "";
+        },
+        60);
     EXPECT_EQ(harness::failures(res), "");
 }
 
 TEST_F(Errors, RanksDisagreeingOnACollective)
 {
     /* Size. */
-    expect_job_fails(sw.addr, 3, INCMOE_ERR_MISMATCH, "disagree", [](incmoe_comm_t *comm, int rank) {
-        static float buf[4096];
-        incmoe_mr_t *mr;
-        incmoe_mem_register(comm, buf, sizeof(buf), &mr);
-        size_t          valid[3] = {64, 64, rank == 2 ? 128u : 64u};
-        incmoe_layout_t l        = {1024, 0, 1024, valid};
-        incmoe_req_t    req;
-        incmoe_status_t st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
-        return st != INCMOE_OK ? st : incmoe_wait(comm, &req);
-    });
+    expect_job_fails(sw.addr, 3, INCMOE_ERR_MISMATCH, "disagree",
+                     [](incmoe_comm_t *comm, int rank) {
+                         static float buf[4096];
+                         incmoe_mr_t *mr;
+                         incmoe_mem_register(comm, buf, sizeof(buf), &mr);
+                         size_t valid[3] = {64, 64, rank == 2 ? 128u : 64u};
+                         incmoe_layout_t l = {1024, 0, 1024, valid};
+                         incmoe_req_t req;
+                         incmoe_status_t st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
+                         return st != INCMOE_OK ? st : incmoe_wait(comm, &req);
+                     });
     /* Datatype, then operation. */
     for (int what = 0; what < 2; what++) {
-        expect_job_fails(sw.addr, 2, INCMOE_ERR_MISMATCH, "disagree", [&](incmoe_comm_t *comm, int rank) {
-            static float send[512], recv[256];
-            incmoe_mr_t *ms, *mr;
-            incmoe_mem_register(comm, send, sizeof(send), &ms);
-            incmoe_mem_register(comm, recv, sizeof(recv), &mr);
-            incmoe_layout_t l  = {1024, 0, 1024, nullptr};
-            incmoe_dtype_t  dt = what == 0 && rank == 1 ? INCMOE_INT32 : INCMOE_FLOAT32;
-            incmoe_redop_t  op = what == 1 && rank == 1 ? INCMOE_MAX : INCMOE_SUM;
-            incmoe_req_t    req;
-            incmoe_status_t st = incmoe_reducescatter(comm, ms, 0, mr, 0, &l, dt, op, &req);
-            return st != INCMOE_OK ? st : incmoe_wait(comm, &req);
-        });
+        expect_job_fails(
+            sw.addr, 2, INCMOE_ERR_MISMATCH, "disagree", [&](incmoe_comm_t *comm, int rank) {
+                static float send[512], recv[256];
+                incmoe_mr_t *ms, *mr;
+                incmoe_mem_register(comm, send, sizeof(send), &ms);
+                incmoe_mem_register(comm, recv, sizeof(recv), &mr);
+                incmoe_layout_t l = {1024, 0, 1024, nullptr};
+                incmoe_dtype_t dt = what == 0 && rank == 1 ? INCMOE_INT32 : INCMOE_FLOAT32;
+                incmoe_redop_t op = what == 1 && rank == 1 ? INCMOE_MAX : INCMOE_SUM;
+                incmoe_req_t req;
+                incmoe_status_t st = incmoe_reducescatter(comm, ms, 0, mr, 0, &l, dt, op, &req);
+                return st != INCMOE_OK ? st : incmoe_wait(comm, &req);
+            });
     }
 }
 
@@ -237,16 +251,18 @@ TEST_F(Errors, RangeOutsideTheRegisteredBufferFailsEveryRank)
 {
     expect_job_fails(sw.addr, 3, INCMOE_ERR_OUT_OF_RANGE, "outside the registered",
                      [](incmoe_comm_t *comm, int rank) {
-        static char small[256], big[4096];
-        incmoe_mr_t *ms, *mb;
-        incmoe_mem_register(comm, small, sizeof(small), &ms);
-        incmoe_mem_register(comm, big, sizeof(big), &mb);
-        incmoe_layout_t l = {1024, 0, 512, nullptr};
-        incmoe_req_t    req;
-        /* Rank 1 names 512 bytes at offset 0 of a 256-byte region; nothing is sent or written. */
-        incmoe_status_t st = incmoe_allgather(comm, rank == 1 ? ms : mb, 0, mb, 0, &l, &req);
-        return st != INCMOE_OK ? st : incmoe_wait(comm, &req);
-    });
+                         static char small[256], big[4096];
+                         incmoe_mr_t *ms, *mb;
+                         incmoe_mem_register(comm, small, sizeof(small), &ms);
+                         incmoe_mem_register(comm, big, sizeof(big), &mb);
+                         incmoe_layout_t l = {1024, 0, 512, nullptr};
+                         incmoe_req_t req;
+                         /* Rank 1 names 512 bytes at offset 0 of a 256-byte region; nothing is sent
+                          * or written. */
+                         incmoe_status_t st =
+                             incmoe_allgather(comm, rank == 1 ? ms : mb, 0, mb, 0, &l, &req);
+                         return st != INCMOE_OK ? st : incmoe_wait(comm, &req);
+                     });
 }
 
 TEST_F(Errors, UnregisteredBufferAndBadArgumentsAreRejected)
@@ -256,11 +272,11 @@ TEST_F(Errors, UnregisteredBufferAndBadArgumentsAreRejected)
         if (create(sw.addr, harness::unique_job_id(), 0, 1, &comm) != INCMOE_OK)
             return "create";
         incmoe_mr_t *mr;
-        static char  buf[64];
+        static char buf[64];
         incmoe_mem_register(comm, buf, sizeof(buf), &mr);
         incmoe_req_t req;
-        if (incmoe_allreduce(comm, mr, 0, mr, 0, 4, (incmoe_dtype_t)INC_DTYPE_COUNT, INCMOE_SUM, &req) !=
-            INCMOE_ERR_UNSUPPORTED)
+        if (incmoe_allreduce(comm, mr, 0, mr, 0, 4, (incmoe_dtype_t)INC_DTYPE_COUNT, INCMOE_SUM,
+                             &req) != INCMOE_ERR_UNSUPPORTED)
             return "unknown datatype accepted";
         std::string text = comm_text(comm);
         incmoe_comm_destroy(comm);
@@ -278,41 +294,44 @@ void expect_raw_breaks_job(const std::string &addr, incmoe_status_t want, const 
                            const std::function<void(RawClient &, uint64_t job)> &misbehave)
 {
     unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(2, [&](int rank) -> std::string {
-        if (rank == 1) {
-            RawClient c;
-            if (!c.connect(addr))
-                return "connect";
-            c.join(job, 1, 2);
-            if (!c.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000))
-                return "no JOIN_ACK";
-            c.progress(300); /* let rank 0 finish joining and post */
-            misbehave(c, job);
-            RawMsg m;
-            if (!c.wait_for(WIRE_MSG_ERROR, &m, 5000))
-                return "the misbehaving rank got no ERROR";
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            if (rank == 1) {
+                RawClient c;
+                if (!c.connect(addr))
+                    return "connect";
+                c.join(job, 1, 2);
+                if (!c.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000))
+                    return "no JOIN_ACK";
+                c.progress(300); /* let rank 0 finish joining and post */
+                misbehave(c, job);
+                RawMsg m;
+                if (!c.wait_for(WIRE_MSG_ERROR, &m, 5000))
+                    return "the misbehaving rank got no ERROR";
+                return "";
+            }
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(addr, job, 0, 2, &comm, 5000);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            static float buf[1 << 16];
+            incmoe_mr_t *mr;
+            incmoe_mem_register(comm, buf, sizeof(buf), &mr);
+            incmoe_layout_t l = {4096, 0, 4096, nullptr};
+            incmoe_req_t req;
+            st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st != want)
+                return "got " + status_text(st) + " (" + text + "), want " + status_text(want);
+            if (text.find(what) == std::string::npos)
+                return "reason '" + text + "' does not mention '" + what + "'";
             return "";
-        }
-        incmoe_comm_t  *comm;
-        incmoe_status_t st = create(addr, job, 0, 2, &comm, 5000);
-        if (st != INCMOE_OK)
-            return "create: " + status_text(st);
-        static float buf[1 << 16];
-        incmoe_mr_t *mr;
-        incmoe_mem_register(comm, buf, sizeof(buf), &mr);
-        incmoe_layout_t l = {4096, 0, 4096, nullptr};
-        incmoe_req_t    req;
-        st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &req);
-        std::string text = comm_text(comm);
-        incmoe_comm_destroy(comm);
-        if (st != want)
-            return "got " + status_text(st) + " (" + text + "), want " + status_text(want);
-        if (text.find(what) == std::string::npos)
-            return "reason '" + text + "' does not mention '" + what + "'";
-        return "";
-    }, 60);
+        },
+        60);
     EXPECT_EQ(harness::failures(res), "");
 }
 
@@ -320,86 +339,101 @@ inc_wire_hdr raw_hdr(inc_wire_msg_t msg, uint64_t job, incmoe_stream_t stream)
 {
     inc_wire_hdr h;
     inc_wire_hdr_init(&h, msg, job);
-    h.rank   = 1;
+    h.rank = 1;
     h.stream = (uint8_t)stream;
-    h.epoch  = 1;
+    h.epoch = 1;
     return h;
 }
 
 TEST_F(Errors, GarbageAndTruncatedMessages)
 {
-    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "malformed", [](RawClient &c, uint64_t job) {
-        char garbage[10] = "garbage!!";
-        c.send(garbage, sizeof(garbage), nullptr, 0);
-    });
-    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "truncated", [](RawClient &c, uint64_t job) {
-        inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
-        h.root = 1;
-        h.length = 4096; /* claims 4096, carries 100 */
-        h.total  = 4096;
-        char data[100] = {};
-        c.send(h, data, sizeof(data));
-    });
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "malformed",
+                          [](RawClient &c, uint64_t job) {
+                              char garbage[10] = "garbage!!";
+                              c.send(garbage, sizeof(garbage), nullptr, 0);
+                          });
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "truncated",
+                          [](RawClient &c, uint64_t job) {
+                              inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
+                              h.root = 1;
+                              h.length = 4096; /* claims 4096, carries 100 */
+                              h.total = 4096;
+                              char data[100] = {};
+                              c.send(h, data, sizeof(data));
+                          });
 }
 
 TEST_F(Errors, UnknownOperationAndDatatype)
 {
-    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "unknown message type", [](RawClient &c, uint64_t job) {
-        inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
-        h.msg = 99;
-        c.send(h);
-    });
-    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [](RawClient &c, uint64_t job) {
-        inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
-        h.root = 0; h.length = 16; h.total = 16; h.dtype = 42; h.redop = INCMOE_SUM;
-        char data[16] = {};
-        c.send(h, data, sizeof(data));
-    });
-    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [](RawClient &c, uint64_t job) {
-        inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
-        h.root = 0; h.length = 16; h.total = 16; h.dtype = INCMOE_FLOAT32; h.redop = 17;
-        char data[16] = {};
-        c.send(h, data, sizeof(data));
-    });
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "unknown message type",
+                          [](RawClient &c, uint64_t job) {
+                              inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
+                              h.msg = 99;
+                              c.send(h);
+                          });
+    expect_raw_breaks_job(
+        sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [](RawClient &c, uint64_t job) {
+            inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
+            h.root = 0;
+            h.length = 16;
+            h.total = 16;
+            h.dtype = 42;
+            h.redop = INCMOE_SUM;
+            char data[16] = {};
+            c.send(h, data, sizeof(data));
+        });
+    expect_raw_breaks_job(
+        sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [](RawClient &c, uint64_t job) {
+            inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
+            h.root = 0;
+            h.length = 16;
+            h.total = 16;
+            h.dtype = INCMOE_FLOAT32;
+            h.redop = 17;
+            char data[16] = {};
+            c.send(h, data, sizeof(data));
+        });
 }
 
 TEST_F(Errors, RangesOutsideWhatWasAnnounced)
 {
     /* Announces 4096 bytes for its block, then sends a chunk claiming an 8192-byte window. */
-    expect_raw_breaks_job(sw.addr, INCMOE_ERR_MISMATCH, "announced", [](RawClient &c, uint64_t job) {
-        uint64_t bytes[2] = {4096, 4096};
-        inc_wire_hdr p = raw_hdr(WIRE_MSG_POST, job, INCMOE_STREAM_ALLGATHER);
-        p.total = 4096;
-        p.dtype = INCMOE_UINT8;
-        p.sig   = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM, bytes, 2);
-        c.send(p);
-        inc_wire_hdr d = p;
-        d.msg    = WIRE_MSG_DATA;
-        d.root   = 1;
-        d.total  = 8192;
-        d.length = 8192;
-        std::vector<char> data(8192);
-        c.send(d, data.data(), data.size());
-    });
+    expect_raw_breaks_job(
+        sw.addr, INCMOE_ERR_MISMATCH, "announced", [](RawClient &c, uint64_t job) {
+            uint64_t bytes[2] = {4096, 4096};
+            inc_wire_hdr p = raw_hdr(WIRE_MSG_POST, job, INCMOE_STREAM_ALLGATHER);
+            p.total = 4096;
+            p.dtype = INCMOE_UINT8;
+            p.sig = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM, bytes, 2);
+            c.send(p);
+            inc_wire_hdr d = p;
+            d.msg = WIRE_MSG_DATA;
+            d.root = 1;
+            d.total = 8192;
+            d.length = 8192;
+            std::vector<char> data(8192);
+            c.send(d, data.data(), data.size());
+        });
     /* A window that does not follow the switch's chunking. */
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "chunking", [](RawClient &c, uint64_t job) {
         inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
-        d.root   = 1;
+        d.root = 1;
         d.offset = 3;
         d.length = 16;
-        d.total  = 4096;
+        d.total = 4096;
         char data[16] = {};
         c.send(d, data, sizeof(data));
     });
     /* AllGather data for somebody else's block. */
-    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "data for root", [](RawClient &c, uint64_t job) {
-        inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
-        d.root   = 0;
-        d.length = 16;
-        d.total  = 16;
-        char data[16] = {};
-        c.send(d, data, sizeof(data));
-    });
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "data for root",
+                          [](RawClient &c, uint64_t job) {
+                              inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
+                              d.root = 0;
+                              d.length = 16;
+                              d.total = 16;
+                              char data[16] = {};
+                              c.send(d, data, sizeof(data));
+                          });
     /* Claiming to be another rank. */
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "claiming", [](RawClient &c, uint64_t job) {
         inc_wire_hdr h = raw_hdr(WIRE_MSG_HEARTBEAT, job, INCMOE_STREAM_ALLGATHER);
@@ -412,16 +446,16 @@ TEST_F(Errors, SenderIgnoringCreditsCannotMakeTheSwitchBuffer)
 {
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "credits", [](RawClient &c, uint64_t job) {
         /* A 128-chunk window sent without waiting for a single credit back (32 are granted). */
-        const uint64_t    chunk = 262144, total = 128 * chunk;
+        const uint64_t chunk = 262144, total = 128 * chunk;
         std::vector<char> data(chunk);
         for (uint64_t k = 0; k < 128; k++) {
             inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
-            d.epoch  = 5; /* never armed: nothing is forwarded, so no credit comes back */
-            d.root   = 1;
+            d.epoch = 5; /* never armed: nothing is forwarded, so no credit comes back */
+            d.root = 1;
             d.offset = k * chunk;
             d.length = chunk;
-            d.total  = total;
-            d.chunk  = (uint32_t)k;
+            d.total = total;
+            d.chunk = (uint32_t)k;
             c.send(&d, sizeof(d), data.data(), data.size(), true);
         }
     });
@@ -432,7 +466,7 @@ TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
     harness::switch_stop(&sw);
     ASSERT_TRUE(harness::switch_start(&sw, {"--max-memory", "100M"}));
     auto res = harness::run_ranks(1, [&](int) -> std::string {
-        incmoe_comm_t  *comm;
+        incmoe_comm_t *comm;
         /* 2 ranks need 256K x 32 x 9 = 72 MiB: admitted.  8 ranks need 216 MiB: refused. */
         incmoe_status_t st = create(sw.addr, harness::unique_job_id(), 0, 8, &comm, 3000);
         if (st != INCMOE_ERR_NO_MEMORY)
@@ -445,52 +479,55 @@ TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
 /* Ranks 0..n-2 wait on a collective; rank n-1 dies (or hangs) instead of joining it. */
 void expect_dead_rank_detected(const std::string &addr, int sig)
 {
-    const int          n = 3, bound_ms = 2000;
+    const int n = 3, bound_ms = 2000;
     unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(n, [&](int rank) -> std::string {
-        incmoe_comm_t  *comm;
-        incmoe_status_t st = create(addr, job, rank, n, &comm, bound_ms);
-        if (st != INCMOE_OK)
-            return "create: " + status_text(st);
-        std::string pidfile = "/tmp/incmoe-stopped-" + std::to_string(job);
-        if (rank == n - 1) {
-            FILE *f = fopen(pidfile.c_str(), "w");
-            fprintf(f, "%d\n", (int)getpid());
-            fclose(f);
-            usleep(200000);
-            raise(sig); /* SIGKILL: dead; SIGSTOP: alive but silent */
-            pause();
-        }
-        static float buf[1 << 18];
-        incmoe_mr_t *mr;
-        incmoe_mem_register(comm, buf, sizeof(buf), &mr);
-        incmoe_layout_t l = {sizeof(buf) / n / 64 * 64, 0, sizeof(buf) / n / 64 * 64, nullptr};
-        incmoe_req_t    req;
-        double          t0 = inc_now_s();
-        st                 = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &req);
-        double      waited = inc_now_s() - t0;
-        std::string text   = comm_text(comm);
-        incmoe_comm_destroy(comm);
-        if (rank == 0) { /* a stopped rank never ends by itself */
-            FILE *f   = fopen(pidfile.c_str(), "r");
-            int   pid = 0;
-            if (f != nullptr && fscanf(f, "%d", &pid) == 1 && pid > 0)
-                kill(pid, SIGKILL);
-            if (f != nullptr)
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(addr, job, rank, n, &comm, bound_ms);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            std::string pidfile = "/tmp/incmoe-stopped-" + std::to_string(job);
+            if (rank == n - 1) {
+                FILE *f = fopen(pidfile.c_str(), "w");
+                fprintf(f, "%d\n", (int)getpid());
                 fclose(f);
-            unlink(pidfile.c_str());
-        }
-        if (st != INCMOE_ERR_PEER_FAILED)
-            return "got " + status_text(st) + " (" + text + ")";
-        if (text.find("rank " + std::to_string(n - 1)) == std::string::npos)
-            return "reason does not name the rank: " + text;
-        /* The bound, plus slack for a loaded 2-core machine: a hang would be caught here. */
-        if (waited > bound_ms / 1000.0 * 2 + 3)
-            return "noticed after " + std::to_string(waited) + " s";
-        return "";
-    }, 60);
+                usleep(200000);
+                raise(sig); /* SIGKILL: dead; SIGSTOP: alive but silent */
+                pause();
+            }
+            static float buf[1 << 18];
+            incmoe_mr_t *mr;
+            incmoe_mem_register(comm, buf, sizeof(buf), &mr);
+            incmoe_layout_t l = {sizeof(buf) / n / 64 * 64, 0, sizeof(buf) / n / 64 * 64, nullptr};
+            incmoe_req_t req;
+            double t0 = inc_now_s();
+            st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            double waited = inc_now_s() - t0;
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (rank == 0) { /* a stopped rank never ends by itself */
+                FILE *f = fopen(pidfile.c_str(), "r");
+                int pid = 0;
+                if (f != nullptr && fscanf(f, "%d", &pid) == 1 && pid > 0)
+                    kill(pid, SIGKILL);
+                if (f != nullptr)
+                    fclose(f);
+                unlink(pidfile.c_str());
+            }
+            if (st != INCMOE_ERR_PEER_FAILED)
+                return "got " + status_text(st) + " (" + text + ")";
+            if (text.find("rank " + std::to_string(n - 1)) == std::string::npos)
+                return "reason does not name the rank: " + text;
+            /* The bound, plus slack for a loaded 2-core machine: a hang would be caught here. */
+            if (waited > bound_ms / 1000.0 * 2 + 3)
+                return "noticed after " + std::to_string(waited) + " s";
+            return "";
+        },
+        60);
     for (int r = 0; r < n - 1; r++)
         EXPECT_EQ(res[r], "") << "rank " << r;
 }
@@ -510,27 +547,30 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
     harness::SwitchProc doomed;
     ASSERT_TRUE(harness::switch_start(&doomed));
     unsigned long long job = harness::unique_job_id();
-    pid_t              victim = doomed.pid;
-    auto res = harness::run_ranks(2, [&](int rank) -> std::string {
-        incmoe_comm_t  *comm;
-        incmoe_status_t st = create(doomed.addr, job, rank, 2, &comm, 2000);
-        if (st != INCMOE_OK)
-            return "create: " + status_text(st);
-        incmoe_req_t req;
-        st = incmoe_barrier(comm, &req); /* both have joined */
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &req);
-        if (st != INCMOE_OK)
-            return "first barrier: " + status_text(st);
-        if (rank == 0)
-            kill(victim, SIGKILL);
-        usleep(100000);
-        st = incmoe_barrier(comm, &req);
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &req);
-        incmoe_comm_destroy(comm);
-        return st == INCMOE_ERR_PEER_FAILED ? "" : "got " + status_text(st);
-    }, 60);
+    pid_t victim = doomed.pid;
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(doomed.addr, job, rank, 2, &comm, 2000);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            incmoe_req_t req;
+            st = incmoe_barrier(comm, &req); /* both have joined */
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            if (st != INCMOE_OK)
+                return "first barrier: " + status_text(st);
+            if (rank == 0)
+                kill(victim, SIGKILL);
+            usleep(100000);
+            st = incmoe_barrier(comm, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            incmoe_comm_destroy(comm);
+            return st == INCMOE_ERR_PEER_FAILED ? "" : "got " + status_text(st);
+        },
+        60);
     EXPECT_EQ(res[0], "");
     EXPECT_EQ(res[1], "");
     harness::switch_stop(&doomed);
@@ -539,9 +579,10 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
 TEST_F(Errors, UnreachableSwitchAndBadAddress)
 {
     auto res = harness::run_ranks(1, [&](int) -> std::string {
-        incmoe_comm_t  *comm;
+        incmoe_comm_t *comm;
         incmoe_status_t st = create("127.0.0.1:1", 1, 0, 2, &comm, 2000);
-        if (st != INCMOE_ERR_UNREACHABLE && st != INCMOE_ERR_PEER_FAILED && st != INCMOE_ERR_TIMEOUT)
+        if (st != INCMOE_ERR_UNREACHABLE && st != INCMOE_ERR_PEER_FAILED &&
+            st != INCMOE_ERR_TIMEOUT)
             return "closed port gave " + status_text(st);
         if (create("no-port-here", 1, 0, 2, &comm) != INCMOE_ERR_INVALID_ARG)
             return "address without port accepted";

@@ -36,10 +36,10 @@ static uint16_t ref_bf16(float f)
     uint32_t u;
     memcpy(&u, &f, 4);
     uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
-    double   dl = inc_dtype_bf16_to_float(lo), dh = inc_dtype_bf16_to_float(hi);
-    double   dlo = std::fabs((double)f - dl), dhi = std::fabs((double)f - dh);
+    double dl = inc_dtype_bf16_to_float(lo), dh = inc_dtype_bf16_to_float(hi);
+    double dlo = std::fabs((double)f - dl), dhi = std::fabs((double)f - dh);
     if (std::isinf(dh) && !std::isinf(f))
-        dhi = std::fabs((double)f - 3.3961775292304e38 * (f < 0 ? -1 : 1)) ;
+        dhi = std::fabs((double)f - 3.3961775292304e38 * (f < 0 ? -1 : 1));
     if (dlo < dhi)
         return lo;
     if (dhi < dlo)
@@ -51,7 +51,7 @@ TEST(Dtype, HalfRoundTripsEveryValue)
 {
     for (uint32_t u = 0; u < 0x10000; u++) {
         uint16_t h = (uint16_t)u;
-        float    f = inc_dtype_half_to_float(h);
+        float f = inc_dtype_half_to_float(h);
         if (std::isnan(ref_half_to_float(h))) {
             EXPECT_TRUE(std::isnan(f)) << std::hex << u;
             continue;
@@ -66,7 +66,7 @@ TEST(Dtype, FloatToHalfRoundsLikeTheCompiler)
     std::mt19937 rng(1);
     for (int i = 0; i < 2000000; i++) {
         uint32_t u = rng();
-        float    f;
+        float f;
         memcpy(&f, &u, 4);
         if (std::isnan(f))
             continue;
@@ -79,7 +79,7 @@ TEST(Dtype, FloatToBf16RoundsToNearestEven)
     std::mt19937 rng(2);
     for (int i = 0; i < 1000000; i++) {
         uint32_t u = rng();
-        float    f;
+        float f;
         memcpy(&f, &u, 4);
         if (std::isnan(f) || std::fabs(f) > 3.38e38f)
             continue;
@@ -93,10 +93,14 @@ TEST(Dtype, FloatToBf16RoundsToNearestEven)
 template <typename T> static T apply(int op, T a, T b)
 {
     switch (op) {
-    case INCMOE_SUM: return (T)(a + b);
-    case INCMOE_PROD: return (T)(a * b);
-    case INCMOE_MAX: return a > b ? a : b;
-    default: return a < b ? a : b;
+    case INCMOE_SUM:
+        return (T)(a + b);
+    case INCMOE_PROD:
+        return (T)(a * b);
+    case INCMOE_MAX:
+        return a > b ? a : b;
+    default:
+        return a < b ? a : b;
     }
 }
 
@@ -116,7 +120,8 @@ static void check_native(incmoe_dtype_t dt, int op, int nsrc, size_t count, std:
         T want = src[0][i];
         for (int s = 1; s < nsrc; s++)
             want = apply<T>(op, want, src[s][i]);
-        ASSERT_EQ(out[i], want) << incmoe_dtype_name(dt) << " " << incmoe_redop_name((incmoe_redop_t)op) << " i=" << i;
+        ASSERT_EQ(out[i], want) << incmoe_dtype_name(dt) << " "
+                                << incmoe_redop_name((incmoe_redop_t)op) << " i=" << i;
     }
 }
 
@@ -141,11 +146,11 @@ TEST(Reduce, NativeTypesEveryOp)
 
 TEST(Reduce, SixteenBitAccumulatesInFp32AndRoundsOnce)
 {
-    std::mt19937                          rng(4);
+    std::mt19937 rng(4);
     std::uniform_real_distribution<float> dist(-4, 4);
     for (incmoe_dtype_t dt : {INCMOE_FLOAT16, INCMOE_BFLOAT16}) {
         for (int op = 0; op < INC_REDOP_COUNT; op++) {
-            const int    nsrc  = 6;
+            const int nsrc = 6;
             const size_t count = 3001;
             std::vector<std::vector<uint16_t>> src(nsrc, std::vector<uint16_t>(count));
             for (auto &v : src)
@@ -157,8 +162,10 @@ TEST(Reduce, SixteenBitAccumulatesInFp32AndRoundsOnce)
             std::vector<uint16_t> out(count);
             inc_reduce_ordered(out.data(), ptrs.data(), nsrc, count, dt, (incmoe_redop_t)op);
             for (size_t i = 0; i < count; i++) {
-                auto  wide = [&](uint16_t x) { return dt == INCMOE_FLOAT16 ? ref_half_to_float(x) : inc_dtype_bf16_to_float(x); };
-                float acc  = wide(src[0][i]);
+                auto wide = [&](uint16_t x) {
+                    return dt == INCMOE_FLOAT16 ? ref_half_to_float(x) : inc_dtype_bf16_to_float(x);
+                };
+                float acc = wide(src[0][i]);
                 for (int s = 1; s < nsrc; s++)
                     acc = apply<float>(op, acc, wide(src[s][i]));
                 uint16_t want = dt == INCMOE_FLOAT16 ? ref_half(acc) : ref_bf16(acc);
@@ -176,7 +183,8 @@ TEST(Reduce, PairInPlaceOnEitherSide)
     inc_reduce_pair(b2.data(), a.data(), b2.data(), 3, INCMOE_FLOAT32, INCMOE_SUM);
     EXPECT_EQ(a2, (std::vector<float>{11, 22, 33}));
     EXPECT_EQ(b2, (std::vector<float>{11, 22, 33}));
-    std::vector<uint16_t> h = {ref_half(1.5f), ref_half(-2.0f)}, g = {ref_half(0.25f), ref_half(8.0f)};
+    std::vector<uint16_t> h = {ref_half(1.5f), ref_half(-2.0f)},
+                          g = {ref_half(0.25f), ref_half(8.0f)};
     inc_reduce_pair(g.data(), h.data(), g.data(), 2, INCMOE_FLOAT16, INCMOE_MAX);
     EXPECT_EQ(ref_half_to_float(g[0]), 1.5f);
     EXPECT_EQ(ref_half_to_float(g[1]), 8.0f);
@@ -197,7 +205,8 @@ TEST(Reduce, SupportTable)
 TEST(Reduce, UnalignedBuffersGiveTheSameResults)
 {
     std::mt19937 rng(5);
-    for (incmoe_dtype_t dt : {INCMOE_FLOAT32, INCMOE_FLOAT64, INCMOE_INT32, INCMOE_FLOAT16, INCMOE_BFLOAT16}) {
+    for (incmoe_dtype_t dt :
+         {INCMOE_FLOAT32, INCMOE_FLOAT64, INCMOE_INT32, INCMOE_FLOAT16, INCMOE_BFLOAT16}) {
         const size_t count = 777, es = incmoe_dtype_size(dt), bytes = count * es;
         std::vector<unsigned char> a(bytes), b(bytes);
         for (auto &x : a)

@@ -16,12 +16,12 @@ static inc_wire_hdr data_hdr()
     inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_DATA, 42);
     h.stream = INCMOE_STREAM_REDUCESCATTER;
-    h.epoch  = 1;
+    h.epoch = 1;
     h.offset = 0;
     h.length = 64;
-    h.total  = 128;
-    h.dtype  = INCMOE_FLOAT32;
-    h.redop  = INCMOE_SUM;
+    h.total = 128;
+    h.dtype = INCMOE_FLOAT32;
+    h.redop = INCMOE_SUM;
     return h;
 }
 
@@ -46,31 +46,52 @@ TEST(Wire, RejectsEachKindOfDamage)
     EXPECT_EQ(inc_wire_hdr_check(&h, sizeof(h) - 1, 64, nullptr, 0), INCMOE_ERR_PROTOCOL);
     EXPECT_EQ(inc_wire_hdr_check(nullptr, 0, 0, nullptr, 0), INCMOE_ERR_PROTOCOL);
 
-    h = data_hdr(); h.magic = 0xdeadbeef;
-    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("magic"), std::string::npos);
-    h = data_hdr(); h.version = 99;
-    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("version"), std::string::npos);
-    h = data_hdr(); h.msg = 200;
-    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("message type"), std::string::npos);
-    h = data_hdr(); h.stream = 9;
-    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("stream"), std::string::npos);
-    h = data_hdr(); h.epoch = 0;
+    h = data_hdr();
+    h.magic = 0xdeadbeef;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("magic"), std::string::npos);
+    h = data_hdr();
+    h.version = 99;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("version"), std::string::npos);
+    h = data_hdr();
+    h.msg = 200;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("message type"), std::string::npos);
+    h = data_hdr();
+    h.stream = 9;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("stream"), std::string::npos);
+    h = data_hdr();
+    h.epoch = 0;
     EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL);
     h = data_hdr();
-    EXPECT_EQ(check(h, 63, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("carries"), std::string::npos);
-    h = data_hdr(); h.offset = 100;
-    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("outside"), std::string::npos);
-    h = data_hdr(); h.offset = ~0ull - 10;
+    EXPECT_EQ(check(h, 63, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("carries"), std::string::npos);
+    h = data_hdr();
+    h.offset = 100;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("outside"), std::string::npos);
+    h = data_hdr();
+    h.offset = ~0ull - 10;
     EXPECT_EQ(check(h, 64), INCMOE_ERR_PROTOCOL);
-    h = data_hdr(); h.dtype = 77;
-    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("datatype"), std::string::npos);
-    h = data_hdr(); h.redop = 9;
+    h = data_hdr();
+    h.dtype = 77;
+    EXPECT_EQ(check(h, 64, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("datatype"), std::string::npos);
+    h = data_hdr();
+    h.redop = 9;
     EXPECT_EQ(check(h, 64), INCMOE_ERR_PROTOCOL);
-    h = data_hdr(); h.length = 6; h.dtype = INCMOE_FLOAT32;
-    EXPECT_EQ(check(h, 6, &why), INCMOE_ERR_PROTOCOL); EXPECT_NE(why.find("aligned"), std::string::npos);
-    h = data_hdr(); h.stream = INCMOE_STREAM_BARRIER;
+    h = data_hdr();
+    h.length = 6;
+    h.dtype = INCMOE_FLOAT32;
+    EXPECT_EQ(check(h, 6, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("aligned"), std::string::npos);
+    h = data_hdr();
+    h.stream = INCMOE_STREAM_BARRIER;
     EXPECT_EQ(check(h, 64), INCMOE_ERR_PROTOCOL);
-    h = data_hdr(); h.length = 0;
+    h = data_hdr();
+    h.length = 0;
     EXPECT_EQ(check(h, 0), INCMOE_ERR_PROTOCOL);
 
     inc_wire_hdr j;
@@ -91,7 +112,7 @@ TEST(Wire, AllGatherDataNeedsNoDatatype)
 {
     inc_wire_hdr h = data_hdr();
     h.stream = INCMOE_STREAM_ALLGATHER;
-    h.dtype  = 250;
+    h.dtype = 250;
     h.length = 3;
     EXPECT_EQ(check(h, 3), INCMOE_OK);
 }
@@ -101,7 +122,8 @@ TEST(Wire, SignatureSeesEveryField)
     uint64_t a[3] = {1, 2, 3}, b[3] = {1, 2, 4};
     uint64_t s = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 3);
     EXPECT_EQ(s, inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, a, 3));
-    std::set<uint64_t> all = {s,
+    std::set<uint64_t> all = {
+        s,
         inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT32, INCMOE_SUM, b, 3),
         inc_wire_signature(INCMOE_STREAM_REDUCESCATTER, INCMOE_FLOAT32, INCMOE_SUM, a, 3),
         inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_FLOAT16, INCMOE_SUM, a, 3),
@@ -112,8 +134,8 @@ TEST(Wire, SignatureSeesEveryField)
 
 TEST(Layout, BytesClipToValidAndWindow)
 {
-    size_t          valid[4] = {100, 0, 40, 64};
-    incmoe_layout_t l        = {64, 32, 16, valid};
+    size_t valid[4] = {100, 0, 40, 64};
+    incmoe_layout_t l = {64, 32, 16, valid};
     EXPECT_EQ(incmoe_layout_bytes(&l, 0), 16u); /* 100 > window end */
     EXPECT_EQ(incmoe_layout_bytes(&l, 1), 0u);  /* empty block */
     EXPECT_EQ(incmoe_layout_bytes(&l, 2), 8u);  /* ends inside the window */

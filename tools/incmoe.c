@@ -31,7 +31,8 @@ static int cmd_config(void)
     printf("%-22s %-12s %s\n", "setting", "value", "meaning");
     for (size_t i = 0; i < inc_config_table_size; i++) {
         const char *v = inc_config_get_str(inc_config_table[i].name);
-        printf("%-22s %-12s %s\n", inc_config_table[i].name, v ? v : "(unset)", inc_config_table[i].doc);
+        printf("%-22s %-12s %s\n", inc_config_table[i].name, v ? v : "(unset)",
+               inc_config_table[i].doc);
     }
     return 0;
 }
@@ -53,7 +54,7 @@ static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const
 {
     incmoe_comm_params_t params = {
         .switch_addr = addr, .job_id = job, .rank = rank, .nranks = nranks};
-    incmoe_comm_t  *comm;
+    incmoe_comm_t *comm;
     incmoe_status_t st = incmoe_comm_create(&params, &comm);
     if (st != INCMOE_OK) {
         dprintf(out_fd, "error rank %d: cannot join: %s\n", rank, incmoe_strerror(st));
@@ -64,11 +65,11 @@ static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const
         size_t per_rank = sizes[k] / (size_t)nranks / sizeof(float); /* elements per block */
         if (per_rank == 0)
             per_rank = 1;
-        size_t block   = per_rank * sizeof(float);
-        size_t all     = block * (size_t)nranks;
+        size_t block = per_rank * sizeof(float);
+        size_t all = block * (size_t)nranks;
         float *ag_send = malloc(block), *ag_recv = malloc(all);
         float *rs_send = malloc(all), *rs_recv = malloc(block);
-        float *ar_buf  = malloc(all);
+        float *ar_buf = malloc(all);
         if (!ag_send || !ag_recv || !rs_send || !rs_recv || !ar_buf) {
             dprintf(out_fd, "error rank %d: out of memory for %zu bytes\n", rank, all);
             return 1;
@@ -100,16 +101,16 @@ static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const
         if (st == INCMOE_OK)
             st = incmoe_allgather(comm, m_ags, 0, m_agr, 0, &layout, &ag);
         if (st == INCMOE_OK)
-            st = incmoe_reducescatter(comm, m_rss, 0, m_rsr, 0, &layout, INCMOE_FLOAT32,
-                                      INCMOE_SUM, &rs);
+            st = incmoe_reducescatter(comm, m_rss, 0, m_rsr, 0, &layout, INCMOE_FLOAT32, INCMOE_SUM,
+                                      &rs);
         if (st == INCMOE_OK)
             st = incmoe_wait(comm, &ag);
         if (st == INCMOE_OK)
             st = incmoe_wait(comm, &rs);
         double t1 = inc_now_s();
         if (st == INCMOE_OK)
-            st = incmoe_allreduce(comm, m_ar, 0, m_ar, 0, per_rank * (size_t)nranks,
-                                  INCMOE_FLOAT32, INCMOE_SUM, &ar);
+            st = incmoe_allreduce(comm, m_ar, 0, m_ar, 0, per_rank * (size_t)nranks, INCMOE_FLOAT32,
+                                  INCMOE_SUM, &ar);
         if (st == INCMOE_OK)
             st = incmoe_wait(comm, &ar);
         double t2 = inc_now_s();
@@ -156,12 +157,12 @@ static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const
 static int parse_sizes(const char *text, size_t *sizes, int *n)
 {
     char *copy = strdup(text), *save = NULL;
-    *n         = 0;
+    *n = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         long long v = inc_config_parse_size(tok);
         if (v <= 0 || *n == MAX_SIZES) {
-            fprintf(stderr, "incmoe demo: bad size '%s' (e.g. 4K,1M,64M; at most %d sizes)\n",
-                    tok, MAX_SIZES);
+            fprintf(stderr, "incmoe demo: bad size '%s' (e.g. 4K,1M,64M; at most %d sizes)\n", tok,
+                    MAX_SIZES);
             free(copy);
             return -1;
         }
@@ -180,8 +181,8 @@ static int cmd_demo(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int         nranks = 4, nsizes;
-    size_t      sizes[MAX_SIZES];
+    int nranks = 4, nsizes;
+    size_t sizes[MAX_SIZES];
     const char *switchd = switchd_path();
     parse_sizes("4K,256K,4M,32M", sizes, &nsizes);
     int c;
@@ -199,15 +200,19 @@ static int cmd_demo(int argc, char **argv)
             if (parse_sizes(optarg, sizes, &nsizes) != 0)
                 return 2;
             break;
-        case 'S': switchd = optarg; break;
+        case 'S':
+            switchd = optarg;
+            break;
         case 'h':
-            printf("usage: incmoe demo [-N RANKS (4)] [-s SIZES (4K,256K,4M,32M)] [--switchd PATH]\n"
-                   "SIZE is the whole gathered buffer, as in the paper's S.\n");
+            printf(
+                "usage: incmoe demo [-N RANKS (4)] [-s SIZES (4K,256K,4M,32M)] [--switchd PATH]\n"
+                "SIZE is the whole gathered buffer, as in the paper's S.\n");
             return 0;
-        default: return 2;
+        default:
+            return 2;
         }
     }
-    char  addr[128];
+    char addr[128];
     pid_t sw = switchd_spawn(switchd, addr, sizeof(addr));
     if (sw < 0) {
         fprintf(stderr, "incmoe demo: could not start %s\n", switchd);
@@ -215,8 +220,8 @@ static int cmd_demo(int argc, char **argv)
     }
     printf("incmoe demo: switch at %s, %d ranks, fp32 sum\n", addr, nranks);
     uint64_t job = ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL);
-    int      pipes[64];
-    pid_t    pids[64];
+    int pipes[64];
+    pid_t pids[64];
     for (int r = 0; r < nranks; r++) {
         int p[2];
         if (pipe(p) != 0)
@@ -232,18 +237,18 @@ static int cmd_demo(int argc, char **argv)
     /* Collect each rank's lines; the table shows the slowest rank's time. */
     double agrs[MAX_SIZES] = {0}, ar[MAX_SIZES] = {0};
     size_t wrong[MAX_SIZES] = {0}, bytes[MAX_SIZES] = {0};
-    int    seen[MAX_SIZES] = {0}, rc = 0;
+    int seen[MAX_SIZES] = {0}, rc = 0;
     for (int r = 0; r < nranks; r++) {
         FILE *f = fdopen(pipes[r], "r");
-        char  line[512];
-        int   k = 0;
+        char line[512];
+        int k = 0;
         while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
             size_t b, w;
             double t1, t2;
             if (sscanf(line, "result %zu %lf %lf %zu", &b, &t1, &t2, &w) == 4 && k < nsizes) {
                 bytes[k] = b;
-                agrs[k]  = t1 > agrs[k] ? t1 : agrs[k];
-                ar[k]    = t2 > ar[k] ? t2 : ar[k];
+                agrs[k] = t1 > agrs[k] ? t1 : agrs[k];
+                ar[k] = t2 > ar[k] ? t2 : ar[k];
                 wrong[k] += w;
                 seen[k]++;
                 k++;
@@ -261,7 +266,8 @@ static int cmd_demo(int argc, char **argv)
     }
     kill(sw, SIGTERM);
     waitpid(sw, NULL, 0);
-    printf("%12s %16s %14s %10s %8s\n", "size(B)", "agrs_time(us)", "ar_time(us)", "wrong", "result");
+    printf("%12s %16s %14s %10s %8s\n", "size(B)", "agrs_time(us)", "ar_time(us)", "wrong",
+           "result");
     for (int k = 0; k < nsizes; k++) {
         int ok = seen[k] == nranks && wrong[k] == 0;
         printf("%12zu %16.1f %14.1f %10zu %8s\n", bytes[k], agrs[k], ar[k], wrong[k],

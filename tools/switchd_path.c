@@ -22,7 +22,7 @@ const char *switchd_path(void)
         return env;
     ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
     if (n > 0) {
-        path[n]     = '\0';
+        path[n] = '\0';
         char *slash = strrchr(path, '/');
         if (slash != NULL && (size_t)(slash - path) + sizeof("/incmoe-switchd") < sizeof(path)) {
             strcpy(slash, "/incmoe-switchd");
@@ -54,9 +54,9 @@ pid_t switchd_spawn(const char *path, char *addr, size_t addr_len)
         _exit(127);
     }
     close(fds[1]);
-    char   line[256] = "";
-    size_t have      = 0;
-    double deadline  = inc_now_s() + 20;
+    char line[256] = "";
+    size_t have = 0;
+    double deadline = inc_now_s() + 20;
     while (have < sizeof(line) - 1 && strchr(line, '\n') == NULL && inc_now_s() < deadline) {
         struct pollfd p = {fds[0], POLLIN, 0};
         if (poll(&p, 1, 200) <= 0)

@@ -35,21 +35,21 @@ extern "C" {
 
 /* One status type everywhere: 0 is success, errors are negative. */
 typedef enum {
-    INCMOE_OK                = 0,
-    INCMOE_IN_PROGRESS       = 1,   /* not an error: the operation is still running */
-    INCMOE_ERR_INVALID_ARG   = -1,  /* an argument is out of its range */
-    INCMOE_ERR_NO_MEMORY     = -2,  /* an allocation failed or a memory bound was hit */
-    INCMOE_ERR_UNREACHABLE   = -3,  /* the switch or a peer could not be reached */
-    INCMOE_ERR_AUTH          = -4,  /* wrong or missing shared secret */
-    INCMOE_ERR_PEER_FAILED   = -5,  /* a rank (or the switch) died or disconnected */
-    INCMOE_ERR_TIMEOUT       = -6,  /* a bounded wait ran out */
-    INCMOE_ERR_PROTOCOL      = -7,  /* a malformed, truncated or unexpected message */
-    INCMOE_ERR_MISMATCH      = -8,  /* ranks disagree on a collective or on the job */
-    INCMOE_ERR_OUT_OF_RANGE  = -9,  /* a byte range outside a registered buffer */
-    INCMOE_ERR_UNSUPPORTED   = -10, /* a datatype/operation that is not implemented */
-    INCMOE_ERR_JOB           = -11, /* the job refused this rank (duplicate rank, rank >= N, full) */
-    INCMOE_ERR_TRANSPORT     = -12, /* the transport (UCX) reported an error */
-    INCMOE_ERR_CLOSED        = -13, /* the communicator was closed or has failed */
+    INCMOE_OK = 0,
+    INCMOE_IN_PROGRESS = 1,       /* not an error: the operation is still running */
+    INCMOE_ERR_INVALID_ARG = -1,  /* an argument is out of its range */
+    INCMOE_ERR_NO_MEMORY = -2,    /* an allocation failed or a memory bound was hit */
+    INCMOE_ERR_UNREACHABLE = -3,  /* the switch or a peer could not be reached */
+    INCMOE_ERR_AUTH = -4,         /* wrong or missing shared secret */
+    INCMOE_ERR_PEER_FAILED = -5,  /* a rank (or the switch) died or disconnected */
+    INCMOE_ERR_TIMEOUT = -6,      /* a bounded wait ran out */
+    INCMOE_ERR_PROTOCOL = -7,     /* a malformed, truncated or unexpected message */
+    INCMOE_ERR_MISMATCH = -8,     /* ranks disagree on a collective or on the job */
+    INCMOE_ERR_OUT_OF_RANGE = -9, /* a byte range outside a registered buffer */
+    INCMOE_ERR_UNSUPPORTED = -10, /* a datatype/operation that is not implemented */
+    INCMOE_ERR_JOB = -11,         /* the job refused this rank (duplicate rank, rank >= N, full) */
+    INCMOE_ERR_TRANSPORT = -12,   /* the transport (UCX) reported an error */
+    INCMOE_ERR_CLOSED = -13,      /* the communicator was closed or has failed */
 } incmoe_status_t;
 
 const char *incmoe_strerror(incmoe_status_t status);
@@ -82,48 +82,49 @@ const char *incmoe_redop_name(incmoe_redop_t op);
 int incmoe_reduce_supported(incmoe_dtype_t dtype, incmoe_redop_t op);
 
 typedef enum {
-    INCMOE_ALGO_INC  = 0, /* in-network: the switch multicasts and reduces */
+    INCMOE_ALGO_INC = 0,  /* in-network: the switch multicasts and reduces */
     INCMOE_ALGO_RING = 1, /* bandwidth-optimal ring between the ranks, no switch in the data path */
 } incmoe_algo_t;
 
 typedef enum {
-    INCMOE_STREAM_ALLGATHER     = 0,
+    INCMOE_STREAM_ALLGATHER = 0,
     INCMOE_STREAM_REDUCESCATTER = 1,
-    INCMOE_STREAM_ALLREDUCE     = 2,
-    INCMOE_STREAM_BARRIER       = 3,
+    INCMOE_STREAM_ALLREDUCE = 2,
+    INCMOE_STREAM_BARRIER = 3,
 } incmoe_stream_t;
 
 /* A posted collective: done once its stream's counter reaches epoch. */
 typedef struct {
     incmoe_stream_t stream;
-    uint64_t        epoch;
+    uint64_t epoch;
 } incmoe_req_t;
 
 /* Fields of incmoe_comm_params_t that the caller set (the struct may grow). */
 enum {
-    INCMOE_COMM_PARAM_SECRET     = 1u << 0,
-    INCMOE_COMM_PARAM_ALGO       = 1u << 1,
-    INCMOE_COMM_PARAM_TIMEOUT    = 1u << 2,
+    INCMOE_COMM_PARAM_SECRET = 1u << 0,
+    INCMOE_COMM_PARAM_ALGO = 1u << 1,
+    INCMOE_COMM_PARAM_TIMEOUT = 1u << 2,
     INCMOE_COMM_PARAM_LISTEN_DEV = 1u << 3,
 };
 
 typedef struct {
-    uint32_t      field_mask;   /* INCMOE_COMM_PARAM_* for the optional fields below */
-    const char   *switch_addr;  /* "host:port" of incmoe-switchd (it also introduces ranks to each other) */
-    uint64_t      job_id;       /* the same on every rank of the job */
-    int           rank;         /* 0 .. nranks-1 */
-    int           nranks;       /* 1 .. INCMOE_MAX_RANKS */
-    const void   *secret;       /* shared secret the switch checks (optional) */
-    size_t        secret_len;   /* at most INCMOE_MAX_SECRET bytes */
-    incmoe_algo_t algo;         /* default INCMOE_ALGO_INC */
-    int           timeout_ms;   /* dead-peer bound; default INCMOE_TIMEOUT_MS or 10000 */
+    uint32_t field_mask; /* INCMOE_COMM_PARAM_* for the optional fields below */
+    const char
+        *switch_addr;   /* "host:port" of incmoe-switchd (it also introduces ranks to each other) */
+    uint64_t job_id;    /* the same on every rank of the job */
+    int rank;           /* 0 .. nranks-1 */
+    int nranks;         /* 1 .. INCMOE_MAX_RANKS */
+    const void *secret; /* shared secret the switch checks (optional) */
+    size_t secret_len;  /* at most INCMOE_MAX_SECRET bytes */
+    incmoe_algo_t algo; /* default INCMOE_ALGO_INC */
+    int timeout_ms;     /* dead-peer bound; default INCMOE_TIMEOUT_MS or 10000 */
 } incmoe_comm_params_t;
 
 #define INCMOE_MAX_RANKS  256
 #define INCMOE_MAX_SECRET 64
 
 typedef struct incmoe_comm incmoe_comm_t;
-typedef struct incmoe_mr   incmoe_mr_t;
+typedef struct incmoe_mr incmoe_mr_t;
 
 /* Connect to the switch and wait (at most timeout_ms) until all ranks joined. */
 incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p);
@@ -134,17 +135,18 @@ incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len
 int incmoe_comm_rank(const incmoe_comm_t *comm);
 int incmoe_comm_nranks(const incmoe_comm_t *comm);
 
-incmoe_status_t incmoe_mem_register(incmoe_comm_t *comm, void *base, size_t length, incmoe_mr_t **mr_p);
+incmoe_status_t incmoe_mem_register(incmoe_comm_t *comm, void *base, size_t length,
+                                    incmoe_mr_t **mr_p);
 incmoe_status_t incmoe_mem_deregister(incmoe_comm_t *comm, incmoe_mr_t *mr);
 
 /* The window of every block that one collective covers (padded layout). */
 typedef struct {
-    size_t        block_stride; /* bytes from block r to block r+1 */
-    size_t        offset;       /* window start inside each block */
-    size_t        length;       /* window length */
-    const size_t *valid;        /* valid[r]: bytes at the start of block r that hold data;
-                                   NULL means every block is full (block_stride bytes).
-                                   Copied at post time. */
+    size_t block_stride; /* bytes from block r to block r+1 */
+    size_t offset;       /* window start inside each block */
+    size_t length;       /* window length */
+    const size_t *valid; /* valid[r]: bytes at the start of block r that hold data;
+                            NULL means every block is full (block_stride bytes).
+                            Copied at post time. */
 } incmoe_layout_t;
 
 /* Bytes rank r owns in the window: clamp(valid[r] - offset, 0, length). */

@@ -13,7 +13,10 @@ static inline double inc_now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static inline double inc_now_ms(void) { return inc_now_s() * 1e3; }
+static inline double inc_now_ms(void)
+{
+    return inc_now_s() * 1e3;
+}
 
 /* The CLOCK_REALTIME instant ms milliseconds from now, for pthread_cond_timedwait(). */
 static inline struct timespec inc_realtime_after_ms(long ms)

@@ -19,8 +19,10 @@ const inc_config_entry_t inc_config_table[] = {
      "(best on TCP, where rendezvous requests queue behind bulk data in the same socket)"},
     {"INCMOE_JOB_ID", NULL, "NCCL plugin: job id override (default: derived from commId)"},
     {"INCMOE_SWITCHD", NULL, "tools: incmoe-switchd to start for embedded runs"},
-    {"INCMOE_NCCL_ADDR", NULL, "NCCL plugin: IP its point-to-point net listens on (default: the route to INCMOE_SWITCH)"},
-    {"INCMOE_CUDART", NULL, "NCCL plugin: CUDA runtime library to load for GPU buffers (default libcudart.so)"},
+    {"INCMOE_NCCL_ADDR", NULL,
+     "NCCL plugin: IP its point-to-point net listens on (default: the route to INCMOE_SWITCH)"},
+    {"INCMOE_CUDART", NULL,
+     "NCCL plugin: CUDA runtime library to load for GPU buffers (default libcudart.so)"},
     {"INCMOE_MOE_BANDS", NULL, "MoE layer: bands per layer (default: chosen for the token count)"},
     {"INCMOE_MOE_WORKERS", NULL, "MoE layer: gather,compute,reduce worker threads, e.g. 1,2,1"},
     {"INCMOE_MOE_TAIL", NULL, "MoE layer: last bands the gather workers help reduce (0 = off)"},
@@ -46,15 +48,25 @@ long long inc_config_parse_size(const char *text)
 {
     if (text == NULL)
         return -1;
-    char     *end;
+    char *end;
     long long v = strtoll(text, &end, 10);
     if (end == text || v < 0)
         return -1;
     switch (toupper((unsigned char)*end)) {
-    case 'K': v <<= 10; end++; break;
-    case 'M': v <<= 20; end++; break;
-    case 'G': v <<= 30; end++; break;
-    default: break;
+    case 'K':
+        v <<= 10;
+        end++;
+        break;
+    case 'M':
+        v <<= 20;
+        end++;
+        break;
+    case 'G':
+        v <<= 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'i' || *end == 'B')
         end++;
@@ -66,7 +78,7 @@ long long inc_config_parse_size(const char *text)
 long long inc_config_get_int(const char *name)
 {
     const char *v = inc_config_get_str(name);
-    long long   n = inc_config_parse_size(v);
+    long long n = inc_config_parse_size(v);
     if (n < 0) {
         fprintf(stderr, "incmoe: %s=%s is not a number; using its default\n", name, v);
         for (size_t i = 0; i < inc_config_table_size; i++)

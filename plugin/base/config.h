@@ -14,7 +14,7 @@ typedef struct {
 } inc_config_entry_t;
 
 extern const inc_config_entry_t inc_config_table[];
-extern const size_t         inc_config_table_size;
+extern const size_t inc_config_table_size;
 
 /* The variable's value, else the table's default.  Names must be in the table. */
 const char *inc_config_get_str(const char *name);

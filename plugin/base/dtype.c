@@ -5,13 +5,13 @@
 
 static const struct {
     const char *name;
-    size_t      size;
+    size_t size;
 } dtype_info[INC_DTYPE_COUNT] = {
-    [INCMOE_INT8] = {"int8", 1},       [INCMOE_UINT8] = {"uint8", 1},
-    [INCMOE_INT32] = {"int32", 4},     [INCMOE_UINT32] = {"uint32", 4},
-    [INCMOE_INT64] = {"int64", 8},     [INCMOE_UINT64] = {"uint64", 8},
-    [INCMOE_FLOAT16] = {"half", 2},    [INCMOE_FLOAT32] = {"float", 4},
-    [INCMOE_FLOAT64] = {"double", 8},  [INCMOE_BFLOAT16] = {"bfloat16", 2},
+    [INCMOE_INT8] = {"int8", 1},      [INCMOE_UINT8] = {"uint8", 1},
+    [INCMOE_INT32] = {"int32", 4},    [INCMOE_UINT32] = {"uint32", 4},
+    [INCMOE_INT64] = {"int64", 8},    [INCMOE_UINT64] = {"uint64", 8},
+    [INCMOE_FLOAT16] = {"half", 2},   [INCMOE_FLOAT32] = {"float", 4},
+    [INCMOE_FLOAT64] = {"double", 8}, [INCMOE_BFLOAT16] = {"bfloat16", 2},
 };
 
 static const char *const redop_names[INC_REDOP_COUNT] = {"sum", "prod", "max", "min"};
@@ -39,8 +39,8 @@ int incmoe_reduce_supported(incmoe_dtype_t dtype, incmoe_redop_t op)
 float inc_dtype_half_to_float(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp  = (h >> 10) & 0x1fu;
-    uint32_t man  = h & 0x3ffu;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
     uint32_t u;
     if (exp == 0x1f) { /* inf / nan */
         u = sign | 0x7f800000u | (man << 13);
@@ -67,7 +67,7 @@ uint16_t inc_dtype_float_to_half(float f)
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t abs  = u & 0x7fffffffu;
+    uint32_t abs = u & 0x7fffffffu;
     if (abs > 0x7f800000u)
         return sign | 0x7e00u;
     if (abs >= 0x477ff000u) /* rounds to >= 65520: infinity */
@@ -80,12 +80,12 @@ uint16_t inc_dtype_float_to_half(float f)
     if (abs < 0x33000000u) /* below half the smallest subnormal */
         return sign;
     /* subnormal half: shift the mantissa with its implicit bit, round to even */
-    uint32_t exp   = abs >> 23;
-    uint32_t man   = (abs & 0x7fffffu) | 0x800000u;
+    uint32_t exp = abs >> 23;
+    uint32_t man = (abs & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126u - exp;
-    uint32_t r     = man >> shift;
-    uint32_t rem   = man & ((1u << shift) - 1u);
-    uint32_t half  = 1u << (shift - 1u);
+    uint32_t r = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
     if (rem > half || (rem == half && (r & 1u)))
         r++;
     return sign | (uint16_t)r;

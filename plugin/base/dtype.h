@@ -16,7 +16,7 @@
 static inline float inc_dtype_bf16_to_float(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
-    float    f;
+    float f;
     memcpy(&f, &u, sizeof(f));
     return f;
 }

@@ -11,7 +11,7 @@
 
 int inc_log_current_level = LOG_LEVEL_WARN;
 
-static char       log_ident[64] = "incmoe";
+static char log_ident[64] = "incmoe";
 static inc_log_sink_t log_sink;
 
 static const char *const log_level_names[] = {"error", "warn", "info", "debug", "trace"};
@@ -56,7 +56,7 @@ __attribute__((constructor)) static void log_init_from_env(void)
 
 void inc_log_emit(int level, const char *subsys, const char *file, int line, const char *fmt, ...)
 {
-    char    text[1024];
+    char text[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
@@ -73,6 +73,8 @@ void inc_log_emit(int level, const char *subsys, const char *file, int line, con
     const char *base = strrchr(file, '/');
     /* One fprintf per line so lines of different threads do not interleave. */
     fprintf(stderr, "[%ld.%06ld] %s %s %s %s:%d %s\n", (long)tv.tv_sec, (long)tv.tv_usec, log_ident,
-            log_level_names[level < 0 ? 0 : level > 4 ? 4 : level], subsys,
-            base ? base + 1 : file, line, text);
+            log_level_names[level < 0   ? 0
+                            : level > 4 ? 4
+                                        : level],
+            subsys, base ? base + 1 : file, line, text);
 }

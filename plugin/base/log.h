@@ -28,8 +28,8 @@ void inc_log_emit(int level, const char *subsys, const char *file, int line, con
 
 #define log_at(level, subsys, ...)                                                                 \
     do {                                                                                           \
-        if ((level) <= inc_log_current_level)                                                          \
-            inc_log_emit((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);                          \
+        if ((level) <= inc_log_current_level)                                                      \
+            inc_log_emit((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);                      \
     } while (0)
 
 #define log_error(subsys, ...) log_at(LOG_LEVEL_ERROR, subsys, __VA_ARGS__)

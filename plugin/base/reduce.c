@@ -30,7 +30,7 @@
                                              size_t n)                                             \
     {                                                                                              \
         typedef T unaligned_t __attribute__((aligned(1)));                                         \
-        unaligned_t       *acc = accv;                                                             \
+        unaligned_t *acc = accv;                                                                   \
         const unaligned_t *src = srcv;                                                             \
         for (size_t i = 0; i < n; i++)                                                             \
             acc[i] = OP(acc[i], src[i]);                                                           \
@@ -57,7 +57,7 @@ DEFINE_NATIVE_OPS(f64, double)
                                              size_t n)                                             \
     {                                                                                              \
         typedef T unaligned_t __attribute__((aligned(1)));                                         \
-        unaligned_t       *acc = accv;                                                             \
+        unaligned_t *acc = accv;                                                                   \
         const unaligned_t *src = srcv;                                                             \
         for (size_t i = 0; i < n; i++)                                                             \
             acc[i] = (T)OP((UT)acc[i], (UT)src[i]);                                                \
@@ -76,22 +76,36 @@ static acc_fn_t native_fn(incmoe_dtype_t dtype, incmoe_redop_t op)
 {
 #define PICK(tname, sum, prod)                                                                     \
     switch (op) {                                                                                  \
-    case INCMOE_SUM: return (acc_fn_t)sum;                                                         \
-    case INCMOE_PROD: return (acc_fn_t)prod;                                                       \
-    case INCMOE_MAX: return (acc_fn_t)acc_max_##tname;                                             \
-    case INCMOE_MIN: return (acc_fn_t)acc_min_##tname;                                             \
-    default: return NULL;                                                                          \
+    case INCMOE_SUM:                                                                               \
+        return (acc_fn_t)sum;                                                                      \
+    case INCMOE_PROD:                                                                              \
+        return (acc_fn_t)prod;                                                                     \
+    case INCMOE_MAX:                                                                               \
+        return (acc_fn_t)acc_max_##tname;                                                          \
+    case INCMOE_MIN:                                                                               \
+        return (acc_fn_t)acc_min_##tname;                                                          \
+    default:                                                                                       \
+        return NULL;                                                                               \
     }
     switch (dtype) {
-    case INCMOE_INT8: PICK(i8, acc_wsum_i8, acc_wprod_i8);
-    case INCMOE_UINT8: PICK(u8, acc_sum_u8, acc_wprod_u8);
-    case INCMOE_INT32: PICK(i32, acc_wsum_i32, acc_wprod_i32);
-    case INCMOE_UINT32: PICK(u32, acc_sum_u32, acc_prod_u32);
-    case INCMOE_INT64: PICK(i64, acc_wsum_i64, acc_wprod_i64);
-    case INCMOE_UINT64: PICK(u64, acc_sum_u64, acc_prod_u64);
-    case INCMOE_FLOAT32: PICK(f32, acc_sum_f32, acc_prod_f32);
-    case INCMOE_FLOAT64: PICK(f64, acc_sum_f64, acc_prod_f64);
-    default: return NULL;
+    case INCMOE_INT8:
+        PICK(i8, acc_wsum_i8, acc_wprod_i8);
+    case INCMOE_UINT8:
+        PICK(u8, acc_sum_u8, acc_wprod_u8);
+    case INCMOE_INT32:
+        PICK(i32, acc_wsum_i32, acc_wprod_i32);
+    case INCMOE_UINT32:
+        PICK(u32, acc_sum_u32, acc_prod_u32);
+    case INCMOE_INT64:
+        PICK(i64, acc_wsum_i64, acc_wprod_i64);
+    case INCMOE_UINT64:
+        PICK(u64, acc_sum_u64, acc_prod_u64);
+    case INCMOE_FLOAT32:
+        PICK(f32, acc_sum_f32, acc_prod_f32);
+    case INCMOE_FLOAT64:
+        PICK(f64, acc_sum_f64, acc_prod_f64);
+    default:
+        return NULL;
     }
 #undef PICK
 }
@@ -112,21 +126,21 @@ static void reduce_ordered_16(uint16_t *dst, const void *const *srcs, int nsrc, 
 }
 
 void inc_reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t count,
-                    incmoe_dtype_t dtype, incmoe_redop_t op)
+                        incmoe_dtype_t dtype, incmoe_redop_t op)
 {
     if (dtype == INCMOE_FLOAT16 || dtype == INCMOE_BFLOAT16) {
         reduce_ordered_16(dst, srcs, nsrc, count, dtype, native_fn(INCMOE_FLOAT32, op));
         return;
     }
-    acc_fn_t fn   = native_fn(dtype, op);
-    size_t   size = incmoe_dtype_size(dtype);
+    acc_fn_t fn = native_fn(dtype, op);
+    size_t size = incmoe_dtype_size(dtype);
     if (fn == NULL || size == 0)
         return; /* callers validate dtype and op first */
     /* Block-wise so the accumulator stays in cache across the sources. */
     size_t block = REDUCE_BLOCK * 4 / size;
     for (size_t base = 0; base < count; base += block) {
-        size_t n   = count - base < block ? count - base : block;
-        char  *out = (char *)dst + base * size;
+        size_t n = count - base < block ? count - base : block;
+        char *out = (char *)dst + base * size;
         if (out != (const char *)srcs[0] + base * size)
             memmove(out, (const char *)srcs[0] + base * size, n * size);
         for (int s = 1; s < nsrc; s++)
@@ -135,7 +149,7 @@ void inc_reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t cou
 }
 
 void inc_reduce_pair(void *dst, const void *a, const void *b, size_t count, incmoe_dtype_t dtype,
-                 incmoe_redop_t op)
+                     incmoe_redop_t op)
 {
     const void *srcs[2] = {a, b};
     if (dst == b && dst != a && dtype != INCMOE_FLOAT16 && dtype != INCMOE_BFLOAT16) {

@@ -13,10 +13,10 @@
 
 /* dst = ((srcs[0] op srcs[1]) op srcs[2]) ... ; nsrc >= 1; dst may alias srcs[0]. */
 void inc_reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t count,
-                    incmoe_dtype_t dtype, incmoe_redop_t op);
+                        incmoe_dtype_t dtype, incmoe_redop_t op);
 
 /* dst = a op b; dst may alias a or b. */
 void inc_reduce_pair(void *dst, const void *a, const void *b, size_t count, incmoe_dtype_t dtype,
-                 incmoe_redop_t op);
+                     incmoe_redop_t op);
 
 #endif

@@ -15,32 +15,40 @@
 incmoe_status_t inc_ucx_status(ucs_status_t status)
 {
     switch (status) {
-    case UCS_OK: return INCMOE_OK;
-    case UCS_INPROGRESS: return INCMOE_IN_PROGRESS;
-    case UCS_ERR_NO_MEMORY: return INCMOE_ERR_NO_MEMORY;
-    case UCS_ERR_INVALID_PARAM: return INCMOE_ERR_INVALID_ARG;
+    case UCS_OK:
+        return INCMOE_OK;
+    case UCS_INPROGRESS:
+        return INCMOE_IN_PROGRESS;
+    case UCS_ERR_NO_MEMORY:
+        return INCMOE_ERR_NO_MEMORY;
+    case UCS_ERR_INVALID_PARAM:
+        return INCMOE_ERR_INVALID_ARG;
     case UCS_ERR_UNREACHABLE:
     case UCS_ERR_REJECTED:
     case UCS_ERR_NOT_CONNECTED:
-    case UCS_ERR_INVALID_ADDR: return INCMOE_ERR_UNREACHABLE;
+    case UCS_ERR_INVALID_ADDR:
+        return INCMOE_ERR_UNREACHABLE;
     case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_ENDPOINT_TIMEOUT: return INCMOE_ERR_PEER_FAILED;
-    case UCS_ERR_TIMED_OUT: return INCMOE_ERR_TIMEOUT;
-    default: return INCMOE_ERR_TRANSPORT;
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+        return INCMOE_ERR_PEER_FAILED;
+    case UCS_ERR_TIMED_OUT:
+        return INCMOE_ERR_TIMEOUT;
+    default:
+        return INCMOE_ERR_TRANSPORT;
     }
 }
 
 incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
 {
     ucp_config_t *config;
-    ucs_status_t  st = ucp_config_read(NULL, NULL, &config);
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
     if (st != UCS_OK) {
         log_error("ucx", "ucp_config_read: %s", ucs_status_string(st));
         return INCMOE_ERR_TRANSPORT;
     }
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-        .features   = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+        .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
         .mt_workers_shared = 0,
     };
     st = ucp_init(&params, config, &node->context);
@@ -51,7 +59,7 @@ incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
     }
     /* One single-threaded worker per progress thread: shared MULTI workers are far slower. */
     ucp_worker_params_t wparams = {
-        .field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         .thread_mode = UCS_THREAD_MODE_SINGLE,
     };
     st = ucp_worker_create(node->context, &wparams, &node->worker);
@@ -79,12 +87,12 @@ void inc_ucx_node_close(inc_ucx_node_t *node)
         ucp_worker_destroy(node->worker);
     if (node->context != NULL)
         ucp_cleanup(node->context);
-    node->worker  = NULL;
+    node->worker = NULL;
     node->context = NULL;
 }
 
 incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
-                                   socklen_t *addr_len, int allow_any_port)
+                                       socklen_t *addr_len, int allow_any_port)
 {
     if (text == NULL || *text == '\0') {
         log_error("ucx", "empty address: expected HOST:PORT");
@@ -105,7 +113,7 @@ incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage
         h++;
     }
     char *end;
-    long  port = strtol(colon + 1, &end, 10);
+    long port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || end == colon + 1 || port < 0 || port > 65535 ||
         (port == 0 && !allow_any_port)) {
         log_error("ucx", "address '%s' has a bad port '%s' (1-65535)", text, colon + 1);
@@ -131,7 +139,7 @@ incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage
 void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len)
 {
     char host[INET6_ADDRSTRLEN] = "?";
-    int  port                   = 0;
+    int port = 0;
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
         inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
@@ -153,7 +161,7 @@ int inc_ucx_node_wait(inc_ucx_node_t *node, int extra_fd, int timeout_ms)
     if (st == UCS_ERR_BUSY)
         return 1; /* events arrived meanwhile: progress again */
     struct pollfd fds[2] = {{node->event_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
-    int           rc     = poll(fds, extra_fd >= 0 ? 2 : 1, timeout_ms);
+    int rc = poll(fds, extra_fd >= 0 ? 2 : 1, timeout_ms);
     if (rc < 0 && errno != EINTR)
         log_warn("ucx", "poll: %s", strerror(errno));
     return ucp_worker_progress(node->worker) != 0;
@@ -165,7 +173,7 @@ ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request
         return UCS_OK;
     if (UCS_PTR_IS_ERR(request))
         return UCS_PTR_STATUS(request);
-    double       deadline = inc_now_s() + timeout_ms / 1000.0;
+    double deadline = inc_now_s() + timeout_ms / 1000.0;
     ucs_status_t st;
     while ((st = ucp_request_check_status(request)) == UCS_INPROGRESS) {
         if (inc_now_s() > deadline) {
@@ -183,10 +191,10 @@ void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_
 {
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-        .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
     };
     ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
-    ucs_status_t     st  = inc_ucx_request_wait(node, req, timeout_ms);
+    ucs_status_t st = inc_ucx_request_wait(node, req, timeout_ms);
     if (st != UCS_OK)
         log_debug("ucx", "endpoint close: %s", ucs_status_string(st));
 }

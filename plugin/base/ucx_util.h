@@ -10,8 +10,8 @@
 /* A context with active messages and wakeup, and one single-threaded worker. */
 typedef struct {
     ucp_context_h context;
-    ucp_worker_h  worker;
-    int           event_fd; /* the worker's wakeup fd */
+    ucp_worker_h worker;
+    int event_fd; /* the worker's wakeup fd */
 } inc_ucx_node_t;
 
 incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node);
@@ -21,7 +21,7 @@ incmoe_status_t inc_ucx_status(ucs_status_t status);
 
 /* "host:port" -> sockaddr; port 0 allowed only when allow_any_port. */
 incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
-                                   socklen_t *addr_len, int allow_any_port);
+                                       socklen_t *addr_len, int allow_any_port);
 /* sockaddr -> "host:port" */
 void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len);
 
@@ -37,6 +37,5 @@ ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request
 
 /* Close an endpoint: flush when graceful, else force; bounded by timeout_ms. */
 void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms);
-
 
 #endif

@@ -7,11 +7,19 @@
 #include <string.h>
 
 static const char *const wire_msg_names[] = {
-    [WIRE_MSG_JOIN] = "JOIN",     [WIRE_MSG_JOIN_ACK] = "JOIN_ACK", [WIRE_MSG_ERROR] = "ERROR",
-    [WIRE_MSG_HEARTBEAT] = "HEARTBEAT", [WIRE_MSG_LEAVE] = "LEAVE", [WIRE_MSG_POST] = "POST",
-    [WIRE_MSG_DATA] = "DATA",     [WIRE_MSG_FWD] = "FWD",           [WIRE_MSG_CREDIT] = "CREDIT",
-    [WIRE_MSG_DONE] = "DONE",     [WIRE_MSG_RING_HELLO] = "RING_HELLO",
-    [WIRE_MSG_RING_REDUCE] = "RING_REDUCE", [WIRE_MSG_RING_GATHER] = "RING_GATHER",
+    [WIRE_MSG_JOIN] = "JOIN",
+    [WIRE_MSG_JOIN_ACK] = "JOIN_ACK",
+    [WIRE_MSG_ERROR] = "ERROR",
+    [WIRE_MSG_HEARTBEAT] = "HEARTBEAT",
+    [WIRE_MSG_LEAVE] = "LEAVE",
+    [WIRE_MSG_POST] = "POST",
+    [WIRE_MSG_DATA] = "DATA",
+    [WIRE_MSG_FWD] = "FWD",
+    [WIRE_MSG_CREDIT] = "CREDIT",
+    [WIRE_MSG_DONE] = "DONE",
+    [WIRE_MSG_RING_HELLO] = "RING_HELLO",
+    [WIRE_MSG_RING_REDUCE] = "RING_REDUCE",
+    [WIRE_MSG_RING_GATHER] = "RING_GATHER",
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
@@ -30,10 +38,10 @@ const char *inc_wire_stream_name(unsigned stream)
 void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t job)
 {
     memset(hdr, 0, sizeof(*hdr));
-    hdr->magic   = INCMOE_WIRE_MAGIC;
+    hdr->magic = INCMOE_WIRE_MAGIC;
     hdr->version = INCMOE_WIRE_VERSION;
-    hdr->msg     = (uint8_t)msg;
-    hdr->job     = job;
+    hdr->msg = (uint8_t)msg;
+    hdr->job = job;
 }
 
 #define FAIL(...)                                                                                  \
@@ -44,7 +52,7 @@ void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t jo
     } while (0)
 
 incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
-                               char *why, size_t why_len)
+                                   char *why, size_t why_len)
 {
     struct inc_wire_hdr h;
     if (header == NULL || header_length != sizeof(h))
@@ -88,14 +96,14 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
             if (h.stream == INCMOE_STREAM_BARRIER)
                 FAIL("%s on the barrier stream", inc_wire_msg_name(h.msg));
             if (h.length != payload_length)
-                FAIL("%s says %llu bytes but carries %zu: truncated or overlong", inc_wire_msg_name(h.msg),
-                     (unsigned long long)h.length, payload_length);
+                FAIL("%s says %llu bytes but carries %zu: truncated or overlong",
+                     inc_wire_msg_name(h.msg), (unsigned long long)h.length, payload_length);
             if (h.length == 0)
                 FAIL("empty %s", inc_wire_msg_name(h.msg));
             if (h.offset > h.total || h.length > h.total - h.offset)
-                FAIL("%s range [%llu, +%llu) outside a window of %llu bytes", inc_wire_msg_name(h.msg),
-                     (unsigned long long)h.offset, (unsigned long long)h.length,
-                     (unsigned long long)h.total);
+                FAIL("%s range [%llu, +%llu) outside a window of %llu bytes",
+                     inc_wire_msg_name(h.msg), (unsigned long long)h.offset,
+                     (unsigned long long)h.length, (unsigned long long)h.total);
             if (h.stream != INCMOE_STREAM_ALLGATHER) {
                 if (h.dtype >= INC_DTYPE_COUNT || h.redop >= INC_REDOP_COUNT)
                     FAIL("%s with unknown datatype %u or operation %u", inc_wire_msg_name(h.msg),
@@ -118,7 +126,7 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
 }
 
 uint64_t inc_wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
-                        const uint64_t *bytes, int nranks)
+                            const uint64_t *bytes, int nranks)
 {
     /* FNV-1a over the description: cheap, and equal wherever the inputs are. */
     uint64_t h = INC_FNV1A_INIT;

@@ -74,11 +74,11 @@
 /* How many streams a job has (incmoe_stream_t). */
 #define INC_STREAM_COUNT ((int)INCMOE_STREAM_BARRIER + 1)
 
-#define INCMOE_AM_ID          7
-#define INCMOE_WIRE_MAGIC     0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION   1
-#define INCMOE_WIRE_MAX_ADDR  4096        /* bytes of one rank address in JOIN */
-#define INCMOE_WIRE_MAX_TEXT  256         /* bytes of an ERROR reason */
+#define INCMOE_AM_ID         7
+#define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */
+#define INCMOE_WIRE_VERSION  1
+#define INCMOE_WIRE_MAX_ADDR 4096 /* bytes of one rank address in JOIN */
+#define INCMOE_WIRE_MAX_TEXT 256  /* bytes of an ERROR reason */
 
 typedef enum {
     WIRE_MSG_JOIN = 1,
@@ -100,8 +100,8 @@ typedef enum {
 struct inc_wire_hdr {
     uint32_t magic;   /* INCMOE_WIRE_MAGIC */
     uint16_t version; /* INCMOE_WIRE_VERSION */
-    uint8_t  msg;     /* inc_wire_msg_t */
-    uint8_t  stream;  /* incmoe_stream_t (collective messages) */
+    uint8_t msg;      /* inc_wire_msg_t */
+    uint8_t stream;   /* incmoe_stream_t (collective messages) */
     uint64_t job;     /* job id */
     uint64_t epoch;   /* collective epoch within the stream, from 1 */
     uint32_t rank;    /* sender rank (client -> switch), failing rank (ERROR) */
@@ -111,9 +111,9 @@ struct inc_wire_hdr {
     uint64_t total;   /* bytes of the root's window (or of this rank's, for POST) */
     uint64_t sig;     /* signature of the collective's description */
     uint32_t chunk;   /* offset / chunk_size */
-    uint8_t  dtype;   /* incmoe_dtype_t */
-    uint8_t  redop;   /* incmoe_redop_t */
-    int16_t  status;  /* incmoe_status_t, ERROR only */
+    uint8_t dtype;    /* incmoe_dtype_t */
+    uint8_t redop;    /* incmoe_redop_t */
+    int16_t status;   /* incmoe_status_t, ERROR only */
 };
 
 /* Payload of JOIN: fixed part, then secret_len secret bytes, then addr_len address bytes. */
@@ -140,13 +140,13 @@ void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t jo
  * with a reason written to why (which may be NULL).
  */
 incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
-                               char *why, size_t why_len);
+                                   char *why, size_t why_len);
 
 const char *inc_wire_msg_name(unsigned msg);
 const char *inc_wire_stream_name(unsigned stream);
 
 /* Signature of a collective's description; equal on every rank that agrees. */
 uint64_t inc_wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
-                        const uint64_t *bytes, int nranks);
+                            const uint64_t *bytes, int nranks);
 
 #endif
