@@ -1,19 +1,16 @@
-/* harness.cc - see harness.h. */
+/* harness.cc - see harness.h.  The processes are started by tools/launch.c, the
+   same code the tools' embedded runs use. */
 #include "harness.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
-#include "base/clock.h"
+#include <exception>
+#include "launch.h"
 
 /* Present in sanitizer builds: lets a forked rank check for leaks before _exit(). */
 extern "C" void __lsan_do_leak_check(void) __attribute__((weak));
@@ -21,170 +18,137 @@ extern "C" void __lsan_do_leak_check(void) __attribute__((weak));
 namespace harness
 {
 
+/* INCMOE_TEST_SWITCH_WRAPPER runs the switch under a tool, e.g. valgrind. */
+static std::vector<std::string> switch_wrapper()
+{
+    std::vector<std::string> words;
+    const char *wrap = getenv("INCMOE_TEST_SWITCH_WRAPPER");
+    std::string cur;
+    for (const char *ch = wrap; ch != nullptr; ch++) {
+        if (*ch == ' ' || *ch == '\0') {
+            if (!cur.empty())
+                words.push_back(cur);
+            cur.clear();
+            if (*ch == '\0')
+                break;
+        } else {
+            cur += *ch;
+        }
+    }
+    return words;
+}
+
+static std::vector<const char *> c_list(const std::vector<std::string> &v)
+{
+    std::vector<const char *> out;
+    for (auto &s : v)
+        out.push_back(s.c_str());
+    out.push_back(nullptr);
+    return out;
+}
+
 bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
+    std::vector<std::string> wrapper = switch_wrapper();
+    std::vector<const char *> wrap = c_list(wrapper), extra = c_list(extra_args);
+    inc_launch_switch_t proc;
+    if (inc_launch_switch_start(wrap.data(), SWITCHD_PATH, extra.data(), 60, &proc) != 0)
         return false;
-    pid_t pid = fork();
-    if (pid < 0)
-        return false;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test killed by its timeout takes its switch along */
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        /* INCMOE_TEST_SWITCH_WRAPPER runs the switch under a tool, e.g. valgrind. */
-        std::vector<std::string> words;
-        if (const char *wrap = getenv("INCMOE_TEST_SWITCH_WRAPPER")) {
-            std::string w(wrap), cur;
-            for (char ch : w + " ") {
-                if (ch == ' ') {
-                    if (!cur.empty())
-                        words.push_back(cur);
-                    cur.clear();
-                } else {
-                    cur += ch;
-                }
-            }
-        }
-        std::vector<const char *> argv;
-        for (auto &w : words)
-            argv.push_back(w.c_str());
-        argv.insert(argv.end(), {SWITCHD_PATH, "--listen", "127.0.0.1:0"});
-        for (auto &a : extra_args)
-            argv.push_back(a.c_str());
-        argv.push_back(nullptr);
-        execvp(argv[0], const_cast<char *const *>(argv.data()));
-        _exit(127);
-    }
-    close(fds[1]);
-    /* The daemon's first stdout line is "listening on HOST:PORT". */
-    std::string line;
-    double deadline = inc_now_s() + 60;
-    while (inc_now_s() < deadline && line.find('\n') == std::string::npos) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        char buf[256];
-        ssize_t n = read(fds[0], buf, sizeof(buf));
-        if (n <= 0)
-            break;
-        line.append(buf, n);
-    }
-    close(fds[0]);
-    size_t at = line.find("listening on ");
-    if (at == std::string::npos) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-        return false;
-    }
-    std::string rest = line.substr(at + 13);
-    sw->addr = rest.substr(0, rest.find_first_of(" \n"));
-    sw->pid = pid;
+    sw->pid = proc.pid;
+    sw->addr = proc.addr;
     return true;
 }
 
 int switch_stop(SwitchProc *sw)
 {
-    if (sw->pid <= 0)
-        return -1;
-    kill(sw->pid, SIGTERM);
-    int status = 0;
-    double deadline = inc_now_s() + 10;
-    while (waitpid(sw->pid, &status, WNOHANG) == 0) {
-        if (inc_now_s() > deadline) {
-            kill(sw->pid, SIGKILL);
-            waitpid(sw->pid, &status, 0);
-            break;
-        }
-        usleep(10000);
-    }
+    inc_launch_switch_t proc = {sw->pid, ""};
     sw->pid = -1;
-    return status;
+    return inc_launch_switch_stop(&proc, 10);
+}
+
+/* What every rank process needs: the body and the file its message goes to. */
+struct RankJob {
+    const std::function<std::string(int rank)> *body;
+    std::vector<FILE *> out;
+};
+
+static int rank_main(int rank, int, const char *, void *arg)
+{
+    RankJob *job = static_cast<RankJob *>(arg);
+    std::string err;
+    try {
+        err = (*job->body)(rank);
+    } catch (const std::exception &e) {
+        err = std::string("exception: ") + e.what();
+    }
+    if (!err.empty()) {
+        ssize_t w = write(fileno(job->out[rank]), err.data(), err.size());
+        (void)w;
+    }
+    if (__lsan_do_leak_check != nullptr)
+        __lsan_do_leak_check(); /* exits non-zero on a leak */
+    return err.empty() ? 0 : 1;
+}
+
+static std::string read_all(FILE *f)
+{
+    std::string s;
+    char buf[4096];
+    ssize_t n;
+    off_t off = 0;
+    while ((n = pread(fileno(f), buf, sizeof(buf), off)) > 0) {
+        s.append(buf, (size_t)n);
+        off += n;
+    }
+    return s;
+}
+
+/* A rank's message, with how it ended when that says more. */
+static std::string describe(FILE *f, const inc_launch_rank_t &end, const inc_launch_result_t &res,
+                            int timeout_s)
+{
+    std::string msg = read_all(f);
+    if (end.status == -1)
+        return "fork failed";
+    if (end.stopped && res.timed_out)
+        return msg + " (timed out after " + std::to_string(timeout_s) + " s)";
+    if (end.stopped)
+        return msg + " (stopped: another rank could not be started)";
+    if (WIFSIGNALED(end.status))
+        return msg + " (killed by signal " + std::to_string(WTERMSIG(end.status)) + ")";
+    if (WEXITSTATUS(end.status) != 0 && msg.empty())
+        return "exit status " + std::to_string(WEXITSTATUS(end.status));
+    return msg;
 }
 
 std::vector<std::string> run_ranks(int nranks, const std::function<std::string(int rank)> &body,
                                    int timeout_s)
 {
-    std::vector<pid_t> pids(nranks, -1);
-    std::vector<int> fds(nranks, -1);
+    RankJob job{&body, {}};
     std::vector<std::string> out(nranks);
-    fflush(stdout);
-    fflush(stderr);
     for (int r = 0; r < nranks; r++) {
-        int p[2];
-        if (pipe(p) != 0) {
-            out[r] = "pipe failed";
-            continue;
+        FILE *f = tmpfile();
+        if (f == nullptr) {
+            for (FILE *g : job.out)
+                fclose(g);
+            for (auto &s : out)
+                s = "cannot create the file for the ranks' messages";
+            return out;
         }
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(p[0]);
-            std::string err;
-            try {
-                err = body(r);
-            } catch (const std::exception &e) {
-                err = std::string("exception: ") + e.what();
-            }
-            if (!err.empty()) {
-                ssize_t w = write(p[1], err.data(), err.size());
-                (void)w;
-            }
-            close(p[1]);
-            if (__lsan_do_leak_check != nullptr)
-                __lsan_do_leak_check(); /* exits non-zero on a leak */
-            _exit(err.empty() ? 0 : 1);
-        }
-        close(p[1]);
-        pids[r] = pid;
-        fds[r] = p[0];
-        fcntl(fds[r], F_SETFL, O_NONBLOCK);
+        job.out.push_back(f);
     }
-    double deadline = inc_now_s() + timeout_s;
-    int left = nranks;
-    std::vector<bool> done(nranks, false);
-    while (left > 0) {
-        for (int r = 0; r < nranks; r++) {
-            if (done[r] || pids[r] < 0) {
-                if (!done[r]) {
-                    done[r] = true;
-                    left--;
-                }
-                continue;
-            }
-            char buf[4096];
-            ssize_t n;
-            while ((n = read(fds[r], buf, sizeof(buf))) > 0)
-                out[r].append(buf, n);
-            int status;
-            if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-                while ((n = read(fds[r], buf, sizeof(buf))) > 0)
-                    out[r].append(buf, n);
-                if (WIFSIGNALED(status))
-                    out[r] += " (killed by signal " + std::to_string(WTERMSIG(status)) + ")";
-                else if (WEXITSTATUS(status) != 0 && out[r].empty())
-                    out[r] = "exit status " + std::to_string(WEXITSTATUS(status));
-                close(fds[r]);
-                done[r] = true;
-                left--;
-            }
-        }
-        if (left == 0)
-            break;
-        if (inc_now_s() > deadline) {
-            for (int r = 0; r < nranks; r++) {
-                if (!done[r]) {
-                    kill(pids[r], SIGKILL);
-                    waitpid(pids[r], nullptr, 0);
-                    close(fds[r]);
-                    out[r] += " (timed out after " + std::to_string(timeout_s) + " s)";
-                    done[r] = true;
-                }
-            }
-            break;
-        }
-        usleep(2000);
+    inc_launch_params_t p = {};
+    p.nranks = nranks;
+    p.fn = rank_main;
+    p.arg = &job;
+    p.timeout_s = timeout_s;
+    p.keep_going = 1; /* suites check how the survivors see a rank that died */
+    std::vector<inc_launch_rank_t> ends(nranks);
+    inc_launch_result_t res;
+    inc_launch_ranks(&p, nullptr, ends.data(), &res);
+    for (int r = 0; r < nranks; r++) {
+        out[r] = describe(job.out[r], ends[r], res, timeout_s);
+        fclose(job.out[r]);
     }
     return out;
 }

@@ -10,16 +10,14 @@
  */
 #include "api/incmoe.h"
 #include "base/config.h"
-#include "switchd_path.h"
+#include "launch.h"
+#include "switchd_find.h"
 
 #include <errno.h>
 #include <getopt.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "base/clock.h"
@@ -172,6 +170,73 @@ static int parse_sizes(const char *text, size_t *sizes, int *n)
     return *n > 0 ? 0 : -1;
 }
 
+/* What every demo rank needs; out[r] collects rank r's lines. */
+typedef struct {
+    uint64_t job;
+    const size_t *sizes;
+    int nsizes;
+    FILE *out[64];
+} demo_t;
+
+static int demo_rank_main(int rank, int nranks, const char *addr, void *arg)
+{
+    demo_t *d = arg;
+    return demo_rank(addr, d->job, rank, nranks, d->sizes, d->nsizes, fileno(d->out[rank]));
+}
+
+/* One output file per rank, read after the ranks ended; -1 when one could not be made. */
+static int demo_open_outputs(int nranks, demo_t *d)
+{
+    for (int r = 0; r < nranks; r++)
+        if ((d->out[r] = tmpfile()) == NULL) {
+            fprintf(stderr, "incmoe demo: tmpfile: %s\n", strerror(errno));
+            while (r-- > 0)
+                fclose(d->out[r]);
+            return -1;
+        }
+    return 0;
+}
+
+/* Prints the table from each rank's lines (the slowest rank's time); 0 when all are right. */
+static int demo_report(int nranks, demo_t *d)
+{
+    double agrs[MAX_SIZES] = {0}, ar[MAX_SIZES] = {0};
+    size_t wrong[MAX_SIZES] = {0}, bytes[MAX_SIZES] = {0};
+    int seen[MAX_SIZES] = {0}, rc = 0;
+    for (int r = 0; r < nranks; r++) {
+        FILE *f = d->out[r];
+        char line[512];
+        int k = 0;
+        rewind(f);
+        while (fgets(line, sizeof(line), f) != NULL) {
+            size_t b, w;
+            double t1, t2;
+            if (sscanf(line, "result %zu %lf %lf %zu", &b, &t1, &t2, &w) == 4 && k < d->nsizes) {
+                bytes[k] = b;
+                agrs[k] = t1 > agrs[k] ? t1 : agrs[k];
+                ar[k] = t2 > ar[k] ? t2 : ar[k];
+                wrong[k] += w;
+                seen[k]++;
+                k++;
+            } else {
+                fputs(line, stderr);
+                rc = 1;
+            }
+        }
+        fclose(f);
+    }
+    printf("%12s %16s %14s %10s %8s\n", "size(B)", "agrs_time(us)", "ar_time(us)", "wrong",
+           "result");
+    for (int k = 0; k < d->nsizes; k++) {
+        int ok = seen[k] == nranks && wrong[k] == 0;
+        printf("%12zu %16.1f %14.1f %10zu %8s\n", bytes[k], agrs[k], ar[k], wrong[k],
+               ok ? "OK" : "FAIL");
+        if (!ok)
+            rc = 1;
+    }
+    return rc;
+}
+
 static int cmd_demo(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -183,7 +248,7 @@ static int cmd_demo(int argc, char **argv)
     };
     int nranks = 4, nsizes;
     size_t sizes[MAX_SIZES];
-    const char *switchd = switchd_path();
+    const char *switchd = NULL;
     parse_sizes("4K,256K,4M,32M", sizes, &nsizes);
     int c;
     optind = 1;
@@ -212,69 +277,32 @@ static int cmd_demo(int argc, char **argv)
             return 2;
         }
     }
-    char addr[128];
-    pid_t sw = switchd_spawn(switchd, addr, sizeof(addr));
-    if (sw < 0) {
+    char why[1024];
+    if (switchd == NULL && (switchd = inc_switchd_find(why, sizeof(why))) == NULL) {
+        fprintf(stderr, "incmoe demo: %s, or pass --switchd PATH\n", why);
+        return 1;
+    }
+    inc_launch_switch_t sw;
+    if (inc_launch_switch_start(NULL, switchd, NULL, 20, &sw) != 0) {
         fprintf(stderr, "incmoe demo: could not start %s\n", switchd);
         return 1;
     }
-    printf("incmoe demo: switch at %s, %d ranks, fp32 sum\n", addr, nranks);
-    uint64_t job = ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL);
-    int pipes[64];
-    pid_t pids[64];
-    for (int r = 0; r < nranks; r++) {
-        int p[2];
-        if (pipe(p) != 0)
-            return 1;
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            close(p[0]);
-            _exit(demo_rank(addr, job, r, nranks, sizes, nsizes, p[1]));
-        }
-        close(p[1]);
-        pipes[r] = p[0];
+    printf("incmoe demo: switch at %s, %d ranks, fp32 sum\n", sw.addr, nranks);
+    demo_t d = {
+        .job = ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL), .sizes = sizes, .nsizes = nsizes};
+    if (demo_open_outputs(nranks, &d) != 0) {
+        inc_launch_switch_stop(&sw, 5);
+        return 1;
     }
-    /* Collect each rank's lines; the table shows the slowest rank's time. */
-    double agrs[MAX_SIZES] = {0}, ar[MAX_SIZES] = {0};
-    size_t wrong[MAX_SIZES] = {0}, bytes[MAX_SIZES] = {0};
-    int seen[MAX_SIZES] = {0}, rc = 0;
-    for (int r = 0; r < nranks; r++) {
-        FILE *f = fdopen(pipes[r], "r");
-        char line[512];
-        int k = 0;
-        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-            size_t b, w;
-            double t1, t2;
-            if (sscanf(line, "result %zu %lf %lf %zu", &b, &t1, &t2, &w) == 4 && k < nsizes) {
-                bytes[k] = b;
-                agrs[k] = t1 > agrs[k] ? t1 : agrs[k];
-                ar[k] = t2 > ar[k] ? t2 : ar[k];
-                wrong[k] += w;
-                seen[k]++;
-                k++;
-            } else {
-                fputs(line, stderr);
-                rc = 1;
-            }
-        }
-        if (f != NULL)
-            fclose(f);
-        int status;
-        waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            rc = 1;
-    }
-    kill(sw, SIGTERM);
-    waitpid(sw, NULL, 0);
-    printf("%12s %16s %14s %10s %8s\n", "size(B)", "agrs_time(us)", "ar_time(us)", "wrong",
-           "result");
-    for (int k = 0; k < nsizes; k++) {
-        int ok = seen[k] == nranks && wrong[k] == 0;
-        printf("%12zu %16.1f %14.1f %10zu %8s\n", bytes[k], agrs[k], ar[k], wrong[k],
-               ok ? "OK" : "FAIL");
-        if (!ok)
-            rc = 1;
-    }
+    inc_launch_params_t p = {.nranks = nranks,
+                             .fn = demo_rank_main,
+                             .arg = &d,
+                             .switch_addr = sw.addr,
+                             .prog = "incmoe demo"};
+    inc_launch_result_t res;
+    int rc = inc_launch_ranks(&p, &sw, NULL, &res) != 0;
+    inc_launch_switch_stop(&sw, 5);
+    rc |= demo_report(nranks, &d);
     printf("incmoe demo: %s\n", rc == 0 ? "all results correct" : "FAILED");
     return rc;
 }

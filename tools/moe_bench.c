@@ -21,20 +21,18 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "api/incmoe.h"
 #include "base/dtype.h"
 #include "incmoe_moe.h"
-#include "switchd_path.h"
+#include "launch.h"
+#include "switchd_find.h"
 #include "base/clock.h"
 
 #define MAX_T     32
@@ -459,49 +457,77 @@ static int parse_results(FILE *f, result_t *all, int *n, int max)
 
 /* ------------------------------------------------------------- embedded */
 
+/* What every embedded rank needs; out[r] collects rank r's result lines. */
+typedef struct {
+    const opts_t *o;
+    FILE *out[MAX_RANKS];
+} embedded_t;
+
+static int embedded_rank(int rank, int nranks, const char *switch_addr, void *arg)
+{
+    (void)nranks;
+    (void)switch_addr;
+    embedded_t *e = arg;
+    return run_rank(e->o, rank, e->out[rank]);
+}
+
+/* Starts the switch on loopback; -1 after saying why. */
+static int start_switch(inc_launch_switch_t *sw)
+{
+    char why[1024];
+    const char *path = inc_switchd_find(why, sizeof(why));
+    if (path == NULL) {
+        fprintf(stderr, "incmoe-moe-bench: %s, or pass --switch HOST:PORT\n", why);
+        return -1;
+    }
+    if (inc_launch_switch_start(NULL, path, NULL, 20, sw) != 0) {
+        fprintf(stderr, "incmoe-moe-bench: could not start %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs the ranks, each writing to its own file: 0 when every rank exited 0, 1 when one
+   did not, -1 when the files could not be made. */
+static int run_ranks(opts_t *o, inc_launch_switch_t *sw, embedded_t *e)
+{
+    for (int r = 0; r < o->nranks; r++)
+        if ((e->out[r] = tmpfile()) == NULL) {
+            fprintf(stderr, "incmoe-moe-bench: tmpfile: %s\n", strerror(errno));
+            while (r-- > 0)
+                fclose(e->out[r]);
+            return -1;
+        }
+    inc_launch_params_t p = {.nranks = o->nranks,
+                             .fn = embedded_rank,
+                             .arg = e,
+                             .switch_addr = o->switch_addr,
+                             .prog = "incmoe-moe-bench"};
+    inc_launch_result_t res;
+    return inc_launch_ranks(&p, sw, NULL, &res) != 0 ? 1 : 0;
+}
+
 static int run_embedded(opts_t *o)
 {
-    char addr[128];
-    pid_t sw = -1;
+    inc_launch_switch_t sw = {.pid = -1};
     if (o->switch_addr == NULL) {
-        sw = switchd_spawn(switchd_path(), addr, sizeof(addr));
-        if (sw < 0) {
-            fprintf(stderr, "incmoe-moe-bench: could not start %s\n", switchd_path());
+        if (start_switch(&sw) != 0)
             return 1;
-        }
-        o->switch_addr = addr;
+        o->switch_addr = sw.addr;
     }
     if (o->job == 0)
         o->job = ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL);
-    pid_t pids[MAX_RANKS];
-    FILE *outs[MAX_RANKS];
-    for (int r = 0; r < o->nranks; r++) {
-        int p[2];
-        if (pipe(p) != 0)
-            return 1;
-        fflush(stdout);
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            close(p[0]);
-            FILE *f = fdopen(p[1], "w");
-            _exit(run_rank(o, r, f));
-        }
-        close(p[1]);
-        outs[r] = fdopen(p[0], "r");
-    }
-    int max = 4 * MAX_T * o->nranks, n = 0, rc = 0;
+    embedded_t e = {.o = o};
+    int rc = run_ranks(o, &sw, &e);
+    inc_launch_switch_stop(&sw, 5);
+    if (rc < 0)
+        return 1;
+    int max = 4 * MAX_T * o->nranks, n = 0;
     result_t *all = calloc((size_t)max, sizeof(result_t));
     for (int r = 0; r < o->nranks; r++) {
-        rc |= parse_results(outs[r], all, &n, max);
-        fclose(outs[r]);
-        int status;
-        waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            rc = 1;
-    }
-    if (sw > 0) {
-        kill(sw, SIGTERM);
-        waitpid(sw, NULL, 0);
+        rewind(e.out[r]);
+        rc |= parse_results(e.out[r], all, &n, max);
+        fclose(e.out[r]);
     }
     rc |= print_table(o, all, n);
     free(all);

@@ -16,12 +16,10 @@
  * AllGather and a ReduceScatter of S bytes each at once and times both to
  * completion: eqbw = 2S / time (paper section 5.2), bound N/(N-1) BW for the
  * ring and 2 BW in the network.  Collectives go through the public API
- * (api/incmoe.h) only; switchd_path() finds the switch for embedded runs.
+ * (api/incmoe.h) only; embedded runs start the switch and the ranks with launch.h.
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +29,8 @@
 #include <unistd.h>
 
 #include "api/incmoe.h"
-#include "switchd_path.h"
+#include "launch.h"
+#include "switchd_find.h"
 #include "base/clock.h"
 
 typedef enum { OP_ALLGATHER, OP_REDUCESCATTER, OP_ALLREDUCE, OP_AGRS, OP_COUNT } op_t;
@@ -708,115 +707,56 @@ out:
 /* ------------------------------------------------------------------------- */
 
 /* Starts the switch on loopback; its first stdout line names the address. */
-static int start_switch(pid_t *pid_p, char *addr, size_t addr_len)
+static int start_switch(inc_launch_switch_t *sw)
 {
-    /* INCMOE_SWITCHD, else beside this program (installed), else the build tree's. */
-    const char *path = switchd_path();
-    if (access(path, X_OK) != 0) {
-        fprintf(stderr,
-                "incmoe-perf: cannot run incmoe-switchd at %s (%s): set INCMOE_SWITCHD or pass "
-                "--switch HOST:PORT\n",
-                path, strerror(errno));
+    char why[1024];
+    const char *path = inc_switchd_find(why, sizeof(why));
+    if (path == NULL) {
+        fprintf(stderr, "incmoe-perf: %s, or pass --switch HOST:PORT\n", why);
         return -1;
     }
-    *pid_p = switchd_spawn(path, addr, addr_len);
-    if (*pid_p < 0) {
+    if (inc_launch_switch_start(NULL, path, NULL, 20, sw) != 0) {
         fprintf(stderr, "incmoe-perf: %s did not report 'listening on HOST:PORT'\n", path);
         return -1;
     }
     return 0;
 }
 
-static void stop_switch(pid_t pid)
+static int perf_rank(int rank, int nranks, const char *switch_addr, void *arg)
 {
-    kill(pid, SIGTERM);
-    double deadline = inc_now_s() + 5;
-    while (waitpid(pid, NULL, WNOHANG) == 0) {
-        if (inc_now_s() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            return;
-        }
-        usleep(10000);
-    }
+    (void)nranks;
+    (void)switch_addr;
+    if (rank != 0 && freopen("/dev/null", "w", stdout) == NULL)
+        return 2;
+    int st = run_rank(arg, rank);
+    return st == 0 ? 0 : st > 0 ? 1 : 2;
 }
 
+/* Exit code 1: a rank found wrong results; 2: anything else went wrong. */
 static int run_embedded(opts_t *o)
 {
-    char addr[256];
-    pid_t sw_pid = -1;
+    inc_launch_switch_t sw = {.pid = -1};
     if (o->switch_addr == NULL) {
-        if (start_switch(&sw_pid, addr, sizeof(addr)) != 0)
+        if (start_switch(&sw) != 0)
             return 2;
-        o->switch_addr = addr;
+        o->switch_addr = sw.addr;
         if (o->job_id == 1)
             o->job_id = (uint64_t)getpid() << 16 | 1;
     }
-    pid_t pids[INCMOE_MAX_RANKS];
-    int nstarted = 0, rc = 0;
-    fflush(stdout);
-    fflush(stderr);
-    for (int r = 0; r < o->nranks; r++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            perror("incmoe-perf: fork");
-            rc = 2;
-            break;
-        }
-        if (pid == 0) {
-            if (r != 0 && freopen("/dev/null", "w", stdout) == NULL)
-                _exit(2);
-            int st = run_rank(o, r);
-            fflush(stdout);
-            _exit(st == 0 ? 0 : st > 0 ? 1 : 2);
-        }
-        pids[nstarted++] = pid;
+    inc_launch_params_t p = {.nranks = o->nranks,
+                             .fn = perf_rank,
+                             .arg = o,
+                             .switch_addr = o->switch_addr,
+                             .timeout_s = o->timeout_s,
+                             .prog = "incmoe-perf"};
+    inc_launch_rank_t ranks[INCMOE_MAX_RANKS];
+    inc_launch_result_t res;
+    int rc = 0;
+    if (inc_launch_ranks(&p, &sw, ranks, &res) != 0) {
+        int st = res.failed_rank >= 0 ? ranks[res.failed_rank].status : -1;
+        rc = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1 ? 1 : 2;
     }
-    int left = nstarted;
-    double deadline = inc_now_s() + o->timeout_s;
-    while (left > 0) {
-        usleep(20000);
-        int status;
-        pid_t pid;
-        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-            int r = -1;
-            for (int i = 0; i < nstarted; i++)
-                if (pids[i] == pid)
-                    r = i;
-            if (pid == sw_pid) {
-                fprintf(stderr, "incmoe-perf: incmoe-switchd exited while the ranks ran\n");
-                sw_pid = -1;
-            }
-            if (r < 0)
-                continue;
-            pids[r] = -1;
-            left--;
-            int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-            if (code != 0) {
-                if (!WIFEXITED(status))
-                    fprintf(stderr, "incmoe-perf: rank %d killed by signal %d\n", r,
-                            WTERMSIG(status));
-                if (rc == 0)
-                    rc = code == 1 ? 1 : 2;
-                /* A rank that failed leaves the others waiting for it: stop them. */
-                for (int i = 0; i < nstarted; i++)
-                    if (pids[i] > 0)
-                        kill(pids[i], SIGTERM);
-            }
-        }
-        if (left > 0 && inc_now_s() > deadline) {
-            fprintf(stderr,
-                    "incmoe-perf: ranks still running after --timeout %d s: stopping them\n",
-                    o->timeout_s);
-            for (int i = 0; i < nstarted; i++)
-                if (pids[i] > 0)
-                    kill(pids[i], SIGKILL);
-            deadline = inc_now_s() + 3600;
-            rc = 2;
-        }
-    }
-    if (sw_pid > 0)
-        stop_switch(sw_pid);
+    inc_launch_switch_stop(&sw, 5);
     return rc;
 }
 

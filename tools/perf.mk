@@ -3,8 +3,8 @@
 
 bin_PROGRAMS += incmoe-perf
 incmoe_perf_SOURCES = perf.c
-# Embedded runs start incmoe-switchd found by switchd_path() (INCMOE_SWITCHD, beside the
-# program, or the build tree).
+# Embedded runs start incmoe-switchd found by inc_switchd_find() (INCMOE_SWITCHD, beside
+# the program, or the build tree relative to it).
 incmoe_perf_CPPFLAGS = -I$(top_srcdir)/plugin
 incmoe_perf_LDADD = libincmoe_tools.la $(top_builddir)/plugin/libincmoe.la
 
