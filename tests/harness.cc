@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <exception>
+#include <sstream>
 #include "launch.h"
 
 /* Present in sanitizer builds: lets a forked rank check for leaks before _exit(). */
@@ -23,18 +24,10 @@ static std::vector<std::string> switch_wrapper()
 {
     std::vector<std::string> words;
     const char *wrap = getenv("INCMOE_TEST_SWITCH_WRAPPER");
-    std::string cur;
-    for (const char *ch = wrap; ch != nullptr; ch++) {
-        if (*ch == ' ' || *ch == '\0') {
-            if (!cur.empty())
-                words.push_back(cur);
-            cur.clear();
-            if (*ch == '\0')
-                break;
-        } else {
-            cur += *ch;
-        }
-    }
+    std::istringstream in(wrap != nullptr ? wrap : "");
+    std::string w;
+    while (in >> w)
+        words.push_back(w);
     return words;
 }
 

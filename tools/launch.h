@@ -2,9 +2,10 @@
  * launch.h - a job on this host: incmoe-switchd on loopback and N forked rank
  * processes.  Shared by the tools' embedded runs and the test harness.
  *
- * Every process started here gets SIGKILL when the process that started it
- * dies (PR_SET_PDEATHSIG), so nothing outlives a tool or a test killed by its
- * timeout.
+ * Every process started here gets SIGKILL when the thread that started it
+ * ends (PR_SET_PDEATHSIG), so nothing outlives a tool or a test killed by its
+ * timeout; start a job from a thread that outlives it (the tools' and the
+ * tests' main thread).
  */
 #ifndef INCMOE_TOOLS_LAUNCH_H
 #define INCMOE_TOOLS_LAUNCH_H
