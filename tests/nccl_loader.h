@@ -37,6 +37,12 @@ struct Plugin {
     void *coll = nullptr; /* ncclCollNet_vN_t* */
     void *net_ctx = nullptr, *coll_ctx = nullptr;
 
+    Plugin() = default;
+    Plugin(const Plugin &) = delete;
+    Plugin &operator=(const Plugin &) = delete;
+    /* dlclose(), as NCCL unloads its net plugin when the last communicator goes. */
+    ~Plugin();
+
     /* dlopen + dlsym "ncclNetPlugin_v<version>" / "ncclCollNetPlugin_v<version>". */
     std::string load(int version);
     /* dlsym newest first, as NCCL does; the version found goes to `version`. */

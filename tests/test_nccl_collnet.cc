@@ -244,6 +244,18 @@ std::string teardown(Rank *c)
     return "";
 }
 
+/* NCCL's teardown after a failed job or a failed connect: close may report the
+   failure again, everything else must still succeed and release what it holds. */
+std::string teardown_after_failure(Rank *c)
+{
+    if (c->cc != nullptr)
+        c->pl.coll_close(c->cc); /* bounded even though the job is dead */
+    REQUIRE(c->pl.coll_close_listen(c->lc) == ncclSuccess);
+    REQUIRE(c->pl.coll_finalize() == ncclSuccess);
+    REQUIRE(c->pl.net_finalize() == ncclSuccess);
+    return "";
+}
+
 /* A posted request plus the check to run once it is done. */
 struct Pending {
     void *req = nullptr;
@@ -669,8 +681,7 @@ TEST_F(NcclCollNetBehaviour, DeadRankFailsTheOthersTest)
             REQUIRE(r == ncclRemoteError || r == ncclSystemError,
                     "test returned " + std::to_string(r) + " done " + std::to_string(done));
             REQUIRE(nccltest::warnings().find("failed") != std::string::npos, nccltest::warnings());
-            c.pl.coll_close(c.cc); /* bounded even though the job is dead */
-            return "";
+            return teardown_after_failure(&c);
         },
         120);
     ex->destroy();
@@ -712,8 +723,7 @@ TEST_F(NcclCollNetBehaviour, UnreachableSwitchFailsConnectWithAWarning)
             REQUIRE(r == ncclSystemError, "connect returned " + std::to_string(r));
             REQUIRE(nccltest::warnings().find("falls back") != std::string::npos,
                     nccltest::warnings());
-            REQUIRE(c.pl.coll_close_listen(c.lc) == ncclSuccess);
-            return "";
+            return teardown_after_failure(&c);
         },
         60);
     ex->destroy();
@@ -819,7 +829,7 @@ TEST_F(NcclCollNetBehaviour, SecretFromKeyFileAndJobIdOverride)
                     REQUIRE(nccltest::warnings().find("could not join job 0x5eed") !=
                                 std::string::npos,
                             nccltest::warnings());
-                    return "";
+                    return teardown_after_failure(&c);
                 }
                 REQUIRE(r == ncclSuccess, nccltest::warnings());
                 Batch b{&c, 10, {}, {}, {}};
@@ -847,10 +857,12 @@ TEST_F(NcclCollNetBehaviour, TwoCommunicatorsInOneProcessAreSeparateJobs)
     auto res = harness::run_ranks(
         n,
         [&](int rank) -> std::string {
-            /* The same plugin handle twice, as NCCL uses it for every communicator. */
+            /* The same loaded plugin twice (dlopen() hands back the one instance), as NCCL
+               uses it for every communicator. */
             Rank a, b;
             TRY(a.pl.load(11));
-            b.pl = a.pl;
+            TRY(b.pl.load(11));
+            REQUIRE(a.pl.lib == b.pl.lib && a.pl.coll == b.pl.coll);
             a.rank = b.rank = rank;
             a.n = b.n = n;
             REQUIRE(a.pl.net_init(1) == ncclSuccess);
@@ -905,6 +917,7 @@ TEST_F(NcclCollNetBehaviour, NoSwitchMeansNoCollNetDevice)
         REQUIRE(pl.net_devices(&nd) == ncclSuccess && nd == 1);
         REQUIRE(pl.coll_devices(&cd) == ncclSuccess && cd == 0);
         REQUIRE(nccltest::warnings().find("INCMOE_SWITCH") != std::string::npos);
+        REQUIRE(pl.coll_finalize() == ncclSuccess && pl.net_finalize() == ncclSuccess);
         return "";
     });
     EXPECT_EQ(harness::failures(res), "");

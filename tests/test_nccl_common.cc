@@ -66,6 +66,12 @@ static void test_logger(ncclDebugLogLevel level, unsigned long flags, const char
                 level == NCCL_LOG_WARN ? "WARN" : "INFO", buf);
 }
 
+Plugin::~Plugin()
+{
+    if (lib != nullptr)
+        dlclose(lib);
+}
+
 std::string Plugin::load(int v)
 {
     lib = dlopen(kPluginPath, RTLD_NOW | RTLD_LOCAL);

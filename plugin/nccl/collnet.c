@@ -46,13 +46,21 @@ typedef struct {
     uint64_t nonce;
 } collnet_listen_t;
 
+/* What a CollNet comm hands NCCL (registrations, requests) is listed on the comm,
+   so that closing it releases what NCCL never deregistered or completed. */
+typedef struct collnet_link {
+    struct collnet_link *prev, *next;
+} collnet_link_t;
+
 typedef struct {
     incmoe_comm_t *comm;
     int rank, nranks;
     int failure_reported;
+    collnet_link_t mrs, reqs; /* list heads */
 } collnet_comm_t;
 
 typedef struct {
+    collnet_link_t link; /* first: the list links back to the object */
     uint32_t magic;
     collnet_comm_t *cc;
     incmoe_mr_t *mr;
@@ -62,6 +70,7 @@ typedef struct {
 } collnet_mr_t;
 
 typedef struct {
+    collnet_link_t link; /* first: the list links back to the object */
     collnet_comm_t *cc;
     int n;
     int size;
@@ -70,6 +79,39 @@ typedef struct {
     const char *copy_host;
     size_t copy_len;
 } collnet_req_t;
+
+static void link_init(collnet_link_t *head)
+{
+    head->prev = head->next = head;
+}
+
+static void link_add(collnet_link_t *head, collnet_link_t *l)
+{
+    l->next = head->next;
+    l->prev = head;
+    head->next->prev = l;
+    head->next = l;
+}
+
+static void link_del(collnet_link_t *l)
+{
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+}
+
+static void req_free(collnet_req_t *r)
+{
+    link_del(&r->link);
+    free(r);
+}
+
+static void mr_free(collnet_mr_t *m)
+{
+    link_del(&m->link);
+    m->magic = 0;
+    cuda_host_free(m->stage);
+    free(m);
+}
 
 static const char *switch_addr;
 
@@ -195,6 +237,8 @@ ncclResult_t collnet_connect(void *handles[], int nranks, int rank, void *listen
     collnet_comm_t *cc = calloc(1, sizeof(*cc));
     if (cc == NULL)
         return ncclSystemError;
+    link_init(&cc->mrs);
+    link_init(&cc->reqs);
     incmoe_comm_params_t prm = {
         .switch_addr = switch_addr,
         .job_id = job_id,
@@ -274,6 +318,7 @@ ncclResult_t collnet_reg_mr(void *coll_comm, void *data, size_t size, int type, 
     m->cc = cc;
     m->base = data;
     m->size = size;
+    link_add(&cc->mrs, &m->link);
     *mhandle = m;
     return ncclSuccess;
 }
@@ -291,9 +336,7 @@ ncclResult_t collnet_dereg_mr(void *coll_comm, void *mhandle)
     if (coll_comm == NULL || m == NULL || m->magic != MR_MAGIC || m->cc != coll_comm)
         return ncclInvalidArgument;
     incmoe_status_t st = incmoe_mem_deregister(m->cc->comm, m->mr);
-    m->magic = 0;
-    cuda_host_free(m->stage);
-    free(m);
+    mr_free(m);
     return st == INCMOE_OK ? ncclSuccess : plugin_result(st);
 }
 
@@ -375,6 +418,7 @@ ncclResult_t collnet_iallreduce(void *coll_comm, void *send, void *recv, size_t 
     if (r == NULL)
         return ncclSystemError;
     r->cc = cc;
+    link_add(&cc->reqs, &r->link);
     r->n = 1;
     r->size = (int)bytes;
     stage_out_later(r, rm, recv, bytes);
@@ -382,7 +426,7 @@ ncclResult_t collnet_iallreduce(void *coll_comm, void *send, void *recv, size_t 
                                           rm->mr, (size_t)((char *)recv - rm->base), count,
                                           (incmoe_dtype_t)t, (incmoe_redop_t)o, &r->reqs[0]);
     if (st != INCMOE_OK) {
-        free(r);
+        req_free(r);
         return post_failed(cc, "iallreduce", st);
     }
     *request = r;
@@ -429,6 +473,7 @@ static ncclResult_t post_pieces(collnet_comm_t *cc, const char *what, int reduce
     if (r == NULL)
         return ncclSystemError;
     r->cc = cc;
+    link_add(&cc->reqs, &r->link);
     r->size = size;
     size_t valid[INCMOE_MAX_RANKS]; /* copied by the library at post time */
     for (int i = 0; i < n; i++) {
@@ -449,7 +494,7 @@ static ncclResult_t post_pieces(collnet_comm_t *cc, const char *what, int reduce
                                       mine ? recv_off_own : 0, &layout, dtype, op, &r->reqs[i]);
         if (st != INCMOE_OK) {
             /* Earlier pieces stay posted; the job is unusable now anyway. */
-            free(r);
+            req_free(r);
             return post_failed(cc, what, st);
         }
         r->n++;
@@ -561,7 +606,7 @@ ncclResult_t collnet_test(void *request, int *done, int *size)
         return ncclUnhandledCudaError;
     if (size != NULL)
         *size = r->size;
-    free(r);
+    req_free(r);
     *done = 1;
     return ncclSuccess;
 }
@@ -571,7 +616,11 @@ ncclResult_t collnet_close_coll(void *coll_comm)
     collnet_comm_t *cc = coll_comm;
     if (cc == NULL)
         return ncclInvalidArgument;
-    incmoe_status_t st = incmoe_comm_destroy(cc->comm);
+    incmoe_status_t st = incmoe_comm_destroy(cc->comm); /* releases its registrations too */
+    while (cc->reqs.next != &cc->reqs)
+        req_free((collnet_req_t *)cc->reqs.next);
+    while (cc->mrs.next != &cc->mrs)
+        mr_free((collnet_mr_t *)cc->mrs.next);
     free(cc);
     if (st != INCMOE_OK) {
         PWARN("closeColl: leaving the job: %s", incmoe_strerror(st));

@@ -67,7 +67,8 @@ typedef struct net_comm {
     int failed; /* set by the endpoint error callback */
     ucs_status_t fail_status;
     int fail_reported;
-    int outstanding; /* requests handed to NCCL and not yet completed */
+    int outstanding;      /* requests handed to NCCL and not yet completed */
+    struct net_req *reqs; /* ... listed, so that closing the comm releases them */
     net_slot_t hs_send, hs_recv;
     uint64_t hs_send_buf, hs_recv_buf;
 } net_comm_t;
@@ -82,8 +83,9 @@ typedef struct {
     uint64_t hello_buf;
 } net_listen_t;
 
-typedef struct {
+typedef struct net_req {
     net_comm_t *comm;
+    struct net_req *prev, *next; /* in comm->reqs */
     int n;
     net_slot_t slot[NET_MAX_RECVS];
 } net_req_t;
@@ -328,17 +330,36 @@ out:
     return res;
 }
 
+static void net_release_locked(void)
+{
+    ucp_worker_destroy(net.worker); /* closes the endpoints NCCL never closed */
+    ucp_cleanup(net.context);
+    net.worker = NULL;
+    net.context = NULL;
+    net.refs = 0;
+}
+
 ncclResult_t net_finalize(void)
 {
     pthread_mutex_lock(&net.lock);
-    if (net.refs > 0 && --net.refs == 0) {
-        ucp_worker_destroy(net.worker);
-        ucp_cleanup(net.context);
-        net.worker = NULL;
-        net.context = NULL;
-    }
+    if (net.refs > 0 && --net.refs == 0)
+        net_release_locked();
     pthread_mutex_unlock(&net.lock);
     return ncclSuccess;
+}
+
+/*
+ * The v9 and v10 net ABIs have no finalize, so NCCL never says when it is done
+ * with the net.  Release UCX when the plugin is unloaded (NCCL dlclose()s it
+ * after closing every communicator) or the process exits.  A net call racing
+ * with exit() from another thread is not supported.
+ */
+__attribute__((destructor)) static void net_unload(void)
+{
+    pthread_mutex_lock(&net.lock);
+    if (net.refs > 0)
+        net_release_locked();
+    pthread_mutex_unlock(&net.lock);
 }
 
 ncclResult_t net_devices(int *ndev)
@@ -417,11 +438,46 @@ out:
     return res;
 }
 
+/* Requests are listed on their comm until test() completes them or the comm closes. */
+static void req_track(net_comm_t *c, net_req_t *r)
+{
+    r->comm = c;
+    r->prev = NULL;
+    r->next = c->reqs;
+    if (c->reqs != NULL)
+        c->reqs->prev = r;
+    c->reqs = r;
+    c->outstanding++;
+}
+
+static void req_release(net_req_t *r)
+{
+    net_comm_t *c = r->comm;
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        c->reqs = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    c->outstanding--;
+    free(r);
+}
+
+/*
+ * Closing the endpoint completes its pending sends; pending receives are
+ * cancelled.  Requests NCCL never completed (it closes after an error without
+ * testing them again) are released here: their pointers die with the comm.
+ */
 static void comm_destroy(net_comm_t *c, int force)
 {
     slot_cancel(&c->hs_send);
     slot_cancel(&c->hs_recv);
     net_ep_close(c->ep, force || c->failed);
+    while (c->reqs != NULL) {
+        for (int i = 0; i < c->reqs->n; i++)
+            slot_cancel(&c->reqs->slot[i]);
+        req_release(c->reqs);
+    }
     free(c);
 }
 
@@ -669,11 +725,10 @@ ncclResult_t net_isend(void *send_comm, void *data, size_t size, int tag, void *
     net_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return ncclSystemError;
-    r->comm = c;
     r->n = 1;
     pthread_mutex_lock(&net.lock);
     slot_send(c->ep, data_tag(c->data_id, tag), data, size, &r->slot[0]);
-    c->outstanding++;
+    req_track(c, r);
     pthread_mutex_unlock(&net.lock);
     *request = r;
     return ncclSuccess;
@@ -699,7 +754,6 @@ ncclResult_t net_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *
     net_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return ncclSystemError;
-    r->comm = c;
     r->n = n;
     pthread_mutex_lock(&net.lock);
     for (int i = 0; i < n; i++) {
@@ -713,7 +767,7 @@ ncclResult_t net_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *
             r->slot[i].host = dst;
         }
     }
-    c->outstanding++;
+    req_track(c, r);
     pthread_mutex_unlock(&net.lock);
     *request = r;
     return ncclSuccess;
@@ -767,8 +821,7 @@ ncclResult_t net_test(void *request, int *done, int *sizes)
     if (sizes != NULL)
         for (int i = 0; i < r->n; i++)
             sizes[i] = (int)r->slot[i].length;
-    r->comm->outstanding--;
-    free(r);
+    req_release(r);
     *done = 1;
 out:
     pthread_mutex_unlock(&net.lock);
@@ -783,8 +836,8 @@ static ncclResult_t net_close_comm(net_comm_t *c)
         return ncclInvalidArgument;
     pthread_mutex_lock(&net.lock);
     if (c->outstanding > 0)
-        PWARN("closing a %s comm with %d requests still outstanding", c->is_send ? "send" : "recv",
-              c->outstanding);
+        PWARN("closing a %s comm with %d requests still outstanding: they are released",
+              c->is_send ? "send" : "recv", c->outstanding);
     comm_destroy(c, 0);
     pthread_mutex_unlock(&net.lock);
     return ncclSuccess;
