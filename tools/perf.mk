@@ -5,11 +5,17 @@ bin_PROGRAMS += incmoe-perf
 incmoe_perf_SOURCES = perf.c
 # Embedded runs start incmoe-switchd found by switchd_path() (INCMOE_SWITCHD, beside the
 # program, or the build tree).
-incmoe_perf_CPPFLAGS = -I$(top_srcdir)/plugin
+incmoe_perf_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_builddir)/plugin/api
 incmoe_perf_LDADD = libincmoe_tools.la $(top_builddir)/plugin/libincmoe.la
 
-# tools/testbed up|run|down, the OpenMPI run on it, and the eqbw plot.
-dist_bin_SCRIPTS += testbed mpi-reference plot-eqbw
+# tools/testbed up|run|down is installed as incmoe-testbed: bindir holds only
+# incmoe and incmoe-* names.  The OpenMPI run on the testbed (it needs mpi_agrs
+# from a build tree) and the eqbw plot are source-tree tools, shipped only.
+bin_SCRIPTS += incmoe-testbed
+CLEANFILES += incmoe-testbed
+EXTRA_DIST += testbed mpi-reference plot-eqbw
+incmoe-testbed: $(srcdir)/testbed
+	$(AM_V_GEN)cp $(srcdir)/testbed $@ && chmod +x $@
 
 # The independent ring reference is an MPI program: built with mpicc when
 # configure found it, left in the build tree (tools/mpi-reference finds it there).
