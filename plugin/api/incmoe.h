@@ -44,14 +44,14 @@
  * Buffers.  Memory given to incmoe_mem_register must stay allocated and
  * mapped until incmoe_mem_deregister returns for it; deregister a region only
  * after every collective that uses it has completed, and not while a post
- * that names it is running.  From the post of a
- * collective until incmoe_test or incmoe_wait reports it done (INCMOE_OK),
- * its byte ranges belong to the library: the caller may read but not write
- * the send range, and may neither read nor write the receive range (an
- * in-place collective's range is a receive range).  If the communicator
- * fails, the ranges of collectives that did not complete belong to the
- * library until incmoe_comm_destroy returns.  Argument structs (params,
- * layout and its valid[] array, requests) are only read during the call.
+ * that names it is running.  From the post of a collective until incmoe_test
+ * or incmoe_wait reports it done (INCMOE_OK), its byte ranges belong to the
+ * library: the caller may read but not write the send range, and may neither
+ * read nor write the receive range (an in-place collective's range is a
+ * receive range).  If the communicator fails, the ranges of collectives that
+ * did not complete belong to the library until incmoe_comm_destroy returns.
+ * Argument structs (params, layout and its valid[] array, requests) are only
+ * read during the call.
  *
  * Versions and ABI.  INCMOE_VERSION_MAJOR/MINOR/PATCH (incmoe_version.h) name
  * the release the headers belong to; incmoe_get_version() the library's.
