@@ -17,7 +17,7 @@ libnccl_net_incmoe_la_SOURCES = \
 	nccl/adapt_v9.c \
 	nccl/adapt_v10.c \
 	nccl/adapt_v11.c
-libnccl_net_incmoe_la_CPPFLAGS = -I$(top_srcdir)/plugin $(UCX_CFLAGS)
+libnccl_net_incmoe_la_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_builddir)/plugin/api $(UCX_CFLAGS)
 if HAVE_CUDA
 libnccl_net_incmoe_la_CPPFLAGS += -DINCMOE_NCCL_CUDA=1
 endif

@@ -1,4 +1,5 @@
-# Core suites: pure functions, the in-network collectives, and bad input.
+# Core suites: pure functions, the in-network collectives, bad input, and
+# what the libraries export.
 check_PROGRAMS += test_reduce test_wire test_collectives test_errors
 
 test_reduce_SOURCES = test_reduce.cc
@@ -13,3 +14,12 @@ test_collectives_LDADD = libharness.la $(TEST_LIBS)
 test_errors_SOURCES = test_errors.cc raw_client.cc raw_client.h
 test_errors_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
 test_errors_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
+
+# What the installed libraries export, against their public headers.
+check_PROGRAMS += test_exports
+test_exports_SOURCES = test_exports.cc
+test_exports_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
+if HAVE_OPENBLAS
+test_exports_CPPFLAGS += -DHAVE_MOE_LIB=1
+endif
+test_exports_LDADD = $(TEST_LIBS)

@@ -5,18 +5,26 @@ bin_PROGRAMS += incmoe-perf
 incmoe_perf_SOURCES = perf.c
 # Embedded runs start incmoe-switchd found by inc_switchd_find() (INCMOE_SWITCHD, beside
 # the program, or the build tree relative to it).
-incmoe_perf_CPPFLAGS = -I$(top_srcdir)/plugin
+incmoe_perf_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_builddir)/plugin/api
 incmoe_perf_LDADD = libincmoe_tools.la $(top_builddir)/plugin/libincmoe.la
 
-# tools/testbed up|run|down, the OpenMPI run on it, and the eqbw plot.
-dist_bin_SCRIPTS += testbed mpi-reference plot-eqbw
+# tools/testbed up|run|down is installed as incmoe-testbed: bindir holds only
+# incmoe and incmoe-* names.  The OpenMPI run on the testbed (it needs mpi_agrs
+# from a build tree) and the eqbw plot are source-tree tools, shipped only.
+bin_SCRIPTS += incmoe-testbed
+CLEANFILES += incmoe-testbed
+EXTRA_DIST += testbed mpi-reference plot-eqbw
+incmoe-testbed: $(srcdir)/testbed
+	$(AM_V_GEN)cp $(srcdir)/testbed $@ && chmod +x $@
 
 # The independent ring reference is an MPI program: built with mpicc when
 # configure found it, left in the build tree (tools/mpi-reference finds it there).
+# Never with the sanitizers: it is OpenMPI's code under test there, and
+# OpenMPI's own allocations outlive MPI_Finalize.
 EXTRA_DIST += mpi_agrs.c
 if HAVE_MPI
 noinst_DATA = mpi_agrs
 mpi_agrs: $(srcdir)/mpi_agrs.c
-	$(AM_V_CC)$(MPICC) $(AM_CFLAGS) $(CFLAGS) -o $@ $(srcdir)/mpi_agrs.c
+	$(AM_V_CC)$(MPICC) $(filter-out $(SAN_FLAGS),$(AM_CFLAGS)) $(CFLAGS) -o $@ $(srcdir)/mpi_agrs.c
 CLEANFILES += mpi_agrs
 endif

@@ -20,14 +20,59 @@
  * hold data in that block (valid[r]), so ranks may own different amounts of
  * data, including none.
  *
- * All functions are thread safe.  Errors are negative incmoe_status_t values;
- * output arguments are written only on success.
+ * Errors are negative incmoe_status_t values; output arguments are written
+ * only on success.
+ *
+ * Threads.  Communicators are independent of each other (each has its own
+ * UCX context and proxy thread), so different communicators may be used from
+ * different threads freely.  On one communicator:
+ *   - incmoe_allgather, incmoe_reducescatter, incmoe_allreduce, incmoe_barrier,
+ *     incmoe_mem_register, incmoe_mem_deregister, incmoe_comm_error,
+ *     incmoe_test, incmoe_wait, incmoe_stream_completed, incmoe_comm_rank and
+ *     incmoe_comm_nranks may run concurrently from any number of threads.
+ *     Posting is serialised inside, and the epoch is fixed by the order in
+ *     which posts take the communicator's lock: posts of one stream must be
+ *     ordered by the caller (one thread per stream, or a lock of its own),
+ *     since every rank has to post a stream in the same order.
+ *   - incmoe_comm_destroy must be the last call on the communicator: no
+ *     other call on it may run concurrently with it or start after it, and
+ *     every FIFO made on it (incmoe_fifo.h) must be destroyed first.
+ * The functions without a communicator (incmoe_strerror, incmoe_dtype_*,
+ * incmoe_redop_name, incmoe_reduce_supported, incmoe_layout_bytes,
+ * incmoe_get_version) only read their arguments and may be called anywhere.
+ *
+ * Buffers.  Memory given to incmoe_mem_register must stay allocated and
+ * mapped until incmoe_mem_deregister returns for it; deregister a region only
+ * after every collective that uses it has completed, and not while a post
+ * that names it is running.  From the post of a collective until incmoe_test
+ * or incmoe_wait reports it done (INCMOE_OK), its byte ranges belong to the
+ * library: the caller may read but not write the send range, and may neither
+ * read nor write the receive range (an in-place collective's range is a
+ * receive range).  If the communicator fails, the ranges of collectives that
+ * did not complete belong to the library until incmoe_comm_destroy returns.
+ * Argument structs (params, layout and its valid[] array, requests) are only
+ * read during the call.
+ *
+ * Versions and ABI.  INCMOE_VERSION_MAJOR/MINOR/PATCH (incmoe_version.h) name
+ * the release the headers belong to; incmoe_get_version() the library's.
+ *   - PATCH: fixes only; no function, type or constant changes.
+ *   - MINOR: additions (functions, enum values, parameter fields behind a new
+ *     field_mask bit); a program built against an older MINOR of the same
+ *     MAJOR runs unchanged.
+ *   - MAJOR: anything that breaks programs built before (a removed or changed
+ *     function, type, constant or struct layout).
+ * libincmoe and libincmoe_moe carry libtool -version-info current:revision:age
+ * set in configure.ac and changed once per release: a PATCH release bumps
+ * revision; a MINOR release sets current+1, revision 0, age+1; a MAJOR
+ * release sets current+1, revision 0, age 0 (the soname changes).
  */
 #ifndef INCMOE_H
 #define INCMOE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "incmoe_version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +98,11 @@ typedef enum {
 } incmoe_status_t;
 
 const char *incmoe_strerror(incmoe_status_t status);
+
+/* The version of the library this program runs with (the macros in
+   incmoe_version.h give the version it was compiled against).  Any output
+   pointer may be NULL. */
+void incmoe_get_version(unsigned *major_p, unsigned *minor_p, unsigned *patch_p);
 
 typedef enum {
     INCMOE_INT8 = 0,
