@@ -95,8 +95,7 @@ static __device__ inline void prim_publish(const moe_ctx_t *x, uint64_t *c, uint
 }
 
 static __device__ inline incmoe_status_t prim_post(const moe_ctx_t *x,
-                                                   const incmoe_fifo_trigger_t *t,
-                                                   uint64_t *ticket)
+                                                   const incmoe_fifo_trigger_t *t, uint64_t *ticket)
 {
     __shared__ uint64_t shared_ticket;
     incmoe_status_t st = INCMOE_OK;
@@ -105,8 +104,7 @@ static __device__ inline incmoe_status_t prim_post(const moe_ctx_t *x,
         __threadfence_system();
         unsigned ns = 32;
         uint64_t deadline = cuda_now_ns() + (uint64_t)x->timeout_ms * 1000000ull;
-        while ((st = incmoe_fifo_dev_try_push(&x->fifo, t, &shared_ticket)) ==
-               INCMOE_IN_PROGRESS) {
+        while ((st = incmoe_fifo_dev_try_push(&x->fifo, t, &shared_ticket)) == INCMOE_IN_PROGRESS) {
             if (incmoe_atomic_load_acquire32(&x->cnt->abort) != 0) {
                 st = (incmoe_status_t)incmoe_atomic_load_acquire32(&x->cnt->abort);
                 break;
@@ -186,9 +184,10 @@ static __device__ inline void prim_pack_rows(const moe_ctx_t *x, band_t b)
     for (size_t i = threadIdx.x; i < b.rows * rowb; i += blockDim.x) {
         size_t t = b.start + i / rowb, o = i % rowb;
         uint8_t *dst = xg_row(x, (size_t)x->rank, t);
-        const uint8_t *src = o < hb        ? (const uint8_t *)x->x + t * hb + o
-                             : o < hb + kb ? (const uint8_t *)(x->ids + t * (size_t)x->k) + o - hb
-                                           : (const uint8_t *)(x->w + t * (size_t)x->k) + o - hb - kb;
+        const uint8_t *src = o < hb ? (const uint8_t *)x->x + t * hb + o
+                             : o < hb + kb
+                                 ? (const uint8_t *)(x->ids + t * (size_t)x->k) + o - hb
+                                 : (const uint8_t *)(x->w + t * (size_t)x->k) + o - hb - kb;
         dst[o] = *src;
     }
 }
