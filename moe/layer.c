@@ -1,57 +1,34 @@
 /*
- * layer.c - the layer object: creation, the forward pass in both modes, and
- * the argument checks every rank agrees on.
- *
- * Every create and forward starts with a small AllGather of a header per
- * rank (the shape, the token counts, the chosen configuration, and whether
- * the rank's own arguments passed its checks).  Each rank then judges all
- * headers alike, so a bad argument on one rank becomes the same clear error
- * on every rank instead of a hang.  The exchange also fences forwards: no
- * rank's data of forward f+1 can arrive before every rank entered it, so the
- * zero-copy output of forward f stays intact until the caller's next call.
+ * layer.c - the public API: creation, the forward pass in both modes, and
+ * the argument checks every rank agrees on (through exchange.c).  Where the
+ * weights and buffers live and who runs the role loops is the backend's
+ * (backend.h); this file names no backend internals.
  */
 #include "layer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "base/config.h"
-#include "elem.h"
-#include "base/log.h"
 #include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "base/hash.h"
+#include "plan.h"
 
 #define SUBSYS "moe"
 
-#define HDR_MAGIC      0x494d4f45u /* "IMOE" */
-#define HDR_CREATE     1
-#define HDR_FORWARD    2
 #define MOE_MAX_E      4096
 #define MOE_MAX_DIM    (1 << 16)
 #define MOE_MAX_TOKENS (1 << 20)
 #define MOE_MAX_BYTES  (64ull << 30) /* bound on one registered buffer */
-#define FIFO_SLOTS     256
-
-typedef struct {
-    uint32_t magic;
-    int32_t status; /* this rank's own checks: 0 or an incmoe_status_t */
-    uint32_t phase;
-    uint32_t nranks;
-    uint64_t seq;  /* forwards before this one */
-    uint64_t hash; /* create: placement; forward: token counts */
-    int32_t E, k, H, I, dtype, max_tokens;
-    int32_t mode, nb, gather, reduce, tail;
-} moe_hdr_t;
-
-_Static_assert(sizeof(moe_hdr_t) <= MOE_HDR_BYTES, "header fits its block");
 
 void incmoe_moe_params_init(incmoe_moe_params_t *p)
 {
     memset(p, 0, sizeof(*p));
     p->dtype = INCMOE_FLOAT32;
     p->config.tail_bands = -1;
+    p->backend = INCMOE_MOE_BACKEND_CPU;
 }
 
 const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode)
@@ -63,88 +40,6 @@ const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode)
         return "pipelined";
     }
     return "unknown";
-}
-
-/* Waits for req at most L->timeout_ms, sleeping with a backoff (capped at 1 ms):
-   a rank that left the job early must not hold the others here for ever. */
-static incmoe_status_t wait_bounded(incmoe_moe_t *L, const incmoe_req_t *req)
-{
-    double deadline = inc_now_ms() + L->timeout_ms;
-    long ns = 10000;
-    for (;;) {
-        incmoe_status_t st = incmoe_test(L->comm, req);
-        if (st != INCMOE_IN_PROGRESS)
-            return st;
-        if (inc_now_ms() > deadline)
-            return INCMOE_ERR_TIMEOUT;
-        struct timespec ts = {0, ns};
-        nanosleep(&ts, NULL);
-        ns = ns < 1000000 ? ns * 2 : 1000000;
-    }
-}
-
-/* AllGathers every rank's header and judges them all the same way on every rank. */
-static incmoe_status_t exchange(incmoe_moe_t *L, const moe_hdr_t *mine, const char *what)
-{
-    memset(L->hdr + (size_t)L->rank * MOE_HDR_BYTES, 0, MOE_HDR_BYTES);
-    memcpy(L->hdr + (size_t)L->rank * MOE_HDR_BYTES, mine, sizeof(*mine));
-    incmoe_layout_t layout = {MOE_HDR_BYTES, 0, sizeof(moe_hdr_t), NULL};
-    incmoe_req_t req;
-    incmoe_status_t st = incmoe_allgather(L->comm, L->hdr_mr, (size_t)L->rank * MOE_HDR_BYTES,
-                                          L->hdr_mr, 0, &layout, &req);
-    if (st == INCMOE_OK)
-        st = wait_bounded(L, &req);
-    if (st != INCMOE_OK) {
-        char why[256] = "";
-        incmoe_comm_error(L->comm, why, sizeof(why));
-        log_error(SUBSYS, "rank %d: %s: header exchange failed: %s (%s)", L->rank, what,
-                  incmoe_strerror(st), why);
-        return st;
-    }
-    incmoe_status_t verdict = INCMOE_OK;
-    for (int s = 0; s < L->N; s++) {
-        moe_hdr_t h;
-        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
-        if (h.magic != HDR_MAGIC || h.phase != mine->phase || h.nranks != mine->nranks) {
-            log_error(SUBSYS,
-                      "rank %d: %s: rank %d is not in the same call (phase %u, %u ranks; "
-                      "expected phase %u, %u ranks)",
-                      L->rank, what, s, h.phase, h.nranks, mine->phase, mine->nranks);
-            return INCMOE_ERR_MISMATCH;
-        }
-        if (h.status != 0) {
-            if (s != L->rank)
-                log_error(SUBSYS, "rank %d: %s: rank %d rejected its arguments (%s; see its log)",
-                          L->rank, what, s, incmoe_strerror((incmoe_status_t)h.status));
-            verdict = INCMOE_ERR_INVALID_ARG;
-        }
-    }
-    if (verdict != INCMOE_OK)
-        return verdict;
-    for (int s = 0; s < L->N; s++) {
-        moe_hdr_t h;
-        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
-        /* Compare everything but the per-rank status. */
-        if (h.seq != mine->seq || h.hash != mine->hash || h.E != mine->E || h.k != mine->k ||
-            h.H != mine->H || h.I != mine->I || h.dtype != mine->dtype ||
-            h.max_tokens != mine->max_tokens || h.mode != mine->mode || h.nb != mine->nb ||
-            h.gather != mine->gather || h.reduce != mine->reduce || h.tail != mine->tail) {
-            log_error(SUBSYS,
-                      "rank %d: %s: rank %d disagrees: it has call %llu, %s hash %016llx, "
-                      "E=%d k=%d H=%d I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d "
-                      "tail=%d; this rank has call %llu, hash %016llx, E=%d k=%d H=%d I=%d "
-                      "dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d tail=%d",
-                      L->rank, what, s, (unsigned long long)h.seq,
-                      mine->phase == HDR_CREATE ? "placement" : "token counts",
-                      (unsigned long long)h.hash, h.E, h.k, h.H, h.I, h.dtype, h.max_tokens, h.mode,
-                      h.nb, h.gather, h.reduce, h.tail, (unsigned long long)mine->seq,
-                      (unsigned long long)mine->hash, mine->E, mine->k, mine->H, mine->I,
-                      mine->dtype, mine->max_tokens, mine->mode, mine->nb, mine->gather,
-                      mine->reduce, mine->tail);
-            return INCMOE_ERR_MISMATCH;
-        }
-    }
-    return INCMOE_OK;
 }
 
 /* -------------------------------------------------------------- creation */
@@ -194,57 +89,45 @@ static incmoe_status_t check_params(const incmoe_moe_params_t *p, int N, int ran
 #undef BAD
 }
 
+static const moe_backend_ops_t *backend_ops(incmoe_moe_backend_t b)
+{
+    return b == INCMOE_MOE_BACKEND_CPU ? &moe_cpu_backend : NULL;
+}
+
+/* Shape, placement and the backend's buffers; this rank's verdict. */
 static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p)
 {
-    const size_t H = (size_t)L->H, I = (size_t)L->I;
-    L->local_index = malloc((size_t)L->E * sizeof(int));
-    L->local_ids = malloc((size_t)L->E * sizeof(int));
-    if (L->local_index == NULL || L->local_ids == NULL)
-        return INCMOE_ERR_NO_MEMORY;
-    for (int e = 0; e < L->E; e++) {
-        int owner = p->expert_owner ? p->expert_owner[e] : e / (L->E / L->N);
-        L->local_index[e] = owner == L->rank ? L->n_local : -1;
-        if (owner == L->rank)
-            L->local_ids[L->n_local++] = e;
-    }
+    incmoe_status_t st = check_params(p, L->N, L->rank);
+    if (st != INCMOE_OK)
+        return st;
+    L->E = p->num_experts;
+    L->k = p->top_k;
+    L->H = p->hidden;
+    L->I = p->intermediate;
+    L->dtype = p->dtype;
+    L->esize = incmoe_dtype_size(p->dtype);
+    L->max_tokens = (size_t)p->max_tokens;
+    L->override = p->config;
+    L->grow = ((size_t)L->H * L->esize + (size_t)L->k * 8 + 15) & ~(size_t)15;
+    L->zrow = (size_t)L->H * L->esize;
+    if ((st = plan_place_experts(L, p->expert_owner)) != INCMOE_OK)
+        return st;
     if (L->n_local > 0 && (p->w_gate == NULL || p->w_up == NULL || p->w_down == NULL)) {
         log_error(SUBSYS, "rank %d: create: hosts %d experts but a weight pointer is NULL", L->rank,
                   L->n_local);
         return INCMOE_ERR_INVALID_ARG;
     }
-    size_t nl = (size_t)(L->n_local > 0 ? L->n_local : 1);
-    L->w_gu = malloc(nl * 2 * I * H * sizeof(float));
-    L->w_down = malloc(nl * H * I * sizeof(float));
-    if (L->w_gu == NULL || L->w_down == NULL)
-        return INCMOE_ERR_NO_MEMORY;
-    for (int le = 0; le < L->n_local; le++) {
-        const uint8_t *g = (const uint8_t *)p->w_gate + (size_t)le * I * H * L->esize;
-        const uint8_t *u = (const uint8_t *)p->w_up + (size_t)le * I * H * L->esize;
-        const uint8_t *d = (const uint8_t *)p->w_down + (size_t)le * H * I * L->esize;
-        inc_dtype_to_float(L->w_gu + (size_t)le * 2 * I * H, g, I * H, L->dtype);
-        inc_dtype_to_float(L->w_gu + (size_t)le * 2 * I * H + I * H, u, I * H, L->dtype);
-        inc_dtype_to_float(L->w_down + (size_t)le * H * I, d, H * I, L->dtype);
+    L->ops = backend_ops(p->backend);
+    if (L->ops == NULL) {
+        log_error(SUBSYS, "rank %d: create: backend %d is not built into this library", L->rank,
+                  (int)p->backend);
+        return INCMOE_ERR_UNSUPPORTED;
     }
-    size_t rows = (size_t)L->N * (L->max_tokens > 0 ? L->max_tokens : 1);
-    size_t gsize = rows * L->grow, zsize = rows * L->zrow;
-    L->xg = aligned_alloc(64, (gsize + 63) & ~(size_t)63);
-    L->z = aligned_alloc(64, (zsize + 63) & ~(size_t)63);
-    L->own = malloc((L->max_tokens > 0 ? L->max_tokens : 1) * H * sizeof(float));
-    if (L->xg == NULL || L->z == NULL || L->own == NULL)
-        return INCMOE_ERR_NO_MEMORY;
-    memset(L->xg, 0, gsize);
-    memset(L->z, 0, zsize);
-    incmoe_status_t st = incmoe_mem_register(L->comm, L->xg, gsize, &L->xg_mr);
-    if (st == INCMOE_OK)
-        st = incmoe_mem_register(L->comm, L->z, zsize, &L->z_mr);
+    st = L->ops->create(L, p);
     if (st != INCMOE_OK)
-        return st;
-    for (int i = 0; i < INCMOE_MOE_MAX_WORKERS; i++)
-        if ((st = ffn_scratch_alloc(L, &L->scratch[i])) != INCMOE_OK)
-            return st;
-    if ((st = incmoe_fifo_create(L->comm, FIFO_SLOTS, &L->fifo)) != INCMOE_OK)
-        return st;
-    return cpu_pool_create(L, &L->pool);
+        log_error(SUBSYS, "rank %d: create: setting up the %s backend failed: %s", L->rank,
+                  L->ops->name, incmoe_strerror(st));
+    return st;
 }
 
 incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **layer_p)
@@ -268,34 +151,10 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
         free(L);
         return st;
     }
-
     L->timeout_ms =
         p->timeout_ms > 0 ? p->timeout_ms : 2 * (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
-    incmoe_status_t local = check_params(p, L->N, L->rank);
-    if (local == INCMOE_OK) {
-        L->E = p->num_experts;
-        L->k = p->top_k;
-        L->H = p->hidden;
-        L->I = p->intermediate;
-        L->dtype = p->dtype;
-        L->esize = incmoe_dtype_size(p->dtype);
-        L->max_tokens = (size_t)p->max_tokens;
-        L->override = p->config;
-        L->grow = ((size_t)L->H * L->esize + (size_t)L->k * 8 + 15) & ~(size_t)15;
-        L->zrow = (size_t)L->H * L->esize;
-        uint64_t h = 1469598103934665603ull;
-        for (int e = 0; e < L->E; e++) {
-            int owner = p->expert_owner ? p->expert_owner[e] : e / (L->E / L->N);
-            h = inc_fnv1a(h, &owner, sizeof(owner));
-        }
-        L->placement_hash = h;
-        local = setup(L, p);
-        if (local != INCMOE_OK)
-            log_error(SUBSYS, "rank %d: create: setting up buffers failed: %s", L->rank,
-                      incmoe_strerror(local));
-    }
-    moe_hdr_t mine = {.magic = HDR_MAGIC,
-                      .status = local,
+    incmoe_status_t local = setup(L, p);
+    moe_hdr_t mine = {.status = local,
                       .phase = HDR_CREATE,
                       .nranks = (uint32_t)L->N,
                       .hash = L->placement_hash,
@@ -307,7 +166,6 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
                       .max_tokens = (int32_t)L->max_tokens};
     st = exchange(L, &mine, "create");
     if (st != INCMOE_OK) {
-        L->failed = 1;
         incmoe_moe_destroy(L);
         return st;
     }
@@ -319,24 +177,11 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *L)
 {
     if (L == NULL)
         return INCMOE_OK;
-    cpu_pool_destroy(L->pool);
-    incmoe_status_t st = incmoe_fifo_destroy(L->fifo);
-    for (int i = 0; i < INCMOE_MOE_MAX_WORKERS; i++)
-        ffn_scratch_free(&L->scratch[i]);
-    if (L->xg_mr)
-        incmoe_mem_deregister(L->comm, L->xg_mr);
-    if (L->z_mr)
-        incmoe_mem_deregister(L->comm, L->z_mr);
+    incmoe_status_t st = L->ops ? L->ops->destroy(L) : INCMOE_OK;
     if (L->hdr_mr)
         incmoe_mem_deregister(L->comm, L->hdr_mr);
-    free(L->xg);
-    free(L->z);
-    free(L->own);
     free(L->hdr);
-    free(L->w_gu);
-    free(L->w_down);
     free(L->local_ids);
-    free(L->local_index);
     free(L);
     return st;
 }
@@ -386,57 +231,49 @@ incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *L, const int *counts,
     for (int s = 0; s < L->N; s++)
         if (counts[s] > 0 && (size_t)counts[s] > tmax)
             tmax = (size_t)counts[s];
-    config_choose(L, tmax, cfg_p);
+    autotune_choose(L, tmax, cfg_p);
     return INCMOE_OK;
 }
 
-static incmoe_status_t forward_baseline(incmoe_moe_t *L)
+static const char *fail_name(int32_t what)
 {
-    moe_plan_t *p = &L->plan;
-    band_t all = {0, p->tmax};
-    band_t own = {0, p->counts[L->rank]};
-    incmoe_req_t req;
-    incmoe_fifo_trigger_t t;
-    double t0 = inc_now_ms();
-    moe_pack_rows(L, own);
-    moe_ag_trigger(L, all, &t);
-    incmoe_layout_t lay = {t.desc.block_stride, t.desc.offset, t.desc.length, t.valid};
-    incmoe_status_t st =
-        incmoe_allgather(L->comm, L->xg_mr, t.desc.send_offset, L->xg_mr, 0, &lay, &req);
-    if (st == INCMOE_OK)
-        st = incmoe_wait(L->comm, &req);
+    static const char *const names[] = {
+        [MOE_FAIL_GATHER_COPY] = "gather copy",
+        [MOE_FAIL_AG_POST] = "AllGather post",
+        [MOE_FAIL_AG] = "AllGather",
+        [MOE_FAIL_WAIT_AG] = "wait for AllGather",
+        [MOE_FAIL_WAIT_FFN] = "wait for expert FFNs",
+        [MOE_FAIL_BARRIER] = "band barrier",
+        [MOE_FAIL_WAIT_BARRIER] = "wait for band barrier",
+        [MOE_FAIL_WAIT_RS_TURN] = "wait for ReduceScatter turn",
+        [MOE_FAIL_RS_POST] = "ReduceScatter post",
+        [MOE_FAIL_RS] = "ReduceScatter",
+    };
+    if (what < 0 || (size_t)what >= sizeof(names) / sizeof(names[0]))
+        return "role";
+    return names[what];
+}
+
+/* The first failure inside the role loops, reported once the loops returned. */
+static incmoe_status_t loops_status(const incmoe_moe_t *L)
+{
+    const moe_counters_t *k = L->ctx.cnt;
+    incmoe_status_t st = (incmoe_status_t)incmoe_atomic_load_acquire32(&k->abort);
     if (st != INCMOE_OK) {
-        log_error(SUBSYS, "rank %d: baseline AllGather failed: %s", L->rank, incmoe_strerror(st));
-        return st;
+        char why[256] = "";
+        incmoe_comm_error(L->comm, why, sizeof(why));
+        log_error(SUBSYS, "rank %d: %s of band %llu failed: %s (%s)", L->rank,
+                  fail_name(k->fail_what), (unsigned long long)k->fail_band, incmoe_strerror(st),
+                  why);
     }
-    double t1 = inc_now_ms();
-    sync_publish(&L->ag_ready, p->band_base + 1);
-    if ((st = cpu_pool_run(L->pool, 0)) != INCMOE_OK)
-        return st;
-    if ((st = (incmoe_status_t)atomic_load(&L->abort)) != INCMOE_OK)
-        return st;
-    double t2 = inc_now_ms();
-    moe_rs_trigger(L, all, &t);
-    lay = (incmoe_layout_t){t.desc.block_stride, t.desc.offset, t.desc.length, t.valid};
-    st = incmoe_reducescatter(L->comm, L->z_mr, 0, L->z_mr, t.desc.recv_offset, &lay, L->dtype,
-                              INCMOE_SUM, &req);
-    if (st == INCMOE_OK)
-        st = incmoe_wait(L->comm, &req);
-    if (st != INCMOE_OK)
-        log_error(SUBSYS, "rank %d: baseline ReduceScatter failed: %s", L->rank,
-                  incmoe_strerror(st));
-    L->timing.allgather_ms = t1 - t0;
-    L->timing.ffn_ms = t2 - t1;
-    L->timing.reducescatter_ms = inc_now_ms() - t2;
     return st;
 }
 
-incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const void *x,
-                                   const int32_t *ids, const float *w, const int *counts,
-                                   void **out_p)
+incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
+                                      void **out_p)
 {
-    if (L == NULL) {
-        log_error(SUBSYS, "forward: layer is NULL");
+    if (L == NULL || f == NULL) {
+        log_error(SUBSYS, "forward: layer and parameters are required");
         return INCMOE_ERR_INVALID_ARG;
     }
     if (L->failed) {
@@ -447,7 +284,18 @@ incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, cons
         return INCMOE_ERR_CLOSED;
     }
     double t_start = inc_now_ms();
+    const uint32_t m = f->field_mask;
+    incmoe_moe_mode_t mode = (m & INCMOE_MOE_FWD_MODE) ? f->mode : INCMOE_MOE_PIPELINED;
+    const void *x = (m & INCMOE_MOE_FWD_X) ? f->x : NULL;
+    const int32_t *ids = (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL;
+    const float *w = (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL;
+    const int *counts = (m & INCMOE_MOE_FWD_COUNTS) ? f->counts : NULL;
     incmoe_status_t local = check_forward(L, mode, x, ids, w, counts, out_p);
+    if (local == INCMOE_OK && (m & INCMOE_MOE_FWD_STREAM) && f->stream != NULL) {
+        log_error(SUBSYS, "rank %d: forward: the %s backend takes no stream", L->rank,
+                  L->ops->name);
+        local = INCMOE_ERR_INVALID_ARG;
+    }
     incmoe_moe_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
     uint64_t hash = 1469598103934665603ull;
@@ -458,12 +306,11 @@ incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, cons
             if ((size_t)counts[s] > tmax)
                 tmax = (size_t)counts[s];
         }
-        config_choose(L, tmax, &cfg);
-        if (mode == INCMOE_MOE_BASELINE) /* one band, no pipeline roles */
+        autotune_choose(L, tmax, &cfg);
+        if (mode == INCMOE_MOE_BASELINE) /* one band, one gather and one reduce worker */
             cfg.nbands = 1, cfg.gather_workers = 1, cfg.reduce_workers = 1, cfg.tail_bands = 0;
     }
-    moe_hdr_t mine = {.magic = HDR_MAGIC,
-                      .status = local,
+    moe_hdr_t mine = {.status = local,
                       .phase = HDR_FORWARD,
                       .nranks = (uint32_t)L->N,
                       .seq = L->band_total,
@@ -473,51 +320,41 @@ incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, cons
                       .gather = cfg.gather_workers,
                       .reduce = cfg.reduce_workers,
                       .tail = cfg.tail_bands};
+    memset(&L->timing, 0, sizeof(L->timing));
     incmoe_status_t st = exchange(L, &mine, "forward");
     if (st != INCMOE_OK)
         return st;
     double t_exchanged = inc_now_ms();
-    memset(&L->timing, 0, sizeof(L->timing));
 
-    moe_plan_t *p = &L->plan;
-    p->mode = mode;
-    p->cfg = cfg;
-    p->tmax = tmax;
-    p->nb = (size_t)cfg.nbands;
-    p->x = x;
-    p->ids = ids;
-    p->w = w;
-    p->band_base = L->band_total;
-    p->rs_base = L->rs_total;
-    for (int s = 0; s < L->N; s++) {
-        p->counts[s] = (size_t)counts[s];
-        p->valid_g[s] = p->counts[s] * L->grow;
-        p->valid_z[s] = p->counts[s] * L->zrow;
-    }
-    if (mode == INCMOE_MOE_PIPELINED) {
-        /* This rank's block of Z is what it contributes to its own shard:
-           zero, since its own partial waits in L->own for the local reduction. */
-        memset(z_row(L, (size_t)L->rank, 0), 0, p->counts[L->rank] * L->zrow);
-        st = cpu_pool_run(L->pool, 1);
-        if (st == INCMOE_OK)
-            st = (incmoe_status_t)atomic_load(&L->abort);
-        size_t parts = 0;
-        for (size_t j = 0; j < p->nb; j++)
-            parts += (size_t)cfg.reduce_workers +
-                     (j >= p->nb - (size_t)cfg.tail_bands ? (size_t)cfg.gather_workers : 0);
-        L->rs_total += parts;
-    } else {
-        st = forward_baseline(L);
-    }
-    L->band_total += p->nb;
+    plan_forward(L, mode, &cfg, tmax, counts, x, ids, w);
+    st = L->ops->forward(L, f);
+    if (st == INCMOE_OK)
+        st = loops_status(L);
+    plan_retire(L);
     if (st != INCMOE_OK) {
         L->failed = 1;
+        memset(&L->timing, 0, sizeof(L->timing));
         return st;
     }
-    *out_p = z_row(L, (size_t)L->rank, 0);
+    *out_p = z_row(&L->ctx, (size_t)L->rank, 0);
     L->timing.exchange_ms = t_exchanged - t_start;
     L->timing.total_ms = inc_now_ms() - t_start;
     return INCMOE_OK;
+}
+
+incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const void *x,
+                                   const int32_t *ids, const float *w, const int *counts,
+                                   void **out_p)
+{
+    incmoe_moe_forward_params_t f = {
+        .field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
+                      INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS,
+        .mode = mode,
+        .x = x,
+        .topk_ids = ids,
+        .topk_weights = w,
+        .counts = counts};
+    return incmoe_moe_forward_ex(L, &f, out_p);
 }
 
 incmoe_status_t incmoe_moe_last_timing(const incmoe_moe_t *L, incmoe_moe_timing_t *timing_p)

@@ -6,11 +6,11 @@
  * consumer when seq == p + 1, and is handed back with seq = p + capacity.
  * Producers race only on the tail (compare-and-swap); the single consumer is
  * the proxy thread.  Completions are tracked by one thread per stream that
- * blocks in the transport's wait, so nothing here spins for long.
+ * blocks in the transport's wait, so nothing here spins for long.  The
+ * shared block holds plain integers accessed only through the atomic helpers
+ * of api/incmoe_fifo.h, so a device producer can use the same words.
  */
 #include "fifo.h"
-
-#include <stdatomic.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -25,31 +25,36 @@
 #include "base/log.h"
 #include "base/clock.h"
 
-#define FIFO_REQ_RING 1024 /* collectives of one stream posted and not yet completed */
-#define FIFO_IDLE_MS  10   /* how long an idle proxy sleeps between looks at the FIFO */
+#define FIFO_REQ_RING 1024  /* collectives of one stream posted and not yet completed */
+#define FIFO_IDLE_US  10000 /* default bound on an idle proxy's sleep */
 
+/* The shared block: what producers touch, in memory from the allocator hook. */
 typedef struct {
-    _Atomic uint64_t seq;
-    incmoe_fifo_trigger_t trigger;
-} __attribute__((aligned(64))) fifo_slot_t;
+    _Alignas(64) uint64_t tail;
+    _Alignas(64) uint64_t pushed[INCMOE_FIFO_MAX_STREAMS];
+    _Alignas(64) uint64_t completed[INCMOE_FIFO_MAX_STREAMS];
+    _Alignas(64) uint32_t doorbell;
+    _Alignas(64) uint32_t bell;
+    int32_t error;
+    _Alignas(64) incmoe_fifo_slot_t slots[]; /* [capacity] */
+} fifo_shared_t;
+
+_Static_assert(INCMOE_FIFO_MAX_STREAMS >= FIFO_NSTREAMS, "every stream has a counter");
 
 struct incmoe_fifo {
-    /* --- shared with producers (the part a device would map) --- */
-    _Alignas(64) _Atomic uint64_t tail;
-    _Alignas(64) _Atomic uint64_t pushed[FIFO_NSTREAMS];    /* tickets handed out */
-    _Alignas(64) _Atomic uint64_t completed[FIFO_NSTREAMS]; /* published by the proxy, release */
-    _Alignas(64) _Atomic uint32_t doorbell;                 /* bumped after every push */
-    _Atomic int error;                                      /* first failure, 0 if none */
+    fifo_shared_t *sh;
+    incmoe_fifo_device_t dev;
+    incmoe_fifo_allocator_t allocator;
     uint32_t capacity;
-    fifo_slot_t *slots;
+    uint32_t idle_us;
 
     /* --- proxy side --- */
     const fifo_transport_t *transport;
     void *ctx;
     uint64_t head;
-    _Atomic uint64_t posted[FIFO_NSTREAMS];
+    uint64_t posted[FIFO_NSTREAMS]; /* atomics: proxy publishes, completers read */
     incmoe_req_t reqs[FIFO_NSTREAMS][FIFO_REQ_RING];
-    _Atomic int stop;
+    int stop; /* atomic: 1 = proxy drains and exits, 2 = completers exit */
     pthread_t proxy;
     pthread_t completer[FIFO_NSTREAMS];
     int started[FIFO_NSTREAMS + 1];
@@ -58,47 +63,144 @@ struct incmoe_fifo {
 static const int fifo_streams[] = {INCMOE_STREAM_ALLGATHER, INCMOE_STREAM_REDUCESCATTER,
                                    INCMOE_STREAM_BARRIER};
 
-static void futex_wake32(_Atomic uint32_t *w)
+/* ------------------------------------------------------------ host waits */
+
+/* A counter's bit in its bell's wake mask: waiters of other counters sleep on. */
+static uint32_t counter_bit(const uint64_t *counter)
 {
-    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    return 1u << (((uintptr_t)counter >> 3) & 31);
 }
 
-static void futex_wait32(_Atomic uint32_t *w, uint32_t seen, int ms)
+static void futex_wake_bits(uint32_t *w, uint32_t bits)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+    syscall(SYS_futex, w, FUTEX_WAKE_BITSET_PRIVATE, INT_MAX, NULL, NULL, bits);
+}
+
+/* Sleeps while *w == seen, at most until the CLOCK_MONOTONIC time `until`. */
+static void futex_wait_bits(const uint32_t *w, uint32_t seen, const struct timespec *until,
+                            uint32_t bits)
+{
+    syscall(SYS_futex, w, FUTEX_WAIT_BITSET_PRIVATE, seen, until, NULL, bits);
+}
+
+static void timespec_after_us(struct timespec *ts, long long us)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    long long ns = ts->tv_nsec + (us % 1000000) * 1000;
+    ts->tv_sec += (time_t)(us / 1000000 + ns / 1000000000);
+    ts->tv_nsec = (long)(ns % 1000000000);
+}
+
+static void bell_ring(uint32_t *bell, uint32_t bits)
+{
+    /* release: a waiter that reads the new bell value sees what was published */
+    __atomic_fetch_add(bell, 1, __ATOMIC_RELEASE);
+    futex_wake_bits(bell, bits);
+}
+
+void incmoe_counter_publish(uint64_t *counter, uint64_t v, uint32_t *bell)
+{
+    uint64_t cur = incmoe_atomic_load_relaxed64(counter);
+    /* release: pairs with the waiter's acquire load of the counter */
+    while (cur < v && !incmoe_atomic_cas_release64(counter, &cur, v))
+        ;
+    bell_ring(bell, counter_bit(counter));
+}
+
+void incmoe_counter_ring_all(uint32_t *bell)
+{
+    bell_ring(bell, FUTEX_BITSET_MATCH_ANY);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static incmoe_status_t abort_status(const int32_t *a1, const int32_t *a2)
+{
+    int32_t a = a1 ? incmoe_atomic_load_acquire32(a1) : 0;
+    if (a == 0 && a2 != NULL)
+        a = incmoe_atomic_load_acquire32(a2);
+    return (incmoe_status_t)a;
+}
+
+incmoe_status_t incmoe_counter_wait(const uint64_t *counter, uint64_t target, const uint32_t *bell,
+                                    const int32_t *abort1, const int32_t *abort2, int timeout_ms)
+{
+    /* A short spin catches hand-offs between threads that are already close. */
+    for (int i = 0; i < 64; i++) {
+        if (incmoe_atomic_load_acquire64(counter) >= target)
+            return INCMOE_OK;
+        cpu_relax();
+    }
+    struct timespec until;
+    timespec_after_us(&until, (long long)timeout_ms * 1000);
+    const uint32_t bits = counter_bit(counter);
+    for (;;) {
+        /* Read the bell before the counter and the aborts: a ring after these
+           reads changes the bell, so the sleep below returns at once. */
+        uint32_t seen = __atomic_load_n(bell, __ATOMIC_ACQUIRE);
+        if (incmoe_atomic_load_acquire64(counter) >= target)
+            return INCMOE_OK;
+        incmoe_status_t a = abort_status(abort1, abort2);
+        if (a != INCMOE_OK)
+            return a;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > until.tv_sec ||
+            (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+            return INCMOE_ERR_TIMEOUT;
+        futex_wait_bits(bell, seen, &until, bits);
+    }
+}
+
+/* Proxy-side sleeps on words only the host writes to wake (doorbell, posted). */
+static void futex_wake32(uint32_t *w)
+{
+    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait32(uint32_t *w, uint32_t seen, long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
+    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
 }
 
 /* The low half of a 64-bit counter changes whenever the counter does: futex on it. */
-static _Atomic uint32_t *low_word(_Atomic uint64_t *c)
+static uint32_t *low_word(uint64_t *c)
 {
-    return (_Atomic uint32_t *)c + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 1 : 0);
+    return (uint32_t *)c + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 1 : 0);
 }
 
 incmoe_stream_t incmoe_fifo_op_stream(incmoe_fifo_op_t op)
 {
-    switch (op) {
-    case INCMOE_FIFO_OP_ALLGATHER:
-        return INCMOE_STREAM_ALLGATHER;
-    case INCMOE_FIFO_OP_REDUCESCATTER:
-        return INCMOE_STREAM_REDUCESCATTER;
-    case INCMOE_FIFO_OP_BARRIER:
-        return INCMOE_STREAM_BARRIER;
-    }
-    return INC_STREAM_COUNT;
+    int s = incmoe_fifo_dev_stream((uint32_t)op);
+    return s < 0 ? (incmoe_stream_t)INC_STREAM_COUNT : (incmoe_stream_t)s;
+}
+
+static int32_t fifo_err(const incmoe_fifo_t *fifo)
+{
+    return incmoe_atomic_load_acquire32(&fifo->sh->error);
+}
+
+static int stop_level(incmoe_fifo_t *fifo)
+{
+    return __atomic_load_n(&fifo->stop, __ATOMIC_ACQUIRE);
 }
 
 static void fifo_fail(incmoe_fifo_t *fifo, incmoe_status_t status)
 {
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&fifo->error, &expected, (int)status))
+    int32_t expected = 0;
+    if (incmoe_atomic_cas_acq_rel32(&fifo->sh->error, &expected, (int32_t)status))
         log_error("fifo", "proxy failed: %s", incmoe_strerror(status));
     /* Wake every waiter so it sees the error now rather than at its next timeout. */
-    for (int s = 0; s < FIFO_NSTREAMS; s++) {
-        futex_wake32(low_word(&fifo->completed[s]));
+    incmoe_counter_ring_all(&fifo->sh->bell);
+    for (int s = 0; s < FIFO_NSTREAMS; s++)
         futex_wake32(low_word(&fifo->posted[s]));
-    }
-    futex_wake32(&fifo->doorbell);
+    futex_wake32(&fifo->sh->doorbell);
 }
 
 /* ---------------------------------------------------------------- producer */
@@ -106,47 +208,27 @@ static void fifo_fail(incmoe_fifo_t *fifo, incmoe_status_t status)
 incmoe_status_t incmoe_fifo_push(incmoe_fifo_t *fifo, const incmoe_fifo_trigger_t *trigger,
                                  uint64_t *ticket_p, int timeout_ms)
 {
-    incmoe_stream_t s = incmoe_fifo_op_stream((incmoe_fifo_op_t)trigger->desc.op);
-    if (s == INC_STREAM_COUNT) {
+    if (incmoe_fifo_dev_stream(trigger->desc.op) < 0) {
         log_error("fifo", "descriptor op %u is not an AllGather, ReduceScatter or barrier",
                   trigger->desc.op);
         return INCMOE_ERR_INVALID_ARG;
     }
     double deadline = -1;
-    uint64_t pos = atomic_load_explicit(&fifo->tail, memory_order_relaxed);
     for (;;) {
-        int err = atomic_load_explicit(&fifo->error, memory_order_acquire);
-        if (err != 0)
-            return (incmoe_status_t)err;
-        fifo_slot_t *slot = &fifo->slots[pos & (fifo->capacity - 1)];
-        uint64_t seq = atomic_load_explicit(&slot->seq, memory_order_acquire);
-        if (seq == pos) {
-            if (atomic_compare_exchange_weak_explicit(&fifo->tail, &pos, pos + 1,
-                                                      memory_order_relaxed, memory_order_relaxed)) {
-                slot->trigger = *trigger;
-                uint64_t t = atomic_fetch_add_explicit(&fifo->pushed[s], 1, memory_order_relaxed);
-                atomic_store_explicit(&slot->seq, pos + 1, memory_order_release);
-                atomic_fetch_add_explicit(&fifo->doorbell, 1, memory_order_release);
-                futex_wake32(&fifo->doorbell);
-                *ticket_p = t + 1;
-                return INCMOE_OK;
-            }
-            /* pos was reloaded by the failed CAS */
-        } else if (seq < pos) {
-            /* Full: the proxy has not drained this slot yet. */
-            if (deadline < 0)
-                deadline = inc_now_ms() + timeout_ms;
-            else if (inc_now_ms() > deadline) {
-                log_error("fifo", "FIFO of %u slots stayed full for %d ms", fifo->capacity,
-                          timeout_ms);
-                return INCMOE_ERR_TIMEOUT;
-            }
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
-            pos = atomic_load_explicit(&fifo->tail, memory_order_relaxed);
-        } else {
-            pos = atomic_load_explicit(&fifo->tail, memory_order_relaxed);
+        incmoe_status_t st = incmoe_fifo_dev_try_push(&fifo->dev, trigger, ticket_p);
+        if (st == INCMOE_OK)
+            futex_wake32(&fifo->sh->doorbell);
+        if (st != INCMOE_IN_PROGRESS)
+            return st;
+        /* Full: the proxy has not drained the oldest slot yet. */
+        if (deadline < 0)
+            deadline = inc_now_ms() + timeout_ms;
+        else if (inc_now_ms() > deadline) {
+            log_error("fifo", "FIFO of %u slots stayed full for %d ms", fifo->capacity, timeout_ms);
+            return INCMOE_ERR_TIMEOUT;
         }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
     }
 }
 
@@ -154,12 +236,20 @@ uint64_t incmoe_fifo_completed(incmoe_fifo_t *fifo, incmoe_stream_t stream)
 {
     if ((unsigned)stream >= FIFO_NSTREAMS)
         return 0;
-    return atomic_load_explicit(&fifo->completed[stream], memory_order_acquire);
+    return incmoe_fifo_dev_completed(&fifo->dev, (int)stream);
 }
 
 incmoe_status_t incmoe_fifo_error(incmoe_fifo_t *fifo)
 {
-    return (incmoe_status_t)atomic_load_explicit(&fifo->error, memory_order_acquire);
+    return (incmoe_status_t)fifo_err(fifo);
+}
+
+incmoe_status_t incmoe_fifo_device(incmoe_fifo_t *fifo, incmoe_fifo_device_t *dev_p)
+{
+    if (fifo == NULL || dev_p == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    *dev_p = fifo->dev;
+    return INCMOE_OK;
 }
 
 incmoe_status_t incmoe_fifo_wait(incmoe_fifo_t *fifo, incmoe_stream_t stream, uint64_t ticket,
@@ -167,25 +257,14 @@ incmoe_status_t incmoe_fifo_wait(incmoe_fifo_t *fifo, incmoe_stream_t stream, ui
 {
     if ((unsigned)stream >= FIFO_NSTREAMS)
         return INCMOE_ERR_INVALID_ARG;
-    _Atomic uint64_t *c = &fifo->completed[stream];
-    for (int i = 0; i < 32; i++)
-        if (atomic_load_explicit(c, memory_order_acquire) >= ticket)
-            return INCMOE_OK;
-    double deadline = inc_now_ms() + timeout_ms;
-    for (;;) {
-        uint64_t v = atomic_load_explicit(c, memory_order_acquire);
-        if (v >= ticket)
-            return INCMOE_OK;
-        int err = atomic_load_explicit(&fifo->error, memory_order_acquire);
-        if (err != 0)
-            return (incmoe_status_t)err;
-        if (inc_now_ms() > deadline) {
-            log_error("fifo", "stream %d: collective %llu not complete after %d ms (%llu done)",
-                      (int)stream, (unsigned long long)ticket, timeout_ms, (unsigned long long)v);
-            return INCMOE_ERR_TIMEOUT;
-        }
-        futex_wait32(low_word(c), (uint32_t)v, 5);
-    }
+    uint64_t *c = &fifo->sh->completed[stream];
+    incmoe_status_t st =
+        incmoe_counter_wait(c, ticket, &fifo->sh->bell, &fifo->sh->error, NULL, timeout_ms);
+    if (st == INCMOE_ERR_TIMEOUT)
+        log_error("fifo", "stream %d: collective %llu not complete after %d ms (%llu done)",
+                  (int)stream, (unsigned long long)ticket, timeout_ms,
+                  (unsigned long long)incmoe_atomic_load_acquire64(c));
+    return st;
 }
 
 /* ------------------------------------------------------------------- proxy */
@@ -193,30 +272,37 @@ incmoe_status_t incmoe_fifo_wait(incmoe_fifo_t *fifo, incmoe_stream_t stream, ui
 static void *proxy_main(void *arg)
 {
     incmoe_fifo_t *fifo = arg;
+    fifo_shared_t *sh = fifo->sh;
     for (;;) {
-        uint32_t bell = atomic_load_explicit(&fifo->doorbell, memory_order_acquire);
-        fifo_slot_t *slot = &fifo->slots[fifo->head & (fifo->capacity - 1)];
-        uint64_t seq = atomic_load_explicit(&slot->seq, memory_order_acquire);
+        uint32_t bell = __atomic_load_n(&sh->doorbell, __ATOMIC_ACQUIRE);
+        incmoe_fifo_slot_t *slot = &sh->slots[fifo->head & (fifo->capacity - 1)];
+        /* acquire: pairs with the producer's release of seq, so the trigger is whole */
+        uint64_t seq = incmoe_atomic_load_acquire64(&slot->seq);
         if (seq != fifo->head + 1) {
-            if (atomic_load_explicit(&fifo->stop, memory_order_acquire))
+            if (stop_level(fifo))
                 break;
-            futex_wait32(&fifo->doorbell, bell, FIFO_IDLE_MS);
+            futex_wait32(&sh->doorbell, bell, (long)fifo->idle_us);
             continue;
         }
         incmoe_fifo_trigger_t trig = slot->trigger;
-        atomic_store_explicit(&slot->seq, fifo->head + fifo->capacity, memory_order_release);
+        /* release: the producer that reclaims the slot sees our read done */
+        incmoe_atomic_store_release64(&slot->seq, fifo->head + fifo->capacity);
         fifo->head++;
 
-        int s = incmoe_fifo_op_stream((incmoe_fifo_op_t)trig.desc.op);
-        if (atomic_load_explicit(&fifo->error, memory_order_acquire) != 0)
+        int s = incmoe_fifo_dev_stream(trig.desc.op);
+        if (s < 0) {
+            fifo_fail(fifo, INCMOE_ERR_INVALID_ARG); /* a device producer wrote garbage */
+            continue;
+        }
+        if (fifo_err(fifo) != 0)
             continue; /* failed: drain without posting; waiters see the error */
         /* Keep at most FIFO_REQ_RING collectives of a stream outstanding. */
-        uint64_t n = atomic_load_explicit(&fifo->posted[s], memory_order_relaxed);
-        while (n - atomic_load_explicit(&fifo->completed[s], memory_order_acquire) >=
-                   FIFO_REQ_RING &&
-               atomic_load_explicit(&fifo->error, memory_order_acquire) == 0) {
-            uint64_t c = atomic_load_explicit(&fifo->completed[s], memory_order_acquire);
-            futex_wait32(low_word(&fifo->completed[s]), (uint32_t)c, FIFO_IDLE_MS);
+        uint64_t n = __atomic_load_n(&fifo->posted[s], __ATOMIC_RELAXED);
+        uint64_t *done = &sh->completed[s];
+        while (n - incmoe_atomic_load_acquire64(done) >= FIFO_REQ_RING && fifo_err(fifo) == 0) {
+            uint32_t seen = __atomic_load_n(&sh->bell, __ATOMIC_ACQUIRE);
+            if (n - incmoe_atomic_load_acquire64(done) >= FIFO_REQ_RING)
+                futex_wait32(&sh->bell, seen, (long)fifo->idle_us);
         }
         incmoe_req_t req;
         incmoe_status_t st = fifo->transport->post(fifo->ctx, &trig, &req);
@@ -225,7 +311,8 @@ static void *proxy_main(void *arg)
             continue;
         }
         fifo->reqs[s][n % FIFO_REQ_RING] = req;
-        atomic_store_explicit(&fifo->posted[s], n + 1, memory_order_release);
+        /* release: the completer that sees n + 1 sees reqs[s][n] */
+        __atomic_store_n(&fifo->posted[s], n + 1, __ATOMIC_RELEASE);
         futex_wake32(low_word(&fifo->posted[s]));
     }
     return NULL;
@@ -243,12 +330,11 @@ static void *completer_main(void *arg)
     free(arg);
     uint64_t done = 0;
     for (;;) {
-        uint64_t posted = atomic_load_explicit(&fifo->posted[s], memory_order_acquire);
+        uint64_t posted = __atomic_load_n(&fifo->posted[s], __ATOMIC_ACQUIRE);
         if (posted == done) {
-            if (atomic_load_explicit(&fifo->error, memory_order_acquire) != 0 ||
-                (atomic_load_explicit(&fifo->stop, memory_order_acquire) == 2))
+            if (fifo_err(fifo) != 0 || stop_level(fifo) == 2)
                 break;
-            futex_wait32(low_word(&fifo->posted[s]), (uint32_t)posted, FIFO_IDLE_MS);
+            futex_wait32(low_word(&fifo->posted[s]), (uint32_t)posted, (long)fifo->idle_us);
             continue;
         }
         incmoe_req_t req = fifo->reqs[s][done % FIFO_REQ_RING];
@@ -258,34 +344,67 @@ static void *completer_main(void *arg)
             break;
         }
         done++;
-        atomic_store_explicit(&fifo->completed[s], done, memory_order_release);
-        futex_wake32(low_word(&fifo->completed[s]));
+        incmoe_counter_publish(&fifo->sh->completed[s], done, &fifo->sh->bell);
     }
     return NULL;
 }
 
 /* --------------------------------------------------------------- lifecycle */
 
-incmoe_status_t fifo_create_with(const fifo_transport_t *transport, void *ctx, uint32_t capacity,
-                                 incmoe_fifo_t **fifo_p)
+static void *heap_alloc(void *ctx, size_t bytes)
 {
+    (void)ctx;
+    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+static void heap_free(void *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+}
+
+incmoe_status_t fifo_create_full(const fifo_transport_t *transport, void *ctx,
+                                 const incmoe_fifo_params_t *params, incmoe_fifo_t **fifo_p)
+{
+    uint32_t mask = params ? params->field_mask : 0;
+    uint32_t capacity = (mask & INCMOE_FIFO_PARAM_CAPACITY) ? params->capacity : 256;
     if (capacity < 2 || (capacity & (capacity - 1)) != 0 || capacity > (1u << 20)) {
         log_error("fifo", "capacity %u is not a power of two in [2, 2^20]", capacity);
         return INCMOE_ERR_INVALID_ARG;
     }
-    incmoe_fifo_t *fifo = aligned_alloc(64, (sizeof(*fifo) + 63) & ~(size_t)63);
+    incmoe_fifo_allocator_t al = {heap_alloc, heap_free, NULL};
+    if (mask & INCMOE_FIFO_PARAM_ALLOCATOR) {
+        if (params->allocator.alloc == NULL || params->allocator.free == NULL) {
+            log_error("fifo", "an allocator hook needs both alloc and free");
+            return INCMOE_ERR_INVALID_ARG;
+        }
+        al = params->allocator;
+    }
+    incmoe_fifo_t *fifo = calloc(1, sizeof(*fifo));
     if (fifo == NULL)
         return INCMOE_ERR_NO_MEMORY;
-    memset(fifo, 0, sizeof(*fifo));
-    fifo->slots = aligned_alloc(64, capacity * sizeof(fifo_slot_t));
-    if (fifo->slots == NULL) {
+    size_t bytes = sizeof(fifo_shared_t) + capacity * sizeof(incmoe_fifo_slot_t);
+    fifo_shared_t *sh = al.alloc(al.ctx, bytes);
+    if (sh == NULL) {
         free(fifo);
         return INCMOE_ERR_NO_MEMORY;
     }
-    memset(fifo->slots, 0, capacity * sizeof(fifo_slot_t));
+    memset(sh, 0, bytes);
     for (uint32_t i = 0; i < capacity; i++)
-        atomic_init(&fifo->slots[i].seq, i);
+        sh->slots[i].seq = i;
+    fifo->sh = sh;
+    fifo->allocator = al;
     fifo->capacity = capacity;
+    fifo->idle_us =
+        (mask & INCMOE_FIFO_PARAM_IDLE_US) && params->idle_us > 0 ? params->idle_us : FIFO_IDLE_US;
+    fifo->dev = (incmoe_fifo_device_t){.slots = sh->slots,
+                                       .tail = &sh->tail,
+                                       .pushed = sh->pushed,
+                                       .completed = sh->completed,
+                                       .doorbell = &sh->doorbell,
+                                       .bell = &sh->bell,
+                                       .error = &sh->error,
+                                       .capacity = capacity};
     fifo->transport = transport;
     fifo->ctx = ctx;
 
@@ -317,9 +436,16 @@ err_stop:
     incmoe_fifo_destroy(fifo);
     return st;
 err_free:
-    free(fifo->slots);
+    al.free(al.ctx, sh);
     free(fifo);
     return st;
+}
+
+incmoe_status_t fifo_create_with(const fifo_transport_t *transport, void *ctx, uint32_t capacity,
+                                 incmoe_fifo_t **fifo_p)
+{
+    incmoe_fifo_params_t p = {.field_mask = INCMOE_FIFO_PARAM_CAPACITY, .capacity = capacity};
+    return fifo_create_full(transport, ctx, &p, fifo_p);
 }
 
 incmoe_status_t incmoe_fifo_destroy(incmoe_fifo_t *fifo)
@@ -328,19 +454,19 @@ incmoe_status_t incmoe_fifo_destroy(incmoe_fifo_t *fifo)
         return INCMOE_OK;
     /* Stage 1: the proxy drains what was pushed and exits; stage 2: the
        completers retire what was posted and exit. */
-    atomic_store_explicit(&fifo->stop, 1, memory_order_release);
-    atomic_fetch_add(&fifo->doorbell, 1);
-    futex_wake32(&fifo->doorbell);
+    __atomic_store_n(&fifo->stop, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&fifo->sh->doorbell, 1, __ATOMIC_RELEASE);
+    futex_wake32(&fifo->sh->doorbell);
     if (fifo->started[FIFO_NSTREAMS])
         pthread_join(fifo->proxy, NULL);
-    atomic_store_explicit(&fifo->stop, 2, memory_order_release);
+    __atomic_store_n(&fifo->stop, 2, __ATOMIC_RELEASE);
     for (int s = 0; s < FIFO_NSTREAMS; s++) {
         futex_wake32(low_word(&fifo->posted[s]));
         if (fifo->started[s])
             pthread_join(fifo->completer[s], NULL);
     }
     incmoe_status_t st = incmoe_fifo_error(fifo);
-    free(fifo->slots);
+    fifo->allocator.free(fifo->allocator.ctx, fifo->sh);
     free(fifo);
     return st;
 }
@@ -377,11 +503,18 @@ static incmoe_status_t comm_wait(void *ctx, const incmoe_req_t *req)
 
 const fifo_transport_t fifo_comm_transport = {comm_post, comm_wait};
 
-incmoe_status_t incmoe_fifo_create(incmoe_comm_t *comm, uint32_t capacity, incmoe_fifo_t **fifo_p)
+incmoe_status_t incmoe_fifo_create_ex(incmoe_comm_t *comm, const incmoe_fifo_params_t *params,
+                                      incmoe_fifo_t **fifo_p)
 {
     if (comm == NULL || fifo_p == NULL) {
         log_error("fifo", "communicator and output pointer are required");
         return INCMOE_ERR_INVALID_ARG;
     }
-    return fifo_create_with(&fifo_comm_transport, comm, capacity, fifo_p);
+    return fifo_create_full(&fifo_comm_transport, comm, params, fifo_p);
+}
+
+incmoe_status_t incmoe_fifo_create(incmoe_comm_t *comm, uint32_t capacity, incmoe_fifo_t **fifo_p)
+{
+    incmoe_fifo_params_t p = {.field_mask = INCMOE_FIFO_PARAM_CAPACITY, .capacity = capacity};
+    return incmoe_fifo_create_ex(comm, &p, fifo_p);
 }

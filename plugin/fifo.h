@@ -2,8 +2,8 @@
  * fifo.h - internals of the descriptor FIFO (public API in api/incmoe_fifo.h).
  *
  * The shared block (slots, producer tail, per-stream push tickets and
- * completion counters) is one plain allocation a device could map; the
- * proxy's private state sits beside it.  The transport behind the proxy is a
+ * completion counters) comes from the allocator hook so a device can map it;
+ * the proxy's private state sits beside it.  The transport behind the proxy is a
  * small table of two functions so the FIFO can be tested without a switch.
  */
 #ifndef INCMOE_FIFO_INTERNAL_H
@@ -29,6 +29,9 @@ typedef struct {
 /* The transport of a real communicator (ctx is the incmoe_comm_t). */
 extern const fifo_transport_t fifo_comm_transport;
 
+incmoe_status_t fifo_create_full(const fifo_transport_t *transport, void *ctx,
+                                 const incmoe_fifo_params_t *params, incmoe_fifo_t **fifo_p);
+/* fifo_create_full with only the capacity set. */
 incmoe_status_t fifo_create_with(const fifo_transport_t *transport, void *ctx, uint32_t capacity,
                                  incmoe_fifo_t **fifo_p);
 

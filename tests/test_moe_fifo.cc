@@ -347,3 +347,85 @@ TEST(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
     harness::switch_stop(&sw);
     EXPECT_EQ(harness::failures(res), "");
 }
+
+/* The shared block comes from the allocator hook, and a producer pushing
+   through the plain-old-data device handle (the code a GPU block runs) is
+   drained and completed like a host push. */
+TEST(MoeFifo, DeviceHandlePushThroughAllocatorHook)
+{
+    struct Hook {
+        int allocs = 0, frees = 0;
+        void *last = nullptr;
+    } hook;
+    incmoe_fifo_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask =
+        INCMOE_FIFO_PARAM_CAPACITY | INCMOE_FIFO_PARAM_ALLOCATOR | INCMOE_FIFO_PARAM_IDLE_US;
+    p.capacity = 4;
+    p.idle_us = 100; /* device pushes cannot wake the proxy: it polls */
+    p.allocator.ctx = &hook;
+    p.allocator.alloc = [](void *ctx, size_t bytes) -> void * {
+        Hook *h = static_cast<Hook *>(ctx);
+        h->allocs++;
+        h->last = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        return h->last;
+    };
+    p.allocator.free = [](void *ctx, void *ptr) {
+        Hook *h = static_cast<Hook *>(ctx);
+        if (ptr == h->last)
+            h->frees++;
+        free(ptr);
+    };
+    FakeNet net;
+    incmoe_fifo_t *f = nullptr;
+    ASSERT_EQ(fifo_create_full(&fake_transport, &net, &p, &f), INCMOE_OK);
+    EXPECT_EQ(hook.allocs, 1);
+    incmoe_fifo_device_t dev;
+    ASSERT_EQ(incmoe_fifo_device(f, &dev), INCMOE_OK);
+    EXPECT_EQ(dev.capacity, 4u);
+    EXPECT_GE((uintptr_t)dev.slots, (uintptr_t)hook.last);
+    const int M = 200;
+    uint64_t ticket = 0;
+    for (int i = 1; i <= M; i++) {
+        auto t = trig(INCMOE_FIFO_OP_REDUCESCATTER, (uint64_t)i);
+        incmoe_status_t st;
+        while ((st = incmoe_fifo_dev_try_push(&dev, &t, &ticket)) == INCMOE_IN_PROGRESS)
+            std::this_thread::yield();
+        ASSERT_EQ(st, INCMOE_OK);
+        ASSERT_EQ(ticket, (uint64_t)i);
+    }
+    EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_REDUCESCATTER, M, 10000), INCMOE_OK);
+    EXPECT_EQ(incmoe_fifo_dev_completed(&dev, INCMOE_STREAM_REDUCESCATTER), (uint64_t)M);
+    auto bad = trig((incmoe_fifo_op_t)99, 0);
+    EXPECT_EQ(incmoe_fifo_dev_try_push(&dev, &bad, &ticket), INCMOE_ERR_INVALID_ARG);
+    {
+        std::lock_guard<std::mutex> lk(net.mu);
+        auto &v = net.posted_offsets[INCMOE_STREAM_REDUCESCATTER];
+        ASSERT_EQ(v.size(), (size_t)M);
+        for (int i = 0; i < M; i++)
+            ASSERT_EQ(v[i], (uint64_t)(i + 1));
+    }
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
+    EXPECT_EQ(hook.frees, 1);
+}
+
+/* An abort word set by another thread wakes a counter waiter at once, not at
+   its timeout, and the waiter returns the abort's status. */
+TEST(MoeFifo, CounterWaitWakesOnAbort)
+{
+    uint64_t counter = 0;
+    uint32_t bell = 0;
+    int32_t abort_word = 0;
+    std::thread t([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        incmoe_counter_publish(&counter, 1, &bell);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        __atomic_store_n(&abort_word, (int32_t)INCMOE_ERR_PEER_FAILED, __ATOMIC_RELEASE);
+        incmoe_counter_ring_all(&bell);
+    });
+    EXPECT_EQ(incmoe_counter_wait(&counter, 1, &bell, &abort_word, nullptr, 60000), INCMOE_OK);
+    EXPECT_EQ(incmoe_counter_wait(&counter, 2, &bell, nullptr, &abort_word, 60000),
+              INCMOE_ERR_PEER_FAILED);
+    t.join();
+    EXPECT_EQ(incmoe_counter_wait(&counter, 2, &bell, nullptr, nullptr, 10), INCMOE_ERR_TIMEOUT);
+}

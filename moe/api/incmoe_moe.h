@@ -20,9 +20,26 @@
  * shape and the same token counts; disagreements and bad arguments are
  * detected through a small exchange and reported on every rank.
  *
- * CPU backend: the roles run on threads the layer owns; the FFN GEMMs call
- * OpenBLAS from the compute threads, so run OpenBLAS single-threaded
- * (OPENBLAS_NUM_THREADS=1) and size the worker split instead.
+ * Backends, chosen at create (where the weights and buffers are placed):
+ * - INCMOE_MOE_BACKEND_CPU: host memory; the roles run on threads the layer
+ *   owns; the FFN GEMMs call OpenBLAS from the compute threads, so run
+ *   OpenBLAS single-threaded (OPENBLAS_NUM_THREADS=1) and size the worker
+ *   split instead.  A forward returns once the outputs are complete.
+ * - INCMOE_MOE_BACKEND_CUDA: reserved for the persistent-kernel backend; this
+ *   build's create answers INCMOE_ERR_UNSUPPORTED.  Its contract: weights and
+ *   buffers in device memory; incmoe_moe_forward_ex enqueues on the caller's
+ *   stream.  Token counts are host memory and are exchanged on the host
+ *   before the launch; expert ids are device memory and are checked by the
+ *   kernel, which sets the layer's abort word (reported by the next call on
+ *   the layer).  Forward f+1's exchange waits until forward f's kernel
+ *   finished, since both post on the communicator's AllGather stream.
+ *
+ * Thread safety: a layer is used by one thread at a time (every call on it is
+ * collective and runs in order on every rank); different layers may be used
+ * concurrently on different communicators.  While a forward runs, the layer's
+ * FIFO proxy owns the communicator's AllGather, ReduceScatter and barrier
+ * streams: post no collective on that communicator from elsewhere until the
+ * forward returned (CPU) or its stream work completed (stream-ordered).
  */
 #ifndef INCMOE_MOE_H
 #define INCMOE_MOE_H
@@ -40,6 +57,11 @@ typedef enum {
     INCMOE_MOE_BASELINE = 0,
     INCMOE_MOE_PIPELINED = 1,
 } incmoe_moe_mode_t;
+
+typedef enum {
+    INCMOE_MOE_BACKEND_CPU = 0,
+    INCMOE_MOE_BACKEND_CUDA = 1,
+} incmoe_moe_backend_t;
 
 /*
  * Pipeline configuration.  0 (or -1 for tail_bands) means "choose
@@ -76,37 +98,77 @@ typedef struct {
     const void *w_down;
     incmoe_moe_config_t config; /* overrides; all zero (tail_bands -1) = automatic */
     int timeout_ms;             /* bound on any wait inside a forward; 0 = 2 * INCMOE_TIMEOUT_MS */
+    incmoe_moe_backend_t backend; /* default INCMOE_MOE_BACKEND_CPU */
 } incmoe_moe_params_t;
 
 typedef struct incmoe_moe incmoe_moe_t;
 
-/* Fills params with defaults (automatic configuration, contiguous placement). */
+/* Fills params with defaults (automatic configuration, contiguous placement,
+   CPU backend).  Pure. */
 void incmoe_moe_params_init(incmoe_moe_params_t *params);
 
-/* Collective: validates the shape on every rank, registers the buffers. */
+/*
+ * Collective: validates the shape on every rank, places the weights (copied:
+ * the caller's arrays may be freed once create returns) and the buffers,
+ * registers the buffers and creates the FIFO.  The layer holds params->comm
+ * (not owned) until destroy; the communicator must outlive the layer.
+ */
 incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_t **layer_p);
+/* Frees the layer (not collective; no forward may be running).  Outputs of
+   the last forward are invalid afterwards. */
 incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *layer);
 
+/* Fields of incmoe_moe_forward_params_t a caller set (others: absent). */
+#define INCMOE_MOE_FWD_MODE         (1u << 0) /* absent: pipelined */
+#define INCMOE_MOE_FWD_X            (1u << 1)
+#define INCMOE_MOE_FWD_TOPK_IDS     (1u << 2)
+#define INCMOE_MOE_FWD_TOPK_WEIGHTS (1u << 3)
+#define INCMOE_MOE_FWD_COUNTS       (1u << 4) /* required */
+#define INCMOE_MOE_FWD_STREAM       (1u << 5) /* CUDA backend only */
+
 /*
- * Collective forward pass.
- *   x          [counts[rank]][H] hidden states of this rank's tokens (dtype)
- *   topk_ids   [counts[rank]][k] expert ids in [0, E)
- *   topk_w     [counts[rank]][k] routing weights, used as given
- *   counts     [N] every rank's token count (must agree across ranks)
- *   out_p      receives [counts[rank]][H] outputs (dtype): a view into the
- *              layer's reduce buffer, valid until the next forward or destroy.
+ * One forward.  x, topk_ids and topk_weights are in the backend's memory
+ * (host for the CPU backend, device for CUDA) and are read until the forward
+ * completes: the CPU backend's call returns complete; a stream-ordered
+ * backend's forward completes in stream order.  counts is host memory, read
+ * during the call only.
  */
+typedef struct {
+    uint32_t field_mask; /* INCMOE_MOE_FWD_* */
+    incmoe_moe_mode_t mode;
+    const void *x;             /* [counts[rank]][H] hidden states (dtype) */
+    const int32_t *topk_ids;   /* [counts[rank]][k] distinct expert ids in [0, E) */
+    const float *topk_weights; /* [counts[rank]][k] routing weights, used as given */
+    const int *counts;         /* [N] every rank's token count (must agree across ranks) */
+    void *stream;              /* cudaStream_t (CUDA backend); NULL or absent for the CPU */
+} incmoe_moe_forward_params_t;
+
+/*
+ * Collective forward pass.  *out_p receives [counts[rank]][H] outputs
+ * (dtype): a view into the layer's reduce buffer (backend memory), valid
+ * until the next forward or destroy.  Per-call argument checks and the
+ * header exchange run on the host before any role starts; a forward that
+ * fails after that (a collective or a wait inside the roles) leaves the layer
+ * unusable: every later forward returns INCMOE_ERR_CLOSED, destroy it.
+ */
+incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *layer, const incmoe_moe_forward_params_t *f,
+                                      void **out_p);
+
+/* The CPU shorthand: incmoe_moe_forward_ex with mode, x, ids, weights and counts set. */
 incmoe_status_t incmoe_moe_forward(incmoe_moe_t *layer, incmoe_moe_mode_t mode, const void *x,
                                    const int32_t *topk_ids, const float *topk_w, const int *counts,
                                    void **out_p);
 
-/* The configuration a pipelined forward with these counts uses. */
+/* The configuration a pipelined forward with these counts uses (local, no
+   communication; safe while no forward runs on the layer). */
 incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *layer, const int *counts,
                                       incmoe_moe_config_t *config_p);
-/* Prints a configuration in one line ("nb=4 workers=1/1/1 tail=1"); returns snprintf's value. */
+/* Prints a configuration in one line, e.g.
+   "nb=4 workers(gather/compute/reduce)=1/2/1 tail=1"; returns snprintf's value.  Pure. */
 int incmoe_moe_config_str(const incmoe_moe_config_t *config, char *buf, size_t len);
 
-/* Wall-clock breakdown of this rank's last forward, in milliseconds (zeros if it failed). */
+/* Wall-clock breakdown of this rank's last forward, in milliseconds: all zero
+   after a forward that failed (also one rejected by the argument checks). */
 typedef struct {
     double total_ms;         /* the whole call */
     double exchange_ms;      /* the header exchange every forward starts with */
@@ -115,8 +177,10 @@ typedef struct {
     double reducescatter_ms; /* baseline mode: the ReduceScatter */
 } incmoe_moe_timing_t;
 
+/* Copies the last forward's timings (same thread rules as the layer). */
 incmoe_status_t incmoe_moe_last_timing(const incmoe_moe_t *layer, incmoe_moe_timing_t *timing_p);
 
+/* "baseline", "pipelined" or "unknown".  Pure. */
 const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode);
 
 #ifdef __cplusplus

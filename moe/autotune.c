@@ -1,5 +1,5 @@
 /*
- * config.c - choosing the band count, worker split and tail assistance.
+ * autotune.c - choosing the band count, worker split and tail assistance.
  *
  * The paper swept these per token-count regime on its hardware; here a small
  * model of the stage costs does the choosing, so it follows the shape and the
@@ -28,7 +28,7 @@ static int clampi(long long v, long long lo, long long hi)
     return (int)(v < lo ? lo : v > hi ? hi : v);
 }
 
-void config_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_p)
+void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_p)
 {
     incmoe_moe_config_t c = L->override;
 

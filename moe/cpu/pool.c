@@ -1,13 +1,13 @@
 /*
- * cpu_backend.c - threads as role workers: the CPU stand-in for the
- * persistent kernel's thread blocks.
+ * pool.c - threads as role workers: the CPU stand-in for the persistent
+ * kernel's thread blocks.
  *
  * The threads live as long as the layer and are "launched" once per forward,
  * each with a role and an index, like the blocks of one kernel launch.  The
  * launch itself uses a mutex and a condition variable (the host's side); the
- * roles hand data to each other only through sync.h's counters.
+ * roles hand data to each other only through the counters of ctx.h.
  */
-#include "layer.h"
+#include "cpu/prims.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@ typedef struct {
 } pool_arg_t;
 
 struct cpu_pool {
-    incmoe_moe_t *L;
+    const moe_ctx_t *x;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_cond_t done_cv;
@@ -55,13 +55,13 @@ static void *pool_main(void *p)
         pthread_mutex_unlock(&pool->mu);
         switch (r) {
         case ROLE_GATHER:
-            role_gather(pool->L, idx);
+            role_gather(pool->x, idx);
             break;
         case ROLE_COMPUTE:
-            role_compute(pool->L, idx);
+            role_compute(pool->x, idx);
             break;
         case ROLE_REDUCE:
-            role_reduce(pool->L, idx);
+            role_reduce(pool->x, idx);
             break;
         case ROLE_IDLE:
             break;
@@ -74,12 +74,12 @@ static void *pool_main(void *p)
     return NULL;
 }
 
-incmoe_status_t cpu_pool_create(incmoe_moe_t *L, cpu_pool_t **pool_p)
+incmoe_status_t cpu_pool_create(const moe_ctx_t *x, cpu_pool_t **pool_p)
 {
     cpu_pool_t *pool = calloc(1, sizeof(*pool));
     if (pool == NULL)
         return INCMOE_ERR_NO_MEMORY;
-    pool->L = L;
+    pool->x = x;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
     pthread_cond_init(&pool->done_cv, NULL);
@@ -105,17 +105,17 @@ void cpu_pool_destroy(cpu_pool_t *pool)
 
 incmoe_status_t cpu_pool_run(cpu_pool_t *pool, int pipelined)
 {
-    const incmoe_moe_config_t *c = &pool->L->plan.cfg;
+    const moe_ctx_t *x = pool->x;
     role_t role[POOL_MAX];
     int index[POOL_MAX];
     int n = 0;
     if (pipelined) {
-        for (int i = 0; i < c->gather_workers; i++, n++)
+        for (int i = 0; i < x->G; i++, n++)
             role[n] = ROLE_GATHER, index[n] = i;
-        for (int i = 0; i < c->reduce_workers; i++, n++)
+        for (int i = 0; i < x->R; i++, n++)
             role[n] = ROLE_REDUCE, index[n] = i;
     }
-    for (int i = 0; i < c->compute_workers; i++, n++)
+    for (int i = 0; i < x->C; i++, n++)
         role[n] = ROLE_COMPUTE, index[n] = i;
 
     pthread_mutex_lock(&pool->mu);

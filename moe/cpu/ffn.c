@@ -8,21 +8,20 @@
  * row is rounded to the datatype once, when it is stored into the reduce
  * buffer Z (or kept in fp32 as this rank's own partial in pipelined mode).
  */
-#include "layer.h"
-
 #include <cblas.h>
+/* cblas.h pulls in complex.h, whose I macro would shadow the FFN's I dimension. */
+#undef I
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "elem.h"
+#include "cpu/cpu.h"
+#include "cpu/elem.h"
+#include "plan.h"
 
-/* cblas.h pulls in complex.h, whose I macro would shadow the FFN's I dimension. */
-#undef I
-
-incmoe_status_t ffn_scratch_alloc(const incmoe_moe_t *L, ffn_scratch_t *s)
+incmoe_status_t ffn_scratch_alloc(const cpu_state_t *cs, ffn_scratch_t *s)
 {
-    size_t t = MOE_FFN_TILE_ROWS, H = (size_t)L->H, I = (size_t)L->I;
+    size_t t = MOE_FFN_TILE_ROWS, H = (size_t)cs->H, I = (size_t)cs->I;
     memset(s, 0, sizeof(*s));
     s->a = malloc(t * H * sizeof(float));
     s->h = malloc(t * 2 * I * sizeof(float));
@@ -50,15 +49,34 @@ void ffn_scratch_free(ffn_scratch_t *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* One local expert over the m selected rows of a tile, weighted into acc. */
-static void ffn_expert(const incmoe_moe_t *L, ffn_scratch_t *s, int le, uint8_t *const *rows,
-                       size_t m)
+incmoe_status_t ffn_weights_load(cpu_state_t *cs, const incmoe_moe_params_t *p, size_t esize)
 {
-    const int H = L->H, I = L->I;
+    const size_t H = (size_t)cs->H, I = (size_t)cs->I;
+    size_t nl = (size_t)(cs->n_local > 0 ? cs->n_local : 1);
+    cs->w_gu = malloc(nl * 2 * I * H * sizeof(float));
+    cs->w_down = malloc(nl * H * I * sizeof(float));
+    if (cs->w_gu == NULL || cs->w_down == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    for (int le = 0; le < cs->n_local; le++) {
+        const uint8_t *g = (const uint8_t *)p->w_gate + (size_t)le * I * H * esize;
+        const uint8_t *u = (const uint8_t *)p->w_up + (size_t)le * I * H * esize;
+        const uint8_t *d = (const uint8_t *)p->w_down + (size_t)le * H * I * esize;
+        inc_dtype_to_float(cs->w_gu + (size_t)le * 2 * I * H, g, I * H, p->dtype);
+        inc_dtype_to_float(cs->w_gu + (size_t)le * 2 * I * H + I * H, u, I * H, p->dtype);
+        inc_dtype_to_float(cs->w_down + (size_t)le * H * I, d, H * I, p->dtype);
+    }
+    return INCMOE_OK;
+}
+
+/* One local expert over the m selected rows of a tile, weighted into acc. */
+static void ffn_expert(const cpu_state_t *cs, incmoe_dtype_t dtype, ffn_scratch_t *s, int le,
+                       uint8_t *const *rows, size_t m)
+{
+    const int H = cs->H, I = cs->I;
     for (size_t i = 0; i < m; i++)
-        inc_dtype_to_float(s->a + i * H, rows[s->sel[i]], (size_t)H, L->dtype);
-    const float *wgu = L->w_gu + (size_t)le * 2 * I * H;
-    const float *wd = L->w_down + (size_t)le * H * I;
+        inc_dtype_to_float(s->a + i * H, rows[s->sel[i]], (size_t)H, dtype);
+    const float *wgu = cs->w_gu + (size_t)le * 2 * I * H;
+    const float *wd = cs->w_down + (size_t)le * H * I;
     /* [m x 2I] = [m x H] * [2I x H]^T: gate and up in one GEMM */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, 2 * I, H, 1.0f, s->a, H, wgu, H,
                 0.0f, s->h, 2 * I);
@@ -80,12 +98,12 @@ static void ffn_expert(const incmoe_moe_t *L, ffn_scratch_t *s, int le, uint8_t 
     }
 }
 
-void ffn_band_rows(incmoe_moe_t *L, ffn_scratch_t *s, band_t b, size_t first, size_t n)
+void ffn_band_rows(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *s, band_t b,
+                   size_t first, size_t n)
 {
-    const moe_plan_t *p = &L->plan;
-    const size_t H = (size_t)L->H;
-    const size_t hb = H * L->esize;
-    const int pipelined = p->mode == INCMOE_MOE_PIPELINED;
+    const size_t H = (size_t)x->H;
+    const size_t hb = H * x->esize;
+    const incmoe_dtype_t dtype = (incmoe_dtype_t)x->dtype;
     uint8_t *rows[MOE_FFN_TILE_ROWS];
     int blk[MOE_FFN_TILE_ROWS];
     size_t idx[MOE_FFN_TILE_ROWS];
@@ -93,31 +111,31 @@ void ffn_band_rows(incmoe_moe_t *L, ffn_scratch_t *s, band_t b, size_t first, si
     /* Find the block and row of list position `first`. */
     int sblk = 0;
     size_t pos = first;
-    while (sblk < L->N && pos >= band_valid_rows(b, p->counts[sblk]))
-        pos -= band_valid_rows(b, p->counts[sblk++]);
+    while (sblk < x->N && pos >= band_valid_rows(b, x->counts[sblk]))
+        pos -= band_valid_rows(b, x->counts[sblk++]);
 
     for (size_t done = 0; done < n;) {
         size_t tile = n - done < MOE_FFN_TILE_ROWS ? n - done : MOE_FFN_TILE_ROWS;
         for (size_t i = 0; i < tile; i++) {
-            while (pos >= band_valid_rows(b, p->counts[sblk])) {
+            while (pos >= band_valid_rows(b, x->counts[sblk])) {
                 pos = 0;
                 sblk++;
             }
             blk[i] = sblk;
             idx[i] = b.start + pos;
-            rows[i] = xg_row(L, (size_t)sblk, b.start + pos);
+            rows[i] = xg_row(x, (size_t)sblk, b.start + pos);
             pos++;
         }
         memset(s->acc, 0, tile * H * sizeof(float));
-        for (int le = 0; le < L->n_local; le++) {
-            const int32_t gid = L->local_ids[le];
+        for (int le = 0; le < cs->n_local; le++) {
+            const int32_t gid = cs->local_ids[le];
             size_t m = 0;
             for (size_t i = 0; i < tile; i++) {
                 int32_t ids[64];
                 float w[64];
-                memcpy(ids, rows[i] + hb, (size_t)L->k * 4);
-                memcpy(w, rows[i] + hb + (size_t)L->k * 4, (size_t)L->k * 4);
-                for (int kk = 0; kk < L->k; kk++) {
+                memcpy(ids, rows[i] + hb, (size_t)x->k * 4);
+                memcpy(w, rows[i] + hb + (size_t)x->k * 4, (size_t)x->k * 4);
+                for (int kk = 0; kk < x->k; kk++) {
                     if (ids[kk] == gid) {
                         s->sel[m] = (int32_t)i;
                         s->selw[m] = w[kk];
@@ -127,16 +145,16 @@ void ffn_band_rows(incmoe_moe_t *L, ffn_scratch_t *s, band_t b, size_t first, si
                 }
             }
             if (m > 0)
-                ffn_expert(L, s, le, rows, m);
+                ffn_expert(cs, dtype, s, le, rows, m);
         }
         for (size_t i = 0; i < tile; i++) {
             const float *acc = s->acc + i * H;
-            if (pipelined && blk[i] == L->rank) {
+            if (x->pipelined && blk[i] == x->rank) {
                 /* Rounded to the datatype as the baseline's own partial is, so
                    both modes reduce the same numbers (bitwise alike in-network). */
-                elem_round(L->own + idx[i] * H, acc, H, L->dtype);
+                elem_round(x->own + idx[i] * H, acc, H, dtype);
             } else
-                inc_dtype_from_float(z_row(L, (size_t)blk[i], idx[i]), acc, H, L->dtype);
+                inc_dtype_from_float(z_row(x, (size_t)blk[i], idx[i]), acc, H, dtype);
         }
         done += tile;
     }

@@ -1,5 +1,5 @@
 /* elem.h - fp32 arithmetic on fp32/fp16/bf16 rows (the FFN accumulates in fp32); plain
-   conversions are inc_dtype_to_float / inc_dtype_from_float in plugin/dtype.h. */
+   conversions are inc_dtype_to_float / inc_dtype_from_float in base/dtype.h. */
 #ifndef INCMOE_MOE_ELEM_H
 #define INCMOE_MOE_ELEM_H
 

@@ -1,0 +1,117 @@
+/*
+ * backend.c - the CPU backend: weights and buffers in host memory, the role
+ * loops on the threads of pool.c, the FFN on OpenBLAS (ffn.c).
+ *
+ * Baseline mode runs the same loops with one band: the gather and reduce
+ * roles on the calling thread around the compute workers, so the phases can
+ * be timed one after the other.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "cpu/prims.h"
+#include "layer.h"
+
+#define FIFO_SLOTS 256
+
+static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
+{
+    cpu_state_t *cs = calloc(1, sizeof(*cs));
+    if (cs == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    L->be = cs;
+    cs->comm = L->comm;
+    cs->H = L->H;
+    cs->I = L->I;
+    cs->n_local = L->n_local;
+    cs->local_ids = L->local_ids;
+    incmoe_status_t st = ffn_weights_load(cs, p, L->esize);
+    if (st != INCMOE_OK)
+        return st;
+    size_t tokens = L->max_tokens > 0 ? L->max_tokens : 1;
+    size_t rows = (size_t)L->N * tokens;
+    size_t gsize = rows * L->grow, zsize = rows * L->zrow;
+    cs->xg = aligned_alloc(64, (gsize + 63) & ~(size_t)63);
+    cs->z = aligned_alloc(64, (zsize + 63) & ~(size_t)63);
+    cs->own = malloc(tokens * (size_t)L->H * sizeof(float));
+    if (cs->xg == NULL || cs->z == NULL || cs->own == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    memset(cs->xg, 0, gsize);
+    memset(cs->z, 0, zsize);
+    if ((st = incmoe_mem_register(L->comm, cs->xg, gsize, &cs->xg_mr)) != INCMOE_OK ||
+        (st = incmoe_mem_register(L->comm, cs->z, zsize, &cs->z_mr)) != INCMOE_OK)
+        return st;
+    for (int i = 0; i < INCMOE_MOE_MAX_WORKERS; i++)
+        if ((st = ffn_scratch_alloc(cs, &cs->scratch[i])) != INCMOE_OK)
+            return st;
+    if ((st = incmoe_fifo_create(L->comm, FIFO_SLOTS, &cs->fifo)) != INCMOE_OK)
+        return st;
+    moe_ctx_t *x = &L->ctx;
+    x->xg = cs->xg;
+    x->z = cs->z;
+    x->own = cs->own;
+    x->xg_mr = (uint64_t)(uintptr_t)cs->xg_mr;
+    x->z_mr = (uint64_t)(uintptr_t)cs->z_mr;
+    x->cnt = &cs->cnt;
+    incmoe_fifo_device(cs->fifo, &x->fifo);
+    x->host_fifo = cs->fifo;
+    x->be = cs;
+    return cpu_pool_create(x, &cs->pool);
+}
+
+static incmoe_status_t cpu_destroy(incmoe_moe_t *L)
+{
+    cpu_state_t *cs = L->be;
+    if (cs == NULL)
+        return INCMOE_OK;
+    cpu_pool_destroy(cs->pool);
+    incmoe_status_t st = incmoe_fifo_destroy(cs->fifo);
+    for (int i = 0; i < INCMOE_MOE_MAX_WORKERS; i++)
+        ffn_scratch_free(&cs->scratch[i]);
+    if (cs->xg_mr)
+        incmoe_mem_deregister(cs->comm, cs->xg_mr);
+    if (cs->z_mr)
+        incmoe_mem_deregister(cs->comm, cs->z_mr);
+    free(cs->xg);
+    free(cs->z);
+    free(cs->own);
+    free(cs->w_gu);
+    free(cs->w_down);
+    free(cs);
+    L->be = NULL;
+    return st;
+}
+
+static incmoe_status_t cpu_forward_baseline(incmoe_moe_t *L)
+{
+    const moe_ctx_t *x = &L->ctx;
+    cpu_state_t *cs = L->be;
+    double t0 = inc_now_ms();
+    role_gather(x, 0);
+    double t1 = inc_now_ms();
+    incmoe_status_t st = cpu_pool_run(cs->pool, 0);
+    if (st != INCMOE_OK)
+        return st;
+    double t2 = inc_now_ms();
+    role_reduce(x, 0);
+    L->timing.allgather_ms = t1 - t0;
+    L->timing.ffn_ms = t2 - t1;
+    L->timing.reducescatter_ms = inc_now_ms() - t2;
+    return INCMOE_OK;
+}
+
+static incmoe_status_t cpu_forward(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f)
+{
+    (void)f;
+    const moe_ctx_t *x = &L->ctx;
+    cpu_state_t *cs = L->be;
+    if (!x->pipelined)
+        return cpu_forward_baseline(L);
+    /* This rank's block of Z is what it contributes to its own shard: zero,
+       since its own partial waits in x->own for the local reduction. */
+    memset(z_row(x, (size_t)x->rank, 0), 0, x->counts[x->rank] * x->zrow);
+    return cpu_pool_run(cs->pool, 1);
+}
+
+const moe_backend_ops_t moe_cpu_backend = {"cpu", cpu_create, cpu_forward, cpu_destroy};

@@ -1,0 +1,108 @@
+/*
+ * exchange.c - the small AllGather every create and forward starts with.
+ *
+ * Each rank contributes a header (the shape, the token counts, the chosen
+ * configuration, and whether the rank's own arguments passed its checks).
+ * Each rank then judges all headers alike, so a bad argument on one rank
+ * becomes the same clear error on every rank instead of a hang.  It is posted
+ * directly, not through the FIFO: it runs on the host before any role starts
+ * and after every role of the previous forward finished, so no FIFO
+ * collective is in flight.  It also fences forwards: no rank's data of
+ * forward f+1 can arrive before every rank entered it, so the zero-copy
+ * output of forward f stays intact until the caller's next call.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "layer.h"
+
+#define SUBSYS    "moe"
+#define HDR_MAGIC 0x494d4f45u /* "IMOE" */
+
+_Static_assert(sizeof(moe_hdr_t) <= MOE_HDR_BYTES, "header fits its block");
+
+/* Waits for req at most L->timeout_ms, sleeping with a backoff (capped at 1 ms):
+   a rank that left the job early must not hold the others here for ever. */
+static incmoe_status_t wait_bounded(incmoe_moe_t *L, const incmoe_req_t *req)
+{
+    double deadline = inc_now_ms() + L->timeout_ms;
+    long ns = 10000;
+    for (;;) {
+        incmoe_status_t st = incmoe_test(L->comm, req);
+        if (st != INCMOE_IN_PROGRESS)
+            return st;
+        if (inc_now_ms() > deadline)
+            return INCMOE_ERR_TIMEOUT;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        ns = ns < 1000000 ? ns * 2 : 1000000;
+    }
+}
+
+/* AllGathers every rank's header and judges them all the same way on every rank. */
+incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
+{
+    mine->magic = HDR_MAGIC;
+    memset(L->hdr + (size_t)L->rank * MOE_HDR_BYTES, 0, MOE_HDR_BYTES);
+    memcpy(L->hdr + (size_t)L->rank * MOE_HDR_BYTES, mine, sizeof(*mine));
+    incmoe_layout_t layout = {MOE_HDR_BYTES, 0, sizeof(moe_hdr_t), NULL};
+    incmoe_req_t req;
+    incmoe_status_t st = incmoe_allgather(L->comm, L->hdr_mr, (size_t)L->rank * MOE_HDR_BYTES,
+                                          L->hdr_mr, 0, &layout, &req);
+    if (st == INCMOE_OK)
+        st = wait_bounded(L, &req);
+    if (st != INCMOE_OK) {
+        char why[256] = "";
+        incmoe_comm_error(L->comm, why, sizeof(why));
+        log_error(SUBSYS, "rank %d: %s: header exchange failed: %s (%s)", L->rank, what,
+                  incmoe_strerror(st), why);
+        return st;
+    }
+    incmoe_status_t verdict = INCMOE_OK;
+    for (int s = 0; s < L->N; s++) {
+        moe_hdr_t h;
+        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        if (h.magic != HDR_MAGIC || h.phase != mine->phase || h.nranks != mine->nranks) {
+            log_error(SUBSYS,
+                      "rank %d: %s: rank %d is not in the same call (phase %u, %u ranks; "
+                      "expected phase %u, %u ranks)",
+                      L->rank, what, s, h.phase, h.nranks, mine->phase, mine->nranks);
+            return INCMOE_ERR_MISMATCH;
+        }
+        if (h.status != 0) {
+            if (s != L->rank)
+                log_error(SUBSYS, "rank %d: %s: rank %d rejected its arguments (%s; see its log)",
+                          L->rank, what, s, incmoe_strerror((incmoe_status_t)h.status));
+            verdict = INCMOE_ERR_INVALID_ARG;
+        }
+    }
+    if (verdict != INCMOE_OK)
+        return verdict;
+    for (int s = 0; s < L->N; s++) {
+        moe_hdr_t h;
+        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        /* Compare everything but the per-rank status. */
+        if (h.seq != mine->seq || h.hash != mine->hash || h.E != mine->E || h.k != mine->k ||
+            h.H != mine->H || h.I != mine->I || h.dtype != mine->dtype ||
+            h.max_tokens != mine->max_tokens || h.mode != mine->mode || h.nb != mine->nb ||
+            h.gather != mine->gather || h.reduce != mine->reduce || h.tail != mine->tail) {
+            log_error(SUBSYS,
+                      "rank %d: %s: rank %d disagrees: it has call %llu, %s hash %016llx, "
+                      "E=%d k=%d H=%d I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d "
+                      "tail=%d; this rank has call %llu, hash %016llx, E=%d k=%d H=%d I=%d "
+                      "dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d tail=%d",
+                      L->rank, what, s, (unsigned long long)h.seq,
+                      mine->phase == HDR_CREATE ? "placement" : "token counts",
+                      (unsigned long long)h.hash, h.E, h.k, h.H, h.I, h.dtype, h.max_tokens, h.mode,
+                      h.nb, h.gather, h.reduce, h.tail, (unsigned long long)mine->seq,
+                      (unsigned long long)mine->hash, mine->E, mine->k, mine->H, mine->I,
+                      mine->dtype, mine->max_tokens, mine->mode, mine->nb, mine->gather,
+                      mine->reduce, mine->tail);
+            return INCMOE_ERR_MISMATCH;
+        }
+    }
+    return INCMOE_OK;
+}
