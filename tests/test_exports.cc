@@ -78,7 +78,9 @@ static std::string declarations_text(const std::string &path)
 /*
  * Functions a header declares: top-level declarations (outside any braces, so
  * not a call inside an inline body nor a struct member), neither static nor
- * typedef, whose first "(" follows an incmoe_ name.
+ * typedef, whose first "(" follows an incmoe_ name, ending in ";" -- a
+ * function defined in the header (an inline helper, whatever macro spells its
+ * "static inline") is not the library's to export.
  */
 static std::set<std::string> declared_in(const std::string &path)
 {
@@ -87,15 +89,18 @@ static std::set<std::string> declared_in(const std::string &path)
     std::string s = declarations_text(path);
     std::set<std::string> names;
     int depth = 0;
-    int extern_c = 0;  /* open extern "C" blocks */
-    size_t stmt = 0;   /* where the current top-level declaration starts */
-    bool seen = false; /* its first "(" was looked at */
+    int extern_c = 0;    /* open extern "C" blocks */
+    size_t stmt = 0;     /* where the current top-level declaration starts */
+    bool seen = false;   /* its first "(" was looked at */
+    std::string pending; /* the incmoe_ function it names, until ";" shows it is a declaration */
     for (size_t i = 0; i < s.size(); i++) {
         char c = s[i];
         if (c == '\1') {
             extern_c++;
             stmt = i + 1;
         } else if (c == '{') {
+            if (depth == 0)
+                pending.clear(); /* a body: defined in the header */
             depth++;
         } else if (c == '}' && depth == 0 && extern_c > 0) {
             extern_c--;
@@ -107,6 +112,9 @@ static std::set<std::string> declared_in(const std::string &path)
                 seen = false;
             }
         } else if (c == ';' && depth == 0) {
+            if (!pending.empty())
+                names.insert(pending);
+            pending.clear();
             stmt = i + 1;
             seen = false;
         } else if (c == '(' && depth == 0 && !seen) {
@@ -114,7 +122,7 @@ static std::set<std::string> declared_in(const std::string &path)
             std::string head = s.substr(stmt, i + 1 - stmt);
             std::smatch m;
             if (std::regex_search(head, m, name_paren) && !std::regex_search(head, not_exported))
-                names.insert(m[1]);
+                pending = m[1];
         }
     }
     EXPECT_TRUE(depth == 0 && extern_c == 0) << path << ": unbalanced braces";

@@ -49,8 +49,8 @@ TEST(MoeCuda, RoleLoopsCompileAsDeviceCode)
     std::string out = std::string(dir) + "/kernel.ptx";
     std::string log = std::string(dir) + "/nvcc.log";
     std::string cmd = "'" + nvcc + "' -arch=sm_90 -ptx -I'" + top + "/moe' -I'" + top +
-                      "/plugin' -I'" + top + "/plugin/api' '" + top + "/moe/cuda/kernel.cu' -o '" +
-                      out + "' > '" + log + "' 2>&1";
+                      "/plugin' -I'" + top + "/plugin/api' -I'" + TOP_BUILDDIR + "/plugin/api' '" +
+                      top + "/moe/cuda/kernel.cu' -o '" + out + "' > '" + log + "' 2>&1";
     int rc = system(cmd.c_str());
     std::string text;
     if (FILE *f = fopen(log.c_str(), "r")) {
