@@ -1,6 +1,6 @@
 /*
  * server.c - incmoe-switchd's UCX service: the listener, the connections
- * (accepted, timed, reaped), the sends with one egress queue per
+ * (accepted, stamped with their traffic times, reaped), the sends with one egress queue per
  * destination, the receive callback that checks headers and hands messages
  * to the engine, and the event loop, which sleeps on the worker's event fd
  * (and the engine's wake fd) when idle.
@@ -84,6 +84,21 @@ static void server_drop_conn(server_t *srv, conn_t *conn)
     conn->state = CONN_DEAD;
 }
 
+/* Queued sends will never go: complete them with an error so their items are freed. */
+static void egress_abort(conn_t *c)
+{
+    for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
+        while (c->queue_head[cls] != NULL) {
+            queued_send_t *q = c->queue_head[cls];
+            c->queue_head[cls] = q->next;
+            if (q->cb != NULL)
+                q->cb(q->arg, UCS_ERR_NOT_CONNECTED);
+            free(q);
+        }
+        c->queue_tail[cls] = NULL;
+    }
+}
+
 /* Close dead connections, tell their jobs, free those no send refers to. */
 static void reap_conns(server_t *srv)
 {
@@ -94,17 +109,7 @@ static void reap_conns(server_t *srv)
             pp = &c->next;
             continue;
         }
-        /* Queued sends will never go: complete them with an error so their items are freed. */
-        for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
-            while (c->queue_head[cls] != NULL) {
-                queued_send_t *q = c->queue_head[cls];
-                c->queue_head[cls] = q->next;
-                if (q->cb != NULL)
-                    q->cb(q->arg, UCS_ERR_NOT_CONNECTED);
-                free(q);
-            }
-            c->queue_tail[cls] = NULL;
-        }
+        egress_abort(c);
         if (c->job != NULL)
             srv->engine_ops->on_conn_lost(srv->engine, c, "its connection failed");
         if (!c->closed) {
@@ -429,6 +434,33 @@ void server_init(server_t *srv, const switch_settings_t *set, switch_stats_t *st
     *srv = (server_t){.set = set, .stats = stats, .engine_ops = engine_ops, .engine = engine};
 }
 
+/* Listen on the parsed address and say where on stdout. */
+static incmoe_status_t server_listen(server_t *srv, const char *listen_addr,
+                                     struct sockaddr_storage *ss, socklen_t sslen)
+{
+    ucp_listener_params_t lp = {
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr = {.addr = (struct sockaddr *)ss, .addrlen = sslen},
+        .conn_handler = {.cb = conn_request_cb, .arg = srv},
+    };
+    ucs_status_t us = ucp_listener_create(srv->node.worker, &lp, &srv->listener);
+    if (us != UCS_OK) {
+        log_error(SUBSYS, "cannot listen on %s: %s", listen_addr, ucs_status_string(us));
+        return inc_ucx_status(us);
+    }
+    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    us = ucp_listener_query(srv->listener, &attr);
+    char where[128] = "?";
+    if (us == UCS_OK)
+        inc_ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, where, sizeof(where));
+    /* The first line on stdout is the contract with scripts and tests. */
+    printf("incmoe-switchd listening on %s\n", where);
+    fflush(stdout);
+    log_info(SUBSYS, "listening on %s (chunk %llu, %u credits, memory bound %zu)", where,
+             (unsigned long long)srv->set->chunk_size, srv->set->credits, srv->set->max_memory);
+    return INCMOE_OK;
+}
+
 incmoe_status_t server_start(server_t *srv, const char *listen_addr)
 {
     struct sockaddr_storage ss;
@@ -451,27 +483,7 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
         log_error(SUBSYS, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
         return INCMOE_ERR_TRANSPORT;
     }
-    ucp_listener_params_t lp = {
-        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-        .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
-        .conn_handler = {.cb = conn_request_cb, .arg = srv},
-    };
-    us = ucp_listener_create(srv->node.worker, &lp, &srv->listener);
-    if (us != UCS_OK) {
-        log_error(SUBSYS, "cannot listen on %s: %s", listen_addr, ucs_status_string(us));
-        return inc_ucx_status(us);
-    }
-    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
-    us = ucp_listener_query(srv->listener, &attr);
-    char where[128] = "?";
-    if (us == UCS_OK)
-        inc_ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, where, sizeof(where));
-    /* The first line on stdout is the contract with scripts and tests. */
-    printf("incmoe-switchd listening on %s\n", where);
-    fflush(stdout);
-    log_info(SUBSYS, "listening on %s (chunk %llu, %u credits, memory bound %zu)", where,
-             (unsigned long long)srv->set->chunk_size, srv->set->credits, srv->set->max_memory);
-    return INCMOE_OK;
+    return server_listen(srv, listen_addr, &ss, sslen);
 }
 
 void server_run(server_t *srv)
