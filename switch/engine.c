@@ -30,7 +30,7 @@
 
 static void item_try_forward(engine_t *eng, item_t *it);
 
-static void tx_send(engine_t *eng, conn_t *conn, const struct inc_wire_hdr *h)
+static void send_control(engine_t *eng, conn_t *conn, const struct inc_wire_hdr *h)
 {
     eng->tx.ops->send(eng->tx.server, conn, h, NULL, 0, NULL, NULL);
 }
@@ -211,7 +211,7 @@ static void item_return_credits(engine_t *eng, item_t *it)
         h.stream = (uint8_t)c->stream;
         h.epoch = c->epoch;
         h.length = 1;
-        tx_send(eng, job->conns[r], &h);
+        send_control(eng, job->conns[r], &h);
     }
 }
 
@@ -437,7 +437,7 @@ static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
         inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
         d.stream = INCMOE_STREAM_BARRIER;
         d.epoch = c->epoch;
-        tx_send(eng, job->conns[r], &d);
+        send_control(eng, job->conns[r], &d);
     }
     c->armed = 1;
     coll_check_done(eng, job, c);
