@@ -1,20 +1,16 @@
 /*
- * server.c - incmoe-switchd's UCX service: listener, connections, sends,
- * the event loop (which sleeps on the worker's event fd when idle) and the
- * optional reduction threads.
+ * server.c - incmoe-switchd's UCX service: the listener, the connections
+ * (accepted, stamped with their traffic times, reaped), the sends with one egress queue per
+ * destination, the receive callback that checks headers and hands messages
+ * to the engine, and the event loop, which sleeps on the worker's event fd
+ * (and the engine's wake fd) when idle.
  */
 #include "server.h"
-#include "job.h"
 #include "base/log.h"
 
-#include <errno.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 #include "base/clock.h"
 
 #define SUBSYS "switch"
@@ -23,7 +19,7 @@ typedef struct {
     struct inc_wire_hdr hdr; /* alive until the send completes (UCX 1.13) */
     server_t *srv;
     conn_t *conn;
-    server_send_cb_t cb;
+    switch_tx_cb_t cb;
     void *arg;
     void *owned;
     size_t egress_bytes; /* counted in conn->egress_inflight */
@@ -34,7 +30,7 @@ typedef struct queued_send {
     struct inc_wire_hdr hdr;
     const void *payload;
     size_t length;
-    server_send_cb_t cb;
+    switch_tx_cb_t cb;
     void *arg;
 } queued_send_t;
 
@@ -82,10 +78,25 @@ static void conn_request_cb(ucp_conn_request_h request, void *arg)
     log_debug(SUBSYS, "new connection");
 }
 
-void server_drop_conn(server_t *srv, conn_t *conn)
+static void server_drop_conn(server_t *srv, conn_t *conn)
 {
     (void)srv;
     conn->state = CONN_DEAD;
+}
+
+/* Queued sends will never go: complete them with an error so their items are freed. */
+static void egress_abort(conn_t *c)
+{
+    for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
+        while (c->queue_head[cls] != NULL) {
+            queued_send_t *q = c->queue_head[cls];
+            c->queue_head[cls] = q->next;
+            if (q->cb != NULL)
+                q->cb(q->arg, UCS_ERR_NOT_CONNECTED);
+            free(q);
+        }
+        c->queue_tail[cls] = NULL;
+    }
 }
 
 /* Close dead connections, tell their jobs, free those no send refers to. */
@@ -98,19 +109,9 @@ static void reap_conns(server_t *srv)
             pp = &c->next;
             continue;
         }
-        /* Queued sends will never go: complete them with an error so their items are freed. */
-        for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
-            while (c->queue_head[cls] != NULL) {
-                queued_send_t *q = c->queue_head[cls];
-                c->queue_head[cls] = q->next;
-                if (q->cb != NULL)
-                    q->cb(srv, q->arg, UCS_ERR_NOT_CONNECTED);
-                free(q);
-            }
-            c->queue_tail[cls] = NULL;
-        }
+        egress_abort(c);
         if (c->job != NULL)
-            job_on_conn_lost(srv, c, "its connection failed");
+            srv->engine_ops->on_conn_lost(srv->engine, c, "its connection failed");
         if (!c->closed) {
             c->closed = 1;
             /* Give a refusal (ERROR) a moment to leave, then force: a dead peer cannot flush. */
@@ -146,7 +147,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
     if (status == UCS_OK)
         conn->last_tx = inc_now_s();
     if (ctx->cb != NULL)
-        ctx->cb(ctx->srv, ctx->arg, status);
+        ctx->cb(ctx->arg, status);
     free(ctx->owned);
     free(ctx);
     if (request != NULL)
@@ -160,7 +161,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
 
 /* owned: freed when the send completes; egress: payload bytes counted against the queue. */
 static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
-                              const void *payload, size_t length, server_send_cb_t cb, void *arg,
+                              const void *payload, size_t length, switch_tx_cb_t cb, void *arg,
                               void *owned, size_t egress)
 {
     send_ctx_t *ctx = calloc(1, sizeof(*ctx));
@@ -168,7 +169,7 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
         free(ctx);
         free(owned);
         if (cb != NULL)
-            cb(srv, arg, UCS_ERR_NOT_CONNECTED);
+            cb(arg, UCS_ERR_NOT_CONNECTED);
         return;
     }
     ctx->hdr = *hdr;
@@ -186,7 +187,7 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
         .cb.send = send_cb,
         .user_data = ctx,
-        .flags = length >= srv->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER,
+        .flags = length >= srv->set->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER,
     };
     ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
                                            payload, length, &param);
@@ -194,8 +195,8 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
         send_cb(NULL, UCS_PTR_STATUS(req), ctx);
 }
 
-void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
-                 size_t length, server_send_cb_t cb, void *arg)
+static void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,
+                        const void *payload, size_t length, switch_tx_cb_t cb, void *arg)
 {
     server_send_owned(srv, conn, hdr, payload, length, cb, arg, NULL, 0);
 }
@@ -206,7 +207,7 @@ static void egress_drain(server_t *srv, conn_t *conn)
     for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
         while (conn->queue_head[cls] != NULL &&
                (conn->egress_inflight == 0 ||
-                conn->egress_inflight + conn->queue_head[cls]->length <= srv->egress_limit)) {
+                conn->egress_inflight + conn->queue_head[cls]->length <= srv->set->egress_limit)) {
             queued_send_t *q = conn->queue_head[cls];
             conn->queue_head[cls] = q->next;
             if (q->next == NULL)
@@ -220,9 +221,9 @@ static void egress_drain(server_t *srv, conn_t *conn)
     }
 }
 
-void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
-                      const struct inc_wire_hdr *hdr, const void *payload, size_t length,
-                      server_send_cb_t cb, void *arg)
+static void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
+                             const struct inc_wire_hdr *hdr, const void *payload, size_t length,
+                             switch_tx_cb_t cb, void *arg)
 {
     queued_send_t *q = malloc(sizeof(*q));
     if (conn == NULL || conn->closed || q == NULL || cls == EGRESS_CONTROL) {
@@ -230,7 +231,7 @@ void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
         if (cls == EGRESS_CONTROL)
             server_send(srv, conn, hdr, payload, length, cb, arg);
         else if (cb != NULL)
-            cb(srv, arg, UCS_ERR_NOT_CONNECTED);
+            cb(arg, UCS_ERR_NOT_CONNECTED);
         return;
     }
     *q = (queued_send_t){.hdr = *hdr, .payload = payload, .length = length, .cb = cb, .arg = arg};
@@ -242,8 +243,8 @@ void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
     egress_drain(srv, conn);
 }
 
-void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_t status,
-                       uint32_t rank, const char *text)
+static void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_t status,
+                              uint32_t rank, const char *text)
 {
     struct inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_ERROR, job);
@@ -264,67 +265,84 @@ void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_
 /* ------------------------------------------------------------------------ */
 /* receiving                                                                 */
 
+/* What UCX expects back for a message the switch refuses. */
+static ucs_status_t refused(const ucp_am_recv_param_t *param, ucs_status_t rndv_status)
+{
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? rndv_status : UCS_OK;
+}
+
+/* Clients send with UCP_AM_SEND_FLAG_REPLY, which names their endpoint here. */
+static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param)
+{
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+        return NULL;
+    conn_t *conn = srv->conns;
+    while (conn != NULL && conn->ep != param->reply_ep)
+        conn = conn->next;
+    return conn;
+}
+
+/* A header that failed the check: a member's job fails with the reason, anyone else is
+   refused and dropped. */
+static void on_malformed(server_t *srv, conn_t *conn, const void *header, size_t header_length,
+                         const char *why)
+{
+    srv->stats->bad_messages++;
+    struct inc_wire_hdr h = {0};
+    if (header_length >= sizeof(h))
+        memcpy(&h, header, sizeof(h));
+    log_warn(SUBSYS, "malformed message from rank %d: %s", conn->rank, why);
+    char text[200];
+    snprintf(text, sizeof(text), "rank %d sent a malformed message: %s", conn->rank, why);
+    if (conn->job != NULL) {
+        srv->engine_ops->on_malformed(srv->engine, conn, text);
+    } else {
+        server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0, text);
+        server_drop_conn(srv, conn);
+    }
+}
+
+/* A connection that broke the JOIN order: it hears why and is dropped. */
+static void refuse_conn(server_t *srv, conn_t *conn, uint64_t job, const char *text)
+{
+    srv->stats->bad_messages++;
+    server_send_error(srv, conn, job, INCMOE_ERR_PROTOCOL, 0, text);
+    server_drop_conn(srv, conn);
+}
+
 static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                  size_t length, const ucp_am_recv_param_t *param)
 {
     server_t *srv = arg;
-    conn_t *conn = NULL;
-    /* Clients send with UCP_AM_SEND_FLAG_REPLY, which names their endpoint here. */
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
-        for (conn = srv->conns; conn != NULL && conn->ep != param->reply_ep; conn = conn->next) {
-        }
+    conn_t *conn = conn_of(srv, param);
     if (conn == NULL) {
-        srv->stats.bad_messages++;
+        srv->stats->bad_messages++;
         log_warn(SUBSYS, "dropped a message from an unknown endpoint");
-        return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+        return refused(param, UCS_ERR_INVALID_PARAM);
     }
     if (conn->state == CONN_DEAD)
-        return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_CANCELED : UCS_OK;
+        return refused(param, UCS_ERR_CANCELED);
     conn->last_rx = inc_now_s();
     char why[160];
     if (inc_wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
-        srv->stats.bad_messages++;
-        struct inc_wire_hdr h = {0};
-        if (header_length >= sizeof(h))
-            memcpy(&h, header, sizeof(h));
-        log_warn(SUBSYS, "malformed message from rank %d: %s", conn->rank, why);
-        char text[200];
-        snprintf(text, sizeof(text), "rank %d sent a malformed message: %s", conn->rank, why);
-        if (conn->job != NULL) {
-            /* Fail the whole job through the engine, with the reason. */
-            struct inc_wire_hdr e;
-            inc_wire_hdr_init(&e, WIRE_MSG_ERROR, conn->job->id);
-            e.rank = (uint32_t)conn->rank;
-            e.status = INCMOE_ERR_PROTOCOL;
-            e.length = strlen(text);
-            ucp_am_recv_param_t p = {.recv_attr = 0};
-            job_on_message(srv, conn, &e, text, e.length, &p);
-        } else {
-            server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0, text);
-            server_drop_conn(srv, conn);
-        }
-        return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+        on_malformed(srv, conn, header, header_length, why);
+        return refused(param, UCS_ERR_INVALID_PARAM);
     }
     struct inc_wire_hdr h;
     memcpy(&h, header, sizeof(h));
     if (conn->state == CONN_NEW) {
         if (h.msg != WIRE_MSG_JOIN || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-            srv->stats.bad_messages++;
-            server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0,
-                              "the first message must be an eager JOIN");
-            server_drop_conn(srv, conn);
-            return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+            refuse_conn(srv, conn, h.job, "the first message must be an eager JOIN");
+            return refused(param, UCS_ERR_INVALID_PARAM);
         }
-        job_on_join(srv, conn, &h, data, length);
+        srv->engine_ops->on_join(srv->engine, conn, &h, data, length);
         return UCS_OK;
     }
     if (h.msg == WIRE_MSG_JOIN) {
-        srv->stats.bad_messages++;
-        server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0, "JOIN sent twice");
-        server_drop_conn(srv, conn);
+        refuse_conn(srv, conn, h.job, "JOIN sent twice");
         return UCS_OK;
     }
-    ucs_status_t st = job_on_message(srv, conn, &h, data, length, param);
+    ucs_status_t st = srv->engine_ops->on_message(srv->engine, conn, &h, data, length, param);
     /* UCX accepts an error only for rendezvous data, and INPROGRESS (we keep the buffer) also
        for eager data it marked persistent; anything else is done with. */
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
@@ -332,65 +350,116 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
     return (st == UCS_INPROGRESS && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) ? st : UCS_OK;
 }
 
+static void recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    (void)length;
+    switch_rx_t *rx = user_data;
+    rx->done(rx, status);
+    if (request != NULL)
+        ucp_request_free(request);
+}
+
+static void server_recv_data(server_t *srv, void *desc, void *buf, size_t length, switch_rx_t *rx)
+{
+    ucp_request_param_t rp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv_am = recv_cb,
+        .user_data = rx,
+        .datatype = ucp_dt_make_contig(1),
+    };
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(srv->node.worker, desc, buf, length, &rp);
+    if (UCS_PTR_IS_ERR(req))
+        recv_cb(NULL, UCS_PTR_STATUS(req), 0, rx);
+}
+
 /* ------------------------------------------------------------------------ */
-/* reduction threads                                                         */
+/* the interface the engine sends through                                    */
 
-static void *pool_main(void *arg)
+static void tx_send(void *server, conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
+                    size_t length, switch_tx_cb_t cb, void *arg)
 {
-    server_t *srv = arg;
-    pthread_mutex_lock(&srv->pool_lock);
-    for (;;) {
-        while (srv->pool_todo == NULL && !srv->pool_stop)
-            pthread_cond_wait(&srv->pool_cond, &srv->pool_lock);
-        if (srv->pool_stop)
-            break;
-        item_t *it = srv->pool_todo;
-        srv->pool_todo = it->pool_next;
-        pthread_mutex_unlock(&srv->pool_lock);
-        job_item_compute(it);
-        pthread_mutex_lock(&srv->pool_lock);
-        it->pool_next = srv->pool_done;
-        srv->pool_done = it;
-        uint64_t one = 1;
-        if (write(srv->pool_fd, &one, sizeof(one)) < 0)
-            log_warn(SUBSYS, "pool wake: %s", strerror(errno));
-    }
-    pthread_mutex_unlock(&srv->pool_lock);
-    return NULL;
+    server_send(server, conn, hdr, payload, length, cb, arg);
 }
 
-int server_pool_submit(server_t *srv, item_t *it)
+static void tx_send_data(void *server, conn_t *conn, egress_class_t cls,
+                         const struct inc_wire_hdr *hdr, const void *payload, size_t length,
+                         switch_tx_cb_t cb, void *arg)
 {
-    if (srv->nthreads <= 1)
-        return 0;
-    pthread_mutex_lock(&srv->pool_lock);
-    it->pool_next = srv->pool_todo;
-    srv->pool_todo = it;
-    pthread_cond_signal(&srv->pool_cond);
-    pthread_mutex_unlock(&srv->pool_lock);
-    return 1;
+    server_send_data(server, conn, cls, hdr, payload, length, cb, arg);
 }
 
-static void pool_drain(server_t *srv)
+static void tx_send_error(void *server, conn_t *conn, uint64_t job, incmoe_status_t status,
+                          uint32_t rank, const char *text)
 {
-    if (srv->nthreads <= 1)
-        return;
-    uint64_t v;
-    if (read(srv->pool_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        log_warn(SUBSYS, "pool read: %s", strerror(errno));
-    pthread_mutex_lock(&srv->pool_lock);
-    item_t *done = srv->pool_done;
-    srv->pool_done = NULL;
-    pthread_mutex_unlock(&srv->pool_lock);
-    while (done != NULL) {
-        item_t *next = done->pool_next;
-        job_item_reduced(srv, done);
-        done = next;
-    }
+    server_send_error(server, conn, job, status, rank, text);
+}
+
+static void tx_drop(void *server, conn_t *conn)
+{
+    server_drop_conn(server, conn);
+}
+
+static void tx_recv_data(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx)
+{
+    server_recv_data(server, desc, buf, length, rx);
+}
+
+static void tx_release_data(void *server, void *data)
+{
+    server_t *srv = server;
+    ucp_am_data_release(srv->node.worker, data);
+}
+
+static const switch_tx_ops_t server_tx_ops = {
+    .send = tx_send,
+    .send_data = tx_send_data,
+    .send_error = tx_send_error,
+    .drop = tx_drop,
+    .recv_data = tx_recv_data,
+    .release_data = tx_release_data,
+};
+
+switch_tx_t server_tx(server_t *srv)
+{
+    return (switch_tx_t){.ops = &server_tx_ops, .server = srv};
 }
 
 /* ------------------------------------------------------------------------ */
 /* service                                                                   */
+
+void server_init(server_t *srv, const switch_settings_t *set, switch_stats_t *stats,
+                 const switch_engine_ops_t *engine_ops, void *engine)
+{
+    *srv = (server_t){.set = set, .stats = stats, .engine_ops = engine_ops, .engine = engine};
+}
+
+/* Listen on the parsed address and say where on stdout. */
+static incmoe_status_t server_listen(server_t *srv, const char *listen_addr,
+                                     struct sockaddr_storage *ss, socklen_t sslen)
+{
+    ucp_listener_params_t lp = {
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr = {.addr = (struct sockaddr *)ss, .addrlen = sslen},
+        .conn_handler = {.cb = conn_request_cb, .arg = srv},
+    };
+    ucs_status_t us = ucp_listener_create(srv->node.worker, &lp, &srv->listener);
+    if (us != UCS_OK) {
+        log_error(SUBSYS, "cannot listen on %s: %s", listen_addr, ucs_status_string(us));
+        return inc_ucx_status(us);
+    }
+    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    us = ucp_listener_query(srv->listener, &attr);
+    char where[128] = "?";
+    if (us == UCS_OK)
+        inc_ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, where, sizeof(where));
+    /* The first line on stdout is the contract with scripts and tests. */
+    printf("incmoe-switchd listening on %s\n", where);
+    fflush(stdout);
+    log_info(SUBSYS, "listening on %s (chunk %llu, %u credits, memory bound %zu)", where,
+             (unsigned long long)srv->set->chunk_size, srv->set->credits, srv->set->max_memory);
+    return INCMOE_OK;
+}
 
 incmoe_status_t server_start(server_t *srv, const char *listen_addr)
 {
@@ -414,58 +483,26 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
         log_error(SUBSYS, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
         return INCMOE_ERR_TRANSPORT;
     }
-    ucp_listener_params_t lp = {
-        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-        .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
-        .conn_handler = {.cb = conn_request_cb, .arg = srv},
-    };
-    us = ucp_listener_create(srv->node.worker, &lp, &srv->listener);
-    if (us != UCS_OK) {
-        log_error(SUBSYS, "cannot listen on %s: %s", listen_addr, ucs_status_string(us));
-        return inc_ucx_status(us);
-    }
-    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
-    us = ucp_listener_query(srv->listener, &attr);
-    char where[128] = "?";
-    if (us == UCS_OK)
-        inc_ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, where, sizeof(where));
-    /* The first line on stdout is the contract with scripts and tests. */
-    printf("incmoe-switchd listening on %s\n", where);
-    fflush(stdout);
-    log_info(SUBSYS, "listening on %s (chunk %llu, %u credits, memory bound %zu)", where,
-             (unsigned long long)srv->chunk_size, srv->credits, srv->max_memory);
-
-    if (srv->nthreads > 1) {
-        srv->pool_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        pthread_mutex_init(&srv->pool_lock, NULL);
-        pthread_cond_init(&srv->pool_cond, NULL);
-        srv->threads = calloc((size_t)srv->nthreads, sizeof(pthread_t));
-        if (srv->pool_fd < 0 || srv->threads == NULL)
-            return INCMOE_ERR_NO_MEMORY;
-        for (int i = 0; i < srv->nthreads - 1; i++)
-            pthread_create(&srv->threads[i], NULL, pool_main, srv);
-    } else {
-        srv->pool_fd = -1;
-    }
-    return INCMOE_OK;
+    return server_listen(srv, listen_addr, &ss, sslen);
 }
 
 void server_run(server_t *srv)
 {
+    const switch_engine_ops_t *ops = srv->engine_ops;
     while (!srv->stop) {
         while (ucp_worker_progress(srv->node.worker) != 0) {
         }
-        pool_drain(srv);
+        ops->on_wake(srv->engine);
         reap_conns(srv);
-        job_tick(srv);
-        /* Idle: sleep on the worker's event fd (and the reduction threads' fd). */
-        inc_ucx_node_wait(&srv->node, srv->pool_fd, 100);
+        ops->on_tick(srv->engine, srv->conns);
+        /* Idle: sleep on the worker's event fd (and the engine's). */
+        inc_ucx_node_wait(&srv->node, ops->wake_fd(srv->engine), 100);
     }
 }
 
 void server_stop(server_t *srv)
 {
-    job_fail_all(srv, "the switch is shutting down");
+    srv->engine_ops->on_shutdown(srv->engine, "the switch is shutting down");
     for (conn_t *c = srv->conns; c != NULL; c = c->next)
         c->state = CONN_DEAD;
     /* Let the ERRORs go out, then close everything. */
@@ -479,16 +516,6 @@ void server_stop(server_t *srv)
     while (srv->conns != NULL && inc_now_s() < deadline) {
         inc_ucx_node_wait(&srv->node, -1, 10);
         reap_conns(srv);
-    }
-    if (srv->nthreads > 1) {
-        pthread_mutex_lock(&srv->pool_lock);
-        srv->pool_stop = 1;
-        pthread_cond_broadcast(&srv->pool_cond);
-        pthread_mutex_unlock(&srv->pool_lock);
-        for (int i = 0; i < srv->nthreads - 1; i++)
-            pthread_join(srv->threads[i], NULL);
-        free(srv->threads);
-        close(srv->pool_fd);
     }
     if (srv->listener != NULL)
         ucp_listener_destroy(srv->listener);

@@ -3,10 +3,11 @@
  * AllGather, rooted-reduction ReduceScatter, AllReduce and barrier over UCX.
  */
 #include "base/config.h"
-#include "job.h"
 #include "base/log.h"
+#include "engine.h"
 #include "server.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdint.h>
@@ -21,6 +22,19 @@ static void on_signal(int sig)
     (void)sig;
     if (running != NULL)
         running->stop = 1;
+}
+
+/* SIGINT and SIGTERM stop the switch in order; a rank gone mid-send is no SIGPIPE. */
+static int install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_signal};
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ||
+        sigaction(SIGPIPE, &ign, NULL) != 0) {
+        fprintf(stderr, "incmoe-switchd: cannot install signal handlers: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 static void usage(FILE *out)
@@ -58,7 +72,98 @@ static int parse_size_arg(const char *name, const char *text, long long min, lon
     return 0;
 }
 
-int main(int argc, char **argv)
+typedef struct {
+    const char *listen, *keyfile;
+    long long egress_chunks;
+} args_t;
+
+static void settings_defaults(switch_settings_t *set, args_t *a)
+{
+    set->chunk_size = (uint64_t)inc_config_get_int("INCMOE_CHUNK_SIZE");
+    set->credits = (uint32_t)inc_config_get_int("INCMOE_CREDITS");
+    set->timeout_ms = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
+    set->rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
+    if (set->rndv_thresh == 0)
+        set->rndv_thresh = SIZE_MAX;
+    set->max_memory = (size_t)4 << 30;
+    set->nthreads = 1;
+    a->egress_chunks = 2;
+}
+
+/* One option from getopt_long: -1 to go on, or the exit status. */
+static int apply_option(int c, switch_settings_t *set, args_t *a)
+{
+    long long v;
+    switch (c) {
+    case 'l':
+        a->listen = optarg;
+        return -1;
+    case 'k':
+        a->keyfile = optarg;
+        return -1;
+    case 't':
+        if (parse_size_arg("--threads", optarg, 1, &v) || v > 64) {
+            fprintf(stderr, "incmoe-switchd: --threads takes 1..64\n");
+            return 2;
+        }
+        set->nthreads = (int)v;
+        return -1;
+    case 'm':
+        if (parse_size_arg("--max-memory", optarg, 1, &v))
+            return 2;
+        set->max_memory = (size_t)v;
+        return -1;
+    case 'c':
+        if (parse_size_arg("--chunk-size", optarg, 64, &v) || v > (1ll << 30)) {
+            fprintf(stderr, "incmoe-switchd: --chunk-size takes 64 B .. 1 GiB\n");
+            return 2;
+        }
+        set->chunk_size = (uint64_t)v;
+        return -1;
+    case 'r':
+        if (parse_size_arg("--credits", optarg, 1, &v) || v > 4096) {
+            fprintf(stderr, "incmoe-switchd: --credits takes 1..4096\n");
+            return 2;
+        }
+        set->credits = (uint32_t)v;
+        return -1;
+    case 'T':
+        if (parse_size_arg("--timeout-ms", optarg, 1, &v))
+            return 2;
+        set->timeout_ms = (int)v;
+        return -1;
+    case 'R':
+        if (parse_size_arg("--rndv-thresh", optarg, 0, &v))
+            return 2;
+        set->rndv_thresh = v == 0 ? SIZE_MAX : (size_t)v;
+        return -1;
+    case 'E':
+        if (parse_size_arg("--egress-chunks", optarg, 1, &a->egress_chunks) ||
+            a->egress_chunks > 1024) {
+            fprintf(stderr, "incmoe-switchd: --egress-chunks takes 1..1024\n");
+            return 2;
+        }
+        return -1;
+    case 'L': {
+        int level = inc_log_level_parse(optarg);
+        if (level < 0) {
+            fprintf(stderr, "incmoe-switchd: unknown log level '%s'\n", optarg);
+            return 2;
+        }
+        inc_log_set_level(level);
+        return -1;
+    }
+    case 'h':
+        usage(stdout);
+        return 0;
+    default:
+        usage(stderr);
+        return 2;
+    }
+}
+
+/* The command line: -1 to go on, or the exit status. */
+static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
 {
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -74,140 +179,94 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    server_t srv = {0};
-    const char *listen = NULL, *keyfile = NULL;
-    long long v;
-    srv.chunk_size = (uint64_t)inc_config_get_int("INCMOE_CHUNK_SIZE");
-    srv.credits = (uint32_t)inc_config_get_int("INCMOE_CREDITS");
-    srv.timeout_ms = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
-    srv.rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
-    if (srv.rndv_thresh == 0)
-        srv.rndv_thresh = SIZE_MAX;
-    srv.max_memory = (size_t)4 << 30;
-    srv.nthreads = 1;
-    long long egress_chunks = 2;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'l':
-            listen = optarg;
-            break;
-        case 'k':
-            keyfile = optarg;
-            break;
-        case 't':
-            if (parse_size_arg("--threads", optarg, 1, &v) || v > 64) {
-                fprintf(stderr, "incmoe-switchd: --threads takes 1..64\n");
-                return 2;
-            }
-            srv.nthreads = (int)v;
-            break;
-        case 'm':
-            if (parse_size_arg("--max-memory", optarg, 1, &v))
-                return 2;
-            srv.max_memory = (size_t)v;
-            break;
-        case 'c':
-            if (parse_size_arg("--chunk-size", optarg, 64, &v) || v > (1ll << 30)) {
-                fprintf(stderr, "incmoe-switchd: --chunk-size takes 64 B .. 1 GiB\n");
-                return 2;
-            }
-            srv.chunk_size = (uint64_t)v;
-            break;
-        case 'r':
-            if (parse_size_arg("--credits", optarg, 1, &v) || v > 4096) {
-                fprintf(stderr, "incmoe-switchd: --credits takes 1..4096\n");
-                return 2;
-            }
-            srv.credits = (uint32_t)v;
-            break;
-        case 'T':
-            if (parse_size_arg("--timeout-ms", optarg, 1, &v))
-                return 2;
-            srv.timeout_ms = (int)v;
-            break;
-        case 'R':
-            if (parse_size_arg("--rndv-thresh", optarg, 0, &v))
-                return 2;
-            srv.rndv_thresh = v == 0 ? SIZE_MAX : (size_t)v;
-            break;
-        case 'E':
-            if (parse_size_arg("--egress-chunks", optarg, 1, &egress_chunks) ||
-                egress_chunks > 1024) {
-                fprintf(stderr, "incmoe-switchd: --egress-chunks takes 1..1024\n");
-                return 2;
-            }
-            break;
-        case 'L': {
-            int level = inc_log_level_parse(optarg);
-            if (level < 0) {
-                fprintf(stderr, "incmoe-switchd: unknown log level '%s'\n", optarg);
-                return 2;
-            }
-            inc_log_set_level(level);
-            break;
-        }
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
+        int st = apply_option(c, set, a);
+        if (st >= 0)
+            return st;
     }
     if (optind != argc) {
         fprintf(stderr, "incmoe-switchd: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return 2;
     }
-    if (listen == NULL) {
+    if (a->listen == NULL) {
         fprintf(stderr, "incmoe-switchd: --listen HOST:PORT is required\n");
         usage(stderr);
         return 2;
     }
     /* The 16-bit reductions work in element pairs: keep chunks element-aligned for all types. */
-    if (srv.chunk_size % 8 != 0) {
+    if (set->chunk_size % 8 != 0) {
         fprintf(stderr, "incmoe-switchd: --chunk-size must be a multiple of 8\n");
         return 2;
     }
-    if (keyfile != NULL) {
-        FILE *f = fopen(keyfile, "r");
-        char line[INCMOE_MAX_SECRET + 2];
-        if (f == NULL || fgets(line, sizeof(line), f) == NULL) {
-            fprintf(stderr, "incmoe-switchd: cannot read a secret from %s\n", keyfile);
-            if (f != NULL)
-                fclose(f);
-            return 2;
-        }
-        fclose(f);
-        line[strcspn(line, "\r\n")] = '\0';
-        srv.secret_len = strlen(line);
-        if (srv.secret_len == 0) {
-            fprintf(stderr, "incmoe-switchd: the secret in %s is empty\n", keyfile);
-            return 2;
-        }
-        memcpy(srv.secret, line, srv.secret_len);
-        srv.have_secret = 1;
+    return -1;
+}
+
+/* The shared secret is the first line of keyfile. */
+static int read_secret(const char *keyfile, switch_settings_t *set)
+{
+    FILE *f = fopen(keyfile, "r");
+    char line[INCMOE_MAX_SECRET + 2];
+    if (f == NULL || fgets(line, sizeof(line), f) == NULL) {
+        fprintf(stderr, "incmoe-switchd: cannot read a secret from %s\n", keyfile);
+        if (f != NULL)
+            fclose(f);
+        return -1;
     }
-    srv.egress_limit = (size_t)egress_chunks * srv.chunk_size;
-    inc_log_set_ident("switchd");
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    set->secret_len = strlen(line);
+    if (set->secret_len == 0) {
+        fprintf(stderr, "incmoe-switchd: the secret in %s is empty\n", keyfile);
+        return -1;
+    }
+    memcpy(set->secret, line, set->secret_len);
+    set->have_secret = 1;
+    return 0;
+}
+
+/* Serve until SIGINT or SIGTERM; the exit status. */
+static int serve(const switch_settings_t *set, const char *listen)
+{
+    if (install_signals() != 0)
+        return 1;
+    switch_stats_t stats = {0};
+    server_t srv;
+    engine_t eng;
+    server_init(&srv, set, &stats, &engine_ops, &eng);
+    if (engine_init(&eng, set, &stats, server_tx(&srv)) != 0)
+        return 1;
     running = &srv;
     if (server_start(&srv, listen) != INCMOE_OK) {
         fprintf(stderr, "incmoe-switchd: cannot start on %s\n", listen);
+        engine_fini(&eng);
         return 1;
     }
     server_run(&srv);
     server_stop(&srv);
+    engine_fini(&eng);
     log_info("switch",
              "stopped: %llu jobs (%llu failed, %llu refused), %llu bad messages, %llu ranks lost, "
              "%llu bytes in, %llu out, peak %zu bytes buffered",
-             (unsigned long long)srv.stats.jobs_started, (unsigned long long)srv.stats.jobs_failed,
-             (unsigned long long)srv.stats.jobs_refused, (unsigned long long)srv.stats.bad_messages,
-             (unsigned long long)srv.stats.peers_lost, (unsigned long long)srv.stats.bytes_in,
-             (unsigned long long)srv.stats.bytes_out, srv.stats.mem_peak);
+             (unsigned long long)stats.jobs_started, (unsigned long long)stats.jobs_failed,
+             (unsigned long long)stats.jobs_refused, (unsigned long long)stats.bad_messages,
+             (unsigned long long)stats.peers_lost, (unsigned long long)stats.bytes_in,
+             (unsigned long long)stats.bytes_out, stats.mem_peak);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    switch_settings_t set = {0};
+    args_t args = {0};
+    settings_defaults(&set, &args);
+    int st = parse_args(argc, argv, &set, &args);
+    if (st >= 0)
+        return st;
+    if (args.keyfile != NULL && read_secret(args.keyfile, &set) != 0)
+        return 2;
+    set.egress_limit = (size_t)args.egress_chunks * set.chunk_size;
+    inc_log_set_ident("switchd");
+    return serve(&set, args.listen);
 }

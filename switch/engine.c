@@ -1,0 +1,824 @@
+/*
+ * engine.c - the switch engine: POST, DATA, FWD, CREDIT and DONE.
+ *
+ * Each collective (stream, epoch) of a job is a coll_t; each chunk of a
+ * window is an item_t that collects the contributions it needs (AllGather:
+ * the root's block; ReduceScatter: the N-1 partials of everyone but the
+ * root; AllReduce: all N).  Once every rank has POSTed the collective (so
+ * every receiver knows where results go), a complete item is forwarded at
+ * once: multicast to the N-1 others, reduced in rank order and sent to the
+ * root, or reduced and multicast.  All roots and all chunks proceed
+ * independently, so the N rooted reductions of a ReduceScatter run
+ * concurrently.  When the forward completes the buffers are freed and the
+ * contributors get their credits back.
+ *
+ * Anything malformed, out of range or inconsistent fails the job with a
+ * reason sent to every rank, never the switch: other jobs carry on.
+ */
+#include "engine.h"
+#include "base/log.h"
+#include "base/reduce.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUBSYS "switch"
+
+/* Collectives a stream may have open at once (bounds the switch's bookkeeping). */
+#define JOB_MAX_OPEN_EPOCHS 4096
+
+static void item_try_forward(engine_t *eng, item_t *it);
+
+static void send_control(engine_t *eng, conn_t *conn, const struct inc_wire_hdr *h)
+{
+    eng->tx.ops->send(eng->tx.server, conn, h, NULL, 0, NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* items and collectives: lifetime                                           */
+
+static void item_free(engine_t *eng, item_t *it)
+{
+    job_t *job = it->job;
+    for (int r = 0; r < job->nranks; r++) {
+        if (it->ucx_owned[r] && it->contrib[r] != NULL) {
+            eng->tx.ops->release_data(eng->tx.server, it->contrib[r]);
+            job_unaccount(&eng->members, job, it->length);
+        } else {
+            job_free_mem(&eng->members, job, it->contrib[r], it->length);
+        }
+    }
+    job_free_mem(&eng->members, job, it->out, it->length);
+    free(it->contrib);
+    free(it->arrived);
+    free(it->ucx_owned);
+    free(it);
+}
+
+/* An item nothing refers to any more once its collective is gone. */
+static int item_idle(const item_t *it)
+{
+    return it->sends_pending == 0 && it->nreceiving == 0 && !it->reducing;
+}
+
+/* A detached item whose last user just finished: free it and maybe its job. */
+static void item_free_detached(engine_t *eng, item_t *it)
+{
+    job_t *job = it->job;
+    item_free(eng, it);
+    job_release(&eng->members, job);
+}
+
+static void item_unlink(item_t *it)
+{
+    if (it->coll == NULL)
+        return;
+    for (item_t **pp = &it->coll->items; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == it) {
+            *pp = it->next;
+            break;
+        }
+    }
+    it->coll = NULL;
+}
+
+static void coll_free(engine_t *eng, coll_t *c)
+{
+    item_t **pp = &c->items;
+    while (*pp != NULL) {
+        item_t *it = *pp;
+        *pp = it->next;
+        /* Items with UCX or a reduction thread still using their buffers stay until those end. */
+        if (!item_idle(it)) {
+            it->coll = NULL;
+            it->next = NULL;
+            continue;
+        }
+        item_free(eng, it);
+    }
+    free(c->posted);
+    free(c->bytes);
+    free(c);
+}
+
+/* Membership retires a job: its collectives go. */
+static void drop_collectives(void *engine, job_t *job)
+{
+    for (int s = 0; s < INC_STREAM_COUNT; s++) {
+        while (job->colls[s] != NULL) {
+            coll_t *c = job->colls[s];
+            job->colls[s] = c->next;
+            coll_free(engine, c);
+        }
+    }
+}
+
+/* Fail the job if a rank has left: a new collective could never complete. */
+static int job_all_present(engine_t *eng, job_t *job, int stream, uint64_t epoch)
+{
+    for (int r = 0; job->nleft > 0 && r < job->nranks; r++) {
+        if (job->conns[r] != NULL && job->conns[r]->left) {
+            job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, r,
+                     "rank %d left the job; %s epoch %llu can never complete", r,
+                     inc_wire_stream_name(stream), (unsigned long long)epoch);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static coll_t *coll_new(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch)
+{
+    coll_t *c = calloc(1, sizeof(*c));
+    if (c != NULL) {
+        c->posted = calloc((size_t)job->nranks, 1);
+        c->bytes = calloc((size_t)job->nranks, sizeof(uint64_t));
+    }
+    if (c == NULL || c->posted == NULL || c->bytes == NULL) {
+        if (c != NULL) {
+            free(c->posted);
+            free(c->bytes);
+        }
+        free(c);
+        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, conn->rank, "switch out of memory");
+        return NULL;
+    }
+    c->stream = stream;
+    c->epoch = epoch;
+    /* Keep the list in epoch order: retirement walks it from the front. */
+    coll_t **pp = &job->colls[stream];
+    while (*pp != NULL && (*pp)->epoch < epoch)
+        pp = &(*pp)->next;
+    c->next = *pp;
+    *pp = c;
+    return c;
+}
+
+/* The collective (stream, epoch), opened if it is new and within the window; NULL (the job
+   failed) if it cannot be. */
+static coll_t *coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch)
+{
+    for (coll_t *c = job->colls[stream]; c != NULL; c = c->next)
+        if (c->epoch == epoch)
+            return c;
+    if (epoch <= job->retired[stream] || epoch > job->retired[stream] + JOB_MAX_OPEN_EPOCHS) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
+                "rank %d sent %s epoch %llu; open epochs are %llu..%llu", conn->rank,
+                inc_wire_stream_name(stream), (unsigned long long)epoch,
+                (unsigned long long)job->retired[stream] + 1,
+                (unsigned long long)job->retired[stream] + JOB_MAX_OPEN_EPOCHS);
+        return NULL;
+    }
+    if (!job_all_present(eng, job, stream, epoch))
+        return NULL;
+    return coll_new(eng, job, conn, stream, epoch);
+}
+
+static void coll_retire(engine_t *eng, job_t *job, int stream)
+{
+    while (job->colls[stream] != NULL && job->colls[stream]->done &&
+           job->colls[stream]->epoch == job->retired[stream] + 1) {
+        coll_t *c = job->colls[stream];
+        job->colls[stream] = c->next;
+        job->retired[stream] = c->epoch;
+        coll_free(eng, c);
+    }
+}
+
+static void coll_check_done(engine_t *eng, job_t *job, coll_t *c)
+{
+    if (c->armed && c->remaining == 0 && !c->done && c->holds == 0) {
+        c->done = 1;
+        coll_retire(eng, job, c->stream);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* forwarding                                                                */
+
+/* Each contributor of a forwarded item gets one credit back on the item's stream. */
+static void item_return_credits(engine_t *eng, item_t *it)
+{
+    job_t *job = it->job;
+    coll_t *c = it->coll;
+    for (int r = 0; r < job->nranks; r++) {
+        if (!it->arrived[r])
+            continue;
+        job->inflight[r][c->stream]--;
+        struct inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_CREDIT, job->id);
+        h.stream = (uint8_t)c->stream;
+        h.epoch = c->epoch;
+        h.length = 1;
+        send_control(eng, job->conns[r], &h);
+    }
+}
+
+/* The forward of an item completed: free it and give the contributors their credits back. */
+static void item_sent_cb(void *arg, ucs_status_t status)
+{
+    (void)status;
+    item_t *it = arg;
+    engine_t *eng = it->eng;
+    job_t *job = it->job;
+    it->sends_pending--;
+    job->refs--;
+    if (it->sends_pending > 0)
+        return;
+    coll_t *c = it->coll;
+    if (c != NULL && job->state == JOB_ACTIVE) {
+        item_return_credits(eng, it);
+        c->remaining -= it->length;
+        item_unlink(it);
+        if (it->nreceiving == 0) /* else on_data still holds it and frees it */
+            item_free(eng, it);
+        coll_check_done(eng, job, c);
+    } else {
+        item_unlink(it);
+        if (it->nreceiving == 0)
+            item_free_detached(eng, it);
+    }
+}
+
+static void item_send(engine_t *eng, item_t *it, int to, const void *payload)
+{
+    job_t *job = it->job;
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
+    h.stream = (uint8_t)it->coll->stream;
+    h.epoch = it->coll->epoch;
+    h.rank = (uint32_t)to;
+    h.root = it->root;
+    h.offset = it->offset;
+    h.length = it->length;
+    h.total = it->total;
+    h.chunk = it->chunk;
+    h.dtype = (uint8_t)it->coll->dtype;
+    h.redop = (uint8_t)it->coll->redop;
+    it->sends_pending++;
+    job->refs++;
+    eng->stats->bytes_out += it->length;
+    /* Results unblock the contributors' credits: they overtake multicast copies. */
+    eng->tx.ops->send_data(eng->tx.server, job->conns[to],
+                           it->coll->stream == INCMOE_STREAM_ALLGATHER ? EGRESS_FORWARD
+                                                                       : EGRESS_RESULT,
+                           &h, payload, it->length, item_sent_cb, it);
+}
+
+/* Send payload to every rank but skip (-1: all), holding a reference across the sends so an
+   immediate completion cannot free the item early. */
+static void item_multicast(engine_t *eng, item_t *it, int skip, const void *payload)
+{
+    job_t *job = it->job;
+    it->sends_pending++;
+    for (int r = 0; r < job->nranks; r++)
+        if (r != skip)
+            item_send(eng, it, r, payload);
+    job->refs++;
+    item_sent_cb(it, UCS_OK);
+}
+
+/* Reduce the contributions into it->out (on a reduction thread or inline). */
+static void item_compute(item_t *it)
+{
+    const void *srcs[INCMOE_MAX_RANKS];
+    int n = 0;
+    /* Ascending rank order whatever the arrival order: bitwise reproducible. */
+    for (int r = 0; r < it->job->nranks; r++)
+        if (it->contrib[r] != NULL)
+            srcs[n++] = it->contrib[r];
+    incmoe_dtype_t dtype = (incmoe_dtype_t)it->dtype;
+    inc_reduce_ordered(it->out, srcs, n, it->length / incmoe_dtype_size(dtype), dtype,
+                       (incmoe_redop_t)it->redop);
+}
+
+static void task_compute(reduce_task_t *task)
+{
+    item_compute((item_t *)((char *)task - offsetof(item_t, task)));
+}
+
+static void item_forward_result(engine_t *eng, item_t *it)
+{
+    if (it->coll->stream == INCMOE_STREAM_REDUCESCATTER) {
+        /* One send, held like a multicast's. */
+        it->sends_pending++;
+        item_send(eng, it, (int)it->root, it->out);
+        it->job->refs++;
+        item_sent_cb(it, UCS_OK);
+    } else {
+        item_multicast(eng, it, -1, it->out);
+    }
+}
+
+/* A reduction thread finished the item. */
+static void item_reduced(engine_t *eng, item_t *it)
+{
+    job_t *job = it->job;
+    it->reducing = 0;
+    job->refs--;
+    if (it->coll == NULL || job->state != JOB_ACTIVE) {
+        item_free_detached(eng, it);
+        return;
+    }
+    item_forward_result(eng, it);
+}
+
+/* Forward an item whose contributions are all here, if everyone has posted. */
+static void item_try_forward(engine_t *eng, item_t *it)
+{
+    coll_t *c = it->coll;
+    job_t *job = it->job;
+    if (!c->armed || it->forwarded || it->narrived < it->nexpected)
+        return;
+    it->forwarded = 1;
+    if (c->stream == INCMOE_STREAM_ALLGATHER) {
+        item_multicast(eng, it, (int)it->root, it->contrib[it->root]);
+        return;
+    }
+    it->out = job_alloc(&eng->members, job, it->length);
+    if (it->out == NULL) {
+        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, 0,
+                 "switch out of memory for a reduction");
+        return;
+    }
+    if (reduce_pool_submit(&eng->pool, &it->task)) {
+        it->reducing = 1;
+        job->refs++;
+        return;
+    }
+    item_compute(it);
+    item_forward_result(eng, it);
+}
+
+/* ------------------------------------------------------------------------ */
+/* POST                                                                      */
+
+/* Is an item consistent with what its root announced? */
+static int item_matches_post(engine_t *eng, job_t *job, coll_t *c, item_t *it)
+{
+    int owner = c->stream == INCMOE_STREAM_ALLREDUCE ? -1 : (int)it->root;
+    for (int r = 0; r < job->nranks; r++) {
+        if (!c->posted[r] || (owner >= 0 && r != owner))
+            continue;
+        if (c->bytes[r] != it->total) {
+            JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, r,
+                    "%s epoch %llu: rank %d announced %llu bytes, a contribution for root %u says "
+                    "%llu",
+                    inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, r,
+                    (unsigned long long)c->bytes[r], it->root, (unsigned long long)it->total);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Everyone has posted: forward every item that is complete already. */
+static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
+{
+    c->armed = 1;
+    c->remaining = 0;
+    if (c->stream == INCMOE_STREAM_ALLREDUCE) {
+        c->remaining = c->bytes[0];
+    } else {
+        for (int r = 0; r < job->nranks; r++)
+            c->remaining += c->bytes[r];
+    }
+    for (item_t *it = c->items; it != NULL; it = it->next)
+        if (!item_matches_post(eng, job, c, it))
+            return;
+    /* Forwards may complete inline and free items: walk a snapshot, and hold c. */
+    c->holds++;
+    item_t *it = c->items;
+    while (it != NULL && job->state == JOB_ACTIVE) {
+        item_t *next = it->next;
+        item_try_forward(eng, it);
+        it = next;
+    }
+    if (job->state != JOB_ACTIVE)
+        return; /* job_fail() has freed c */
+    c->holds--;
+    coll_check_done(eng, job, c);
+}
+
+/* The first POST or DATA describes the collective; the others must agree. */
+static int coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
+                         const struct inc_wire_hdr *h)
+{
+    if (!c->has_desc) {
+        c->has_desc = 1;
+        c->sig = h->sig;
+        c->dtype = h->dtype;
+        c->redop = h->redop;
+        return 1;
+    }
+    if (c->dtype != h->dtype || c->redop != h->redop) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
+                "ranks disagree on %s epoch %llu: rank %d has %s %s, others %s %s",
+                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
+                incmoe_dtype_name(h->dtype), incmoe_redop_name(h->redop),
+                incmoe_dtype_name(c->dtype), incmoe_redop_name(c->redop));
+        return 0;
+    }
+    if (c->sig != h->sig) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
+                "ranks disagree on %s epoch %llu: rank %d's byte counts differ from the others'",
+                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank);
+        return 0;
+    }
+    return 1;
+}
+
+/* A barrier completes when the last rank posts it: everyone hears DONE. */
+static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
+{
+    for (int r = 0; r < job->nranks; r++) {
+        struct inc_wire_hdr d;
+        inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
+        d.stream = INCMOE_STREAM_BARRIER;
+        d.epoch = c->epoch;
+        send_control(eng, job->conns[r], &d);
+    }
+    c->armed = 1;
+    coll_check_done(eng, job, c);
+}
+
+/* An AllReduce needs the same window from every rank. */
+static int allreduce_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
+{
+    for (int r = 1; r < job->nranks; r++) {
+        if (c->bytes[r] != c->bytes[0]) {
+            JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, r,
+                    "allreduce epoch %llu: rank %d has %llu bytes, rank 0 has %llu",
+                    (unsigned long long)c->epoch, r, (unsigned long long)c->bytes[r],
+                    (unsigned long long)c->bytes[0]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void on_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h)
+{
+    coll_t *c = coll_get(eng, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(eng, job, conn, c, h))
+        return;
+    if (c->posted[conn->rank]) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
+                "rank %d posted %s epoch %llu twice", conn->rank, inc_wire_stream_name(h->stream),
+                (unsigned long long)h->epoch);
+        return;
+    }
+    c->posted[conn->rank] = 1;
+    c->bytes[conn->rank] = h->total;
+    c->nposted++;
+    if (c->nposted < job->nranks)
+        return;
+    if (c->stream == INCMOE_STREAM_BARRIER) {
+        barrier_complete(eng, job, c);
+        return;
+    }
+    if (c->stream == INCMOE_STREAM_ALLREDUCE && !allreduce_sizes_agree(eng, job, c))
+        return;
+    coll_arm(eng, job, c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* DATA                                                                      */
+
+/* A contribution has fully arrived (eager at once, rendezvous when its receive ends). */
+static void item_arrived(engine_t *eng, item_t *it, int from)
+{
+    it->arrived[from] = 1;
+    it->narrived++;
+    if (it->coll != NULL && it->job->state == JOB_ACTIVE)
+        item_try_forward(eng, it);
+}
+
+typedef struct {
+    switch_rx_t rx; /* first: the server hands this back */
+    engine_t *eng;
+    item_t *it;
+    int from;
+} recv_arg_t;
+
+static void data_recv_cb(switch_rx_t *rx, ucs_status_t status)
+{
+    recv_arg_t *ra = (recv_arg_t *)rx;
+    item_t *it = ra->it;
+    job_t *job = it->job;
+    engine_t *eng = ra->eng;
+    it->nreceiving--;
+    job->refs--;
+    if (status != UCS_OK && job->state == JOB_ACTIVE)
+        job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, ra->from,
+                 "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
+    if (job->state == JOB_ACTIVE && it->coll != NULL)
+        item_arrived(eng, it, ra->from);
+    else if (it->coll == NULL && item_idle(it))
+        item_free_detached(eng, it);
+    free(ra);
+}
+
+/* May this rank send this chunk: its role for the root, the chunking, its credits? */
+static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire_hdr *h)
+{
+    const int stream = h->stream;
+    const uint64_t chunk = eng->set->chunk_size;
+    if ((stream == INCMOE_STREAM_ALLGATHER && h->root != (uint32_t)me) ||
+        (stream == INCMOE_STREAM_REDUCESCATTER &&
+         (h->root == (uint32_t)me || h->root >= (uint32_t)job->nranks)) ||
+        (stream == INCMOE_STREAM_ALLREDUCE && h->root != 0)) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent %s data for root %u", me,
+                inc_wire_stream_name(stream), h->root);
+        return 0;
+    }
+    if (h->offset % chunk != 0 || h->chunk != h->offset / chunk ||
+        h->length != (h->total - h->offset < chunk ? h->total - h->offset : chunk)) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d: chunk %u [%llu,+%llu) of %llu bytes does not follow the %llu-byte "
+                "chunking",
+                me, h->chunk, (unsigned long long)h->offset, (unsigned long long)h->length,
+                (unsigned long long)h->total, (unsigned long long)chunk);
+        return 0;
+    }
+    if (job->inflight[me][stream] >= eng->set->credits) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d exceeded its %u credits on %s", me, eng->set->credits,
+                inc_wire_stream_name(stream));
+        return 0;
+    }
+    return 1;
+}
+
+static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_wire_hdr *h)
+{
+    item_t *it = calloc(1, sizeof(*it));
+    if (it != NULL) {
+        it->contrib = calloc((size_t)job->nranks, sizeof(void *));
+        it->arrived = calloc((size_t)job->nranks, 1);
+        it->ucx_owned = calloc((size_t)job->nranks, 1);
+    }
+    if (it == NULL || it->contrib == NULL || it->arrived == NULL || it->ucx_owned == NULL) {
+        if (it != NULL) {
+            free(it->contrib);
+            free(it->arrived);
+            free(it->ucx_owned);
+        }
+        free(it);
+        return NULL;
+    }
+    it->eng = eng;
+    it->coll = c;
+    it->job = job;
+    it->root = h->root;
+    it->chunk = h->chunk;
+    it->offset = h->offset;
+    it->length = h->length;
+    it->total = h->total;
+    it->dtype = c->dtype;
+    it->redop = c->redop;
+    it->nexpected = c->stream == INCMOE_STREAM_ALLGATHER       ? 1
+                    : c->stream == INCMOE_STREAM_REDUCESCATTER ? job->nranks - 1
+                                                               : job->nranks;
+    it->next = c->items;
+    c->items = it;
+    return it;
+}
+
+/* The item this chunk belongs to, new if it is the first contribution; NULL (the job
+   failed, *st says what UCX hears) if it cannot take this one. */
+static item_t *item_for_data(engine_t *eng, job_t *job, coll_t *c, int me,
+                             const struct inc_wire_hdr *h, ucs_status_t *st)
+{
+    *st = UCS_ERR_INVALID_PARAM;
+    item_t *it = c->items;
+    while (it != NULL && !(it->root == h->root && it->chunk == h->chunk))
+        it = it->next;
+    if (it == NULL) {
+        it = item_new(eng, job, c, h);
+        if (it == NULL) {
+            job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+            *st = UCS_ERR_NO_MEMORY;
+            return NULL;
+        }
+        if (c->armed && !item_matches_post(eng, job, c, it))
+            return NULL;
+    } else if (it->total != h->total || it->length != h->length) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, me,
+                "%s epoch %llu root %u: rank %d sends a window of %llu bytes, others %llu",
+                inc_wire_stream_name(c->stream), (unsigned long long)h->epoch, h->root, me,
+                (unsigned long long)h->total, (unsigned long long)it->total);
+        return NULL;
+    }
+    if (it->contrib[me] != NULL) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d sent chunk %u of root %u twice", me, h->chunk, h->root);
+        return NULL;
+    }
+    return it;
+}
+
+/* Eager data UCX lets us keep: hold its buffer instead of copying it. */
+static ucs_status_t data_keep_eager(engine_t *eng, item_t *it, int me, void *data, size_t length)
+{
+    job_t *job = it->job;
+    it->contrib[me] = data;
+    it->ucx_owned[me] = 1;
+    job_account(&eng->members, job, length);
+    job->inflight[me][it->coll->stream]++;
+    eng->stats->bytes_in += length;
+    it->nreceiving++; /* a failure inside may detach the item: keep it until we know */
+    job->refs++;
+    item_arrived(eng, it, me);
+    it->nreceiving--;
+    job->refs--;
+    if ((it->coll != NULL && job->state == JOB_ACTIVE) || it->sends_pending > 0 || it->reducing)
+        return UCS_INPROGRESS; /* in use: released with the item */
+    /* Detached (the job failed, or it all went out at once): UCX takes its buffer back
+       when we return, so the item must not release it. */
+    it->contrib[me] = NULL;
+    it->ucx_owned[me] = 0;
+    job_unaccount(&eng->members, job, length);
+    if (it->nreceiving == 0)
+        item_free_detached(eng, it);
+    return UCS_OK;
+}
+
+/* Rendezvous data: receive it into the buffer already reserved for it. */
+static ucs_status_t data_receive(engine_t *eng, item_t *it, int me, void *desc, size_t length)
+{
+    job_t *job = it->job;
+    recv_arg_t *ra = malloc(sizeof(*ra));
+    if (ra == NULL) {
+        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+        return UCS_ERR_NO_MEMORY;
+    }
+    *ra = (recv_arg_t){.rx = {.done = data_recv_cb}, .eng = eng, .it = it, .from = me};
+    it->nreceiving++;
+    job->refs++;
+    eng->tx.ops->recv_data(eng->tx.server, desc, it->contrib[me], length, &ra->rx);
+    return UCS_INPROGRESS;
+}
+
+static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
+                            void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    const int me = conn->rank;
+    if (!data_allowed(eng, job, me, h))
+        return UCS_ERR_INVALID_PARAM;
+    coll_t *c = coll_get(eng, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(eng, job, conn, c, h))
+        return UCS_ERR_INVALID_PARAM;
+    ucs_status_t st;
+    item_t *it = item_for_data(eng, job, c, me, h, &st);
+    if (it == NULL)
+        return st;
+    if (job->mem_used + length > job->mem_bound) {
+        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        return UCS_ERR_NO_MEMORY;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)
+        return data_keep_eager(eng, it, me, data, length);
+    it->contrib[me] = job_alloc(&eng->members, job, length);
+    if (it->contrib[me] == NULL) {
+        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        return UCS_ERR_NO_MEMORY;
+    }
+    job->inflight[me][h->stream]++;
+    eng->stats->bytes_in += length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        return data_receive(eng, it, me, data, length);
+    memcpy(it->contrib[me], data, length);
+    item_arrived(eng, it, me);
+    return UCS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* dispatch                                                                  */
+
+/* A collective others have started that rank r has not posted, or NULL. */
+static const coll_t *job_collective_owed(const job_t *job, int r)
+{
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
+        for (const coll_t *c = job->colls[s]; c != NULL; c = c->next)
+            if (!c->done && !c->posted[r])
+                return c;
+    return NULL;
+}
+
+/* Leaving is orderly only if nobody still waits on this rank. */
+static void on_leave(engine_t *eng, job_t *job, conn_t *conn)
+{
+    const coll_t *owed = job_collective_owed(job, conn->rank);
+    if (owed != NULL) {
+        job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, conn->rank,
+                 "rank %d left the job without posting %s epoch %llu", conn->rank,
+                 inc_wire_stream_name(owed->stream), (unsigned long long)owed->epoch);
+        return;
+    }
+    member_leave(&eng->members, conn);
+}
+
+static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire_hdr *h, void *data,
+                               size_t length, const ucp_am_recv_param_t *param)
+{
+    engine_t *eng = engine;
+    job_t *job = conn->job;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    ucs_status_t st = member_screen(&eng->members, conn, h, rndv);
+    if (st != UCS_OK)
+        return st;
+    switch ((inc_wire_msg_t)h->msg) {
+    case WIRE_MSG_HEARTBEAT:
+        return UCS_OK;
+    case WIRE_MSG_LEAVE:
+        on_leave(eng, job, conn);
+        return UCS_OK;
+    case WIRE_MSG_ERROR:
+        member_on_error(&eng->members, conn, h, data, length);
+        return UCS_OK;
+    case WIRE_MSG_POST:
+        on_post(eng, job, conn, h);
+        return UCS_OK;
+    case WIRE_MSG_DATA:
+        return on_data(eng, job, conn, h, data, length, param);
+    default:
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
+                "rank %d sent %s, which ranks never send", conn->rank, inc_wire_msg_name(h->msg));
+        return UCS_ERR_INVALID_PARAM;
+    }
+}
+
+/* A malformed message from a member fails its job as an ERROR from that rank would. */
+static void on_malformed(void *engine, conn_t *conn, const char *text)
+{
+    struct inc_wire_hdr e;
+    inc_wire_hdr_init(&e, WIRE_MSG_ERROR, conn->job->id);
+    e.rank = (uint32_t)conn->rank;
+    e.status = INCMOE_ERR_PROTOCOL;
+    e.length = strlen(text);
+    ucp_am_recv_param_t p = {.recv_attr = 0};
+    on_message(engine, conn, &e, (void *)text, e.length, &p);
+}
+
+static void on_join(void *engine, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
+                    size_t length)
+{
+    member_join(&((engine_t *)engine)->members, conn, hdr, payload, length);
+}
+
+static void on_conn_lost(void *engine, conn_t *conn, const char *why)
+{
+    member_conn_lost(&((engine_t *)engine)->members, conn, why);
+}
+
+/* Reductions the threads finished go out from the event loop. */
+static void on_wake(void *engine)
+{
+    engine_t *eng = engine;
+    reduce_task_t *done = reduce_pool_take_done(&eng->pool);
+    while (done != NULL) {
+        reduce_task_t *next = done->next;
+        item_reduced(eng, (item_t *)((char *)done - offsetof(item_t, task)));
+        done = next;
+    }
+}
+
+static void on_tick(void *engine, conn_t *conns)
+{
+    member_tick(&((engine_t *)engine)->members, conns);
+}
+
+static int wake_fd(void *engine)
+{
+    return reduce_pool_fd(&((engine_t *)engine)->pool);
+}
+
+static void on_shutdown(void *engine, const char *why)
+{
+    member_fail_all(&((engine_t *)engine)->members, why);
+}
+
+const switch_engine_ops_t engine_ops = {
+    .on_join = on_join,
+    .on_message = on_message,
+    .on_malformed = on_malformed,
+    .on_conn_lost = on_conn_lost,
+    .on_wake = on_wake,
+    .on_tick = on_tick,
+    .wake_fd = wake_fd,
+    .on_shutdown = on_shutdown,
+};
+
+int engine_init(engine_t *eng, const switch_settings_t *set, switch_stats_t *stats, switch_tx_t tx)
+{
+    *eng = (engine_t){.set = set, .stats = stats, .tx = tx};
+    membership_init(&eng->members, set, stats, tx, drop_collectives, eng);
+    return reduce_pool_start(&eng->pool, set->nthreads - 1, task_compute);
+}
+
+void engine_fini(engine_t *eng)
+{
+    reduce_pool_stop(&eng->pool);
+}

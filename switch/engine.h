@@ -1,0 +1,69 @@
+/*
+ * engine.h - the switch engine: the in-network collectives of the jobs
+ * membership admits (multicast AllGather, rooted-reduction ReduceScatter,
+ * AllReduce, barrier) with credit-based flow control.  The server reaches
+ * it only through engine_ops; it sends only through switch_tx.  See
+ * base/wire.h for the protocol.
+ */
+#ifndef INCMOE_SWITCH_ENGINE_H
+#define INCMOE_SWITCH_ENGINE_H
+
+#include "engine_ops.h"
+#include "membership.h"
+#include "reduce_pool.h"
+
+/* One chunk of one window of one collective, and what the switch holds of it. */
+typedef struct item {
+    struct item *next;
+    struct engine *eng;
+    struct coll *coll;
+    job_t *job;
+    uint32_t root, chunk;
+    uint64_t offset, length, total;
+    int dtype, redop;   /* the collective's, for the reduction thread */
+    void **contrib;     /* [nranks]: received payloads, NULL while missing */
+    uint8_t *arrived;   /* [nranks]: payload complete (rendezvous may still be running) */
+    uint8_t *ucx_owned; /* [nranks]: contrib is UCX's eager buffer (release_data) */
+    int narrived, nexpected, nreceiving;
+    void *out;    /* reduction result (ReduceScatter, AllReduce) */
+    int reducing; /* in a reduction thread */
+    int sends_pending;
+    int forwarded; /* the result went out */
+    reduce_task_t task;
+} item_t;
+
+typedef struct coll {
+    struct coll *next;
+    int stream;
+    uint64_t epoch;
+    uint64_t sig;
+    int dtype, redop;
+    int has_desc;    /* sig/dtype/redop set by the first POST or DATA */
+    uint8_t *posted; /* [nranks] */
+    uint64_t *bytes; /* [nranks] announced by each rank's POST */
+    int nposted;
+    int armed;          /* everyone posted: results may flow */
+    uint64_t remaining; /* bytes still to forward once armed */
+    int done;
+    int holds; /* code still walking it: forwards may complete inline */
+    item_t *items;
+} coll_t;
+
+typedef struct engine {
+    const switch_settings_t *set;
+    switch_stats_t *stats;
+    switch_tx_t tx;
+    membership_t members;
+    reduce_pool_t pool;
+} engine_t;
+
+/* Ready the engine and start its set->nthreads - 1 reduction threads; -1 (said on stderr)
+   if they cannot start. */
+int engine_init(engine_t *eng, const switch_settings_t *set, switch_stats_t *stats, switch_tx_t tx);
+/* Stop the reduction threads (after the server has stopped). */
+void engine_fini(engine_t *eng);
+
+/* What the server calls; the engine argument is an engine_t. */
+extern const switch_engine_ops_t engine_ops;
+
+#endif

@@ -1,0 +1,458 @@
+/*
+ * membership.c - jobs and their members.
+ *
+ * A rank joins with an eager JOIN naming its job, its rank, the job size and
+ * the shared secret (compared in constant time).  A new job is admitted only
+ * if its worst-case buffering, chunk-size x credits x (3N+3), still fits
+ * under --max-memory beside the jobs already admitted; once all N ranks are
+ * in, every rank gets the JOIN_ACK with everyone's ring address and the job
+ * is active.  A job ends when a rank fails, breaks the protocol, falls
+ * silent or everyone leaves; its memory reservation and id are freed at
+ * once, its last buffers when the sends that carry them complete.
+ */
+#include "membership.h"
+#include "base/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base/clock.h"
+
+#define SUBSYS "switch"
+
+void membership_init(membership_t *m, const switch_settings_t *set, switch_stats_t *stats,
+                     switch_tx_t tx, void (*drop_collectives)(void *engine, job_t *job),
+                     void *engine)
+{
+    *m = (membership_t){.set = set,
+                        .stats = stats,
+                        .tx = tx,
+                        .drop_collectives = drop_collectives,
+                        .engine = engine};
+}
+
+/* ------------------------------------------------------------------------ */
+/* memory accounting                                                         */
+
+void job_account(membership_t *m, job_t *job, size_t n)
+{
+    job->mem_used += n;
+    m->mem_used += n;
+    if (job->mem_used > job->mem_peak)
+        job->mem_peak = job->mem_used;
+    if (m->mem_used > m->stats->mem_peak)
+        m->stats->mem_peak = m->mem_used;
+}
+
+void *job_alloc(membership_t *m, job_t *job, size_t n)
+{
+    if (job->mem_used + n > job->mem_bound) {
+        /* Credits make this impossible for a rank that follows the protocol. */
+        log_error(SUBSYS, "job %llu: %zu more bytes would exceed its bound of %zu",
+                  (unsigned long long)job->id, n, job->mem_bound);
+        return NULL;
+    }
+    void *p = malloc(n ? n : 1);
+    if (p != NULL)
+        job_account(m, job, n);
+    return p;
+}
+
+void job_unaccount(membership_t *m, job_t *job, size_t n)
+{
+    job->mem_used -= n;
+    m->mem_used -= n;
+}
+
+void job_free_mem(membership_t *m, job_t *job, void *p, size_t n)
+{
+    if (p == NULL)
+        return;
+    free(p);
+    job_unaccount(m, job, n);
+}
+
+static size_t job_memory_bound(const switch_settings_t *set, int nranks)
+{
+    /* Contributions: N ranks x credits in each of the 3 data streams.  Results exist only for
+       complete items: a ReduceScatter item holds N-1 contributions, so at most 2 x credits
+       results (N >= 2), an AllReduce item N, so at most credits. */
+    return (size_t)set->chunk_size * set->credits * ((size_t)nranks * 3 + 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* failure and retirement                                                    */
+
+/* Move a live job to the orphans, where it waits for its sends. */
+static void job_unlink(membership_t *m, job_t *job)
+{
+    for (job_t **pp = &m->jobs; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == job) {
+            *pp = job->next;
+            job->next = m->orphans;
+            m->orphans = job;
+            return;
+        }
+    }
+}
+
+/* The job is over: drop its collectives, free its id and its memory reservation. */
+static void job_retire(membership_t *m, job_t *job)
+{
+    m->drop_collectives(m->engine, job);
+    job_unlink(m, job);
+    m->mem_reserved -= job->mem_bound;
+}
+
+void job_fail(membership_t *m, job_t *job, incmoe_status_t status, int rank, const char *fmt, ...)
+{
+    if (job->state == JOB_FAILED)
+        return;
+    char text[INCMOE_WIRE_MAX_TEXT - 32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    log_warn(SUBSYS, "job %llu failed: %s (%s)", (unsigned long long)job->id, text,
+             incmoe_strerror(status));
+    m->stats->jobs_failed++;
+    job->state = JOB_FAILED;
+    for (int r = 0; r < job->nranks; r++) {
+        conn_t *c = job->conns[r];
+        if (c != NULL && c->state == CONN_JOINED && !c->left)
+            m->tx.ops->send_error(m->tx.server, c, job->id, status, (uint32_t)(rank < 0 ? 0 : rank),
+                                  text);
+    }
+    job_retire(m, job);
+    job->mem_bound = (size_t)-1; /* buffers still in flight are freed later */
+}
+
+static void job_free(job_t *job)
+{
+    for (int r = 0; job->addr != NULL && r < job->nranks; r++)
+        free(job->addr[r]);
+    free(job->addr);
+    free(job->addr_len);
+    free(job->ack_payload);
+    free(job->conns);
+    free(job->inflight);
+    free(job);
+}
+
+void job_release(membership_t *m, job_t *job)
+{
+    int members = 0;
+    for (int r = 0; r < job->nranks; r++)
+        members += job->conns[r] != NULL;
+    if (members > 0 || job->refs > 0)
+        return;
+    if (job->state != JOB_FAILED) {
+        /* Everyone left in order. */
+        job->state = JOB_FAILED;
+        job_retire(m, job);
+        if (job->refs > 0)
+            return;
+    }
+    for (job_t **pp = &m->orphans; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == job) {
+            *pp = job->next;
+            break;
+        }
+    }
+    log_info(SUBSYS, "job %llu released (peak %zu bytes buffered)", (unsigned long long)job->id,
+             job->mem_peak);
+    job_free(job);
+}
+
+void member_fail_all(membership_t *m, const char *why)
+{
+    while (m->jobs != NULL)
+        job_fail(m, m->jobs, INCMOE_ERR_PEER_FAILED, 0, "%s", why);
+}
+
+/* ------------------------------------------------------------------------ */
+/* joining                                                                   */
+
+static int secret_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    /* Constant time in the secret's content, so timing does not leak it. */
+    unsigned diff = alen != blen;
+    size_t n = alen < blen ? alen : blen;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+static void refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t st,
+                   const char *text)
+{
+    log_warn(SUBSYS, "refused a rank of job %llu: %s", (unsigned long long)job, text);
+    m->stats->jobs_refused++;
+    m->tx.ops->send_error(m->tx.server, conn, job, st, 0, text);
+    m->tx.ops->drop(m->tx.server, conn);
+}
+
+static job_t *job_find(membership_t *m, uint64_t id)
+{
+    for (job_t *j = m->jobs; j != NULL; j = j->next)
+        if (j->id == id)
+            return j;
+    return NULL;
+}
+
+static job_t *job_new(membership_t *m, uint64_t id, int nranks)
+{
+    job_t *job = calloc(1, sizeof(*job));
+    if (job == NULL)
+        return NULL;
+    job->id = id;
+    job->nranks = nranks;
+    job->conns = calloc((size_t)nranks, sizeof(conn_t *));
+    job->addr = calloc((size_t)nranks, sizeof(void *));
+    job->addr_len = calloc((size_t)nranks, sizeof(uint32_t));
+    job->inflight = calloc((size_t)nranks, sizeof(*job->inflight));
+    job->timeout_ms = m->set->timeout_ms;
+    if (job->conns == NULL || job->addr == NULL || job->addr_len == NULL || job->inflight == NULL) {
+        job_free(job);
+        return NULL;
+    }
+    job->mem_bound = job_memory_bound(m->set, nranks);
+    job->next = m->jobs;
+    m->jobs = job;
+    m->mem_reserved += job->mem_bound;
+    m->stats->jobs_started++;
+    return job;
+}
+
+/* Everyone is in: each rank learns the job size, the flow control and everyone's address. */
+static void job_send_ack(membership_t *m, job_t *job)
+{
+    size_t len = sizeof(struct inc_wire_join_ack);
+    for (int r = 0; r < job->nranks; r++)
+        len += sizeof(uint32_t) + job->addr_len[r];
+    char *payload = malloc(len);
+    if (payload == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, 0, "switch out of memory");
+        return;
+    }
+    struct inc_wire_join_ack ack = {.nranks = (uint32_t)job->nranks,
+                                    .credits = m->set->credits,
+                                    .chunk_size = m->set->chunk_size};
+    memcpy(payload, &ack, sizeof(ack));
+    size_t pos = sizeof(ack);
+    for (int r = 0; r < job->nranks; r++) {
+        memcpy(payload + pos, &job->addr_len[r], sizeof(uint32_t));
+        pos += sizeof(uint32_t);
+        memcpy(payload + pos, job->addr[r], job->addr_len[r]);
+        pos += job->addr_len[r];
+    }
+    /* One payload shared by the N sends; it lives as long as the job. */
+    job->ack_payload = payload;
+    for (int r = 0; r < job->nranks; r++) {
+        struct inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_JOIN_ACK, job->id);
+        h.rank = (uint32_t)r;
+        h.length = len;
+        m->tx.ops->send(m->tx.server, job->conns[r], &h, payload, len, NULL, NULL);
+    }
+    job->state = JOB_ACTIVE;
+    log_info(SUBSYS, "job %llu formed: %d ranks", (unsigned long long)job->id, job->nranks);
+}
+
+/* Is the JOIN well formed, authenticated and in range?  Refuses the connection if not. */
+static int join_valid(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
+                      const struct inc_wire_join *join, const char *secret, size_t length)
+{
+    char text[200];
+    if (join->secret_len > INCMOE_MAX_SECRET || join->addr_len > INCMOE_WIRE_MAX_ADDR ||
+        sizeof(*join) + join->secret_len + join->addr_len != length) {
+        m->stats->bad_messages++;
+        refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, "malformed JOIN");
+        return 0;
+    }
+    if (m->set->have_secret &&
+        !secret_equal(secret, join->secret_len, m->set->secret, m->set->secret_len)) {
+        m->stats->bad_messages++;
+        refuse(m, conn, hdr->job, INCMOE_ERR_AUTH,
+               join->secret_len ? "wrong shared secret" : "this switch requires a shared secret");
+        return 0;
+    }
+    if (join->nranks < 1 || join->nranks > INCMOE_MAX_RANKS) {
+        snprintf(text, sizeof(text), "job size %u out of range 1..%d", join->nranks,
+                 INCMOE_MAX_RANKS);
+        refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
+        return 0;
+    }
+    if (hdr->rank >= join->nranks) {
+        snprintf(text, sizeof(text), "rank %u is not below the job size %u", hdr->rank,
+                 join->nranks);
+        refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
+        return 0;
+    }
+    return 1;
+}
+
+/* The job this JOIN belongs to, admitted against --max-memory if it is new, or NULL (the
+   connection is refused). */
+static job_t *join_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
+                         uint32_t nranks)
+{
+    char text[200];
+    job_t *job = job_find(m, hdr->job);
+    if (job == NULL) {
+        size_t bound = job_memory_bound(m->set, (int)nranks);
+        if (m->mem_reserved + bound > m->set->max_memory) {
+            snprintf(text, sizeof(text),
+                     "switch memory: job needs %zu bytes, %zu of %zu already reserved", bound,
+                     m->mem_reserved, m->set->max_memory);
+            refuse(m, conn, hdr->job, INCMOE_ERR_NO_MEMORY, text);
+            return NULL;
+        }
+        job = job_new(m, hdr->job, (int)nranks);
+        if (job == NULL) {
+            refuse(m, conn, hdr->job, INCMOE_ERR_NO_MEMORY, "switch out of memory");
+            return NULL;
+        }
+    }
+    if ((int)nranks != job->nranks) {
+        snprintf(text, sizeof(text), "rank %u says the job has %u ranks, others said %d", hdr->rank,
+                 nranks, job->nranks);
+        refuse(m, conn, hdr->job, INCMOE_ERR_MISMATCH, text);
+        return NULL;
+    }
+    if (job->state != JOB_FORMING || job->conns[hdr->rank] != NULL) {
+        snprintf(text, sizeof(text), "rank %u of job %llu has already joined", hdr->rank,
+                 (unsigned long long)hdr->job);
+        refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
+        return NULL;
+    }
+    return job;
+}
+
+void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
+                 size_t length)
+{
+    struct inc_wire_join join;
+    memcpy(&join, payload, sizeof(join));
+    const char *secret = payload + sizeof(join);
+    const char *addr = secret + join.secret_len;
+    if (!join_valid(m, conn, hdr, &join, secret, length))
+        return;
+    job_t *job = join_admit(m, conn, hdr, join.nranks);
+    if (job == NULL)
+        return;
+    job->addr[hdr->rank] = malloc(join.addr_len ? join.addr_len : 1);
+    if (job->addr[hdr->rank] == NULL) {
+        refuse(m, conn, hdr->job, INCMOE_ERR_NO_MEMORY, "switch out of memory");
+        return;
+    }
+    memcpy(job->addr[hdr->rank], addr, join.addr_len);
+    job->addr_len[hdr->rank] = join.addr_len;
+    if (join.timeout_ms > 0 && (int)join.timeout_ms < job->timeout_ms)
+        job->timeout_ms = (int)join.timeout_ms;
+    job->conns[hdr->rank] = conn;
+    conn->job = job;
+    conn->rank = (int)hdr->rank;
+    conn->state = CONN_JOINED;
+    job->njoined++;
+    log_debug(SUBSYS, "job %llu: rank %u joined (%d of %d)", (unsigned long long)job->id, hdr->rank,
+              job->njoined, job->nranks);
+    if (job->njoined == job->nranks)
+        job_send_ack(m, job);
+}
+
+/* ------------------------------------------------------------------------ */
+/* members' messages                                                         */
+
+ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, int rndv)
+{
+    job_t *job = conn->job;
+    if (job->state == JOB_FAILED)
+        return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
+    if (h->job != job->id || h->rank != (uint32_t)conn->rank) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
+                "rank %d sent a message claiming job %llu rank %u", conn->rank,
+                (unsigned long long)h->job, h->rank);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (job->state != JOB_ACTIVE && h->msg != WIRE_MSG_HEARTBEAT && h->msg != WIRE_MSG_LEAVE) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s before the job formed",
+                conn->rank, inc_wire_msg_name(h->msg));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (rndv && h->msg != WIRE_MSG_DATA) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s rendezvous", conn->rank,
+                inc_wire_msg_name(h->msg));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+void member_leave(membership_t *m, conn_t *conn)
+{
+    (void)m;
+    if (!conn->left) {
+        conn->left = 1;
+        conn->job->nleft++;
+    }
+}
+
+void member_on_error(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, const void *text,
+                     size_t length)
+{
+    char copy[INCMOE_WIRE_MAX_TEXT + 1];
+    memcpy(copy, text, length);
+    copy[length] = '\0';
+    incmoe_status_t st = h->status < 0 ? (incmoe_status_t)h->status : INCMOE_ERR_PROTOCOL;
+    job_fail(m, conn->job, st, conn->rank, "%s", copy);
+}
+
+void member_conn_lost(membership_t *m, conn_t *conn, const char *why)
+{
+    job_t *job = conn->job;
+    if (job == NULL)
+        return;
+    job->conns[conn->rank] = NULL;
+    conn->job = NULL;
+    if (job->state != JOB_FAILED && !conn->left) {
+        m->stats->peers_lost++;
+        job_fail(m, job, INCMOE_ERR_PEER_FAILED, conn->rank, "rank %d of job %llu is gone: %s",
+                 conn->rank, (unsigned long long)job->id, why);
+    }
+    job_release(m, job);
+}
+
+/* ------------------------------------------------------------------------ */
+/* liveness                                                                  */
+
+void member_tick(membership_t *m, conn_t *conns)
+{
+    double now = inc_now_s();
+    int new_timeout_ms = m->set->timeout_ms;
+    for (conn_t *c = conns; c != NULL; c = c->next) {
+        if (c->state == CONN_DEAD)
+            continue;
+        int timeout_ms = c->job != NULL ? c->job->timeout_ms : new_timeout_ms;
+        if (c->state == CONN_NEW) {
+            if (now - c->created > new_timeout_ms / 1000.0) {
+                log_warn(SUBSYS, "a connection sent no JOIN within %d ms", new_timeout_ms);
+                m->tx.ops->drop(m->tx.server, c);
+            }
+            continue;
+        }
+        if (now - c->last_rx > timeout_ms / 1000.0) {
+            char why[96];
+            snprintf(why, sizeof(why), "silent for %.1f s (bound %d ms)", now - c->last_rx,
+                     timeout_ms);
+            m->tx.ops->drop(m->tx.server, c);
+            member_conn_lost(m, c, why);
+            continue;
+        }
+        if (now - c->last_tx > timeout_ms / 4000.0) {
+            struct inc_wire_hdr h;
+            inc_wire_hdr_init(&h, WIRE_MSG_HEARTBEAT, c->job != NULL ? c->job->id : 0);
+            m->tx.ops->send(m->tx.server, c, &h, NULL, 0, NULL, NULL);
+        }
+    }
+}

@@ -1,0 +1,92 @@
+/*
+ * membership.h - the switch's jobs: who joined (and with which secret), the
+ * job table, memory admission against --max-memory and per-job accounting,
+ * liveness (heartbeats, timeouts), failure and retirement.  The collectives
+ * of a job are the engine's; membership only asks the engine to drop them
+ * when the job retires.
+ */
+#ifndef INCMOE_SWITCH_MEMBERSHIP_H
+#define INCMOE_SWITCH_MEMBERSHIP_H
+
+#include "settings.h"
+#include "tx.h"
+
+struct coll;
+
+typedef enum { JOB_FORMING = 0, JOB_ACTIVE, JOB_FAILED } job_state_t;
+
+typedef struct job {
+    struct job *next;
+    uint64_t id;
+    int nranks;
+    int njoined, nleft;
+    job_state_t state;
+    conn_t **conns; /* [nranks] */
+    void **addr;    /* [nranks] ring listener addresses, relayed in JOIN_ACK */
+    uint32_t *addr_len;
+    void *ack_payload; /* JOIN_ACK, shared by the N sends */
+    int timeout_ms;
+    size_t mem_bound, mem_used, mem_peak;
+    int refs; /* sends, receives and reductions in flight */
+    /* The engine's collective state. */
+    uint32_t (*inflight)[INC_STREAM_COUNT]; /* [nranks][stream] DATA held */
+    struct coll *colls[INC_STREAM_COUNT];
+    uint64_t retired[INC_STREAM_COUNT]; /* every epoch <= this is finished */
+} job_t;
+
+typedef struct membership {
+    const switch_settings_t *set;
+    switch_stats_t *stats;
+    switch_tx_t tx;
+    job_t *jobs;         /* live jobs, by id */
+    job_t *orphans;      /* failed or finished jobs waiting for their sends */
+    size_t mem_reserved; /* sum of the admitted jobs' bounds */
+    size_t mem_used;
+    /* The engine's: free a retiring job's collectives. */
+    void (*drop_collectives)(void *engine, job_t *job);
+    void *engine;
+} membership_t;
+
+void membership_init(membership_t *m, const switch_settings_t *set, switch_stats_t *stats,
+                     switch_tx_t tx, void (*drop_collectives)(void *engine, job_t *job),
+                     void *engine);
+
+/* A JOIN from a new connection: authenticated, admitted, and the job formed once all N are
+   in; anything wrong refuses the connection. */
+void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
+                 size_t length);
+/* May this member's message go on to the engine?  UCS_OK, or UCX's answer for it (the job
+   has failed, or the message breaks the protocol and fails it now). */
+ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, int rndv);
+/* An orderly LEAVE (the engine has checked nobody waits on the rank). */
+void member_leave(membership_t *m, conn_t *conn);
+/* An ERROR from a member: its job fails with the member's reason. */
+void member_on_error(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, const void *text,
+                     size_t length);
+/* The member's connection is gone. */
+void member_conn_lost(membership_t *m, conn_t *conn, const char *why);
+/* Liveness: JOIN and silence timeouts, heartbeats toward quiet connections. */
+void member_tick(membership_t *m, conn_t *conns);
+/* Fail every job (shutdown). */
+void member_fail_all(membership_t *m, const char *why);
+
+/* End a job: every member hears why, its collectives go, its id can be reused. */
+void job_fail(membership_t *m, job_t *job, incmoe_status_t status, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* A message that breaks the protocol: counted, and the job ends. */
+#define JOB_BAD(m, job, status, rank, ...)                                                         \
+    do {                                                                                           \
+        (m)->stats->bad_messages++;                                                                \
+        job_fail((m), (job), (status), (rank), __VA_ARGS__);                                       \
+    } while (0)
+/* Free a job once no connection, send, receive or reduction refers to it. */
+void job_release(membership_t *m, job_t *job);
+
+/* Memory the job buffers, counted against its bound and the switch's. */
+void job_account(membership_t *m, job_t *job, size_t n);
+void job_unaccount(membership_t *m, job_t *job, size_t n);
+/* malloc within the job's bound (NULL beyond it), and its free. */
+void *job_alloc(membership_t *m, job_t *job, size_t n);
+void job_free_mem(membership_t *m, job_t *job, void *p, size_t n);
+
+#endif

@@ -1,0 +1,36 @@
+/*
+ * settings.h - what incmoe-switchd is told on its command line and what it
+ * counts while it runs.  switchd.c fills the settings once; every room of
+ * the switch reads them and adds to the counters from the event loop.
+ */
+#ifndef INCMOE_SWITCH_SETTINGS_H
+#define INCMOE_SWITCH_SETTINGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/wire.h"
+
+typedef struct {
+    uint64_t chunk_size;
+    uint32_t credits;
+    size_t max_memory;
+    int timeout_ms;
+    char secret[INCMOE_MAX_SECRET];
+    size_t secret_len;
+    int have_secret;
+    size_t rndv_thresh;
+    size_t egress_limit; /* payload bytes in flight per destination */
+    int nthreads;        /* --threads: 1 reduces in the event loop itself */
+} switch_settings_t;
+
+/* Counters printed at exit. */
+typedef struct {
+    uint64_t jobs_started, jobs_failed, jobs_refused;
+    uint64_t bad_messages; /* malformed, out of range, mismatched, unauthenticated */
+    uint64_t peers_lost;
+    uint64_t bytes_in, bytes_out;
+    size_t mem_peak;
+} switch_stats_t;
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * tx.h - what the server shares with the rooms above it: a connection as
+ * they see it, and switch_tx, the small interface through which they send,
+ * receive rendezvous payloads and drop connections without knowing UCX
+ * endpoints, egress queues or the event loop.
+ */
+#ifndef INCMOE_SWITCH_TX_H
+#define INCMOE_SWITCH_TX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "base/wire.h"
+
+struct job;
+struct queued_send;
+
+typedef enum {
+    CONN_NEW = 0, /* connected, no JOIN yet */
+    CONN_JOINED,  /* member of a job */
+    CONN_DEAD,    /* transport failed or refused; waiting to be closed */
+} conn_state_t;
+
+/* Egress classes: results that give credits back go before multicast forwards. */
+typedef enum {
+    EGRESS_CONTROL = 0, /* small, never queued */
+    EGRESS_RESULT,      /* ReduceScatter / AllReduce results */
+    EGRESS_FORWARD,     /* AllGather multicast copies */
+    EGRESS_CLASSES
+} egress_class_t;
+
+typedef struct conn {
+    struct conn *next;
+    ucp_ep_h ep;
+    conn_state_t state;
+    /* Membership's: the job this connection joined, its rank, whether it said LEAVE (its
+       disconnect is then no failure). */
+    struct job *job;
+    int rank;
+    int left;
+    /* The server's: */
+    int refs;   /* sends in flight that name this connection */
+    int closed; /* ep closed */
+    double created, last_rx, last_tx;
+    /* Output queue toward this rank: at most egress_limit payload bytes are handed to UCX
+       at once, so a result is never stuck behind megabytes of multicast copies. */
+    struct queued_send *queue_head[EGRESS_CLASSES], *queue_tail[EGRESS_CLASSES];
+    size_t egress_inflight;
+} conn_t;
+
+/* A send completed (status UCS_OK or an error). */
+typedef void (*switch_tx_cb_t)(void *arg, ucs_status_t status);
+
+/* A rendezvous receive; the caller embeds it and owns it until done runs. */
+typedef struct switch_rx {
+    void (*done)(struct switch_rx *rx, ucs_status_t status);
+} switch_rx_t;
+
+typedef struct {
+    /* Send one message; hdr is copied; payload must stay valid until cb runs. */
+    void (*send)(void *server, conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
+                 size_t length, switch_tx_cb_t cb, void *arg);
+    /* The same for bulk data, through the destination's output queue in class cls. */
+    void (*send_data)(void *server, conn_t *conn, egress_class_t cls,
+                      const struct inc_wire_hdr *hdr, const void *payload, size_t length,
+                      switch_tx_cb_t cb, void *arg);
+    /* ERROR with a reason; used for refusals and job failures. */
+    void (*send_error)(void *server, conn_t *conn, uint64_t job, incmoe_status_t status,
+                       uint32_t rank, const char *text);
+    /* Mark a connection dead; it is closed from the event loop. */
+    void (*drop)(void *server, conn_t *conn);
+    /* Receive a rendezvous payload (the data argument of on_message) into buf. */
+    void (*recv_data)(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx);
+    /* Give back an eager payload kept with UCS_INPROGRESS. */
+    void (*release_data)(void *server, void *data);
+} switch_tx_ops_t;
+
+typedef struct {
+    const switch_tx_ops_t *ops;
+    void *server;
+} switch_tx_t;
+
+#endif
