@@ -22,7 +22,8 @@
  *
  * Data for a collective this rank has not posted yet waits: a rendezvous
  * payload stays at the sender until the collective is posted, an eager one
- * is copied.
+ * is copied.  The communicator drives the ring through client_ring_ops
+ * (algo.h); the barrier and liveness stay with the switch.
  */
 #include "algo.h"
 #include "base/log.h"
@@ -256,39 +257,45 @@ static void ring_recv_cb(void *request, ucs_status_t status, size_t length, void
         ucp_request_free(request);
 }
 
+/* Data for a collective this rank has not posted yet: keep it until ring_start replays it. */
+static ucs_status_t ring_keep_early(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                                    size_t length, int rndv)
+{
+    ring_t *ring = comm->algo;
+    if (h->epoch <= incmoe_stream_completed(comm, (incmoe_stream_t)h->stream)) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "ring data for finished %s epoch %llu",
+                    inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ring_pending_t *p = calloc(1, sizeof(*p));
+    if (p == NULL || (!rndv && (p->copy = malloc(length ? length : 1)) == NULL)) {
+        free(p);
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for early ring data");
+        return UCS_ERR_NO_MEMORY;
+    }
+    p->hdr = *h;
+    p->length = length;
+    if (rndv)
+        p->desc = data;
+    else
+        memcpy(p->copy, data, length);
+    p->next = ring->pending;
+    ring->pending = p;
+    return rndv ? UCS_INPROGRESS : UCS_OK;
+}
+
 static ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
                                  size_t length, const ucp_am_recv_param_t *param)
 {
-    ring_t *ring = comm->algo;
     const int me = comm->rank, b = (int)h->root;
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (ring == NULL || h->stream == INCMOE_STREAM_BARRIER) {
+    if (comm->algo == NULL || h->stream == INCMOE_STREAM_BARRIER) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s", inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
     }
     coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
-    if (op == NULL || !op->started) {
-        if (h->epoch <= incmoe_stream_completed(comm, (incmoe_stream_t)h->stream)) {
-            client_fail(comm, INCMOE_ERR_PROTOCOL, "ring data for finished %s epoch %llu",
-                        inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
-            return UCS_ERR_INVALID_PARAM;
-        }
-        ring_pending_t *p = calloc(1, sizeof(*p));
-        if (p == NULL || (!rndv && (p->copy = malloc(length ? length : 1)) == NULL)) {
-            free(p);
-            client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for early ring data");
-            return UCS_ERR_NO_MEMORY;
-        }
-        p->hdr = *h;
-        p->length = length;
-        if (rndv)
-            p->desc = data;
-        else
-            memcpy(p->copy, data, length);
-        p->next = ring->pending;
-        ring->pending = p;
-        return rndv ? UCS_INPROGRESS : UCS_OK;
-    }
+    if (op == NULL || !op->started)
+        return ring_keep_early(comm, h, data, length, rndv);
     /* Which blocks may come from the left: every block but our own passes by in a gather;
        in a reduction every block but the one we inject (r-1) comes by, our own last. */
     const int n = comm->nranks;
