@@ -1,11 +1,13 @@
 /*
- * client.h - the communicator's internals, shared by the in-network path
- * (client.c) and the ring baseline (ring.c).
+ * client.h - the communicator's internals, shared by the rooms of the client:
+ * lifecycle and proxy loop (comm.c), join handshake (join.c), registration
+ * (mr.c), posting (post.c), the collectives' common life (coll.c), messages
+ * out (send.c) and the two algorithms behind algo.h (innet.c, ring.c).
  *
  * Threads: the caller's threads validate and queue collectives; one proxy
- * thread per communicator owns the UCX worker and does all communication.
- * Per stream, collectives retire in epoch order and the stream's completed
- * counter is the epoch of the last retired one.
+ * thread per communicator owns the UCX worker and does all communication,
+ * memory mapping included.  Per stream, collectives retire in epoch order and
+ * the stream's completed counter is the epoch of the last retired one.
  */
 #ifndef INCMOE_CLIENT_H
 #define INCMOE_CLIENT_H
@@ -18,11 +20,14 @@
 #include "base/ucx_util.h"
 #include "base/wire.h"
 
+struct client_algo_ops;
+
 struct incmoe_mr {
     struct incmoe_mr *next;
     char *base;
     size_t length;
     ucp_mem_h memh;
+    unsigned holds; /* collectives (or posting calls) using the region, under comm->lock */
 };
 
 typedef struct coll_op {
@@ -31,6 +36,8 @@ typedef struct coll_op {
     uint64_t epoch;
     incmoe_dtype_t dtype;
     incmoe_redop_t redop;
+    struct incmoe_mr *send_mr; /* held until the collective is freed (see mr.c) */
+    struct incmoe_mr *recv_mr;
     char *send_base; /* the registered send region */
     size_t send_off; /* the caller's send_offset; may wrap (see op_send_at) */
     ucp_mem_h send_memh;
@@ -44,15 +51,14 @@ typedef struct coll_op {
 
     /* Proxy-thread state. */
     int started;
-    uint64_t next_chunk; /* send cursor: (chunk, root) in global order */
+    uint64_t next_chunk; /* in-network send cursor: (chunk, root) in global order */
     int next_root;
     int all_issued; /* every DATA of this rank was handed to UCX */
     uint32_t sends_pending;
     uint64_t recv_expected;
     uint64_t recv_done;
     int barrier_done;
-    int holds;        /* code still using op; UCX may complete sends inline */
-    void *algo_state; /* ring.c's per-collective state */
+    int holds; /* code still using op; UCX may complete sends inline */
 } coll_op_t;
 
 /*
@@ -75,13 +81,22 @@ typedef struct {
     uint64_t posted;            /* epochs handed out (under comm->lock) */
     _Atomic uint64_t completed; /* epoch of the last retired collective */
     coll_op_t *head, *tail;     /* active collectives in epoch order (proxy only) */
-    uint32_t credits;           /* DATA messages this rank may still send (proxy only) */
 } client_stream_t;
+
+/* Work a caller hands to the proxy thread (see client_proxy_call). */
+typedef struct client_call {
+    struct client_call *next;
+    incmoe_status_t (*fn)(incmoe_comm_t *comm, void *arg);
+    void *arg;
+    incmoe_status_t status;
+    int done;
+} client_call_t;
 
 struct incmoe_comm {
     int rank, nranks;
     uint64_t job_id;
-    incmoe_algo_t algo;
+    const struct client_algo_ops *ops; /* the algorithm moving the data */
+    void *algo;                        /* its state */
     int timeout_ms;
     size_t rndv_thresh;
 
@@ -89,12 +104,12 @@ struct incmoe_comm {
     ucp_ep_h ep; /* to the switch */
     int wake_fd; /* eventfd: new work for the proxy */
     pthread_t proxy;
-    int proxy_started;
     atomic_int stop;
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
     coll_op_t *submit_head, *submit_tail; /* queued by callers, drained by the proxy */
+    client_call_t *calls;                 /* queued by callers, run by the proxy */
     struct incmoe_mr *mrs;
     atomic_int error; /* first error, 0 while healthy */
     char error_text[256];
@@ -112,8 +127,6 @@ struct incmoe_comm {
     double last_rx, last_tx; /* liveness, proxy thread */
     uint32_t inflight_ctrl;  /* control sends not yet completed */
     int freeing;             /* collectives are gone: completions only clean up */
-
-    void *ring; /* ring.c's state when algo == RING */
 };
 
 /* One message in flight; UCX 1.13 needs the sent header alive until completion. */
@@ -124,21 +137,69 @@ typedef struct {
     void *payload_owned; /* freed on completion */
 } send_ctx_t;
 
+/* --- errors and the proxy (comm.c) --- */
+
+/* Record the communicator's first error (later ones are only logged). */
+void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A local failure the other ranks must hear about, or they would wait forever. */
+void client_fail_job(incmoe_comm_t *comm, incmoe_status_t status, const char *text);
+/* The worker's active-message handler: every message to this communicator arrives here. */
+ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param);
+/* Wake the proxy thread: new work is queued. */
+void client_wake(incmoe_comm_t *comm);
+/* Run fn(comm, arg) on the proxy thread and return its status (the caller blocks). */
+incmoe_status_t client_proxy_call(incmoe_comm_t *comm,
+                                  incmoe_status_t (*fn)(incmoe_comm_t *comm, void *arg), void *arg);
+
+/* --- messages out (send.c) --- */
+
 /* A message from this rank, header filled but for the per-message fields. */
 send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg);
 /* Hands one message to UCX on ep; ctx belongs to the send from here on. */
 void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
                     size_t length, ucp_mem_h memh);
+/* The same, to the switch. */
+void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payload, size_t length,
+                 ucp_mem_h memh);
+/* A message without payload to the switch (HEARTBEAT, LEAVE). */
+void client_send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg);
+/* ERROR to the switch, which ends the job for every rank with this reason. */
+void client_send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *text);
+/* POST of a collective to the switch. */
+void client_send_post(incmoe_comm_t *comm, coll_op_t *op);
+
+/* --- the collectives' common life, proxy thread (coll.c) --- */
+
+/* Append a drained submission to its stream and start it. */
+void client_op_start(incmoe_comm_t *comm, coll_op_t *op);
 /* The started collective (stream, epoch), or NULL. */
 coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch);
-
-/* Record the communicator's first error (later ones are only logged). */
-void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Proxy thread: the collective finished its part of the work; retire what can be retired. */
+/* The collective finished its part of the work; retire what can be retired. */
 void client_op_progressed(incmoe_comm_t *comm, coll_op_t *op);
 /* Retire the finished collectives at the front of a stream (they are freed). */
 void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream);
+/* Free a collective that never retired (rejected, or its communicator is closing). */
+void client_op_free(incmoe_comm_t *comm, coll_op_t *op);
+/* DONE from the switch: a barrier completed. */
+void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h);
+
+/* --- the join handshake (join.c) --- */
+
+/* On the creating thread: connect to the switch, JOIN, wait (bounded) for JOIN_ACK. */
+incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params);
+/* JOIN_ACK: the job formed; keep the peers' addresses and the flow-control grant. */
+void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length);
+
+/* --- registered memory (mr.c) --- */
+
+/* Hold both regions for a collective being posted; 0 if one is not registered here. */
+int client_mr_hold(incmoe_comm_t *comm, coll_op_t *op, struct incmoe_mr *send_mr,
+                   struct incmoe_mr *recv_mr);
+/* Under comm->lock: the collective no longer uses its regions. */
+void client_mr_release_locked(coll_op_t *op);
+/* Closing, after the worker is gone: unmap and free every region. */
+void client_mr_close_all(incmoe_comm_t *comm);
 
 #endif

@@ -22,9 +22,10 @@
  *
  * Data for a collective this rank has not posted yet waits: a rendezvous
  * payload stays at the sender until the collective is posted, an eager one
- * is copied.
+ * is copied.  The communicator drives the ring through client_ring_ops
+ * (algo.h); the barrier and liveness stay with the switch.
  */
-#include "ring.h"
+#include "algo.h"
 #include "base/log.h"
 #include "base/reduce.h"
 
@@ -110,7 +111,7 @@ static void ring_send(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, in
                       uint64_t offset, uint64_t length, uint64_t total, const void *payload,
                       ucp_mem_h memh, void *owned)
 {
-    ring_t *ring = comm->ring;
+    ring_t *ring = comm->algo;
     send_ctx_t *ctx = client_ctx(comm, msg);
     if (ctx == NULL) {
         free(owned);
@@ -141,12 +142,35 @@ static void ring_send_block(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t m
     }
 }
 
-void ring_start(incmoe_comm_t *comm, coll_op_t *op)
+static ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param);
+
+/* Data that arrived before this rank posted the collective. */
+static void ring_replay_pending(incmoe_comm_t *comm, incmoe_stream_t stream, uint64_t epoch)
+{
+    ring_t *ring = comm->algo;
+    ring_pending_t **pp = &ring->pending;
+    while (*pp != NULL) {
+        ring_pending_t *p = *pp;
+        if (p->hdr.stream == stream && p->hdr.epoch == epoch) {
+            *pp = p->next;
+            ucp_am_recv_param_t param = {.recv_attr = p->desc ? UCP_AM_RECV_ATTR_FLAG_RNDV : 0};
+            ring_on_data(comm, &p->hdr, p->desc ? p->desc : p->copy, p->length, &param);
+            free(p->copy);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+static void ring_start(incmoe_comm_t *comm, coll_op_t *op)
 {
     const int me = comm->rank, n = comm->nranks;
     char *send, *recv;
-    if (((ring_t *)comm->ring)->broken[0] != '\0') {
-        client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ((ring_t *)comm->ring)->broken);
+    ring_t *ring = comm->algo;
+    if (ring->broken[0] != '\0') {
+        client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ring->broken);
         return;
     }
     op->all_issued = 1; /* forwards are issued as chunks arrive, counted in sends_pending */
@@ -171,23 +195,8 @@ void ring_start(incmoe_comm_t *comm, coll_op_t *op)
     default:
         break;
     }
-    /* Data that arrived before this rank posted the collective. */
     const incmoe_stream_t stream = op->stream;
-    const uint64_t epoch = op->epoch;
-    ring_t *ring = comm->ring;
-    ring_pending_t **pp = &ring->pending;
-    while (*pp != NULL) {
-        ring_pending_t *p = *pp;
-        if (p->hdr.stream == stream && p->hdr.epoch == epoch) {
-            *pp = p->next;
-            ucp_am_recv_param_t param = {.recv_attr = p->desc ? UCP_AM_RECV_ATTR_FLAG_RNDV : 0};
-            ring_on_data(comm, &p->hdr, p->desc ? p->desc : p->copy, p->length, &param);
-            free(p->copy);
-            free(p);
-        } else {
-            pp = &p->next;
-        }
-    }
+    ring_replay_pending(comm, stream, op->epoch);
     op->holds--;
     client_stream_retire(comm, stream);
 }
@@ -248,39 +257,45 @@ static void ring_recv_cb(void *request, ucs_status_t status, size_t length, void
         ucp_request_free(request);
 }
 
-ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
-                          size_t length, const ucp_am_recv_param_t *param)
+/* Data for a collective this rank has not posted yet: keep it until ring_start replays it. */
+static ucs_status_t ring_keep_early(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                                    size_t length, int rndv)
 {
-    ring_t *ring = comm->ring;
+    ring_t *ring = comm->algo;
+    if (h->epoch <= incmoe_stream_completed(comm, (incmoe_stream_t)h->stream)) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "ring data for finished %s epoch %llu",
+                    inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ring_pending_t *p = calloc(1, sizeof(*p));
+    if (p == NULL || (!rndv && (p->copy = malloc(length ? length : 1)) == NULL)) {
+        free(p);
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for early ring data");
+        return UCS_ERR_NO_MEMORY;
+    }
+    p->hdr = *h;
+    p->length = length;
+    if (rndv)
+        p->desc = data;
+    else
+        memcpy(p->copy, data, length);
+    p->next = ring->pending;
+    ring->pending = p;
+    return rndv ? UCS_INPROGRESS : UCS_OK;
+}
+
+static ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param)
+{
     const int me = comm->rank, b = (int)h->root;
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (ring == NULL || h->stream == INCMOE_STREAM_BARRIER) {
+    if (comm->algo == NULL || h->stream == INCMOE_STREAM_BARRIER) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s", inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
     }
     coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
-    if (op == NULL || !op->started) {
-        if (h->epoch <= incmoe_stream_completed(comm, (incmoe_stream_t)h->stream)) {
-            client_fail(comm, INCMOE_ERR_PROTOCOL, "ring data for finished %s epoch %llu",
-                        inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
-            return UCS_ERR_INVALID_PARAM;
-        }
-        ring_pending_t *p = calloc(1, sizeof(*p));
-        if (p == NULL || (!rndv && (p->copy = malloc(length ? length : 1)) == NULL)) {
-            free(p);
-            client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for early ring data");
-            return UCS_ERR_NO_MEMORY;
-        }
-        p->hdr = *h;
-        p->length = length;
-        if (rndv)
-            p->desc = data;
-        else
-            memcpy(p->copy, data, length);
-        p->next = ring->pending;
-        ring->pending = p;
-        return rndv ? UCS_INPROGRESS : UCS_OK;
-    }
+    if (op == NULL || !op->started)
+        return ring_keep_early(comm, h, data, length, rndv);
     /* Which blocks may come from the left: every block but our own passes by in a gather;
        in a reduction every block but the one we inject (r-1) comes by, our own last. */
     const int n = comm->nranks;
@@ -352,7 +367,9 @@ ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, voi
 static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     incmoe_comm_t *comm = arg;
-    ring_t *ring = comm->ring;
+    ring_t *ring = comm->algo;
+    if (ring == NULL) /* closed already: nothing is in flight on it */
+        return;
     int peer =
         ep == ring->right ? ring_right(comm) : (comm->rank + comm->nranks - 1) % comm->nranks;
     snprintf(ring->broken, sizeof(ring->broken), "lost the ring connection to rank %d: %s", peer,
@@ -369,7 +386,7 @@ static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 static void ring_conn_cb(ucp_conn_request_h request, void *arg)
 {
     incmoe_comm_t *comm = arg;
-    ring_t *ring = comm->ring;
+    ring_t *ring = comm->algo;
     if (ring->left != NULL) {
         log_warn(SUBSYS, "rank %d: a second ring connection was refused", comm->rank);
         ucp_listener_reject(ring->listener, request);
@@ -388,10 +405,10 @@ static void ring_conn_cb(ucp_conn_request_h request, void *arg)
                     ucs_status_string(st));
 }
 
-incmoe_status_t ring_listen(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
-                            size_t addr_len)
+static incmoe_status_t ring_listen(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
+                                   size_t addr_len)
 {
-    ring_t *ring = comm->ring;
+    ring_t *ring = comm->algo;
     /* Listen on the address this host uses toward the switch: the neighbours reach it the
        same way (a connected UDP socket tells which one, without sending anything). */
     struct sockaddr_storage local;
@@ -430,17 +447,21 @@ incmoe_status_t ring_listen(incmoe_comm_t *comm, const struct sockaddr *toward, 
     return INCMOE_OK;
 }
 
-incmoe_status_t ring_init(incmoe_comm_t *comm)
+static incmoe_status_t ring_open(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
+                                 size_t addr_len)
 {
-    comm->ring = calloc(1, sizeof(ring_t));
-    return comm->ring != NULL ? INCMOE_OK : INCMOE_ERR_NO_MEMORY;
+    addr[0] = '\0';
+    comm->algo = calloc(1, sizeof(ring_t));
+    if (comm->algo == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    return comm->nranks > 1 ? ring_listen(comm, toward, addr, addr_len) : INCMOE_OK;
 }
 
-incmoe_status_t ring_connect(incmoe_comm_t *comm)
+static incmoe_status_t ring_connect(incmoe_comm_t *comm)
 {
     if (comm->nranks == 1)
         return INCMOE_OK;
-    ring_t *ring = comm->ring;
+    ring_t *ring = comm->algo;
     int peer = ring_right(comm);
     const char *where = comm->peer_addr[peer];
     struct sockaddr_storage ss;
@@ -486,15 +507,24 @@ incmoe_status_t ring_connect(incmoe_comm_t *comm)
     return INCMOE_OK;
 }
 
-void ring_on_hello(incmoe_comm_t *comm)
+static ucs_status_t ring_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                                    size_t length, const ucp_am_recv_param_t *param)
 {
-    if (comm->ring != NULL)
-        ((ring_t *)comm->ring)->hello_from_left = 1;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (h->msg == WIRE_MSG_RING_REDUCE || h->msg == WIRE_MSG_RING_GATHER)
+        return ring_on_data(comm, h, data, length, param);
+    if (h->msg == WIRE_MSG_RING_HELLO && !rndv) {
+        ((ring_t *)comm->algo)->hello_from_left = 1;
+        return UCS_OK;
+    }
+    client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s%s", inc_wire_msg_name(h->msg),
+                rndv ? " (rendezvous)" : "");
+    return UCS_ERR_INVALID_PARAM;
 }
 
-void ring_close(incmoe_comm_t *comm)
+static void ring_close(incmoe_comm_t *comm)
 {
-    ring_t *ring = comm->ring;
+    ring_t *ring = comm->algo;
     if (ring == NULL)
         return;
     while (ring->pending != NULL) {
@@ -512,5 +542,16 @@ void ring_close(incmoe_comm_t *comm)
     if (ring->listener != NULL)
         ucp_listener_destroy(ring->listener);
     free(ring);
-    comm->ring = NULL;
+    comm->algo = NULL;
 }
+
+const client_algo_ops_t client_ring_ops = {
+    .name = "ring",
+    .open = ring_open,
+    .connect = ring_connect,
+    .start = ring_start,
+    .progress = NULL,
+    .on_message = ring_on_message,
+    .close = ring_close,
+    .barrier_before_leave = 1,
+};

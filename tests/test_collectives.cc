@@ -465,6 +465,51 @@ TEST_P(Collectives, EveryDatatypeAndOperation)
     }
 }
 
+/* A region named by a collective in flight cannot be deregistered (it stays usable);
+   once the collective completed it can.  Rank 1 posts the AllGather only after a
+   barrier that rank 0 joins after its deregister attempts, so they meet it in flight. */
+TEST_P(Collectives, DeregisterInFlightIsBusyThenSucceeds)
+{
+    run(2, [](incmoe_comm_t *comm, int me, int n) -> std::string {
+        const size_t count = 64 * 1024; /* above the rendezvous threshold */
+        std::vector<float> own(count), gathered(count * n, -1.0f);
+        for (size_t i = 0; i < count; i++)
+            own[i] = ag_val(me, i);
+        incmoe_mr_t *m_own, *m_gat;
+        CHECK_OK(incmoe_mem_register(comm, own.data(), count * sizeof(float), &m_own));
+        CHECK_OK(
+            incmoe_mem_register(comm, gathered.data(), gathered.size() * sizeof(float), &m_gat));
+        incmoe_layout_t l = {count * sizeof(float), 0, count * sizeof(float), nullptr};
+        incmoe_req_t ag, bar;
+        if (me == 0) {
+            CHECK_OK(incmoe_allgather(comm, m_own, 0, m_gat, 0, &l, &ag));
+            incmoe_status_t st = incmoe_mem_deregister(comm, m_own);
+            if (st != INCMOE_ERR_BUSY)
+                return std::string("deregister of the send region in flight gave ") +
+                       incmoe_strerror(st);
+            st = incmoe_mem_deregister(comm, m_gat);
+            if (st != INCMOE_ERR_BUSY)
+                return std::string("deregister of the receive region in flight gave ") +
+                       incmoe_strerror(st);
+            CHECK_OK(incmoe_barrier(comm, &bar));
+            CHECK_OK(incmoe_wait(comm, &bar));
+        } else {
+            CHECK_OK(incmoe_barrier(comm, &bar));
+            CHECK_OK(incmoe_wait(comm, &bar));
+            CHECK_OK(incmoe_allgather(comm, m_own, 0, m_gat, 0, &l, &ag));
+        }
+        CHECK_OK(incmoe_wait(comm, &ag));
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < count; i++)
+                if (gathered[r * count + i] != ag_val(r, i))
+                    return "block " + std::to_string(r) + " element " + std::to_string(i) +
+                           " wrong after a refused deregister";
+        CHECK_OK(incmoe_mem_deregister(comm, m_own));
+        CHECK_OK(incmoe_mem_deregister(comm, m_gat));
+        return "";
+    });
+}
+
 TEST_P(Collectives, ThousandBackToBackCollectives)
 {
     run(

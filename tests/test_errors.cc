@@ -542,6 +542,76 @@ TEST_F(Errors, SilentRankFailsTheOthersWithinTheBound)
     expect_dead_rank_detected(sw.addr, SIGSTOP);
 }
 
+/* Rank 0 destroys its communicator with an AllGather the others never post; they wait on a
+   barrier rank 0 never joins.  Destroy returns after its bound, and the others' waits fail
+   with a reason naming rank 0 instead of hanging. */
+void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t algo)
+{
+    const int n = 3, bound_ms = 2000;
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_params_t p = {};
+            p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
+            p.switch_addr = addr.c_str();
+            p.job_id = job;
+            p.rank = rank;
+            p.nranks = n;
+            p.timeout_ms = bound_ms;
+            p.algo = algo;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            incmoe_req_t req;
+            double t0 = inc_now_s();
+            if (rank == 0) {
+                static char buf[3 * 4096];
+                incmoe_mr_t *mr;
+                incmoe_mem_register(comm, buf, sizeof(buf), &mr);
+                incmoe_layout_t l = {4096, 0, 4096, nullptr};
+                st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
+                if (st != INCMOE_OK)
+                    return "allgather: " + status_text(st);
+                st = incmoe_comm_destroy(comm); /* also unmaps mr, still in use */
+                double waited = inc_now_s() - t0;
+                if (st != INCMOE_ERR_TIMEOUT)
+                    return "destroy gave " + status_text(st);
+                /* The bound, plus closing, plus slack for a loaded 2-core machine: a hang
+                   would be caught here. */
+                if (waited > bound_ms / 1000.0 * 2 + 8)
+                    return "destroy returned after " + std::to_string(waited) + " s";
+                return "";
+            }
+            st = incmoe_barrier(comm, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            double waited = inc_now_s() - t0;
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st != INCMOE_ERR_PEER_FAILED)
+                return "got " + status_text(st) + " (" + text + ")";
+            if (text.find("rank 0") == std::string::npos)
+                return "reason does not name rank 0: " + text;
+            if (waited > bound_ms / 1000.0 * 2 + 8)
+                return "noticed after " + std::to_string(waited) + " s";
+            return "";
+        },
+        60);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+TEST_F(Errors, DestroyWithCollectiveInFlightFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_INC);
+}
+
+TEST_F(Errors, RingDestroyWithCollectiveInFlightFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING);
+}
+
 TEST_F(Errors, DeadSwitchFailsEveryRank)
 {
     harness::SwitchProc doomed;

@@ -95,6 +95,7 @@ typedef enum {
     INCMOE_ERR_JOB = -11,         /* the job refused this rank (duplicate rank, rank >= N, full) */
     INCMOE_ERR_TRANSPORT = -12,   /* the transport (UCX) reported an error */
     INCMOE_ERR_CLOSED = -13,      /* the communicator was closed or has failed */
+    INCMOE_ERR_BUSY = -14,        /* still used by a collective in flight; nothing was changed */
 } incmoe_status_t;
 
 const char *incmoe_strerror(incmoe_status_t status);
@@ -178,7 +179,26 @@ typedef struct incmoe_mr incmoe_mr_t;
 
 /* Connect to the switch and wait (at most timeout_ms) until all ranks joined. */
 incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p);
-/* Waits for posted collectives to finish (bounded), then leaves the job. */
+/*
+ * Leaves the job and frees the communicator.  No other thread may be inside,
+ * or enter, a call on comm once destroy has started.
+ *
+ * First it waits, at most timeout_ms, until every collective this rank posted
+ * has completed (or the communicator failed); with INCMOE_ALGO_RING it then
+ * runs a barrier, bounded the same way, so no neighbour still needs this
+ * rank's data.  Destroy therefore returns within about two timeouts plus a
+ * few seconds of closing, whatever the peers do.  Then:
+ *   - all completed: the rank leaves in order; returns INCMOE_OK.
+ *   - the communicator had failed: returns that error (the switch has already
+ *     failed the job on the other ranks).
+ *   - collectives still in flight: they are abandoned.  The switch is told,
+ *     and ends the job: every other rank's collectives of this job, posted or
+ *     later, fail with INCMOE_ERR_PEER_FAILED and a reason naming this rank
+ *     (incmoe_comm_error).  Returns INCMOE_ERR_TIMEOUT.
+ * In every case this rank's requests are gone with comm (never test or wait
+ * on them afterwards), every region still registered is deregistered, and
+ * once destroy returns no transfer of this communicator touches any buffer.
+ */
 incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm);
 /* The first error the communicator hit (INCMOE_OK if none), with its text. */
 incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len);
@@ -187,6 +207,14 @@ int incmoe_comm_nranks(const incmoe_comm_t *comm);
 
 incmoe_status_t incmoe_mem_register(incmoe_comm_t *comm, void *base, size_t length,
                                     incmoe_mr_t **mr_p);
+/*
+ * A region is in use from the call that posts a collective naming it until
+ * that collective completes (incmoe_test/incmoe_wait return INCMOE_OK).  While
+ * in use, deregister returns INCMOE_ERR_BUSY and the region stays registered
+ * and usable; once its collectives completed, deregister succeeds.  After the
+ * communicator failed, collectives in flight never complete: their regions
+ * stay busy until incmoe_comm_destroy, which releases every region.
+ */
 incmoe_status_t incmoe_mem_deregister(incmoe_comm_t *comm, incmoe_mr_t *mr);
 
 /* The window of every block that one collective covers (padded layout). */

@@ -34,6 +34,8 @@ const char *incmoe_strerror(incmoe_status_t status)
         return "transport error";
     case INCMOE_ERR_CLOSED:
         return "communicator closed or failed";
+    case INCMOE_ERR_BUSY:
+        return "still in use by a collective in flight";
     }
     return "unknown status";
 }

@@ -1,0 +1,43 @@
+/*
+ * algo.h - the one table behind which an algorithm moves a communicator's
+ * data: in-network through the switch (innet.c) or the ring between the
+ * ranks (ring.c).  The common code (comm.c, join.c, coll.c) calls only these
+ * entries; the two algorithms never call each other.  The barrier, the join
+ * and liveness always go through the switch and are not the algorithm's.
+ */
+#ifndef INCMOE_ALGO_H
+#define INCMOE_ALGO_H
+
+#include <sys/socket.h>
+
+#include "client.h"
+
+typedef struct client_algo_ops {
+    const char *name;
+    /* Before joining, on the creating thread: allocate comm->algo (peers may send before
+       connect() ran).  addr gets where peers reach this rank for JOIN ("" if nowhere);
+       toward is the switch's address. */
+    incmoe_status_t (*open)(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
+                            size_t addr_len);
+    /* After JOIN_ACK, on the creating thread: finish wire-up. */
+    incmoe_status_t (*connect)(incmoe_comm_t *comm);
+    /* Proxy thread: a started AllGather, ReduceScatter or AllReduce of more than one rank;
+       the local part (own block, expected result bytes) is done. */
+    void (*start)(incmoe_comm_t *comm, coll_op_t *op);
+    /* Proxy thread, every loop turn while healthy: move what can move now (may be NULL). */
+    void (*progress)(incmoe_comm_t *comm);
+    /* Proxy thread: a message the common code does not handle (answers as a UCX active
+       message callback does). */
+    ucs_status_t (*on_message)(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                               size_t length, const ucp_am_recv_param_t *param);
+    /* Closing, with the worker still alive and no proxy running: release comm->algo. */
+    void (*close)(incmoe_comm_t *comm);
+    /* Data flows rank to rank: nobody may leave while a neighbour still needs it, so
+       destroy first runs a barrier. */
+    int barrier_before_leave;
+} client_algo_ops_t;
+
+extern const client_algo_ops_t client_innet_ops;
+extern const client_algo_ops_t client_ring_ops;
+
+#endif

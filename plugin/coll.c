@@ -1,0 +1,141 @@
+/*
+ * coll.c - the common life of a collective on the proxy thread: it joins its
+ * stream, does its local part (the own block, the single-rank case, the
+ * barrier's POST), hands the data movement to the algorithm, and retires in
+ * epoch order once every send and receive of it is done.  Retiring releases
+ * its registered regions before the stream's counter shows it complete, so a
+ * caller that saw it complete may deregister them at once.
+ */
+#include "algo.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch)
+{
+    for (coll_op_t *op = comm->streams[stream].head; op != NULL; op = op->next)
+        if (op->epoch == epoch)
+            return op;
+    return NULL;
+}
+
+static int op_finished(const coll_op_t *op)
+{
+    if (!op->started || !op->all_issued || op->sends_pending != 0 || op->holds != 0)
+        return 0;
+    if (op->stream == INCMOE_STREAM_BARRIER)
+        return op->barrier_done;
+    return op->recv_done == op->recv_expected;
+}
+
+void client_op_progressed(incmoe_comm_t *comm, coll_op_t *op)
+{
+    client_stream_retire(comm, op->stream);
+}
+
+void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream)
+{
+    client_stream_t *s = &comm->streams[stream];
+    if (s->head == NULL || !op_finished(s->head))
+        return;
+    coll_op_t *done = NULL;
+    pthread_mutex_lock(&comm->lock);
+    while (s->head != NULL && op_finished(s->head)) {
+        coll_op_t *op = s->head;
+        s->head = op->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        client_mr_release_locked(op);
+        atomic_store_explicit(&s->completed, op->epoch, memory_order_release);
+        op->next = done;
+        done = op;
+    }
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    while (done != NULL) {
+        coll_op_t *next = done->next;
+        free(done->bytes);
+        free(done);
+        done = next;
+    }
+}
+
+void client_op_free(incmoe_comm_t *comm, coll_op_t *op)
+{
+    pthread_mutex_lock(&comm->lock);
+    client_mr_release_locked(op);
+    pthread_mutex_unlock(&comm->lock);
+    free(op->bytes);
+    free(op);
+}
+
+/* The part of a collective that needs nobody else: the own block, and what will land here. */
+static void op_local_part(incmoe_comm_t *comm, coll_op_t *op)
+{
+    const int me = comm->rank;
+    switch (op->stream) {
+    case INCMOE_STREAM_ALLGATHER: {
+        char *own = op_recv_at(op, (size_t)me * op->stride + op->win);
+        if (own != op_send_at(op, 0) && op->bytes[me] > 0)
+            memmove(own, op_send_at(op, 0), op->bytes[me]);
+        for (int r = 0; r < comm->nranks; r++)
+            if (r != me)
+                op->recv_expected += op->bytes[r];
+        break;
+    }
+    case INCMOE_STREAM_REDUCESCATTER:
+        if (comm->nranks == 1) {
+            const char *own = op_send_at(op, op->win);
+            if (own != op_recv_at(op, 0) && op->bytes[0] > 0)
+                memmove(op_recv_at(op, 0), own, op->bytes[0]);
+        } else {
+            op->recv_expected = op->bytes[me];
+        }
+        break;
+    case INCMOE_STREAM_ALLREDUCE:
+        if (comm->nranks == 1) {
+            if (op_send_at(op, 0) != op_recv_at(op, 0) && op->bytes[0] > 0)
+                memmove(op_recv_at(op, 0), op_send_at(op, 0), op->bytes[0]);
+        } else {
+            op->recv_expected = op->bytes[0];
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+void client_op_start(incmoe_comm_t *comm, coll_op_t *op)
+{
+    client_stream_t *s = &comm->streams[op->stream];
+    op->next = NULL;
+    if (s->tail != NULL)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+
+    op->started = 1;
+    op_local_part(comm, op);
+    if (comm->nranks == 1) {
+        op->all_issued = 1;
+        op->barrier_done = 1;
+        client_op_progressed(comm, op);
+    } else if (op->stream == INCMOE_STREAM_BARRIER) {
+        client_send_post(comm, op); /* the switch answers DONE when all ranks posted */
+    } else {
+        comm->ops->start(comm, op);
+    }
+}
+
+void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h)
+{
+    coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
+    if (h->stream != INCMOE_STREAM_BARRIER || op == NULL) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "DONE for %s epoch %llu not in flight",
+                    inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
+        return;
+    }
+    op->barrier_done = 1;
+    client_op_progressed(comm, op);
+}

@@ -1,0 +1,420 @@
+/*
+ * comm.c - the communicator's lifecycle and its proxy thread.  Create opens
+ * UCX, joins the job and starts the proxy; the proxy owns the worker: it
+ * dispatches every incoming message, starts queued collectives, runs work
+ * callers hand it (memory mapping), lets the algorithm move data and watches
+ * the switch's liveness.  Destroy waits (bounded) for posted collectives,
+ * leaves the job in order or fails it for the other ranks, and frees
+ * everything after the worker, and with it every transfer, is gone.  The
+ * communicator's first error is recorded here too.
+ */
+#include "algo.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define SUBSYS "client"
+
+/* ------------------------------------------------------------------------ */
+/* errors                                                                   */
+
+void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&comm->lock);
+    if (atomic_load(&comm->error) == 0) {
+        snprintf(comm->error_text, sizeof(comm->error_text), "%s", text);
+        atomic_store(&comm->error, status);
+        log_error(SUBSYS, "rank %d job %llu: %s (%s)", comm->rank, (unsigned long long)comm->job_id,
+                  text, incmoe_strerror(status));
+    } else {
+        log_debug(SUBSYS, "rank %d: further error: %s", comm->rank, text);
+    }
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+}
+
+void client_fail_job(incmoe_comm_t *comm, incmoe_status_t status, const char *text)
+{
+    client_fail(comm, status, "%s", text);
+    pthread_mutex_lock(&comm->lock);
+    comm->abort_pending = 1;
+    pthread_mutex_unlock(&comm->lock);
+    client_wake(comm);
+}
+
+/* ------------------------------------------------------------------------ */
+/* incoming messages                                                        */
+
+static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header, size_t header_length,
+                                      void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    char why[160];
+    if (inc_wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "malformed message from the switch: %s", why);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    struct inc_wire_hdr h;
+    memcpy(&h, header, sizeof(h));
+    comm->last_rx = inc_now_s();
+    if (h.job != comm->job_id) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "%s for job %llu, this rank is in job %llu",
+                    inc_wire_msg_name(h.msg), (unsigned long long)h.job,
+                    (unsigned long long)comm->job_id);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    int common = h.msg == WIRE_MSG_JOIN_ACK || h.msg == WIRE_MSG_ERROR ||
+                 h.msg == WIRE_MSG_HEARTBEAT || h.msg == WIRE_MSG_DONE;
+    if (!common) /* the algorithm's own, rendezvous data included */
+        return comm->algo != NULL ? comm->ops->on_message(comm, &h, data, length, param)
+                                  : UCS_OK; /* closing: the algorithm is gone */
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "%s sent rendezvous", inc_wire_msg_name(h.msg));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (h.msg == WIRE_MSG_JOIN_ACK) {
+        client_on_join_ack(comm, data, length);
+    } else if (h.msg == WIRE_MSG_ERROR) {
+        char text[INCMOE_WIRE_MAX_TEXT + 1];
+        memcpy(text, data, length);
+        text[length] = '\0';
+        incmoe_status_t st = h.status < 0 ? (incmoe_status_t)h.status : INCMOE_ERR_PROTOCOL;
+        client_fail(comm, st, "switch: %s", text);
+    } else if (h.msg == WIRE_MSG_DONE) {
+        client_on_done(comm, &h);
+    }
+    return UCS_OK;
+}
+
+ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param)
+{
+    ucs_status_t st = client_on_message(arg, header, header_length, data, length, param);
+    /* UCX accepts an error (or INPROGRESS) only for rendezvous data; eager data is done with. */
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? st : UCS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the proxy thread                                                         */
+
+void client_wake(incmoe_comm_t *comm)
+{
+    uint64_t one = 1;
+    if (write(comm->wake_fd, &one, sizeof(one)) < 0)
+        log_debug(SUBSYS, "wake: %s", strerror(errno));
+}
+
+incmoe_status_t client_proxy_call(incmoe_comm_t *comm,
+                                  incmoe_status_t (*fn)(incmoe_comm_t *comm, void *arg), void *arg)
+{
+    client_call_t call = {.fn = fn, .arg = arg};
+    pthread_mutex_lock(&comm->lock);
+    call.next = comm->calls;
+    comm->calls = &call;
+    pthread_mutex_unlock(&comm->lock);
+    client_wake(comm);
+    pthread_mutex_lock(&comm->lock);
+    while (!call.done) {
+        struct timespec ts = inc_realtime_after_ms(1000); /* a safety net, as in incmoe_wait */
+        pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return call.status;
+}
+
+/* Run what callers handed over; a call's caller may return once it is marked done. */
+static void run_calls(incmoe_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    client_call_t *list = comm->calls;
+    comm->calls = NULL;
+    pthread_mutex_unlock(&comm->lock);
+    while (list != NULL) {
+        client_call_t *call = list;
+        list = call->next;
+        incmoe_status_t st = call->fn(comm, call->arg);
+        pthread_mutex_lock(&comm->lock);
+        call->status = st;
+        call->done = 1;
+        pthread_cond_broadcast(&comm->cond);
+        pthread_mutex_unlock(&comm->lock);
+    }
+}
+
+/* Tell the switch about a local failure the other ranks must hear about. */
+static void send_pending_abort(incmoe_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    int abort_pending = comm->abort_pending;
+    comm->abort_pending = 0;
+    char text[sizeof(comm->error_text) + 32];
+    snprintf(text, sizeof(text), "rank %d: %s", comm->rank, comm->error_text);
+    pthread_mutex_unlock(&comm->lock);
+    if (abort_pending)
+        client_send_error(comm, (incmoe_status_t)atomic_load(&comm->error), text);
+}
+
+static void drain_submissions(incmoe_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    coll_op_t *list = comm->submit_head;
+    comm->submit_head = comm->submit_tail = NULL;
+    pthread_mutex_unlock(&comm->lock);
+    while (list != NULL) {
+        coll_op_t *op = list;
+        list = op->next;
+        client_op_start(comm, op);
+    }
+}
+
+static void check_liveness(incmoe_comm_t *comm)
+{
+    double now = inc_now_s();
+    double interval = comm->timeout_ms / 4000.0;
+    if (now - comm->last_tx > interval)
+        client_send_ctrl(comm, WIRE_MSG_HEARTBEAT);
+    if (now - comm->last_rx > comm->timeout_ms / 1000.0)
+        client_fail(comm, INCMOE_ERR_PEER_FAILED, "the switch has been silent for %.1f s",
+                    now - comm->last_rx);
+}
+
+static void *proxy_main(void *arg)
+{
+    incmoe_comm_t *comm = arg;
+    while (!atomic_load(&comm->stop)) {
+        int did = 0;
+        while (ucp_worker_progress(comm->node.worker) != 0)
+            did = 1;
+        run_calls(comm);
+        send_pending_abort(comm);
+        drain_submissions(comm);
+        if (atomic_load(&comm->error) == 0) {
+            if (comm->ops->progress != NULL)
+                comm->ops->progress(comm);
+            check_liveness(comm);
+        }
+        if (!did) {
+            int wait_ms = comm->timeout_ms / 8 > 0 ? comm->timeout_ms / 8 : 1;
+            inc_ucx_node_wait(&comm->node, comm->wake_fd, wait_ms);
+            uint64_t v;
+            if (read(comm->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                log_debug(SUBSYS, "wake read: %s", strerror(errno));
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lifecycle                                                                */
+
+static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
+{
+    while (op != NULL) {
+        coll_op_t *next = op->next;
+        client_op_free(comm, op);
+        op = next;
+    }
+}
+
+/*
+ * On the thread that owns the worker, no proxy running.  The collectives are
+ * freed before the worker goes (its purge completes their transfers with
+ * comm->freeing set, touching nothing of theirs), and the regions are
+ * unmapped only after it went, when no transfer can reach them any more.
+ */
+static void comm_free(incmoe_comm_t *comm)
+{
+    if (comm->ep != NULL) {
+        /* Graceful, so a LEAVE or ERROR still queued goes out; a dead peer fails it quickly. */
+        inc_ucx_ep_close(&comm->node, comm->ep, 0, 2000);
+        comm->ep = NULL;
+    }
+    if (comm->algo != NULL)
+        comm->ops->close(comm);
+    /* Let outstanding control sends finish (or fail) before the worker goes. */
+    double deadline = inc_now_s() + 1.0;
+    while (comm->inflight_ctrl > 0 && inc_now_s() < deadline)
+        inc_ucx_node_wait(&comm->node, -1, 10);
+    comm->freeing = 1;
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
+        free_ops(comm, comm->streams[s].head);
+    free_ops(comm, comm->submit_head);
+    if (comm->node.worker != NULL) {
+        ucp_worker_destroy(comm->node.worker);
+        comm->node.worker = NULL;
+    }
+    client_mr_close_all(comm);
+    if (comm->peer_addr != NULL)
+        for (int r = 0; r < comm->nranks; r++)
+            free(comm->peer_addr[r]);
+    free(comm->peer_addr);
+    free(comm->peer_addr_len);
+    inc_ucx_node_close(&comm->node);
+    if (comm->wake_fd >= 0)
+        close(comm->wake_fd);
+    pthread_mutex_destroy(&comm->lock);
+    pthread_cond_destroy(&comm->cond);
+    free(comm);
+}
+
+static incmoe_status_t check_params(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p)
+{
+    if (params == NULL || comm_p == NULL) {
+        log_error(SUBSYS, "incmoe_comm_create: params and comm_p must not be NULL");
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    if (params->nranks < 1 || params->nranks > INCMOE_MAX_RANKS) {
+        log_error(SUBSYS, "nranks %d out of range 1..%d", params->nranks, INCMOE_MAX_RANKS);
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    if (params->rank < 0 || params->rank >= params->nranks) {
+        log_error(SUBSYS, "rank %d out of range 0..%d", params->rank, params->nranks - 1);
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    if ((params->field_mask & INCMOE_COMM_PARAM_SECRET) &&
+        (params->secret_len > INCMOE_MAX_SECRET ||
+         (params->secret == NULL && params->secret_len))) {
+        log_error(SUBSYS, "secret of %zu bytes: at most %d", params->secret_len, INCMOE_MAX_SECRET);
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    incmoe_algo_t algo =
+        (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
+    if (algo != INCMOE_ALGO_INC && algo != INCMOE_ALGO_RING) {
+        log_error(SUBSYS, "unknown algorithm %d", (int)algo);
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    return INCMOE_OK;
+}
+
+/* The communicator before joining: settings, locks, the wake-up fd and UCX. */
+static incmoe_status_t comm_open(const incmoe_comm_params_t *params, incmoe_comm_t *comm)
+{
+    comm->rank = params->rank;
+    comm->nranks = params->nranks;
+    comm->job_id = params->job_id;
+    int ring = (params->field_mask & INCMOE_COMM_PARAM_ALGO) && params->algo == INCMOE_ALGO_RING;
+    comm->ops = ring ? &client_ring_ops : &client_innet_ops;
+    comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
+                           ? params->timeout_ms
+                           : (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
+    if (comm->timeout_ms <= 0)
+        comm->timeout_ms = 10000;
+    comm->rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
+    if (comm->rndv_thresh == 0)
+        comm->rndv_thresh = SIZE_MAX;
+    comm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_cond_init(&comm->cond, NULL);
+    return comm->wake_fd < 0 ? INCMOE_ERR_NO_MEMORY : inc_ucx_node_open(&comm->node);
+}
+
+incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p)
+{
+    incmoe_status_t st = check_params(params, comm_p);
+    if (st != INCMOE_OK)
+        return st;
+    incmoe_comm_t *comm = calloc(1, sizeof(*comm));
+    if (comm == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    st = comm_open(params, comm);
+    if (st == INCMOE_OK)
+        st = client_join(comm, params);
+    if (st == INCMOE_OK)
+        st = comm->ops->connect(comm);
+    if (st == INCMOE_OK && pthread_create(&comm->proxy, NULL, proxy_main, comm) != 0)
+        st = INCMOE_ERR_NO_MEMORY;
+    if (st != INCMOE_OK) {
+        comm_free(comm);
+        return st;
+    }
+    log_info(SUBSYS, "rank %d/%d joined job %llu at %s (%s, chunk %llu, %u credits)", comm->rank,
+             comm->nranks, (unsigned long long)comm->job_id, params->switch_addr, comm->ops->name,
+             (unsigned long long)comm->chunk_size, comm->credits);
+    *comm_p = comm;
+    return INCMOE_OK;
+}
+
+/* Wait (at most timeout_ms) until every posted collective retired or the communicator
+   failed; returns how many are still in flight. */
+static uint64_t comm_wait_idle(incmoe_comm_t *comm)
+{
+    double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
+    uint64_t left;
+    pthread_mutex_lock(&comm->lock);
+    for (;;) {
+        left = 0;
+        for (int s = 0; s < INC_STREAM_COUNT; s++)
+            left += comm->streams[s].posted - atomic_load(&comm->streams[s].completed);
+        if (left == 0 || atomic_load(&comm->error) != 0 || inc_now_s() > deadline)
+            break;
+        struct timespec ts = inc_realtime_after_ms(50);
+        pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return left;
+}
+
+incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm)
+{
+    if (comm == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    uint64_t left = comm_wait_idle(comm);
+    if (left == 0 && comm->ops->barrier_before_leave && atomic_load(&comm->error) == 0) {
+        incmoe_req_t req;
+        if (incmoe_barrier(comm, &req) == INCMOE_OK)
+            left = comm_wait_idle(comm);
+    }
+    char abandon[192] = "";
+    if (left > 0 && atomic_load(&comm->error) == 0) {
+        snprintf(abandon, sizeof(abandon),
+                 "rank %d destroyed its communicator with %llu collective(s) in flight", comm->rank,
+                 (unsigned long long)left);
+        client_fail(comm, INCMOE_ERR_TIMEOUT, "%s after %d ms", abandon, comm->timeout_ms);
+    }
+    atomic_store(&comm->stop, 1);
+    client_wake(comm);
+    pthread_join(comm->proxy, NULL);
+    /* This thread owns the worker now: fail the job for the others, or say goodbye. */
+    send_pending_abort(comm);
+    incmoe_status_t st = (incmoe_status_t)atomic_load(&comm->error);
+    if (abandon[0] != '\0')
+        client_send_error(comm, INCMOE_ERR_PEER_FAILED, abandon);
+    else if (st == INCMOE_OK)
+        client_send_ctrl(comm, WIRE_MSG_LEAVE);
+    comm_free(comm);
+    return st;
+}
+
+incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len)
+{
+    if (comm == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    pthread_mutex_lock(&comm->lock);
+    incmoe_status_t st = (incmoe_status_t)atomic_load(&comm->error);
+    if (msg != NULL && msg_len > 0)
+        snprintf(msg, msg_len, "%s", st != INCMOE_OK ? comm->error_text : "");
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+}
+
+int incmoe_comm_rank(const incmoe_comm_t *comm)
+{
+    return comm->rank;
+}
+
+int incmoe_comm_nranks(const incmoe_comm_t *comm)
+{
+    return comm->nranks;
+}

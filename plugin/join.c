@@ -1,0 +1,205 @@
+/*
+ * join.c - the join handshake, on the thread creating the communicator: the
+ * endpoint to the switch, the JOIN message (shared secret, and where peers
+ * reach this rank when the algorithm needs it), the bounded wait until every
+ * rank joined, and the JOIN_ACK that forms the job (peers' addresses, chunk
+ * size and flow-control grant).
+ */
+#include "algo.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUBSYS "client"
+
+static void client_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    incmoe_comm_t *comm = arg;
+    client_fail(comm, INCMOE_ERR_PEER_FAILED, "lost the connection to the switch: %s",
+                ucs_status_string(status));
+}
+
+static incmoe_status_t read_secret_file(const char *path, char *out, size_t *len)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        log_error(SUBSYS, "cannot read key file %s: %s", path, strerror(errno));
+        return INCMOE_ERR_AUTH;
+    }
+    char line[INCMOE_MAX_SECRET + 2];
+    if (fgets(line, sizeof(line), f) == NULL)
+        line[0] = '\0';
+    fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    *len = strlen(line);
+    memcpy(out, line, *len);
+    return INCMOE_OK;
+}
+
+/* The secret: from the parameters, else INCMOE_AUTH_KEY, else INCMOE_AUTH_KEY_FILE. */
+static incmoe_status_t join_secret(const incmoe_comm_params_t *params, char *secret,
+                                   size_t *secret_len)
+{
+    *secret_len = 0;
+    if (params->field_mask & INCMOE_COMM_PARAM_SECRET) {
+        *secret_len = params->secret_len;
+        memcpy(secret, params->secret, *secret_len);
+    } else if (inc_config_get_str("INCMOE_AUTH_KEY") != NULL) {
+        *secret_len = strlen(inc_config_get_str("INCMOE_AUTH_KEY"));
+        if (*secret_len > INCMOE_MAX_SECRET)
+            *secret_len = INCMOE_MAX_SECRET;
+        memcpy(secret, inc_config_get_str("INCMOE_AUTH_KEY"), *secret_len);
+    } else if (inc_config_get_str("INCMOE_AUTH_KEY_FILE") != NULL) {
+        return read_secret_file(inc_config_get_str("INCMOE_AUTH_KEY_FILE"), secret, secret_len);
+    }
+    return INCMOE_OK;
+}
+
+/* The endpoint to the switch, with this communicator's message handler. */
+static incmoe_status_t join_connect(incmoe_comm_t *comm, const struct sockaddr_storage *ss,
+                                    socklen_t sslen, const char *where)
+{
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = INCMOE_AM_ID,
+        .cb = client_am_cb,
+        .arg = comm,
+    };
+    ucs_status_t us = ucp_worker_set_am_recv_handler(comm->node.worker, &hp);
+    if (us != UCS_OK) {
+        log_error(SUBSYS, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    ucp_ep_params_t ep_params = {
+        .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+        .sockaddr = {.addr = (struct sockaddr *)ss, .addrlen = sslen},
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = client_ep_err_cb, .arg = comm},
+    };
+    us = ucp_ep_create(comm->node.worker, &ep_params, &comm->ep);
+    if (us != UCS_OK) {
+        log_error(SUBSYS, "cannot connect to switch %s: %s", where, ucs_status_string(us));
+        return INCMOE_ERR_UNREACHABLE;
+    }
+    return INCMOE_OK;
+}
+
+/* JOIN: struct inc_wire_join, the secret, and where peers reach this rank (may be empty). */
+static incmoe_status_t join_send(incmoe_comm_t *comm, const char *secret, size_t secret_len,
+                                 const char *addr)
+{
+    size_t addr_len = addr[0] != '\0' ? strlen(addr) + 1 : 0;
+    struct inc_wire_join join = {
+        .nranks = (uint32_t)comm->nranks,
+        .secret_len = (uint32_t)secret_len,
+        .addr_len = (uint32_t)addr_len,
+        .timeout_ms = (uint32_t)comm->timeout_ms,
+    };
+    size_t plen = sizeof(join) + secret_len + addr_len;
+    char *payload = malloc(plen);
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_JOIN);
+    if (payload == NULL || ctx == NULL) {
+        free(payload);
+        free(ctx);
+        return INCMOE_ERR_NO_MEMORY;
+    }
+    memcpy(payload, &join, sizeof(join));
+    memcpy(payload + sizeof(join), secret, secret_len);
+    memcpy(payload + sizeof(join) + secret_len, addr, addr_len);
+    ctx->hdr.length = plen;
+    ctx->payload_owned = payload;
+    comm->last_rx = inc_now_s();
+    client_send(comm, ctx, payload, plen, NULL);
+    return INCMOE_OK;
+}
+
+incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    incmoe_status_t st = inc_ucx_parse_hostport(params->switch_addr, &ss, &sslen, 0);
+    char addr[128];
+    char secret[INCMOE_MAX_SECRET + 2];
+    size_t secret_len;
+    if (st == INCMOE_OK)
+        st = comm->ops->open(comm, (struct sockaddr *)&ss, addr, sizeof(addr));
+    if (st == INCMOE_OK)
+        st = join_connect(comm, &ss, sslen, params->switch_addr);
+    if (st == INCMOE_OK)
+        st = join_secret(params, secret, &secret_len);
+    if (st == INCMOE_OK)
+        st = join_send(comm, secret, secret_len, addr);
+    if (st != INCMOE_OK)
+        return st;
+
+    /* Wait for all ranks to join (the switch answers then), bounded. */
+    double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
+    while (!comm->joined && atomic_load(&comm->error) == 0) {
+        if (inc_now_s() > deadline) {
+            client_fail(comm, INCMOE_ERR_TIMEOUT,
+                        "job %llu: not all %d ranks joined at %s within %d ms",
+                        (unsigned long long)comm->job_id, comm->nranks, params->switch_addr,
+                        comm->timeout_ms);
+            break;
+        }
+        inc_ucx_node_wait(&comm->node, -1, 50);
+    }
+    return (incmoe_status_t)atomic_load(&comm->error);
+}
+
+/* Each rank's address record: a 32-bit length, then that many bytes. */
+static int parse_addresses(incmoe_comm_t *comm, const char *data, size_t length, size_t pos)
+{
+    comm->peer_addr = calloc(comm->nranks, sizeof(void *));
+    comm->peer_addr_len = calloc(comm->nranks, sizeof(size_t));
+    if (comm->peer_addr == NULL || comm->peer_addr_len == NULL) {
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for the address table");
+        return 0;
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        uint32_t len;
+        if (pos + sizeof(len) > length) {
+            client_fail(comm, INCMOE_ERR_PROTOCOL, "JOIN_ACK truncated at rank %d's address", r);
+            return 0;
+        }
+        memcpy(&len, data + pos, sizeof(len));
+        pos += sizeof(len);
+        if (len > INCMOE_WIRE_MAX_ADDR || pos + len > length) {
+            client_fail(comm, INCMOE_ERR_PROTOCOL, "JOIN_ACK: rank %d's address is truncated", r);
+            return 0;
+        }
+        comm->peer_addr[r] = malloc(len ? len : 1);
+        if (comm->peer_addr[r] == NULL) {
+            client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for the address table");
+            return 0;
+        }
+        memcpy(comm->peer_addr[r], data + pos, len);
+        comm->peer_addr_len[r] = len;
+        pos += len;
+    }
+    return 1;
+}
+
+void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
+{
+    struct inc_wire_join_ack ack;
+    memcpy(&ack, data, sizeof(ack));
+    if (ack.nranks != (uint32_t)comm->nranks || ack.credits == 0 || ack.chunk_size == 0) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "bad JOIN_ACK: %u ranks, %u credits, chunk %llu",
+                    ack.nranks, ack.credits, (unsigned long long)ack.chunk_size);
+        return;
+    }
+    if (!parse_addresses(comm, data, length, sizeof(ack)))
+        return;
+    comm->credits = ack.credits;
+    comm->chunk_size = ack.chunk_size;
+    comm->joined = 1;
+}

@@ -1,0 +1,278 @@
+/*
+ * post.c - the posting API on the caller's threads: check every argument of
+ * a collective against the registered regions, describe it (per-rank byte
+ * counts, signature), fix its epoch and queue it for the proxy; and the
+ * completion side (test, wait, the streams' counters).  A collective this
+ * rank rejects still fails the job, or the other ranks would wait for it.
+ */
+#include "client.h"
+#include "base/clock.h"
+#include "base/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+size_t incmoe_layout_bytes(const incmoe_layout_t *layout, int r)
+{
+    size_t valid = layout->valid != NULL ? layout->valid[r] : layout->block_stride;
+    if (valid <= layout->offset)
+        return 0;
+    size_t n = valid - layout->offset;
+    return n < layout->length ? n : layout->length;
+}
+
+/* Is [offset, offset+length) inside the region? */
+static int range_ok(const struct incmoe_mr *mr, size_t offset, size_t length)
+{
+    if (length == 0)
+        return 1;
+    return offset <= mr->length && length <= mr->length - offset;
+}
+
+/* Queue a collective for the proxy; the epoch is fixed here, under the lock. */
+static incmoe_status_t submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *req_p)
+{
+    pthread_mutex_lock(&comm->lock);
+    incmoe_status_t err = (incmoe_status_t)atomic_load(&comm->error);
+    if (err != INCMOE_OK) {
+        client_mr_release_locked(op);
+        pthread_mutex_unlock(&comm->lock);
+        free(op->bytes);
+        free(op);
+        return err;
+    }
+    client_stream_t *s = &comm->streams[op->stream];
+    op->epoch = ++s->posted;
+    if (comm->submit_tail != NULL)
+        comm->submit_tail->next = op;
+    else
+        comm->submit_head = op;
+    comm->submit_tail = op;
+    /* Fill the request before unlocking: from then on the proxy may retire and free op. */
+    req_p->stream = op->stream;
+    req_p->epoch = op->epoch;
+    pthread_mutex_unlock(&comm->lock);
+    client_wake(comm);
+    return INCMOE_OK;
+}
+
+/*
+ * A collective this rank cannot run must still fail on the other ranks, or
+ * they would wait for it forever: the failure goes to the switch, which ends
+ * the job for everyone with this reason.
+ */
+static incmoe_status_t reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_status_t st,
+                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static incmoe_status_t reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_status_t st,
+                              const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (op != NULL)
+        client_op_free(comm, op);
+    client_fail_job(comm, st, text);
+    return st;
+}
+
+static coll_op_t *op_new(incmoe_comm_t *comm, incmoe_stream_t stream)
+{
+    coll_op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return NULL;
+    op->bytes = calloc((size_t)comm->nranks, sizeof(uint64_t));
+    if (op->bytes == NULL) {
+        free(op);
+        return NULL;
+    }
+    op->stream = stream;
+    return op;
+}
+
+/* The regions are held (client_mr_hold): describe where the data lies. */
+static void op_set_buffers(coll_op_t *op, size_t send_offset, size_t recv_offset)
+{
+    op->send_base = op->send_mr->base;
+    op->send_off = send_offset;
+    op->send_memh = op->send_mr->memh;
+    op->recv_base = op->recv_mr->base;
+    op->recv_off = recv_offset;
+    op->recv_memh = op->recv_mr->memh;
+}
+
+/*
+ * Every rank's bytes in the window, and that the N-block side holds them:
+ * recv for AllGather, send for ReduceScatter.  Only the bytes moved must lie
+ * in the region: NCCL's CollNet names a staging slot with the window's global
+ * offset, so the N-block base may sit before the region (the offset wraps)
+ * and blocks outside the window move nothing.
+ */
+static incmoe_status_t check_blocks(incmoe_comm_t *comm, coll_op_t *op, size_t noff,
+                                    const incmoe_layout_t *layout, size_t esize)
+{
+    const char *name = inc_wire_stream_name(op->stream);
+    const struct incmoe_mr *nmr = op->stream == INCMOE_STREAM_ALLGATHER ? op->recv_mr : op->send_mr;
+    for (int r = 0; r < comm->nranks; r++) {
+        if (layout->valid != NULL && layout->valid[r] > layout->block_stride)
+            return reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                          "%s: valid[%d] = %zu exceeds the block stride %zu", name, r,
+                          layout->valid[r], layout->block_stride);
+        op->bytes[r] = incmoe_layout_bytes(layout, r);
+        if (op->bytes[r] % esize != 0)
+            return reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                          "%s: rank %d's %llu bytes are not whole %s elements", name, r,
+                          (unsigned long long)op->bytes[r], incmoe_dtype_name(op->dtype));
+        size_t pos = noff + (size_t)r * layout->block_stride + layout->offset;
+        if (op->bytes[r] > 0 && !range_ok(nmr, pos, op->bytes[r]))
+            return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
+                          "%s: block %d's window [%zu + %d*%zu + %zu, +%llu) is outside the "
+                          "registered %zu bytes",
+                          name, r, noff, r, layout->block_stride, layout->offset,
+                          (unsigned long long)op->bytes[r], nmr->length);
+    }
+    return INCMOE_OK;
+}
+
+/* Shared checks of AllGather and ReduceScatter: the N-block side and the own-part side. */
+static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t stream,
+                                        incmoe_mr_t *send_mr, size_t send_offset,
+                                        incmoe_mr_t *recv_mr, size_t recv_offset,
+                                        const incmoe_layout_t *layout, incmoe_dtype_t dtype,
+                                        incmoe_redop_t redop, incmoe_req_t *req_p)
+{
+    const char *name = inc_wire_stream_name(stream);
+    const int gather = stream == INCMOE_STREAM_ALLGATHER;
+    if (comm == NULL || req_p == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    coll_op_t *op = op_new(comm, stream);
+    if (op == NULL)
+        return reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "%s: out of memory", name);
+    if (send_mr == NULL || recv_mr == NULL || layout == NULL)
+        return reject(comm, op, INCMOE_ERR_INVALID_ARG, "%s: NULL buffer or layout", name);
+    if (!client_mr_hold(comm, op, send_mr, recv_mr))
+        return reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                      "%s: buffer not registered with this communicator", name);
+    if (layout->offset > layout->block_stride ||
+        layout->length > layout->block_stride - layout->offset)
+        return reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                      "%s: window [%zu,+%zu) does not fit a block of %zu bytes", name,
+                      layout->offset, layout->length, layout->block_stride);
+    if (!gather && !incmoe_reduce_supported(dtype, redop))
+        return reject(comm, op, INCMOE_ERR_UNSUPPORTED, "%s: datatype %d / operation %d", name,
+                      (int)dtype, (int)redop);
+    op->dtype = gather ? INCMOE_UINT8 : dtype;
+    op->redop = gather ? INCMOE_SUM : redop;
+    incmoe_status_t st = check_blocks(comm, op, gather ? recv_offset : send_offset, layout,
+                                      gather ? 1 : incmoe_dtype_size(dtype));
+    if (st != INCMOE_OK)
+        return st;
+    incmoe_mr_t *omr = gather ? send_mr : recv_mr;
+    size_t ooff = gather ? send_offset : recv_offset;
+    if (!range_ok(omr, ooff, op->bytes[comm->rank]))
+        return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
+                      "%s: this rank's part [%zu,+%llu) is outside the registered %zu bytes", name,
+                      ooff, (unsigned long long)op->bytes[comm->rank], omr->length);
+    op_set_buffers(op, send_offset, recv_offset);
+    op->stride = layout->block_stride;
+    op->win = layout->offset;
+    op->sig = inc_wire_signature(stream, op->dtype, op->redop, op->bytes, comm->nranks);
+    return submit(comm, op, req_p);
+}
+
+incmoe_status_t incmoe_allgather(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size_t send_offset,
+                                 incmoe_mr_t *recv_mr, size_t recv_offset,
+                                 const incmoe_layout_t *layout, incmoe_req_t *req_p)
+{
+    return post_layout_coll(comm, INCMOE_STREAM_ALLGATHER, send_mr, send_offset, recv_mr,
+                            recv_offset, layout, INCMOE_UINT8, INCMOE_SUM, req_p);
+}
+
+incmoe_status_t incmoe_reducescatter(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size_t send_offset,
+                                     incmoe_mr_t *recv_mr, size_t recv_offset,
+                                     const incmoe_layout_t *layout, incmoe_dtype_t dtype,
+                                     incmoe_redop_t op, incmoe_req_t *req_p)
+{
+    return post_layout_coll(comm, INCMOE_STREAM_REDUCESCATTER, send_mr, send_offset, recv_mr,
+                            recv_offset, layout, dtype, op, req_p);
+}
+
+incmoe_status_t incmoe_allreduce(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size_t send_offset,
+                                 incmoe_mr_t *recv_mr, size_t recv_offset, size_t count,
+                                 incmoe_dtype_t dtype, incmoe_redop_t redop, incmoe_req_t *req_p)
+{
+    if (comm == NULL || req_p == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    coll_op_t *op = op_new(comm, INCMOE_STREAM_ALLREDUCE);
+    if (op == NULL)
+        return reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "allreduce: out of memory");
+    if (!incmoe_reduce_supported(dtype, redop))
+        return reject(comm, op, INCMOE_ERR_UNSUPPORTED, "allreduce: datatype %d / operation %d",
+                      (int)dtype, (int)redop);
+    if (send_mr == NULL || recv_mr == NULL || !client_mr_hold(comm, op, send_mr, recv_mr))
+        return reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                      "allreduce: buffer not registered with this communicator");
+    size_t esize = incmoe_dtype_size(dtype);
+    if (count > SIZE_MAX / esize)
+        return reject(comm, op, INCMOE_ERR_INVALID_ARG, "allreduce: %zu elements overflow", count);
+    size_t bytes = count * esize;
+    if (!range_ok(send_mr, send_offset, bytes) || !range_ok(recv_mr, recv_offset, bytes))
+        return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
+                      "allreduce: %zu bytes at send %zu / recv %zu exceed the registered %zu / %zu",
+                      bytes, send_offset, recv_offset, send_mr->length, recv_mr->length);
+    for (int r = 0; r < comm->nranks; r++)
+        op->bytes[r] = bytes;
+    op_set_buffers(op, send_offset, recv_offset);
+    op->dtype = dtype;
+    op->redop = redop;
+    op->sig = inc_wire_signature(INCMOE_STREAM_ALLREDUCE, dtype, redop, op->bytes, comm->nranks);
+    return submit(comm, op, req_p);
+}
+
+incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p)
+{
+    if (comm == NULL || req_p == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    coll_op_t *op = op_new(comm, INCMOE_STREAM_BARRIER);
+    if (op == NULL)
+        return reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "barrier: out of memory");
+    op->all_issued = 1;
+    op->sig = inc_wire_signature(INCMOE_STREAM_BARRIER, 0, 0, op->bytes, comm->nranks);
+    return submit(comm, op, req_p);
+}
+
+incmoe_status_t incmoe_test(incmoe_comm_t *comm, const incmoe_req_t *req)
+{
+    if (comm == NULL || req == NULL || (unsigned)req->stream >= INC_STREAM_COUNT)
+        return INCMOE_ERR_INVALID_ARG;
+    uint64_t done =
+        atomic_load_explicit(&comm->streams[req->stream].completed, memory_order_acquire);
+    if (done >= req->epoch)
+        return INCMOE_OK;
+    incmoe_status_t err = (incmoe_status_t)atomic_load(&comm->error);
+    return err != INCMOE_OK ? err : INCMOE_IN_PROGRESS;
+}
+
+incmoe_status_t incmoe_wait(incmoe_comm_t *comm, const incmoe_req_t *req)
+{
+    incmoe_status_t st = incmoe_test(comm, req);
+    if (st != INCMOE_IN_PROGRESS)
+        return st;
+    pthread_mutex_lock(&comm->lock);
+    while ((st = incmoe_test(comm, req)) == INCMOE_IN_PROGRESS) {
+        /* The proxy broadcasts on every retirement and error; the timeout is a safety net. */
+        struct timespec ts = inc_realtime_after_ms(1000);
+        pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+}
+
+uint64_t incmoe_stream_completed(incmoe_comm_t *comm, incmoe_stream_t stream)
+{
+    if (comm == NULL || (unsigned)stream >= INC_STREAM_COUNT)
+        return 0;
+    return atomic_load_explicit(&comm->streams[stream].completed, memory_order_acquire);
+}

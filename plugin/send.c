@@ -1,0 +1,130 @@
+/*
+ * send.c - messages out of this rank: a send context per message (UCX 1.13
+ * needs the sent header alive until completion), the completion that accounts
+ * it to its collective or to the control sends in flight, and the few control
+ * messages every algorithm shares (heartbeat, leave, error, post).  Called on
+ * the thread that owns the worker.
+ */
+#include "client.h"
+#include "base/clock.h"
+#include "base/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SUBSYS "client"
+
+static void send_done_cb(void *request, ucs_status_t status, void *user_data)
+{
+    send_ctx_t *ctx = user_data;
+    incmoe_comm_t *comm = ctx->comm;
+    if (comm->freeing) { /* destroying the worker purged it; its collective is gone */
+        free(ctx->payload_owned);
+        free(ctx);
+        if (request != NULL)
+            ucp_request_free(request);
+        return;
+    }
+    if (status != UCS_OK && status != UCS_ERR_CANCELED)
+        /* Once joined, a connection that cannot carry a message means the peer is gone. */
+        client_fail(comm, comm->joined ? INCMOE_ERR_PEER_FAILED : inc_ucx_status(status),
+                    "sending %s failed: %s", inc_wire_msg_name(ctx->hdr.msg),
+                    ucs_status_string(status));
+    if (ctx->op != NULL) {
+        ctx->op->sends_pending--;
+        client_op_progressed(comm, ctx->op);
+    } else {
+        comm->inflight_ctrl--;
+    }
+    free(ctx->payload_owned);
+    free(ctx);
+    if (request != NULL)
+        ucp_request_free(request);
+}
+
+void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
+                    size_t length, ucp_mem_h memh)
+{
+    ctx->comm = comm;
+    if (ctx->op != NULL)
+        ctx->op->sends_pending++;
+    else
+        comm->inflight_ctrl++;
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.send = send_done_cb,
+        .user_data = ctx,
+        /* REPLY names our endpoint at the switch, which is how it knows who sent it. */
+        .flags = UCP_AM_SEND_FLAG_REPLY |
+                 (length >= comm->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER),
+    };
+    if (memh != NULL) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh = memh;
+    }
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr), payload, length, &param);
+    if (UCS_PTR_IS_ERR(req))
+        send_done_cb(NULL, UCS_PTR_STATUS(req), ctx);
+    if (ep == comm->ep)
+        comm->last_tx = inc_now_s();
+}
+
+void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payload, size_t length,
+                 ucp_mem_h memh)
+{
+    client_send_ep(comm, comm->ep, ctx, payload, length, memh);
+}
+
+send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg)
+{
+    send_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return NULL;
+    inc_wire_hdr_init(&ctx->hdr, msg, comm->job_id);
+    ctx->hdr.rank = (uint32_t)comm->rank;
+    return ctx;
+}
+
+void client_send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg)
+{
+    send_ctx_t *ctx = client_ctx(comm, msg);
+    if (ctx == NULL) {
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a %s message",
+                    inc_wire_msg_name(msg));
+        return;
+    }
+    client_send(comm, ctx, NULL, 0, NULL);
+}
+
+void client_send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *text)
+{
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_ERROR);
+    char *msg = ctx ? strdup(text) : NULL;
+    if (msg == NULL) {
+        free(ctx);
+        return;
+    }
+    ctx->hdr.status = (int16_t)status;
+    ctx->hdr.length = strlen(msg) + 1;
+    ctx->payload_owned = msg;
+    client_send(comm, ctx, msg, ctx->hdr.length, NULL);
+}
+
+void client_send_post(incmoe_comm_t *comm, coll_op_t *op)
+{
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_POST);
+    if (ctx == NULL) {
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to post a collective");
+        return;
+    }
+    ctx->hdr.stream = (uint8_t)op->stream;
+    ctx->hdr.epoch = op->epoch;
+    ctx->hdr.total = op->stream == INCMOE_STREAM_ALLREDUCE ? op->bytes[0] : op->bytes[comm->rank];
+    ctx->hdr.sig = op->sig;
+    ctx->hdr.dtype = (uint8_t)op->dtype;
+    ctx->hdr.redop = (uint8_t)op->redop;
+    ctx->op = op;
+    client_send(comm, ctx, NULL, 0, NULL);
+}
