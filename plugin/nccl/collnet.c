@@ -336,6 +336,10 @@ ncclResult_t collnet_dereg_mr(void *coll_comm, void *mhandle)
     if (coll_comm == NULL || m == NULL || m->magic != MR_MAGIC || m->cc != coll_comm)
         return ncclInvalidArgument;
     incmoe_status_t st = incmoe_mem_deregister(m->cc->comm, m->mr);
+    if (st == INCMOE_ERR_BUSY) { /* the handle stays valid: NCCL may retry after the test */
+        PWARN("deregMr: %p is still in use by a collective in flight", m->base);
+        return plugin_result(st);
+    }
     mr_free(m);
     return st == INCMOE_OK ? ncclSuccess : plugin_result(st);
 }

@@ -67,6 +67,8 @@ ncclResult_t plugin_result(incmoe_status_t status)
     case INCMOE_ERR_OUT_OF_RANGE:
     case INCMOE_ERR_UNSUPPORTED:
         return ncclInvalidArgument;
+    case INCMOE_ERR_BUSY: /* e.g. deregMr of a buffer a collective in flight still uses */
+        return ncclInvalidUsage;
     case INCMOE_ERR_NO_MEMORY:
     case INCMOE_ERR_UNREACHABLE:
     case INCMOE_ERR_AUTH:
