@@ -83,14 +83,6 @@ static void futex_wait_bits(const uint32_t *w, uint32_t seen, const struct times
     syscall(SYS_futex, w, FUTEX_WAIT_BITSET_PRIVATE, seen, until, NULL, bits);
 }
 
-static void timespec_after_us(struct timespec *ts, long long us)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    long long ns = ts->tv_nsec + (us % 1000000) * 1000;
-    ts->tv_sec += (time_t)(us / 1000000 + ns / 1000000000);
-    ts->tv_nsec = (long)(ns % 1000000000);
-}
-
 static void bell_ring(uint32_t *bell, uint32_t bits)
 {
     /* release: a waiter that reads the new bell value sees what was published */
@@ -136,8 +128,8 @@ incmoe_status_t incmoe_counter_wait(const uint64_t *counter, uint64_t target, co
             return INCMOE_OK;
         cpu_relax();
     }
-    struct timespec until;
-    timespec_after_us(&until, (long long)timeout_ms * 1000);
+    const double end = inc_now_s() + timeout_ms / 1e3;
+    const struct timespec until = inc_clock_after_us(CLOCK_MONOTONIC, (long long)timeout_ms * 1000);
     const uint32_t bits = counter_bit(counter);
     for (;;) {
         /* Read the bell before the counter and the aborts: a ring after these
@@ -148,10 +140,7 @@ incmoe_status_t incmoe_counter_wait(const uint64_t *counter, uint64_t target, co
         incmoe_status_t a = abort_status(abort1, abort2);
         if (a != INCMOE_OK)
             return a;
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec > until.tv_sec ||
-            (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+        if (inc_now_s() >= end)
             return INCMOE_ERR_TIMEOUT;
         futex_wait_bits(bell, seen, &until, bits);
     }

@@ -1,5 +1,5 @@
 /* clock.h - the one clock: monotonic time for deadlines and measurements, and
-   the CLOCK_REALTIME deadline pthread_cond_timedwait() takes. */
+   the absolute timespecs that pthread_cond_timedwait() and futexes take. */
 #ifndef INC_CLOCK_H
 #define INC_CLOCK_H
 
@@ -18,18 +18,21 @@ static inline double inc_now_ms(void)
     return inc_now_s() * 1e3;
 }
 
-/* The CLOCK_REALTIME instant ms milliseconds from now, for pthread_cond_timedwait(). */
-static inline struct timespec inc_realtime_after_ms(long ms)
+/* The instant us microseconds from now on `clock`, as a timespec: CLOCK_REALTIME
+   for pthread_cond_timedwait(), CLOCK_MONOTONIC for FUTEX_WAIT_BITSET. */
+static inline struct timespec inc_clock_after_us(clockid_t clock, long long us)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    clock_gettime(clock, &ts);
+    long long ns = ts.tv_nsec + (us % 1000000) * 1000;
+    ts.tv_sec += (time_t)(us / 1000000 + ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
     return ts;
+}
+
+static inline struct timespec inc_realtime_after_ms(long ms)
+{
+    return inc_clock_after_us(CLOCK_REALTIME, (long long)ms * 1000);
 }
 
 #endif
