@@ -57,14 +57,18 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cf
 
     /* Band count from the stage-cost model. */
     if (c.nbands <= 0) {
-        long long env =
-            inc_config_get_str("INCMOE_MOE_BANDS") ? inc_config_get_int("INCMOE_MOE_BANDS") : 0;
+        /* A setting out of its range is logged and its default used: the layer still runs. */
+        long long env, mbps, gflops, band_us;
+        (void)inc_config_get_int("INCMOE_MOE_BANDS", &env); /* 0 when unset */
         if (env > 0) {
             c.nbands = clampi(env, 1, INCMOE_MOE_MAX_BANDS);
         } else {
-            double bw = (double)inc_config_get_int("INCMOE_MOE_LINK_MBPS") * 1e6 / 8;
-            double flops = (double)inc_config_get_int("INCMOE_MOE_GFLOPS") * 1e9;
-            double ovh = (double)inc_config_get_int("INCMOE_MOE_BAND_US") * 1e-6;
+            (void)inc_config_get_int("INCMOE_MOE_LINK_MBPS", &mbps);
+            (void)inc_config_get_int("INCMOE_MOE_GFLOPS", &gflops);
+            (void)inc_config_get_int("INCMOE_MOE_BAND_US", &band_us);
+            double bw = (double)mbps * 1e6 / 8;
+            double flops = (double)gflops * 1e9;
+            double ovh = (double)band_us * 1e-6;
             double others = (double)(L->N - 1) * (double)tmax;
             double t_ag = others * (double)L->grow / (bw > 0 ? bw : 1);
             double t_rs = others * (double)L->zrow / (bw > 0 ? bw : 1);
@@ -81,9 +85,10 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cf
 
     /* Tail assistance pays off once the drain phase is long: many rows per band. */
     if (c.tail_bands < 0) {
-        const char *t = inc_config_get_str("INCMOE_MOE_TAIL");
-        if (t != NULL)
-            c.tail_bands = (int)inc_config_get_int("INCMOE_MOE_TAIL");
+        long long tail;
+        if (inc_config_get_str("INCMOE_MOE_TAIL") != NULL &&
+            inc_config_get_int("INCMOE_MOE_TAIL", &tail) == INCMOE_OK)
+            c.tail_bands = (int)tail;
         else
             c.tail_bands = (c.nbands >= 4 && tmax >= 1024) ? 1 : 0;
     }

@@ -151,8 +151,11 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
         free(L);
         return st;
     }
-    L->timeout_ms =
-        p->timeout_ms > 0 ? p->timeout_ms : 2 * (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
+    /* Creating the communicator refused an out-of-range value; one changed since is logged and
+       the default used.  At most a day, so twice it still fits. */
+    long long timeout_ms;
+    (void)inc_config_get_int("INCMOE_TIMEOUT_MS", &timeout_ms);
+    L->timeout_ms = p->timeout_ms > 0 ? p->timeout_ms : 2 * (int)timeout_ms;
     incmoe_status_t local = setup(L, p);
     moe_hdr_t mine = {.status = local,
                       .phase = HDR_CREATE,

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/text.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -87,9 +88,9 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header, s
     if (h.msg == WIRE_MSG_JOIN_ACK) {
         client_on_join_ack(comm, data, length);
     } else if (h.msg == WIRE_MSG_ERROR) {
+        /* The switch relays ranks' words: printable and bounded before anyone reads them. */
         char text[INCMOE_WIRE_MAX_TEXT + 1];
-        memcpy(text, data, length);
-        text[length] = '\0';
+        inc_text_sanitize(text, sizeof(text), data, length);
         incmoe_status_t st = h.status < 0 ? (incmoe_status_t)h.status : INCMOE_ERR_PROTOCOL;
         client_fail(comm, st, "switch: %s", text);
     } else if (h.msg == WIRE_MSG_DONE) {
@@ -289,6 +290,12 @@ static incmoe_status_t check_params(const incmoe_comm_params_t *params, incmoe_c
         log_error(SUBSYS, "secret of %zu bytes: at most %d", params->secret_len, INCMOE_MAX_SECRET);
         return INCMOE_ERR_INVALID_ARG;
     }
+    if ((params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) &&
+        params->timeout_ms > INC_TIMEOUT_MS_MAX) {
+        log_error(SUBSYS, "timeout_ms %d out of range (allowed: 1..%d, or 0 for the default)",
+                  params->timeout_ms, INC_TIMEOUT_MS_MAX);
+        return INCMOE_ERR_INVALID_ARG;
+    }
     incmoe_algo_t algo =
         (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
     if (algo != INCMOE_ALGO_INC && algo != INCMOE_ALGO_RING) {
@@ -298,8 +305,22 @@ static incmoe_status_t check_params(const incmoe_comm_params_t *params, incmoe_c
     return INCMOE_OK;
 }
 
+/* The INCMOE_* settings a communicator reads, each in its range (logged when not). */
+typedef struct {
+    long long timeout_ms, rndv_thresh;
+} comm_settings_t;
+
+static incmoe_status_t read_settings(comm_settings_t *s)
+{
+    if (inc_config_get_int("INCMOE_TIMEOUT_MS", &s->timeout_ms) != INCMOE_OK ||
+        inc_config_get_int("INCMOE_RNDV_THRESH", &s->rndv_thresh) != INCMOE_OK)
+        return INCMOE_ERR_INVALID_ARG;
+    return INCMOE_OK;
+}
+
 /* The communicator before joining: settings, locks, the wake-up fd and UCX. */
-static incmoe_status_t comm_open(const incmoe_comm_params_t *params, incmoe_comm_t *comm)
+static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_settings_t *set,
+                                 incmoe_comm_t *comm)
 {
     comm->rank = params->rank;
     comm->nranks = params->nranks;
@@ -308,12 +329,8 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, incmoe_comm
     comm->ops = ring ? &client_ring_ops : &client_innet_ops;
     comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
                            ? params->timeout_ms
-                           : (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
-    if (comm->timeout_ms <= 0)
-        comm->timeout_ms = 10000;
-    comm->rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
-    if (comm->rndv_thresh == 0)
-        comm->rndv_thresh = SIZE_MAX;
+                           : (int)set->timeout_ms;
+    comm->rndv_thresh = set->rndv_thresh == 0 ? SIZE_MAX : (size_t)set->rndv_thresh;
     comm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
@@ -322,13 +339,16 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, incmoe_comm
 
 incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p)
 {
+    comm_settings_t set;
     incmoe_status_t st = check_params(params, comm_p);
+    if (st == INCMOE_OK)
+        st = read_settings(&set);
     if (st != INCMOE_OK)
         return st;
     incmoe_comm_t *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return INCMOE_ERR_NO_MEMORY;
-    st = comm_open(params, comm);
+    st = comm_open(params, &set, comm);
     if (st == INCMOE_OK)
         st = client_join(comm, params);
     if (st == INCMOE_OK)

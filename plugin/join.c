@@ -8,6 +8,7 @@
 #include "algo.h"
 #include "base/clock.h"
 #include "base/config.h"
+#include "base/keyfile.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -24,38 +25,31 @@ static void client_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
                 ucs_status_string(status));
 }
 
-static incmoe_status_t read_secret_file(const char *path, char *out, size_t *len)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        log_error(SUBSYS, "cannot read key file %s: %s", path, strerror(errno));
-        return INCMOE_ERR_AUTH;
-    }
-    char line[INCMOE_MAX_SECRET + 2];
-    if (fgets(line, sizeof(line), f) == NULL)
-        line[0] = '\0';
-    fclose(f);
-    line[strcspn(line, "\r\n")] = '\0';
-    *len = strlen(line);
-    memcpy(out, line, *len);
-    return INCMOE_OK;
-}
-
-/* The secret: from the parameters, else INCMOE_AUTH_KEY, else INCMOE_AUTH_KEY_FILE. */
+/* The secret: from the parameters, else INCMOE_AUTH_KEY, else INCMOE_AUTH_KEY_FILE's first line.
+   A key past INCMOE_MAX_SECRET is refused, never cut: a cut key could never authenticate. */
 static incmoe_status_t join_secret(const incmoe_comm_params_t *params, char *secret,
                                    size_t *secret_len)
 {
+    const char *key = inc_config_get_str("INCMOE_AUTH_KEY");
+    const char *file = inc_config_get_str("INCMOE_AUTH_KEY_FILE");
     *secret_len = 0;
     if (params->field_mask & INCMOE_COMM_PARAM_SECRET) {
         *secret_len = params->secret_len;
         memcpy(secret, params->secret, *secret_len);
-    } else if (inc_config_get_str("INCMOE_AUTH_KEY") != NULL) {
-        *secret_len = strlen(inc_config_get_str("INCMOE_AUTH_KEY"));
-        if (*secret_len > INCMOE_MAX_SECRET)
-            *secret_len = INCMOE_MAX_SECRET;
-        memcpy(secret, inc_config_get_str("INCMOE_AUTH_KEY"), *secret_len);
-    } else if (inc_config_get_str("INCMOE_AUTH_KEY_FILE") != NULL) {
-        return read_secret_file(inc_config_get_str("INCMOE_AUTH_KEY_FILE"), secret, secret_len);
+    } else if (key != NULL) {
+        if (strlen(key) > INCMOE_MAX_SECRET) {
+            log_error(SUBSYS, "INCMOE_AUTH_KEY is %zu bytes: it must be 1..%d bytes", strlen(key),
+                      INCMOE_MAX_SECRET);
+            return INCMOE_ERR_INVALID_ARG;
+        }
+        *secret_len = strlen(key);
+        memcpy(secret, key, *secret_len);
+    } else if (file != NULL) {
+        char why[256];
+        incmoe_status_t st = inc_keyfile_read(file, secret, secret_len, why, sizeof(why));
+        if (st != INCMOE_OK)
+            log_error(SUBSYS, "INCMOE_AUTH_KEY_FILE: %s", why);
+        return st;
     }
     return INCMOE_OK;
 }
@@ -127,14 +121,14 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
     socklen_t sslen;
     incmoe_status_t st = inc_ucx_parse_hostport(params->switch_addr, &ss, &sslen, 0);
     char addr[128];
-    char secret[INCMOE_MAX_SECRET + 2];
+    char secret[INCMOE_MAX_SECRET];
     size_t secret_len;
+    if (st == INCMOE_OK)
+        st = join_secret(params, secret, &secret_len);
     if (st == INCMOE_OK)
         st = comm->ops->open(comm, (struct sockaddr *)&ss, addr, sizeof(addr));
     if (st == INCMOE_OK)
         st = join_connect(comm, &ss, sslen, params->switch_addr);
-    if (st == INCMOE_OK)
-        st = join_secret(params, secret, &secret_len);
     if (st == INCMOE_OK)
         st = join_send(comm, secret, secret_len, addr);
     if (st != INCMOE_OK)

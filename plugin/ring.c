@@ -28,6 +28,7 @@
 #include "algo.h"
 #include "base/log.h"
 #include "base/reduce.h"
+#include "base/text.h"
 
 #include <netinet/in.h>
 #include <stdio.h>
@@ -466,9 +467,13 @@ static incmoe_status_t ring_connect(incmoe_comm_t *comm)
     const char *where = comm->peer_addr[peer];
     struct sockaddr_storage ss;
     socklen_t sslen;
+    /* The address came over the wire: only printable text reaches the parser and the log. */
+    char shown[INCMOE_WIRE_MAX_TEXT + 1];
+    inc_text_sanitize(shown, sizeof(shown), where, comm->peer_addr_len[peer]);
     if (comm->peer_addr_len[peer] == 0 || where[comm->peer_addr_len[peer] - 1] != '\0' ||
-        inc_ucx_parse_hostport(where, &ss, &sslen, 0) != INCMOE_OK) {
-        client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d's ring address is not HOST:PORT", peer);
+        strcmp(shown, where) != 0 || inc_ucx_parse_hostport(where, &ss, &sslen, 0) != INCMOE_OK) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d's ring address '%s' is not HOST:PORT", peer,
+                    shown);
         return INCMOE_ERR_PROTOCOL;
     }
     ucp_ep_params_t params = {

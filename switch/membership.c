@@ -12,6 +12,7 @@
  */
 #include "membership.h"
 #include "base/log.h"
+#include "base/text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -349,7 +350,8 @@ void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, 
     }
     memcpy(job->addr[hdr->rank], addr, join.addr_len);
     job->addr_len[hdr->rank] = join.addr_len;
-    if (join.timeout_ms > 0 && (int)join.timeout_ms < job->timeout_ms)
+    /* Unsigned: a bound past INT_MAX from the wire must not turn negative. */
+    if (join.timeout_ms > 0 && join.timeout_ms < (uint32_t)job->timeout_ms)
         job->timeout_ms = (int)join.timeout_ms;
     job->conns[hdr->rank] = conn;
     conn->job = job;
@@ -401,9 +403,9 @@ void member_leave(membership_t *m, conn_t *conn)
 void member_on_error(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, const void *text,
                      size_t length)
 {
+    /* The rank's words reach the log and every peer: printable and bounded only. */
     char copy[INCMOE_WIRE_MAX_TEXT + 1];
-    memcpy(copy, text, length);
-    copy[length] = '\0';
+    inc_text_sanitize(copy, sizeof(copy), text, length);
     incmoe_status_t st = h->status < 0 ? (incmoe_status_t)h->status : INCMOE_ERR_PROTOCOL;
     job_fail(m, conn->job, st, conn->rank, "%s", copy);
 }

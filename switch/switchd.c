@@ -3,6 +3,7 @@
  * AllGather, rooted-reduction ReduceScatter, AllReduce and barrier over UCX.
  */
 #include "base/config.h"
+#include "base/keyfile.h"
 #include "base/log.h"
 #include "engine.h"
 #include "server.h"
@@ -42,18 +43,22 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: incmoe-switchd --listen HOST:PORT [options]\n"
             "\n"
-            "  --listen HOST:PORT     address to accept ranks on (port 0: any free port)\n"
+            "  --listen HOST:PORT     address to accept ranks on (port 0..65535; 0: any free)\n"
             "  --auth-key-file FILE   ranks must present the secret in FILE's first line\n"
-            "  --threads N            threads that reduce (default 1: the event loop itself)\n"
-            "  --max-memory BYTES     bound on buffered data over all jobs (default 4G;\n"
-            "                         K/M/G suffixes); jobs that would exceed it are refused\n"
-            "  --chunk-size BYTES     bytes of one data chunk (default INCMOE_CHUNK_SIZE, 256K)\n"
-            "  --credits N            chunks a rank may have in flight per stream (default 32)\n"
-            "  --timeout-ms MS        dead-rank bound when ranks ask none (default 10000)\n"
-            "  --rndv-thresh BYTES    send payloads from this size rendezvous (default\n"
+            "                         (1..64 bytes)\n"
+            "  --threads N            threads that reduce, 1..64 (default 1: the event loop)\n"
+            "  --max-memory BYTES     bound on buffered data over all jobs, 1..1T (default 4G;\n"
+            "                         K/M/G/T suffixes); jobs that would exceed it are refused\n"
+            "  --chunk-size BYTES     bytes of one data chunk, 64..1G, a multiple of 8\n"
+            "                         (default INCMOE_CHUNK_SIZE, 256K)\n"
+            "  --credits N            chunks a rank may have in flight per stream, 1..4096\n"
+            "                         (default INCMOE_CREDITS, 32)\n"
+            "  --timeout-ms MS        dead-rank bound when ranks ask none, 1..86400000\n"
+            "                         (default INCMOE_TIMEOUT_MS, 10000)\n"
+            "  --rndv-thresh BYTES    send payloads from this size rendezvous, 0..1T (default\n"
             "                         INCMOE_RNDV_THRESH; 0: always eager, best on TCP)\n"
-            "  --egress-chunks N      chunks in flight toward one rank (default 2); results\n"
-            "                         go ahead of multicast copies in each rank's queue\n"
+            "  --egress-chunks N      chunks in flight toward one rank, 1..1024 (default 2);\n"
+            "                         results go ahead of multicast copies in each rank's queue\n"
             "  --log-level LEVEL      error, warn, info, debug, trace (or INCMOE_LOG_LEVEL)\n"
             "  --help\n"
             "\n"
@@ -61,33 +66,30 @@ static void usage(FILE *out)
             "Each job may buffer at most chunk-size x credits x (3N+3) bytes.\n");
 }
 
-static int parse_size_arg(const char *name, const char *text, long long min, long long *out)
-{
-    long long v = inc_config_parse_size(text);
-    if (v < min) {
-        fprintf(stderr, "incmoe-switchd: %s '%s' is not a size >= %lld\n", name, text, min);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+#define PROG "incmoe-switchd"
 
 typedef struct {
     const char *listen, *keyfile;
     long long egress_chunks;
 } args_t;
 
-static void settings_defaults(switch_settings_t *set, args_t *a)
+/* The INCMOE_* settings the switch takes its defaults from; -1 when one is out of range. */
+static int settings_defaults(switch_settings_t *set, args_t *a)
 {
-    set->chunk_size = (uint64_t)inc_config_get_int("INCMOE_CHUNK_SIZE");
-    set->credits = (uint32_t)inc_config_get_int("INCMOE_CREDITS");
-    set->timeout_ms = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
-    set->rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
-    if (set->rndv_thresh == 0)
-        set->rndv_thresh = SIZE_MAX;
+    long long chunk, credits, timeout, rndv;
+    if (inc_config_get_int("INCMOE_CHUNK_SIZE", &chunk) != INCMOE_OK ||
+        inc_config_get_int("INCMOE_CREDITS", &credits) != INCMOE_OK ||
+        inc_config_get_int("INCMOE_TIMEOUT_MS", &timeout) != INCMOE_OK ||
+        inc_config_get_int("INCMOE_RNDV_THRESH", &rndv) != INCMOE_OK)
+        return -1;
+    set->chunk_size = (uint64_t)chunk;
+    set->credits = (uint32_t)credits;
+    set->timeout_ms = (int)timeout;
+    set->rndv_thresh = rndv == 0 ? SIZE_MAX : (size_t)rndv;
     set->max_memory = (size_t)4 << 30;
     set->nthreads = 1;
     a->egress_chunks = 2;
+    return 0;
 }
 
 /* One option from getopt_long: -1 to go on, or the exit status. */
@@ -102,47 +104,38 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
         a->keyfile = optarg;
         return -1;
     case 't':
-        if (parse_size_arg("--threads", optarg, 1, &v) || v > 64) {
-            fprintf(stderr, "incmoe-switchd: --threads takes 1..64\n");
+        if (inc_parse_arg(PROG, "--threads", optarg, 1, 64, 0, &v))
             return 2;
-        }
         set->nthreads = (int)v;
         return -1;
     case 'm':
-        if (parse_size_arg("--max-memory", optarg, 1, &v))
+        if (inc_parse_arg(PROG, "--max-memory", optarg, 1, 1ll << 40, 1, &v))
             return 2;
         set->max_memory = (size_t)v;
         return -1;
     case 'c':
-        if (parse_size_arg("--chunk-size", optarg, 64, &v) || v > (1ll << 30)) {
-            fprintf(stderr, "incmoe-switchd: --chunk-size takes 64 B .. 1 GiB\n");
+        if (inc_parse_arg(PROG, "--chunk-size", optarg, 64, 1ll << 30, 1, &v))
             return 2;
-        }
         set->chunk_size = (uint64_t)v;
         return -1;
     case 'r':
-        if (parse_size_arg("--credits", optarg, 1, &v) || v > 4096) {
-            fprintf(stderr, "incmoe-switchd: --credits takes 1..4096\n");
+        if (inc_parse_arg(PROG, "--credits", optarg, 1, 4096, 0, &v))
             return 2;
-        }
         set->credits = (uint32_t)v;
         return -1;
     case 'T':
-        if (parse_size_arg("--timeout-ms", optarg, 1, &v))
+        if (inc_parse_arg(PROG, "--timeout-ms", optarg, 1, INC_TIMEOUT_MS_MAX, 0, &v))
             return 2;
         set->timeout_ms = (int)v;
         return -1;
     case 'R':
-        if (parse_size_arg("--rndv-thresh", optarg, 0, &v))
+        if (inc_parse_arg(PROG, "--rndv-thresh", optarg, 0, 1ll << 40, 1, &v))
             return 2;
         set->rndv_thresh = v == 0 ? SIZE_MAX : (size_t)v;
         return -1;
     case 'E':
-        if (parse_size_arg("--egress-chunks", optarg, 1, &a->egress_chunks) ||
-            a->egress_chunks > 1024) {
-            fprintf(stderr, "incmoe-switchd: --egress-chunks takes 1..1024\n");
+        if (inc_parse_arg(PROG, "--egress-chunks", optarg, 1, 1024, 0, &a->egress_chunks))
             return 2;
-        }
         return -1;
     case 'L': {
         int level = inc_log_level_parse(optarg);
@@ -160,6 +153,18 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
         usage(stderr);
         return 2;
     }
+}
+
+/* HOST:PORT with PORT in 0..65535 (0: any free port); the host is resolved when serving. */
+static int check_listen(const char *listen)
+{
+    const char *colon = strrchr(listen, ':');
+    long long port;
+    if (colon == NULL || colon == listen) {
+        fprintf(stderr, PROG ": bad value '%s' for --listen: want HOST:PORT\n", listen);
+        return -1;
+    }
+    return inc_parse_arg(PROG, "--listen's port", colon + 1, 0, 65535, 0, &port);
 }
 
 /* The command line: -1 to go on, or the exit status. */
@@ -195,9 +200,12 @@ static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
         usage(stderr);
         return 2;
     }
+    if (check_listen(a->listen) != 0)
+        return 2;
     /* The 16-bit reductions work in element pairs: keep chunks element-aligned for all types. */
     if (set->chunk_size % 8 != 0) {
-        fprintf(stderr, "incmoe-switchd: --chunk-size must be a multiple of 8\n");
+        fprintf(stderr, "incmoe-switchd: the chunk size (--chunk-size or INCMOE_CHUNK_SIZE) must "
+                        "be a multiple of 8\n");
         return 2;
     }
     return -1;
@@ -206,22 +214,11 @@ static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
 /* The shared secret is the first line of keyfile. */
 static int read_secret(const char *keyfile, switch_settings_t *set)
 {
-    FILE *f = fopen(keyfile, "r");
-    char line[INCMOE_MAX_SECRET + 2];
-    if (f == NULL || fgets(line, sizeof(line), f) == NULL) {
-        fprintf(stderr, "incmoe-switchd: cannot read a secret from %s\n", keyfile);
-        if (f != NULL)
-            fclose(f);
+    char why[256];
+    if (inc_keyfile_read(keyfile, set->secret, &set->secret_len, why, sizeof(why)) != INCMOE_OK) {
+        fprintf(stderr, PROG ": --auth-key-file: %s\n", why);
         return -1;
     }
-    fclose(f);
-    line[strcspn(line, "\r\n")] = '\0';
-    set->secret_len = strlen(line);
-    if (set->secret_len == 0) {
-        fprintf(stderr, "incmoe-switchd: the secret in %s is empty\n", keyfile);
-        return -1;
-    }
-    memcpy(set->secret, line, set->secret_len);
     set->have_secret = 1;
     return 0;
 }
@@ -260,7 +257,8 @@ int main(int argc, char **argv)
 {
     switch_settings_t set = {0};
     args_t args = {0};
-    settings_defaults(&set, &args);
+    if (settings_defaults(&set, &args) != 0)
+        return 2;
     int st = parse_args(argc, argv, &set, &args);
     if (st >= 0)
         return st;

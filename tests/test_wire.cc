@@ -1,6 +1,10 @@
-/* test_wire.cc - header validation, signatures, layout arithmetic, status texts, settings. */
+/* test_wire.cc - header validation, signatures, layout arithmetic, status texts, settings,
+   numbers, key files and remote text. */
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <climits>
 #include <cstring>
 #include <set>
 #include <string>
@@ -8,6 +12,8 @@
 extern "C" {
 #include "api/incmoe.h"
 #include "base/config.h"
+#include "base/keyfile.h"
+#include "base/text.h"
 #include "base/wire.h"
 }
 
@@ -156,19 +162,168 @@ TEST(Status, EveryCodeHasItsOwnText)
     EXPECT_STREQ(incmoe_strerror((incmoe_status_t)-99), "unknown status");
 }
 
+/* A size as the settings and the command lines read it; -1 when refused. */
+static long long size_of(const char *text)
+{
+    long long v;
+    return inc_parse_int(text, 0, LLONG_MAX, 1, &v, nullptr, 0) == 0 ? v : -1;
+}
+
 TEST(Settings, TableAndParsing)
 {
-    EXPECT_EQ(inc_config_parse_size("4096"), 4096);
-    EXPECT_EQ(inc_config_parse_size("64K"), 65536);
-    EXPECT_EQ(inc_config_parse_size("2MiB"), 2 << 20);
-    EXPECT_EQ(inc_config_parse_size("1G"), 1ll << 30);
-    EXPECT_EQ(inc_config_parse_size("x"), -1);
-    EXPECT_EQ(inc_config_parse_size("12Q"), -1);
-    EXPECT_EQ(inc_config_parse_size("-5"), -1);
+    EXPECT_EQ(size_of("4096"), 4096);
+    EXPECT_EQ(size_of("64K"), 65536);
+    EXPECT_EQ(size_of("2MiB"), 2 << 20);
+    EXPECT_EQ(size_of("1G"), 1ll << 30);
+    EXPECT_EQ(size_of("x"), -1);
+    EXPECT_EQ(size_of("12Q"), -1);
+    EXPECT_EQ(size_of("-5"), -1);
+    long long v = 0;
     setenv("INCMOE_CREDITS", "3", 1);
-    EXPECT_EQ(inc_config_get_int("INCMOE_CREDITS"), 3);
+    EXPECT_EQ(inc_config_get_int("INCMOE_CREDITS", &v), INCMOE_OK);
+    EXPECT_EQ(v, 3);
     unsetenv("INCMOE_CREDITS");
-    EXPECT_EQ(inc_config_get_int("INCMOE_CREDITS"), 32);
+    EXPECT_EQ(inc_config_get_int("INCMOE_CREDITS", &v), INCMOE_OK);
+    EXPECT_EQ(v, 32);
     for (size_t i = 0; i < inc_config_table_size; i++)
         EXPECT_EQ(std::string(inc_config_table[i].name).rfind("INCMOE_", 0), 0u);
+}
+
+/* Numbers from users: in range or refused with the range, never wrapped or cut short. */
+TEST(Settings, NumbersAreRangeChecked)
+{
+    struct Case {
+        const char *text;
+        long long lo, hi;
+        int size;
+        long long want; /* -1: refused */
+        const char *why;
+    } cases[] = {
+        {"10000", 1, INC_TIMEOUT_MS_MAX, 0, 10000, ""},
+        {"2147483648", 1, INC_TIMEOUT_MS_MAX, 0, -1, "out of range (allowed: 1..86400000)"},
+        {"99999999999999999999", 1, 10, 0, -1, "out of range"},
+        {"0", 1, 10, 0, -1, "out of range"},
+        {"-1", 1, 10, 0, -1, "out of range"},
+        {"1e9junk", 1, 10, 0, -1, "not an integer (allowed: 1..10)"},
+        {"", 1, 10, 0, -1, "not an integer"},
+        {" 5", 1, 10, 0, -1, "not an integer"},
+        {"+5", 1, 10, 0, -1, "not an integer"},
+        {"4K", 1, 1 << 20, 0, -1, "not an integer"}, /* counts take no suffix */
+        {"4K", 1, 1 << 20, 1, 4096, ""},
+        {"1T", 1, 1ll << 40, 1, 1ll << 40, ""},
+        {"2G", 64, 1 << 30, 1, -1, "out of range (allowed: 64..1G bytes)"},
+        {"9999999999999G", 0, LLONG_MAX, 1, -1, "out of range"}, /* the shift would overflow */
+        {"12Q", 0, 100, 1, -1, "not a size"},
+    };
+    for (const Case &c : cases) {
+        long long v = -7;
+        char why[128] = "";
+        int rc = inc_parse_int(c.text, c.lo, c.hi, c.size, &v, why, sizeof(why));
+        if (c.want >= 0) {
+            EXPECT_EQ(rc, 0) << c.text << ": " << why;
+            EXPECT_EQ(v, c.want) << c.text;
+        } else {
+            EXPECT_EQ(rc, -1) << c.text;
+            EXPECT_EQ(v, -7) << c.text << ": written although refused";
+            EXPECT_NE(std::string(why).find(c.why), std::string::npos) << c.text << ": " << why;
+        }
+    }
+}
+
+TEST(Settings, OutOfRangeEnvironmentIsAnErrorAndKeepsTheDefault)
+{
+    for (const char *bad : {"abc", "99999999999", "0", "-5", "1e4"}) {
+        setenv("INCMOE_TIMEOUT_MS", bad, 1);
+        long long v = 0;
+        EXPECT_EQ(inc_config_get_int("INCMOE_TIMEOUT_MS", &v), INCMOE_ERR_INVALID_ARG) << bad;
+        EXPECT_EQ(v, 10000) << bad;
+    }
+    unsetenv("INCMOE_TIMEOUT_MS");
+    char range[64];
+    for (size_t i = 0; i < inc_config_table_size; i++) {
+        const inc_config_entry_t *e = &inc_config_table[i];
+        if (e->kind == INC_CONFIG_TEXT)
+            continue;
+        long long v;
+        EXPECT_EQ(inc_config_get_int(e->name, &v), INCMOE_OK) << e->name << ": default in range";
+        inc_config_range(e, range, sizeof(range));
+        EXPECT_NE(std::string(range).find(".."), std::string::npos) << e->name;
+    }
+}
+
+TEST(Text, RemoteTextIsPrintableAndBounded)
+{
+    char out[INCMOE_WIRE_MAX_TEXT + 1];
+    const char forged[] = "oops\n[switchd] forged line\x1b[2J\\ \xc3\xa9";
+    inc_text_sanitize(out, sizeof(out), forged, sizeof(forged));
+    EXPECT_STREQ(out, "oops\\x0a[switchd] forged line\\x1b[2J\\x5c \\xc3\\xa9");
+    /* Stops at the first NUL, never reads past src_len. */
+    inc_text_sanitize(out, sizeof(out), "ab\0cd", 5);
+    EXPECT_STREQ(out, "ab");
+    inc_text_sanitize(out, sizeof(out), "abcdef", 3);
+    EXPECT_STREQ(out, "abc");
+    /* Bounded by INCMOE_WIRE_MAX_TEXT bytes of input and by dst, never mid-escape. */
+    std::string big(10000, 'x');
+    inc_text_sanitize(out, sizeof(out), big.data(), big.size());
+    EXPECT_EQ(strlen(out), (size_t)INCMOE_WIRE_MAX_TEXT);
+    char small[8];
+    inc_text_sanitize(small, sizeof(small), "ab\n\n", 4);
+    EXPECT_STREQ(small, "ab\\x0a");
+    for (int c = 0; c < 256; c++) {
+        char in[1] = {(char)c}, one[8];
+        inc_text_sanitize(one, sizeof(one), in, c == 0 ? 0 : 1);
+        for (const char *p = one; *p; p++)
+            EXPECT_TRUE(*p >= 0x20 && *p < 0x7f) << "byte " << c;
+    }
+}
+
+/* The key file: its first line, 1..INCMOE_MAX_SECRET bytes, else refused naming file and limit. */
+TEST(Keyfile, LengthIsChecked)
+{
+    struct Case {
+        std::string content;
+        incmoe_status_t want;
+        size_t len;
+    } cases[] = {
+        {std::string(64, 'k'), INCMOE_OK, 64},
+        {std::string(64, 'k') + "\n", INCMOE_OK, 64},
+        {std::string(64, 'k') + "\r\n", INCMOE_OK, 64},
+        {"s3cret\nsecond line is not the key\n", INCMOE_OK, 6},
+        {std::string(65, 'k'), INCMOE_ERR_INVALID_ARG, 0},
+        {std::string(65, 'k') + "\n", INCMOE_ERR_INVALID_ARG, 0},
+        {std::string(4000, 'k'), INCMOE_ERR_INVALID_ARG, 0},
+        {"\n", INCMOE_ERR_INVALID_ARG, 0},
+        {"", INCMOE_ERR_INVALID_ARG, 0},
+        {std::string("ab\0cd\n", 6), INCMOE_ERR_INVALID_ARG, 0},
+    };
+    for (const Case &c : cases) {
+        char path[] = "/tmp/incmoe-keyfile-XXXXXX";
+        int fd = mkstemp(path);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(write(fd, c.content.data(), c.content.size()), (ssize_t)c.content.size());
+        close(fd);
+        /* Guard bytes after the key: a write past INCMOE_MAX_SECRET would show. */
+        char secret[INCMOE_MAX_SECRET + 8];
+        memset(secret, '#', sizeof(secret));
+        size_t len = 99;
+        char why[256] = "";
+        incmoe_status_t st = inc_keyfile_read(path, secret, &len, why, sizeof(why));
+        EXPECT_EQ(st, c.want) << c.content.size() << " bytes: " << why;
+        for (size_t i = INCMOE_MAX_SECRET; i < sizeof(secret); i++)
+            EXPECT_EQ(secret[i], '#') << "written past the limit";
+        if (c.want == INCMOE_OK) {
+            EXPECT_EQ(len, c.len);
+            EXPECT_EQ(std::string(secret, len), c.content.substr(0, c.len));
+        } else {
+            EXPECT_NE(std::string(why).find(path), std::string::npos) << why;
+            EXPECT_NE(std::string(why).find("1..64 bytes"), std::string::npos) << why;
+        }
+        unlink(path);
+    }
+    char why[256] = "";
+    char secret[INCMOE_MAX_SECRET];
+    size_t len;
+    EXPECT_EQ(inc_keyfile_read("/nonexistent/key", secret, &len, why, sizeof(why)),
+              INCMOE_ERR_AUTH);
+    EXPECT_NE(std::string(why).find("/nonexistent/key"), std::string::npos) << why;
 }

@@ -29,8 +29,14 @@ static int cmd_config(void)
     printf("%-22s %-12s %s\n", "setting", "value", "meaning");
     for (size_t i = 0; i < inc_config_table_size; i++) {
         const char *v = inc_config_get_str(inc_config_table[i].name);
-        printf("%-22s %-12s %s\n", inc_config_table[i].name, v ? v : "(unset)",
-               inc_config_table[i].doc);
+        char range[64] = "";
+        if (inc_config_table[i].kind != INC_CONFIG_TEXT) {
+            strcpy(range, " [");
+            inc_config_range(&inc_config_table[i], range + 2, sizeof(range) - 3);
+            strcat(range, "]");
+        }
+        printf("%-22s %-12s %s%s\n", inc_config_table[i].name, v ? v : "(unset)",
+               inc_config_table[i].doc, range);
     }
     return 0;
 }
@@ -157,10 +163,11 @@ static int parse_sizes(const char *text, size_t *sizes, int *n)
     char *copy = strdup(text), *save = NULL;
     *n = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        long long v = inc_config_parse_size(tok);
-        if (v <= 0 || *n == MAX_SIZES) {
-            fprintf(stderr, "incmoe demo: bad size '%s' (e.g. 4K,1M,64M; at most %d sizes)\n", tok,
-                    MAX_SIZES);
+        long long v;
+        char why[128];
+        if (inc_parse_int(tok, 1, 1ll << 40, 1, &v, why, sizeof(why)) != 0 || *n == MAX_SIZES) {
+            fprintf(stderr, "incmoe demo: bad value '%s' for -s: %s (e.g. 4K,1M,64M; at most %d)\n",
+                    tok, *n == MAX_SIZES ? "too many sizes" : why, MAX_SIZES);
             free(copy);
             return -1;
         }
@@ -247,6 +254,7 @@ static int cmd_demo(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     int nranks = 4, nsizes;
+    long long v;
     size_t sizes[MAX_SIZES];
     const char *switchd = NULL;
     parse_sizes("4K,256K,4M,32M", sizes, &nsizes);
@@ -255,11 +263,9 @@ static int cmd_demo(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "N:s:h", opts, NULL)) != -1) {
         switch (c) {
         case 'N':
-            nranks = atoi(optarg);
-            if (nranks < 1 || nranks > 64) {
-                fprintf(stderr, "incmoe demo: -N takes 1..64 ranks, not '%s'\n", optarg);
+            if (inc_parse_arg("incmoe demo", "-N", optarg, 1, 64, 0, &v) != 0)
                 return 2;
-            }
+            nranks = (int)v;
             break;
         case 's':
             if (parse_sizes(optarg, sizes, &nsizes) != 0)
@@ -271,7 +277,8 @@ static int cmd_demo(int argc, char **argv)
         case 'h':
             printf(
                 "usage: incmoe demo [-N RANKS (4)] [-s SIZES (4K,256K,4M,32M)] [--switchd PATH]\n"
-                "SIZE is the whole gathered buffer, as in the paper's S.\n");
+                "RANKS is 1..64; SIZE, 1..1T, is the whole gathered buffer, as in the paper's "
+                "S.\n");
             return 0;
         default:
             return 2;

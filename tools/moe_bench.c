@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "api/incmoe.h"
+#include "base/config.h"
 #include "base/dtype.h"
 #include "incmoe_moe.h"
 #include "launch.h"
@@ -539,11 +540,12 @@ static int run_embedded(opts_t *o)
 static void usage(void)
 {
     printf("usage: incmoe-moe-bench [options]\n"
-           "  -N RANKS           ranks (default 4)\n"
+           "  -N RANKS           ranks, 1..64 (default 4)\n"
            "  -t T1,T2,...       tokens per rank (default 64,256,1024)\n"
-           "  -E, -k, -H, -I     experts, top-k, hidden, intermediate (default 16, 4, 512, 256)\n"
+           "  -E, -k, -H, -I     experts, top-k, hidden, intermediate (default 16, 4, 512, 256;\n"
+           "                     E a multiple of N, 1 <= k <= min(E, 64), H and I 1..65536)\n"
            "  -d TYPE            float, half or bfloat16 (default float)\n"
-           "  -b BANDS           bands of the pipeline (default: chosen automatically)\n"
+           "  -b BANDS           bands of the pipeline, 1..256 (default 0: chosen automatically)\n"
            "  --model olmoe      OLMoE-1B-7B's shape: E=64 k=8 H=2048 I=1024\n"
            "  --algo inc,ring    collective algorithms to run (default both)\n"
            "  -n ITERS, -w WARM  timed and warm-up forwards per point (default 5, 2)\n"
@@ -552,14 +554,23 @@ static void usage(void)
            "  --switch HOST:PORT --rank R [--job ID]   run as one rank of a job\n");
 }
 
+/* An integer flag in lo..hi; -1 after saying why on stderr. */
+static int int_arg(const char *flag, long long lo, long long hi, int *out)
+{
+    long long v;
+    if (inc_parse_arg("incmoe-moe-bench", flag, optarg, lo, hi, 0, &v) != 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
 static int parse_list(const char *s, int *v, int *n, int max)
 {
     char *copy = strdup(s), *save = NULL;
     *n = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long x = strtol(tok, &end, 10);
-        if (*end != '\0' || x < 0 || x > (1 << 20) || *n == max) {
+        long long x;
+        if (inc_parse_int(tok, 0, 1 << 20, 0, &x, NULL, 0) != 0 || *n == max) {
             free(copy);
             return -1;
         }
@@ -597,25 +608,33 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "N:t:E:k:H:I:d:b:n:w:h", opts, NULL)) != -1) {
         switch (c) {
         case 'N':
-            o.nranks = atoi(optarg);
+            if (int_arg("-N", 1, MAX_RANKS, &o.nranks))
+                return 2;
             break;
         case 't':
             if (parse_list(optarg, o.tokens, &o.ntokens, MAX_T) != 0) {
-                fprintf(stderr, "incmoe-moe-bench: -t takes token counts like 64,256,1024\n");
+                fprintf(stderr,
+                        "incmoe-moe-bench: bad value '%s' for -t: want token counts like "
+                        "64,256,1024 (each 0..1048576, at most %d)\n",
+                        optarg, MAX_T);
                 return 2;
             }
             break;
         case 'E':
-            o.E = atoi(optarg);
+            if (int_arg("-E", 1, 1 << 16, &o.E))
+                return 2;
             break;
         case 'k':
-            o.k = atoi(optarg);
+            if (int_arg("-k", 1, INCMOE_MOE_MAX_TOPK, &o.k))
+                return 2;
             break;
         case 'H':
-            o.H = atoi(optarg);
+            if (int_arg("-H", 1, 1 << 16, &o.H))
+                return 2;
             break;
         case 'I':
-            o.I = atoi(optarg);
+            if (int_arg("-I", 1, 1 << 16, &o.I))
+                return 2;
             break;
         case 'd':
             if (!strcmp(optarg, "float") || !strcmp(optarg, "fp32"))
@@ -630,13 +649,16 @@ int main(int argc, char **argv)
             }
             break;
         case 'b':
-            o.bands = atoi(optarg);
+            if (int_arg("-b", 0, INCMOE_MOE_MAX_BANDS, &o.bands))
+                return 2;
             break;
         case 'n':
-            o.iters = atoi(optarg);
+            if (int_arg("-n", 1, 1 << 20, &o.iters))
+                return 2;
             break;
         case 'w':
-            o.warmup = atoi(optarg);
+            if (int_arg("-w", 0, 1 << 20, &o.warmup))
+                return 2;
             break;
         case 'M':
             if (strcmp(optarg, "olmoe") != 0) {
@@ -660,14 +682,31 @@ int main(int argc, char **argv)
             o.switch_addr = optarg;
             break;
         case 'R':
-            o.rank = atoi(optarg);
+            if (int_arg("--rank", 0, MAX_RANKS - 1, &o.rank))
+                return 2;
             break;
-        case 'J':
-            o.job = strtoull(optarg, NULL, 0);
+        case 'J': {
+            char *end;
+            errno = 0;
+            o.job = strtoull(optarg, &end, 0);
+            if (end == optarg || *end != '\0' || errno != 0 || optarg[0] == '-') {
+                fprintf(stderr, "incmoe-moe-bench: bad value '%s' for --job: want 0..2^64-1\n",
+                        optarg);
+                return 2;
+            }
             break;
-        case 'L':
-            o.link_mbps = atof(optarg);
+        }
+        case 'L': {
+            char *end;
+            o.link_mbps = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(o.link_mbps > 0 && o.link_mbps <= 1e9)) {
+                fprintf(stderr,
+                        "incmoe-moe-bench: bad value '%s' for --link-mbps: want 0 < BW <= 1e9\n",
+                        optarg);
+                return 2;
+            }
             break;
+        }
         case 'V':
             o.verify = 0;
             break;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "api/incmoe.h"
+#include "base/config.h"
 #include "launch.h"
 #include "switchd_find.h"
 #include "base/clock.h"
@@ -59,71 +60,33 @@ typedef struct {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: incmoe-perf [options]\n"
-               "  -b, --minbytes SIZE   smallest buffer (default 8; K, M, G suffixes)\n"
-               "  -e, --maxbytes SIZE   largest buffer (default 64M)\n"
-               "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
-               "  -n, --iters N         timed iterations per size (default 20)\n"
-               "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
+               "  -b, --minbytes SIZE   smallest buffer, 1..1T (default 8; K, M, G, T suffixes)\n"
+               "  -e, --maxbytes SIZE   largest buffer, -b..1T (default 64M)\n"
+               "  -f, --stepfactor F    multiply the size by F, 2..1048576, each step (default 2)\n"
+               "  -n, --iters N         timed iterations per size, 1..2^30 (default 20)\n"
+               "  -w, --warmup_iters N  untimed iterations first, 0..2^30 (default 5)\n"
                "  -c, --check 0|1       check every byte of the results (default 1)\n"
                "  -d, --datatype T      int8 uint8 int32 uint32 int64 uint64 half float double\n"
                "                        bfloat16 (default float)\n"
                "  -o, --op_redop OP     sum prod max min (default sum)\n"
                "      --op OP           allgather reducescatter allreduce agrs (default agrs)\n"
                "      --algo A          inc (in-network) or ring (default inc)\n"
-               "      --link-mbps BW    link rate per direction: report eqbw as %% of its bound\n"
-               "  -N, --nranks N        ranks (default 4)\n"
+               "      --link-mbps BW    link rate per direction, 0 < BW <= 1e9: report eqbw as\n"
+               "                        %% of its bound\n"
+               "  -N, --nranks N        ranks, 1..256 (default 4)\n"
                "      --switch H:P      incmoe-switchd address (embedded mode starts one)\n"
                "      --rank R          run only rank R of the job (needs --switch)\n"
                "      --job ID          job id, the same on every rank (default 1)\n"
-               "      --timeout S       embedded: stop the ranks after S seconds (default 600)\n"
+               "      --timeout S       embedded: stop the ranks after S seconds, 1..86400 (600)\n"
                "      --inject-error    self-test of the check: corrupt one result byte on rank 0\n"
                "  -h, --help\n");
 }
 
-static int parse_size(const char *text, size_t *out)
+/* An integer flag in lo..hi (sizes with K/M/G suffixes); -1 after saying why on stderr. */
+static int parse_num(const char *flag, const char *text, long long lo, long long hi, int size,
+                     long long *out)
 {
-    char *end;
-    errno = 0;
-    if (text[0] == '-')
-        return -1;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (end == text || errno != 0)
-        return -1;
-    int shift = 0;
-    switch (*end) {
-    case 'K':
-    case 'k':
-        shift = 10;
-        end++;
-        break;
-    case 'M':
-    case 'm':
-        shift = 20;
-        end++;
-        break;
-    case 'G':
-    case 'g':
-        shift = 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end != '\0' || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)v << shift;
-    return 0;
-}
-
-static int parse_long(const char *text, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
+    return inc_parse_arg("incmoe-perf", flag, text, lo, hi, size, out);
 }
 
 static int parse_dtype(const char *text, incmoe_dtype_t *out)
@@ -204,66 +167,69 @@ static int parse_args(int argc, char **argv, opts_t *o)
             fprintf(stderr, "incmoe-perf: option '%s' needs a value (see --help)\n", a);
             return -1;
         }
-        long n = 0;
-        int bad = 0;
+        long long n = 0;
+        int bad = 0, said = 1; /* said: parse_num already explained */
 #define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
         if (IS("-b", "--minbytes"))
-            bad = parse_size(v, &o->min_bytes);
+            bad = parse_num(a, v, 1, 1ll << 40, 1, &n) || (o->min_bytes = (size_t)n, 0);
         else if (IS("-e", "--maxbytes"))
-            bad = parse_size(v, &o->max_bytes);
+            bad = parse_num(a, v, 1, 1ll << 40, 1, &n) || (o->max_bytes = (size_t)n, 0);
         else if (IS("-f", "--stepfactor"))
-            bad = parse_long(v, 2, 1 << 20, &n) || (o->factor = (int)n, 0);
+            bad = parse_num(a, v, 2, 1 << 20, 0, &n) || (o->factor = (int)n, 0);
         else if (IS("-n", "--iters"))
-            bad = parse_long(v, 1, 1 << 30, &n) || (o->iters = (int)n, 0);
+            bad = parse_num(a, v, 1, 1 << 30, 0, &n) || (o->iters = (int)n, 0);
         else if (IS("-w", "--warmup_iters"))
-            bad = parse_long(v, 0, 1 << 30, &n) || (o->warmup = (int)n, 0);
+            bad = parse_num(a, v, 0, 1 << 30, 0, &n) || (o->warmup = (int)n, 0);
         else if (IS("-c", "--check"))
-            bad = parse_long(v, 0, 1, &n) || (o->check = (int)n, 0);
-        else if (IS("-d", "--datatype"))
-            bad = parse_dtype(v, &o->dtype);
-        else if (IS("-o", "--op_redop"))
-            bad = parse_redop(v, &o->redop);
+            bad = parse_num(a, v, 0, 1, 0, &n) || (o->check = (int)n, 0);
         else if (IS("-N", "--nranks"))
-            bad = parse_long(v, 1, INCMOE_MAX_RANKS, &n) || (o->nranks = (int)n, 0);
+            bad = parse_num(a, v, 1, INCMOE_MAX_RANKS, 0, &n) || (o->nranks = (int)n, 0);
         else if (IS("--rank", "--rank"))
-            bad = parse_long(v, 0, INCMOE_MAX_RANKS - 1, &n) || (o->rank = (int)n, 0);
+            bad = parse_num(a, v, 0, INCMOE_MAX_RANKS - 1, 0, &n) || (o->rank = (int)n, 0);
         else if (IS("--timeout", "--timeout"))
-            bad = parse_long(v, 1, 86400, &n) || (o->timeout_s = (int)n, 0);
-        else if (IS("--switch", "--switch"))
-            o->switch_addr = v;
-        else if (IS("--job", "--job")) {
-            char *end;
-            errno = 0;
-            o->job_id = strtoull(v, &end, 0);
-            bad = end == v || *end != '\0' || errno != 0 || v[0] == '-';
-        } else if (IS("--link-mbps", "--link-mbps")) {
-            char *end;
-            o->link_mbps = strtod(v, &end);
-            bad = end == v || *end != '\0' || !(o->link_mbps > 0);
-        } else if (IS("--algo", "--algo")) {
-            if (strcmp(v, "inc") == 0)
-                o->algo = INCMOE_ALGO_INC;
-            else if (strcmp(v, "ring") == 0)
-                o->algo = INCMOE_ALGO_RING;
-            else
+            bad = parse_num(a, v, 1, 86400, 0, &n) || (o->timeout_s = (int)n, 0);
+        else {
+            said = 0;
+            if (IS("-d", "--datatype"))
+                bad = parse_dtype(v, &o->dtype);
+            else if (IS("-o", "--op_redop"))
+                bad = parse_redop(v, &o->redop);
+            else if (IS("--switch", "--switch"))
+                o->switch_addr = v;
+            else if (IS("--job", "--job")) {
+                char *end;
+                errno = 0;
+                o->job_id = strtoull(v, &end, 0);
+                bad = end == v || *end != '\0' || errno != 0 || v[0] == '-';
+            } else if (IS("--link-mbps", "--link-mbps")) {
+                char *end;
+                o->link_mbps = strtod(v, &end);
+                bad = end == v || *end != '\0' || !(o->link_mbps > 0 && o->link_mbps <= 1e9);
+            } else if (IS("--algo", "--algo")) {
+                if (strcmp(v, "inc") == 0)
+                    o->algo = INCMOE_ALGO_INC;
+                else if (strcmp(v, "ring") == 0)
+                    o->algo = INCMOE_ALGO_RING;
+                else
+                    bad = 1;
+            } else if (IS("--op", "--op")) {
                 bad = 1;
-        } else if (IS("--op", "--op")) {
-            bad = 1;
-            for (int k = 0; k < OP_COUNT; k++) {
-                if (strcmp(v, op_names[k]) == 0) {
-                    o->op = (op_t)k;
-                    bad = 0;
+                for (int k = 0; k < OP_COUNT; k++) {
+                    if (strcmp(v, op_names[k]) == 0) {
+                        o->op = (op_t)k;
+                        bad = 0;
+                    }
                 }
+            } else {
+                fprintf(stderr, "incmoe-perf: unknown option '%s' (see --help)\n", a);
+                return -1;
             }
-        } else {
-            fprintf(stderr, "incmoe-perf: unknown option '%s' (see --help)\n", a);
-            return -1;
         }
 #undef IS
-        if (bad) {
+        if (bad && !said)
             fprintf(stderr, "incmoe-perf: bad value '%s' for %s (see --help)\n", v, a);
+        if (bad)
             return -1;
-        }
         i++;
     }
     if (o->min_bytes == 0 || o->min_bytes > o->max_bytes) {

@@ -168,7 +168,7 @@ typedef struct {
     const void *secret; /* shared secret the switch checks (optional) */
     size_t secret_len;  /* at most INCMOE_MAX_SECRET bytes */
     incmoe_algo_t algo; /* default INCMOE_ALGO_INC */
-    int timeout_ms;     /* dead-peer bound; default INCMOE_TIMEOUT_MS or 10000 */
+    int timeout_ms;     /* dead-peer bound, 1..86400000; 0: INCMOE_TIMEOUT_MS or 10000 */
 } incmoe_comm_params_t;
 
 #define INCMOE_MAX_RANKS  256
@@ -177,7 +177,10 @@ typedef struct {
 typedef struct incmoe_comm incmoe_comm_t;
 typedef struct incmoe_mr incmoe_mr_t;
 
-/* Connect to the switch and wait (at most timeout_ms) until all ranks joined. */
+/* Connect to the switch and wait (at most timeout_ms) until all ranks joined.
+   INCMOE_ERR_INVALID_ARG, logged naming what, for a parameter, an INCMOE_*
+   number setting or a key (INCMOE_AUTH_KEY, INCMOE_AUTH_KEY_FILE's first
+   line: 1..INCMOE_MAX_SECRET bytes) out of its range. */
 incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p);
 /*
  * Leaves the job and frees the communicator.  No other thread may be inside,

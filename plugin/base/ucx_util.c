@@ -116,7 +116,8 @@ incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage
     long port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || end == colon + 1 || port < 0 || port > 65535 ||
         (port == 0 && !allow_any_port)) {
-        log_error("ucx", "address '%s' has a bad port '%s' (1-65535)", text, colon + 1);
+        log_error("ucx", "address '%s' has a bad port '%s' (%d-65535)", text, colon + 1,
+                  allow_any_port ? 0 : 1);
         return INCMOE_ERR_INVALID_ARG;
     }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;

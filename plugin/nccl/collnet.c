@@ -21,6 +21,7 @@
 #include "plugin.h"
 #include "window.h"
 #include "base/config.h"
+#include "base/keyfile.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -166,29 +167,24 @@ static uint64_t mix64(uint64_t x)
 }
 
 /* The shared secret: INCMOE_AUTH_KEY, else the first line of INCMOE_AUTH_KEY_FILE. */
-static ncclResult_t read_secret(char *buf, size_t buf_len, size_t *len)
+static ncclResult_t read_secret(char *buf, size_t *len)
 {
     const char *key = inc_config_get_str("INCMOE_AUTH_KEY");
     const char *file = inc_config_get_str("INCMOE_AUTH_KEY_FILE");
     *len = 0;
     if (key == NULL && file == NULL)
         return ncclSuccess;
-    char line[512];
     if (key == NULL) {
-        FILE *f = fopen(file, "r");
-        if (f == NULL) {
-            PWARN("INCMOE_AUTH_KEY_FILE=%s cannot be read: %s", file, strerror(errno));
+        char why[256];
+        if (inc_keyfile_read(file, buf, len, why, sizeof(why)) != INCMOE_OK) {
+            PWARN("INCMOE_AUTH_KEY_FILE: %s", why);
             return ncclInvalidArgument;
         }
-        if (fgets(line, sizeof(line), f) == NULL)
-            line[0] = '\0';
-        fclose(f);
-        line[strcspn(line, "\r\n")] = '\0';
-        key = line;
+        return ncclSuccess;
     }
     size_t n = strlen(key);
-    if (n == 0 || n > buf_len) {
-        PWARN("the shared secret must be 1..%zu bytes, got %zu", buf_len, n);
+    if (n > INCMOE_MAX_SECRET) {
+        PWARN("INCMOE_AUTH_KEY is %zu bytes: it must be 1..%d bytes", n, INCMOE_MAX_SECRET);
         return ncclInvalidArgument;
     }
     memcpy(buf, key, n);
@@ -223,14 +219,14 @@ ncclResult_t collnet_connect(void *handles[], int nranks, int rank, void *listen
         char *end;
         errno = 0;
         job_id = strtoull(job, &end, 0);
-        if (errno != 0 || *end != '\0' || end == job) {
-            PWARN("INCMOE_JOB_ID=%s is not a number", job);
+        if (errno != 0 || *end != '\0' || end == job || job[0] == '-') {
+            PWARN("INCMOE_JOB_ID=%s is not a number in 0..2^64-1", job);
             return ncclInvalidArgument;
         }
     }
     char secret[INCMOE_MAX_SECRET];
     size_t secret_len;
-    ncclResult_t res = read_secret(secret, sizeof(secret), &secret_len);
+    ncclResult_t res = read_secret(secret, &secret_len);
     if (res != ncclSuccess)
         return res;
 

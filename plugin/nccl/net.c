@@ -291,7 +291,12 @@ ncclResult_t net_init(void)
         net.refs++;
         goto out;
     }
-    net.timeout_ms = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
+    long long timeout_ms;
+    if (inc_config_get_int("INCMOE_TIMEOUT_MS", &timeout_ms) != INCMOE_OK) {
+        res = ncclInvalidArgument;
+        goto out;
+    }
+    net.timeout_ms = (int)timeout_ms;
     if (plugin_local_addr(&net.addr, &net.addr_len) != 0) {
         res = ncclInvalidArgument;
         goto out;
