@@ -661,4 +661,132 @@ TEST_F(Errors, UnreachableSwitchAndBadAddress)
     EXPECT_EQ(harness::failures(res), "");
 }
 
+/* ---- inputs checked at the edges ------------------------------------------------------------ */
+
+/* Runs fn with this process's stderr going to a fresh file, which stays where any child started
+   meanwhile writes; returns the file's path. */
+std::string with_stderr_to_file(const std::function<void()> &fn)
+{
+    char path[] = "/tmp/incmoe-stderr-XXXXXX";
+    int fd = mkstemp(path);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    fn();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    return path;
+}
+
+std::string file_text(const std::string &path)
+{
+    std::string s;
+    FILE *f = fopen(path.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while (f != nullptr && (n = fread(buf, 1, sizeof(buf), f)) > 0)
+        s.append(buf, n);
+    if (f != nullptr)
+        fclose(f);
+    return s;
+}
+
+/* incmoe_comm_create in this (forked) rank: its status and what the library logged. */
+incmoe_status_t create_logged(const std::string &addr, incmoe_comm_t **comm, std::string *log)
+{
+    incmoe_status_t st = INCMOE_OK;
+    std::string path =
+        with_stderr_to_file([&] { st = create(addr, harness::unique_job_id(), 0, 1, comm, 3000); });
+    *log = file_text(path);
+    unlink(path.c_str());
+    if (st == INCMOE_OK)
+        incmoe_comm_destroy(*comm);
+    return st;
+}
+
+TEST_F(Errors, NumberSettingsOutOfRangeFailCreateNamingTheVariable)
+{
+    auto res = harness::run_ranks(1, [&](int) -> std::string {
+        for (const char *bad : {"abc", "99999999999", "0", "-1", "1e9junk"}) {
+            setenv("INCMOE_TIMEOUT_MS", bad, 1);
+            incmoe_comm_t *comm;
+            std::string log;
+            incmoe_status_t st = create_logged(sw.addr, &comm, &log);
+            if (st != INCMOE_ERR_INVALID_ARG)
+                return std::string("INCMOE_TIMEOUT_MS=") + bad + " gave " + status_text(st);
+            if (log.find(std::string("INCMOE_TIMEOUT_MS=") + bad) == std::string::npos ||
+                log.find("1..86400000") == std::string::npos)
+                return std::string("INCMOE_TIMEOUT_MS=") + bad + " logged: " + log;
+        }
+        unsetenv("INCMOE_TIMEOUT_MS");
+        setenv("INCMOE_RNDV_THRESH", "64X", 1);
+        incmoe_comm_t *comm;
+        std::string log;
+        incmoe_status_t st = create_logged(sw.addr, &comm, &log);
+        unsetenv("INCMOE_RNDV_THRESH");
+        if (st != INCMOE_ERR_INVALID_ARG || log.find("INCMOE_RNDV_THRESH=64X") == std::string::npos)
+            return "INCMOE_RNDV_THRESH=64X gave " + status_text(st) + ", logged: " + log;
+        /* The parameter is checked as well: at most a day. */
+        st = create(sw.addr, harness::unique_job_id(), 0, 1, &comm, 86400001);
+        if (st != INCMOE_ERR_INVALID_ARG)
+            return "timeout_ms 86400001 gave " + status_text(st);
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+TEST_F(Errors, KeyLongerThanTheLimitIsRefusedByTheClient)
+{
+    char keyfile[] = "/tmp/incmoe-key-XXXXXX";
+    int fd = mkstemp(keyfile);
+    ASSERT_GE(fd, 0);
+    std::string key(INCMOE_MAX_SECRET + 1, 'k');
+    ASSERT_EQ(write(fd, (key + "\n").data(), key.size() + 1), (ssize_t)key.size() + 1);
+    close(fd);
+    auto res = harness::run_ranks(1, [&](int) -> std::string {
+        setenv("INCMOE_AUTH_KEY_FILE", keyfile, 1);
+        incmoe_comm_t *comm;
+        std::string log;
+        incmoe_status_t st = create_logged(sw.addr, &comm, &log);
+        unsetenv("INCMOE_AUTH_KEY_FILE");
+        if (st != INCMOE_ERR_INVALID_ARG)
+            return "65-byte key file gave " + status_text(st);
+        if (log.find(keyfile) == std::string::npos || log.find("1..64 bytes") == std::string::npos)
+            return "the reason names neither the file nor the limit: " + log;
+        setenv("INCMOE_AUTH_KEY", key.c_str(), 1);
+        st = create_logged(sw.addr, &comm, &log);
+        unsetenv("INCMOE_AUTH_KEY");
+        if (st != INCMOE_ERR_INVALID_ARG ||
+            log.find("INCMOE_AUTH_KEY is 65 bytes") == std::string::npos)
+            return "65-byte INCMOE_AUTH_KEY gave " + status_text(st) + ", logged: " + log;
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    unlink(keyfile);
+}
+
+/* A rank's ERROR reason with a newline, a fake log prefix and a terminal escape reaches its peers'
+   incmoe_comm_error and the switch's log printable, on one line. */
+TEST_F(Errors, RemoteErrorTextIsSanitised)
+{
+    harness::switch_stop(&sw);
+    std::string log_path = with_stderr_to_file([&] { ASSERT_TRUE(harness::switch_start(&sw)); });
+    const std::string shown = "\\x0a[switchd] forged line\\x1b[2J";
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PEER_FAILED, shown, [](RawClient &c, uint64_t job) {
+        inc_wire_hdr h = raw_hdr(WIRE_MSG_ERROR, job, INCMOE_STREAM_ALLGATHER);
+        h.status = INCMOE_ERR_PEER_FAILED;
+        const char reason[] = "oops\n[switchd] forged line\x1b[2J";
+        c.send(h, reason, sizeof(reason));
+    });
+    harness::switch_stop(&sw);
+    std::string log = file_text(log_path);
+    unlink(log_path.c_str());
+    EXPECT_NE(log.find("oops" + shown), std::string::npos) << log;
+    EXPECT_EQ(log.find("\n[switchd] forged line"), std::string::npos) << log;
+    EXPECT_EQ(log.find('\x1b'), std::string::npos) << log;
+    ASSERT_TRUE(harness::switch_start(&sw));
+}
+
 } // namespace

@@ -2,9 +2,13 @@
  * test_perf_tool.cc - incmoe-perf as a user runs it: embedded runs (a real
  * switch and N rank processes on loopback) for every --op and both algorithms
  * must check every byte and report #wrong 0; the table must parse; a corrupted
- * result must be caught; bad flags must give a clear error and a non-zero exit.
+ * result must be caught; bad flags must give a clear error and a non-zero exit,
+ * and so must the switch's and the other tools' out-of-range numbers.
  */
 #include <gtest/gtest.h>
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <string>
@@ -212,18 +216,153 @@ TEST_P(PerfBadFlags, ClearErrorAndNonZeroExit)
 
 INSTANTIATE_TEST_SUITE_P(
     Flags, PerfBadFlags,
-    ::testing::Values(BadArgs{{"--bogus"}, "unknown option '--bogus'"},
-                      BadArgs{{"--op", "alltoall"}, "bad value 'alltoall' for --op"},
-                      BadArgs{{"--algo", "tree"}, "bad value 'tree' for --algo"},
-                      BadArgs{{"-d", "float8"}, "bad value 'float8' for -d"},
-                      BadArgs{{"-o", "avg"}, "bad value 'avg' for -o"},
-                      BadArgs{{"-b", "1M", "-e", "1K"}, "need 0 < -b <= -e"},
-                      BadArgs{{"-b", "12Q"}, "bad value '12Q' for -b"},
-                      BadArgs{{"-n", "0"}, "bad value '0' for -n"},
-                      BadArgs{{"-c", "2"}, "bad value '2' for -c"},
-                      BadArgs{{"-N", "0"}, "bad value '0' for -N"},
-                      BadArgs{{"--link-mbps", "-5"}, "bad value '-5' for --link-mbps"},
-                      BadArgs{{"--rank", "1"}, "--rank needs --switch"},
-                      BadArgs{{"--switch", "127.0.0.1:1", "--rank", "4", "-N", "4"},
-                              "--rank 4 is not below -N 4"},
-                      BadArgs{{"-n"}, "needs a value"}));
+    ::testing::Values(
+        BadArgs{{"--bogus"}, "unknown option '--bogus'"},
+        BadArgs{{"--op", "alltoall"}, "bad value 'alltoall' for --op"},
+        BadArgs{{"--algo", "tree"}, "bad value 'tree' for --algo"},
+        BadArgs{{"-d", "float8"}, "bad value 'float8' for -d"},
+        BadArgs{{"-o", "avg"}, "bad value 'avg' for -o"},
+        BadArgs{{"-b", "1M", "-e", "1K"}, "need 0 < -b <= -e"},
+        BadArgs{{"-b", "12Q"}, "bad value '12Q' for -b"},
+        BadArgs{{"-n", "0"}, "bad value '0' for -n"}, BadArgs{{"-c", "2"}, "bad value '2' for -c"},
+        BadArgs{{"-N", "0"}, "bad value '0' for -N"},
+        BadArgs{{"--link-mbps", "-5"}, "bad value '-5' for --link-mbps"},
+        BadArgs{{"--rank", "1"}, "--rank needs --switch"},
+        BadArgs{{"--switch", "127.0.0.1:1", "--rank", "4", "-N", "4"},
+                "--rank 4 is not below -N 4"},
+        BadArgs{{"-n"}, "needs a value"},
+        BadArgs{{"-n", "99999999999"},
+                "bad value '99999999999' for -n: out of range (allowed: 1..1073741824)"},
+        BadArgs{{"-N", "257"}, "bad value '257' for -N: out of range (allowed: 1..256)"},
+        BadArgs{{"-e", "2T"}, "bad value '2T' for -e: out of range (allowed: 1..1T bytes)"},
+        BadArgs{{"-w", "5x"}, "bad value '5x' for -w: not an integer"},
+        BadArgs{{"--timeout", "0"}, "bad value '0' for --timeout: out of range"},
+        BadArgs{{"--link-mbps", "1e12"}, "bad value '1e12' for --link-mbps"}));
+
+/* ---- the other tools' numbers: range-checked, exit 2, nothing started -------------------------
+ */
+
+struct ToolBadArgs {
+    std::string tool; /* path under the build tree */
+    std::vector<std::string> args;
+    std::vector<std::string> env; /* NAME=VALUE set for the run */
+    std::string says;
+};
+
+class ToolBadFlags : public ::testing::TestWithParam<ToolBadArgs>
+{
+};
+
+TEST_P(ToolBadFlags, ClearErrorExitTwoAndNoStart)
+{
+    const ToolBadArgs &c = GetParam();
+    std::string path = TOP_BUILDDIR "/" + c.tool;
+    if (access(path.c_str(), X_OK) != 0)
+        GTEST_SKIP() << path << " is not built";
+    std::vector<std::string> argv{path};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    for (const std::string &e : c.env)
+        setenv(e.substr(0, e.find('=')).c_str(), e.substr(e.find('=') + 1).c_str(), 1);
+    RunResult r = perf_test::run_cmd(argv, 20);
+    for (const std::string &e : c.env)
+        unsetenv(e.substr(0, e.find('=')).c_str());
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << describe(r);
+    EXPECT_EQ(r.out.find("listening on"), std::string::npos) << describe(r);
+}
+
+static const char kSw[] = "switch/incmoe-switchd";
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, ToolBadFlags,
+    ::testing::Values(
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--timeout-ms", "2147483648"},
+                    {},
+                    "bad value '2147483648' for --timeout-ms: out of range (allowed: 1..86400000)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--timeout-ms", "0"},
+                    {},
+                    "bad value '0' for --timeout-ms: out of range (allowed: 1..86400000)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--timeout-ms", "-1"},
+                    {},
+                    "bad value '-1' for --timeout-ms: out of range"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--timeout-ms", "1e9junk"},
+                    {},
+                    "bad value '1e9junk' for --timeout-ms: not an integer (allowed: 1..86400000)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--threads", "65"},
+                    {},
+                    "bad value '65' for --threads: out of range (allowed: 1..64)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--credits", "4097"},
+                    {},
+                    "bad value '4097' for --credits: out of range (allowed: 1..4096)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--chunk-size", "2G"},
+                    {},
+                    "bad value '2G' for --chunk-size: out of range (allowed: 64..1G bytes)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--max-memory", "99999999999G"},
+                    {},
+                    "bad value '99999999999G' for --max-memory: out of range"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--rndv-thresh", "12Q"},
+                    {},
+                    "bad value '12Q' for --rndv-thresh: not a size"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0", "--egress-chunks", "0"},
+                    {},
+                    "bad value '0' for --egress-chunks: out of range (allowed: 1..1024)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:70000"},
+                    {},
+                    "bad value '70000' for --listen's port: out of range (allowed: 0..65535)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0"},
+                    {"INCMOE_TIMEOUT_MS=abc"},
+                    "INCMOE_TIMEOUT_MS=abc: not an integer (allowed: 1..86400000)"},
+        ToolBadArgs{kSw,
+                    {"--listen", "127.0.0.1:0"},
+                    {"INCMOE_CREDITS=99999999999"},
+                    "INCMOE_CREDITS=99999999999: out of range (allowed: 1..4096)"},
+        ToolBadArgs{"tools/incmoe",
+                    {"demo", "-N", "0"},
+                    {},
+                    "bad value '0' for -N: out of range (allowed: 1..64)"},
+        ToolBadArgs{"tools/incmoe",
+                    {"demo", "-s", "4K,9999999999999G"},
+                    {},
+                    "bad value '9999999999999G' for -s: out of range"},
+        ToolBadArgs{"tools/incmoe-moe-bench",
+                    {"-N", "99999999999"},
+                    {},
+                    "bad value '99999999999' for -N: out of range (allowed: 1..64)"},
+        ToolBadArgs{"tools/incmoe-moe-bench", {"-H", "abc"}, {}, "bad value 'abc' for -H"},
+        ToolBadArgs{"tools/incmoe-moe-bench",
+                    {"--link-mbps", "-3"},
+                    {},
+                    "bad value '-3' for --link-mbps"}));
+
+/* A key file whose first line is past INCMOE_MAX_SECRET: refused, naming the file and the limit. */
+TEST(SwitchKey, LongerThanTheLimitIsRefused)
+{
+    char path[] = "/tmp/incmoe-longkey-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    std::string key = std::string(65, 'k') + "\n";
+    ASSERT_EQ(write(fd, key.data(), key.size()), (ssize_t)key.size());
+    close(fd);
+    RunResult r = perf_test::run_cmd(
+        {TOP_BUILDDIR "/switch/incmoe-switchd", "--listen", "127.0.0.1:0", "--auth-key-file", path},
+        20);
+    unlink(path);
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_NE(
+        r.err.find(std::string("the key in ") + path + " is too long: it must be 1..64 bytes"),
+        std::string::npos)
+        << describe(r);
+    EXPECT_EQ(r.out.find("listening on"), std::string::npos) << describe(r);
+}

@@ -256,7 +256,10 @@ TEST(Text, RemoteTextIsPrintableAndBounded)
     char out[INCMOE_WIRE_MAX_TEXT + 1];
     const char forged[] = "oops\n[switchd] forged line\x1b[2J\\ \xc3\xa9";
     inc_text_sanitize(out, sizeof(out), forged, sizeof(forged));
-    EXPECT_STREQ(out, "oops\\x0a[switchd] forged line\\x1b[2J\\x5c \\xc3\\xa9");
+    EXPECT_STREQ(out, "oops\\x0a[switchd] forged line\\x1b[2J\\ \\xc3\\xa9");
+    char twice[sizeof(out)];
+    inc_text_sanitize(twice, sizeof(twice), out, strlen(out));
+    EXPECT_STREQ(twice, out);
     /* Stops at the first NUL, never reads past src_len. */
     inc_text_sanitize(out, sizeof(out), "ab\0cd", 5);
     EXPECT_STREQ(out, "ab");
