@@ -18,14 +18,51 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/text.h"
 
 static int clampi(long long v, long long lo, long long hi)
 {
     return (int)(v < lo ? lo : v > hi ? hi : v);
+}
+
+/* INCMOE_MOE_WORKERS as G,C,R, each 0..INCMOE_MOE_MAX_WORKERS (0: chosen); all 0 when unset or
+   not that (logged). */
+static void workers_setting(int w[3])
+{
+    const char *ws = inc_config_get_str("INCMOE_MOE_WORKERS");
+    w[0] = w[1] = w[2] = 0;
+    if (ws == NULL)
+        return;
+    const char *p = ws;
+    for (int i = 0; i < 3; i++) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma != NULL && i < 2 ? (size_t)(comma - p) : strlen(p);
+        char field[24];
+        long long v;
+        if (n >= sizeof(field) || (i < 2 && comma == NULL)) {
+            p = NULL;
+            break;
+        }
+        memcpy(field, p, n);
+        field[n] = '\0';
+        if (inc_parse_int(field, 0, INCMOE_MOE_MAX_WORKERS, 0, &v, NULL, 0) != 0) {
+            p = NULL;
+            break;
+        }
+        w[i] = (int)v;
+        p += n + 1;
+    }
+    if (p == NULL) {
+        char shown[64];
+        log_warn("moe", "INCMOE_MOE_WORKERS=%s is not G,C,R (each 0..%d); ignored",
+                 inc_text_sanitize(shown, sizeof(shown), ws, strlen(ws)), INCMOE_MOE_MAX_WORKERS);
+        w[0] = w[1] = w[2] = 0;
+    }
 }
 
 void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_p)
@@ -34,12 +71,9 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cf
 
     /* Worker split.  Compute workers may differ by rank (they do not shape any
        collective); gather and reduce workers do (ReduceScatter parts). */
-    const char *ws = inc_config_get_str("INCMOE_MOE_WORKERS");
-    int wg = 0, wc = 0, wr = 0;
-    if (ws != NULL && sscanf(ws, "%d,%d,%d", &wg, &wc, &wr) != 3) {
-        log_warn("moe", "INCMOE_MOE_WORKERS=%s is not G,C,R; ignored", ws);
-        wg = wc = wr = 0;
-    }
+    int w[3];
+    workers_setting(w);
+    int wg = w[0], wc = w[1], wr = w[2];
     if (c.gather_workers <= 0)
         c.gather_workers = wg > 0 ? wg : 1;
     if (c.reduce_workers <= 0)

@@ -11,7 +11,6 @@
 #include "base/keyfile.h"
 #include "base/log.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

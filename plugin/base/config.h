@@ -35,9 +35,10 @@ extern const size_t inc_config_table_size;
 const char *inc_config_get_str(const char *name);
 
 /*
- * A number setting in its table range.  When the variable is not one,
- * INCMOE_ERR_INVALID_ARG, logged once with the variable, its value and the
- * range, and *out is the default (callers that cannot fail go on with it).
+ * A number setting in its table range (unset: the default, 0 when the table
+ * has none).  When the variable is not such a number, INCMOE_ERR_INVALID_ARG,
+ * logged once with the variable, its value and the range, and *out is the
+ * default (callers that cannot fail go on with it).
  */
 incmoe_status_t inc_config_get_int(const char *name, long long *out);
 

@@ -12,7 +12,7 @@ char *inc_text_sanitize(char *dst, size_t dst_len, const void *src, size_t src_l
     if (src_len > INCMOE_WIRE_MAX_TEXT)
         src_len = INCMOE_WIRE_MAX_TEXT;
     for (size_t i = 0; i < src_len && s[i] != '\0'; i++) {
-        int plain = s[i] >= 0x20 && s[i] < 0x7f && s[i] != '\\';
+        int plain = s[i] >= 0x20 && s[i] < 0x7f;
         size_t need = plain ? 1 : 4;
         if (out + need >= dst_len)
             break;
