@@ -237,7 +237,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{{"-e", "2T"}, "bad value '2T' for -e: out of range (allowed: 1..1T bytes)"},
         BadArgs{{"-w", "5x"}, "bad value '5x' for -w: not an integer"},
         BadArgs{{"--timeout", "0"}, "bad value '0' for --timeout: out of range"},
-        BadArgs{{"--link-mbps", "1e12"}, "bad value '1e12' for --link-mbps"}));
+        BadArgs{{"--link-mbps", "1e12"},
+                "bad value '1e12' for --link-mbps (allowed: 0 < BW <= 1e9 Mbit/s)"},
+        BadArgs{{"--job", "-1"}, "bad value '-1' for --job (allowed: 0..2^64-1)"}));
 
 /* ---- the other tools' numbers: range-checked, exit 2, nothing started -------------------------
  */

@@ -169,6 +169,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         }
         long long n = 0;
         int bad = 0, said = 1; /* said: parse_num already explained */
+        const char *allowed = "see --help";
 #define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
         if (IS("-b", "--minbytes"))
             bad = parse_num(a, v, 1, 1ll << 40, 1, &n) || (o->min_bytes = (size_t)n, 0);
@@ -201,10 +202,12 @@ static int parse_args(int argc, char **argv, opts_t *o)
                 errno = 0;
                 o->job_id = strtoull(v, &end, 0);
                 bad = end == v || *end != '\0' || errno != 0 || v[0] == '-';
+                allowed = "allowed: 0..2^64-1";
             } else if (IS("--link-mbps", "--link-mbps")) {
                 char *end;
                 o->link_mbps = strtod(v, &end);
                 bad = end == v || *end != '\0' || !(o->link_mbps > 0 && o->link_mbps <= 1e9);
+                allowed = "allowed: 0 < BW <= 1e9 Mbit/s";
             } else if (IS("--algo", "--algo")) {
                 if (strcmp(v, "inc") == 0)
                     o->algo = INCMOE_ALGO_INC;
@@ -227,7 +230,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         }
 #undef IS
         if (bad && !said)
-            fprintf(stderr, "incmoe-perf: bad value '%s' for %s (see --help)\n", v, a);
+            fprintf(stderr, "incmoe-perf: bad value '%s' for %s (%s)\n", v, a, allowed);
         if (bad)
             return -1;
         i++;
