@@ -228,6 +228,13 @@ static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
     }
 }
 
+/* How long closing one endpoint may take: a healthy peer answers at once, a failed
+   communicator must not hold its process much past the error. */
+static int close_bound_ms(const incmoe_comm_t *comm)
+{
+    return atomic_load(&comm->error) != 0 ? 100 : 2000;
+}
+
 /*
  * On the thread that owns the worker, no proxy running.  The collectives are
  * freed before the worker goes (its purge completes their transfers with
@@ -237,8 +244,9 @@ static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
 static void comm_free(incmoe_comm_t *comm)
 {
     if (comm->ep != NULL) {
-        /* Graceful, so a LEAVE or ERROR still queued goes out; a dead peer fails it quickly. */
-        inc_ucx_ep_close(&comm->node, comm->ep, 0, 2000);
+        /* Graceful, so a LEAVE or ERROR still queued goes out; once the communicator failed the
+           switch may be gone or stopped, so its bound is short. */
+        inc_ucx_ep_close(&comm->node, comm->ep, 0, close_bound_ms(comm));
         comm->ep = NULL;
     }
     if (comm->algo != NULL)

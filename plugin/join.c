@@ -144,10 +144,17 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
     double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
     while (!comm->joined && atomic_load(&comm->error) == 0) {
         if (inc_now_s() > deadline) {
-            client_fail(comm, INCMOE_ERR_TIMEOUT,
-                        "job %llu: not all %d ranks joined at %s within %d ms",
-                        (unsigned long long)comm->job_id, comm->nranks, params->switch_addr,
-                        comm->timeout_ms);
+            /* JOIN still unsent: the switch took the TCP connection but never answered. */
+            if (comm->inflight_ctrl > 0)
+                client_fail(comm, INCMOE_ERR_TIMEOUT,
+                            "the switch at %s did not take the connection within %d ms "
+                            "(stopped or overloaded?)",
+                            params->switch_addr, comm->timeout_ms);
+            else
+                client_fail(comm, INCMOE_ERR_TIMEOUT,
+                            "job %llu: not all %d ranks joined at %s within %d ms",
+                            (unsigned long long)comm->job_id, comm->nranks, params->switch_addr,
+                            comm->timeout_ms);
             break;
         }
         inc_ucx_node_wait(&comm->node, -1, 50);
