@@ -219,6 +219,11 @@ static void *proxy_main(void *arg)
 /* ------------------------------------------------------------------------ */
 /* lifecycle                                                                */
 
+int client_close_bound_ms(const incmoe_comm_t *comm)
+{
+    return atomic_load(&comm->error) != 0 ? 100 : 2000;
+}
+
 static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
 {
     while (op != NULL) {
@@ -226,13 +231,6 @@ static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
         client_op_free(comm, op);
         op = next;
     }
-}
-
-/* How long closing one endpoint may take: a healthy peer answers at once, a failed
-   communicator must not hold its process much past the error. */
-static int close_bound_ms(const incmoe_comm_t *comm)
-{
-    return atomic_load(&comm->error) != 0 ? 100 : 2000;
 }
 
 /*
@@ -246,13 +244,13 @@ static void comm_free(incmoe_comm_t *comm)
     if (comm->ep != NULL) {
         /* Graceful, so a LEAVE or ERROR still queued goes out; once the communicator failed the
            switch may be gone or stopped, so its bound is short. */
-        inc_ucx_ep_close(&comm->node, comm->ep, 0, close_bound_ms(comm));
+        inc_ucx_ep_close(&comm->node, comm->ep, 0, client_close_bound_ms(comm));
         comm->ep = NULL;
     }
     if (comm->algo != NULL)
         comm->ops->close(comm);
     /* Let outstanding control sends finish (or fail) before the worker goes. */
-    double deadline = inc_now_s() + 1.0;
+    double deadline = inc_now_s() + client_close_bound_ms(comm) / 1000.0;
     while (comm->inflight_ctrl > 0 && inc_now_s() < deadline)
         inc_ucx_node_wait(&comm->node, -1, 10);
     comm->freeing = 1;
