@@ -699,7 +699,7 @@ TEST_F(Errors, StoppedSwitchDuringACollectiveEndsEveryRankPromptly)
     /* Shared with the ranks: [0] when the switch was stopped, [1 + r] when rank r's wait failed. */
     void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(shared, MAP_FAILED);
-    double *when = static_cast<double *>(shared);
+    volatile double *when = static_cast<double *>(shared);
     pid_t victim = stopped.pid;
     unsigned long long job = harness::unique_job_id();
     std::vector<double> ended;
@@ -719,6 +719,10 @@ TEST_F(Errors, StoppedSwitchDuringACollectiveEndsEveryRankPromptly)
             static float buf[1 << 21]; /* 8 MiB: data still queued when the switch stops */
             incmoe_mr_t *mr;
             incmoe_mem_register(comm, buf, sizeof(buf), &mr);
+            /* Rank 1 posts only once the switch stopped, so the AllReduce cannot finish. */
+            if (rank == 1)
+                while (when[0] == 0)
+                    usleep(1000);
             st = incmoe_allreduce(comm, mr, 0, mr, 0, 1 << 21, INCMOE_FLOAT32, INCMOE_SUM, &req);
             if (rank == 0) {
                 usleep(20000);
@@ -750,16 +754,22 @@ TEST_F(Errors, StoppedSwitchDuringACollectiveEndsEveryRankPromptly)
     munmap(shared, 4096);
 }
 
-/* One rank asks a 50 ms timeout: the switch keeps its own floor for the job, so neither it
-   nor the ranks give up on a healthy peer that heartbeats at the job's pace. */
+/* One rank asks a 50 ms timeout: the switch keeps the job's timeout at its floor or above, so
+   neither it nor the ranks give up on a healthy peer that heartbeats at the job's pace, or
+   that pauses for 300 ms (rank 0 is stopped that long halfway). */
 TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
 {
     const int n = 2;
     unsigned long long job = harness::unique_job_id();
+    void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(shared, MAP_FAILED);
+    volatile pid_t *rank0_pid = static_cast<pid_t *>(shared);
     auto res = harness::run_ranks(
         n,
         [&](int rank) -> std::string {
-            if (rank == 1)
+            if (rank == 0)
+                *rank0_pid = getpid();
+            else
                 setenv("INCMOE_TIMEOUT_MS", "50", 1);
             incmoe_comm_params_t p = {};
             p.switch_addr = sw.addr.c_str();
@@ -773,6 +783,11 @@ TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
             /* 200 barriers in bursts of 20, with 150 ms of quiet after each: many times the
                50 ms asked, ~2 s in all. */
             for (int i = 0; i < 200 && st == INCMOE_OK; i++) {
+                if (rank == 1 && i == 100) {
+                    kill(*rank0_pid, SIGSTOP);
+                    usleep(300000);
+                    kill(*rank0_pid, SIGCONT);
+                }
                 incmoe_req_t req;
                 st = incmoe_barrier(comm, &req);
                 if (st == INCMOE_OK)
@@ -788,6 +803,7 @@ TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
         },
         60);
     EXPECT_EQ(harness::failures(res), "");
+    munmap(shared, 4096);
 }
 
 TEST_F(Errors, UnreachableSwitchAndBadAddress)
