@@ -149,6 +149,9 @@ ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, v
                           size_t length, const ucp_am_recv_param_t *param);
 /* Wake the proxy thread: new work is queued. */
 void client_wake(incmoe_comm_t *comm);
+/* The bound on closing one endpoint: short once the communicator failed, when the peer
+   may be stopped and the process must not linger past the error. */
+int client_close_bound_ms(const incmoe_comm_t *comm);
 /* Run fn(comm, arg) on the proxy thread and return its status (the caller blocks). */
 incmoe_status_t client_proxy_call(incmoe_comm_t *comm,
                                   incmoe_status_t (*fn)(incmoe_comm_t *comm, void *arg), void *arg);

@@ -220,6 +220,11 @@ static void *proxy_main(void *arg)
 /* ------------------------------------------------------------------------ */
 /* lifecycle                                                                */
 
+int client_close_bound_ms(const incmoe_comm_t *comm)
+{
+    return atomic_load(&comm->error) != 0 ? 100 : 2000;
+}
+
 static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
 {
     while (op != NULL) {
@@ -238,14 +243,15 @@ static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
 static void comm_free(incmoe_comm_t *comm)
 {
     if (comm->ep != NULL) {
-        /* Graceful, so a LEAVE or ERROR still queued goes out; a dead peer fails it quickly. */
-        inc_ucx_ep_close(&comm->node, comm->ep, 0, 2000);
+        /* Graceful, so a LEAVE or ERROR still queued goes out; once the communicator failed the
+           switch may be gone or stopped, so its bound is short. */
+        inc_ucx_ep_close(&comm->node, comm->ep, 0, client_close_bound_ms(comm));
         comm->ep = NULL;
     }
     if (comm->algo != NULL)
         comm->ops->close(comm);
     /* Let outstanding control sends finish (or fail) before the worker goes. */
-    double deadline = inc_now_s() + 1.0;
+    double deadline = inc_now_s() + client_close_bound_ms(comm) / 1000.0;
     while (comm->inflight_ctrl > 0 && inc_now_s() < deadline)
         inc_ucx_node_wait(&comm->node, -1, 10);
     comm->freeing = 1;

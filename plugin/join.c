@@ -11,6 +11,8 @@
 #include "base/keyfile.h"
 #include "base/log.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,10 +139,17 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
     double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
     while (!comm->joined && atomic_load(&comm->error) == 0) {
         if (inc_now_s() > deadline) {
-            client_fail(comm, INCMOE_ERR_TIMEOUT,
-                        "job %llu: not all %d ranks joined at %s within %d ms",
-                        (unsigned long long)comm->job_id, comm->nranks, params->switch_addr,
-                        comm->timeout_ms);
+            /* JOIN still unsent: the switch took the TCP connection but never answered. */
+            if (comm->inflight_ctrl > 0)
+                client_fail(comm, INCMOE_ERR_TIMEOUT,
+                            "the switch at %s did not take the connection within %d ms "
+                            "(stopped or overloaded?)",
+                            params->switch_addr, comm->timeout_ms);
+            else
+                client_fail(comm, INCMOE_ERR_TIMEOUT,
+                            "job %llu: not all %d ranks joined at %s within %d ms",
+                            (unsigned long long)comm->job_id, comm->nranks, params->switch_addr,
+                            comm->timeout_ms);
             break;
         }
         inc_ucx_node_wait(&comm->node, -1, 50);
@@ -185,14 +194,21 @@ void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
 {
     struct inc_wire_join_ack ack;
     memcpy(&ack, data, sizeof(ack));
-    if (ack.nranks != (uint32_t)comm->nranks || ack.credits == 0 || ack.chunk_size == 0) {
-        client_fail(comm, INCMOE_ERR_PROTOCOL, "bad JOIN_ACK: %u ranks, %u credits, chunk %llu",
-                    ack.nranks, ack.credits, (unsigned long long)ack.chunk_size);
+    if (ack.nranks != (uint32_t)comm->nranks || ack.credits == 0 || ack.chunk_size == 0 ||
+        ack.timeout_ms == 0 || ack.timeout_ms > INT_MAX) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL,
+                    "bad JOIN_ACK: %u ranks, %u credits, chunk %llu, timeout %u ms", ack.nranks,
+                    ack.credits, (unsigned long long)ack.chunk_size, ack.timeout_ms);
         return;
     }
     if (!parse_addresses(comm, data, length, sizeof(ack)))
         return;
     comm->credits = ack.credits;
     comm->chunk_size = ack.chunk_size;
+    /* The switch owns the job's timeout: heartbeats and the switch's silence follow it. */
+    if ((int)ack.timeout_ms != comm->timeout_ms)
+        log_info(SUBSYS, "rank %d: job %llu runs with a %u ms timeout (asked %d ms)", comm->rank,
+                 (unsigned long long)comm->job_id, ack.timeout_ms, comm->timeout_ms);
+    comm->timeout_ms = (int)ack.timeout_ms;
     comm->joined = 1;
 }

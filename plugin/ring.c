@@ -541,9 +541,9 @@ static void ring_close(incmoe_comm_t *comm)
         free(p);
     }
     if (ring->right != NULL)
-        inc_ucx_ep_close(&comm->node, ring->right, 0, 2000);
+        inc_ucx_ep_close(&comm->node, ring->right, 0, client_close_bound_ms(comm));
     if (ring->left != NULL)
-        inc_ucx_ep_close(&comm->node, ring->left, 0, 2000);
+        inc_ucx_ep_close(&comm->node, ring->left, 0, client_close_bound_ms(comm));
     if (ring->listener != NULL)
         ucp_listener_destroy(ring->listener);
     free(ring);

@@ -11,9 +11,11 @@
  * once, its last buffers when the sends that carry them complete.
  */
 #include "membership.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "base/text.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,7 +241,8 @@ static void job_send_ack(membership_t *m, job_t *job)
     }
     struct inc_wire_join_ack ack = {.nranks = (uint32_t)job->nranks,
                                     .credits = m->set->credits,
-                                    .chunk_size = m->set->chunk_size};
+                                    .chunk_size = m->set->chunk_size,
+                                    .timeout_ms = (uint32_t)job->timeout_ms};
     memcpy(payload, &ack, sizeof(ack));
     size_t pos = sizeof(ack);
     for (int r = 0; r < job->nranks; r++) {
@@ -258,7 +261,8 @@ static void job_send_ack(membership_t *m, job_t *job)
         m->tx.ops->send(m->tx.server, job->conns[r], &h, payload, len, NULL, NULL);
     }
     job->state = JOB_ACTIVE;
-    log_info(SUBSYS, "job %llu formed: %d ranks", (unsigned long long)job->id, job->nranks);
+    log_info(SUBSYS, "job %llu formed: %d ranks, timeout %d ms", (unsigned long long)job->id,
+             job->nranks, job->timeout_ms);
 }
 
 /* Is the JOIN well formed, authenticated and in range?  Refuses the connection if not. */
@@ -331,6 +335,22 @@ static job_t *join_admit(membership_t *m, conn_t *conn, const struct inc_wire_hd
     return job;
 }
 
+/*
+ * The switch owns the job's liveness timeout: its own is the floor, a rank may
+ * ask for a longer one, and the job takes the largest asked.  One rank asking
+ * a short one must not get its healthy peers declared silent.
+ */
+static void join_timeout(membership_t *m, job_t *job, uint32_t rank, uint32_t asked_ms)
+{
+    if (asked_ms > INC_TIMEOUT_MS_MAX) /* the ranks' own bound: one day */
+        asked_ms = INC_TIMEOUT_MS_MAX;
+    if (asked_ms != 0 && (int)asked_ms < m->set->timeout_ms)
+        log_info(SUBSYS, "job %llu: rank %u asked a %u ms timeout, below this switch's %d ms",
+                 (unsigned long long)job->id, rank, asked_ms, m->set->timeout_ms);
+    if ((int)asked_ms > job->timeout_ms)
+        job->timeout_ms = (int)asked_ms;
+}
+
 void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
                  size_t length)
 {
@@ -350,9 +370,7 @@ void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, 
     }
     memcpy(job->addr[hdr->rank], addr, join.addr_len);
     job->addr_len[hdr->rank] = join.addr_len;
-    /* Unsigned: a bound past INT_MAX from the wire must not turn negative. */
-    if (join.timeout_ms > 0 && join.timeout_ms < (uint32_t)job->timeout_ms)
-        job->timeout_ms = (int)join.timeout_ms;
+    join_timeout(m, job, hdr->rank, join.timeout_ms);
     job->conns[hdr->rank] = conn;
     conn->job = job;
     conn->rank = (int)hdr->rank;

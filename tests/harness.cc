@@ -115,7 +115,7 @@ static std::string describe(FILE *f, const inc_launch_rank_t &end, const inc_lau
 }
 
 std::vector<std::string> run_ranks(int nranks, const std::function<std::string(int rank)> &body,
-                                   int timeout_s)
+                                   int timeout_s, std::vector<double> *ended_s)
 {
     RankJob job{&body, {}};
     std::vector<std::string> out(nranks);
@@ -139,6 +139,9 @@ std::vector<std::string> run_ranks(int nranks, const std::function<std::string(i
     std::vector<inc_launch_rank_t> ends(nranks);
     inc_launch_result_t res;
     inc_launch_ranks(&p, nullptr, ends.data(), &res);
+    if (ended_s != nullptr)
+        for (auto &e : ends)
+            ended_s->push_back(e.ended_s);
     for (int r = 0; r < nranks; r++) {
         out[r] = describe(job.out[r], ends[r], res, timeout_s);
         fclose(job.out[r]);

@@ -26,9 +26,10 @@ bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args = {
 int switch_stop(SwitchProc *sw);
 
 /* Runs body(rank) in nranks forked processes; kills them all after timeout_s.
-   Returns one string per rank: "" when the rank succeeded. */
+   Returns one string per rank: "" when the rank succeeded.  ended_s (if given)
+   gets, per rank, inc_now_s() a few ms after its process ended. */
 std::vector<std::string> run_ranks(int nranks, const std::function<std::string(int rank)> &body,
-                                   int timeout_s = 120);
+                                   int timeout_s = 120, std::vector<double> *ended_s = nullptr);
 
 /* Formats the failures of run_ranks for a gtest message; "" when all passed. */
 std::string failures(const std::vector<std::string> &results);

@@ -7,6 +7,9 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -92,7 +95,8 @@ class Errors : public ::testing::Test
     harness::SwitchProc sw;
     void SetUp() override
     {
-        ASSERT_TRUE(harness::switch_start(&sw));
+        /* A low floor: the jobs here run with the timeouts their ranks ask for. */
+        ASSERT_TRUE(harness::switch_start(&sw, {"--timeout-ms", "1000"}));
     }
     void TearDown() override
     {
@@ -644,6 +648,162 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
     EXPECT_EQ(res[0], "");
     EXPECT_EQ(res[1], "");
     harness::switch_stop(&doomed);
+}
+
+/* A switch that took the TCP connection but never answers (stopped): the join times out with
+   an error, and the rank's process ends normally.  Tearing the endpoint down with the JOIN
+   still queued on it used to make UCX abort the process. */
+TEST_F(Errors, JoinAgainstAStoppedSwitchTimesOut)
+{
+    harness::SwitchProc stopped;
+    ASSERT_TRUE(harness::switch_start(&stopped));
+    ASSERT_EQ(kill(stopped.pid, SIGSTOP), 0);
+    auto res = harness::run_ranks(
+        1,
+        [&](int) -> std::string {
+            setenv("INCMOE_TIMEOUT_MS", "1500", 1);
+            incmoe_comm_params_t p = {};
+            p.switch_addr = stopped.addr.c_str();
+            p.job_id = harness::unique_job_id();
+            p.rank = 0;
+            p.nranks = 2;
+            incmoe_comm_t *comm = nullptr;
+            double t0 = inc_now_s();
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            double took = inc_now_s() - t0;
+            fprintf(stderr, "join against a stopped switch: %s after %.2f s\n",
+                    status_text(st).c_str(), took);
+            if (st != INCMOE_ERR_TIMEOUT)
+                return "create gave " + status_text(st);
+            /* It waited its timeout, and not much more: a hang would be caught here. */
+            if (took < 1.4 || took > 4.0)
+                return "create returned after " + std::to_string(took) + " s";
+            return "";
+        },
+        30);
+    EXPECT_EQ(harness::failures(res), "") << "a rank killed by a signal did not end normally";
+    kill(stopped.pid, SIGCONT);
+    int status = harness::switch_stop(&stopped);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the resumed switch crashed";
+}
+
+/* A collective in flight when the switch stops: every rank's wait fails after the job's
+   timeout, and each rank's process is gone shortly after that (its teardown waits are short
+   once the communicator failed).  The ends are measured here, in the parent. */
+TEST_F(Errors, StoppedSwitchDuringACollectiveEndsEveryRankPromptly)
+{
+    const int n = 2, job_ms = 1500;
+    harness::SwitchProc stopped;
+    /* The switch's floor is below what the ranks ask: the job runs with the ranks' 1.5 s. */
+    ASSERT_TRUE(harness::switch_start(&stopped, {"--timeout-ms", "1000"}));
+    /* Shared with the ranks: [0] when the switch was stopped, [1 + r] when rank r's wait failed. */
+    void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(shared, MAP_FAILED);
+    volatile double *when = static_cast<double *>(shared);
+    pid_t victim = stopped.pid;
+    unsigned long long job = harness::unique_job_id();
+    std::vector<double> ended;
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(stopped.addr, job, rank, n, &comm, job_ms);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            incmoe_req_t req;
+            st = incmoe_barrier(comm, &req); /* both have joined */
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            if (st != INCMOE_OK)
+                return "first barrier: " + status_text(st);
+            static float buf[1 << 21]; /* 8 MiB: data still queued when the switch stops */
+            incmoe_mr_t *mr;
+            incmoe_mem_register(comm, buf, sizeof(buf), &mr);
+            /* Rank 1 posts only once the switch stopped, so the AllReduce cannot finish. */
+            if (rank == 1)
+                while (when[0] == 0)
+                    usleep(1000);
+            st = incmoe_allreduce(comm, mr, 0, mr, 0, 1 << 21, INCMOE_FLOAT32, INCMOE_SUM, &req);
+            if (rank == 0) {
+                usleep(20000);
+                when[0] = inc_now_s();
+                kill(victim, SIGSTOP);
+            }
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            when[1 + rank] = inc_now_s();
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st != INCMOE_ERR_PEER_FAILED)
+                return "got " + status_text(st) + " (" + text + ")";
+            return "";
+        },
+        60, &ended);
+    EXPECT_EQ(harness::failures(res), "");
+    kill(stopped.pid, SIGCONT);
+    harness::switch_stop(&stopped);
+    ASSERT_EQ(ended.size(), (size_t)n);
+    for (int r = 0; r < n; r++) {
+        double failed = when[1 + r] - when[0], exited = ended[r] - when[0];
+        fprintf(stderr, "rank %d: failed %.2f s, exited %.2f s after the switch stopped\n", r,
+                failed, exited);
+        /* Exit within timeout + 0.5 s is the aim; the bound here has slack for a loaded
+           machine while still catching a teardown that waits seconds. */
+        EXPECT_LT(exited, job_ms / 1000.0 + 1.5) << "rank " << r << " lingered";
+    }
+    munmap(shared, 4096);
+}
+
+/* One rank asks a 50 ms timeout: the switch keeps the job's timeout at its floor or above, so
+   neither it nor the ranks give up on a healthy peer that heartbeats at the job's pace, or
+   that pauses for 300 ms (rank 0 is stopped that long halfway). */
+TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
+{
+    const int n = 2;
+    unsigned long long job = harness::unique_job_id();
+    void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(shared, MAP_FAILED);
+    volatile pid_t *rank0_pid = static_cast<pid_t *>(shared);
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            if (rank == 0)
+                *rank0_pid = getpid();
+            else
+                setenv("INCMOE_TIMEOUT_MS", "50", 1);
+            incmoe_comm_params_t p = {};
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = rank;
+            p.nranks = n;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            /* 200 barriers in bursts of 20, with 150 ms of quiet after each: many times the
+               50 ms asked, ~2 s in all. */
+            for (int i = 0; i < 200 && st == INCMOE_OK; i++) {
+                if (rank == 1 && i == 100) {
+                    kill(*rank0_pid, SIGSTOP);
+                    usleep(300000);
+                    kill(*rank0_pid, SIGCONT);
+                }
+                incmoe_req_t req;
+                st = incmoe_barrier(comm, &req);
+                if (st == INCMOE_OK)
+                    st = incmoe_wait(comm, &req);
+                if (i % 20 == 19)
+                    usleep(150000);
+            }
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st != INCMOE_OK)
+                return "barrier: " + status_text(st) + " (" + text + ")";
+            return "";
+        },
+        60);
+    EXPECT_EQ(harness::failures(res), "");
+    munmap(shared, 4096);
 }
 
 TEST_F(Errors, UnreachableSwitchAndBadAddress)

@@ -690,19 +690,10 @@ TEST_F(NcclCollNetBehaviour, DeadRankFailsTheOthersTest)
     EXPECT_NE(res[2].find("signal 9"), std::string::npos) << res[2];
 }
 
-/* No switch at the address: connect fails loudly, so NCCL falls back to the net. */
-TEST_F(NcclCollNetBehaviour, UnreachableSwitchFailsConnectWithAWarning)
+/* Connecting to the switch at addr fails with ncclSystemError and a warning, so NCCL falls
+   back to the net; the rank's process then ends normally (no abort on teardown). */
+void expect_connect_falls_back(const std::string &addr)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    struct sockaddr_in a = {};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    ASSERT_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd); /* a port nobody listens on */
-    std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
     setenv("INCMOE_SWITCH", addr.c_str(), 1);
     setenv("INCMOE_TIMEOUT_MS", "1000", 1);
     Exchange *ex = Exchange::create(2);
@@ -728,6 +719,33 @@ TEST_F(NcclCollNetBehaviour, UnreachableSwitchFailsConnectWithAWarning)
         60);
     ex->destroy();
     EXPECT_EQ(harness::failures(res), "");
+}
+
+/* No switch at the address: connect fails loudly, so NCCL falls back to the net. */
+TEST_F(NcclCollNetBehaviour, UnreachableSwitchFailsConnectWithAWarning)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    struct sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t len = sizeof(a);
+    ASSERT_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd); /* a port nobody listens on */
+    expect_connect_falls_back("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+}
+
+/* A stopped switch takes the connection and never answers: connect times out and fails the
+   same way instead of aborting the process. */
+TEST_F(NcclCollNetBehaviour, StoppedSwitchFailsConnectWithoutAborting)
+{
+    harness::SwitchProc stopped;
+    ASSERT_TRUE(harness::switch_start(&stopped));
+    ASSERT_EQ(kill(stopped.pid, SIGSTOP), 0);
+    expect_connect_falls_back(stopped.addr);
+    kill(stopped.pid, SIGCONT);
+    harness::switch_stop(&stopped);
 }
 
 /*

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstddef>
 #include <cstring>
 #include <set>
 #include <string>
@@ -112,6 +113,24 @@ TEST(Wire, RejectsEachKindOfDamage)
     inc_wire_hdr_init(&j, WIRE_MSG_POST, 1);
     j.epoch = 1;
     EXPECT_EQ(check(j, 8), INCMOE_ERR_PROTOCOL);
+}
+
+/* Version 2 put the job's timeout into JOIN_ACK: a version-1 peer's header, or its shorter
+   JOIN_ACK, is refused rather than misread. */
+TEST(Wire, JoinAckCarriesTheJobTimeout)
+{
+    EXPECT_EQ(INCMOE_WIRE_VERSION, 2);
+    EXPECT_EQ(sizeof(inc_wire_join_ack), 24u);
+    EXPECT_EQ(offsetof(inc_wire_join_ack, timeout_ms), 16u);
+    inc_wire_hdr a;
+    inc_wire_hdr_init(&a, WIRE_MSG_JOIN_ACK, 1);
+    EXPECT_EQ(check(a, sizeof(inc_wire_join_ack)), INCMOE_OK);
+    std::string why;
+    EXPECT_EQ(check(a, 16, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("truncated"), std::string::npos);
+    a.version = 1;
+    EXPECT_EQ(check(a, sizeof(inc_wire_join_ack), &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("version"), std::string::npos);
 }
 
 TEST(Wire, AllGatherDataNeedsNoDatatype)

@@ -184,6 +184,7 @@ static void on_rank_end(job_t *j, int r, int status, inc_launch_result_t *res)
     j->pids[r] = -1;
     j->running--;
     j->ranks[r].status = status;
+    j->ranks[r].ended_s = inc_now_s();
     if (j->ranks[r].stopped || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
         return;
     if (WIFSIGNALED(status) && p->prog != NULL)
@@ -255,7 +256,7 @@ int inc_launch_ranks(const inc_launch_params_t *p, inc_launch_switch_t *sw,
     j.ranks = ranks;
     for (int r = 0; r < p->nranks; r++) {
         j.pids[r] = -1;
-        ranks[r] = (inc_launch_rank_t){.status = -1, .stopped = 0};
+        ranks[r] = (inc_launch_rank_t){.status = -1, .stopped = 0, .ended_s = 0};
     }
     if (fork_ranks(&j, res) != 0)
         stop_running(&j);

@@ -58,6 +58,7 @@ typedef struct {
 typedef struct {
     int status;  /* wait status; -1: never started (fork failed) */
     int stopped; /* the launcher signalled it: deadline, fork failure or another rank's failure */
+    double ended_s; /* inc_now_s() when it was reaped, a few ms after it ended; 0: never */
 } inc_launch_rank_t;
 
 typedef struct {

@@ -168,8 +168,20 @@ typedef struct {
     const void *secret; /* shared secret the switch checks (optional) */
     size_t secret_len;  /* at most INCMOE_MAX_SECRET bytes */
     incmoe_algo_t algo; /* default INCMOE_ALGO_INC */
-    int timeout_ms;     /* dead-peer bound, 1..86400000; 0: INCMOE_TIMEOUT_MS or 10000 */
+    int timeout_ms;     /* 1..86400000 (0: INCMOE_TIMEOUT_MS or 10000): bound on
+                           joining; the liveness timeout asked of the switch (below) */
 } incmoe_comm_params_t;
+
+/*
+ * Timeouts.  timeout_ms (default INCMOE_TIMEOUT_MS, else 10000) bounds
+ * incmoe_comm_create's wait for the job to form.  Once joined, the switch owns
+ * the job's liveness timeout: its --timeout-ms (default 10 s) is the floor, a
+ * rank may ask for a longer one with timeout_ms, and the job uses the largest
+ * any rank asked; a shorter ask gets the switch's.  Every rank then heartbeats
+ * and gives up on a silent switch (INCMOE_ERR_PEER_FAILED) by that timeout,
+ * and uses it for the bounded waits of incmoe_comm_destroy.  A dead or silent
+ * rank fails its peers' collectives within about that timeout.
+ */
 
 #define INCMOE_MAX_RANKS  256
 #define INCMOE_MAX_SECRET 64
@@ -177,23 +189,25 @@ typedef struct {
 typedef struct incmoe_comm incmoe_comm_t;
 typedef struct incmoe_mr incmoe_mr_t;
 
-/* Connect to the switch and wait (at most timeout_ms) until all ranks joined.
-   INCMOE_ERR_INVALID_ARG, logged naming what, for a parameter, an INCMOE_*
-   number setting or a key (INCMOE_AUTH_KEY, INCMOE_AUTH_KEY_FILE's first
-   line: 1..INCMOE_MAX_SECRET bytes) out of its range. */
+/*
+ * Connect to the switch and wait (at most timeout_ms) until all ranks joined.
+ * A switch that is down fails it with INCMOE_ERR_UNREACHABLE, one that does
+ * not answer (stopped, or ranks missing) with INCMOE_ERR_TIMEOUT.
+ */
 incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p);
 /*
  * Leaves the job and frees the communicator.  No other thread may be inside,
  * or enter, a call on comm once destroy has started.
  *
- * First it waits, at most timeout_ms, until every collective this rank posted
- * has completed (or the communicator failed); with INCMOE_ALGO_RING it then
+ * First it waits, at most the job's timeout, until every collective this rank
+ * posted has completed (or the communicator failed); with INCMOE_ALGO_RING it then
  * runs a barrier, bounded the same way, so no neighbour still needs this
  * rank's data.  Destroy therefore returns within about two timeouts plus a
  * few seconds of closing, whatever the peers do.  Then:
  *   - all completed: the rank leaves in order; returns INCMOE_OK.
  *   - the communicator had failed: returns that error (the switch has already
- *     failed the job on the other ranks).
+ *     failed the job on the other ranks), at once: its closing waits are then
+ *     a fraction of a second.
  *   - collectives still in flight: they are abandoned.  The switch is told,
  *     and ends the job: every other rank's collectives of this job, posted or
  *     later, fail with INCMOE_ERR_PEER_FAILED and a reason naming this rank

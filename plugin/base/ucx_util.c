@@ -188,14 +188,26 @@ ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request
     return st;
 }
 
+/* Close ep with the given flags and progress until UCX is done with it, at most timeout_ms. */
+static ucs_status_t ep_close_wait(inc_ucx_node_t *node, ucp_ep_h ep, unsigned flags, int timeout_ms)
+{
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = flags};
+    return inc_ucx_request_wait(node, ucp_ep_close_nbx(ep, &param), timeout_ms);
+}
+
 void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms)
 {
-    ucp_request_param_t param = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
-    };
-    ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
-    ucs_status_t st = inc_ucx_request_wait(node, req, timeout_ms);
+    ucs_status_t st = UCS_ERR_CANCELED;
+    if (!force) {
+        ucp_request_param_t param = {.op_attr_mask = 0};
+        st = inc_ucx_request_wait(node, ucp_ep_flush_nbx(ep, &param), timeout_ms);
+        if (st != UCS_OK)
+            log_debug("ucx", "endpoint flush: %s; closing it by force", ucs_status_string(st));
+    }
+    if (st == UCS_OK) /* nothing queued any more: a graceful close tells the peer */
+        st = ep_close_wait(node, ep, 0, timeout_ms);
+    else /* fails what is still queued, so no request outlives the endpoint */
+        st = ep_close_wait(node, ep, UCP_EP_CLOSE_FLAG_FORCE, timeout_ms);
     if (st != UCS_OK)
         log_debug("ucx", "endpoint close: %s", ucs_status_string(st));
 }

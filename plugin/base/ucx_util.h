@@ -35,7 +35,12 @@ int inc_ucx_node_wait(inc_ucx_node_t *node, int extra_fd, int timeout_ms);
 /* Drive a request to completion (bounded by timeout_ms); frees it. */
 ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request, int timeout_ms);
 
-/* Close an endpoint: flush when graceful, else force; bounded by timeout_ms. */
+/*
+ * Close an endpoint so that no request is left queued on it (UCX's worker
+ * destroy aborts on one).  Graceful: flush, then close, each bounded by
+ * timeout_ms; a flush that fails or cannot finish (a stopped peer) turns it
+ * into a forced close, which fails what is still queued.  force: no flush.
+ */
 void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms);
 
 #endif

@@ -10,11 +10,18 @@
  *   JOIN       payload: struct inc_wire_join + secret bytes + the address
  *              where ring neighbours reach this rank ("HOST:PORT", or empty).
  *   JOIN_ACK   switch -> every rank once all N joined.  payload: struct
- *              inc_wire_join_ack + N address records (length-prefixed).
+ *              inc_wire_join_ack (the job's liveness timeout among its
+ *              fields) + N address records (length-prefixed).
  *   ERROR      either direction.  status in hdr.status, the failing rank in
  *              hdr.rank, payload: a NUL-terminated human-readable reason.
  *              After an ERROR from the switch the job is gone.
  *   HEARTBEAT  either direction, no payload; any message proves liveness.
+ *              Both ends send one after a quarter of the job's timeout
+ *              without other traffic, and give a peer up after a whole
+ *              timeout of silence.  The switch owns the timeout: its own
+ *              --timeout-ms is the floor, a rank may ask a longer one in
+ *              JOIN, the job takes the largest asked, and JOIN_ACK announces
+ *              it to every rank.
  *   LEAVE      client -> switch: orderly goodbye, the rank owes nothing more.
  *
  * Collectives (hdr.stream, hdr.epoch name one collective of a job):
@@ -76,9 +83,9 @@
 
 #define INCMOE_AM_ID         7
 #define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION  1
-#define INCMOE_WIRE_MAX_ADDR 4096 /* bytes of one rank address in JOIN */
-#define INCMOE_WIRE_MAX_TEXT 256  /* bytes of an ERROR reason */
+#define INCMOE_WIRE_VERSION  2           /* 2: JOIN_ACK carries the job's timeout */
+#define INCMOE_WIRE_MAX_ADDR 4096        /* bytes of one rank address in JOIN */
+#define INCMOE_WIRE_MAX_TEXT 256         /* bytes of an ERROR reason */
 
 typedef enum {
     WIRE_MSG_JOIN = 1,
@@ -121,7 +128,7 @@ struct inc_wire_join {
     uint32_t nranks;
     uint32_t secret_len;
     uint32_t addr_len;
-    uint32_t timeout_ms; /* the rank's dead-peer bound; the switch uses the job's smallest */
+    uint32_t timeout_ms; /* the liveness timeout this rank asks for; 0: the switch's */
 };
 
 /* Payload of JOIN_ACK: fixed part, then nranks x (uint32 length, address bytes). */
@@ -129,6 +136,8 @@ struct inc_wire_join_ack {
     uint32_t nranks;
     uint32_t credits;    /* per rank and data stream */
     uint64_t chunk_size; /* bytes of one DATA chunk */
+    uint32_t timeout_ms; /* the job's liveness timeout (see HEARTBEAT) */
+    uint32_t reserved;   /* 0 */
 };
 
 /* Fill the constant fields. */

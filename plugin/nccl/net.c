@@ -233,25 +233,40 @@ static void slot_cancel(net_slot_t *s)
     }
 }
 
-/* Bounded: a graceful flush, or a forced close when the peer is gone. */
+/* Progress until r is done, at most net.timeout_ms; frees r (UCX releases it when it ends). */
+static ucs_status_t net_request_wait(ucs_status_ptr_t r)
+{
+    if (r == NULL || UCS_PTR_IS_ERR(r))
+        return UCS_PTR_STATUS(r);
+    double deadline = inc_now_s() + net.timeout_ms / 1000.0;
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS && inc_now_s() < deadline) {
+        if (ucp_worker_progress(net.worker) == 0)
+            usleep(100);
+    }
+    ucp_request_free(r);
+    return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
+}
+
+/*
+ * Bounded: a graceful flush and close, or a forced close when the peer is gone
+ * or the flush cannot finish (a stopped peer).  Forcing fails what is still
+ * queued on the endpoint: UCX's worker destroy aborts on a request left there.
+ */
 static void net_ep_close(ucp_ep_h ep, int force)
 {
     if (ep == NULL)
         return;
+    ucs_status_t st = UCS_ERR_CANCELED;
+    if (!force) {
+        ucp_request_param_t fp = {.op_attr_mask = 0};
+        st = net_request_wait(ucp_ep_flush_nbx(ep, &fp));
+    }
     ucp_request_param_t prm = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+        .flags = st == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE,
     };
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &prm);
-    if (r == NULL || UCS_PTR_IS_ERR(r))
-        return;
-    double deadline = inc_now_s() + net.timeout_ms / 1000.0;
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && inc_now_s() < deadline) {
-        if (ucp_worker_progress(net.worker) == 0)
-            usleep(100);
-    }
-    /* Released by UCX when it completes, even if it has not yet. */
-    ucp_request_free(r);
+    net_request_wait(ucp_ep_close_nbx(ep, &prm));
 }
 
 static ncclResult_t ucs_result(ucs_status_t st)
