@@ -16,17 +16,16 @@
  * reason sent to every rank, never the switch: other jobs carry on.
  */
 #include "engine.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/reduce.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SUBSYS "switch"
-
-/* Collectives a stream may have open at once (bounds the switch's bookkeeping). */
-#define JOB_MAX_OPEN_EPOCHS 4096
 
 static void item_try_forward(engine_t *eng, item_t *it);
 
@@ -146,6 +145,7 @@ static coll_t *coll_new(engine_t *eng, job_t *job, conn_t *conn, int stream, uin
     }
     c->stream = stream;
     c->epoch = epoch;
+    c->opened = inc_now_s();
     /* Keep the list in epoch order: retirement walks it from the front. */
     coll_t **pp = &job->colls[stream];
     while (*pp != NULL && (*pp)->epoch < epoch)
@@ -162,12 +162,12 @@ static coll_t *coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uin
     for (coll_t *c = job->colls[stream]; c != NULL; c = c->next)
         if (c->epoch == epoch)
             return c;
-    if (epoch <= job->retired[stream] || epoch > job->retired[stream] + JOB_MAX_OPEN_EPOCHS) {
+    if (epoch <= job->retired[stream] || epoch > job->retired[stream] + INCMOE_WIRE_OPEN_EPOCHS) {
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
                 "rank %d sent %s epoch %llu; open epochs are %llu..%llu", conn->rank,
                 inc_wire_stream_name(stream), (unsigned long long)epoch,
                 (unsigned long long)job->retired[stream] + 1,
-                (unsigned long long)job->retired[stream] + JOB_MAX_OPEN_EPOCHS);
+                (unsigned long long)job->retired[stream] + INCMOE_WIRE_OPEN_EPOCHS);
         return NULL;
     }
     if (!job_all_present(eng, job, stream, epoch))
@@ -785,9 +785,66 @@ static void on_wake(void *engine)
     }
 }
 
+/* A collective some ranks posted that a live rank has not posted within the progress
+   timeout: the job fails, naming (up to 8 of) the ranks it waits for.  1 if it failed. */
+static int coll_check_progress(engine_t *eng, job_t *job, const coll_t *c, double now)
+{
+    const double bound_s = eng->set->progress_timeout_ms / 1000.0;
+    if (c->nposted == job->nranks || now - c->opened <= bound_s)
+        return 0;
+    char ranks[96] = "";
+    size_t len = 0;
+    int missing = 0, first = -1;
+    for (int r = 0; r < job->nranks; r++) {
+        if (c->posted[r])
+            continue;
+        if (first < 0)
+            first = r;
+        if (missing < 8)
+            len +=
+                (size_t)snprintf(ranks + len, sizeof(ranks) - len, "%s%d", missing ? ", " : "", r);
+        missing++;
+    }
+    if (missing > 8)
+        snprintf(ranks + len, sizeof(ranks) - len, " and %d more", missing - 8);
+    job_fail(&eng->members, job, INCMOE_ERR_TIMEOUT, first,
+             "%s epoch %llu: rank%s %s did not post within %.1f s", inc_wire_stream_name(c->stream),
+             (unsigned long long)c->epoch, missing > 1 ? "s" : "", ranks, bound_s);
+    return 1;
+}
+
+/* A job's open collectives against the progress timeout; a failure ends the walk (the
+   job's collectives are gone). */
+static void job_check_progress(engine_t *eng, job_t *job, double now)
+{
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
+        for (const coll_t *c = job->colls[s]; c != NULL; c = c->next)
+            if (coll_check_progress(eng, job, c, now))
+                return;
+}
+
+/* The progress timeout, checked a few times a second over every active job. */
+static void check_progress(engine_t *eng)
+{
+    if (eng->set->progress_timeout_ms <= 0)
+        return;
+    double now = inc_now_s();
+    if (now - eng->progress_checked < 0.1)
+        return;
+    eng->progress_checked = now;
+    job_t *next;
+    for (job_t *job = eng->members.jobs; job != NULL; job = next) {
+        next = job->next; /* a failed job moves to the orphans */
+        if (job->state == JOB_ACTIVE)
+            job_check_progress(eng, job, now);
+    }
+}
+
 static void on_tick(void *engine, conn_t *conns)
 {
-    member_tick(&((engine_t *)engine)->members, conns);
+    engine_t *eng = engine;
+    member_tick(&eng->members, conns);
+    check_progress(eng);
 }
 
 static int wake_fd(void *engine)

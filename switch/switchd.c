@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +51,9 @@ static void usage(FILE *out)
             "  --chunk-size BYTES     bytes of one data chunk (default INCMOE_CHUNK_SIZE, 256K)\n"
             "  --credits N            chunks a rank may have in flight per stream (default 32)\n"
             "  --timeout-ms MS        dead-rank bound when ranks ask none (default 10000)\n"
+            "  --progress-timeout-ms MS  a collective some ranks posted fails the job if a\n"
+            "                         live rank has not posted it within MS (default 600000;\n"
+            "                         0: wait for ever)\n"
             "  --rndv-thresh BYTES    send payloads from this size rendezvous (default\n"
             "                         INCMOE_RNDV_THRESH; 0: always eager, best on TCP)\n"
             "  --egress-chunks N      chunks in flight toward one rank (default 2); results\n"
@@ -82,6 +86,7 @@ static void settings_defaults(switch_settings_t *set, args_t *a)
     set->chunk_size = (uint64_t)inc_config_get_int("INCMOE_CHUNK_SIZE");
     set->credits = (uint32_t)inc_config_get_int("INCMOE_CREDITS");
     set->timeout_ms = (int)inc_config_get_int("INCMOE_TIMEOUT_MS");
+    set->progress_timeout_ms = 600000; /* PyTorch's collective watchdog waits as long */
     set->rndv_thresh = (size_t)inc_config_get_int("INCMOE_RNDV_THRESH");
     if (set->rndv_thresh == 0)
         set->rndv_thresh = SIZE_MAX;
@@ -132,6 +137,13 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
             return 2;
         set->timeout_ms = (int)v;
         return -1;
+    case 'P':
+        if (parse_size_arg("--progress-timeout-ms", optarg, 0, &v) || v > INT_MAX) {
+            fprintf(stderr, "incmoe-switchd: --progress-timeout-ms takes 0..%d\n", INT_MAX);
+            return 2;
+        }
+        set->progress_timeout_ms = (int)v;
+        return -1;
     case 'R':
         if (parse_size_arg("--rndv-thresh", optarg, 0, &v))
             return 2;
@@ -173,6 +185,7 @@ static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
         {"chunk-size", required_argument, NULL, 'c'},
         {"credits", required_argument, NULL, 'r'},
         {"timeout-ms", required_argument, NULL, 'T'},
+        {"progress-timeout-ms", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'L'},
         {"egress-chunks", required_argument, NULL, 'E'},
         {"rndv-thresh", required_argument, NULL, 'R'},
