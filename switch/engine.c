@@ -474,6 +474,7 @@ static void on_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wi
     c->nposted++;
     if (c->nposted < job->nranks)
         return;
+    job->all_posted_at[c->stream] = inc_now_s();
     if (c->stream == INCMOE_STREAM_BARRIER) {
         barrier_complete(eng, job, c);
         return;
@@ -785,13 +786,25 @@ static void on_wake(void *engine)
     }
 }
 
-/* A collective some ranks posted that a live rank has not posted within the progress
-   timeout: the job fails, naming (up to 8 of) the ranks it waits for.  1 if it failed. */
-static int coll_check_progress(engine_t *eng, job_t *job, const coll_t *c, double now)
+/*
+ * The progress timeout.  Every rank posts a stream in epoch order, so the
+ * stream's oldest collective still missing a POST is the one its laggards
+ * owe, and they owe it only since it was opened and the collective before it
+ * had every POST (a rank may post far ahead of the others; the others are
+ * not late for what they could not yet reach).  Past the bound, the job
+ * fails naming (up to 8 of) the ranks that did not post.
+ */
+static void stream_check_progress(engine_t *eng, job_t *job, int stream, double now)
 {
+    const coll_t *c = job->colls[stream];
+    while (c != NULL && c->nposted == job->nranks)
+        c = c->next;
+    if (c == NULL)
+        return;
     const double bound_s = eng->set->progress_timeout_ms / 1000.0;
-    if (c->nposted == job->nranks || now - c->opened <= bound_s)
-        return 0;
+    double since = c->opened > job->all_posted_at[stream] ? c->opened : job->all_posted_at[stream];
+    if (now - since <= bound_s)
+        return;
     char ranks[96] = "";
     size_t len = 0;
     int missing = 0, first = -1;
@@ -808,22 +821,11 @@ static int coll_check_progress(engine_t *eng, job_t *job, const coll_t *c, doubl
     if (missing > 8)
         snprintf(ranks + len, sizeof(ranks) - len, " and %d more", missing - 8);
     job_fail(&eng->members, job, INCMOE_ERR_TIMEOUT, first,
-             "%s epoch %llu: rank%s %s did not post within %.1f s", inc_wire_stream_name(c->stream),
+             "%s epoch %llu: rank%s %s did not post within %.1f s", inc_wire_stream_name(stream),
              (unsigned long long)c->epoch, missing > 1 ? "s" : "", ranks, bound_s);
-    return 1;
 }
 
-/* A job's open collectives against the progress timeout; a failure ends the walk (the
-   job's collectives are gone). */
-static void job_check_progress(engine_t *eng, job_t *job, double now)
-{
-    for (int s = 0; s < INC_STREAM_COUNT; s++)
-        for (const coll_t *c = job->colls[s]; c != NULL; c = c->next)
-            if (coll_check_progress(eng, job, c, now))
-                return;
-}
-
-/* The progress timeout, checked a few times a second over every active job. */
+/* The progress timeout, checked a few times a second over every active job's streams. */
 static void check_progress(engine_t *eng)
 {
     if (eng->set->progress_timeout_ms <= 0)
@@ -835,8 +837,8 @@ static void check_progress(engine_t *eng)
     job_t *next;
     for (job_t *job = eng->members.jobs; job != NULL; job = next) {
         next = job->next; /* a failed job moves to the orphans */
-        if (job->state == JOB_ACTIVE)
-            job_check_progress(eng, job, now);
+        for (int s = 0; s < INC_STREAM_COUNT && job->state == JOB_ACTIVE; s++)
+            stream_check_progress(eng, job, s, now);
     }
 }
 

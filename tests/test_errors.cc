@@ -663,6 +663,50 @@ TEST(ProgressTimeout, RankThatNeverPostsFailsTheJobNamingIt)
     harness::switch_stop(&sw);
 }
 
+/*
+ * Rank 0 posts four barriers at once; rank 1 posts each a while after the previous one
+ * completed.  Rank 1 is never late for what it could reach, though the last barrier
+ * waits for it longer than the progress timeout: the job must not fail.
+ */
+TEST(ProgressTimeout, PostingAheadDoesNotMakeTheOthersLate)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--progress-timeout-ms", "3000"}));
+    const int n = 2, count = 4;
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(sw.addr, job, rank, n, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            incmoe_req_t req[count];
+            for (int k = 0; k < count && st == INCMOE_OK; k++) {
+                if (rank == 1) {
+                    usleep(1200 * 1000);
+                    st = incmoe_barrier(comm, &req[k]);
+                    if (st == INCMOE_OK)
+                        st = incmoe_wait(comm, &req[k]);
+                } else {
+                    st = incmoe_barrier(comm, &req[k]);
+                }
+            }
+            for (int k = 0; k < count && st == INCMOE_OK && rank == 0; k++)
+                st = incmoe_wait(comm, &req[k]);
+            std::string text = comm_text(comm);
+            incmoe_status_t dst = incmoe_comm_destroy(comm);
+            if (st != INCMOE_OK)
+                return "got " + status_text(st) + " (" + text + ")";
+            if (dst != INCMOE_OK)
+                return "destroy: " + status_text(dst);
+            return "";
+        },
+        60);
+    EXPECT_EQ(harness::failures(res), "");
+    harness::switch_stop(&sw);
+}
+
 TEST_F(Errors, DeadSwitchFailsEveryRank)
 {
     harness::SwitchProc doomed;
