@@ -3,8 +3,8 @@
  * a collective against the registered regions, describe it (per-rank byte
  * counts, signature), fix its epoch and queue it for the proxy, first
  * waiting while the stream has a whole window in flight; and the completion
- * side (test, wait, the streams' counters).  A collective this
- * rank rejects still fails the job, or the other ranks would wait for it.
+ * side (test, wait, the streams' counters).  A collective this rank rejects
+ * still fails the job, or the other ranks would wait for it.
  */
 #include "client.h"
 #include "post.h"
