@@ -25,7 +25,10 @@
 #include "base/log.h"
 #include "base/clock.h"
 
-#define FIFO_REQ_RING 1024  /* collectives of one stream posted and not yet completed */
+/* Collectives of one stream posted and not yet completed: the communicator's window.  The
+   proxy waits for room on the FIFO's own completion counters (which an error also wakes),
+   so when it is the stream's only poster a post never waits inside the communicator. */
+#define FIFO_REQ_RING INCMOE_STREAM_WINDOW
 #define FIFO_IDLE_US  10000 /* default bound on an idle proxy's sleep */
 
 /* The shared block: what producers touch, in memory from the allocator hook. */

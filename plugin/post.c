@@ -1,14 +1,17 @@
 /*
  * post.c - the posting API on the caller's threads: check every argument of
  * a collective against the registered regions, describe it (per-rank byte
- * counts, signature), fix its epoch and queue it for the proxy; and the
- * completion side (test, wait, the streams' counters).  A collective this
- * rank rejects still fails the job, or the other ranks would wait for it.
+ * counts, signature), fix its epoch and queue it for the proxy, first
+ * waiting while the stream has a whole window in flight; and the completion
+ * side (test, wait, the streams' counters).  A collective this rank rejects
+ * still fails the job, or the other ranks would wait for it.
  */
 #include "client.h"
+#include "post.h"
 #include "base/clock.h"
 #include "base/log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +33,47 @@ static int range_ok(const struct incmoe_mr *mr, size_t offset, size_t length)
     return offset <= mr->length && length <= mr->length - offset;
 }
 
+/* Collectives of the stream posted and not yet completed, under comm->lock. */
+static uint64_t stream_in_flight(const client_stream_t *s)
+{
+    return s->posted - atomic_load_explicit(&s->completed, memory_order_acquire);
+}
+
+unsigned client_stream_room(incmoe_comm_t *comm, incmoe_stream_t stream)
+{
+    if (comm == NULL || (unsigned)stream >= INC_STREAM_COUNT)
+        return 0;
+    pthread_mutex_lock(&comm->lock);
+    uint64_t n = stream_in_flight(&comm->streams[stream]);
+    pthread_mutex_unlock(&comm->lock);
+    return n >= INCMOE_STREAM_WINDOW ? 0 : (unsigned)(INCMOE_STREAM_WINDOW - n);
+}
+
+/*
+ * Under comm->lock: wait until the stream has room for one more collective
+ * (the switch keeps only a window of epochs open), at most timeout_ms.  The
+ * proxy broadcasts comm->cond on every retirement and error.
+ */
+static incmoe_status_t wait_for_room_locked(incmoe_comm_t *comm, const client_stream_t *s)
+{
+    struct timespec until = inc_realtime_after_ms(comm->timeout_ms);
+    for (;;) {
+        incmoe_status_t err = (incmoe_status_t)atomic_load(&comm->error);
+        if (err != INCMOE_OK)
+            return err;
+        if (stream_in_flight(s) < INCMOE_STREAM_WINDOW)
+            return INCMOE_OK;
+        if (pthread_cond_timedwait(&comm->cond, &comm->lock, &until) == ETIMEDOUT &&
+            stream_in_flight(s) >= INCMOE_STREAM_WINDOW && atomic_load(&comm->error) == 0)
+            return INCMOE_ERR_TIMEOUT;
+    }
+}
+
 /* Queue a collective for the proxy; the epoch is fixed here, under the lock. */
 static incmoe_status_t submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *req_p)
 {
     pthread_mutex_lock(&comm->lock);
-    incmoe_status_t err = (incmoe_status_t)atomic_load(&comm->error);
+    incmoe_status_t err = wait_for_room_locked(comm, &comm->streams[op->stream]);
     if (err != INCMOE_OK) {
         client_mr_release_locked(op);
         pthread_mutex_unlock(&comm->lock);

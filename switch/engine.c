@@ -16,17 +16,16 @@
  * reason sent to every rank, never the switch: other jobs carry on.
  */
 #include "engine.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/reduce.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SUBSYS "switch"
-
-/* Collectives a stream may have open at once (bounds the switch's bookkeeping). */
-#define JOB_MAX_OPEN_EPOCHS 4096
 
 static void item_try_forward(engine_t *eng, item_t *it);
 
@@ -146,6 +145,7 @@ static coll_t *coll_new(engine_t *eng, job_t *job, conn_t *conn, int stream, uin
     }
     c->stream = stream;
     c->epoch = epoch;
+    c->opened = inc_now_s();
     /* Keep the list in epoch order: retirement walks it from the front. */
     coll_t **pp = &job->colls[stream];
     while (*pp != NULL && (*pp)->epoch < epoch)
@@ -162,12 +162,12 @@ static coll_t *coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uin
     for (coll_t *c = job->colls[stream]; c != NULL; c = c->next)
         if (c->epoch == epoch)
             return c;
-    if (epoch <= job->retired[stream] || epoch > job->retired[stream] + JOB_MAX_OPEN_EPOCHS) {
+    if (epoch <= job->retired[stream] || epoch > job->retired[stream] + INCMOE_WIRE_OPEN_EPOCHS) {
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
                 "rank %d sent %s epoch %llu; open epochs are %llu..%llu", conn->rank,
                 inc_wire_stream_name(stream), (unsigned long long)epoch,
                 (unsigned long long)job->retired[stream] + 1,
-                (unsigned long long)job->retired[stream] + JOB_MAX_OPEN_EPOCHS);
+                (unsigned long long)job->retired[stream] + INCMOE_WIRE_OPEN_EPOCHS);
         return NULL;
     }
     if (!job_all_present(eng, job, stream, epoch))
@@ -474,6 +474,7 @@ static void on_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wi
     c->nposted++;
     if (c->nposted < job->nranks)
         return;
+    job->all_posted_at[c->stream] = inc_now_s();
     if (c->stream == INCMOE_STREAM_BARRIER) {
         barrier_complete(eng, job, c);
         return;
@@ -785,9 +786,67 @@ static void on_wake(void *engine)
     }
 }
 
+/*
+ * The progress timeout.  Every rank posts a stream in epoch order, so the
+ * stream's oldest collective still missing a POST is the one its laggards
+ * owe, and they owe it only since it was opened and the collective before it
+ * had every POST (a rank may post far ahead of the others; the others are
+ * not late for what they could not yet reach).  Past the bound, the job
+ * fails naming (up to 8 of) the ranks that did not post.
+ */
+static void stream_check_progress(engine_t *eng, job_t *job, int stream, double now)
+{
+    const coll_t *c = job->colls[stream];
+    while (c != NULL && c->nposted == job->nranks)
+        c = c->next;
+    if (c == NULL)
+        return;
+    const double bound_s = eng->set->progress_timeout_ms / 1000.0;
+    double since = c->opened > job->all_posted_at[stream] ? c->opened : job->all_posted_at[stream];
+    if (now - since <= bound_s)
+        return;
+    char ranks[96] = "";
+    size_t len = 0;
+    int missing = 0, first = -1;
+    for (int r = 0; r < job->nranks; r++) {
+        if (c->posted[r])
+            continue;
+        if (first < 0)
+            first = r;
+        if (missing < 8)
+            len +=
+                (size_t)snprintf(ranks + len, sizeof(ranks) - len, "%s%d", missing ? ", " : "", r);
+        missing++;
+    }
+    if (missing > 8)
+        snprintf(ranks + len, sizeof(ranks) - len, " and %d more", missing - 8);
+    job_fail(&eng->members, job, INCMOE_ERR_TIMEOUT, first,
+             "%s epoch %llu: rank%s %s did not post within %.1f s", inc_wire_stream_name(stream),
+             (unsigned long long)c->epoch, missing > 1 ? "s" : "", ranks, bound_s);
+}
+
+/* The progress timeout, checked a few times a second over every active job's streams. */
+static void check_progress(engine_t *eng)
+{
+    if (eng->set->progress_timeout_ms <= 0)
+        return;
+    double now = inc_now_s();
+    if (now - eng->progress_checked < 0.1)
+        return;
+    eng->progress_checked = now;
+    job_t *next;
+    for (job_t *job = eng->members.jobs; job != NULL; job = next) {
+        next = job->next; /* a failed job moves to the orphans */
+        for (int s = 0; s < INC_STREAM_COUNT && job->state == JOB_ACTIVE; s++)
+            stream_check_progress(eng, job, s, now);
+    }
+}
+
 static void on_tick(void *engine, conn_t *conns)
 {
-    member_tick(&((engine_t *)engine)->members, conns);
+    engine_t *eng = engine;
+    member_tick(&eng->members, conns);
+    check_progress(eng);
 }
 
 static int wake_fd(void *engine)

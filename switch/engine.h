@@ -45,7 +45,8 @@ typedef struct coll {
     int armed;          /* everyone posted: results may flow */
     uint64_t remaining; /* bytes still to forward once armed */
     int done;
-    int holds; /* code still walking it: forwards may complete inline */
+    int holds;     /* code still walking it: forwards may complete inline */
+    double opened; /* when the first rank's POST or DATA opened it (progress timeout) */
     item_t *items;
 } coll_t;
 
@@ -55,6 +56,7 @@ typedef struct engine {
     switch_tx_t tx;
     membership_t members;
     reduce_pool_t pool;
+    double progress_checked; /* when the progress timeout was last checked */
 } engine_t;
 
 /* Ready the engine and start its set->nthreads - 1 reduction threads; -1 (said on stderr)

@@ -31,7 +31,8 @@ typedef struct job {
     /* The engine's collective state. */
     uint32_t (*inflight)[INC_STREAM_COUNT]; /* [nranks][stream] DATA held */
     struct coll *colls[INC_STREAM_COUNT];
-    uint64_t retired[INC_STREAM_COUNT]; /* every epoch <= this is finished */
+    uint64_t retired[INC_STREAM_COUNT];     /* every epoch <= this is finished */
+    double all_posted_at[INC_STREAM_COUNT]; /* when a collective last got its N-th POST */
 } job_t;
 
 typedef struct membership {

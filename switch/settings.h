@@ -16,6 +16,7 @@ typedef struct {
     uint32_t credits;
     size_t max_memory;
     int timeout_ms;
+    int progress_timeout_ms; /* a posted collective's laggards fail the job after this; 0: never */
     char secret[INCMOE_MAX_SECRET];
     size_t secret_len;
     int have_secret;

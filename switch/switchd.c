@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +57,9 @@ static void usage(FILE *out)
             "  --timeout-ms MS        floor of every job's liveness timeout, 1..86400000\n"
             "                         (default INCMOE_TIMEOUT_MS, 10000); ranks may ask a\n"
             "                         longer one, never a shorter\n"
+            "  --progress-timeout-ms MS  a collective some ranks posted fails the job if a\n"
+            "                         live rank has not posted it within MS, 0..86400000\n"
+            "                         (default 600000; 0: wait for ever)\n"
             "  --rndv-thresh BYTES    send payloads from this size rendezvous, 0..1T (default\n"
             "                         INCMOE_RNDV_THRESH; 0: always eager, best on TCP)\n"
             "  --egress-chunks N      chunks in flight toward one rank, 1..1024 (default 2);\n"
@@ -86,6 +90,7 @@ static int settings_defaults(switch_settings_t *set, args_t *a)
     set->chunk_size = (uint64_t)chunk;
     set->credits = (uint32_t)credits;
     set->timeout_ms = (int)timeout;
+    set->progress_timeout_ms = 600000; /* PyTorch's collective watchdog waits as long */
     set->rndv_thresh = rndv == 0 ? SIZE_MAX : (size_t)rndv;
     set->max_memory = (size_t)4 << 30;
     set->nthreads = 1;
@@ -128,6 +133,11 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
         if (inc_parse_arg(PROG, "--timeout-ms", optarg, 1, INC_TIMEOUT_MS_MAX, 0, &v))
             return 2;
         set->timeout_ms = (int)v;
+        return -1;
+    case 'P':
+        if (inc_parse_arg(PROG, "--progress-timeout-ms", optarg, 0, INC_TIMEOUT_MS_MAX, 0, &v))
+            return 2;
+        set->progress_timeout_ms = (int)v;
         return -1;
     case 'R':
         if (inc_parse_arg(PROG, "--rndv-thresh", optarg, 0, 1ll << 40, 1, &v))
@@ -179,6 +189,7 @@ static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
         {"chunk-size", required_argument, NULL, 'c'},
         {"credits", required_argument, NULL, 'r'},
         {"timeout-ms", required_argument, NULL, 'T'},
+        {"progress-timeout-ms", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'L'},
         {"egress-chunks", required_argument, NULL, 'E'},
         {"rndv-thresh", required_argument, NULL, 'R'},

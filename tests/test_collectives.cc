@@ -566,6 +566,45 @@ TEST_P(Collectives, ThousandBackToBackCollectives)
 }
 
 /*
+ * More collectives outstanding on one stream than its window, all posted before
+ * any is waited for (legal use): posts past the window wait for the oldest
+ * instead of running past what the switch keeps open, and everything completes.
+ */
+TEST_P(Collectives, MoreOutstandingThanTheWindowAllComplete)
+{
+    run(
+        2,
+        [&](incmoe_comm_t *comm, int me, int n) -> std::string {
+            const int iters = 5000;
+            static_assert(iters > 4 * INCMOE_STREAM_WINDOW, "past the switch's open epochs too");
+            std::vector<int32_t> send(iters), gat((size_t)iters * n, -1);
+            for (int k = 0; k < iters; k++)
+                send[k] = me * 100000 + k;
+            incmoe_mr_t *ms, *mg;
+            CHECK_OK(incmoe_mem_register(comm, send.data(), send.size() * 4, &ms));
+            CHECK_OK(incmoe_mem_register(comm, gat.data(), gat.size() * 4, &mg));
+            std::vector<incmoe_req_t> reqs(iters);
+            incmoe_layout_t l = {4, 0, 4, nullptr};
+            for (int k = 0; k < iters; k++)
+                CHECK_OK(incmoe_allgather(comm, ms, k * 4, mg, (size_t)k * n * 4, &l, &reqs[k]));
+            for (auto &r : reqs)
+                CHECK_OK(incmoe_wait(comm, &r));
+            if (incmoe_stream_completed(comm, INCMOE_STREAM_ALLGATHER) != (uint64_t)iters)
+                return "the stream counter does not match the collectives posted";
+            for (int k = 0; k < iters; k++)
+                for (int b = 0; b < n; b++)
+                    if (gat[(size_t)k * n + b] != b * 100000 + k)
+                        return "allgather " + std::to_string(k) + " block " + std::to_string(b) +
+                               " wrong";
+            char text[256] = "";
+            if (incmoe_comm_error(comm, text, sizeof(text)) != INCMOE_OK)
+                return std::string("the communicator failed: ") + text;
+            return "";
+        },
+        180);
+}
+
+/*
  * Random data, and each run perturbs the ranks' timing differently so the
  * switch sees contributions arrive in different orders: the results must be
  * bitwise the same every time, and equal to the documented order.

@@ -616,6 +616,101 @@ TEST_F(Errors, RingDestroyWithCollectiveInFlightFailsThePeers)
     expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING);
 }
 
+/*
+ * Rank 2 stays alive but never posts the AllGather ranks 0 and 1 posted: after the
+ * switch's progress timeout every rank of the job fails with INCMOE_ERR_TIMEOUT and a
+ * reason naming rank 2 and the collective, and the switch serves a new job.
+ */
+TEST(ProgressTimeout, RankThatNeverPostsFailsTheJobNamingIt)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--progress-timeout-ms", "1500"}));
+    const int n = 3;
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(sw.addr, job, rank, n, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            std::string fail;
+            if (rank < 2) {
+                static char send[64], recv[3 * 64];
+                incmoe_mr_t *ms, *mr;
+                incmoe_mem_register(comm, send, sizeof(send), &ms);
+                incmoe_mem_register(comm, recv, sizeof(recv), &mr);
+                incmoe_layout_t l = {64, 0, 64, nullptr};
+                incmoe_req_t req;
+                st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
+                if (st == INCMOE_OK)
+                    st = incmoe_wait(comm, &req);
+            } else {
+                /* Alive (its proxy answers heartbeats) but posting nothing. */
+                double deadline = inc_now_s() + 60;
+                while ((st = incmoe_comm_error(comm, nullptr, 0)) == INCMOE_OK &&
+                       inc_now_s() < deadline)
+                    usleep(20000);
+            }
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st != INCMOE_ERR_TIMEOUT)
+                return "got " + status_text(st) + " (" + text + ")";
+            if (text.find("rank 2 ") == std::string::npos ||
+                text.find("allgather epoch 1") == std::string::npos)
+                return "reason does not name rank 2 and the collective: " + text;
+            return "";
+        },
+        90);
+    EXPECT_EQ(harness::failures(res), "");
+    expect_switch_serves(sw.addr);
+    harness::switch_stop(&sw);
+}
+
+/*
+ * Rank 0 posts four barriers at once; rank 1 posts each a while after the previous one
+ * completed.  Rank 1 is never late for what it could reach, though the last barrier
+ * waits for it longer than the progress timeout: the job must not fail.
+ */
+TEST(ProgressTimeout, PostingAheadDoesNotMakeTheOthersLate)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--progress-timeout-ms", "3000"}));
+    const int n = 2, count = 4;
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(sw.addr, job, rank, n, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            incmoe_req_t req[count];
+            for (int k = 0; k < count && st == INCMOE_OK; k++) {
+                if (rank == 1) {
+                    usleep(1200 * 1000);
+                    st = incmoe_barrier(comm, &req[k]);
+                    if (st == INCMOE_OK)
+                        st = incmoe_wait(comm, &req[k]);
+                } else {
+                    st = incmoe_barrier(comm, &req[k]);
+                }
+            }
+            for (int k = 0; k < count && st == INCMOE_OK && rank == 0; k++)
+                st = incmoe_wait(comm, &req[k]);
+            std::string text = comm_text(comm);
+            incmoe_status_t dst = incmoe_comm_destroy(comm);
+            if (st != INCMOE_OK)
+                return "got " + status_text(st) + " (" + text + ")";
+            if (dst != INCMOE_OK)
+                return "destroy: " + status_text(dst);
+            return "";
+        },
+        60);
+    EXPECT_EQ(harness::failures(res), "");
+    harness::switch_stop(&sw);
+}
+
 TEST_F(Errors, DeadSwitchFailsEveryRank)
 {
     harness::SwitchProc doomed;

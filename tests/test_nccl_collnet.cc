@@ -690,6 +690,83 @@ TEST_F(NcclCollNetBehaviour, DeadRankFailsTheOthersTest)
     EXPECT_NE(res[2].find("signal 9"), std::string::npos) << res[2];
 }
 
+/*
+ * 5,000 iallgathers posted without testing any: once a stream's window is full the
+ * plugin answers "no request yet" (ncclSuccess, NULL) instead of blocking NCCL's proxy,
+ * and the retries go through as earlier collectives complete.  Rank 1 starts posting
+ * only after rank 0 saw a NULL, so rank 0 is sure to fill its window first.
+ */
+TEST_F(NcclCollNetBehaviour, FullWindowAnswersNoRequestYetAndRetriesComplete)
+{
+    const int n = 2, iters = 5000;
+    const size_t B = 4;
+    Exchange *ex = Exchange::create(n);
+    ASSERT_NE(ex, nullptr);
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            Rank c;
+            TRY(setup(&c, 11, rank, n, ex, 0x5EEDull));
+            std::vector<unsigned char> own(iters * B), recv(iters * n * B, 0xEE);
+            for (size_t j = 0; j < own.size(); j++)
+                own[j] = ag_byte(rank, j);
+            void *smh = nullptr, *rmh = nullptr;
+            REQUIRE(c.pl.coll_reg(c.cc, own.data(), own.size(), NCCL_PTR_HOST, &smh) ==
+                    ncclSuccess);
+            REQUIRE(c.pl.coll_reg(c.cc, recv.data(), recv.size(), NCCL_PTR_HOST, &rmh) ==
+                    ncclSuccess);
+            if (rank == 1)
+                REQUIRE(ex->barrier(1, rank, n, 60), "rank 0 never filled its window");
+            std::vector<void *> reqs(iters, nullptr);
+            long nulls = 0;
+            bool synced = rank == 1;
+            double deadline = inc_now_s() + 120;
+            for (int k = 0; k < iters; k++) {
+                ncclNetSGE_t part = {rmh, recv.data() + (size_t)k * n * B, n * B};
+                for (;;) {
+                    REQUIRE(c.pl.coll_iallgather(c.cc, own.data() + k * B, 1, &part, B, 0, n * B,
+                                                 smh, &reqs[k]) == ncclSuccess,
+                            nccltest::warnings());
+                    if (reqs[k] != nullptr)
+                        break;
+                    nulls++;
+                    if (!synced) {
+                        REQUIRE(ex->barrier(1, rank, n, 60));
+                        synced = true;
+                    }
+                    REQUIRE(inc_now_s() < deadline, "no room after 120 s at " + std::to_string(k));
+                    usleep(100);
+                }
+            }
+            if (!synced) /* never refused: let rank 1 go, then report */
+                ex->barrier(1, rank, n, 60);
+            REQUIRE(rank == 1 || nulls > 0, "5000 posts and never a NULL request");
+            for (int k = 0; k < iters; k++) {
+                int done = 0, size = -1;
+                while (!done) {
+                    REQUIRE(c.pl.coll_test(reqs[k], &done, &size) == ncclSuccess,
+                            nccltest::warnings());
+                    REQUIRE(inc_now_s() < deadline, "request " + std::to_string(k) + " not done");
+                    if (!done)
+                        usleep(100);
+                }
+            }
+            for (int k = 0; k < iters; k++)
+                for (int r = 0; r < n; r++)
+                    for (size_t j = 0; j < B; j++)
+                        REQUIRE(recv[((size_t)k * n + r) * B + j] == ag_byte(r, k * B + j),
+                                "allgather " + std::to_string(k) + " block " + std::to_string(r) +
+                                    " wrong");
+            REQUIRE(c.pl.coll_dereg(c.cc, smh) == ncclSuccess);
+            REQUIRE(c.pl.coll_dereg(c.cc, rmh) == ncclSuccess);
+            REQUIRE(ex->barrier(2, rank, n, 60));
+            return teardown(&c);
+        },
+        240);
+    ex->destroy();
+    EXPECT_EQ(harness::failures(res), "");
+}
+
 /* Connecting to the switch at addr fails with ncclSystemError and a warning, so NCCL falls
    back to the net; the rank's process then ends normally (no abort on teardown). */
 void expect_connect_falls_back(const std::string &addr)

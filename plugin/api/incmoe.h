@@ -20,8 +20,24 @@
  * hold data in that block (valid[r]), so ranks may own different amounts of
  * data, including none.
  *
+ * Window.  A stream holds at most INCMOE_STREAM_WINDOW collectives posted and
+ * not yet completed.  A post beyond that (legal: nothing need be waited on
+ * between posts) first waits, sleeping, until the stream's oldest collective
+ * completes; if that takes longer than the communicator's timeout_ms it
+ * returns INCMOE_ERR_TIMEOUT, nothing was posted and the communicator stays
+ * usable.  A communicator that failed while the post waited returns its error.
+ *
  * Errors are negative incmoe_status_t values; output arguments are written
  * only on success.
+ *
+ * Failures of a job end every rank's collectives with an error and a reason
+ * (incmoe_comm_error) instead of a hang: a rank that dies or falls silent
+ * (INCMOE_ERR_PEER_FAILED), ranks that disagree on a collective
+ * (INCMOE_ERR_MISMATCH), and a collective that some ranks posted and a live
+ * rank did not post within the switch's progress timeout (incmoe-switchd
+ * --progress-timeout-ms, default 600 s, 0 for none): INCMOE_ERR_TIMEOUT on
+ * every rank of the job, the laggard included, with a reason such as
+ * "allgather epoch 7: rank 2 did not post within 600.0 s".
  *
  * Threads.  Communicators are independent of each other (each has its own
  * UCX context and proxy thread), so different communicators may be used from
@@ -185,6 +201,8 @@ typedef struct {
 
 #define INCMOE_MAX_RANKS  256
 #define INCMOE_MAX_SECRET 64
+/* Collectives of one stream a rank may have posted and not yet completed; see "Window". */
+#define INCMOE_STREAM_WINDOW 1024
 
 typedef struct incmoe_comm incmoe_comm_t;
 typedef struct incmoe_mr incmoe_mr_t;

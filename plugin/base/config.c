@@ -19,7 +19,9 @@ const inc_config_entry_t inc_config_table[] = {
     {"INCMOE_AUTH_KEY", NULL, "shared secret presented to the switch (1..64 bytes)", TEXT},
     {"INCMOE_AUTH_KEY_FILE", NULL, "file holding the shared secret (first line, 1..64 bytes)",
      TEXT},
-    {"INCMOE_TIMEOUT_MS", "10000", "bound on noticing a dead rank or switch, and on joining",
+    {"INCMOE_TIMEOUT_MS", "10000",
+     "bound on joining, and the liveness timeout this rank asks of the switch (the job uses the "
+     "largest asked, never below the switch's --timeout-ms)",
      INC_CONFIG_INT, 1, INC_TIMEOUT_MS_MAX},
     {"INCMOE_CHUNK_SIZE", "262144", "switch: bytes of one data chunk (a multiple of 8)",
      INC_CONFIG_SIZE, 64, 1ll << 30},

@@ -66,6 +66,22 @@
  * scheme deadlock-free: the first incomplete chunk always has every
  * contributor able to send it.
  *
+ * Epoch window: a rank has at most INCMOE_STREAM_WINDOW collectives of one
+ * stream posted and not yet completed (the client waits, or with the NCCL
+ * plugin answers "no request yet", before posting more).  The switch keeps a
+ * stream's collectives open from the oldest it has not finished up to
+ * INCMOE_WIRE_OPEN_EPOCHS ahead and fails the job on an epoch beyond that.
+ * A rank posting epoch e has completed e - W, which needed every rank to
+ * post e - W, so each of them had completed e - 2W: the switch sees epochs
+ * at most 2W ahead of the slowest rank's completions, and the other 2W of
+ * its window absorb the sends whose completion it has not yet seen.  (A
+ * collective in which a rank receives nothing completes without the others;
+ * only such a rank can run further ahead.)
+ *
+ * Progress: a collective that some ranks posted and another live rank has not
+ * posted within the switch's --progress-timeout-ms fails the job with
+ * INCMOE_ERR_TIMEOUT and a reason naming the ranks that did not post.
+ *
  * Reductions are done in ascending rank order with fp32 accumulation for
  * 16-bit types, so results are bitwise reproducible whatever order the
  * messages arrive in.  The ReduceScatter root adds its own partial last.
@@ -86,6 +102,8 @@
 #define INCMOE_WIRE_VERSION  2           /* 2: JOIN_ACK carries the job's timeout */
 #define INCMOE_WIRE_MAX_ADDR 4096        /* bytes of one rank address in JOIN */
 #define INCMOE_WIRE_MAX_TEXT 256         /* bytes of an ERROR reason */
+/* Epochs of one stream the switch keeps open per job (see "Epoch window" above). */
+#define INCMOE_WIRE_OPEN_EPOCHS (4 * INCMOE_STREAM_WINDOW)
 
 typedef enum {
     WIRE_MSG_JOIN = 1,

@@ -16,12 +16,21 @@
  * The client library validates again, but a collective it rejects fails the
  * whole job, so every argument is checked here first and a bad one returns
  * ncclInvalidArgument without touching the job.
+ *
+ * NCCL's calls here must not block, but a stream takes only
+ * INCMOE_STREAM_WINDOW collectives in flight (a post beyond waits for the
+ * oldest).  So when the stream has no room for all the pieces of a call, the
+ * call returns ncclSuccess with *request = NULL, which NCCL's CollNet proxy
+ * takes as "not posted yet" and retries (src/transport/coll_net.cc,
+ * sendProxyProgress).  NCCL's proxy thread is the only poster on this
+ * communicator, so room it saw cannot shrink before it posts.
  */
 #include "cuda.h"
 #include "plugin.h"
 #include "window.h"
 #include "base/config.h"
 #include "base/keyfile.h"
+#include "post.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -381,6 +390,16 @@ static void stage_out_later(collnet_req_t *r, const collnet_mr_t *m, void *p, si
         r->copy_len = len;
     }
 }
+
+/* Can the stream take n more collectives now?  If not, NCCL is told to retry. */
+static int stream_has_room(collnet_comm_t *cc, incmoe_stream_t stream, int n, void **request)
+{
+    if (client_stream_room(cc->comm, stream) >= (unsigned)n)
+        return 1;
+    *request = NULL;
+    return 0;
+}
+
 static ncclResult_t post_failed(collnet_comm_t *cc, const char *what, incmoe_status_t st)
 {
     char msg[256] = "";
@@ -412,6 +431,8 @@ ncclResult_t collnet_iallreduce(void *coll_comm, void *send, void *recv, size_t 
     collnet_mr_t *rm = mr_for(cc, recv_mh, recv, bytes, "iallreduce recv");
     if (sm == NULL || rm == NULL)
         return ncclInvalidArgument;
+    if (!stream_has_room(cc, INCMOE_STREAM_ALLREDUCE, 1, request))
+        return ncclSuccess;
     if (!stage_in(sm, send, bytes))
         return ncclUnhandledCudaError;
     collnet_req_t *r = calloc(1, sizeof(*r));
@@ -524,6 +545,8 @@ ncclResult_t collnet_iallgather(void *coll_comm, void *send, int n_parts, ncclNe
        is address - win_offset, possibly before the region (wraps; see the file comment). */
     size_t recv_base = (size_t)((char *)parts[0].address - rm->base) - win_offset;
     size_t send_own = own > 0 ? (size_t)((char *)send - sm->base) : 0;
+    if (!stream_has_room(cc, INCMOE_STREAM_ALLGATHER, n, request))
+        return ncclSuccess;
     if (!stage_in(sm, send, own))
         return ncclUnhandledCudaError;
     ncclResult_t res =
@@ -561,6 +584,8 @@ ncclResult_t collnet_ireducescatter(void *coll_comm, int n_parts, ncclNetSGE_t *
         return ncclInvalidArgument;
     size_t send_base = (size_t)((char *)parts[0].address - sm->base) - win_offset;
     size_t recv_own = own > 0 ? (size_t)((char *)recv - rm->base) : 0;
+    if (!stream_has_room(cc, INCMOE_STREAM_REDUCESCATTER, n, request))
+        return ncclSuccess;
     if (!stage_in(sm, parts[0].address, win_bytes))
         return ncclUnhandledCudaError;
     ncclResult_t res =
