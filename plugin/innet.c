@@ -225,20 +225,8 @@ static ucs_status_t recv_rndv(incmoe_comm_t *comm, innet_recv_t *rc, void *desc)
         }
         target = rc->tmp;
     }
-    ucp_request_param_t rp = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.recv_am = recv_done_cb,
-        .user_data = rc,
-        .datatype = ucp_dt_make_contig(1),
-    };
-    if (rc->own == NULL && rc->op->recv_memh != NULL) {
-        rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        rp.memh = rc->op->recv_memh;
-    }
-    ucs_status_ptr_t req = ucp_am_recv_data_nbx(comm->node.worker, desc, target, rc->length, &rp);
-    if (UCS_PTR_IS_ERR(req))
-        recv_done_cb(NULL, UCS_PTR_STATUS(req), 0, rc);
+    inc_ucx_am_recv_data(comm->node.worker, desc, target, rc->length,
+                         rc->own == NULL ? rc->op->recv_memh : NULL, recv_done_cb, rc);
     return UCS_INPROGRESS;
 }
 

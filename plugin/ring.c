@@ -347,16 +347,7 @@ static ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr 
         ring_chunk_arrived(rr);
         return UCS_OK;
     }
-    ucp_request_param_t rp = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.recv_am = ring_recv_cb,
-        .user_data = rr,
-        .datatype = ucp_dt_make_contig(1),
-    };
-    ucs_status_ptr_t req = ucp_am_recv_data_nbx(comm->node.worker, data, target, length, &rp);
-    if (UCS_PTR_IS_ERR(req))
-        ring_recv_cb(NULL, UCS_PTR_STATUS(req), 0, rr);
+    inc_ucx_am_recv_data(comm->node.worker, data, target, length, NULL, ring_recv_cb, rr);
     return UCS_INPROGRESS;
 }
 

@@ -361,16 +361,7 @@ static void recv_cb(void *request, ucs_status_t status, size_t length, void *use
 
 static void server_recv_data(server_t *srv, void *desc, void *buf, size_t length, switch_rx_t *rx)
 {
-    ucp_request_param_t rp = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.recv_am = recv_cb,
-        .user_data = rx,
-        .datatype = ucp_dt_make_contig(1),
-    };
-    ucs_status_ptr_t req = ucp_am_recv_data_nbx(srv->node.worker, desc, buf, length, &rp);
-    if (UCS_PTR_IS_ERR(req))
-        recv_cb(NULL, UCS_PTR_STATUS(req), 0, rx);
+    inc_ucx_am_recv_data(srv->node.worker, desc, buf, length, NULL, recv_cb, rx);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -211,3 +211,22 @@ void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_
     if (st != UCS_OK)
         log_debug("ucx", "endpoint close: %s", ucs_status_string(st));
 }
+
+void inc_ucx_am_recv_data(ucp_worker_h worker, void *desc, void *buf, size_t length, ucp_mem_h memh,
+                          ucp_am_recv_data_nbx_callback_t cb, void *arg)
+{
+    ucp_request_param_t rp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv_am = cb,
+        .user_data = arg,
+        .datatype = ucp_dt_make_contig(1),
+    };
+    if (memh != NULL) {
+        rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        rp.memh = memh;
+    }
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(worker, desc, buf, length, &rp);
+    if (UCS_PTR_IS_ERR(req))
+        cb(NULL, UCS_PTR_STATUS(req), 0, arg);
+}

@@ -43,4 +43,13 @@ ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request
  */
 void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms);
 
+/*
+ * Receive the data of an active message (desc, from the receive callback) into
+ * buf, registered as memh when memh is not NULL.  cb runs exactly once: from
+ * UCX when the data has landed or failed, or at once with the error when the
+ * receive cannot be posted (then with request NULL).  cb frees a non-NULL request.
+ */
+void inc_ucx_am_recv_data(ucp_worker_h worker, void *desc, void *buf, size_t length, ucp_mem_h memh,
+                          ucp_am_recv_data_nbx_callback_t cb, void *arg);
+
 #endif
