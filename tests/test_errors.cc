@@ -717,6 +717,11 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
     ASSERT_TRUE(harness::switch_start(&doomed));
     unsigned long long job = harness::unique_job_id();
     pid_t victim = doomed.pid;
+    /* Shared with the ranks: how many have seen the first barrier complete.  The switch dies
+       only once both have, or a rank whose DONE was still in flight fails its first barrier. */
+    void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(shared, MAP_FAILED);
+    int *passed_first = static_cast<int *>(shared);
     auto res = harness::run_ranks(
         2,
         [&](int rank) -> std::string {
@@ -730,8 +735,14 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
                 st = incmoe_wait(comm, &req);
             if (st != INCMOE_OK)
                 return "first barrier: " + status_text(st);
-            if (rank == 0)
+            __atomic_add_fetch(passed_first, 1, __ATOMIC_SEQ_CST);
+            if (rank == 0) {
+                /* At most 10 s: rank 1 may have failed instead. */
+                for (int ms = 0; ms < 10000 && __atomic_load_n(passed_first, __ATOMIC_SEQ_CST) < 2;
+                     ms++)
+                    usleep(1000);
                 kill(victim, SIGKILL);
+            }
             usleep(100000);
             st = incmoe_barrier(comm, &req);
             if (st == INCMOE_OK)
@@ -742,6 +753,7 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
         60);
     EXPECT_EQ(res[0], "");
     EXPECT_EQ(res[1], "");
+    munmap(shared, 4096);
     harness::switch_stop(&doomed);
 }
 
