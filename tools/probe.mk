@@ -1,0 +1,9 @@
+# The reliability probes (RELIABILITY.md): source-tree tools, shipped in the
+# tarball, never installed.  probe-killloop runs probe-rank from the build tree.
+# Included by tools/Makefile.am.
+
+EXTRA_DIST += probe-junk probe-killloop
+noinst_PROGRAMS += probe-rank
+probe_rank_SOURCES = probe_rank.c
+probe_rank_CPPFLAGS = -I$(top_builddir)/plugin/api -I$(top_srcdir)/plugin
+probe_rank_LDADD = $(top_builddir)/plugin/libincmoe.la
