@@ -5,9 +5,15 @@ check_PROGRAMS += test_perf_tool test_perf_testbed
 test_perf_tool_SOURCES = test_perf_tool.cc test_perf_run.cc
 test_perf_tool_LDADD = $(GTEST_LIBS) -lpthread
 
-test_perf_testbed_SOURCES = test_perf_testbed.cc test_perf_run.cc
+test_perf_testbed_SOURCES = test_perf_testbed.cc test_perf_run.cc testbed_probe.cc testbed_probe.h
 test_perf_testbed_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 if HAVE_MPI
 test_perf_testbed_CPPFLAGS += -DPERF_HAVE_MPI=1
 endif
 test_perf_testbed_LDADD = $(GTEST_LIBS) -lpthread
+
+# tools/faultsoak: a bounded soak and a capture of a keyed job (root only).
+check_PROGRAMS += test_faultsoak
+test_faultsoak_SOURCES = test_faultsoak.cc test_perf_run.cc testbed_probe.cc testbed_probe.h
+test_faultsoak_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
+test_faultsoak_LDADD = $(GTEST_LIBS) -lpthread

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "testbed_probe.h"
+
 namespace perf_test
 {
 /* Same definitions as in test_perf_run.cc. */
@@ -27,6 +29,9 @@ std::vector<std::vector<std::string>> table_rows(const std::string &out);
 
 using perf_test::run_cmd;
 using perf_test::RunResult;
+using testbed_probe::cannot_run_testbed;
+using testbed_probe::exists;
+using testbed_probe::namespaces_with;
 
 static const std::string kTestbed = TOP_SRCDIR "/tools/testbed";
 static const std::string kMpiRef = TOP_SRCDIR "/tools/mpi-reference";
@@ -37,52 +42,6 @@ static std::string describe(const RunResult &r)
 {
     return "exit " + std::to_string(r.status) + (r.timed_out ? " (timed out)" : "") +
            "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
-}
-
-static bool exists(const std::string &path)
-{
-    struct stat st;
-    return stat(path.c_str(), &st) == 0;
-}
-
-/* Why the testbed cannot run here, or "" when it can.  The probe works in a
-   throw-away namespace, so it leaves nothing behind. */
-static std::string cannot_run_testbed()
-{
-    if (geteuid() != 0)
-        return "needs root: network namespaces, veth and tc need CAP_NET_ADMIN";
-    RunResult r = run_cmd({"unshare", "--net", "sh", "-c",
-                           "ip link add name pa type veth peer name pb && "
-                           "tc qdisc add dev pa root tbf rate 10mbit burst 40000 latency 10ms && "
-                           "ip link add name pbr type bridge"},
-                          20);
-    if (r.status != 0)
-        return "ip/tc cannot build a shaped veth and a bridge in a network namespace here: " +
-               r.err;
-    return "";
-}
-
-/* A testbed id no other testbed on this machine uses. */
-static int free_testbed_id()
-{
-    for (int id = 90 + getpid() % 10, k = 0; k < 10; k++, id = 90 + (id - 89) % 10)
-        if (!exists("/run/incmoe-testbed/imt" + std::to_string(id) + ".state"))
-            return id;
-    return -1;
-}
-
-/* Namespaces whose name starts with prefix. */
-static std::vector<std::string> namespaces_with(const std::string &prefix)
-{
-    std::vector<std::string> found;
-    RunResult r = run_cmd({"ip", "netns", "list"}, 20);
-    size_t at = 0;
-    while ((at = r.out.find(prefix, at)) != std::string::npos) {
-        if (at == 0 || r.out[at - 1] == '\n')
-            found.push_back(r.out.substr(at, r.out.find_first_of(" \n", at) - at));
-        at++;
-    }
-    return found;
 }
 
 TEST(Testbed, RefusesWithoutRoot)
@@ -105,7 +64,7 @@ class TestbedSmoke : public ::testing::Test
         std::string why = cannot_run_testbed();
         if (!why.empty())
             GTEST_SKIP() << why;
-        id_ = free_testbed_id();
+        id_ = testbed_probe::free_testbed_id(90);
         ASSERT_GE(id_, 0) << "testbed ids 90..99 are all in use";
         prefix_ = "imt" + std::to_string(id_) + "-";
         ASSERT_TRUE(namespaces_with(prefix_).empty()) << "namespaces " << prefix_ << "* exist";
