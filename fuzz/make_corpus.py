@@ -109,6 +109,10 @@ def switch_seeds():
     s += bytes([1 * 8 + 6]) + join(4, 3, 0, 2, key=b"wrong")
     s += post(2, 2, 0, AR, 1, 64, dtype=FLOAT32) + bytes([7, 3]) + complete()
     write("switch_msg", "two_jobs_lost", s)
+    # Both ranks fall silent before their JOIN_ACKs complete: the job goes, its payload must
+    # stay until the sends end.
+    s = join(0, job, 0, 2) + join(1, job, 1, 2) + bytes([7, 1]) + complete()
+    write("switch_msg", "silent_before_join_ack_sent", s)
 
 
 # --- client_msg: setup bytes, then records (see fuzz_client_msg.c) -------------------------
