@@ -56,6 +56,7 @@ typedef struct coll_op {
     int all_issued; /* every DATA of this rank was handed to UCX */
     uint32_t sends_pending;
     uint64_t recv_expected;
+    uint64_t recv_accepted; /* result bytes taken on, landed or still landing */
     uint64_t recv_done;
     int barrier_done;
     int holds; /* code still using op; UCX may complete sends inline */

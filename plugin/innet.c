@@ -246,7 +246,7 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
     if (!fwd_target(comm, op, h, &expect_total, &dest, &own))
         return UCS_ERR_INVALID_PARAM;
     if (h->total != expect_total || h->offset + h->length > expect_total ||
-        op->recv_done + h->length > op->recv_expected ||
+        op->recv_accepted + h->length > op->recv_expected ||
         (op->stream != INCMOE_STREAM_ALLGATHER &&
          (h->dtype != op->dtype || h->redop != op->redop))) {
         client_fail(comm, INCMOE_ERR_MISMATCH,
@@ -262,6 +262,9 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
         client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to receive a result");
         return UCS_ERR_NO_MEMORY;
     }
+    /* Counted now, not when it lands: a result still landing keeps the collective from
+       retiring, and a duplicate beyond what is expected is refused above. */
+    op->recv_accepted += h->length;
     *rc = (innet_recv_t){.comm = comm, .op = op, .dest = dest, .own = own, .length = length};
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         return recv_rndv(comm, rc, data);

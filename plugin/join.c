@@ -192,6 +192,11 @@ static int parse_addresses(incmoe_comm_t *comm, const char *data, size_t length,
 
 void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
 {
+    if (comm->joined) {
+        /* A second grant would change the chunking and credits under collectives in flight. */
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "JOIN_ACK after the job formed");
+        return;
+    }
     struct inc_wire_join_ack ack;
     memcpy(&ack, data, sizeof(ack));
     if (ack.nranks != (uint32_t)comm->nranks || ack.credits == 0 || ack.chunk_size == 0 ||

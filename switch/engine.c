@@ -509,11 +509,13 @@ static void data_recv_cb(switch_rx_t *rx, ucs_status_t status)
     item_t *it = ra->it;
     job_t *job = it->job;
     engine_t *eng = ra->eng;
-    it->nreceiving--;
-    job->refs--;
+    /* Fail the job while this receive still holds the item: dropping the collectives then
+       detaches it instead of freeing it under us. */
     if (status != UCS_OK && job->state == JOB_ACTIVE)
         job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, ra->from,
                  "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
+    it->nreceiving--;
+    job->refs--;
     if (job->state == JOB_ACTIVE && it->coll != NULL)
         item_arrived(eng, it, ra->from);
     else if (it->coll == NULL && item_idle(it))

@@ -209,6 +209,7 @@ static job_t *job_new(membership_t *m, uint64_t id, int nranks)
     job_t *job = calloc(1, sizeof(*job));
     if (job == NULL)
         return NULL;
+    job->members = m;
     job->id = id;
     job->nranks = nranks;
     job->conns = calloc((size_t)nranks, sizeof(conn_t *));
@@ -226,6 +227,15 @@ static job_t *job_new(membership_t *m, uint64_t id, int nranks)
     m->mem_reserved += job->mem_bound;
     m->stats->jobs_started++;
     return job;
+}
+
+/* A JOIN_ACK went out (or failed): its payload, which the job owns, may go with the job. */
+static void ack_sent_cb(void *arg, ucs_status_t status)
+{
+    (void)status;
+    job_t *job = arg;
+    job->refs--;
+    job_release(job->members, job);
 }
 
 /* Everyone is in: each rank learns the job size, the flow control and everyone's address. */
@@ -251,14 +261,16 @@ static void job_send_ack(membership_t *m, job_t *job)
         memcpy(payload + pos, job->addr[r], job->addr_len[r]);
         pos += job->addr_len[r];
     }
-    /* One payload shared by the N sends; it lives as long as the job. */
+    /* One payload shared by the N sends; it lives as long as the job, and each send holds the
+       job until it completes, so a job whose ranks all vanish keeps it while UCX reads it. */
     job->ack_payload = payload;
     for (int r = 0; r < job->nranks; r++) {
         struct inc_wire_hdr h;
         inc_wire_hdr_init(&h, WIRE_MSG_JOIN_ACK, job->id);
         h.rank = (uint32_t)r;
         h.length = len;
-        m->tx.ops->send(m->tx.server, job->conns[r], &h, payload, len, NULL, NULL);
+        job->refs++;
+        m->tx.ops->send(m->tx.server, job->conns[r], &h, payload, len, ack_sent_cb, job);
     }
     job->state = JOB_ACTIVE;
     log_info(SUBSYS, "job %llu formed: %d ranks, timeout %d ms", (unsigned long long)job->id,

@@ -17,6 +17,7 @@ typedef enum { JOB_FORMING = 0, JOB_ACTIVE, JOB_FAILED } job_state_t;
 
 typedef struct job {
     struct job *next;
+    struct membership *members; /* the table it belongs to, for completions that release it */
     uint64_t id;
     int nranks;
     int njoined, nleft;
@@ -27,7 +28,7 @@ typedef struct job {
     void *ack_payload; /* JOIN_ACK, shared by the N sends */
     int timeout_ms;
     size_t mem_bound, mem_used, mem_peak;
-    int refs; /* sends, receives and reductions in flight */
+    int refs; /* sends (JOIN_ACK included), receives and reductions in flight */
     /* The engine's collective state. */
     uint32_t (*inflight)[INC_STREAM_COUNT]; /* [nranks][stream] DATA held */
     struct coll *colls[INC_STREAM_COUNT];

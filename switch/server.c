@@ -1,8 +1,8 @@
 /*
  * server.c - incmoe-switchd's UCX service: the listener, the connections
  * (accepted, stamped with their traffic times, reaped), the sends with one egress queue per
- * destination, the receive callback that checks headers and hands messages
- * to the engine, and the event loop, which sleeps on the worker's event fd
+ * destination, the receive callback that finds a message's connection and
+ * hands it to dispatch.c, and the event loop, which sleeps on the worker's event fd
  * (and the engine's wake fd) when idle.
  */
 #include "server.h"
@@ -265,12 +265,6 @@ static void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_
 /* ------------------------------------------------------------------------ */
 /* receiving                                                                 */
 
-/* What UCX expects back for a message the switch refuses. */
-static ucs_status_t refused(const ucp_am_recv_param_t *param, ucs_status_t rndv_status)
-{
-    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? rndv_status : UCS_OK;
-}
-
 /* Clients send with UCP_AM_SEND_FLAG_REPLY, which names their endpoint here. */
 static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param)
 {
@@ -282,34 +276,7 @@ static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param)
     return conn;
 }
 
-/* A header that failed the check: a member's job fails with the reason, anyone else is
-   refused and dropped. */
-static void on_malformed(server_t *srv, conn_t *conn, const void *header, size_t header_length,
-                         const char *why)
-{
-    srv->stats->bad_messages++;
-    struct inc_wire_hdr h = {0};
-    if (header_length >= sizeof(h))
-        memcpy(&h, header, sizeof(h));
-    log_warn(SUBSYS, "malformed message from rank %d: %s", conn->rank, why);
-    char text[200];
-    snprintf(text, sizeof(text), "rank %d sent a malformed message: %s", conn->rank, why);
-    if (conn->job != NULL) {
-        srv->engine_ops->on_malformed(srv->engine, conn, text);
-    } else {
-        server_send_error(srv, conn, h.job, INCMOE_ERR_PROTOCOL, 0, text);
-        server_drop_conn(srv, conn);
-    }
-}
-
-/* A connection that broke the JOIN order: it hears why and is dropped. */
-static void refuse_conn(server_t *srv, conn_t *conn, uint64_t job, const char *text)
-{
-    srv->stats->bad_messages++;
-    server_send_error(srv, conn, job, INCMOE_ERR_PROTOCOL, 0, text);
-    server_drop_conn(srv, conn);
-}
-
+/* UCX's receive callback: find the connection, and dispatch.c does the rest. */
 static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                  size_t length, const ucp_am_recv_param_t *param)
 {
@@ -318,36 +285,9 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
     if (conn == NULL) {
         srv->stats->bad_messages++;
         log_warn(SUBSYS, "dropped a message from an unknown endpoint");
-        return refused(param, UCS_ERR_INVALID_PARAM);
+        return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
     }
-    if (conn->state == CONN_DEAD)
-        return refused(param, UCS_ERR_CANCELED);
-    conn->last_rx = inc_now_s();
-    char why[160];
-    if (inc_wire_hdr_check(header, header_length, length, why, sizeof(why)) != INCMOE_OK) {
-        on_malformed(srv, conn, header, header_length, why);
-        return refused(param, UCS_ERR_INVALID_PARAM);
-    }
-    struct inc_wire_hdr h;
-    memcpy(&h, header, sizeof(h));
-    if (conn->state == CONN_NEW) {
-        if (h.msg != WIRE_MSG_JOIN || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-            refuse_conn(srv, conn, h.job, "the first message must be an eager JOIN");
-            return refused(param, UCS_ERR_INVALID_PARAM);
-        }
-        srv->engine_ops->on_join(srv->engine, conn, &h, data, length);
-        return UCS_OK;
-    }
-    if (h.msg == WIRE_MSG_JOIN) {
-        refuse_conn(srv, conn, h.job, "JOIN sent twice");
-        return UCS_OK;
-    }
-    ucs_status_t st = srv->engine_ops->on_message(srv->engine, conn, &h, data, length, param);
-    /* UCX accepts an error only for rendezvous data, and INPROGRESS (we keep the buffer) also
-       for eager data it marked persistent; anything else is done with. */
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
-        return st;
-    return (st == UCS_INPROGRESS && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) ? st : UCS_OK;
+    return switch_dispatch(&srv->dispatch, conn, header, header_length, data, length, param);
 }
 
 static void recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
@@ -423,6 +363,8 @@ void server_init(server_t *srv, const switch_settings_t *set, switch_stats_t *st
                  const switch_engine_ops_t *engine_ops, void *engine)
 {
     *srv = (server_t){.set = set, .stats = stats, .engine_ops = engine_ops, .engine = engine};
+    srv->dispatch = (switch_dispatch_t){
+        .engine_ops = engine_ops, .engine = engine, .tx = server_tx(srv), .stats = stats};
 }
 
 /* Listen on the parsed address and say where on stdout. */

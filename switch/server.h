@@ -8,6 +8,7 @@
 #define INCMOE_SWITCH_SERVER_H
 
 #include "base/ucx_util.h"
+#include "dispatch.h"
 #include "engine_ops.h"
 #include "settings.h"
 #include "tx.h"
@@ -20,6 +21,7 @@ typedef struct server {
     switch_stats_t *stats;
     const switch_engine_ops_t *engine_ops;
     void *engine;
+    switch_dispatch_t dispatch; /* what a received message goes through */
     volatile int stop;
 } server_t;
 

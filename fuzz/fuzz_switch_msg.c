@@ -1,0 +1,529 @@
+/*
+ * fuzz_switch_msg.c - libFuzzer target for the switch's message handling.
+ *
+ * What it drives (the product's own code, compiled with the sanitizers):
+ * switch/dispatch.c (header check, JOIN-first rule), membership.c (join,
+ * authentication, admission, failure, retirement), engine.c (POST, DATA,
+ * reductions, FWD, CREDIT, DONE) and the base library under them.  Each
+ * message goes to switch_dispatch() exactly as server.c's UCX receive
+ * callback hands it over once it has found the connection.
+ *
+ * What it replaces: server.c.  The connections are conn_t's this file makes
+ * and reaps the way server.c does; the switch_tx interface (tx.h) is a
+ * recorder that checks every send the switch makes (a header that passes
+ * inc_wire_hdr_check, a message type the switch may send, the destination's
+ * job and rank, a payload that stays readable until the send completes) and
+ * completes sends and rendezvous receives only when the input says so, in
+ * order, so completions interleave with new messages as they do under UCX.
+ * Reductions run inline (--threads 1); the clock is real, and liveness and
+ * progress timeouts are reached by moving the recorded times back.
+ *
+ * Input: a sequence of records, each starting with a byte c:
+ *   c % 8 in 0..3  a message from connection (c / 8) % NCONN:
+ *                  u16 payload length (little-endian), the 72-byte header,
+ *                  the payload.  0 and 3: eager, copied; 1: eager data UCX
+ *                  lets the switch keep (UCP_AM_RECV_ATTR_FLAG_DATA);
+ *                  2: rendezvous.
+ *   4  next byte n: complete the n % 16 + 1 oldest sends (failed if n >= 128)
+ *   5  next byte n: complete the n % 16 + 1 oldest rendezvous receives (likewise)
+ *   6  connection (c / 8) % NCONN is lost (its slot reconnects afresh)
+ *   7  next byte n: a turn of the event loop; n & 1 ages every connection
+ *      past its liveness timeout first, n & 2 every collective past the
+ *      progress timeout
+ * At the end the switch shuts down, everything pending completes (failed),
+ * and the harness checks that every job, buffer, byte of accounted memory
+ * and kept UCX buffer is gone.
+ */
+#include "switch/dispatch.h"
+#include "switch/engine.h"
+#include "base/clock.h"
+#include "base/log.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NCONN       6
+#define MAX_PAYLOAD 4096
+
+/* A broken invariant is a crash libFuzzer records, with the reason on stderr. */
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_switch_msg: " __VA_ARGS__);                                      \
+            fprintf(stderr, "\n");                                                                 \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+typedef struct pending_send {
+    struct pending_send *next;
+    conn_t *conn;
+    struct inc_wire_hdr hdr;
+    const void *payload;
+    size_t length;
+    switch_tx_cb_t cb;
+    void *arg;
+    void *owned; /* ERROR text, freed on completion */
+} pending_send_t;
+
+/* A rendezvous payload: what UCX's data descriptor stands for. */
+typedef struct {
+    size_t length;
+    unsigned char bytes[];
+} rndv_desc_t;
+
+typedef struct pending_recv {
+    struct pending_recv *next;
+    rndv_desc_t *desc;
+    void *buf;
+    size_t length;
+    switch_rx_t *rx;
+} pending_recv_t;
+
+/* Eager payloads the switch kept (UCS_INPROGRESS) and must give back with release_data. */
+typedef struct kept {
+    struct kept *next;
+    void *data;
+} kept_t;
+
+static struct {
+    switch_settings_t set;
+    switch_stats_t stats;
+    engine_t eng;
+    switch_dispatch_t dispatch;
+    conn_t *conns;       /* the server's list, newest first */
+    conn_t *slot[NCONN]; /* the connection each fake rank process is on now */
+    pending_send_t *sends, **sends_tail;
+    pending_recv_t *recvs, **recvs_tail;
+    kept_t *kept;
+    int recv_posted; /* recv_data calls during the current dispatch */
+} H;
+
+/* ------------------------------------------------------------------------ */
+/* the recorder behind switch_tx                                            */
+
+/* Touch every payload byte: ASan reports a buffer that is gone or too short. */
+static unsigned char touch(const void *p, size_t n)
+{
+    const volatile unsigned char *b = p;
+    unsigned char x = 0;
+    for (size_t i = 0; i < n; i++)
+        x ^= b[i];
+    return x;
+}
+
+static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
+                       size_t length)
+{
+    char why[160];
+    CHECK(inc_wire_hdr_check(hdr, sizeof(*hdr), length, why, sizeof(why)) == INCMOE_OK,
+          "the switch sent a malformed %s: %s", inc_wire_msg_name(hdr->msg), why);
+    CHECK(hdr->msg == WIRE_MSG_JOIN_ACK || hdr->msg == WIRE_MSG_ERROR ||
+              hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_FWD ||
+              hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE,
+          "the switch sent %s, which it never sends", inc_wire_msg_name(hdr->msg));
+    CHECK(length == 0 || payload != NULL, "%s of %zu bytes without a payload",
+          inc_wire_msg_name(hdr->msg), length);
+    if (hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
+        hdr->msg == WIRE_MSG_JOIN_ACK) {
+        CHECK(conn->job != NULL && conn->job->id == hdr->job,
+              "%s for job %llu to a connection that is not its member", inc_wire_msg_name(hdr->msg),
+              (unsigned long long)hdr->job);
+    }
+    if (hdr->msg == WIRE_MSG_FWD) {
+        CHECK(hdr->rank == (uint32_t)conn->rank, "FWD names rank %u, sent to rank %d", hdr->rank,
+              conn->rank);
+        CHECK(hdr->stream != INCMOE_STREAM_ALLGATHER || hdr->root != hdr->rank,
+              "an AllGather block went back to its root %u", hdr->root);
+        CHECK(hdr->stream != INCMOE_STREAM_REDUCESCATTER || hdr->root == hdr->rank,
+              "a ReduceScatter result of root %u went to rank %u", hdr->root, hdr->rank);
+        CHECK(hdr->length <= H.set.chunk_size, "FWD of %llu bytes, chunks are %llu",
+              (unsigned long long)hdr->length, (unsigned long long)H.set.chunk_size);
+    }
+    if (hdr->msg == WIRE_MSG_ERROR)
+        CHECK(memchr(payload, '\0', length) != NULL, "ERROR reason without its NUL");
+    (void)touch(payload, length);
+}
+
+static void queue_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
+                       size_t length, switch_tx_cb_t cb, void *arg, void *owned)
+{
+    /* As the server: a connection that is gone fails the send at once. */
+    if (conn == NULL || conn->closed) {
+        free(owned);
+        if (cb != NULL)
+            cb(arg, UCS_ERR_NOT_CONNECTED);
+        return;
+    }
+    check_send(conn, hdr, payload, length);
+    pending_send_t *p = calloc(1, sizeof(*p));
+    CHECK(p != NULL, "out of memory");
+    *p = (pending_send_t){.conn = conn,
+                          .hdr = *hdr,
+                          .payload = payload,
+                          .length = length,
+                          .cb = cb,
+                          .arg = arg,
+                          .owned = owned};
+    conn->refs++;
+    *H.sends_tail = p;
+    H.sends_tail = &p->next;
+}
+
+static void tx_send(void *server, conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
+                    size_t length, switch_tx_cb_t cb, void *arg)
+{
+    (void)server;
+    queue_send(conn, hdr, payload, length, cb, arg, NULL);
+}
+
+static void tx_send_data(void *server, conn_t *conn, egress_class_t cls,
+                         const struct inc_wire_hdr *hdr, const void *payload, size_t length,
+                         switch_tx_cb_t cb, void *arg)
+{
+    (void)server;
+    CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_data in class %d", (int)cls);
+    CHECK(hdr->msg == WIRE_MSG_FWD, "send_data of %s", inc_wire_msg_name(hdr->msg));
+    queue_send(conn, hdr, payload, length, cb, arg, NULL);
+}
+
+/* The ERROR the server would build (server_send_error), checked and queued. */
+static void tx_send_error(void *server, conn_t *conn, uint64_t job, incmoe_status_t status,
+                          uint32_t rank, const char *text)
+{
+    (void)server;
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_ERROR, job);
+    h.status = (int16_t)status;
+    h.rank = rank;
+    CHECK(status < 0, "ERROR with status %d", (int)status);
+    size_t n = strlen(text) + 1;
+    if (n > INCMOE_WIRE_MAX_TEXT)
+        n = INCMOE_WIRE_MAX_TEXT;
+    char *copy = malloc(n);
+    CHECK(copy != NULL, "out of memory");
+    memcpy(copy, text, n - 1);
+    copy[n - 1] = '\0';
+    h.length = n;
+    queue_send(conn, &h, copy, n, NULL, NULL, copy);
+}
+
+static void tx_drop(void *server, conn_t *conn)
+{
+    (void)server;
+    conn->state = CONN_DEAD;
+}
+
+static void tx_recv_data(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx)
+{
+    (void)server;
+    rndv_desc_t *d = desc;
+    CHECK(d != NULL && length == d->length, "rendezvous receive of %zu bytes, the message has %zu",
+          length, d != NULL ? d->length : 0);
+    CHECK(buf != NULL && rx != NULL && rx->done != NULL, "rendezvous receive without a target");
+    pending_recv_t *p = calloc(1, sizeof(*p));
+    CHECK(p != NULL, "out of memory");
+    *p = (pending_recv_t){.desc = d, .buf = buf, .length = length, .rx = rx};
+    *H.recvs_tail = p;
+    H.recvs_tail = &p->next;
+    H.recv_posted++;
+}
+
+static void tx_release_data(void *server, void *data)
+{
+    (void)server;
+    for (kept_t **pp = &H.kept; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->data == data) {
+            kept_t *k = *pp;
+            *pp = k->next;
+            free(k->data);
+            free(k);
+            return;
+        }
+    }
+    CHECK(0, "release_data of %p, which the switch never kept", data);
+}
+
+static const switch_tx_ops_t recorder_ops = {
+    .send = tx_send,
+    .send_data = tx_send_data,
+    .send_error = tx_send_error,
+    .drop = tx_drop,
+    .recv_data = tx_recv_data,
+    .release_data = tx_release_data,
+};
+
+/* ------------------------------------------------------------------------ */
+/* completions and connections                                              */
+
+static int complete_sends(int n, ucs_status_t status)
+{
+    int done = 0;
+    while (H.sends != NULL && done < n) {
+        pending_send_t *p = H.sends;
+        H.sends = p->next;
+        if (H.sends == NULL)
+            H.sends_tail = &H.sends;
+        (void)touch(p->payload, p->length); /* still alive until the completion */
+        p->conn->refs--;
+        if (p->cb != NULL)
+            p->cb(p->arg, status);
+        free(p->owned);
+        free(p);
+        done++;
+    }
+    return done;
+}
+
+static int complete_recvs(int n, ucs_status_t status)
+{
+    int done = 0;
+    while (H.recvs != NULL && done < n) {
+        pending_recv_t *p = H.recvs;
+        H.recvs = p->next;
+        if (H.recvs == NULL)
+            H.recvs_tail = &H.recvs;
+        if (status == UCS_OK)
+            memcpy(p->buf, p->desc->bytes, p->length);
+        free(p->desc);
+        p->rx->done(p->rx, status);
+        free(p);
+        done++;
+    }
+    return done;
+}
+
+static conn_t *conn_new(void)
+{
+    conn_t *c = calloc(1, sizeof(*c));
+    CHECK(c != NULL, "out of memory");
+    c->rank = -1;
+    c->created = c->last_rx = c->last_tx = inc_now_s();
+    c->next = H.conns;
+    H.conns = c;
+    return c;
+}
+
+/* server.c's reap_conns: dead connections leave their jobs and go once no send names them;
+   reopen: a fake rank whose connection went connects afresh. */
+static void reap(int reopen)
+{
+    conn_t **pp = &H.conns;
+    while (*pp != NULL) {
+        conn_t *c = *pp;
+        if (c->state != CONN_DEAD) {
+            pp = &c->next;
+            continue;
+        }
+        if (c->job != NULL)
+            engine_ops.on_conn_lost(&H.eng, c, "its connection failed");
+        c->closed = 1;
+        if (c->refs > 0) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        for (int i = 0; i < NCONN; i++)
+            if (H.slot[i] == c)
+                H.slot[i] = NULL;
+        free(c);
+    }
+    for (int i = 0; reopen && i < NCONN; i++)
+        if (H.slot[i] == NULL || H.slot[i]->state == CONN_DEAD)
+            H.slot[i] = conn_new(); /* the fake rank reconnects */
+}
+
+/* Accounting the membership keeps must add up at every step. */
+static void check_accounting(void)
+{
+    const membership_t *m = &H.eng.members;
+    size_t reserved = 0;
+    for (const job_t *j = m->jobs; j != NULL; j = j->next) {
+        CHECK(j->state != JOB_FAILED, "failed job %llu still in the live list",
+              (unsigned long long)j->id);
+        CHECK(j->mem_used <= j->mem_bound, "job %llu buffers %zu bytes over its bound %zu",
+              (unsigned long long)j->id, j->mem_used, j->mem_bound);
+        reserved += j->mem_bound;
+    }
+    CHECK(reserved == m->mem_reserved, "reserved %zu, the live jobs' bounds add up to %zu",
+          m->mem_reserved, reserved);
+    CHECK(m->mem_reserved <= H.set.max_memory, "reserved %zu over --max-memory %zu",
+          m->mem_reserved, H.set.max_memory);
+}
+
+/* ------------------------------------------------------------------------ */
+/* actions                                                                  */
+
+static void deliver(conn_t *conn, int mode, const uint8_t *hdr, const uint8_t *payload,
+                    size_t length)
+{
+    ucp_am_recv_param_t param = {.recv_attr = UCP_AM_RECV_ATTR_FIELD_REPLY_EP};
+    void *data = NULL;
+    rndv_desc_t *desc = NULL;
+    if (mode == 2) {
+        param.recv_attr |= UCP_AM_RECV_ATTR_FLAG_RNDV;
+        desc = malloc(sizeof(*desc) + length);
+        CHECK(desc != NULL, "out of memory");
+        desc->length = length;
+        memcpy(desc->bytes, payload, length);
+        data = desc;
+    } else {
+        if (mode == 1)
+            param.recv_attr |= UCP_AM_RECV_ATTR_FLAG_DATA;
+        data = malloc(length ? length : 1); /* exactly the payload: ASan sees any overread */
+        CHECK(data != NULL, "out of memory");
+        memcpy(data, payload, length);
+    }
+    H.recv_posted = 0;
+    ucs_status_t st =
+        switch_dispatch(&H.dispatch, conn, hdr, sizeof(struct inc_wire_hdr), data, length, &param);
+    if (mode == 2) {
+        CHECK(H.recv_posted == (st == UCS_INPROGRESS),
+              "rendezvous answered %d with %d receives posted", (int)st, H.recv_posted);
+        CHECK(st == UCS_OK || st == UCS_INPROGRESS || UCS_STATUS_IS_ERR(st),
+              "rendezvous answered %d", (int)st);
+        if (st != UCS_INPROGRESS)
+            free(desc); /* refused or consumed: UCX drops it */
+        return;
+    }
+    CHECK(H.recv_posted == 0, "a receive posted for eager data");
+    CHECK(st == UCS_OK || (mode == 1 && st == UCS_INPROGRESS), "eager data (mode %d) answered %d",
+          mode, (int)st);
+    if (st == UCS_INPROGRESS) {
+        kept_t *k = malloc(sizeof(*k));
+        CHECK(k != NULL, "out of memory");
+        *k = (kept_t){.next = H.kept, .data = data};
+        H.kept = k;
+    } else {
+        free(data);
+    }
+}
+
+static void age(int conns, int progress)
+{
+    const double now = inc_now_s();
+    if (conns)
+        for (conn_t *c = H.conns; c != NULL; c = c->next) {
+            double back = (c->job != NULL ? c->job->timeout_ms : H.set.timeout_ms) / 1000.0 + 1;
+            c->created = c->last_rx = c->last_tx = now - back;
+        }
+    if (progress) {
+        double back = H.set.progress_timeout_ms / 1000.0 + 1;
+        for (job_t *j = H.eng.members.jobs; j != NULL; j = j->next)
+            for (int s = 0; s < INC_STREAM_COUNT; s++) {
+                j->all_posted_at[s] -= back;
+                for (coll_t *c = j->colls[s]; c != NULL; c = c->next)
+                    c->opened -= back;
+            }
+        H.eng.progress_checked = 0;
+    }
+}
+
+static void discard_log(int level, const char *line)
+{
+    (void)level;
+    (void)line;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    inc_log_set_sink(discard_log);
+    inc_log_set_level(LOG_LEVEL_DEBUG); /* format every message, print none */
+    return 0;
+}
+
+static void setup(void)
+{
+    memset(&H, 0, sizeof(H));
+    H.sends_tail = &H.sends;
+    H.recvs_tail = &H.recvs;
+    /* Small chunks and few credits, so short inputs reach chunking, credits and the bounds;
+       room for a few small jobs, so admission refuses big ones. */
+    H.set.chunk_size = 64;
+    H.set.credits = 3;
+    H.set.max_memory = 8192;
+    H.set.timeout_ms = 10000;
+    H.set.progress_timeout_ms = 60000;
+    memcpy(H.set.secret, "fuzz-key", 8);
+    H.set.secret_len = 8;
+    H.set.have_secret = 1;
+    H.set.rndv_thresh = SIZE_MAX;
+    H.set.egress_limit = 2 * H.set.chunk_size;
+    H.set.nthreads = 1;
+    switch_tx_t tx = {.ops = &recorder_ops, .server = NULL};
+    CHECK(engine_init(&H.eng, &H.set, &H.stats, tx) == 0, "engine_init failed");
+    H.dispatch = (switch_dispatch_t){
+        .engine_ops = &engine_ops, .engine = &H.eng, .tx = tx, .stats = &H.stats};
+    reap(1); /* opens every slot */
+}
+
+/* server_stop's order: fail every job, let everything pending end, reap, then check. */
+static void teardown(void)
+{
+    engine_ops.on_shutdown(&H.eng, "the fuzz input ended");
+    for (conn_t *c = H.conns; c != NULL; c = c->next)
+        c->state = CONN_DEAD;
+    for (;;) {
+        reap(0);
+        int n = complete_recvs(1 << 30, UCS_ERR_CANCELED);
+        n += complete_sends(1 << 30, UCS_ERR_NOT_CONNECTED);
+        if (n == 0)
+            break;
+    }
+    CHECK(H.conns == NULL, "a connection outlived the shutdown");
+    const membership_t *m = &H.eng.members;
+    CHECK(m->jobs == NULL, "a job is live after the shutdown");
+    CHECK(m->orphans == NULL, "job %llu was never released", (unsigned long long)m->orphans->id);
+    CHECK(m->mem_used == 0, "%zu bytes still accounted after every job ended", m->mem_used);
+    CHECK(m->mem_reserved == 0, "%zu bytes still reserved", m->mem_reserved);
+    CHECK(H.kept == NULL, "the switch never released a kept eager payload");
+    engine_fini(&H.eng);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
+{
+    setup();
+    size_t pos = 0;
+    while (pos < size) {
+        uint8_t c = in[pos++];
+        int action = c % 8;
+        int slot = (c / 8) % NCONN;
+        if (action <= 3) {
+            const size_t hlen = sizeof(struct inc_wire_hdr);
+            if (size - pos < 2 + hlen)
+                break;
+            size_t length = (size_t)in[pos] | (size_t)in[pos + 1] << 8;
+            pos += 2;
+            const uint8_t *hdr = in + pos;
+            pos += hlen;
+            if (length > MAX_PAYLOAD)
+                length = MAX_PAYLOAD;
+            if (length > size - pos)
+                length = size - pos;
+            const uint8_t *payload = in + pos;
+            pos += length;
+            deliver(H.slot[slot], action == 3 ? 0 : action, hdr, payload, length);
+        } else if (action == 6) {
+            H.slot[slot]->state = CONN_DEAD;
+        } else {
+            uint8_t n = pos < size ? in[pos++] : 0;
+            if (action == 4) {
+                complete_sends(n % 16 + 1, n >= 128 ? UCS_ERR_CONNECTION_RESET : UCS_OK);
+            } else if (action == 5) {
+                complete_recvs(n % 16 + 1, n >= 128 ? UCS_ERR_CONNECTION_RESET : UCS_OK);
+            } else {
+                age(n & 1, n & 2);
+                engine_ops.on_wake(&H.eng);
+                engine_ops.on_tick(&H.eng, H.conns);
+            }
+        }
+        reap(1);
+        check_accounting();
+    }
+    teardown();
+    return 0;
+}

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""make_corpus.py - writes the seed corpora of the fuzz targets (fuzz/corpus/NAME/).
+
+Each seed is a short, valid conversation in the record format the harness
+documents at its top (fuzz_switch_msg.c, fuzz_client_msg.c); the fuzzer
+mutates from there.  Run it from anywhere: python3 fuzz/make_corpus.py
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAGIC, VERSION = 0x4D434E49, 2
+(JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE) = range(1, 11)
+AG, RS, AR, BARRIER = range(4)
+UINT8, INT32, FLOAT32 = 1, 2, 7
+SUM = 0
+
+
+def hdr(msg, job, rank=0, stream=0, epoch=0, root=0, offset=0, length=0, total=0, sig=0,
+        chunk=0, dtype=0, redop=0, status=0):
+    """struct inc_wire_hdr, 72 bytes little-endian (plugin/base/wire.h)."""
+    return struct.pack("<IHBBQQIIQQQQIBBh", MAGIC, VERSION, msg, stream, job, epoch, rank, root,
+                       offset, length, total, sig, chunk, dtype, redop, status)
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# --- switch_msg: records of (c, u16 length, header, payload) -------------------------------
+KEY = b"fuzz-key"
+CHUNK = 64  # the harness's --chunk-size
+
+
+def smsg(conn, h, payload=b"", mode=0):
+    return bytes([conn * 8 + mode]) + struct.pack("<H", len(payload)) + h + payload
+
+
+def join(conn, job, rank, nranks, key=KEY, addr=b""):
+    payload = struct.pack("<IIII", nranks, len(key), len(addr), 0) + key + addr
+    return smsg(conn, hdr(JOIN, job, rank=rank, length=len(payload)), payload)
+
+
+def complete(n=15):
+    return bytes([4, n])
+
+
+def chunks(total):
+    off = 0
+    while off < total:
+        yield off, min(CHUNK, total - off)
+        off += CHUNK
+
+
+def data(conn, job, rank, stream, epoch, root, total, dtype=UINT8, mode=0, sig=1):
+    out = b""
+    for off, n in chunks(total):
+        payload = bytes((off + i) & 0xFF for i in range(n))
+        out += smsg(conn, hdr(DATA, job, rank=rank, stream=stream, epoch=epoch, root=root,
+                              offset=off, length=n, total=total, sig=sig, chunk=off // CHUNK,
+                              dtype=dtype), payload, mode)
+    return out
+
+
+def post(conn, job, rank, stream, epoch, total, dtype=UINT8, sig=1):
+    return smsg(conn, hdr(POST, job, rank=rank, stream=stream, epoch=epoch, total=total, sig=sig,
+                          dtype=dtype))
+
+
+def switch_seeds():
+    job = 7
+    # AllGather of 2 ranks, 100 bytes each (two chunks), eager copies.
+    s = join(0, job, 0, 2) + join(1, job, 1, 2)
+    s += post(0, job, 0, AG, 1, 100) + post(1, job, 1, AG, 1, 100)
+    s += data(0, job, 0, AG, 1, 0, 100) + data(1, job, 1, AG, 1, 1, 100)
+    s += complete() + complete()
+    s += smsg(0, hdr(LEAVE, job, rank=0)) + smsg(1, hdr(LEAVE, job, rank=1))
+    write("switch_msg", "allgather2", s)
+    # ReduceScatter of 3 ranks, float32, 64 bytes a shard, rendezvous data.
+    s = join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3)
+    for r in range(3):
+        s += post(r, job, r, RS, 1, 64, dtype=FLOAT32)
+    for r in range(3):
+        for root in range(3):
+            if root != r:
+                s += data(r, job, r, RS, 1, root, 64, dtype=FLOAT32, mode=2)
+    s += bytes([5, 15]) + complete() + complete()
+    write("switch_msg", "reducescatter3_rndv", s)
+    # AllReduce of 2 ranks, int32, data before the posts, kept eager buffers.
+    s = join(0, job, 0, 2) + join(1, job, 1, 2)
+    s += data(0, job, 0, AR, 1, 0, 96, dtype=INT32, mode=1)
+    s += post(0, job, 0, AR, 1, 96, dtype=INT32) + post(1, job, 1, AR, 1, 96, dtype=INT32)
+    s += data(1, job, 1, AR, 1, 0, 96, dtype=INT32, mode=1) + complete() + complete()
+    write("switch_msg", "allreduce2_kept", s)
+    # Barriers of 2 ranks, a heartbeat, a tick, then an ERROR from a rank.
+    s = join(0, job, 0, 2) + join(1, job, 1, 2)
+    for e in (1, 2):
+        s += post(0, job, 0, BARRIER, e, 0) + post(1, job, 1, BARRIER, e, 0)
+    s += smsg(1, hdr(HEARTBEAT, job, rank=1)) + bytes([7, 0]) + complete()
+    reason = b"rank 1 gave up\0"
+    s += smsg(1, hdr(ERROR, job, rank=1, length=len(reason), status=-3), reason)
+    write("switch_msg", "barrier_error", s)
+    # Two jobs at once, one rank lost mid-collective, a wrong key, liveness ages.
+    s = join(0, 1, 0, 2) + join(1, 1, 1, 2) + join(2, 2, 0, 2) + join(3, 2, 1, 2)
+    s += post(0, 1, 0, AG, 1, 64) + data(0, 1, 0, AG, 1, 0, 64)
+    s += bytes([1 * 8 + 6]) + join(4, 3, 0, 2, key=b"wrong")
+    s += post(2, 2, 0, AR, 1, 64, dtype=FLOAT32) + bytes([7, 3]) + complete()
+    write("switch_msg", "two_jobs_lost", s)
+    # Both ranks fall silent before their JOIN_ACKs complete: the job goes, its payload must
+    # stay until the sends end.
+    s = join(0, job, 0, 2) + join(1, job, 1, 2) + bytes([7, 1]) + complete()
+    write("switch_msg", "silent_before_join_ack_sent", s)
+
+
+# --- client_msg: setup bytes, then records (see fuzz_client_msg.c) -------------------------
+def cmsg(h, payload=b"", mode=0):
+    return bytes([mode]) + struct.pack("<H", len(payload)) + h + payload
+
+
+def client_seeds():
+    job = 0x1234  # the harness's job id
+    # setup: nranks 2, rank 0, credits 2, chunk 64, rndv threshold byte, then posts:
+    # AG stride 64 (b1 = 7), AR 16 float32 (b1 = 15).
+    setup = bytes([0, 0, 1, 7, 0])
+    posts = bytes([2]) + bytes([AG, 7, 0]) + bytes([AR, 15, 0x70])
+    s = setup + posts
+    # The AllGather block of rank 1, the AllReduce result, credits back.
+    blk = bytes(range(64))
+    s += cmsg(hdr(FWD, job, rank=0, stream=AG, epoch=1, root=1, offset=0, length=64, total=64),
+              blk)
+    vec = struct.pack("<16f", *range(16))
+    s += cmsg(hdr(FWD, job, rank=0, stream=AR, epoch=1, offset=0, length=64, total=64,
+                  dtype=FLOAT32, redop=SUM), vec, mode=2)
+    s += bytes([3, 15, 4, 15])
+    for stream in (AG, AR):
+        s += cmsg(hdr(CREDIT, job, stream=stream, epoch=1, length=1))
+    write("client_msg", "allgather_allreduce", s)
+    # ReduceScatter float32 on 3 ranks, rank 1, then a barrier and its DONE, then ERROR.
+    setup = bytes([1, 1, 2, 7, 1])
+    posts = bytes([2]) + bytes([RS, 7, 0x70]) + bytes([BARRIER, 0, 0])
+    s = setup + posts + bytes([3, 15])
+    s += cmsg(hdr(FWD, job, rank=1, stream=RS, epoch=1, root=1, offset=0, length=64, total=64,
+                  dtype=FLOAT32, redop=SUM), struct.pack("<16f", *([1.0] * 16)))
+    s += cmsg(hdr(DONE, job, stream=BARRIER, epoch=1))
+    s += cmsg(hdr(HEARTBEAT, job))
+    reason = b"rank 2 failed\0"
+    s += cmsg(hdr(ERROR, job, rank=2, length=len(reason), status=-3), reason)
+    write("client_msg", "reducescatter_barrier_error", s)
+    # A second JOIN_ACK, and a FWD nobody posted.
+    ack = struct.pack("<IIQII", 2, 2, 64, 10000, 0) + struct.pack("<I", 0) * 2
+    s = bytes([0, 1, 1, 7, 0, 0])
+    s += cmsg(hdr(JOIN_ACK, job, rank=1, length=len(ack)), ack)
+    s += cmsg(hdr(FWD, job, rank=1, stream=AG, epoch=3, root=0, offset=0, length=8, total=8),
+              bytes(8))
+    write("client_msg", "join_ack_again", s)
+
+
+if __name__ == "__main__":
+    switch_seeds()
+    client_seeds()

@@ -1,0 +1,33 @@
+/*
+ * dispatch.h - what the switch does with one message once UCX has delivered
+ * it and the server has found the connection it came on: the header check,
+ * the JOIN-first rule, and the hand-off to the engine.  It names no UCX
+ * object and sends only through switch_tx, so it runs the same under the
+ * server and under a harness that feeds it messages directly.
+ */
+#ifndef INCMOE_SWITCH_DISPATCH_H
+#define INCMOE_SWITCH_DISPATCH_H
+
+#include "engine_ops.h"
+#include "settings.h"
+#include "tx.h"
+
+typedef struct {
+    const switch_engine_ops_t *engine_ops;
+    void *engine;
+    switch_tx_t tx;
+    switch_stats_t *stats;
+} switch_dispatch_t;
+
+/*
+ * One message from conn: header as received (checked here), data/length its
+ * payload, param UCX's description of it (only recv_attr is read: rendezvous,
+ * persistent eager data).  Returns what the UCX active-message callback
+ * answers: UCS_OK, UCS_INPROGRESS (the payload is kept), or an error that
+ * refuses a rendezvous payload.
+ */
+ucs_status_t switch_dispatch(const switch_dispatch_t *d, conn_t *conn, const void *header,
+                             size_t header_length, void *data, size_t length,
+                             const ucp_am_recv_param_t *param);
+
+#endif
