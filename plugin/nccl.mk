@@ -2,25 +2,21 @@
 # name (NCCL_NET_PLUGIN=incmoe), so it is a module installed to libdir with no
 # version suffix.  It links its own copy of the client library, and the version
 # script exports only the plugin structs: NCCL's process sees nothing else of
-# ours.  In builds made with CUDA it also takes GPU buffers (pinned host
-# staging, nccl/cuda.h); the CUDA runtime is dlopen()ed, so the plugin links no
-# CUDA library.
+# ours.  It links no CUDA library: NCCL hands it GPU buffers only where UCX
+# moves CUDA memory itself (nccl/ptr_support.h).
 lib_LTLIBRARIES += libnccl-net-incmoe.la
 libnccl_net_incmoe_la_SOURCES = \
 	nccl/abi.h \
 	nccl/plugin.h \
 	nccl/common.c \
 	nccl/window.c nccl/window.h \
-	nccl/cuda.c nccl/cuda.h \
+	nccl/ptr_support.h nccl/memtypes.c \
 	nccl/net.c \
 	nccl/collnet.c \
 	nccl/adapt_v9.c \
 	nccl/adapt_v10.c \
 	nccl/adapt_v11.c
 libnccl_net_incmoe_la_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_builddir)/plugin/api $(UCX_CFLAGS)
-if HAVE_CUDA
-libnccl_net_incmoe_la_CPPFLAGS += -DINCMOE_NCCL_CUDA=1
-endif
 libnccl_net_incmoe_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 libnccl_net_incmoe_la_LIBADD = libincmoe_client.la $(UCX_LIBS) -lpthread -lm -ldl
 libnccl_net_incmoe_la_LDFLAGS = -module -avoid-version -shared \

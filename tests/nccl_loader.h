@@ -18,10 +18,8 @@ namespace nccltest
 {
 
 extern const char *const kPluginPath;
-/* The stand-in CUDA runtime (test_nccl_fake_cudart.cc) for INCMOE_CUDART. */
-extern const char *const kFakeCudartPath;
-/* How many host allocations / copies to host / copies to device it served (in this process). */
-int fake_cudart_count(const char *counter);
+/* ucp_context_attr_t.memory_types of a UCX context made here: what UCX can move. */
+uint64_t ucx_memory_types();
 /* Versions the plugin exports, newest first (NCCL's lookup order). */
 extern const int kVersions[3];
 

@@ -12,6 +12,10 @@
 #include "harness.h"
 #include "nccl_loader.h"
 
+extern "C" {
+#include "nccl/ptr_support.h"
+}
+
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -190,9 +194,6 @@ unsigned char ag_byte(int r, size_t j)
 
 /* ---- the per-rank driver ------------------------------------------------ */
 
-/* The memory type the collectives register their buffers as (CUDA in the staging test). */
-int g_mem_type = NCCL_PTR_HOST;
-
 struct Rank {
     Plugin pl;
     int rank = 0, n = 0;
@@ -334,11 +335,11 @@ std::string post_allgather(Rank *c, std::vector<Pending> *ps, size_t B, Window w
     for (size_t j = 0; j < B; j++)
         own[j] = (char)ag_byte(me, j);
     void *smh = nullptr, *rmh = nullptr;
-    REQUIRE(c->pl.coll_reg(c->cc, own.data(), B, g_mem_type, &smh) == ncclSuccess);
+    REQUIRE(c->pl.coll_reg(c->cc, own.data(), B, NCCL_PTR_HOST, &smh) == ncclSuccess);
     mhs->push_back(smh);
     keep->emplace_back(staging ? wb + 128 : n * B + 64, (char)0xEE);
     std::vector<char> &rbuf = keep->back();
-    REQUIRE(c->pl.coll_reg(c->cc, rbuf.data(), rbuf.size(), g_mem_type, &rmh) == ncclSuccess);
+    REQUIRE(c->pl.coll_reg(c->cc, rbuf.data(), rbuf.size(), NCCL_PTR_HOST, &rmh) == ncclSuccess);
     mhs->push_back(rmh);
     char *dst = staging ? rbuf.data() + 64 : rbuf.data() + wo;
     /* NCCL's rule for sendData: offset into the own block when the window starts in it. */
@@ -387,11 +388,11 @@ std::string post_reducescatter(Rank *c, std::vector<Pending> *ps, size_t C, Wind
     for (size_t e = from; e < to; e++)
         encode(t, value(op, t, n, me, e), in.data() + base + (e - from) * es);
     void *smh = nullptr, *rmh = nullptr;
-    REQUIRE(c->pl.coll_reg(c->cc, in.data(), in.size(), g_mem_type, &smh) == ncclSuccess);
+    REQUIRE(c->pl.coll_reg(c->cc, in.data(), in.size(), NCCL_PTR_HOST, &smh) == ncclSuccess);
     mhs->push_back(smh);
     keep->emplace_back(B + 64, (char)0xEE);
     std::vector<char> &out = keep->back();
-    REQUIRE(c->pl.coll_reg(c->cc, out.data(), out.size(), g_mem_type, &rmh) == ncclSuccess);
+    REQUIRE(c->pl.coll_reg(c->cc, out.data(), out.size(), NCCL_PTR_HOST, &rmh) == ncclSuccess);
     mhs->push_back(rmh);
     size_t lo = std::max(w.off, (size_t)me * C), hi = std::min(w.off + w.len, (size_t)(me + 1) * C);
     size_t own = hi > lo ? hi - lo : 0;
@@ -438,8 +439,8 @@ std::string post_allreduce(Rank *c, std::vector<Pending> *ps, size_t count, int 
     keep->emplace_back(count * es + 96, (char)0xEE);
     std::vector<char> &out = keep->back();
     void *smh = nullptr, *rmh = nullptr;
-    REQUIRE(c->pl.coll_reg(c->cc, in.data(), in.size(), g_mem_type, &smh) == ncclSuccess);
-    REQUIRE(c->pl.coll_reg(c->cc, out.data(), out.size(), g_mem_type, &rmh) == ncclSuccess);
+    REQUIRE(c->pl.coll_reg(c->cc, in.data(), in.size(), NCCL_PTR_HOST, &smh) == ncclSuccess);
+    REQUIRE(c->pl.coll_reg(c->cc, out.data(), out.size(), NCCL_PTR_HOST, &rmh) == ncclSuccess);
     mhs->push_back(smh);
     mhs->push_back(rmh);
     Pending p;
@@ -826,15 +827,17 @@ TEST_F(NcclCollNetBehaviour, StoppedSwitchFailsConnectWithoutAborting)
 }
 
 /*
- * GPU buffers: with the stand-in CUDA runtime every buffer is registered as
- * NCCL_PTR_CUDA.  A CUDA build stages them through pinned host twins, and the
- * results reach the "device" buffers only through those copies; a build
- * without CUDA offers host memory only and refuses them.
+ * The CollNet offers host memory only, whatever UCX can move: its client adds
+ * the root's own partial and copies eager payloads with the CPU.  NCCL then
+ * stages GPU data through its own pinned host buffers, and regMr refuses GPU
+ * memory rather than letting the CPU read a device pointer.
  */
-TEST_F(NcclCollNetBehaviour, CudaBuffersGoThroughPinnedStaging)
+TEST_F(NcclCollNetBehaviour, HostMemoryOnlyWhateverUcxMoves)
 {
-    setenv("INCMOE_CUDART", nccltest::kFakeCudartPath, 1);
-    const int n = 3;
+    uint64_t memtypes = nccltest::ucx_memory_types();
+    ASSERT_NE(memtypes, 0u) << "UCX reported no memory types";
+    EXPECT_EQ(plugin_ptr_support_of(memtypes, 1), NCCL_PTR_HOST);
+    const int n = 2;
     Exchange *ex = Exchange::create(n);
     ASSERT_NE(ex, nullptr);
     auto res = harness::run_ranks(
@@ -842,36 +845,21 @@ TEST_F(NcclCollNetBehaviour, CudaBuffersGoThroughPinnedStaging)
         [&](int rank) -> std::string {
             Rank c;
             TRY(setup(&c, 11, rank, n, ex, 0xC0DAull));
-            ncclNetProperties_v11_t p;
-            REQUIRE(c.pl.coll_props(0, &p) == ncclSuccess);
-#ifdef INCMOE_NCCL_CUDA
-            REQUIRE(p.ptrSupport == (NCCL_PTR_HOST | NCCL_PTR_CUDA));
-            g_mem_type = NCCL_PTR_CUDA;
-            Batch b{&c, 10, {}, {}, {}};
-            for (Window w : windows(n, 1000))
-                TRY(post_allgather(&c, &b.ps, 1000, w, false, &b.keep, &b.mhs));
-            TRY(b.flush());
-            for (Window w : windows(n, 60))
-                TRY(post_reducescatter(&c, &b.ps, 60, w, ncclBfloat16, ncclMax, false, &b.keep,
-                                       &b.mhs));
-            TRY(post_allreduce(&c, &b.ps, 1000, ncclFloat32, ncclSum, &b.keep, &b.mhs));
-            TRY(b.flush());
-            REQUIRE(nccltest::fake_cudart_count("fake_cudart_host_allocs") > 0);
-            REQUIRE(nccltest::fake_cudart_count("fake_cudart_to_host") > 0);
-            REQUIRE(nccltest::fake_cudart_count("fake_cudart_to_device") > 0);
-#else
+            ncclNetProperties_v11_t p, np;
+            REQUIRE(c.pl.coll_props(0, &p) == ncclSuccess && p.ptrSupport == NCCL_PTR_HOST);
+            /* The net beside it reports what UCX moves. */
+            REQUIRE(c.pl.net_props(0, &np) == ncclSuccess &&
+                    np.ptrSupport == plugin_ptr_support_of(memtypes, 0));
             std::vector<char> probe(64);
             void *mh = nullptr;
-            REQUIRE(p.ptrSupport == NCCL_PTR_HOST);
             REQUIRE(c.pl.coll_reg(c.cc, probe.data(), probe.size(), NCCL_PTR_CUDA, &mh) ==
                     ncclInvalidArgument);
-#endif
+            REQUIRE(nccltest::warnings().find("not supported") != std::string::npos);
             REQUIRE(ex->barrier(1, rank, n, 60));
             return teardown(&c);
         },
         120);
     ex->destroy();
-    unsetenv("INCMOE_CUDART");
     EXPECT_EQ(harness::failures(res), "");
 }
 

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <ucp/api/ucp.h>
+
 #include <atomic>
 #include <mutex>
 #include "base/clock.h"
@@ -18,17 +20,25 @@ namespace nccltest
 
 const char *const kPluginPath = TOP_BUILDDIR "/plugin/.libs/libnccl-net-incmoe.so";
 const int kVersions[3] = {11, 10, 9};
-const char *const kFakeCudartPath = TOP_BUILDDIR "/tests/.libs/test_nccl_fake_cudart.so";
 
-int fake_cudart_count(const char *counter)
+uint64_t ucx_memory_types()
 {
-    void *lib = dlopen(kFakeCudartPath, RTLD_NOW | RTLD_NOLOAD);
-    if (lib == nullptr)
-        return -1; /* the plugin never loaded it */
-    int *c = (int *)dlsym(lib, counter);
-    int n = c != nullptr ? *c : -1;
-    dlclose(lib);
-    return n;
+    ucp_config_t *cfg;
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
+        return 0;
+    ucp_params_t prm = {};
+    prm.field_mask = UCP_PARAM_FIELD_FEATURES;
+    prm.features = UCP_FEATURE_TAG | UCP_FEATURE_AM;
+    ucp_context_h ctx;
+    ucs_status_t st = ucp_init(&prm, cfg, &ctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK)
+        return 0;
+    ucp_context_attr_t attr = {};
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    uint64_t types = ucp_context_query(ctx, &attr) == UCS_OK ? attr.memory_types : 0;
+    ucp_cleanup(ctx);
+    return types;
 }
 
 /* The client library's proxy thread logs too: guard the text. */

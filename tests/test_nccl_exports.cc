@@ -1,6 +1,7 @@
 /*
  * test_nccl_exports.cc - the plugin's dynamic symbol table holds the plugin
- * structs and nothing else, and NCCL's newest-first lookup finds v11.
+ * structs and nothing else, NCCL's newest-first lookup finds v11, and the
+ * plugin names no CUDA runtime (it never copies GPU memory itself).
  */
 #include "nccl_loader.h"
 
@@ -9,6 +10,8 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -43,4 +46,19 @@ TEST(NcclExports, NewestFirstLookupFindsV11AndInternalsAreHidden)
     EXPECT_EQ(dlsym(pl.lib, "incmoe_comm_create"), nullptr);
     EXPECT_EQ(dlsym(pl.lib, "net_init"), nullptr);
     EXPECT_EQ(dlsym(pl.lib, "ncclNetPlugin_v8"), nullptr);
+}
+
+/*
+ * GPU bytes are moved by NCCL (into its host buffers) or by UCX, never by a
+ * copy of ours on NCCL's proxy thread: the library neither links nor names a
+ * CUDA runtime or any of its copy calls.
+ */
+TEST(NcclExports, NamesNoCudaRuntime)
+{
+    std::ifstream f(kPluginPath, std::ios::binary);
+    ASSERT_TRUE(f.good()) << kPluginPath;
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 4096u);
+    for (const char *name : {"libcudart", "libcuda.so", "cudaMemcpy", "cuMemcpy", "cudaHostAlloc"})
+        EXPECT_EQ(bytes.find(name), std::string::npos) << kPluginPath << " names " << name;
 }

@@ -8,6 +8,10 @@
 #include "harness.h"
 #include "nccl_loader.h"
 
+extern "C" {
+#include "nccl/ptr_support.h"
+}
+
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -339,45 +343,63 @@ TEST_P(NcclNet, DeadPeerFailsThePendingReceive)
 }
 
 /*
- * GPU buffers through pinned staging, with the stand-in CUDA runtime: every
- * byte reaches the receiver's "device" buffer only through the plugin's copies.
+ * ptrSupport is what the UCX in this process can move (memtypes.c asks it the
+ * same way): NCCL_PTR_CUDA exactly when UCX reports CUDA memory, and regMr
+ * takes a memory type exactly when ptrSupport names it.  The plugin copies
+ * nothing itself: either NCCL hands it host buffers, or UCX moves the GPU's.
  */
-TEST_P(NcclNet, CudaBuffersGoThroughPinnedStaging)
+TEST_P(NcclNet, PtrSupportIsWhatUcxMoves)
 {
     int version = GetParam();
-    setenv("INCMOE_CUDART", nccltest::kFakeCudartPath, 1);
+    uint64_t memtypes = nccltest::ucx_memory_types();
+    ASSERT_NE(memtypes, 0u) << "UCX reported no memory types";
+    const int expect = plugin_ptr_support_of(memtypes, 0);
     Exchange *ex = Exchange::create(2);
     ASSERT_NE(ex, nullptr);
     auto res = harness::run_ranks(
         2,
         [&](int rank) -> std::string {
-#ifdef INCMOE_NCCL_CUDA
-            std::string err = net_rank(version, rank, ex, NCCL_PTR_CUDA);
-            if (!err.empty())
-                return err;
-            REQUIRE(nccltest::fake_cudart_count("fake_cudart_host_allocs") >= 2);
-            REQUIRE(nccltest::fake_cudart_count("fake_cudart_to_host") > 0);
-            REQUIRE(nccltest::fake_cudart_count("fake_cudart_to_device") > 0);
-            return "";
-#else
             Conn c;
             std::string err = setup(&c, version, rank, ex);
             if (!err.empty())
                 return err;
             ncclNetProperties_v11_t p;
-            REQUIRE(c.pl.net_props(0, &p) == ncclSuccess && p.ptrSupport == NCCL_PTR_HOST);
+            REQUIRE(c.pl.net_props(0, &p) == ncclSuccess);
+            REQUIRE(p.ptrSupport == expect, "ptrSupport " + std::to_string(p.ptrSupport) +
+                                                ", UCX memory types " + std::to_string(memtypes));
             char buf[64];
             void *mh = nullptr;
-            REQUIRE(c.pl.net_reg(c.sc, buf, sizeof(buf), NCCL_PTR_CUDA, &mh) ==
+            ncclResult_t r = c.pl.net_reg(c.sc, buf, sizeof(buf), NCCL_PTR_CUDA, &mh);
+            if (expect & NCCL_PTR_CUDA) {
+                REQUIRE(r == ncclSuccess && c.pl.net_dereg(c.sc, mh) == ncclSuccess);
+            } else {
+                REQUIRE(r == ncclInvalidArgument);
+                REQUIRE(nccltest::warnings().find("not supported") != std::string::npos);
+            }
+            REQUIRE(c.pl.net_reg(c.sc, buf, sizeof(buf), NCCL_PTR_DMABUF, &mh) ==
                     ncclInvalidArgument);
             REQUIRE(ex->barrier(1, rank, 2, 30));
             return teardown(&c);
-#endif
         },
         100);
     ex->destroy();
-    unsetenv("INCMOE_CUDART");
     EXPECT_EQ(harness::failures(res), "");
+}
+
+/* The decision alone, for what this machine's UCX cannot show (a UCX built with CUDA). */
+TEST(NcclPtrSupport, CudaOnlyWhereUcxMovesItAndTheCpuNeverTouchesIt)
+{
+    const uint64_t host = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    const uint64_t cuda = UCS_BIT(UCS_MEMORY_TYPE_CUDA);
+    const uint64_t managed = UCS_BIT(UCS_MEMORY_TYPE_CUDA_MANAGED);
+    EXPECT_EQ(plugin_ptr_support_of(host, 0), NCCL_PTR_HOST);
+    EXPECT_EQ(plugin_ptr_support_of(host | cuda, 0), NCCL_PTR_HOST | NCCL_PTR_CUDA);
+    EXPECT_EQ(plugin_ptr_support_of(host | cuda | managed, 0), NCCL_PTR_HOST | NCCL_PTR_CUDA);
+    EXPECT_EQ(plugin_ptr_support_of(host | managed, 0), NCCL_PTR_HOST);
+    EXPECT_EQ(plugin_ptr_support_of(host | cuda, 1), NCCL_PTR_HOST);
+    EXPECT_EQ(plugin_ptr_support_of(host, 1), NCCL_PTR_HOST);
+    /* Host memory is always offered: NCCL's fallback buffers are host memory. */
+    EXPECT_EQ(plugin_ptr_support_of(0, 0), NCCL_PTR_HOST);
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, NcclNet, ::testing::Values(11, 10, 9),

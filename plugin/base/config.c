@@ -36,8 +36,6 @@ const inc_config_entry_t inc_config_table[] = {
     {"INCMOE_NCCL_ADDR", NULL,
      "NCCL plugin: IP its point-to-point net listens on (default: the route to INCMOE_SWITCH)",
      TEXT},
-    {"INCMOE_CUDART", NULL,
-     "NCCL plugin: CUDA runtime library to load for GPU buffers (default libcudart.so)", TEXT},
     {"INCMOE_MOE_BANDS", NULL, "MoE layer: bands per layer (default: chosen for the token count)",
      INC_CONFIG_INT, 1, 1 << 20},
     {"INCMOE_MOE_WORKERS", NULL, "MoE layer: gather,compute,reduce worker threads, e.g. 1,2,1",

@@ -9,7 +9,7 @@ static ncclResult_t net_init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_
 
 static ncclResult_t net_props_v10(int dev, ncclNetProperties_v10_t *props)
 {
-    return plugin_get_props_v9(dev, props, PLUGIN_PTR_SUPPORT);
+    return plugin_get_props_v9(dev, props, plugin_net_ptr_support());
 }
 
 /* The traffic class in config has no UCX equivalent we could honour per endpoint. */
@@ -69,7 +69,7 @@ static ncclResult_t collnet_init_v10(ncclDebugLogger_t logger)
 
 static ncclResult_t collnet_props_v10(int dev, ncclNetProperties_v10_t *props)
 {
-    return plugin_get_props_v9(dev, props, PLUGIN_PTR_SUPPORT);
+    return plugin_get_props_v9(dev, props, plugin_collnet_ptr_support());
 }
 
 static ncclResult_t collnet_listen_v10(int dev, void *handle, void **listen_comm)

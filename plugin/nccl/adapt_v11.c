@@ -39,7 +39,7 @@ static ncclResult_t net_init_v11(void **ctx, uint64_t comm_id, ncclNetCommConfig
 
 static ncclResult_t net_props_v11(int dev, ncclNetProperties_v11_t *props)
 {
-    return plugin_get_props_v11(dev, props, PLUGIN_PTR_SUPPORT);
+    return plugin_get_props_v11(dev, props, plugin_net_ptr_support());
 }
 
 static ncclResult_t net_listen_v11(void *ctx, int dev, void *handle, void **listen_comm)
@@ -124,7 +124,7 @@ static ncclResult_t collnet_init_v11(void **ctx, uint64_t comm_id, ncclDebugLogg
 
 static ncclResult_t collnet_props_v11(int dev, ncclNetProperties_v11_t *props)
 {
-    return plugin_get_props_v11(dev, props, PLUGIN_PTR_SUPPORT);
+    return plugin_get_props_v11(dev, props, plugin_collnet_ptr_support());
 }
 
 static ncclResult_t collnet_listen_v11(void *ctx, int dev, void *handle, void **listen_comm)

@@ -9,7 +9,7 @@ static ncclResult_t net_init_v9(ncclDebugLogger_t logger)
 
 static ncclResult_t net_props_v9(int dev, ncclNetProperties_v9_t *props)
 {
-    return plugin_get_props_v9(dev, props, PLUGIN_PTR_SUPPORT);
+    return plugin_get_props_v9(dev, props, plugin_net_ptr_support());
 }
 
 static ncclResult_t net_connect_v9(int dev, void *handle, void **send_comm,
@@ -55,7 +55,7 @@ static ncclResult_t collnet_init_v9(ncclDebugLogger_t logger)
 
 static ncclResult_t collnet_props_v9(int dev, ncclNetProperties_v9_t *props)
 {
-    return plugin_get_props_v9(dev, props, PLUGIN_PTR_SUPPORT);
+    return plugin_get_props_v9(dev, props, plugin_collnet_ptr_support());
 }
 
 static ncclResult_t collnet_listen_v9(int dev, void *handle, void **listen_comm)

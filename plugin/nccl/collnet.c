@@ -25,7 +25,6 @@
  * sendProxyProgress).  NCCL's proxy thread is the only poster on this
  * communicator, so room it saw cannot shrink before it posts.
  */
-#include "cuda.h"
 #include "plugin.h"
 #include "window.h"
 #include "base/config.h"
@@ -76,7 +75,6 @@ typedef struct {
     incmoe_mr_t *mr;
     char *base;
     size_t size;
-    char *stage; /* pinned host twin of a GPU region (registered instead), or NULL */
 } collnet_mr_t;
 
 typedef struct {
@@ -85,9 +83,6 @@ typedef struct {
     int n;
     int size;
     incmoe_req_t reqs[WINDOW_MAX_PIECES];
-    char *copy_dev; /* GPU destination to fill from its staging once done */
-    const char *copy_host;
-    size_t copy_len;
 } collnet_req_t;
 
 static void link_init(collnet_link_t *head)
@@ -119,7 +114,6 @@ static void mr_free(collnet_mr_t *m)
 {
     link_del(&m->link);
     m->magic = 0;
-    cuda_host_free(m->stage);
     free(m);
 }
 
@@ -301,21 +295,18 @@ ncclResult_t collnet_reg_mr(void *coll_comm, void *data, size_t size, int type, 
         PWARN("regMr: invalid arguments (comm %p, data %p, %zu bytes)", coll_comm, data, size);
         return ncclInvalidArgument;
     }
-    if ((type & PLUGIN_PTR_SUPPORT) == 0 || (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)) {
-        PWARN("regMr: memory type %d is not supported (ptrSupport %#x)", type, PLUGIN_PTR_SUPPORT);
+    /* Host memory only (ptr_support.h): NCCL stages GPU data in its own host buffers. */
+    int supported = plugin_collnet_ptr_support();
+    if ((type & supported) == 0 || type != NCCL_PTR_HOST) {
+        PWARN("regMr: memory type %d is not supported (ptrSupport %#x)", type, supported);
         return ncclInvalidArgument;
     }
     collnet_mr_t *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return ncclSystemError;
-    if (type == NCCL_PTR_CUDA && (m->stage = cuda_host_alloc(size)) == NULL) {
-        free(m);
-        return ncclSystemError;
-    }
-    incmoe_status_t st = incmoe_mem_register(cc->comm, m->stage ? m->stage : data, size, &m->mr);
+    incmoe_status_t st = incmoe_mem_register(cc->comm, data, size, &m->mr);
     if (st != INCMOE_OK) {
         PWARN("regMr: registering %zu bytes at %p failed: %s", size, data, incmoe_strerror(st));
-        cuda_host_free(m->stage);
         free(m);
         return plugin_result(st);
     }
@@ -369,28 +360,6 @@ static collnet_mr_t *mr_for(collnet_comm_t *cc, void *mhandle, const void *p, si
 
 /* ---- collectives ------------------------------------------------------ */
 
-/* Where p of a GPU region lives in its staging twin. */
-static char *stage_of(const collnet_mr_t *m, const void *p)
-{
-    return m->stage + ((const char *)p - m->base);
-}
-
-/* Bytes the switch will read from a GPU region go to its twin before posting. */
-static int stage_in(const collnet_mr_t *m, const void *p, size_t len)
-{
-    return m->stage == NULL || cuda_to_host(stage_of(m, p), p, len) == 0;
-}
-
-/* Bytes that land in a GPU region's twin go to the GPU once the request is done. */
-static void stage_out_later(collnet_req_t *r, const collnet_mr_t *m, void *p, size_t len)
-{
-    if (m->stage != NULL && len > 0) {
-        r->copy_dev = p;
-        r->copy_host = stage_of(m, p);
-        r->copy_len = len;
-    }
-}
-
 /* Can the stream take n more collectives now?  If not, NCCL is told to retry. */
 static int stream_has_room(collnet_comm_t *cc, incmoe_stream_t stream, int n, void **request)
 {
@@ -433,8 +402,6 @@ ncclResult_t collnet_iallreduce(void *coll_comm, void *send, void *recv, size_t 
         return ncclInvalidArgument;
     if (!stream_has_room(cc, INCMOE_STREAM_ALLREDUCE, 1, request))
         return ncclSuccess;
-    if (!stage_in(sm, send, bytes))
-        return ncclUnhandledCudaError;
     collnet_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return ncclSystemError;
@@ -442,7 +409,6 @@ ncclResult_t collnet_iallreduce(void *coll_comm, void *send, void *recv, size_t 
     link_add(&cc->reqs, &r->link);
     r->n = 1;
     r->size = (int)bytes;
-    stage_out_later(r, rm, recv, bytes);
     incmoe_status_t st = incmoe_allreduce(cc->comm, sm->mr, (size_t)((char *)send - sm->base),
                                           rm->mr, (size_t)((char *)recv - rm->base), count,
                                           (incmoe_dtype_t)t, (incmoe_redop_t)o, &r->reqs[0]);
@@ -547,14 +513,8 @@ ncclResult_t collnet_iallgather(void *coll_comm, void *send, int n_parts, ncclNe
     size_t send_own = own > 0 ? (size_t)((char *)send - sm->base) : 0;
     if (!stream_has_room(cc, INCMOE_STREAM_ALLGATHER, n, request))
         return ncclSuccess;
-    if (!stage_in(sm, send, own))
-        return ncclUnhandledCudaError;
-    ncclResult_t res =
-        post_pieces(cc, "iallgather", 0, pieces, n, bytes_per_rank, sm, send_own, 0, rm, 0,
-                    recv_base, INCMOE_UINT8, INCMOE_SUM, (int)win_bytes, request);
-    if (res == ncclSuccess)
-        stage_out_later(*request, rm, parts[0].address, win_bytes);
-    return res;
+    return post_pieces(cc, "iallgather", 0, pieces, n, bytes_per_rank, sm, send_own, 0, rm, 0,
+                       recv_base, INCMOE_UINT8, INCMOE_SUM, (int)win_bytes, request);
 }
 
 ncclResult_t collnet_ireducescatter(void *coll_comm, int n_parts, ncclNetSGE_t *parts, void *recv,
@@ -586,14 +546,8 @@ ncclResult_t collnet_ireducescatter(void *coll_comm, int n_parts, ncclNetSGE_t *
     size_t recv_own = own > 0 ? (size_t)((char *)recv - rm->base) : 0;
     if (!stream_has_room(cc, INCMOE_STREAM_REDUCESCATTER, n, request))
         return ncclSuccess;
-    if (!stage_in(sm, parts[0].address, win_bytes))
-        return ncclUnhandledCudaError;
-    ncclResult_t res =
-        post_pieces(cc, "ireducescatter", 1, pieces, n, bytes_per_rank, sm, 0, send_base, rm,
-                    recv_own, 0, (incmoe_dtype_t)t, (incmoe_redop_t)o, (int)own, request);
-    if (res == ncclSuccess)
-        stage_out_later(*request, rm, recv, own);
-    return res;
+    return post_pieces(cc, "ireducescatter", 1, pieces, n, bytes_per_rank, sm, 0, send_base, rm,
+                       recv_own, 0, (incmoe_dtype_t)t, (incmoe_redop_t)o, (int)own, request);
 }
 
 /* Host memory: the library delivered into it already; nothing to flush. */
@@ -627,8 +581,6 @@ ncclResult_t collnet_test(void *request, int *done, int *size)
             return plugin_result(st);
         }
     }
-    if (r->copy_len > 0 && cuda_to_device(r->copy_dev, r->copy_host, r->copy_len) != 0)
-        return ncclUnhandledCudaError;
     if (size != NULL)
         *size = r->size;
     req_free(r);

@@ -3,7 +3,6 @@
  * mapping at the boundary, and the description of our one device.
  */
 #include "plugin.h"
-#include "cuda.h"
 
 #include "base/config.h"
 #include "base/log.h"
@@ -302,9 +301,4 @@ ncclResult_t plugin_get_props_v11(int dev, ncclNetProperties_v11_t *props, int p
         return ncclInvalidArgument;
     plugin_get_props(props, ptr_support);
     return ncclSuccess;
-}
-
-int plugin_ptr_support(void)
-{
-    return NCCL_PTR_HOST | (cuda_available() ? NCCL_PTR_CUDA : 0);
 }

@@ -14,7 +14,6 @@
  * receiver matches on its own worker without ever mixing two connections.
  * The round trip also finishes UCX's wire-up before the first real send.
  */
-#include "cuda.h"
 #include "plugin.h"
 #include "base/config.h"
 #include "base/ucx_util.h"
@@ -55,8 +54,6 @@ typedef struct {
     size_t length;
     void *ucx;
     ucp_tag_recv_info_t info;
-    char *dev;        /* GPU destination of a receive staged in host memory */
-    const char *host; /* ... and where it was staged */
 } net_slot_t;
 
 typedef struct net_comm {
@@ -95,7 +92,6 @@ typedef struct {
     int type;
     char *base;
     size_t size;
-    char *stage; /* pinned host twin of a GPU region, or NULL */
 } net_mr_t;
 
 static struct {
@@ -665,17 +661,15 @@ ncclResult_t net_reg_mr(void *comm, void *data, size_t size, int type, void **mh
 {
     if (comm == NULL || mhandle == NULL || (data == NULL && size != 0))
         return ncclInvalidArgument;
-    if ((type & PLUGIN_PTR_SUPPORT) == 0 || (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)) {
-        PWARN("regMr: memory type %d is not supported (ptrSupport %#x)", type, PLUGIN_PTR_SUPPORT);
+    /* GPU memory only where UCX moves it itself: it then goes to UCX as it is. */
+    int supported = plugin_net_ptr_support();
+    if ((type & supported) == 0 || (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)) {
+        PWARN("regMr: memory type %d is not supported (ptrSupport %#x)", type, supported);
         return ncclInvalidArgument;
     }
     net_mr_t *mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return ncclSystemError;
-    if (type == NCCL_PTR_CUDA && (mr->stage = cuda_host_alloc(size)) == NULL) {
-        free(mr);
-        return ncclSystemError;
-    }
     memcpy(mr->magic, "MRH", 4);
     mr->type = type;
     mr->base = data;
@@ -697,7 +691,6 @@ ncclResult_t net_dereg_mr(void *comm, void *mhandle)
     if (mr == NULL || memcmp(mr->magic, "MRH", 4) != 0)
         return ncclInvalidArgument;
     memset(mr->magic, 0, 4);
-    cuda_host_free(mr->stage);
     free(mr);
     return ncclSuccess;
 }
@@ -735,13 +728,6 @@ ncclResult_t net_isend(void *send_comm, void *data, size_t size, int tag, void *
     }
     if (!mr_covers(mhandle, data, size, "isend"))
         return ncclInvalidArgument;
-    const net_mr_t *mr = mhandle;
-    if (mr != NULL && mr->stage != NULL) { /* GPU memory: send from its host twin */
-        char *host = mr->stage + ((char *)data - mr->base);
-        if (cuda_to_host(host, data, size) != 0)
-            return ncclUnhandledCudaError;
-        data = host;
-    }
     net_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return ncclSystemError;
@@ -776,24 +762,19 @@ ncclResult_t net_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *
         return ncclSystemError;
     r->n = n;
     pthread_mutex_lock(&net.lock);
-    for (int i = 0; i < n; i++) {
-        const net_mr_t *mr = mhandles ? mhandles[i] : NULL;
-        char *dst = data[i];
-        if (mr != NULL && mr->stage != NULL) /* GPU memory: receive into its host twin */
-            dst = mr->stage + ((char *)data[i] - mr->base);
-        slot_recv(data_tag(c->data_id, tags[i]), dst, sizes[i], &r->slot[i]);
-        if (dst != data[i]) {
-            r->slot[i].dev = data[i];
-            r->slot[i].host = dst;
-        }
-    }
+    for (int i = 0; i < n; i++)
+        slot_recv(data_tag(c->data_id, tags[i]), data[i], sizes[i], &r->slot[i]);
     req_track(c, r);
     pthread_mutex_unlock(&net.lock);
     *request = r;
     return ncclSuccess;
 }
 
-/* Host memory is coherent once UCX delivered it: nothing to flush. */
+/*
+ * Nothing to flush: UCX completes a receive once the bytes are in place, in
+ * host memory and, where it moves CUDA memory, after its own copy into the
+ * GPU finished.  forceFlush is 0, so NCCL calls this only with GPUDirect.
+ */
 ncclResult_t net_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
                         void **request)
 {
@@ -830,13 +811,6 @@ ncclResult_t net_test(void *request, int *done, int *sizes)
         if (r->comm->failed)
             res = comm_failure(r->comm, r->comm->is_send ? "isend" : "irecv");
         goto out;
-    }
-    for (int i = 0; i < r->n; i++) {
-        net_slot_t *s = &r->slot[i];
-        if (s->dev != NULL && cuda_to_device(s->dev, s->host, s->length) != 0) {
-            res = ncclUnhandledCudaError;
-            goto out;
-        }
     }
     if (sizes != NULL)
         for (int i = 0; i < r->n; i++)

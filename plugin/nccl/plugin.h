@@ -40,10 +40,14 @@ ncclResult_t plugin_make_vdevice(int *d, ncclNetVDeviceProps_t *props);
 /* getProperties of one version, checking the device index. */
 ncclResult_t plugin_get_props_v9(int dev, ncclNetProperties_v9_t *props, int ptr_support);
 ncclResult_t plugin_get_props_v11(int dev, ncclNetProperties_v11_t *props, int ptr_support);
-/* What both the net and the CollNet accept in regMr: host memory, and GPU memory
-   through pinned staging where a CUDA runtime and a device are present (cuda.h). */
-int plugin_ptr_support(void);
-#define PLUGIN_PTR_SUPPORT plugin_ptr_support()
+/* ---- memtypes.c: ptrSupport (ptr_support.h) ------------------------------ */
+
+/* What UCX can move here (ucp_context_attr_t.memory_types), queried once. */
+uint64_t plugin_ucx_memory_types(void);
+/* The net: host, plus CUDA where UCX moves CUDA memory itself. */
+int plugin_net_ptr_support(void);
+/* The CollNet: host only (its client touches the bytes with the CPU). */
+int plugin_collnet_ptr_support(void);
 /* Make the struct visible past -fvisibility=hidden; exports.map has the final say. */
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
 
