@@ -12,6 +12,9 @@
 
 typedef struct {
     const char *name;
+    /* 1: x, ids and weights are device memory and the forward takes the
+       caller's stream (INCMOE_MOE_FWD_STREAM); 0: host memory, no stream. */
+    int device_inputs;
     /* Places the local experts' weights (p->w_*, L->local_ids order) and the
        gather / reduce buffers, registers the buffers with L->comm, creates
        the FIFO and the counters, and fills the buffer, counter and FIFO
@@ -26,8 +29,18 @@ typedef struct {
     /* Frees what create made (also after a failed create); returns the FIFO's
        first error. */
     incmoe_status_t (*destroy)(incmoe_moe_t *L);
+    /* Backends with device inputs: copies the n expert ids to host memory
+       (behind the caller's stream) for the layer's argument checks and sets
+       *host_p to the copy, valid until the next call.  NULL otherwise. */
+    incmoe_status_t (*stage_ids)(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
+                                 const int32_t *ids, size_t n, const int32_t **host_p);
+    /* One line on where things live (for incmoe_moe_backend_str); NULL: the name only. */
+    int (*describe)(const incmoe_moe_t *L, char *buf, size_t len);
 } moe_backend_ops_t;
 
 extern const moe_backend_ops_t moe_cpu_backend;
+#ifdef INCMOE_MOE_CUDA
+extern const moe_backend_ops_t moe_cuda_backend;
+#endif
 
 #endif

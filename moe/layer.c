@@ -91,7 +91,17 @@ static incmoe_status_t check_params(const incmoe_moe_params_t *p, int N, int ran
 
 static const moe_backend_ops_t *backend_ops(incmoe_moe_backend_t b)
 {
-    return b == INCMOE_MOE_BACKEND_CPU ? &moe_cpu_backend : NULL;
+    switch (b) {
+    case INCMOE_MOE_BACKEND_CPU:
+        return &moe_cpu_backend;
+    case INCMOE_MOE_BACKEND_CUDA:
+#ifdef INCMOE_MOE_CUDA
+        return &moe_cuda_backend;
+#else
+        return NULL;
+#endif
+    }
+    return NULL;
 }
 
 /* Shape, placement and the backend's buffers; this rank's verdict. */
@@ -119,8 +129,9 @@ static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p)
     }
     L->ops = backend_ops(p->backend);
     if (L->ops == NULL) {
-        log_error(SUBSYS, "rank %d: create: backend %d is not built into this library", L->rank,
-                  (int)p->backend);
+        log_error(SUBSYS, "rank %d: create: the %s backend is not built into this library", L->rank,
+                  p->backend == INCMOE_MOE_BACKEND_CUDA ? "CUDA (configure found no CUDA toolkit)"
+                                                        : "requested");
         return INCMOE_ERR_UNSUPPORTED;
     }
     st = L->ops->create(L, p);
@@ -191,9 +202,15 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *L)
 
 /* --------------------------------------------------------------- forward */
 
-static incmoe_status_t check_forward(const incmoe_moe_t *L, incmoe_moe_mode_t mode, const void *x,
-                                     const int32_t *ids, const float *w, const int *counts,
-                                     void **out_p)
+/* The caller's stream, NULL when absent. */
+static void *fwd_stream(const incmoe_moe_forward_params_t *f)
+{
+    return (f->field_mask & INCMOE_MOE_FWD_STREAM) ? f->stream : NULL;
+}
+
+static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
+                                     incmoe_moe_mode_t mode, const void *x, const int32_t *ids,
+                                     const float *w, const int *counts, void **out_p)
 {
 #define BAD(fmt, ...)                                                                              \
     do {                                                                                           \
@@ -211,6 +228,14 @@ static incmoe_status_t check_forward(const incmoe_moe_t *L, incmoe_moe_mode_t mo
     int T = counts[L->rank];
     if (T > 0 && (x == NULL || ids == NULL || w == NULL))
         BAD("%d tokens but x, topk_ids or topk_weights is NULL", T);
+    if (T > 0 && L->ops->stage_ids != NULL) {
+        /* Device ids: checked on a host copy, so every rank agrees on the verdict. */
+        incmoe_status_t st = L->ops->stage_ids(L, f, ids, (size_t)T * L->k, &ids);
+        if (st != INCMOE_OK)
+            return st;
+    }
+    if (fwd_stream(f) != NULL && !L->ops->device_inputs)
+        BAD("the %s backend takes no stream", L->ops->name);
     for (int t = 0; t < T; t++) {
         const int32_t *id = ids + (size_t)t * L->k;
         for (int a = 0; a < L->k; a++) {
@@ -293,12 +318,7 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
     const int32_t *ids = (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL;
     const float *w = (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL;
     const int *counts = (m & INCMOE_MOE_FWD_COUNTS) ? f->counts : NULL;
-    incmoe_status_t local = check_forward(L, mode, x, ids, w, counts, out_p);
-    if (local == INCMOE_OK && (m & INCMOE_MOE_FWD_STREAM) && f->stream != NULL) {
-        log_error(SUBSYS, "rank %d: forward: the %s backend takes no stream", L->rank,
-                  L->ops->name);
-        local = INCMOE_ERR_INVALID_ARG;
-    }
+    incmoe_status_t local = check_forward(L, f, mode, x, ids, w, counts, out_p);
     incmoe_moe_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
     uint64_t hash = 1469598103934665603ull;
@@ -358,6 +378,15 @@ incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, cons
         .topk_weights = w,
         .counts = counts};
     return incmoe_moe_forward_ex(L, &f, out_p);
+}
+
+int incmoe_moe_backend_str(const incmoe_moe_t *L, char *buf, size_t len)
+{
+    if (L == NULL || L->ops == NULL)
+        return snprintf(buf, len, "none");
+    if (L->ops->describe == NULL || L->be == NULL)
+        return snprintf(buf, len, "%s", L->ops->name);
+    return L->ops->describe(L, buf, len);
 }
 
 incmoe_status_t incmoe_moe_last_timing(const incmoe_moe_t *L, incmoe_moe_timing_t *timing_p)

@@ -1,8 +1,9 @@
 # libincmoe_moe: the INC-MoE layer (public header api/incmoe_moe.h, installed
 # beside libincmoe's in $(includedir)/incmoe/).  The backend-neutral part (API,
 # exchange, plan, autotune, the role loops of roles.h) and the CPU backend in
-# cpu/ (threads, OpenBLAS); cuda/ holds the device primitives the role loops
-# compile against for the CUDA backend.  The role workers post collectives
+# cpu/ (threads, OpenBLAS); the CUDA backend in cuda/ (one persistent kernel,
+# built when configure finds CUDA: nvcc compiles kernel.cu through libtool, one
+# -gencode per --with-cuda-arch entry, and the library links cudart).  The role workers post collectives
 # through libincmoe's FIFO; the version script exports the layer's
 # incmoe_moe_* API and nothing else (the incmoe_* calls it shares with
 # libincmoe come from libincmoe, which it links).
@@ -27,5 +28,28 @@ libincmoe_moe_la_LIBADD = $(top_builddir)/plugin/libincmoe.la $(top_builddir)/pl
 libincmoe_moe_la_LDFLAGS = -version-info $(LIBINCMOE_MOE_LT_VERSION) \
 	-Wl,--version-script=$(srcdir)/libincmoe_moe.map
 EXTRA_libincmoe_moe_la_DEPENDENCIES = libincmoe_moe.map
+
+if HAVE_CUDA
+MOE_CU_HDRS = cuda/devfifo.h cuda/state.h cuda/kernel.h cuda/placement.h \
+	cuda/prims.cuh cuda/ffn.cuh
+libincmoe_moe_la_SOURCES += cuda/backend.c cuda/placement.c $(MOE_CU_HDRS)
+libincmoe_moe_la_CPPFLAGS += -DINCMOE_MOE_CUDA=1 -DINCMOE_CUDA_ARCHS='"$(CUDA_ARCHS)"' \
+	$(CUDA_CFLAGS) $(UCX_CFLAGS)
+libincmoe_moe_la_LIBADD += cuda/kernel.lo $(CUDA_LIBS) $(UCX_LIBS)
+EXTRA_libincmoe_moe_la_DEPENDENCIES += cuda/kernel.lo
+MOE_NVCC_FLAGS = $(CUDA_GENCODE) -O2 -std=c++17 -I$(top_srcdir)/plugin -I$(top_srcdir)/plugin/api \
+	-I$(top_builddir)/plugin/api -I$(top_srcdir)/moe
+# libtool makes the PIC object and the .lo; nvcc-pic hands libtool's -fPIC to the host compiler.
+cuda/kernel.lo: cuda/kernel.cu $(MOE_CU_HDRS) ctx.h plan.h band.h roles.h \
+		$(top_srcdir)/plugin/api/incmoe_fifo.h
+	@$(MKDIR_P) cuda
+	$(AM_V_GEN)$(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(srcdir)/cuda/nvcc-pic $(NVCC) \
+		$(MOE_NVCC_FLAGS) -c $(srcdir)/cuda/kernel.cu -o $@
+CLEANFILES += cuda/kernel.lo
+clean-local:
+	-rm -rf cuda/.libs cuda/*.o
 endif
-EXTRA_DIST += libincmoe_moe.map cuda/prims.cuh cuda/kernel.cu
+endif
+# The CUDA sources ship whether or not this build compiles them.
+EXTRA_DIST += libincmoe_moe.map cuda/kernel.cu cuda/nvcc-pic cuda/devfifo.h cuda/state.h \
+	cuda/kernel.h cuda/placement.h cuda/prims.cuh cuda/ffn.cuh cuda/backend.c cuda/placement.c

@@ -6,7 +6,7 @@ MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/plugin/api -I$(top_srcdir)/mo
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
 check_PROGRAMS += test_moe_fifo test_moe_band test_moe_layer test_moe_errors test_moe_stress \
-	test_moe_cuda_compile
+	test_moe_cuda_compile test_moe_cuda_proto
 test_moe_fifo_SOURCES = test_moe_fifo.cc
 test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 # The FIFO suite drives the FIFO's internal transport seam, so it links the
@@ -28,4 +28,9 @@ test_moe_stress_LDADD = $(MOE_TEST_LIBS)
 test_moe_cuda_compile_SOURCES = test_moe_cuda_compile.cc
 test_moe_cuda_compile_CPPFLAGS = $(AM_CPPFLAGS) -DNVCC_PATH='"$(NVCC)"' -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 test_moe_cuda_compile_LDADD = $(GTEST_LIBS) -lpthread
+# The CUDA backend's FIFO protocol and buffer placement, run on the host.
+test_moe_cuda_proto_SOURCES = test_moe_cuda_proto.cc ../moe/cuda/placement.c
+test_moe_cuda_proto_CPPFLAGS = $(MOE_TEST_CPPFLAGS) -I$(top_srcdir)/plugin $(UCX_CFLAGS)
+test_moe_cuda_proto_LDADD = $(top_builddir)/plugin/libincmoe_client.la $(BASE_LIBS) $(UCX_LIBS) \
+	$(GTEST_LIBS) -lpthread
 endif

@@ -3,7 +3,7 @@
  *
  *   incmoe-moe-bench [-N 4] [-t 64,256,1024] [-E 16] [-k 4] [-H 512] [-I 256] [-d float]
  *                    [-b BANDS] [--model olmoe] [--algo inc,ring] [-n 5] [-w 2]
- *                    [--link-mbps BW] [--no-verify]
+ *                    [--link-mbps BW] [--no-verify] [--backend cpu|cuda] [--ranks-in-process]
  *   incmoe-moe-bench --switch HOST:PORT --rank R -N N [--job ID] ...  (one rank of a job)
  *
  * For each collective algorithm and each token count per rank it runs the MoE
@@ -17,10 +17,21 @@
  * all run the same command (tools/testbed run), and rank 0 prints the table.
  *
  * Layer time is the median over the timed forwards of the slowest rank.
+ *
+ * --backend cuda runs the layer's CUDA backend (inputs in device memory, one
+ * stream per rank); --ranks-in-process runs the N ranks as threads of this
+ * process instead of processes, so with CUDA their persistent kernels run
+ * concurrently on one GPU, each rank on its own stream with at most 1/N of
+ * the SMs' worth of role blocks.  The exit status is non-zero when a check
+ * fails: pipelined vs baseline cosine >= 0.99999 per token, and against fp64
+ * a relative error <= 1e-4 (float), 5e-3 (half), 3e-2 (bfloat16).  These hold
+ * for the CUDA backend as well, whose tensor-core path rounds the SwiGLU rows
+ * to the datatype between its two GEMMs (the CPU keeps them in fp32).
  */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +47,10 @@
 #include "switchd_find.h"
 #include "base/clock.h"
 
+#ifdef INCMOE_MOE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #define MAX_T     32
 #define MAX_RANKS 64
 
@@ -50,6 +65,8 @@ typedef struct {
     uint64_t job;
     double link_mbps;
     const char *model;
+    incmoe_moe_backend_t backend;
+    int in_process; /* ranks as threads of this process */
 } opts_t;
 
 /* One measurement: an algorithm, a token count, a mode. */
@@ -210,6 +227,78 @@ static incmoe_comm_t *join(const opts_t *o, int rank, int algo)
     return comm;
 }
 
+/* Where the layer reads its inputs: host arrays, or device copies on a stream. */
+typedef struct {
+    void *x;
+    int32_t *ids;
+    float *w;
+    void *stream;
+} inputs_t;
+
+#ifdef INCMOE_MOE_CUDA
+static int cuda_fail(int rank, const char *what, cudaError_t e)
+{
+    fprintf(stderr, "rank %d: %s: %s\n", rank, what, cudaGetErrorString(e));
+    return 1;
+}
+
+/* Device copies of this rank's inputs for T tokens. */
+static int inputs_stage(const opts_t *o, int rank, int T, const void *x, const int32_t *ids,
+                        const float *w, inputs_t *in)
+{
+    size_t xs = (size_t)T * o->H * incmoe_dtype_size(o->dtype), ks = (size_t)T * o->k * 4;
+    cudaError_t e;
+    cudaFree(in->x), cudaFree(in->ids), cudaFree(in->w);
+    in->x = in->ids = NULL, in->w = NULL;
+    if ((e = cudaMalloc(&in->x, xs ? xs : 1)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&in->ids, ks ? ks : 1)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&in->w, ks ? ks : 1)) != cudaSuccess)
+        return cuda_fail(rank, "cudaMalloc of the inputs", e);
+    if ((e = cudaMemcpy(in->x, x, xs, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(in->ids, ids, ks, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(in->w, w, ks, cudaMemcpyHostToDevice)) != cudaSuccess)
+        return cuda_fail(rank, "copying the inputs to the device", e);
+    return 0;
+}
+#endif
+
+/* The output view copied to host memory (it is device-accessible memory for CUDA). */
+static int output_fetch(const opts_t *o, int rank, const void *view, size_t bytes, void *dst)
+{
+    if (o->backend == INCMOE_MOE_BACKEND_CPU) {
+        memcpy(dst, view, bytes);
+        return 0;
+    }
+#ifdef INCMOE_MOE_CUDA
+    cudaError_t e = cudaMemcpy(dst, view, bytes, cudaMemcpyDefault);
+    if (e != cudaSuccess)
+        return cuda_fail(rank, "copying the outputs back", e);
+    return 0;
+#else
+    (void)rank;
+    return 1;
+#endif
+}
+
+/* In-process CUDA ranks share one GPU: each gets at most 1/N of the SMs' worth of blocks. */
+static void share_device(const opts_t *o, incmoe_moe_params_t *p)
+{
+#ifdef INCMOE_MOE_CUDA
+    int sms = 0;
+    if (o->backend != INCMOE_MOE_BACKEND_CUDA || !o->in_process ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
+        return;
+    int share = sms / o->nranks; /* blocks of one rank: gather + compute + reduce */
+    int g = share >= 12 ? 2 : 1, r = share >= 12 ? 2 : 1;
+    int c = share - g - r;
+    p->config.gather_workers = g;
+    p->config.reduce_workers = r;
+    p->config.compute_workers = c < 1 ? 1 : c > INCMOE_MOE_MAX_WORKERS ? INCMOE_MOE_MAX_WORKERS : c;
+#else
+    (void)o, (void)p;
+#endif
+}
+
 /* Runs every measurement of this rank; writes "result ..." lines to out. */
 static int run_rank(const opts_t *o, int rank, FILE *out)
 {
@@ -233,6 +322,21 @@ static int run_rank(const opts_t *o, int rank, FILE *out)
         fprintf(stderr, "rank %d: out of memory\n", rank);
         return 1;
     }
+    void *outh = malloc((size_t)maxT * o->H * es + 1);
+    inputs_t in = {x, ids, w, NULL};
+    if (outh == NULL) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
+        return 1;
+    }
+#ifdef INCMOE_MOE_CUDA
+    if (o->backend == INCMOE_MOE_BACKEND_CUDA) {
+        cudaStream_t s;
+        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (e != cudaSuccess)
+            return cuda_fail(rank, "cudaStreamCreate", e);
+        in = (inputs_t){NULL, NULL, NULL, s};
+    }
+#endif
     for (int le = 0; le < nl; le++) {
         int e = rank * nl + le;
         fill_weights(o, e, 0, wg + wsz * le);
@@ -258,6 +362,8 @@ static int run_rank(const opts_t *o, int rank, FILE *out)
         p.w_up = wu;
         p.w_down = wd;
         p.config.nbands = o->bands;
+        p.backend = o->backend;
+        share_device(o, &p);
         incmoe_moe_t *L;
         incmoe_status_t st = incmoe_moe_create(&p, &L);
         if (st != INCMOE_OK) {
@@ -265,17 +371,38 @@ static int run_rank(const opts_t *o, int rank, FILE *out)
             incmoe_comm_destroy(comm);
             return 1;
         }
+        if (rank == 0 && ai == 0) {
+            char desc[256];
+            incmoe_moe_backend_str(L, desc, sizeof(desc));
+            fprintf(stderr, "incmoe-moe-bench: backend %s\n", desc);
+        }
         for (int ti = 0; ti < o->ntokens && rc == 0; ti++) {
             int T = o->tokens[ti];
             int counts[MAX_RANKS];
             for (int r = 0; r < o->nranks; r++)
                 counts[r] = T;
             make_tokens(o, rank, T, x, ids, w);
+#ifdef INCMOE_MOE_CUDA
+            if (o->backend == INCMOE_MOE_BACKEND_CUDA && inputs_stage(o, rank, T, x, ids, w, &in)) {
+                rc = 1;
+                break;
+            }
+#endif
+            incmoe_moe_forward_params_t f = {
+                .field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
+                              INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS |
+                              (in.stream ? INCMOE_MOE_FWD_STREAM : 0),
+                .x = in.x,
+                .topk_ids = in.ids,
+                .topk_weights = in.w,
+                .counts = counts,
+                .stream = in.stream};
             for (int mode = 0; mode < 2 && rc == 0; mode++) {
                 void *out_p = NULL;
+                f.mode = (incmoe_moe_mode_t)mode;
                 for (int it = 0; it < o->warmup + o->iters && rc == 0; it++) {
                     double t0 = inc_now_s();
-                    st = incmoe_moe_forward(L, (incmoe_moe_mode_t)mode, x, ids, w, counts, &out_p);
+                    st = incmoe_moe_forward_ex(L, &f, &out_p);
                     double dt = inc_now_s() - t0;
                     if (st != INCMOE_OK) {
                         fprintf(stderr, "rank %d: forward failed: %s\n", rank, incmoe_strerror(st));
@@ -308,6 +435,11 @@ static int run_rank(const opts_t *o, int rank, FILE *out)
                 } else {
                     snprintf(res.cfg, sizeof(res.cfg), "-");
                 }
+                if (output_fetch(o, rank, out_p, (size_t)T * o->H * es, outh) != 0) {
+                    rc = 1;
+                    break;
+                }
+                out_p = outh;
                 if (mode == INCMOE_MOE_BASELINE) {
                     memcpy(base, out_p, (size_t)T * o->H * es);
                 } else if (o->verify) {
@@ -343,7 +475,14 @@ static int run_rank(const opts_t *o, int rank, FILE *out)
         incmoe_moe_destroy(L);
         incmoe_comm_destroy(comm);
     }
+#ifdef INCMOE_MOE_CUDA
+    if (o->backend == INCMOE_MOE_BACKEND_CUDA) {
+        cudaFree(in.x), cudaFree(in.ids), cudaFree(in.w);
+        cudaStreamDestroy((cudaStream_t)in.stream);
+    }
+#endif
     free(wg), free(wu), free(wd), free(x), free(ids), free(w), free(base), free(times), free(ref);
+    free(outh);
     for (int i = 0; i < 4; i++)
         free(ph[i]);
     return rc;
@@ -387,10 +526,12 @@ static int print_table(const opts_t *o, result_t *all, int n)
             snprintf(cfg[r->algo][r->ti], sizeof(cfg[0][0]), "%s", r->cfg);
         }
     }
-    printf("\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, median of %d forwards "
-           "(slowest rank)\n",
+    printf("\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, %s backend%s, median of %d "
+           "forwards (slowest rank)\n",
            o->nranks, o->E, o->k, o->H, o->I, incmoe_dtype_name(o->dtype),
-           o->model ? ", model " : "", o->model ? o->model : "", o->iters);
+           o->model ? ", model " : "", o->model ? o->model : "",
+           o->backend == INCMOE_MOE_BACKEND_CUDA ? "cuda" : "cpu",
+           o->in_process ? ", ranks in one process" : "", o->iters);
     printf("%8s %-5s %10s %10s %11s %11s %9s %9s %9s %10s %10s %9s  %s\n", "tok/rank", "algo",
            "base_ms", "pipe_ms", "base_tok/s", "pipe_tok/s", "pipe/base", "vs_ring_b", "ideal_ms",
            "pipe/ideal", "min_cos", "ref_err", "pipelined config");
@@ -488,6 +629,39 @@ static int start_switch(inc_launch_switch_t *sw)
     return 0;
 }
 
+typedef struct {
+    embedded_t *e;
+    int rank, rc;
+} rank_thread_t;
+
+static void *rank_thread(void *arg)
+{
+    rank_thread_t *t = arg;
+    t->rc = run_rank(t->e->o, t->rank, t->e->out[t->rank]);
+    return NULL;
+}
+
+/* The ranks as threads of this process (--ranks-in-process): 0 when all returned 0. */
+static int run_threads(const opts_t *o, embedded_t *e)
+{
+    rank_thread_t t[MAX_RANKS];
+    pthread_t tid[MAX_RANKS];
+    int started = 0, rc = 0;
+    for (int r = 0; r < o->nranks; r++, started++) {
+        t[r] = (rank_thread_t){e, r, 1};
+        if (pthread_create(&tid[r], NULL, rank_thread, &t[r]) != 0) {
+            fprintf(stderr, "incmoe-moe-bench: starting rank %d's thread failed\n", r);
+            rc = 1;
+            break;
+        }
+    }
+    for (int r = 0; r < started; r++) {
+        pthread_join(tid[r], NULL);
+        rc |= t[r].rc != 0;
+    }
+    return rc;
+}
+
 /* Runs the ranks, each writing to its own file: 0 when every rank exited 0, 1 when one
    did not, -1 when the files could not be made. */
 static int run_ranks(opts_t *o, inc_launch_switch_t *sw, embedded_t *e)
@@ -499,6 +673,8 @@ static int run_ranks(opts_t *o, inc_launch_switch_t *sw, embedded_t *e)
                 fclose(e->out[r]);
             return -1;
         }
+    if (o->in_process)
+        return run_threads(o, e);
     inc_launch_params_t p = {.nranks = o->nranks,
                              .fn = embedded_rank,
                              .arg = e,
@@ -551,6 +727,9 @@ static void usage(void)
            "  -n ITERS, -w WARM  timed and warm-up forwards per point (default 5, 2)\n"
            "  --link-mbps BW     per-rank link rate for the configuration model\n"
            "  --no-verify        skip the output checks\n"
+           "  --backend cpu|cuda the layer's backend (default cpu)\n"
+           "  --ranks-in-process the ranks as threads of this process (with cuda: concurrent\n"
+           "                     kernels on one GPU, one stream and 1/N of the SMs each)\n"
            "  --switch HOST:PORT --rank R [--job ID]   run as one rank of a job\n");
 }
 
@@ -602,6 +781,8 @@ int main(int argc, char **argv)
                                          {"job", required_argument, NULL, 'J'},
                                          {"link-mbps", required_argument, NULL, 'L'},
                                          {"no-verify", no_argument, NULL, 'V'},
+                                         {"backend", required_argument, NULL, 'B'},
+                                         {"ranks-in-process", no_argument, NULL, 'P'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     int c;
@@ -710,6 +891,19 @@ int main(int argc, char **argv)
         case 'V':
             o.verify = 0;
             break;
+        case 'B':
+            if (!strcmp(optarg, "cpu"))
+                o.backend = INCMOE_MOE_BACKEND_CPU;
+            else if (!strcmp(optarg, "cuda"))
+                o.backend = INCMOE_MOE_BACKEND_CUDA;
+            else {
+                fprintf(stderr, "incmoe-moe-bench: --backend takes cpu or cuda\n");
+                return 2;
+            }
+            break;
+        case 'P':
+            o.in_process = 1;
+            break;
         case 'h':
             usage();
             return 0;
@@ -732,6 +926,17 @@ int main(int argc, char **argv)
         char v[32];
         snprintf(v, sizeof(v), "%.0f", o.link_mbps);
         setenv("INCMOE_MOE_LINK_MBPS", v, 1);
+    }
+#ifndef INCMOE_MOE_CUDA
+    if (o.backend == INCMOE_MOE_BACKEND_CUDA) {
+        fprintf(stderr, "incmoe-moe-bench: --backend cuda: this build has no CUDA backend "
+                        "(configure found no CUDA toolkit)\n");
+        return 2;
+    }
+#endif
+    if (o.in_process && o.rank >= 0) {
+        fprintf(stderr, "incmoe-moe-bench: --ranks-in-process runs every rank; drop --rank\n");
+        return 2;
     }
     if (o.rank < 0)
         return run_embedded(&o);

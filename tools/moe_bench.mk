@@ -5,5 +5,10 @@ incmoe_moe_bench_SOURCES = moe_bench.c
 incmoe_moe_bench_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_srcdir)/plugin/api \
 	-I$(top_builddir)/plugin/api -I$(top_srcdir)/moe/api
 incmoe_moe_bench_LDADD = libincmoe_tools.la $(top_builddir)/moe/libincmoe_moe.la \
-	$(top_builddir)/plugin/libincmoe.la -lm
+	$(top_builddir)/plugin/libincmoe.la -lm -lpthread
+if HAVE_CUDA
+# --backend cuda: inputs staged in device memory through the CUDA runtime.
+incmoe_moe_bench_CPPFLAGS += -DINCMOE_MOE_CUDA=1 $(CUDA_CFLAGS)
+incmoe_moe_bench_LDADD += $(CUDA_LIBS)
+endif
 endif

@@ -25,21 +25,33 @@
  *   owns; the FFN GEMMs call OpenBLAS from the compute threads, so run
  *   OpenBLAS single-threaded (OPENBLAS_NUM_THREADS=1) and size the worker
  *   split instead.  A forward returns once the outputs are complete.
- * - INCMOE_MOE_BACKEND_CUDA: reserved for the persistent-kernel backend; this
- *   build's create answers INCMOE_ERR_UNSUPPORTED.  Its contract: weights and
- *   buffers in device memory; incmoe_moe_forward_ex enqueues on the caller's
- *   stream.  Token counts are host memory and are exchanged on the host
- *   before the launch; expert ids are device memory and are checked by the
- *   kernel, which sets the layer's abort word (reported by the next call on
- *   the layer).  Forward f+1's exchange waits until forward f's kernel
- *   finished, since both post on the communicator's AllGather stream.
+ * - INCMOE_MOE_BACKEND_CUDA (when the library was built with CUDA; otherwise
+ *   create answers INCMOE_ERR_UNSUPPORTED): weights, scratch and progress
+ *   counters in device memory of the calling thread's current device; the
+ *   gather and reduce buffers in host-mapped pinned memory (device memory
+ *   only once UCX and the client both move it; incmoe_moe_backend_str says
+ *   which and why).  x, topk_ids and topk_weights are device memory written
+ *   on the caller's stream (INCMOE_MOE_FWD_STREAM; absent: the legacy default
+ *   stream).  A forward copies the expert ids to the host behind that stream
+ *   for the argument checks, exchanges the headers, enqueues one persistent
+ *   kernel on the stream and returns once that kernel finished, with its
+ *   status: a collective that failed or a wait that timed out inside the
+ *   kernel ends the kernel and is returned by this forward (the layer is then
+ *   unusable, as for the CPU backend), never a hang; a CUDA error is logged
+ *   with CUDA's name for it and returned as INCMOE_ERR_TRANSPORT
+ *   (INCMOE_ERR_NO_MEMORY for a failed allocation, INCMOE_ERR_UNSUPPORTED
+ *   when there is no device, the kernel was not built for it, or the
+ *   configuration's gather + compute + reduce blocks cannot all be resident).
+ *   The output view is device-accessible memory (host-mapped: its device
+ *   address).  Baseline timings are not split into phases (all zero but
+ *   exchange_ms and total_ms).
  *
  * Thread safety: a layer is used by one thread at a time (every call on it is
  * collective and runs in order on every rank); different layers may be used
  * concurrently on different communicators.  While a forward runs, the layer's
  * FIFO proxy owns the communicator's AllGather, ReduceScatter and barrier
  * streams: post no collective on that communicator from elsewhere until the
- * forward returned (CPU) or its stream work completed (stream-ordered).
+ * forward returned (both backends return once the forward is complete).
  */
 #ifndef INCMOE_MOE_H
 #define INCMOE_MOE_H
@@ -128,10 +140,9 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *layer);
 
 /*
  * One forward.  x, topk_ids and topk_weights are in the backend's memory
- * (host for the CPU backend, device for CUDA) and are read until the forward
- * completes: the CPU backend's call returns complete; a stream-ordered
- * backend's forward completes in stream order.  counts is host memory, read
- * during the call only.
+ * (host for the CPU backend, device for CUDA) and are read until the call
+ * returns (both backends return complete; CUDA orders its work behind the
+ * caller's stream).  counts is host memory, read during the call only.
  */
 typedef struct {
     uint32_t field_mask; /* INCMOE_MOE_FWD_* */
@@ -166,6 +177,11 @@ incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *layer, const int *coun
 /* Prints a configuration in one line, e.g.
    "nb=4 workers(gather/compute/reduce)=1/2/1 tail=1"; returns snprintf's value.  Pure. */
 int incmoe_moe_config_str(const incmoe_moe_config_t *config, char *buf, size_t len);
+
+/* One line naming the layer's backend and where it put things, e.g. "cpu" or
+   "cuda device 0 (132 SMs), buffers host-mapped (UCX reports no CUDA memory
+   support), FFN tensor cores (WMMA)"; returns snprintf's value. */
+int incmoe_moe_backend_str(const incmoe_moe_t *layer, char *buf, size_t len);
 
 /* Wall-clock breakdown of this rank's last forward, in milliseconds: all zero
    after a forward that failed (also one rejected by the argument checks). */

@@ -114,4 +114,5 @@ static incmoe_status_t cpu_forward(incmoe_moe_t *L, const incmoe_moe_forward_par
     return cpu_pool_run(cs->pool, 1);
 }
 
-const moe_backend_ops_t moe_cpu_backend = {"cpu", cpu_create, cpu_forward, cpu_destroy};
+const moe_backend_ops_t moe_cpu_backend = {
+    .name = "cpu", .create = cpu_create, .forward = cpu_forward, .destroy = cpu_destroy};

@@ -1,33 +1,34 @@
 /*
  * prims.cuh - the CUDA backend's primitives for the role loops of roles.h:
  * each role is one thread block of a persistent kernel.  Every thread of a
- * block calls the role loop; thread 0 waits, posts and publishes (system
- * scope: the other side is the host proxy), the block's threads share the
- * data work, and __syncthreads hands results between them.
+ * block calls the role loop; thread 0 waits, posts and publishes, the
+ * block's threads share the data work, and __syncthreads hands results
+ * between them.
  *
- * Waits spin on an acquire load with a __nanosleep back-off, give up on the
- * layer's abort word or the FIFO's error word, and time out on the global
- * timer.  Counters and the FIFO's words are plain integers in memory both
- * the host and the device can reach, accessed through the atomic helpers of
- * api/incmoe_fifo.h (cuda::atomic_ref at system scope on the device).
+ * Memory and scopes:
+ * - the progress counters (ctx.h) are device memory, shared by the blocks of
+ *   one kernel: device-scope atomics.  A publication fences at system scope
+ *   first, since the rows it announces may sit in host-mapped memory that
+ *   the host proxy sends after a later post.
+ * - the FIFO is the one of devfifo.h: positions reserved in device memory,
+ *   descriptors handed over in host-mapped memory, completions and the
+ *   proxy's error read at system scope.
+ * Every wait spins on an acquire load with a __nanosleep back-off, gives up
+ * on the layer's abort word (and for tickets on the FIFO's error word) and
+ * times out on the global timer after x->timeout_ms, so a failed collective
+ * ends the kernel instead of hanging it.
  */
 #ifndef INCMOE_MOE_CUDA_PRIMS_CUH
 #define INCMOE_MOE_CUDA_PRIMS_CUH
 
+#include <cuda/atomic>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "ctx.h"
 #include "plan.h"
-
-/* The backend state the primitives read through moe_ctx_t.be (device memory). */
-typedef struct {
-    int I, n_local;
-    const int *local_ids; /* [n_local] global ids, ascending */
-    const float *w_gu;    /* [n_local][2I][H], fp32 */
-    const float *w_down;  /* [n_local][H][I], fp32 */
-    float *scratch;       /* [compute workers][I + H]: SwiGLU row, weighted sum */
-} cuda_state_t;
+#include "cuda/devfifo.h"
+#include "cuda/state.h"
 
 #define MOE_CUDA_BACKOFF_MAX_NS 1024
 
@@ -36,6 +37,18 @@ static __device__ inline uint64_t cuda_now_ns(void)
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
+}
+
+#define CNT_REF(T, p) cuda::atomic_ref<T, cuda::thread_scope_device>(*(T *)(p))
+
+static __device__ inline uint64_t cnt_load(const uint64_t *c)
+{
+    return CNT_REF(uint64_t, c).load(cuda::memory_order_acquire);
+}
+
+static __device__ inline int32_t abort_load(const int32_t *a)
+{
+    return CNT_REF(int32_t, a).load(cuda::memory_order_acquire);
 }
 
 /* Status of the block-wide operation thread 0 did, handed to every thread. */
@@ -50,34 +63,48 @@ static __device__ inline incmoe_status_t cuda_block_share(incmoe_status_t st)
     return r;
 }
 
-/* Thread 0: until *c >= v (acquire), an abort word is set, or the timeout. */
-static __device__ inline incmoe_status_t cuda_wait_counter(const uint64_t *c, uint64_t v,
-                                                           const int32_t *abort1,
-                                                           const int32_t *abort2, int timeout_ms)
+/* Back-off state of one wait: doubling sleeps, a deadline on the global timer. */
+typedef struct {
+    unsigned ns;
+    uint64_t deadline;
+} cuda_backoff_t;
+
+static __device__ inline cuda_backoff_t cuda_backoff_start(int timeout_ms)
 {
-    unsigned ns = 32;
-    uint64_t deadline = cuda_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    for (;;) {
-        if (incmoe_atomic_load_acquire64(c) >= v)
-            return INCMOE_OK;
-        int32_t a = incmoe_atomic_load_acquire32(abort1);
-        if (a == 0 && abort2 != NULL)
-            a = incmoe_atomic_load_acquire32(abort2);
-        if (a != 0)
-            return (incmoe_status_t)a;
-        if (cuda_now_ns() > deadline)
-            return INCMOE_ERR_TIMEOUT;
-        __nanosleep(ns);
-        ns = ns < MOE_CUDA_BACKOFF_MAX_NS ? 2 * ns : MOE_CUDA_BACKOFF_MAX_NS;
-    }
+    cuda_backoff_t b = {32, cuda_now_ns() + (uint64_t)timeout_ms * 1000000ull};
+    return b;
+}
+
+/* Sleeps a little; INCMOE_ERR_TIMEOUT once the deadline passed. */
+static __device__ inline incmoe_status_t cuda_backoff(cuda_backoff_t *b)
+{
+    if (cuda_now_ns() > b->deadline)
+        return INCMOE_ERR_TIMEOUT;
+    __nanosleep(b->ns);
+    b->ns = b->ns < MOE_CUDA_BACKOFF_MAX_NS ? 2 * b->ns : MOE_CUDA_BACKOFF_MAX_NS;
+    return INCMOE_OK;
+}
+
+/* The layer's abort word, then the FIFO's error word (NULL: not checked). */
+static __device__ inline incmoe_status_t cuda_aborted(const moe_ctx_t *x, const int32_t *fifo_err)
+{
+    int32_t a = abort_load(&x->cnt->abort);
+    if (a == 0 && fifo_err != NULL)
+        a = incmoe_atomic_load_acquire32(fifo_err);
+    return (incmoe_status_t)a;
 }
 
 static __device__ inline incmoe_status_t prim_wait_geq(const moe_ctx_t *x, const uint64_t *c,
                                                        uint64_t v)
 {
     incmoe_status_t st = INCMOE_OK;
-    if (threadIdx.x == 0)
-        st = cuda_wait_counter(c, v, &x->cnt->abort, NULL, x->timeout_ms);
+    if (threadIdx.x == 0) {
+        cuda_backoff_t b = cuda_backoff_start(x->timeout_ms);
+        while (cnt_load(c) < v) {
+            if ((st = cuda_aborted(x, NULL)) != INCMOE_OK || (st = cuda_backoff(&b)) != INCMOE_OK)
+                break;
+        }
+    }
     return cuda_block_share(st);
 }
 
@@ -87,11 +114,32 @@ static __device__ inline void prim_publish(const moe_ctx_t *x, uint64_t *c, uint
     __syncthreads(); /* every thread's writes of the block precede the publication */
     if (threadIdx.x == 0) {
         __threadfence_system();
-        uint64_t cur = incmoe_atomic_load_relaxed64(c);
+        uint64_t cur = CNT_REF(uint64_t, c).load(cuda::memory_order_relaxed);
         /* release: pairs with the waiter's acquire load of the counter */
-        while (cur < v && !incmoe_atomic_cas_release64(c, &cur, v))
+        while (cur < v && !CNT_REF(uint64_t, c)
+                               .compare_exchange_weak(cur, v, cuda::memory_order_release,
+                                                      cuda::memory_order_relaxed))
             ;
     }
+}
+
+/* Thread 0: reserve a position, wait for its slot, hand the descriptor over. */
+static __device__ inline incmoe_status_t cuda_post(const moe_ctx_t *x,
+                                                   const incmoe_fifo_trigger_t *t, uint64_t *ticket)
+{
+    const cuda_state_t *cs = (const cuda_state_t *)x->be;
+    devfifo_t f = {x->fifo, cs->fifo_words};
+    uint64_t pos = devfifo_reserve(&f);
+    cuda_backoff_t b = cuda_backoff_start(x->timeout_ms);
+    incmoe_status_t st;
+    while ((st = devfifo_slot_free(&f, pos)) == INCMOE_IN_PROGRESS) {
+        if ((st = cuda_aborted(x, NULL)) != INCMOE_OK || (st = cuda_backoff(&b)) != INCMOE_OK)
+            return st;
+    }
+    if (st != INCMOE_OK)
+        return st;
+    *ticket = devfifo_publish(&f, pos, t);
+    return INCMOE_OK;
 }
 
 static __device__ inline incmoe_status_t prim_post(const moe_ctx_t *x,
@@ -102,20 +150,8 @@ static __device__ inline incmoe_status_t prim_post(const moe_ctx_t *x,
     __syncthreads(); /* the data the collective sends is written */
     if (threadIdx.x == 0) {
         __threadfence_system();
-        unsigned ns = 32;
-        uint64_t deadline = cuda_now_ns() + (uint64_t)x->timeout_ms * 1000000ull;
-        while ((st = incmoe_fifo_dev_try_push(&x->fifo, t, &shared_ticket)) == INCMOE_IN_PROGRESS) {
-            if (incmoe_atomic_load_acquire32(&x->cnt->abort) != 0) {
-                st = (incmoe_status_t)incmoe_atomic_load_acquire32(&x->cnt->abort);
-                break;
-            }
-            if (cuda_now_ns() > deadline) {
-                st = INCMOE_ERR_TIMEOUT;
-                break;
-            }
-            __nanosleep(ns);
-            ns = ns < MOE_CUDA_BACKOFF_MAX_NS ? 2 * ns : MOE_CUDA_BACKOFF_MAX_NS;
-        }
+        shared_ticket = 0;
+        st = cuda_post(x, t, &shared_ticket);
     }
     st = cuda_block_share(st);
     *ticket = shared_ticket;
@@ -126,9 +162,16 @@ static __device__ inline incmoe_status_t prim_wait_ticket(const moe_ctx_t *x, in
                                                           uint64_t ticket)
 {
     incmoe_status_t st = INCMOE_OK;
-    if (threadIdx.x == 0)
-        st = cuda_wait_counter(&x->fifo.completed[stream], ticket, &x->cnt->abort, x->fifo.error,
-                               x->timeout_ms);
+    if (threadIdx.x == 0) {
+        const cuda_state_t *cs = (const cuda_state_t *)x->be;
+        devfifo_t f = {x->fifo, cs->fifo_words};
+        cuda_backoff_t b = cuda_backoff_start(x->timeout_ms);
+        while (devfifo_completed(&f, stream) < ticket) {
+            if ((st = cuda_aborted(x, x->fifo.error)) != INCMOE_OK ||
+                (st = cuda_backoff(&b)) != INCMOE_OK)
+                break;
+        }
+    }
     return cuda_block_share(st);
 }
 
@@ -141,28 +184,30 @@ static __device__ inline void prim_abort(const moe_ctx_t *x, incmoe_status_t st,
     if (st == INCMOE_OK)
         st = INCMOE_ERR_CLOSED;
     /* acq_rel: the record of where is ordered before other blocks see the abort */
-    if (incmoe_atomic_cas_acq_rel32(&x->cnt->abort, &expected, (int32_t)st)) {
+    if (CNT_REF(int32_t, &x->cnt->abort)
+            .compare_exchange_strong(expected, (int32_t)st, cuda::memory_order_acq_rel,
+                                     cuda::memory_order_acquire)) {
         x->cnt->fail_what = (int32_t)what;
         x->cnt->fail_band = (uint64_t)band;
-        __threadfence_system();
+        __threadfence();
     }
 }
 
-static __device__ inline float cuda_load(const uint8_t *p, size_t i, int32_t dtype)
+static __device__ inline float cuda_load(const void *p, size_t i, int32_t dtype)
 {
     if (dtype == INCMOE_FLOAT16)
-        return __half2float(__ushort_as_half(((const unsigned short *)p)[i]));
+        return __half2float(((const __half *)p)[i]);
     if (dtype == INCMOE_BFLOAT16)
-        return __bfloat162float(__ushort_as_bfloat16(((const unsigned short *)p)[i]));
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
     return ((const float *)p)[i];
 }
 
-static __device__ inline void cuda_store(uint8_t *p, size_t i, float v, int32_t dtype)
+static __device__ inline void cuda_store(void *p, size_t i, float v, int32_t dtype)
 {
     if (dtype == INCMOE_FLOAT16)
-        ((unsigned short *)p)[i] = __half_as_ushort(__float2half_rn(v));
+        ((__half *)p)[i] = __float2half_rn(v);
     else if (dtype == INCMOE_BFLOAT16)
-        ((unsigned short *)p)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
     else
         ((float *)p)[i] = v;
 }
@@ -177,6 +222,8 @@ static __device__ inline float cuda_round(float v, int32_t dtype)
     return v;
 }
 
+/* This rank's rows b of x, ids and weights into its gather block (byte copies:
+   a row is H elements, then k ids, then k weights). */
 static __device__ inline void prim_pack_rows(const moe_ctx_t *x, band_t b)
 {
     size_t hb = (size_t)x->H * x->esize, kb = (size_t)x->k * 4;
@@ -192,72 +239,7 @@ static __device__ inline void prim_pack_rows(const moe_ctx_t *x, band_t b)
     }
 }
 
-/* One row of the band's row list: the block and row it lies in. */
-static __device__ inline void cuda_locate(const moe_ctx_t *x, band_t b, size_t pos, size_t *blk,
-                                          size_t *row)
-{
-    size_t s = 0;
-    while (s < (size_t)x->N && pos >= band_valid_rows(b, x->counts[s]))
-        pos -= band_valid_rows(b, x->counts[s++]);
-    *blk = s;
-    *row = b.start + pos;
-}
-
-static __device__ inline void prim_ffn_rows(const moe_ctx_t *x, int c, band_t b, size_t first,
-                                            size_t n)
-{
-    const cuda_state_t *cs = (const cuda_state_t *)x->be;
-    const size_t H = (size_t)x->H, I = (size_t)cs->I;
-    const size_t hb = H * x->esize;
-    float *act = cs->scratch + (size_t)c * (I + H);
-    float *acc = act + I;
-    for (size_t p = first; p < first + n; p++) {
-        size_t blk, r;
-        cuda_locate(x, b, p, &blk, &r);
-        const uint8_t *row = xg_row(x, blk, r);
-        const int32_t *ids = (const int32_t *)(row + hb);
-        const float *w = (const float *)(row + hb + (size_t)x->k * 4);
-        for (size_t h = threadIdx.x; h < H; h += blockDim.x)
-            acc[h] = 0.0f;
-        for (int le = 0; le < cs->n_local; le++) {
-            float gw = 0.0f;
-            int routed = 0;
-            for (int kk = 0; kk < x->k; kk++)
-                if (ids[kk] == cs->local_ids[le])
-                    routed = 1, gw = w[kk];
-            if (!routed)
-                continue;
-            const float *wgu = cs->w_gu + (size_t)le * 2 * I * H;
-            const float *wd = cs->w_down + (size_t)le * H * I;
-            __syncthreads();
-            for (size_t i = threadIdx.x; i < I; i += blockDim.x) {
-                float g = 0.0f, u = 0.0f;
-                for (size_t h = 0; h < H; h++) {
-                    float a = cuda_load(row, h, x->dtype);
-                    g += wgu[i * H + h] * a;
-                    u += wgu[(I + i) * H + h] * a;
-                }
-                act[i] = g / (1.0f + expf(-g)) * u;
-            }
-            __syncthreads();
-            for (size_t h = threadIdx.x; h < H; h += blockDim.x) {
-                float o = 0.0f;
-                for (size_t i = 0; i < I; i++)
-                    o += wd[h * I + i] * act[i];
-                acc[h] += gw * o;
-            }
-        }
-        __syncthreads();
-        for (size_t h = threadIdx.x; h < H; h += blockDim.x) {
-            if (x->pipelined && blk == (size_t)x->rank)
-                x->own[r * H + h] = cuda_round(acc[h], x->dtype);
-            else
-                cuda_store(z_row(x, blk, r), h, acc[h], x->dtype);
-        }
-        __syncthreads();
-    }
-}
-
+/* The root's local reduction: own rows of part += own partial (fp32), in place in Z. */
 static __device__ inline void prim_local_reduce(const moe_ctx_t *x, band_t part)
 {
     size_t rows = band_valid_rows(part, x->counts[x->rank]);
@@ -269,6 +251,8 @@ static __device__ inline void prim_local_reduce(const moe_ctx_t *x, band_t part)
     }
     __syncthreads();
 }
+
+#include "cuda/ffn.cuh"
 
 #define ROLE_FN static __device__ inline
 #include "roles.h"
