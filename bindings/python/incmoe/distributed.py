@@ -15,7 +15,10 @@ switch reduces the type), all_gather_into_tensor, reduce_scatter_tensor,
 all_gather and reduce_scatter (lists), broadcast (an AllGather in which only
 the root's block has bytes), barrier.  Every other call raises
 NotImplementedError naming what is supported; CUDA tensors raise ValueError
-pointing to NCCL with NCCL_NET_PLUGIN=incmoe.
+pointing to NCCL with NCCL_NET_PLUGIN=incmoe.  async_op=True returns a
+Work whose wait() blocks until the collective is done and whose
+get_future() completes on its own; torch's is_completed() cannot see a
+Python backend's progress (see _Work).
 """
 
 import os
@@ -56,7 +59,13 @@ def _redop(opts_op, call):
 
 
 class _Work(_C10dWork):
-    """A torch Work over an incmoe.Work; `after` (staging copies) runs once it completed."""
+    """A torch Work over an incmoe.Work; `after` (staging copies) runs once it completed.
+
+    torch hands a Python backend's Work to the caller inside a holder that
+    forwards only wait() and get_future() (torch 2.x's PyWorkHolder), so
+    those two are what this class provides; the holder's is_completed()
+    is torch's own and stays False.  Poll get_future().done() instead.
+    """
 
     def __init__(self, inner, result, after=None):
         super().__init__()
@@ -77,37 +86,19 @@ class _Work(_C10dWork):
                 self._after()
 
     def wait(self, timeout=None):
+        """timeout: a timedelta from torch; zero (torch's kNoTimeout) or None waits for good."""
         if self._error is not None:
             raise self._error
+        secs = timeout.total_seconds() if timeout is not None else 0
         try:
-            self._inner.wait()
+            self._inner.wait(timeout=secs if secs > 0 else None)
+        except TimeoutError:
+            raise
         except Exception as e:
             self._error = e
             raise
         self._complete()
         return True
-
-    def is_completed(self):
-        if self._error is not None:
-            return True
-        try:
-            done = self._inner.is_completed()
-        except Exception as e:
-            self._error = e
-            return True
-        if done:
-            self._complete()
-        return done
-
-    def is_success(self):
-        return self.is_completed() and self._error is None
-
-    def exception(self):
-        return self._error
-
-    def result(self):
-        self.wait()
-        return self._result
 
     def get_future(self):
         """A torch.futures.Future completed by a helper thread once the collective is."""
