@@ -1,7 +1,8 @@
 """Loading libincmoe and libincmoe_moe, and the ctypes view of their headers.
 
 The libraries are looked for, in order, in:
-  1. $INCMOE_LIBDIR (a directory holding libincmoe.so and libincmoe_moe.so);
+  1. $INCMOE_LIBDIR: the directory holding libincmoe.so and libincmoe_moe.so
+     (or several, separated by ':');
   2. the build tree of the source checkout this package sits in
      ($INCMOE_BUILD_DIR, else <top>/build; libtool keeps them in .libs/);
   3. the libdir pkg-config names for incmoe (the installed libraries);
@@ -207,7 +208,7 @@ def _candidates(name):
     dirs = []
     env = os.environ.get("INCMOE_LIBDIR")
     if env:
-        dirs.append(env)
+        dirs += [d for d in env.split(os.pathsep) if d]
     dirs += _source_build_dirs()
     pc = _pkgconfig_libdir()
     if pc:
