@@ -28,10 +28,13 @@ __all__ = [
 ]
 
 try:
-    import torch  # noqa: F401
+    import torch
+    import torch.distributed
 except ImportError:
     torch = None
 
 if torch is not None:
-    from . import distributed  # registers the "incmoe" backend
     from .moe import MoE
+
+    if torch.distributed.is_available():
+        from . import distributed  # registers the "incmoe" backend

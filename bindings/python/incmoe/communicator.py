@@ -15,24 +15,15 @@ class Work:
     communicator's error); is_completed() asks without blocking.  The Work
     keeps its buffers alive until it completed."""
 
-    def __init__(self, comm, req=None, keep=(), on_done=None):
+    def __init__(self, comm, req=None, keep=()):
         self._comm = comm
         self._req = req  # None: nothing was posted (an empty collective)
         self._keep = keep
-        self._on_done = on_done
         self._done = req is None
-        self._lock = threading.Lock()
-        if self._done and on_done is not None:
-            on_done()
 
     def _finish(self):
-        with self._lock:
-            if self._done:
-                return
-            self._done = True
-            if self._on_done is not None:
-                self._on_done()
-            self._keep = ()
+        self._done = True
+        self._keep = ()
 
     def is_completed(self):
         if self._done:
