@@ -44,9 +44,6 @@ class Buffer:
 
     __slots__ = ("obj", "ptr", "nbytes", "numel", "dtype", "owner", "owner_ptr", "owner_nbytes")
 
-    def elem_size(self):
-        return _lib.lib().incmoe_dtype_size(_lib.DTYPES[self.dtype])
-
 
 def is_torch(x):
     return torch is not None and isinstance(x, torch.Tensor)
