@@ -1,0 +1,40 @@
+"""incmoe: Python/PyTorch bindings over libincmoe (in-network collectives) and
+libincmoe_moe (the band-pipelined expert-parallel MoE layer).
+
+    incmoe.Communicator   a rank of a job on incmoe-switchd: all_gather,
+                          reduce_scatter, all_reduce, broadcast, barrier
+    incmoe.MoE            torch.nn.Module over libincmoe_moe (needs torch)
+    incmoe.Switch         starts an incmoe-switchd on this machine
+    incmoe.IncmoeError    what a failed C call raises
+
+With torch installed, importing incmoe registers the torch.distributed
+backend "incmoe" (see incmoe.distributed).
+"""
+
+from ._errors import IncmoeError
+from ._lib import LibraryNotFound, version
+from .communicator import Communicator, Work
+from .switch import Switch, find_switchd
+
+__all__ = [
+    "Communicator",
+    "IncmoeError",
+    "LibraryNotFound",
+    "MoE",
+    "Switch",
+    "Work",
+    "find_switchd",
+    "version",
+]
+
+try:
+    import torch
+    import torch.distributed
+except ImportError:
+    torch = None
+
+if torch is not None:
+    from .moe import MoE
+
+    if torch.distributed.is_available():
+        from . import distributed  # registers the "incmoe" backend

@@ -1,0 +1,278 @@
+"""Loading libincmoe and libincmoe_moe, and the ctypes view of their headers.
+
+The libraries are looked for, in order, in:
+  1. $INCMOE_LIBDIR: the directory holding libincmoe.so and libincmoe_moe.so
+     (or several, separated by ':');
+  2. the build tree of the source checkout this package sits in
+     ($INCMOE_BUILD_DIR, else <top>/build; libtool keeps them in .libs/);
+  3. the libdir pkg-config names for incmoe (the installed libraries);
+  4. the dynamic loader's own search (ld.so.conf, LD_LIBRARY_PATH).
+The first place holding the library wins; libincmoe_moe is loaded only when
+an MoE layer is made, from the directory pair found the same way.
+
+Mirrors plugin/api/incmoe.h and moe/api/incmoe_moe.h: every struct here has
+the header's field order and types, and every function its prototype.
+"""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import threading
+
+# incmoe_status_t
+OK = 0
+IN_PROGRESS = 1
+ERR_INVALID_ARG = -1
+ERR_TIMEOUT = -6
+ERR_CLOSED = -13
+ERR_BUSY = -14
+
+# incmoe_dtype_t
+DTYPES = {
+    "int8": 0,
+    "uint8": 1,
+    "int32": 2,
+    "uint32": 3,
+    "int64": 4,
+    "uint64": 5,
+    "float16": 6,
+    "float32": 7,
+    "float64": 8,
+    "bfloat16": 9,
+}
+# incmoe_redop_t
+REDOPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+# incmoe_algo_t
+ALGOS = {"inc": 0, "ring": 1}
+# incmoe_stream_t
+STREAM_ALLGATHER, STREAM_REDUCESCATTER, STREAM_ALLREDUCE, STREAM_BARRIER = 0, 1, 2, 3
+
+COMM_PARAM_SECRET = 1 << 0
+COMM_PARAM_ALGO = 1 << 1
+COMM_PARAM_TIMEOUT = 1 << 2
+MAX_RANKS = 256
+MAX_SECRET = 64
+
+# incmoe_moe_mode_t
+MOE_MODES = {"baseline": 0, "pipelined": 1}
+MOE_FWD_MODE = 1 << 0
+MOE_FWD_X = 1 << 1
+MOE_FWD_TOPK_IDS = 1 << 2
+MOE_FWD_TOPK_WEIGHTS = 1 << 3
+MOE_FWD_COUNTS = 1 << 4
+
+
+class comm_params_t(ctypes.Structure):
+    _fields_ = [
+        ("field_mask", ctypes.c_uint32),
+        ("switch_addr", ctypes.c_char_p),
+        ("job_id", ctypes.c_uint64),
+        ("rank", ctypes.c_int),
+        ("nranks", ctypes.c_int),
+        ("secret", ctypes.c_void_p),
+        ("secret_len", ctypes.c_size_t),
+        ("algo", ctypes.c_int),
+        ("timeout_ms", ctypes.c_int),
+    ]
+
+
+class req_t(ctypes.Structure):
+    _fields_ = [("stream", ctypes.c_int), ("epoch", ctypes.c_uint64)]
+
+
+class layout_t(ctypes.Structure):
+    _fields_ = [
+        ("block_stride", ctypes.c_size_t),
+        ("offset", ctypes.c_size_t),
+        ("length", ctypes.c_size_t),
+        ("valid", ctypes.POINTER(ctypes.c_size_t)),
+    ]
+
+
+class moe_config_t(ctypes.Structure):
+    _fields_ = [
+        ("nbands", ctypes.c_int),
+        ("gather_workers", ctypes.c_int),
+        ("compute_workers", ctypes.c_int),
+        ("reduce_workers", ctypes.c_int),
+        ("tail_bands", ctypes.c_int),
+    ]
+
+
+class moe_params_t(ctypes.Structure):
+    _fields_ = [
+        ("num_experts", ctypes.c_int),
+        ("top_k", ctypes.c_int),
+        ("hidden", ctypes.c_int),
+        ("intermediate", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("comm", ctypes.c_void_p),
+        ("max_tokens", ctypes.c_int),
+        ("expert_owner", ctypes.POINTER(ctypes.c_int)),
+        ("w_gate", ctypes.c_void_p),
+        ("w_up", ctypes.c_void_p),
+        ("w_down", ctypes.c_void_p),
+        ("config", moe_config_t),
+        ("timeout_ms", ctypes.c_int),
+        ("backend", ctypes.c_int),
+    ]
+
+
+class moe_forward_params_t(ctypes.Structure):
+    _fields_ = [
+        ("field_mask", ctypes.c_uint32),
+        ("mode", ctypes.c_int),
+        ("x", ctypes.c_void_p),
+        ("topk_ids", ctypes.c_void_p),
+        ("topk_weights", ctypes.c_void_p),
+        ("counts", ctypes.POINTER(ctypes.c_int)),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class moe_timing_t(ctypes.Structure):
+    _fields_ = [
+        ("total_ms", ctypes.c_double),
+        ("exchange_ms", ctypes.c_double),
+        ("allgather_ms", ctypes.c_double),
+        ("ffn_ms", ctypes.c_double),
+        ("reducescatter_ms", ctypes.c_double),
+    ]
+
+
+_c = ctypes
+_P = ctypes.c_void_p
+_SZ = ctypes.c_size_t
+_ST = ctypes.c_int  # incmoe_status_t
+_REQP = ctypes.POINTER(req_t)
+_LAYP = ctypes.POINTER(layout_t)
+
+_PROTOS = {
+    "incmoe_strerror": (_c.c_char_p, [_ST]),
+    "incmoe_get_version": (None, [_P, _P, _P]),
+    "incmoe_dtype_size": (_SZ, [_c.c_int]),
+    "incmoe_reduce_supported": (_c.c_int, [_c.c_int, _c.c_int]),
+    "incmoe_comm_create": (_ST, [_c.POINTER(comm_params_t), _c.POINTER(_P)]),
+    "incmoe_comm_destroy": (_ST, [_P]),
+    "incmoe_comm_error": (_ST, [_P, _c.c_char_p, _SZ]),
+    "incmoe_mem_register": (_ST, [_P, _P, _SZ, _c.POINTER(_P)]),
+    "incmoe_mem_deregister": (_ST, [_P, _P]),
+    "incmoe_allgather": (_ST, [_P, _P, _SZ, _P, _SZ, _LAYP, _REQP]),
+    "incmoe_reducescatter": (_ST, [_P, _P, _SZ, _P, _SZ, _LAYP, _c.c_int, _c.c_int, _REQP]),
+    "incmoe_allreduce": (_ST, [_P, _P, _SZ, _P, _SZ, _SZ, _c.c_int, _c.c_int, _REQP]),
+    "incmoe_barrier": (_ST, [_P, _REQP]),
+    "incmoe_test": (_ST, [_P, _REQP]),
+    "incmoe_wait": (_ST, [_P, _REQP]),
+}
+
+_MOE_PROTOS = {
+    "incmoe_moe_params_init": (None, [_c.POINTER(moe_params_t)]),
+    "incmoe_moe_create": (_ST, [_c.POINTER(moe_params_t), _c.POINTER(_P)]),
+    "incmoe_moe_destroy": (_ST, [_P]),
+    "incmoe_moe_forward_ex": (_ST, [_P, _c.POINTER(moe_forward_params_t), _c.POINTER(_P)]),
+    "incmoe_moe_config_for": (_ST, [_P, _c.POINTER(_c.c_int), _c.POINTER(moe_config_t)]),
+    "incmoe_moe_config_str": (_c.c_int, [_c.POINTER(moe_config_t), _c.c_char_p, _SZ]),
+    "incmoe_moe_last_timing": (_ST, [_P, _c.POINTER(moe_timing_t)]),
+}
+
+
+def _source_build_dirs():
+    """Where a build of the checkout this package lives in keeps the libraries."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    top = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    if not os.path.isfile(os.path.join(top, "plugin", "api", "incmoe.h")):
+        return []
+    build = os.environ.get("INCMOE_BUILD_DIR") or os.path.join(top, "build")
+    return [os.path.join(build, "plugin", ".libs"), os.path.join(build, "moe", ".libs")]
+
+
+def _pkgconfig_libdir():
+    if shutil.which("pkg-config") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["pkg-config", "--variable=libdir", "incmoe"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    d = out.stdout.strip()
+    return d if out.returncode == 0 and d else None
+
+
+def _candidates(name):
+    """Paths to try for lib<name>.so, best first; the loader's search last."""
+    dirs = []
+    env = os.environ.get("INCMOE_LIBDIR")
+    if env:
+        dirs += [d for d in env.split(os.pathsep) if d]
+    dirs += _source_build_dirs()
+    pc = _pkgconfig_libdir()
+    if pc:
+        dirs.append(pc)
+    paths = [os.path.join(d, "lib%s.so" % name) for d in dirs]
+    return [p for p in paths if os.path.exists(p)] + ["lib%s.so.0" % name]
+
+
+class LibraryNotFound(OSError):
+    pass
+
+
+def _load(name, protos):
+    tried = []
+    for path in _candidates(name):
+        try:
+            # RTLD_GLOBAL: libincmoe_moe's dependency on libincmoe.so.0 is then
+            # met by the copy already loaded, wherever it came from.
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+            continue
+        for fn, (res, args) in protos.items():
+            f = getattr(lib, fn)
+            f.restype = res
+            f.argtypes = args
+        lib.incmoe_path = path
+        return lib
+    raise LibraryNotFound(
+        "lib%s.so not found; tried: %s. Build the C tree (tools/quickstart build), "
+        "install it, or set INCMOE_LIBDIR to the directory holding it" % (name, "; ".join(tried))
+    )
+
+
+_lock = threading.Lock()
+_libs = {}
+
+
+def lib():
+    """libincmoe (loaded on first use)."""
+    with _lock:
+        if "core" not in _libs:
+            _libs["core"] = _load("incmoe", _PROTOS)
+        return _libs["core"]
+
+
+def moe_lib():
+    """libincmoe_moe (loaded on first use; needs libincmoe first)."""
+    lib()
+    with _lock:
+        if "moe" not in _libs:
+            # The CPU backend's GEMMs call OpenBLAS from the layer's compute
+            # threads; a threaded OpenBLAS would multiply the threads.
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+            _libs["moe"] = _load("incmoe_moe", _MOE_PROTOS)
+        return _libs["moe"]
+
+
+def strerror(status):
+    s = lib().incmoe_strerror(status)
+    return s.decode() if s else "status %d" % status
+
+
+def version():
+    a, b, c = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    lib().incmoe_get_version(ctypes.byref(a), ctypes.byref(b), ctypes.byref(c))
+    return (a.value, b.value, c.value)

@@ -1,0 +1,342 @@
+"""incmoe.Communicator: a job of N ranks on an incmoe-switchd, and its collectives."""
+
+import ctypes
+import os
+import threading
+import time
+
+from . import _buffers, _errors, _lib, _registry
+
+_U64 = 1 << 64
+
+
+class Work:
+    """A posted collective.  wait() blocks until it is done (or raises the
+    communicator's error); is_completed() asks without blocking.  The Work
+    keeps its buffers alive until it completed."""
+
+    def __init__(self, comm, req=None, keep=()):
+        self._comm = comm
+        self._req = req  # None: nothing was posted (an empty collective)
+        self._keep = keep
+        self._done = req is None
+
+    def _finish(self):
+        self._done = True
+        self._keep = ()
+
+    def is_completed(self):
+        if self._done:
+            return True
+        st = _lib.lib().incmoe_test(self._comm._handle(), ctypes.byref(self._req))
+        if st == _lib.IN_PROGRESS:
+            return False
+        _errors.check("incmoe_test", st, self._comm._ptr)
+        self._finish()
+        return True
+
+    def wait(self, timeout=None):
+        """Block until done; timeout (seconds) bounds the wait with TimeoutError."""
+        if self._done:
+            return True
+        if timeout is None:
+            st = _lib.lib().incmoe_wait(self._comm._handle(), ctypes.byref(self._req))
+            _errors.check("incmoe_wait", st, self._comm._ptr)
+            self._finish()
+            return True
+        deadline = time.monotonic() + timeout
+        pause = 1e-4
+        while not self.is_completed():
+            if time.monotonic() >= deadline:
+                raise TimeoutError("collective not completed within %.3f s" % timeout)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+        return True
+
+
+def _check_op(op, dtype, what):
+    if op not in _lib.REDOPS:
+        raise ValueError("%s: op %r: expected one of %s" % (what, op, ", ".join(_lib.REDOPS)))
+    if not _lib.lib().incmoe_reduce_supported(_lib.DTYPES[dtype], _lib.REDOPS[op]):
+        raise ValueError("%s: the switch does not reduce %s with %s" % (what, dtype, op))
+
+
+def _secret(auth_key):
+    """auth_key: bytes or str is the key itself; an os.PathLike names a key file."""
+    if auth_key is None:
+        return None
+    if isinstance(auth_key, os.PathLike):
+        with open(auth_key, "rb") as f:
+            data = f.read(_lib.MAX_SECRET + 3)
+        key = data.split(b"\n", 1)[0].split(b"\r", 1)[0]
+        where = "the first line of %s" % os.fspath(auth_key)
+    elif isinstance(auth_key, str):
+        key, where = auth_key.encode(), "auth_key"
+    elif isinstance(auth_key, (bytes, bytearray)):
+        key, where = bytes(auth_key), "auth_key"
+    else:
+        raise ValueError(
+            "auth_key is a %s: expected bytes, str or a path (os.PathLike)"
+            % type(auth_key).__name__
+        )
+    if not 1 <= len(key) <= _lib.MAX_SECRET:
+        raise ValueError(
+            "%s is %d bytes: a key is 1..%d bytes" % (where, len(key), _lib.MAX_SECRET)
+        )
+    return key
+
+
+class Communicator:
+    """One rank of a job on incmoe-switchd.
+
+    switch: "host:port" of the switch; job: the job id (the same integer on
+    every rank, 0..2**64-1); rank in 0..nranks-1; nranks 1..256; algo "inc"
+    (the switch multicasts and reduces) or "ring" (ranks exchange directly).
+    auth_key: the shared secret as bytes or str, or a pathlib.Path / other
+    os.PathLike naming a key file (its first line, as incmoe-switchd
+    --auth-key-file reads it); None lets libincmoe read INCMOE_AUTH_KEY or
+    INCMOE_AUTH_KEY_FILE.  timeout_ms bounds joining and is the liveness
+    timeout asked of the switch (None: INCMOE_TIMEOUT_MS, else 10 s).
+
+    Every rank must issue the collectives of a kind in the same order.
+    Arguments are checked before anything is posted: a ValueError leaves the
+    communicator usable (the other ranks' matching call is then ended by the
+    switch's progress timeout).  A collective that fails raises IncmoeError
+    with incmoe_strerror's text and the communicator's reason; after that
+    the communicator is failed and only close() is left.
+
+    Registrations are cached per allocation (mr_cache entries, least
+    recently used deregistered first); each entry keeps its memory's owner
+    alive, so freed-and-reused memory is never served a stale registration.
+    """
+
+    def __init__(
+        self,
+        switch,
+        job,
+        rank,
+        nranks,
+        algo="inc",
+        auth_key=None,
+        timeout_ms=None,
+        mr_cache=64,
+    ):
+        if not isinstance(switch, str) or ":" not in switch:
+            raise ValueError("switch is %r: expected 'host:port'" % (switch,))
+        if not isinstance(job, int) or not 0 <= job < _U64:
+            raise ValueError("job is %r: expected an integer in 0..2**64-1" % (job,))
+        if not isinstance(nranks, int) or not 1 <= nranks <= _lib.MAX_RANKS:
+            raise ValueError("nranks is %r: expected 1..%d" % (nranks, _lib.MAX_RANKS))
+        if not isinstance(rank, int) or not 0 <= rank < nranks:
+            raise ValueError("rank is %r: expected 0..%d" % (rank, nranks - 1))
+        if algo not in _lib.ALGOS:
+            raise ValueError("algo is %r: expected 'inc' or 'ring'" % (algo,))
+        if timeout_ms is not None and not 1 <= timeout_ms <= 86400000:
+            raise ValueError("timeout_ms is %r: expected 1..86400000" % (timeout_ms,))
+        self._ptr = None
+        self._close_lock = threading.Lock()
+        key = _secret(auth_key)
+        p = _lib.comm_params_t()
+        p.field_mask = _lib.COMM_PARAM_ALGO
+        p.switch_addr = switch.encode()
+        p.job_id = job
+        p.rank = rank
+        p.nranks = nranks
+        p.algo = _lib.ALGOS[algo]
+        keybuf = None
+        if key is not None:
+            keybuf = ctypes.create_string_buffer(key, len(key))
+            p.field_mask |= _lib.COMM_PARAM_SECRET
+            p.secret = ctypes.cast(keybuf, ctypes.c_void_p)
+            p.secret_len = len(key)
+        if timeout_ms is not None:
+            p.field_mask |= _lib.COMM_PARAM_TIMEOUT
+            p.timeout_ms = timeout_ms
+        ptr = ctypes.c_void_p()
+        st = _lib.lib().incmoe_comm_create(ctypes.byref(p), ctypes.byref(ptr))
+        _errors.check("incmoe_comm_create", st)
+        self._ptr = ptr
+        self.switch, self.job, self.rank, self.nranks, self.algo = switch, job, rank, nranks, algo
+        self._mrs = _registry.Registry(ptr, mr_cache)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _handle(self):
+        if self._ptr is None:
+            raise _errors.IncmoeError("incmoe communicator", _lib.ERR_CLOSED, "closed")
+        return self._ptr
+
+    @property
+    def closed(self):
+        return self._ptr is None
+
+    def error(self):
+        """The communicator's first error text, "" while it is healthy."""
+        return _errors.comm_reason(self._ptr)
+
+    def close(self):
+        """Leave the job (incmoe_comm_destroy: waits for this rank's collectives,
+        bounded by the job's timeout).  Raises IncmoeError if the communicator
+        had failed or collectives had to be abandoned; closed either way."""
+        with self._close_lock:
+            if self._ptr is None:
+                return
+            ptr, self._ptr = self._ptr, None
+            reason = _errors.comm_reason(ptr)
+            self._mrs.forget()
+            st = _lib.lib().incmoe_comm_destroy(ptr)
+            if st < 0:
+                raise _errors.IncmoeError("incmoe_comm_destroy", st, reason)
+
+    def clear_cache(self):
+        """Deregister every cached registration not used by a collective in flight."""
+        self._handle()
+        self._mrs.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---------------------------------------------------------- collectives
+
+    def _region(self, buf):
+        return self._mrs.region(buf)
+
+    def all_gather(self, out, inp, async_op=False):
+        """out (N * inp.numel() elements, inp's dtype) receives every rank's inp, in rank order."""
+        comm = self._handle()
+        i = _buffers.as_buffer(inp, "all_gather input")
+        o = _buffers.as_buffer(out, "all_gather output")
+        if o.dtype != i.dtype:
+            raise ValueError(
+                "all_gather: output dtype %s differs from input dtype %s" % (o.dtype, i.dtype)
+            )
+        if o.numel != self.nranks * i.numel:
+            raise ValueError(
+                "all_gather: output has %d elements (shape %s), expected nranks x input = %d x %d"
+                % (o.numel, tuple(out.shape), self.nranks, i.numel)
+            )
+        return self._allgather(comm, o, i, [i.nbytes] * self.nranks, 0, async_op)
+
+    def broadcast(self, t, root=0, async_op=False):
+        """Every rank's t gets root's t: an AllGather in which only root's block has bytes."""
+        comm = self._handle()
+        if not isinstance(root, int) or not 0 <= root < self.nranks:
+            raise ValueError("broadcast: root is %r, expected 0..%d" % (root, self.nranks - 1))
+        b = _buffers.as_buffer(t, "broadcast tensor")
+        valid = [b.nbytes if r == root else 0 for r in range(self.nranks)]
+        # Rank s's block sits at recv_offset + s * stride: shifting the base back
+        # by root blocks puts root's block on t itself (the offset wraps, as the
+        # layout allows; no block other than root's moves a byte).
+        return self._allgather(comm, b, b, valid, -root * b.nbytes, async_op)
+
+    def _allgather(self, comm, o, i, valid, shift, async_op):
+        if i.nbytes == 0 and o.nbytes == 0:
+            return self._finish(Work(self), async_op)
+        smr, soff = self._region(i)
+        rmr, roff = self._region(o)
+        lay = _lib.layout_t()
+        lay.block_stride = max(valid) if valid else 0
+        lay.offset = 0
+        lay.length = lay.block_stride
+        arr = (ctypes.c_size_t * self.nranks)(*valid)
+        lay.valid = arr
+        req = _lib.req_t()
+        st = _lib.lib().incmoe_allgather(
+            comm, smr, soff, rmr, (roff + shift) % _U64, ctypes.byref(lay), ctypes.byref(req)
+        )
+        _errors.check("incmoe_allgather", st, comm)
+        return self._finish(Work(self, req, (o.obj, i.obj)), async_op)
+
+    def reduce_scatter(self, out, inp, op="sum", async_op=False):
+        """out gets this rank's share (block `rank` of inp's N blocks) reduced over the ranks."""
+        comm = self._handle()
+        i = _buffers.as_buffer(inp, "reduce_scatter input")
+        o = _buffers.as_buffer(out, "reduce_scatter output")
+        if o.dtype != i.dtype:
+            raise ValueError(
+                "reduce_scatter: output dtype %s differs from input dtype %s" % (o.dtype, i.dtype)
+            )
+        if i.numel != self.nranks * o.numel:
+            raise ValueError(
+                "reduce_scatter: input has %d elements (shape %s), expected nranks x output "
+                "= %d x %d" % (i.numel, tuple(inp.shape), self.nranks, o.numel)
+            )
+        _check_op(op, i.dtype, "reduce_scatter")
+        if o.nbytes == 0:
+            return self._finish(Work(self), async_op)
+        smr, soff = self._region(i)
+        rmr, roff = self._region(o)
+        lay = _lib.layout_t()
+        lay.block_stride = o.nbytes
+        lay.offset = 0
+        lay.length = o.nbytes
+        req = _lib.req_t()
+        st = _lib.lib().incmoe_reducescatter(
+            comm,
+            smr,
+            soff,
+            rmr,
+            roff,
+            ctypes.byref(lay),
+            _lib.DTYPES[i.dtype],
+            _lib.REDOPS[op],
+            ctypes.byref(req),
+        )
+        _errors.check("incmoe_reducescatter", st, comm)
+        return self._finish(Work(self, req, (o.obj, i.obj)), async_op)
+
+    def all_reduce(self, t, op="sum", async_op=False):
+        """t becomes the element-wise reduction of every rank's t (in place)."""
+        comm = self._handle()
+        b = _buffers.as_buffer(t, "all_reduce tensor")
+        _check_op(op, b.dtype, "all_reduce")
+        if b.nbytes == 0:
+            return self._finish(Work(self), async_op)
+        mr, off = self._region(b)
+        req = _lib.req_t()
+        st = _lib.lib().incmoe_allreduce(
+            comm,
+            mr,
+            off,
+            mr,
+            off,
+            b.numel,
+            _lib.DTYPES[b.dtype],
+            _lib.REDOPS[op],
+            ctypes.byref(req),
+        )
+        _errors.check("incmoe_allreduce", st, comm)
+        return self._finish(Work(self, req, (b.obj,)), async_op)
+
+    def barrier(self, async_op=False):
+        comm = self._handle()
+        req = _lib.req_t()
+        _errors.check("incmoe_barrier", _lib.lib().incmoe_barrier(comm, ctypes.byref(req)), comm)
+        return self._finish(Work(self, req), async_op)
+
+    @staticmethod
+    def _finish(work, async_op):
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def __repr__(self):
+        state = "closed" if self._ptr is None else "open"
+        return "<incmoe.Communicator rank %d/%d job %d algo=%s on %s, %s>" % (
+            self.rank,
+            self.nranks,
+            self.job,
+            self.algo,
+            self.switch,
+            state,
+        )

@@ -1,0 +1,334 @@
+"""incmoe.MoE: the INC-MoE layer (libincmoe_moe) as a torch.nn.Module.
+
+Weights come in vLLM's FusedMoE layout (also Hugging Face's fused experts):
+w13 [E_local, 2I, H], the gate projection's I rows first, then the up
+projection's; w2 [E_local, H, I].  libincmoe_moe takes w_gate and w_up
+[E_local, I, H] and w_down [E_local, H, I] as separate arrays, so w13 is
+split once at construction (w2 is already the down layout) and the layer
+copies them: later changes to the caller's tensors do not reach the layer.
+"""
+
+import ctypes
+import dataclasses
+
+import torch
+
+from . import _errors, _lib
+
+_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_BAD_MODE = 99  # a mode every rank's check refuses: spreads one rank's refusal to all
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEConfig:
+    """A pipelined forward's configuration (libincmoe_moe's automatic choice
+    for the token counts, or the overrides given)."""
+
+    nbands: int
+    gather_workers: int
+    compute_workers: int
+    reduce_workers: int
+    tail_bands: int
+    text: str
+
+    def __str__(self):
+        return self.text
+
+
+def _cpu_tensor(x, what):
+    if not isinstance(x, torch.Tensor):
+        raise ValueError("%s is a %s: expected a torch.Tensor" % (what, type(x).__name__))
+    if x.device.type != "cpu" or getattr(x, "is_cuda", False):
+        raise ValueError(
+            "%s is on device '%s': incmoe.MoE runs the CPU backend and takes CPU tensors"
+            % (what, x.device)
+        )
+
+
+class MoE(torch.nn.Module):
+    """An expert-parallel SwiGLU MoE layer whose dispatch and combine are
+    in-network AllGather and ReduceScatter (or the ring, as comm's algo).
+
+    comm: an incmoe.Communicator (must outlive the layer; while a forward
+    runs the layer owns comm's AllGather, ReduceScatter and barrier streams).
+    Rank r hosts experts [r*E/N, (r+1)*E/N); E must be divisible by N.
+    w13 [E/N, 2I, H] (gate rows, then up rows), w2 [E/N, H, I]: CPU tensors,
+    converted to dtype (default w13's) once.  mode: "pipelined" (bands of
+    tokens, AllGather and ReduceScatter in flight together) or "baseline"
+    (AllGather, every expert, ReduceScatter).  max_tokens bounds any rank's
+    tokens per forward and sizes the layer's buffers.  config: optional
+    overrides {nbands, gather_workers, compute_workers, reduce_workers,
+    tail_bands}; timeout_ms bounds every wait inside a forward (None: twice
+    INCMOE_TIMEOUT_MS).
+
+    Construction and every forward are collective: all ranks call them in
+    the same order.  A rank whose arguments are refused raises ValueError,
+    and the other ranks' matching call fails too (never waits forever).
+    """
+
+    def __init__(
+        self,
+        comm,
+        num_experts,
+        top_k,
+        hidden_size,
+        intermediate_size,
+        w13,
+        w2,
+        dtype=None,
+        mode="pipelined",
+        max_tokens=1024,
+        config=None,
+        timeout_ms=None,
+    ):
+        super().__init__()
+        lib = _lib.moe_lib()
+        self.comm = comm
+        self.num_experts, self.top_k = num_experts, top_k
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.max_tokens = max_tokens
+        self._layer = None
+        self._last_counts = None
+        p = _lib.moe_params_t()
+        lib.incmoe_moe_params_init(ctypes.byref(p))
+        problem = None
+        try:
+            weights = self._check_init(
+                num_experts, top_k, hidden_size, intermediate_size, w13, w2, dtype, mode, max_tokens
+            )
+        except ValueError as e:
+            problem, weights = e, None
+        if problem is None:
+            wg, wu, wd = weights
+            p.num_experts, p.top_k = num_experts, top_k
+            p.hidden, p.intermediate = hidden_size, intermediate_size
+            p.dtype = _lib.DTYPES[_DTYPES[self.dtype]]
+            p.max_tokens = max_tokens
+            p.w_gate, p.w_up, p.w_down = wg.data_ptr(), wu.data_ptr(), wd.data_ptr()
+            for k, v in (config or {}).items():
+                if not hasattr(p.config, k):
+                    raise ValueError("config has no field %r" % k)
+                setattr(p.config, k, int(v))
+            if timeout_ms is not None:
+                p.timeout_ms = timeout_ms
+        else:
+            # Still take part, with a shape every rank's check refuses, so the
+            # other ranks' create fails instead of waiting for this one.
+            p.num_experts = 0
+        p.comm = comm._handle()
+        layer = ctypes.c_void_p()
+        st = lib.incmoe_moe_create(ctypes.byref(p), ctypes.byref(layer))
+        if problem is not None:
+            raise problem
+        _errors.check("incmoe_moe_create", st, comm._ptr)
+        self._layer = layer
+        self._counts = (ctypes.c_int * comm.nranks)()
+        # The token counts' AllGather: [T_r, refused] per rank, registered once.
+        self._count_send = torch.zeros(2, dtype=torch.int32)
+        self._count_recv = torch.zeros(2 * comm.nranks, dtype=torch.int32)
+
+    def _check_init(self, E, k, H, I, w13, w2, dtype, mode, max_tokens):
+        N = self.comm.nranks
+        for name, v in (("num_experts", E), ("top_k", k), ("hidden_size", H),
+                        ("intermediate_size", I)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError("%s is %r: expected a positive integer" % (name, v))
+        if k > E:
+            raise ValueError("top_k is %d: at most num_experts = %d" % (k, E))
+        if E % N != 0:
+            raise ValueError("num_experts %d is not divisible by the %d ranks" % (E, N))
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError("max_tokens is %r: expected an integer >= 0" % (max_tokens,))
+        if mode not in _lib.MOE_MODES:
+            raise ValueError("mode is %r: expected 'pipelined' or 'baseline'" % (mode,))
+        self.mode = mode
+        _cpu_tensor(w13, "w13")
+        _cpu_tensor(w2, "w2")
+        dtype = w13.dtype if dtype is None else dtype
+        if dtype not in _DTYPES:
+            raise ValueError("dtype is %s: expected torch.float32, float16 or bfloat16" % dtype)
+        self.dtype = dtype
+        el = E // N
+        if tuple(w13.shape) != (el, 2 * I, H):
+            raise ValueError(
+                "w13 has shape %s, expected [E_local, 2*I, H] = [%d, %d, %d]"
+                % (tuple(w13.shape), el, 2 * I, H)
+            )
+        if tuple(w2.shape) != (el, H, I):
+            raise ValueError(
+                "w2 has shape %s, expected [E_local, H, I] = [%d, %d, %d]"
+                % (tuple(w2.shape), el, H, I)
+            )
+        for name, w in (("w13", w13), ("w2", w2)):
+            if not w.dtype.is_floating_point:
+                raise ValueError("%s has dtype %s: expected a floating type" % (name, w.dtype))
+        with torch.no_grad():
+            wg = w13[:, :I, :].to(dtype).contiguous()
+            wu = w13[:, I:, :].to(dtype).contiguous()
+            wd = w2.to(dtype).contiguous()
+        return wg, wu, wd
+
+    # ---------------------------------------------------------------- forward
+
+    def _check_forward(self, hidden, topk_ids, topk_weights, counts, out, mode):
+        H, k, E = self.hidden_size, self.top_k, self.num_experts
+        if mode not in _lib.MOE_MODES:
+            raise ValueError("mode is %r: expected 'pipelined' or 'baseline'" % (mode,))
+        _cpu_tensor(hidden, "hidden")
+        if hidden.dim() != 2 or hidden.shape[1] != H:
+            raise ValueError("hidden has shape %s, expected [T, %d]" % (tuple(hidden.shape), H))
+        if hidden.dtype != self.dtype:
+            raise ValueError(
+                "hidden has dtype %s, expected the layer's %s" % (hidden.dtype, self.dtype)
+            )
+        if not hidden.is_contiguous():
+            raise ValueError("hidden is not contiguous: pass hidden.contiguous()")
+        T = hidden.shape[0]
+        if T > self.max_tokens:
+            raise ValueError("hidden has %d tokens, more than max_tokens=%d" % (T, self.max_tokens))
+        _cpu_tensor(topk_ids, "topk_ids")
+        _cpu_tensor(topk_weights, "topk_weights")
+        if tuple(topk_ids.shape) != (T, k):
+            raise ValueError("topk_ids has shape %s, expected [%d, %d]" % (tuple(topk_ids.shape), T, k))
+        if tuple(topk_weights.shape) != (T, k):
+            raise ValueError(
+                "topk_weights has shape %s, expected [%d, %d]" % (tuple(topk_weights.shape), T, k)
+            )
+        if topk_ids.dtype.is_floating_point or topk_ids.dtype.is_complex or topk_ids.dtype == torch.bool:
+            raise ValueError("topk_ids has dtype %s, expected an integer type" % topk_ids.dtype)
+        if not topk_weights.dtype.is_floating_point:
+            raise ValueError("topk_weights has dtype %s, expected a floating type" % topk_weights.dtype)
+        ids = topk_ids.to(torch.int32).contiguous()
+        if T:
+            if int(ids.min()) < 0 or int(ids.max()) >= E:
+                raise ValueError("topk_ids holds ids outside 0..%d" % (E - 1))
+            s = ids.sort(dim=1).values
+            if k > 1 and bool((s[:, 1:] == s[:, :-1]).any()):
+                raise ValueError("topk_ids lists an expert twice for one token")
+        w = topk_weights.to(torch.float32).contiguous()
+        if out is not None:
+            _cpu_tensor(out, "out")
+            if tuple(out.shape) != (T, H) or out.dtype != self.dtype or not out.is_contiguous():
+                raise ValueError(
+                    "out is %s %s%s, expected a contiguous %s [%d, %d]"
+                    % (out.dtype, tuple(out.shape), "" if out.is_contiguous() else " non-contiguous",
+                       self.dtype, T, H)
+                )
+        if counts is not None:
+            counts = [int(c) for c in counts]
+            if len(counts) != self.comm.nranks:
+                raise ValueError("counts has %d entries, expected one per rank (%d)" % (len(counts), self.comm.nranks))
+            if counts[self.comm.rank] != T:
+                raise ValueError(
+                    "counts[%d] is %d but hidden has %d tokens" % (self.comm.rank, counts[self.comm.rank], T)
+                )
+        return ids, w, counts
+
+    def _gather_counts(self, T, refused):
+        self._count_send[0] = T
+        self._count_send[1] = 1 if refused else 0
+        self.comm.all_gather(self._count_recv, self._count_send)
+        got = self._count_recv.view(-1, 2).tolist()
+        return [c for c, _ in got], [r for r, (_, bad) in enumerate(got) if bad]
+
+    def forward(self, hidden, topk_ids, topk_weights, counts=None, out=None, mode=None):
+        """[T_r, H] = sum over k of topk_weights * SwiGLU expert(hidden), per token.
+
+        counts: every rank's token count (list of N ints, the same on every
+        rank); None gathers them (one small AllGather).  out: a contiguous
+        [T_r, H] tensor of the layer's dtype to write into; None: a new one.
+        mode: override the layer's mode for this call.
+        """
+        if self._layer is None:
+            raise _errors.IncmoeError("incmoe_moe_forward_ex", _lib.ERR_CLOSED, "layer closed")
+        mode = self.mode if mode is None else mode
+        lib = _lib.moe_lib()
+        problem = None
+        try:
+            ids, w, counts = self._check_forward(hidden, topk_ids, topk_weights, counts, out, mode)
+        except ValueError as e:
+            problem = e
+        T = hidden.shape[0] if problem is None else 0
+        if counts is None:
+            gathered, refused = self._gather_counts(T, problem is not None)
+            if problem is not None:
+                raise problem
+            if refused:
+                raise ValueError(
+                    "rank(s) %s refused their forward arguments (their error says why)"
+                    % ", ".join(map(str, refused))
+                )
+            counts = gathered
+        f = _lib.moe_forward_params_t()
+        f.field_mask = _lib.MOE_FWD_MODE | _lib.MOE_FWD_COUNTS
+        if problem is not None:
+            # Counts were given, so the ranks meet first in the layer's own
+            # check: a mode nobody accepts fails this forward on every rank.
+            f.mode = _BAD_MODE
+            f.counts = self._counts
+            lib.incmoe_moe_forward_ex(self._layer, ctypes.byref(f), ctypes.byref(ctypes.c_void_p()))
+            raise problem
+        for r, c in enumerate(counts):
+            self._counts[r] = c
+        f.mode = _lib.MOE_MODES[mode]
+        f.counts = self._counts
+        f.field_mask |= _lib.MOE_FWD_X | _lib.MOE_FWD_TOPK_IDS | _lib.MOE_FWD_TOPK_WEIGHTS
+        f.x = hidden.data_ptr()
+        f.topk_ids = ids.data_ptr()
+        f.topk_weights = w.data_ptr()
+        res = ctypes.c_void_p()
+        st = lib.incmoe_moe_forward_ex(self._layer, ctypes.byref(f), ctypes.byref(res))
+        _errors.check("incmoe_moe_forward_ex", st, self.comm._ptr)
+        self._last_counts = list(counts)
+        if out is None:
+            out = torch.empty(T, self.hidden_size, dtype=self.dtype)
+        if T:
+            ctypes.memmove(out.data_ptr(), res.value, out.numel() * out.element_size())
+        return out
+
+    # -------------------------------------------------------------- inspect
+
+    def config_for(self, counts):
+        """The configuration a pipelined forward with these token counts uses."""
+        if self._layer is None:
+            raise _errors.IncmoeError("incmoe_moe_config_for", _lib.ERR_CLOSED, "layer closed")
+        if len(counts) != self.comm.nranks:
+            raise ValueError("counts has %d entries, expected %d" % (len(counts), self.comm.nranks))
+        lib = _lib.moe_lib()
+        c = (ctypes.c_int * len(counts))(*counts)
+        cfg = _lib.moe_config_t()
+        _errors.check("incmoe_moe_config_for", lib.incmoe_moe_config_for(self._layer, c, ctypes.byref(cfg)))
+        buf = ctypes.create_string_buffer(160)
+        lib.incmoe_moe_config_str(ctypes.byref(cfg), buf, len(buf))
+        return MoEConfig(cfg.nbands, cfg.gather_workers, cfg.compute_workers, cfg.reduce_workers,
+                         cfg.tail_bands, buf.value.decode())
+
+    @property
+    def config(self):
+        """The pipelined configuration of the last forward's token counts (before
+        the first forward: of max_tokens on every rank)."""
+        counts = self._last_counts or [self.max_tokens] * self.comm.nranks
+        return self.config_for(counts)
+
+    def last_timing(self):
+        """This rank's last forward, in milliseconds (libincmoe_moe's breakdown)."""
+        t = _lib.moe_timing_t()
+        _errors.check("incmoe_moe_last_timing", _lib.moe_lib().incmoe_moe_last_timing(self._layer, ctypes.byref(t)))
+        return {name: getattr(t, name) for name, _ in t._fields_}
+
+    def close(self):
+        """Free the layer (not collective)."""
+        if self._layer is not None:
+            layer, self._layer = self._layer, None
+            _errors.check("incmoe_moe_destroy", _lib.moe_lib().incmoe_moe_destroy(layer))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def extra_repr(self):
+        return "E=%d, top_k=%d, H=%d, I=%d, dtype=%s, mode=%s, max_tokens=%d, rank %d/%d" % (
+            self.num_experts, self.top_k, self.hidden_size, self.intermediate_size,
+            self.dtype, self.mode, self.max_tokens, self.comm.rank, self.comm.nranks)

@@ -1,0 +1,100 @@
+"""Fixtures: one incmoe-switchd for the session, and N forked rank processes.
+
+The tests import the package from this source tree (the libraries then come
+from the build tree unless INCMOE_LIBDIR says otherwise).  Ranks are forked
+from the pytest process, which has imported torch but runs no collective and
+starts no communicator itself, so a child inherits no thread or connection;
+forking spares each rank torch's import time.
+"""
+
+import multiprocessing
+import os
+import queue
+import random
+import sys
+import tempfile
+import time
+import traceback
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+
+import incmoe  # noqa: E402
+
+torch.set_num_threads(1)
+
+# A test that goes wrong must end in an error, not wait for the switch's default
+# ten-minute progress timeout.
+SWITCH_ARGS = ["--progress-timeout-ms", "20000"]
+RANK_TIMEOUT_S = 150
+
+
+@pytest.fixture(scope="session")
+def switch():
+    with incmoe.Switch(SWITCH_ARGS) as sw:
+        yield sw
+
+
+def new_job():
+    return random.getrandbits(63)
+
+
+def _child(fn, rank, nranks, args, q):
+    torch.set_num_threads(1)
+    try:
+        fn(rank, nranks, *args)
+        report, code = None, 0
+    except BaseException:
+        report, code = traceback.format_exc(), 1
+    q.put((rank, report))
+    q.close()
+    q.join_thread()  # the report is in the pipe before the process ends
+    os._exit(code)
+
+
+def run_ranks(fn, nranks, *args, timeout=RANK_TIMEOUT_S):
+    """fn(rank, nranks, *args) in nranks forked processes; fails the test with
+    every failing rank's traceback, or when ranks outlive the timeout."""
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(fn, r, nranks, args, q)) for r in range(nranks)]
+    for p in procs:
+        p.start()
+    reports = {}
+    t0 = time.monotonic()
+    while len(reports) < nranks:
+        left = timeout - (time.monotonic() - t0)
+        if left <= 0:
+            break
+        try:
+            r, tb = q.get(timeout=min(left, 1.0))
+            reports[r] = tb
+        except queue.Empty:
+            if all(not p.is_alive() for p in procs) and q.empty():
+                break
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    problems = []
+    for r, p in enumerate(procs):
+        if r not in reports:
+            problems.append("rank %d: no report (exit code %s; timed out or crashed)" % (r, p.exitcode))
+        elif reports[r] is not None:
+            problems.append("rank %d:\n%s" % (r, reports[r]))
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def store_path():
+    """A file for torch's FileStore (init_method=file://...), removed afterwards."""
+    d = tempfile.mkdtemp(prefix="incmoe-pytest-")
+    yield os.path.join(d, "store")
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    os.rmdir(d)

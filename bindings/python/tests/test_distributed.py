@@ -1,0 +1,145 @@
+"""The torch.distributed backend "incmoe": every call it implements, on
+N = 1, 2, 4 ranks and both algorithms, checked against the same call on a
+gloo group of the same processes; new_group's job id agreed through the
+store; what it does not implement raises a clear error."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import incmoe  # noqa: F401  (registers the backend)
+from conftest import run_ranks
+
+COUNT = 29
+OPS = [dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN]
+DTYPES = [torch.float32, torch.bfloat16, torch.int32]
+
+
+def _vals(g, shape, dt):
+    return torch.randint(-8, 9, shape, generator=g).to(dt)
+
+
+def _eq(name, a, b):
+    assert torch.equal(a, b), "%s: incmoe %s, gloo %s" % (name, a, b)
+
+
+def _calls(g, rank, n, pg, gloo, tag):
+    """Every implemented call on pg against gloo."""
+    for dt in DTYPES:
+        for op in OPS:
+            t = _vals(g, (COUNT,), dt)
+            r = t.clone()
+            dist.all_reduce(t, op=op, group=pg)
+            dist.all_reduce(r, op=op, group=gloo)
+            _eq("%s all_reduce %s %s" % (tag, op, dt), t, r)
+            inp = _vals(g, (n * COUNT,), dt)
+            o, ro = torch.empty(COUNT, dtype=dt), torch.empty(COUNT, dtype=dt)
+            dist.reduce_scatter_tensor(o, inp, op=op, group=pg)
+            dist.reduce_scatter_tensor(ro, inp, op=op, group=gloo)
+            _eq("%s reduce_scatter_tensor %s %s" % (tag, op, dt), o, ro)
+            ins = [_vals(g, (3, 5), dt) for _ in range(n)]
+            o, ro = torch.empty(3, 5, dtype=dt), torch.empty(3, 5, dtype=dt)
+            dist.reduce_scatter(o, ins, op=op, group=pg)
+            dist.reduce_scatter(ro, ins, op=op, group=gloo)
+            _eq("%s reduce_scatter (list) %s %s" % (tag, op, dt), o, ro)
+        x = _vals(g, (COUNT,), dt)
+        o, ro = torch.empty(n * COUNT, dtype=dt), torch.empty(n * COUNT, dtype=dt)
+        dist.all_gather_into_tensor(o, x, group=pg)
+        dist.all_gather_into_tensor(ro, x, group=gloo)
+        _eq("%s all_gather_into_tensor %s" % (tag, dt), o, ro)
+        x = _vals(g, (4, 3), dt)
+        outs = [torch.empty(4, 3, dtype=dt) for _ in range(n)]
+        routs = [torch.empty(4, 3, dtype=dt) for _ in range(n)]
+        dist.all_gather(outs, x, group=pg)
+        dist.all_gather(routs, x, group=gloo)
+        for i in range(n):
+            _eq("%s all_gather (list) block %d %s" % (tag, i, dt), outs[i], routs[i])
+        for root in range(n):
+            t = _vals(g, (COUNT,), dt)
+            r = t.clone()
+            src = dist.get_global_rank(pg, root) if pg is not None else root
+            gsrc = dist.get_global_rank(gloo, root) if gloo is not None else root
+            dist.broadcast(t, src=src, group=pg)
+            dist.broadcast(r, src=gsrc, group=gloo)
+            _eq("%s broadcast root %d %s" % (tag, root, dt), t, r)
+    dist.barrier(group=pg)
+
+    # async_op: Work objects as torch hands them out, and their futures.
+    a = _vals(g, (COUNT,), torch.float32)
+    ra = a.clone()
+    x = _vals(g, (COUNT,), torch.float32)
+    ag = torch.empty(n * COUNT)
+    works = [
+        dist.all_reduce(a, group=pg, async_op=True),
+        dist.all_gather_into_tensor(ag, x, group=pg, async_op=True),
+        dist.barrier(group=pg, async_op=True),
+    ]
+    fut = works[0].get_future()
+    for w in works:
+        assert w.wait()
+    dist.all_reduce(ra, group=gloo)
+    _eq("%s async all_reduce" % tag, a, ra)
+    _eq("%s future value" % tag, fut.wait()[0], ra)
+    rag = torch.empty(n * COUNT)
+    dist.all_gather_into_tensor(rag, x, group=gloo)
+    _eq("%s async all_gather_into_tensor" % tag, ag, rag)
+
+
+def dist_body(rank, n, addr, algo, store):
+    os.environ["INCMOE_SWITCH"] = addr
+    os.environ["INCMOE_ALGO"] = algo
+    dist.init_process_group("incmoe", init_method="file://" + store, rank=rank, world_size=n)
+    assert dist.get_backend() == "incmoe"
+    gloo = dist.new_group(backend="gloo")
+    g = torch.Generator().manual_seed(7 + rank)
+    _calls(g, rank, n, None, gloo, "default group")
+
+    # A second incmoe group over the first half of the ranks (its own job).
+    half = list(range(max(1, n // 2)))
+    sub = dist.new_group(half, backend="incmoe")
+    gsub = dist.new_group(half, backend="gloo")
+    if rank in half:
+        _calls(g, rank, len(half), sub, gsub, "new_group %s" % half)
+
+    # Not implemented in-network: a clear error, and nothing posted.
+    t = torch.ones(n * 2)
+    with pytest.raises((NotImplementedError, RuntimeError), match="all_to_all|does not"):
+        dist.all_to_all_single(torch.empty_like(t), t)
+    with pytest.raises((NotImplementedError, RuntimeError), match="reduce|does not"):
+        dist.reduce(torch.ones(3), dst=0)
+    with pytest.raises(ValueError, match="ReduceOp|reduces with"):
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.AVG) if hasattr(
+            dist.ReduceOp, "AVG"
+        ) else (_ for _ in ()).throw(ValueError("ReduceOp"))
+    # The group still works after the refusals.
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(n)))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("algo", ["inc", "ring"])
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_backend_matches_gloo(switch, store_path, n, algo):
+    run_ranks(dist_body, n, switch.address, algo, store_path)
+
+
+def env_body(rank, n, addr, port):
+    """init_process_group with MASTER_ADDR/MASTER_PORT (torch's TCPStore)."""
+    os.environ.update(INCMOE_SWITCH=addr, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("incmoe", rank=rank, world_size=n)
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((5,), float(n * (n + 1) // 2)))
+    dist.destroy_process_group()
+
+
+def test_backend_env_store(switch):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_ranks(env_body, 2, switch.address, port)

@@ -1,0 +1,31 @@
+"""The examples run as a user runs them (their own switch, their own ranks)
+and report success."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, "..", "examples")
+
+
+@pytest.mark.parametrize(
+    "script,args,want",
+    [
+        ("collectives.py", [], "collectives example: ok"),
+        ("moe_layer.py", ["--mode", "pipelined"], "moe example (pipelined, inc): ok"),
+    ],
+)
+def test_example(script, args, want):
+    env = dict(os.environ)
+    env.pop("INCMOE_SWITCH", None)  # each example starts its own switch
+    r = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, script)] + args,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert r.returncode == 0 and want in r.stdout, r.stdout + r.stderr
