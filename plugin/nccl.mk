@@ -22,7 +22,7 @@ if HAVE_CUDA
 libnccl_net_incmoe_la_CPPFLAGS += -DINCMOE_NCCL_CUDA=1
 endif
 libnccl_net_incmoe_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
-libnccl_net_incmoe_la_LIBADD = libincmoe_client.la $(UCX_LIBS) -lpthread -lm -ldl
+libnccl_net_incmoe_la_LIBADD = libincmoe_client.la $(UCX_LIBS) $(CRYPTO_LIBS) -lpthread -lm -ldl
 libnccl_net_incmoe_la_LDFLAGS = -module -avoid-version -shared \
 	-Wl,--version-script=$(srcdir)/nccl/exports.map
 EXTRA_libnccl_net_incmoe_la_DEPENDENCIES = nccl/exports.map

@@ -9,6 +9,7 @@
 #include <vector>
 
 extern "C" {
+#include "base/bootstrap.h"
 #include "base/ucx_util.h"
 #include "base/wire.h"
 }
@@ -22,7 +23,8 @@ class RawClient
 {
   public:
     ~RawClient();
-    bool connect(const std::string &addr);
+    /* Bootstrap with the switch (key: "" for none), then an endpoint to its worker. */
+    bool connect(const std::string &addr, const std::string &key = "");
     /* Sends a header of header_len bytes (a short one is garbage on purpose). */
     void send(const void *hdr, size_t header_len, const void *payload, size_t len,
               bool rndv = false);
@@ -30,8 +32,9 @@ class RawClient
     {
         send(&hdr, sizeof(hdr), payload, len);
     }
-    /* JOIN as rank of an nranks job, with a secret. */
-    void join(uint64_t job, uint32_t rank, uint32_t nranks, const std::string &secret = "");
+    /* JOIN as rank of an nranks job, with the bootstrap's session token (or another). */
+    void join(uint64_t job, uint32_t rank, uint32_t nranks, const uint8_t *token = nullptr);
+    uint8_t token_[INC_BOOT_TOKEN] = {};
     /* Waits for a message of the given type; false on timeout. */
     bool wait_for(unsigned msg, RawMsg *out, int timeout_ms);
     void progress(int ms);
@@ -43,6 +46,7 @@ class RawClient
                               size_t length, const ucp_am_recv_param_t *param);
     inc_ucx_node_t node_ = {};
     ucp_ep_h ep_ = nullptr;
+    ucp_address_t *addr_ = nullptr;
     std::vector<std::string *> keep_; /* payloads alive until the end */
 };
 
