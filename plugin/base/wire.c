@@ -122,8 +122,8 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
         break;
     case WIRE_MSG_RING_HELLO:
         if (payload_length != INCMOE_WIRE_TOKEN)
-            FAIL("RING_HELLO carries %zu payload bytes, not the %d of a ring token",
-                 payload_length, INCMOE_WIRE_TOKEN);
+            FAIL("RING_HELLO carries %zu payload bytes, not the %d of a ring token", payload_length,
+                 INCMOE_WIRE_TOKEN);
         break;
     }
     return INCMOE_OK;
