@@ -462,6 +462,55 @@ TEST_F(Errors, JoinWithoutTheSessionTokenIsRefused)
     EXPECT_EQ(harness::failures(res), "");
 }
 
+/* A ring peer's RING_HELLO without the job's ring token binds nothing: the real rank's ring
+   wire-up does not finish (with the HELLO taken it would, at once), and its create fails
+   when the peer gives up and leaves the job, or at its timeout. */
+TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
+{
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(2, [&](int rank) -> std::string {
+        if (rank == 0) {
+            incmoe_comm_params_t p = {};
+            p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = 0;
+            p.nranks = 2;
+            p.timeout_ms = 2000;
+            p.algo = INCMOE_ALGO_RING;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st == INCMOE_OK)
+                incmoe_comm_destroy(comm);
+            return st == INCMOE_ERR_TIMEOUT || st == INCMOE_ERR_PEER_FAILED
+                       ? ""
+                       : "ring rank 0 gave " + status_text(st);
+        }
+        RawClient c;
+        if (!c.connect(sw.addr))
+            return "connect";
+        c.join(job, 1, 2, nullptr, true);
+        RawMsg ack;
+        if (!c.wait_for(WIRE_MSG_JOIN_ACK, &ack, 3000))
+            return "no JOIN_ACK";
+        /* Rank 0's worker address: the first record after the fixed part. */
+        size_t pos = sizeof(inc_wire_join_ack);
+        uint32_t len;
+        memcpy(&len, ack.payload.data() + pos, sizeof(len));
+        std::string rank0 = ack.payload.substr(pos + sizeof(len), len);
+        inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_RING_HELLO, job);
+        h.rank = 1;
+        h.length = INCMOE_WIRE_TOKEN;
+        uint8_t wrong[INCMOE_WIRE_TOKEN] = {};
+        if (!c.send_to_worker(rank0, h, wrong, sizeof(wrong)))
+            return "no endpoint to rank 0";
+        c.progress(3000);
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+}
+
 TEST_F(Errors, DuplicateRankIsRefused)
 {
     unsigned long long job = harness::unique_job_id();
