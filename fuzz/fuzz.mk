@@ -9,11 +9,11 @@
 # for UCX in every target.  A target that needs another library adds it to
 # FUZZ_LIBS.
 
-FUZZ_TARGETS = switch_msg client_msg
+FUZZ_TARGETS = switch_msg client_msg bootstrap
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_LIBS = -lpthread -lm
+FUZZ_LIBS = -lcrypto -lpthread -lm
 
 SAN = -fsanitize=address,undefined -fno-sanitize-recover=all
 CFLAGS = -g -O1 -std=gnu11 -fno-omit-frame-pointer $(SAN) -fsanitize=fuzzer-no-link

@@ -15,10 +15,9 @@
 typedef struct client_algo_ops {
     const char *name;
     /* Before joining, on the creating thread: allocate comm->algo (peers may send before
-       connect() ran).  addr gets where peers reach this rank for JOIN ("" if nowhere);
-       toward is the switch's address. */
-    incmoe_status_t (*open)(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
-                            size_t addr_len);
+       connect() ran).  *share_addr: whether JOIN carries this rank's worker address (the
+       peers connect to it). */
+    incmoe_status_t (*open)(incmoe_comm_t *comm, int *share_addr);
     /* After JOIN_ACK, on the creating thread: finish wire-up. */
     incmoe_status_t (*connect)(incmoe_comm_t *comm);
     /* Proxy thread: a started AllGather, ReduceScatter or AllReduce of more than one rank;

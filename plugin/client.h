@@ -122,8 +122,11 @@ struct incmoe_comm {
     int joined;
     uint32_t credits;
     uint64_t chunk_size;
-    void **peer_addr; /* [nranks] ring listener "HOST:PORT" (NUL-terminated) */
+    void **peer_addr; /* [nranks] UCX worker addresses (ring), empty when not shared */
     size_t *peer_addr_len;
+    uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* ring neighbours show it in RING_HELLO */
+    ucp_address_t *worker_addr;            /* this rank's, for the bootstrap and JOIN */
+    size_t worker_addr_len;
 
     double last_rx, last_tx; /* liveness, proxy thread */
     uint32_t inflight_ctrl;  /* control sends not yet completed */

@@ -259,6 +259,9 @@ static void comm_free(incmoe_comm_t *comm)
         free_ops(comm, comm->streams[s].head);
     free_ops(comm, comm->submit_head);
     if (comm->node.worker != NULL) {
+        if (comm->worker_addr != NULL)
+            ucp_worker_release_address(comm->node.worker, comm->worker_addr);
+        comm->worker_addr = NULL;
         ucp_worker_destroy(comm->node.worker);
         comm->node.worker = NULL;
     }

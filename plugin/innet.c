@@ -304,11 +304,10 @@ static ucs_status_t innet_on_message(incmoe_comm_t *comm, const struct inc_wire_
 /* ------------------------------------------------------------------------ */
 /* lifecycle                                                                */
 
-static incmoe_status_t innet_open(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
-                                  size_t addr_len)
+static incmoe_status_t innet_open(incmoe_comm_t *comm, int *share_addr)
 {
     comm->algo = calloc(1, sizeof(innet_t));
-    addr[0] = '\0'; /* the ranks never talk to each other */
+    *share_addr = 0; /* the ranks never talk to each other */
     return comm->algo != NULL ? INCMOE_OK : INCMOE_ERR_NO_MEMORY;
 }
 

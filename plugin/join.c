@@ -1,17 +1,21 @@
 /*
  * join.c - the join handshake, on the thread creating the communicator: the
- * endpoint to the switch, the JOIN message (shared secret, and where peers
- * reach this rank when the algorithm needs it), the bounded wait until every
- * rank joined, and the JOIN_ACK that forms the job (peers' addresses, chunk
- * size and flow-control grant).
+ * bootstrap handshake on the switch's TCP port (both sides prove the key,
+ * base/bootstrap.h), the UCX endpoint to the worker address the switch sent
+ * back, the JOIN message (the session token, and this rank's worker address
+ * when the algorithm's peers need it), the bounded wait until every rank
+ * joined, and the JOIN_ACK that forms the job (peers' addresses, ring token,
+ * chunk size and flow-control grant).
  */
 #include "algo.h"
+#include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/keyfile.h"
 #include "base/log.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,9 +59,9 @@ static incmoe_status_t join_secret(const incmoe_comm_params_t *params, char *sec
     return INCMOE_OK;
 }
 
-/* The endpoint to the switch, with this communicator's message handler. */
-static incmoe_status_t join_connect(incmoe_comm_t *comm, const struct sockaddr_storage *ss,
-                                    socklen_t sslen, const char *where)
+/* The endpoint to the switch's worker, with this communicator's message handler. */
+static incmoe_status_t join_connect(incmoe_comm_t *comm, const void *switch_worker,
+                                    const char *where)
 {
     ucp_am_handler_param_t hp = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -72,33 +76,64 @@ static incmoe_status_t join_connect(incmoe_comm_t *comm, const struct sockaddr_s
         return INCMOE_ERR_TRANSPORT;
     }
     ucp_ep_params_t ep_params = {
-        .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
-        .sockaddr = {.addr = (struct sockaddr *)ss, .addrlen = sslen},
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)switch_worker,
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = client_ep_err_cb, .arg = comm},
     };
     us = ucp_ep_create(comm->node.worker, &ep_params, &comm->ep);
     if (us != UCS_OK) {
-        log_error(SUBSYS, "cannot connect to switch %s: %s", where, ucs_status_string(us));
+        client_fail(comm, INCMOE_ERR_UNREACHABLE, "cannot reach the worker of the switch at %s: %s",
+                    where, ucs_status_string(us));
         return INCMOE_ERR_UNREACHABLE;
     }
     return INCMOE_OK;
 }
 
-/* JOIN: struct inc_wire_join, the secret, and where peers reach this rank (may be empty). */
-static incmoe_status_t join_send(incmoe_comm_t *comm, const char *secret, size_t secret_len,
-                                 const char *addr)
+/* The bootstrap handshake, bounded by the communicator's timeout; then the endpoint. */
+static incmoe_status_t join_bootstrap(incmoe_comm_t *comm, const struct sockaddr_storage *ss,
+                                      socklen_t sslen, const char *where, const char *secret,
+                                      size_t secret_len, uint8_t token[INCMOE_WIRE_TOKEN])
 {
-    size_t addr_len = addr[0] != '\0' ? strlen(addr) + 1 : 0;
+    ucs_status_t us =
+        ucp_worker_get_address(comm->node.worker, &comm->worker_addr, &comm->worker_addr_len);
+    if (us != UCS_OK || comm->worker_addr_len > INC_BOOT_MAX_ADDR) {
+        client_fail(comm, INCMOE_ERR_TRANSPORT,
+                    "this worker's UCX address: %s (%zu bytes, at most %d)", ucs_status_string(us),
+                    us == UCS_OK ? comm->worker_addr_len : 0, INC_BOOT_MAX_ADDR);
+        return INCMOE_ERR_TRANSPORT;
+    }
+    inc_boot_t *boot = malloc(sizeof(*boot));
+    if (boot == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    incmoe_status_t st = inc_boot_init(boot, INC_BOOT_CLIENT, secret, secret_len, comm->worker_addr,
+                                       comm->worker_addr_len);
+    if (st == INCMOE_IN_PROGRESS)
+        st = inc_boot_run_client(boot, (const struct sockaddr *)ss, sslen, comm->timeout_ms);
+    if (st != INCMOE_OK)
+        client_fail(comm, st, "bootstrap with the switch at %s: %s", where, boot->why);
+    else
+        memcpy(token, boot->token, INCMOE_WIRE_TOKEN);
+    if (st == INCMOE_OK)
+        st = join_connect(comm, boot->peer_addr, where);
+    inc_boot_clear(boot);
+    free(boot);
+    return st;
+}
+
+/* JOIN: struct inc_wire_join with the session token, and this rank's worker address when
+   its peers need it. */
+static incmoe_status_t join_send(incmoe_comm_t *comm, const uint8_t *token, int share_addr)
+{
+    size_t addr_len = share_addr ? comm->worker_addr_len : 0;
     struct inc_wire_join join = {
         .nranks = (uint32_t)comm->nranks,
-        .secret_len = (uint32_t)secret_len,
         .addr_len = (uint32_t)addr_len,
         .timeout_ms = (uint32_t)comm->timeout_ms,
     };
-    size_t plen = sizeof(join) + secret_len + addr_len;
+    memcpy(join.token, token, sizeof(join.token));
+    size_t plen = sizeof(join) + addr_len;
     char *payload = malloc(plen);
     send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_JOIN);
     if (payload == NULL || ctx == NULL) {
@@ -107,8 +142,7 @@ static incmoe_status_t join_send(incmoe_comm_t *comm, const char *secret, size_t
         return INCMOE_ERR_NO_MEMORY;
     }
     memcpy(payload, &join, sizeof(join));
-    memcpy(payload + sizeof(join), secret, secret_len);
-    memcpy(payload + sizeof(join) + secret_len, addr, addr_len);
+    memcpy(payload + sizeof(join), comm->worker_addr, addr_len);
     ctx->hdr.length = plen;
     ctx->payload_owned = payload;
     comm->last_rx = inc_now_s();
@@ -121,17 +155,19 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
     struct sockaddr_storage ss;
     socklen_t sslen;
     incmoe_status_t st = inc_ucx_parse_hostport(params->switch_addr, &ss, &sslen, 0);
-    char addr[128];
     char secret[INCMOE_MAX_SECRET];
-    size_t secret_len;
+    size_t secret_len = 0;
+    uint8_t token[INCMOE_WIRE_TOKEN];
+    int share_addr = 0;
     if (st == INCMOE_OK)
         st = join_secret(params, secret, &secret_len);
     if (st == INCMOE_OK)
-        st = comm->ops->open(comm, (struct sockaddr *)&ss, addr, sizeof(addr));
+        st = comm->ops->open(comm, &share_addr);
     if (st == INCMOE_OK)
-        st = join_connect(comm, &ss, sslen, params->switch_addr);
+        st = join_bootstrap(comm, &ss, sslen, params->switch_addr, secret, secret_len, token);
+    OPENSSL_cleanse(secret, sizeof(secret));
     if (st == INCMOE_OK)
-        st = join_send(comm, secret, secret_len, addr);
+        st = join_send(comm, token, share_addr);
     if (st != INCMOE_OK)
         return st;
 
@@ -139,10 +175,11 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
     double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
     while (!comm->joined && atomic_load(&comm->error) == 0) {
         if (inc_now_s() > deadline) {
-            /* JOIN still unsent: the switch took the TCP connection but never answered. */
+            /* JOIN still unsent: the switch finished the bootstrap but its worker never
+               answered. */
             if (comm->inflight_ctrl > 0)
                 client_fail(comm, INCMOE_ERR_TIMEOUT,
-                            "the switch at %s did not take the connection within %d ms "
+                            "the switch at %s did not take the JOIN within %d ms "
                             "(stopped or overloaded?)",
                             params->switch_addr, comm->timeout_ms);
             else
@@ -208,6 +245,7 @@ void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
     }
     if (!parse_addresses(comm, data, length, sizeof(ack)))
         return;
+    memcpy(comm->ring_token, ack.ring_token, sizeof(comm->ring_token));
     comm->credits = ack.credits;
     comm->chunk_size = ack.chunk_size;
     /* The switch owns the job's timeout: heartbeats and the switch's silence follow it. */

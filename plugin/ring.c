@@ -3,11 +3,10 @@
  * AllGather, ReduceScatter and AllReduce between the ranks themselves, over
  * the same UCX transport and behind the same API as the in-network path.
  *
- * Ranks find each other through the switch (JOIN_ACK carries the address
- * each rank listens on); afterwards the switch carries no data, only the
- * barrier and liveness.  Each rank talks to its right neighbour (r+1) and
- * hears from its left (r-1).  Every chunk moves on as soon as it arrives, so
- * the N-1 ring steps overlap:
+ * Ranks find each other through the switch (JOIN_ACK carries each rank's UCX
+ * worker address and a random ring token of the job); afterwards the switch carries no data, only
+ * the barrier and liveness.  Each rank talks to its right neighbour (r+1) and hears from its left
+ * (r-1).  Every chunk moves on as soon as it arrives, so the N-1 ring steps overlap:
  *
  *   AllGather      rank r injects its block; a receiver stores a chunk of
  *                  block b and forwards it unless it is the last one to get it
@@ -30,6 +29,8 @@
 #include "base/reduce.h"
 #include "base/text.h"
 
+#include <openssl/crypto.h>
+
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,16 +50,22 @@ typedef struct ring_pending {
 } ring_pending_t;
 
 /*
- * Neighbours connect client-server style: each rank listens, and connects to
- * its right neighbour's listener.  Both ends then hold an endpoint of the
- * same connection with peer error handling, and UCX needs no second,
- * implicit connection for rendezvous replies.
+ * Each rank creates an endpoint to its right neighbour's worker address, so
+ * nothing listens.  The left neighbour's RING_HELLO, carrying the job's ring
+ * token, binds the endpoint its messages arrive from (UCX names it with
+ * UCP_AM_SEND_FLAG_REPLY); ring data from any other endpoint is refused.  A
+ * dead left neighbour is the switch's to report (it fails the job).
  */
 typedef struct {
-    ucp_listener_h listener;
-    ucp_ep_h right; /* we connected to it */
-    ucp_ep_h left;  /* it connected to us */
+    ucp_ep_h right;   /* we connected to it */
+    ucp_ep_h left_rx; /* the endpoint the left neighbour's HELLO arrived from */
     int hello_from_left;
+    /* A HELLO that came before this rank's JOIN_ACK (which holds the token): checked by
+       ring_connect.  Data from its endpoint meanwhile can only wait as pending, since no
+       collective is posted before ring_connect returns. */
+    int hello_pending;
+    uint32_t hello_rank;
+    uint8_t hello_token[INCMOE_WIRE_TOKEN];
     ring_pending_t *pending;
     char broken[160]; /* a neighbour connection failed while nothing was in flight */
 } ring_t;
@@ -375,78 +382,29 @@ static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     log_debug(SUBSYS, "rank %d: %s (no ring collective in flight)", comm->rank, ring->broken);
 }
 
-static void ring_conn_cb(ucp_conn_request_h request, void *arg)
+static incmoe_status_t ring_open(incmoe_comm_t *comm, int *share_addr)
 {
-    incmoe_comm_t *comm = arg;
+    comm->algo = calloc(1, sizeof(ring_t));
+    *share_addr = comm->nranks > 1;
+    return comm->algo != NULL ? INCMOE_OK : INCMOE_ERR_NO_MEMORY;
+}
+
+/* The pending HELLO must name the left neighbour and show the job's ring token. */
+static void ring_check_hello(incmoe_comm_t *comm)
+{
     ring_t *ring = comm->algo;
-    if (ring->left != NULL) {
-        log_warn(SUBSYS, "rank %d: a second ring connection was refused", comm->rank);
-        ucp_listener_reject(ring->listener, request);
+    uint32_t left = (uint32_t)((comm->rank + comm->nranks - 1) % comm->nranks);
+    ring->hello_pending = 0;
+    if (ring->hello_rank != left ||
+        CRYPTO_memcmp(ring->hello_token, comm->ring_token, INCMOE_WIRE_TOKEN) != 0) {
+        log_warn(SUBSYS,
+                 "rank %d: refused a RING_HELLO claiming rank %u without the job's ring "
+                 "token",
+                 comm->rank, ring->hello_rank);
+        ring->left_rx = NULL;
         return;
     }
-    ucp_ep_params_t params = {
-        .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .conn_request = request,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = ring_ep_err_cb, .arg = comm},
-    };
-    ucs_status_t st = ucp_ep_create(comm->node.worker, &params, &ring->left);
-    if (st != UCS_OK)
-        client_fail(comm, INCMOE_ERR_UNREACHABLE, "accepting the left ring neighbour failed: %s",
-                    ucs_status_string(st));
-}
-
-static incmoe_status_t ring_listen(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
-                                   size_t addr_len)
-{
-    ring_t *ring = comm->algo;
-    /* Listen on the address this host uses toward the switch: the neighbours reach it the
-       same way (a connected UDP socket tells which one, without sending anything). */
-    struct sockaddr_storage local;
-    socklen_t local_len = sizeof(local);
-    int fd = socket(toward->sa_family, SOCK_DGRAM, 0);
-    if (fd < 0 ||
-        connect(fd, toward,
-                toward->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                             : sizeof(struct sockaddr_in6)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&local, &local_len) != 0) {
-        if (fd >= 0)
-            close(fd);
-        log_error(SUBSYS, "rank %d: no local address toward the switch", comm->rank);
-        return INCMOE_ERR_UNREACHABLE;
-    }
-    close(fd);
-    if (local.ss_family == AF_INET)
-        ((struct sockaddr_in *)&local)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&local)->sin6_port = 0;
-    ucp_listener_params_t lp = {
-        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-        .sockaddr = {.addr = (struct sockaddr *)&local, .addrlen = local_len},
-        .conn_handler = {.cb = ring_conn_cb, .arg = comm},
-    };
-    ucs_status_t st = ucp_listener_create(comm->node.worker, &lp, &ring->listener);
-    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
-    if (st == UCS_OK)
-        st = ucp_listener_query(ring->listener, &attr);
-    if (st != UCS_OK) {
-        log_error(SUBSYS, "rank %d: cannot listen for ring neighbours: %s", comm->rank,
-                  ucs_status_string(st));
-        return INCMOE_ERR_TRANSPORT;
-    }
-    inc_ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, addr, addr_len);
-    return INCMOE_OK;
-}
-
-static incmoe_status_t ring_open(incmoe_comm_t *comm, const struct sockaddr *toward, char *addr,
-                                 size_t addr_len)
-{
-    addr[0] = '\0';
-    comm->algo = calloc(1, sizeof(ring_t));
-    if (comm->algo == NULL)
-        return INCMOE_ERR_NO_MEMORY;
-    return comm->nranks > 1 ? ring_listen(comm, toward, addr, addr_len) : INCMOE_OK;
+    ring->hello_from_left = 1;
 }
 
 static incmoe_status_t ring_connect(incmoe_comm_t *comm)
@@ -455,40 +413,41 @@ static incmoe_status_t ring_connect(incmoe_comm_t *comm)
         return INCMOE_OK;
     ring_t *ring = comm->algo;
     int peer = ring_right(comm);
-    const char *where = comm->peer_addr[peer];
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    /* The address came over the wire: only printable text reaches the parser and the log. */
-    char shown[INCMOE_WIRE_MAX_TEXT + 1];
-    inc_text_sanitize(shown, sizeof(shown), where, comm->peer_addr_len[peer]);
-    if (comm->peer_addr_len[peer] == 0 || where[comm->peer_addr_len[peer] - 1] != '\0' ||
-        strcmp(shown, where) != 0 || inc_ucx_parse_hostport(where, &ss, &sslen, 0) != INCMOE_OK) {
-        client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d's ring address '%s' is not HOST:PORT", peer,
-                    shown);
+    if (comm->peer_addr_len[peer] == 0) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d sent no worker address for the ring", peer);
         return INCMOE_ERR_PROTOCOL;
     }
     ucp_ep_params_t params = {
-        .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
-        .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sslen},
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)comm->peer_addr[peer],
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ring_ep_err_cb, .arg = comm},
     };
     ucs_status_t ust = ucp_ep_create(comm->node.worker, &params, &ring->right);
     if (ust != UCS_OK) {
-        client_fail(comm, INCMOE_ERR_UNREACHABLE, "cannot reach ring neighbour %d at %s: %s", peer,
-                    where, ucs_status_string(ust));
+        client_fail(comm, INCMOE_ERR_UNREACHABLE, "cannot reach ring neighbour %d: %s", peer,
+                    ucs_status_string(ust));
         return INCMOE_ERR_UNREACHABLE;
     }
-    /* One small round before bulk data: sends posted before wire-up ends go eager. */
+    /* One small round before bulk data (sends posted before wire-up ends go eager); it
+       shows the right neighbour this rank belongs to the job. */
     send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_RING_HELLO);
-    if (ctx == NULL)
+    void *token = malloc(INCMOE_WIRE_TOKEN);
+    if (ctx == NULL || token == NULL) {
+        free(ctx);
+        free(token);
         return INCMOE_ERR_NO_MEMORY;
-    client_send_ep(comm, ring->right, ctx, NULL, 0, NULL);
+    }
+    memcpy(token, comm->ring_token, INCMOE_WIRE_TOKEN);
+    ctx->hdr.length = INCMOE_WIRE_TOKEN;
+    ctx->payload_owned = token;
+    client_send_ep(comm, ring->right, ctx, token, INCMOE_WIRE_TOKEN, NULL);
     ucp_request_param_t fp = {.op_attr_mask = 0};
     ucs_status_t fst =
         inc_ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp), comm->timeout_ms);
+    if (ring->hello_pending)
+        ring_check_hello(comm);
     double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
     while (fst == UCS_OK && !ring->hello_from_left && atomic_load(&comm->error) == 0 &&
            inc_now_s() < deadline)
@@ -507,10 +466,28 @@ static ucs_status_t ring_on_message(incmoe_comm_t *comm, const struct inc_wire_h
                                     size_t length, const ucp_am_recv_param_t *param)
 {
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (h->msg == WIRE_MSG_RING_REDUCE || h->msg == WIRE_MSG_RING_GATHER)
+    ring_t *ring = comm->algo;
+    ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+    if (h->msg == WIRE_MSG_RING_REDUCE || h->msg == WIRE_MSG_RING_GATHER) {
+        if (!(ring->hello_from_left || ring->hello_pending) || from == NULL ||
+            from != ring->left_rx) {
+            log_warn(SUBSYS, "rank %d: dropped ring data from an endpoint no RING_HELLO bound",
+                     comm->rank);
+            return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
+        }
         return ring_on_data(comm, h, data, length, param);
-    if (h->msg == WIRE_MSG_RING_HELLO && !rndv) {
-        ((ring_t *)comm->algo)->hello_from_left = 1;
+    }
+    if (h->msg == WIRE_MSG_RING_HELLO && !rndv && !ring->hello_from_left && !ring->hello_pending) {
+        if (from == NULL || length != INCMOE_WIRE_TOKEN) {
+            log_warn(SUBSYS, "rank %d: refused a RING_HELLO of %zu bytes", comm->rank, length);
+            return UCS_OK;
+        }
+        ring->left_rx = from;
+        ring->hello_rank = h->rank;
+        memcpy(ring->hello_token, data, INCMOE_WIRE_TOKEN);
+        ring->hello_pending = 1;
+        if (comm->joined)
+            ring_check_hello(comm);
         return UCS_OK;
     }
     client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s%s", inc_wire_msg_name(h->msg),
@@ -533,10 +510,6 @@ static void ring_close(incmoe_comm_t *comm)
     }
     if (ring->right != NULL)
         inc_ucx_ep_close(&comm->node, ring->right, 0, client_close_bound_ms(comm));
-    if (ring->left != NULL)
-        inc_ucx_ep_close(&comm->node, ring->left, 0, client_close_bound_ms(comm));
-    if (ring->listener != NULL)
-        ucp_listener_destroy(ring->listener);
     free(ring);
     comm->algo = NULL;
 }

@@ -66,6 +66,10 @@ ucs_status_t switch_dispatch(const switch_dispatch_t *d, conn_t *conn, const voi
             refuse_conn(d, conn, h.job, "the first message must be an eager JOIN");
             return refused(param, UCS_ERR_INVALID_PARAM);
         }
+        if (d->bind != NULL && !d->bind(d->bind_arg, conn, data, length, param)) {
+            refuse_conn(d, conn, h.job, "JOIN without this connection's bootstrap token");
+            return UCS_OK;
+        }
         d->engine_ops->on_join(d->engine, conn, &h, data, length);
         return UCS_OK;
     }

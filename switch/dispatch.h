@@ -17,6 +17,12 @@ typedef struct {
     void *engine;
     switch_tx_t tx;
     switch_stats_t *stats;
+    /* Binds a new connection to the bootstrap session it came from; its first message, an
+       eager JOIN, is passed here.  Returns 0 when the JOIN does not carry that session's
+       token.  NULL binds every connection (a harness without sessions). */
+    int (*bind)(void *arg, conn_t *conn, const void *data, size_t length,
+                const ucp_am_recv_param_t *param);
+    void *bind_arg;
 } switch_dispatch_t;
 
 /*

@@ -1,11 +1,13 @@
 /*
  * membership.c - jobs and their members.
  *
- * A rank joins with an eager JOIN naming its job, its rank, the job size and
- * the shared secret (compared in constant time).  A new job is admitted only
+ * A rank joins with an eager JOIN naming its job, its rank and the job size;
+ * it proved the key in the bootstrap handshake already, and the server let
+ * the JOIN through only with that session's token.  A new job is admitted only
  * if its worst-case buffering, chunk-size x credits x (3N+3), still fits
  * under --max-memory beside the jobs already admitted; once all N ranks are
- * in, every rank gets the JOIN_ACK with everyone's ring address and the job
+ * in, every rank gets the JOIN_ACK with everyone's worker address and the
+ * job's random ring token, and the job
  * is active.  A job ends when a rank fails, breaks the protocol, falls
  * silent or everyone leaves; its memory reservation and id are freed at
  * once, its last buffers when the sends that carry them complete.
@@ -14,6 +16,8 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/text.h"
+
+#include <openssl/rand.h>
 
 #include <limits.h>
 #include <stdarg.h>
@@ -177,16 +181,6 @@ void member_fail_all(membership_t *m, const char *why)
 /* ------------------------------------------------------------------------ */
 /* joining                                                                   */
 
-static int secret_equal(const char *a, size_t alen, const char *b, size_t blen)
-{
-    /* Constant time in the secret's content, so timing does not leak it. */
-    unsigned diff = alen != blen;
-    size_t n = alen < blen ? alen : blen;
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned)(a[i] ^ b[i]);
-    return diff == 0;
-}
-
 static void refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t st,
                    const char *text)
 {
@@ -217,6 +211,10 @@ static job_t *job_new(membership_t *m, uint64_t id, int nranks)
     job->addr_len = calloc((size_t)nranks, sizeof(uint32_t));
     job->inflight = calloc((size_t)nranks, sizeof(*job->inflight));
     job->timeout_ms = m->set->timeout_ms;
+    if (RAND_bytes(job->ring_token, sizeof(job->ring_token)) != 1) {
+        job_free(job);
+        return NULL;
+    }
     if (job->conns == NULL || job->addr == NULL || job->addr_len == NULL || job->inflight == NULL) {
         job_free(job);
         return NULL;
@@ -253,6 +251,7 @@ static void job_send_ack(membership_t *m, job_t *job)
                                     .credits = m->set->credits,
                                     .chunk_size = m->set->chunk_size,
                                     .timeout_ms = (uint32_t)job->timeout_ms};
+    memcpy(ack.ring_token, job->ring_token, sizeof(ack.ring_token));
     memcpy(payload, &ack, sizeof(ack));
     size_t pos = sizeof(ack);
     for (int r = 0; r < job->nranks; r++) {
@@ -277,22 +276,15 @@ static void job_send_ack(membership_t *m, job_t *job)
              job->nranks, job->timeout_ms);
 }
 
-/* Is the JOIN well formed, authenticated and in range?  Refuses the connection if not. */
+/* Is the JOIN well formed and in range?  Refuses the connection if not. */
 static int join_valid(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
-                      const struct inc_wire_join *join, const char *secret, size_t length)
+                      const struct inc_wire_join *join, size_t length)
 {
     char text[200];
-    if (join->secret_len > INCMOE_MAX_SECRET || join->addr_len > INCMOE_WIRE_MAX_ADDR ||
-        sizeof(*join) + join->secret_len + join->addr_len != length) {
+    if (join->addr_len > INCMOE_WIRE_MAX_ADDR || join->reserved != 0 ||
+        sizeof(*join) + join->addr_len != length) {
         m->stats->bad_messages++;
         refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, "malformed JOIN");
-        return 0;
-    }
-    if (m->set->have_secret &&
-        !secret_equal(secret, join->secret_len, m->set->secret, m->set->secret_len)) {
-        m->stats->bad_messages++;
-        refuse(m, conn, hdr->job, INCMOE_ERR_AUTH,
-               join->secret_len ? "wrong shared secret" : "this switch requires a shared secret");
         return 0;
     }
     if (join->nranks < 1 || join->nranks > INCMOE_MAX_RANKS) {
@@ -368,9 +360,8 @@ void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, 
 {
     struct inc_wire_join join;
     memcpy(&join, payload, sizeof(join));
-    const char *secret = payload + sizeof(join);
-    const char *addr = secret + join.secret_len;
-    if (!join_valid(m, conn, hdr, &join, secret, length))
+    const char *addr = payload + sizeof(join);
+    if (!join_valid(m, conn, hdr, &join, length))
         return;
     job_t *job = join_admit(m, conn, hdr, join.nranks);
     if (job == NULL)

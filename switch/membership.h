@@ -1,5 +1,5 @@
 /*
- * membership.h - the switch's jobs: who joined (and with which secret), the
+ * membership.h - the switch's jobs: who joined, the
  * job table, memory admission against --max-memory and per-job accounting,
  * liveness (heartbeats, timeouts), failure and retirement.  The collectives
  * of a job are the engine's; membership only asks the engine to drop them
@@ -23,10 +23,11 @@ typedef struct job {
     int njoined, nleft;
     job_state_t state;
     conn_t **conns; /* [nranks] */
-    void **addr;    /* [nranks] ring listener addresses, relayed in JOIN_ACK */
+    void **addr;    /* [nranks] UCX worker addresses for the ring, relayed in JOIN_ACK */
     uint32_t *addr_len;
     void *ack_payload; /* JOIN_ACK, shared by the N sends */
     int timeout_ms;
+    uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* ring neighbours prove they belong to the job */
     size_t mem_bound, mem_used, mem_peak;
     int refs; /* sends (JOIN_ACK included), receives and reductions in flight */
     /* The engine's collective state. */
@@ -53,8 +54,8 @@ void membership_init(membership_t *m, const switch_settings_t *set, switch_stats
                      switch_tx_t tx, void (*drop_collectives)(void *engine, job_t *job),
                      void *engine);
 
-/* A JOIN from a new connection: authenticated, admitted, and the job formed once all N are
-   in; anything wrong refuses the connection. */
+/* A JOIN from a new connection (its bootstrap session checked by the server): admitted, and the job
+   formed once all N are in; anything wrong refuses the connection. */
 void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
                  size_t length);
 /* May this member's message go on to the engine?  UCS_OK, or UCX's answer for it (the job

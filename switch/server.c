@@ -1,19 +1,27 @@
 /*
- * server.c - incmoe-switchd's UCX service: the listener, the connections
- * (accepted, stamped with their traffic times, reaped), the sends with one egress queue per
- * destination, the receive callback that finds a message's connection and
- * hands it to dispatch.c, and the event loop, which sleeps on the worker's event fd
- * (and the engine's wake fd) when idle.
+ * server.c - incmoe-switchd's UCX service: the connections (created once a
+ * rank finished the bootstrap handshake on the public port, bound to it by the
+ * session token its JOIN carries, stamped with their traffic times, reaped),
+ * the sends with one egress queue per destination, the receive callback that
+ * finds a message's connection and hands it to dispatch.c, and the event loop,
+ * which sleeps on the worker's event fd, the engine's wake fd and the bootstrap
+ * listener's sockets when idle.  UCX itself listens on nothing public.
  */
 #include "server.h"
 #include "base/log.h"
 
+#include <openssl/crypto.h>
+
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "base/clock.h"
 
 #define SUBSYS "switch"
+
+_Static_assert(INC_BOOT_TOKEN == INCMOE_WIRE_TOKEN, "the session token fits JOIN");
 
 typedef struct {
     struct inc_wire_hdr hdr; /* alive until the send completes (UCX 1.13) */
@@ -49,33 +57,42 @@ static void conn_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     }
 }
 
-static void conn_request_cb(ucp_conn_request_h request, void *arg)
+/*
+ * A rank finished the bootstrap handshake: an endpoint to its worker, waiting
+ * for its JOIN.  The endpoint is the switch's own (its error callback reports
+ * a dead rank at once); UCX pairs it with the rank's endpoint to this worker,
+ * which then names it in every message.  Only a peer that passed the
+ * handshake gets here: UCX 1.13 aborts on a malformed worker address, so with
+ * a key only key holders can make it parse one, and without a key anyone can.
+ */
+static void server_on_session(void *arg, const inc_boot_t *boot, const char *peer)
 {
     server_t *srv = arg;
     conn_t *conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
-        ucp_listener_reject(srv->listener, request);
+        log_warn(SUBSYS, "no memory for the connection of %s", peer);
         return;
     }
     ucp_ep_params_t params = {
-        .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_USER_DATA,
-        .conn_request = request,
+        .address = (const ucp_address_t *)boot->peer_addr,
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = conn_err_cb, .arg = conn},
         .user_data = conn,
     };
     ucs_status_t st = ucp_ep_create(srv->node.worker, &params, &conn->ep);
     if (st != UCS_OK) {
-        log_warn(SUBSYS, "accepting a connection failed: %s", ucs_status_string(st));
+        log_warn(SUBSYS, "no endpoint to the worker of %s: %s", peer, ucs_status_string(st));
         free(conn);
         return;
     }
+    memcpy(conn->token, boot->token, sizeof(conn->token));
     conn->rank = -1;
     conn->created = conn->last_rx = conn->last_tx = inc_now_s();
     conn->next = srv->conns;
     srv->conns = conn;
-    log_debug(SUBSYS, "new connection");
+    log_debug(SUBSYS, "new connection from %s", peer);
 }
 
 static void server_drop_conn(server_t *srv, conn_t *conn)
@@ -265,15 +282,51 @@ static void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_
 /* ------------------------------------------------------------------------ */
 /* receiving                                                                 */
 
-/* Clients send with UCP_AM_SEND_FLAG_REPLY, which names their endpoint here. */
-static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param)
+/*
+ * Clients send with UCP_AM_SEND_FLAG_REPLY, which names their endpoint here:
+ * the one this switch created toward them when UCX paired the two, else the
+ * one a JOIN bound.  Only a JOIN may come from an endpoint bound to nothing,
+ * and it finds its connection by the session token it carries.
+ */
+static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param, const void *header,
+                       size_t header_length, const void *data, size_t length)
 {
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
         return NULL;
-    conn_t *conn = srv->conns;
-    while (conn != NULL && conn->ep != param->reply_ep)
-        conn = conn->next;
-    return conn;
+    for (conn_t *c = srv->conns; c != NULL; c = c->next)
+        if (c->ep == param->reply_ep || (c->rx_ep != NULL && c->rx_ep == param->reply_ep))
+            return c;
+    struct inc_wire_hdr h;
+    struct inc_wire_join join;
+    if (header_length != sizeof(h) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
+        length < sizeof(join))
+        return NULL;
+    memcpy(&h, header, sizeof(h));
+    memcpy(&join, data, sizeof(join));
+    if (h.magic != INCMOE_WIRE_MAGIC || h.msg != WIRE_MSG_JOIN)
+        return NULL;
+    for (conn_t *c = srv->conns; c != NULL; c = c->next)
+        if (c->state == CONN_NEW && c->rx_ep == NULL &&
+            CRYPTO_memcmp(c->token, join.token, sizeof(c->token)) == 0)
+            return c;
+    return NULL;
+}
+
+/* The JOIN of a new connection: it must carry the connection's single-use session token
+   (dispatch.c's bind hook). */
+static int join_bound(void *arg, conn_t *conn, const void *data, size_t length,
+                      const ucp_am_recv_param_t *param)
+{
+    (void)arg;
+    struct inc_wire_join join;
+    if (length < sizeof(join))
+        return 0;
+    memcpy(&join, data, sizeof(join));
+    if (CRYPTO_memcmp(conn->token, join.token, sizeof(conn->token)) != 0)
+        return 0;
+    OPENSSL_cleanse(conn->token, sizeof(conn->token));
+    conn->rx_ep = param->reply_ep;
+    return 1;
 }
 
 /* UCX's receive callback: find the connection, and dispatch.c does the rest. */
@@ -281,10 +334,10 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
                                  size_t length, const ucp_am_recv_param_t *param)
 {
     server_t *srv = arg;
-    conn_t *conn = conn_of(srv, param);
+    conn_t *conn = conn_of(srv, param, header, header_length, data, length);
     if (conn == NULL) {
         srv->stats->bad_messages++;
-        log_warn(SUBSYS, "dropped a message from an unknown endpoint");
+        log_warn(SUBSYS, "dropped a message from an endpoint no bootstrap session bound");
         return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
     }
     return switch_dispatch(&srv->dispatch, conn, header, header_length, data, length, param);
@@ -363,34 +416,43 @@ void server_init(server_t *srv, const switch_settings_t *set, switch_stats_t *st
                  const switch_engine_ops_t *engine_ops, void *engine)
 {
     *srv = (server_t){.set = set, .stats = stats, .engine_ops = engine_ops, .engine = engine};
-    srv->dispatch = (switch_dispatch_t){
-        .engine_ops = engine_ops, .engine = engine, .tx = server_tx(srv), .stats = stats};
+    srv->dispatch = (switch_dispatch_t){.engine_ops = engine_ops,
+                                        .engine = engine,
+                                        .tx = server_tx(srv),
+                                        .stats = stats,
+                                        .bind = join_bound,
+                                        .bind_arg = srv};
 }
 
-/* Listen on the parsed address and say where on stdout. */
-static incmoe_status_t server_listen(server_t *srv, const char *listen_addr,
-                                     struct sockaddr_storage *ss, socklen_t sslen)
+/* Listen on the parsed address (the bootstrap listener) and say where on stdout. */
+static incmoe_status_t server_listen(server_t *srv, struct sockaddr_storage *ss, socklen_t sslen)
 {
-    ucp_listener_params_t lp = {
-        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-        .sockaddr = {.addr = (struct sockaddr *)ss, .addrlen = sslen},
-        .conn_handler = {.cb = conn_request_cb, .arg = srv},
-    };
-    ucs_status_t us = ucp_listener_create(srv->node.worker, &lp, &srv->listener);
-    if (us != UCS_OK) {
-        log_error(SUBSYS, "cannot listen on %s: %s", listen_addr, ucs_status_string(us));
-        return inc_ucx_status(us);
+    ucs_status_t us =
+        ucp_worker_get_address(srv->node.worker, &srv->worker_addr, &srv->worker_addr_len);
+    if (us != UCS_OK || srv->worker_addr_len > INC_BOOT_MAX_ADDR) {
+        log_error(SUBSYS, "the worker's UCX address: %s (%zu bytes, at most %d)",
+                  ucs_status_string(us), us == UCS_OK ? srv->worker_addr_len : 0,
+                  INC_BOOT_MAX_ADDR);
+        return INCMOE_ERR_TRANSPORT;
     }
-    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
-    us = ucp_listener_query(srv->listener, &attr);
     char where[128] = "?";
-    if (us == UCS_OK)
-        inc_ucx_format_sockaddr((struct sockaddr *)&attr.sockaddr, where, sizeof(where));
+    const switch_settings_t *set = srv->set;
+    incmoe_status_t st = listener_open(&srv->boot, (struct sockaddr *)ss, sslen, set->secret,
+                                       set->have_secret ? set->secret_len : 0, srv->worker_addr,
+                                       srv->worker_addr_len, where, sizeof(where));
+    if (st != INCMOE_OK)
+        return st;
+    srv->boot.on_session = server_on_session;
+    srv->boot.arg = srv;
+    srv->listening = 1;
     /* The first line on stdout is the contract with scripts and tests. */
     printf("incmoe-switchd listening on %s\n", where);
     fflush(stdout);
-    log_info(SUBSYS, "listening on %s (chunk %llu, %u credits, memory bound %zu)", where,
-             (unsigned long long)srv->set->chunk_size, srv->set->credits, srv->set->max_memory);
+    log_info(SUBSYS, "listening on %s (%s; chunk %llu, %u credits, memory bound %zu)", where,
+             set->have_secret ? "ranks must prove the key"
+                              : "no key: anyone reaching the port "
+                                "can join",
+             (unsigned long long)set->chunk_size, set->credits, set->max_memory);
     return INCMOE_OK;
 }
 
@@ -416,7 +478,31 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
         log_error(SUBSYS, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
         return INCMOE_ERR_TRANSPORT;
     }
-    return server_listen(srv, listen_addr, &ss, sslen);
+    return server_listen(srv, &ss, sslen);
+}
+
+/*
+ * Idle: sleep on the worker's event fd, the engine's wake fd and the bootstrap
+ * sockets at once, then move the handshakes on.  UCX requires a progress
+ * before arming; when it had events, the sockets are still polled, without
+ * sleeping, so handshakes move on under load too.
+ */
+static void server_wait(server_t *srv, int wake_fd, int timeout_ms)
+{
+    struct pollfd fds[2 + 1 + LISTENER_MAX_PENDING];
+    int busy = ucp_worker_progress(srv->node.worker) != 0 ||
+               ucp_worker_arm(srv->node.worker) == UCS_ERR_BUSY;
+    fds[0] = (struct pollfd){.fd = srv->node.event_fd, .events = POLLIN};
+    fds[1] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+    int nboot =
+        srv->listening ? listener_pollfds(&srv->boot, fds + 2, 1 + LISTENER_MAX_PENDING) : 0;
+    if (srv->listening)
+        timeout_ms = listener_timeout_ms(&srv->boot, timeout_ms);
+    int rc = poll(fds, 2 + (nboot > 0 ? (nfds_t)nboot : 0), busy ? 0 : timeout_ms);
+    if (rc < 0 && errno != EINTR)
+        log_warn(SUBSYS, "poll: %s", strerror(errno));
+    if (srv->listening)
+        listener_service(&srv->boot, fds + 2, rc > 0 ? nboot : 0);
 }
 
 void server_run(server_t *srv)
@@ -428,8 +514,7 @@ void server_run(server_t *srv)
         ops->on_wake(srv->engine);
         reap_conns(srv);
         ops->on_tick(srv->engine, srv->conns);
-        /* Idle: sleep on the worker's event fd (and the engine's). */
-        inc_ucx_node_wait(&srv->node, ops->wake_fd(srv->engine), 100);
+        server_wait(srv, ops->wake_fd(srv->engine), 100);
     }
 }
 
@@ -450,7 +535,12 @@ void server_stop(server_t *srv)
         inc_ucx_node_wait(&srv->node, -1, 10);
         reap_conns(srv);
     }
-    if (srv->listener != NULL)
-        ucp_listener_destroy(srv->listener);
+    if (srv->listening) {
+        log_info(SUBSYS, "bootstrap: %llu connections, %llu completed, %llu failed, %llu refused",
+                 srv->boot.accepted, srv->boot.completed, srv->boot.failed, srv->boot.refused);
+        listener_close(&srv->boot);
+    }
+    if (srv->worker_addr != NULL)
+        ucp_worker_release_address(srv->node.worker, srv->worker_addr);
     inc_ucx_node_close(&srv->node);
 }

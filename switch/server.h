@@ -1,5 +1,5 @@
 /*
- * server.h - incmoe-switchd's service plumbing: the UCX listener, the
+ * server.h - incmoe-switchd's service plumbing: the bootstrap listener, the
  * connections, the per-destination egress queues and the event loop.  What
  * the messages mean is the engine's, reached through switch_engine_ops_t;
  * the engine sends back through the switch_tx interface server_tx() gives.
@@ -10,12 +10,16 @@
 #include "base/ucx_util.h"
 #include "dispatch.h"
 #include "engine_ops.h"
+#include "listener.h"
 #include "settings.h"
 #include "tx.h"
 
 typedef struct server {
     inc_ucx_node_t node;
-    ucp_listener_h listener;
+    listener_t boot; /* the public port */
+    int listening;
+    ucp_address_t *worker_addr; /* handed to ranks by the bootstrap */
+    size_t worker_addr_len;
     conn_t *conns;
     const switch_settings_t *set;
     switch_stats_t *stats;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
+#include "base/bootstrap.h"
 #include "base/wire.h"
 
 struct job;
@@ -40,8 +41,10 @@ typedef struct conn {
     int rank;
     int left;
     /* The server's: */
-    int refs;   /* sends in flight that name this connection */
-    int closed; /* ep closed */
+    ucp_ep_h rx_ep;                /* the endpoint its messages arrive from, bound by JOIN */
+    uint8_t token[INC_BOOT_TOKEN]; /* the bootstrap session's, single use: JOIN carries it */
+    int refs;                      /* sends in flight that name this connection */
+    int closed;                    /* ep closed */
     double created, last_rx, last_tx;
     /* Output queue toward this rank: at most egress_limit payload bytes are handed to UCX
        at once, so a result is never stuck behind megabytes of multicast copies. */

@@ -2,12 +2,17 @@
 #include "raw_client.h"
 
 #include <cstring>
+#include <utility>
 #include "base/clock.h"
 
 RawClient::~RawClient()
 {
     if (ep_ != nullptr)
         inc_ucx_ep_close(&node_, ep_, 1, 1000);
+    if (peer_ep_ != nullptr)
+        inc_ucx_ep_close(&node_, peer_ep_, 1, 1000);
+    if (addr_ != nullptr)
+        ucp_worker_release_address(node_.worker, addr_);
     inc_ucx_node_close(&node_);
     for (auto *s : keep_)
         delete s;
@@ -25,7 +30,7 @@ ucs_status_t RawClient::on_am(void *arg, const void *header, size_t header_lengt
     return UCS_OK;
 }
 
-bool RawClient::connect(const std::string &addr)
+bool RawClient::connect(const std::string &addr, const std::string &key)
 {
     if (inc_ucx_node_open(&node_) != INCMOE_OK)
         return false;
@@ -38,16 +43,24 @@ bool RawClient::connect(const std::string &addr)
     ucp_worker_set_am_recv_handler(node_.worker, &hp);
     struct sockaddr_storage ss;
     socklen_t len;
-    if (inc_ucx_parse_hostport(addr.c_str(), &ss, &len, 0) != INCMOE_OK)
+    if (inc_ucx_parse_hostport(addr.c_str(), &ss, &len, 0) != INCMOE_OK ||
+        ucp_worker_get_address(node_.worker, &addr_, &addr_len_) != UCS_OK)
         return false;
-    ucp_ep_params_t ep = {};
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = (struct sockaddr *)&ss;
-    ep.sockaddr.addrlen = len;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    return ucp_ep_create(node_.worker, &ep, &ep_) == UCS_OK;
+    /* The bootstrap as libincmoe runs it: the switch answers UCX only after it. */
+    auto *boot = new inc_boot_t;
+    bool ok = inc_boot_init(boot, INC_BOOT_CLIENT, key.data(), key.size(), addr_, addr_len_) ==
+                  INCMOE_IN_PROGRESS &&
+              inc_boot_run_client(boot, (struct sockaddr *)&ss, len, 5000) == INCMOE_OK;
+    if (ok) {
+        memcpy(token_, boot->token, sizeof(token_));
+        ucp_ep_params_t ep = {};
+        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        ep.address = (const ucp_address_t *)boot->peer_addr;
+        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        ok = ucp_ep_create(node_.worker, &ep, &ep_) == UCS_OK;
+    }
+    delete boot;
+    return ok;
 }
 
 void RawClient::send(const void *hdr, size_t header_len, const void *payload, size_t len, bool rndv)
@@ -64,21 +77,39 @@ void RawClient::send(const void *hdr, size_t header_len, const void *payload, si
     inc_ucx_request_wait(&node_, req, 2000);
 }
 
-void RawClient::join(uint64_t job, uint32_t rank, uint32_t nranks, const std::string &secret)
+void RawClient::join(uint64_t job, uint32_t rank, uint32_t nranks, const uint8_t *token,
+                     bool with_addr)
 {
     inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_JOIN, job);
     h.rank = rank;
     inc_wire_join j = {};
     j.nranks = nranks;
-    j.secret_len = (uint32_t)secret.size();
-    j.addr_len = 4;
+    j.addr_len = with_addr ? (uint32_t)addr_len_ : 4;
     j.timeout_ms = 10000;
+    memcpy(j.token, token != nullptr ? token : token_, sizeof(j.token));
     std::string payload((const char *)&j, sizeof(j));
-    payload += secret;
-    payload += "addr";
+    if (with_addr)
+        payload.append((const char *)addr_, addr_len_);
+    else
+        payload += "addr";
     h.length = payload.size();
     send(h, payload.data(), payload.size());
+}
+
+bool RawClient::send_to_worker(const std::string &worker_addr, const inc_wire_hdr &hdr,
+                               const void *payload, size_t len)
+{
+    ucp_ep_params_t ep = {};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = (const ucp_address_t *)worker_addr.data();
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    if (peer_ep_ == nullptr && ucp_ep_create(node_.worker, &ep, &peer_ep_) != UCS_OK)
+        return false;
+    std::swap(ep_, peer_ep_);
+    send(&hdr, sizeof(hdr), payload, len);
+    std::swap(ep_, peer_ep_);
+    return true;
 }
 
 void RawClient::progress(int ms)

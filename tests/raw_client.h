@@ -9,6 +9,7 @@
 #include <vector>
 
 extern "C" {
+#include "base/bootstrap.h"
 #include "base/ucx_util.h"
 #include "base/wire.h"
 }
@@ -22,7 +23,8 @@ class RawClient
 {
   public:
     ~RawClient();
-    bool connect(const std::string &addr);
+    /* Bootstrap with the switch (key: "" for none), then an endpoint to its worker. */
+    bool connect(const std::string &addr, const std::string &key = "");
     /* Sends a header of header_len bytes (a short one is garbage on purpose). */
     void send(const void *hdr, size_t header_len, const void *payload, size_t len,
               bool rndv = false);
@@ -30,8 +32,14 @@ class RawClient
     {
         send(&hdr, sizeof(hdr), payload, len);
     }
-    /* JOIN as rank of an nranks job, with a secret. */
-    void join(uint64_t job, uint32_t rank, uint32_t nranks, const std::string &secret = "");
+    /* JOIN as rank of an nranks job, with the bootstrap's session token (or another); with_addr:
+       this client's real worker address for ring peers, else 4 bytes no peer will use. */
+    void join(uint64_t job, uint32_t rank, uint32_t nranks, const uint8_t *token = nullptr,
+              bool with_addr = false);
+    /* A message to another worker (a ring peer), by its address from JOIN_ACK. */
+    bool send_to_worker(const std::string &worker_addr, const inc_wire_hdr &hdr,
+                        const void *payload, size_t len);
+    uint8_t token_[INC_BOOT_TOKEN] = {};
     /* Waits for a message of the given type; false on timeout. */
     bool wait_for(unsigned msg, RawMsg *out, int timeout_ms);
     void progress(int ms);
@@ -42,7 +50,9 @@ class RawClient
     static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param);
     inc_ucx_node_t node_ = {};
-    ucp_ep_h ep_ = nullptr;
+    ucp_ep_h ep_ = nullptr, peer_ep_ = nullptr;
+    ucp_address_t *addr_ = nullptr;
+    size_t addr_len_ = 0;
     std::vector<std::string *> keep_; /* payloads alive until the end */
 };
 

@@ -14,8 +14,11 @@ extern "C" {
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,8 +69,46 @@ struct Conn {
     void *lc = nullptr, *sc = nullptr, *rc = nullptr;
 };
 
+/* A TCP connection to the bootstrap socket a listen handle names (IPv4 loopback here). */
+int handle_connect(const char *handle)
+{
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    memcpy(&sa.sin_port, handle + 10, 2); /* net_handle_t: magic, id, family, port, ip */
+    memcpy(&sa.sin_addr, handle + 12, 4);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Junk at the peer's listener before the real connection: each must be shed. */
+std::vector<int> send_junk(const char *handle)
+{
+    std::vector<std::string> junk = {std::string(17, '\0'), std::string(16, '\xff'),
+                                     std::string(64 * 1024, '\0')};
+    unsigned x = 7;
+    for (auto &c : junk[2]) {
+        x = x * 1103515245u + 12345u;
+        c = (char)(x >> 16);
+    }
+    std::vector<int> held;
+    for (auto &j : junk) {
+        int fd = handle_connect(handle);
+        if (fd < 0)
+            continue;
+        ssize_t w = send(fd, j.data(), j.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+        held.push_back(fd);
+    }
+    held.push_back(handle_connect(handle)); /* and one that says nothing */
+    return held;
+}
+
 /* listen, exchange handles, connect + accept polled together (neither may block). */
-std::string setup(Conn *c, int version, int rank, Exchange *ex)
+std::string setup(Conn *c, int version, int rank, Exchange *ex, bool junk = false)
 {
     std::string err = c->pl.load(version);
     REQUIRE(err.empty(), err);
@@ -91,6 +132,9 @@ std::string setup(Conn *c, int version, int rank, Exchange *ex)
     REQUIRE(ex->gather(0, 2, &all, 30), "handle exchange timed out");
     char peer[NCCL_NET_HANDLE_MAXSIZE];
     memcpy(peer, all[1 - rank].data(), sizeof(peer));
+    std::vector<int> held;
+    if (junk)
+        held = send_junk(peer);
     double deadline = inc_now_s() + 30;
     while (c->sc == nullptr || c->rc == nullptr) {
         if (c->sc == nullptr)
@@ -100,6 +144,9 @@ std::string setup(Conn *c, int version, int rank, Exchange *ex)
         REQUIRE(inc_now_s() < deadline, "connect/accept did not finish");
         usleep(100);
     }
+    for (int fd : held)
+        if (fd >= 0)
+            close(fd);
     return "";
 }
 
@@ -299,6 +346,92 @@ TEST_P(NcclNet, SizesTagsGroupedReceivesAndBadArguments)
         2, [&](int rank) { return net_rank(version, rank, ex); }, 100);
     ex->destroy();
     EXPECT_EQ(harness::failures(res), "");
+}
+
+/* Junk (17 zero bytes, 16 of 0xFF, 64 KiB of noise, a silent connection) at each listener
+   first: the real connection still forms and carries data. */
+TEST_P(NcclNet, JunkAtTheListenerDoesNotStopTheRealConnection)
+{
+    int version = GetParam();
+    Exchange *ex = Exchange::create(2);
+    ASSERT_NE(ex, nullptr);
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            Conn c;
+            std::string err = setup(&c, version, rank, ex, true);
+            if (!err.empty())
+                return err;
+            char sbuf[64], rbuf[64];
+            memset(sbuf, 'a' + rank, sizeof(sbuf));
+            void *data[1] = {rbuf};
+            size_t sz[1] = {sizeof(rbuf)};
+            int tag[1] = {3};
+            void *sreq = nullptr, *rreq = nullptr;
+            REQUIRE(c.pl.net_irecv(c.rc, 1, data, sz, tag, nullptr, &rreq) == ncclSuccess);
+            REQUIRE(c.pl.net_isend(c.sc, sbuf, sizeof(sbuf), 3, nullptr, &sreq) == ncclSuccess);
+            int n = 0;
+            err = wait_req(c.pl, sreq, &n);
+            REQUIRE(err.empty(), err);
+            err = wait_req(c.pl, rreq, &n);
+            REQUIRE(err.empty(), err);
+            REQUIRE(rbuf[0] == 'a' + (1 - rank) && rbuf[63] == 'a' + (1 - rank));
+            return teardown(&c);
+        },
+        100);
+    ex->destroy();
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+/* Keyed against keyless, and two different keys: connect() fails naming why, no hang. */
+TEST_P(NcclNet, KeyMismatchOrWrongKeyFailsConnect)
+{
+    int version = GetParam();
+    for (const char *other : {"", "other-key"}) {
+        Exchange *ex = Exchange::create(2);
+        ASSERT_NE(ex, nullptr);
+        auto res = harness::run_ranks(
+            2,
+            [&](int rank) -> std::string {
+                if (rank == 0)
+                    setenv("INCMOE_AUTH_KEY", "s3cret", 1);
+                else if (other[0] != '\0')
+                    setenv("INCMOE_AUTH_KEY", other, 1);
+                else
+                    unsetenv("INCMOE_AUTH_KEY");
+                setenv("INCMOE_TIMEOUT_MS", "3000", 1);
+                Conn c;
+                std::string err = c.pl.load(version);
+                REQUIRE(err.empty(), err);
+                REQUIRE(c.pl.net_init(0x1234) == ncclSuccess, nccltest::warnings());
+                char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+                REQUIRE(c.pl.net_listen(0, handle, &c.lc) == ncclSuccess, nccltest::warnings());
+                ex->publish(0, rank, handle, sizeof(handle));
+                std::vector<std::vector<char>> all;
+                REQUIRE(ex->gather(0, 2, &all, 30), "handle exchange timed out");
+                char peer[NCCL_NET_HANDLE_MAXSIZE];
+                memcpy(peer, all[1 - rank].data(), sizeof(peer));
+                double deadline = inc_now_s() + 20;
+                ncclResult_t r = ncclSuccess;
+                while (r == ncclSuccess && c.sc == nullptr && inc_now_s() < deadline) {
+                    r = c.pl.net_connect(0, peer, &c.sc);
+                    if (c.rc == nullptr)
+                        REQUIRE(c.pl.net_accept(c.lc, &c.rc) == ncclSuccess);
+                    usleep(200);
+                }
+                REQUIRE(r != ncclSuccess && c.sc == nullptr && c.rc == nullptr,
+                        "connect returned " + std::to_string(r));
+                std::string w = nccltest::warnings();
+                REQUIRE(w.find(other[0] ? "wrong key" : "key mismatch") != std::string::npos, w);
+                REQUIRE(ex->barrier(1, rank, 2, 30)); /* the peer is done with this listener */
+                REQUIRE(c.pl.net_close_listen(c.lc) == ncclSuccess);
+                REQUIRE(c.pl.net_finalize() == ncclSuccess);
+                return "";
+            },
+            100);
+        ex->destroy();
+        EXPECT_EQ(harness::failures(res), "") << "other key '" << other << "'";
+    }
 }
 
 /* The peer dies with a receive pending: test() reports an error instead of hanging. */

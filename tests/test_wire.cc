@@ -12,6 +12,7 @@
 
 extern "C" {
 #include "api/incmoe.h"
+#include "base/bootstrap.h"
 #include "base/config.h"
 #include "base/keyfile.h"
 #include "base/text.h"
@@ -115,20 +116,29 @@ TEST(Wire, RejectsEachKindOfDamage)
     EXPECT_EQ(check(j, 8), INCMOE_ERR_PROTOCOL);
 }
 
-/* Version 2 put the job's timeout into JOIN_ACK: a version-1 peer's header, or its shorter
-   JOIN_ACK, is refused rather than misread. */
-TEST(Wire, JoinAckCarriesTheJobTimeout)
+/* Version 2 put the job's timeout into JOIN_ACK; version 3 put the bootstrap token into JOIN
+   (instead of the key) and the ring token into JOIN_ACK: an older peer's header, or its
+   shorter JOIN_ACK, is refused rather than misread. */
+TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
 {
-    EXPECT_EQ(INCMOE_WIRE_VERSION, 2);
-    EXPECT_EQ(sizeof(inc_wire_join_ack), 24u);
+    EXPECT_EQ(INCMOE_WIRE_VERSION, 3);
+    EXPECT_EQ(sizeof(inc_wire_join_ack), 40u);
     EXPECT_EQ(offsetof(inc_wire_join_ack, timeout_ms), 16u);
+    EXPECT_EQ(offsetof(inc_wire_join_ack, ring_token), 24u);
+    EXPECT_EQ(sizeof(inc_wire_join), 32u);
+    EXPECT_EQ(offsetof(inc_wire_join, token), 16u);
     inc_wire_hdr a;
     inc_wire_hdr_init(&a, WIRE_MSG_JOIN_ACK, 1);
     EXPECT_EQ(check(a, sizeof(inc_wire_join_ack)), INCMOE_OK);
     std::string why;
     EXPECT_EQ(check(a, 16, &why), INCMOE_ERR_PROTOCOL);
     EXPECT_NE(why.find("truncated"), std::string::npos);
-    a.version = 1;
+    EXPECT_EQ(check(a, 24, &why), INCMOE_ERR_PROTOCOL); /* a version-2 JOIN_ACK */
+    inc_wire_hdr_init(&a, WIRE_MSG_RING_HELLO, 1);
+    EXPECT_EQ(check(a, INCMOE_WIRE_TOKEN), INCMOE_OK);
+    EXPECT_EQ(check(a, 0), INCMOE_ERR_PROTOCOL);
+    inc_wire_hdr_init(&a, WIRE_MSG_JOIN_ACK, 1);
+    a.version = 2;
     EXPECT_EQ(check(a, sizeof(inc_wire_join_ack), &why), INCMOE_ERR_PROTOCOL);
     EXPECT_NE(why.find("version"), std::string::npos);
 }
@@ -348,4 +358,197 @@ TEST(Keyfile, LengthIsChecked)
     EXPECT_EQ(inc_keyfile_read("/nonexistent/key", secret, &len, why, sizeof(why)),
               INCMOE_ERR_AUTH);
     EXPECT_NE(std::string(why).find("/nonexistent/key"), std::string::npos) << why;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the bootstrap handshake (base/bootstrap.h), as pure machines             */
+
+static std::string boot_msg(unsigned type, const std::string &payload)
+{
+    std::string m(INC_BOOT_HDR, '\0');
+    uint32_t magic = INC_BOOT_MAGIC;
+    memcpy(&m[0], &magic, 4);
+    m[4] = INC_BOOT_VERSION;
+    m[5] = (char)type;
+    m[6] = (char)(payload.size() & 0xff);
+    m[7] = (char)(payload.size() >> 8);
+    return m + payload;
+}
+
+static incmoe_status_t boot_parse(const std::string &bytes, std::string *why = nullptr)
+{
+    inc_boot_msg_t m;
+    size_t used = 0;
+    char text[160] = "";
+    incmoe_status_t st =
+        inc_boot_parse((const uint8_t *)bytes.data(), bytes.size(), &m, &used, text, sizeof(text));
+    if (why != nullptr)
+        *why = text;
+    if (st == INCMOE_OK) {
+        EXPECT_EQ(used, bytes.size());
+    }
+    return st;
+}
+
+TEST(Bootstrap, ParserRefusesJunkAtOnce)
+{
+    std::string why;
+    EXPECT_EQ(boot_parse(std::string(17, '\0'), &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("magic"), std::string::npos);
+    EXPECT_EQ(boot_parse(std::string(16, '\xff')), INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(boot_parse(std::string(1, 'X')), INCMOE_ERR_PROTOCOL); /* the first byte tells */
+    std::string hello = boot_msg(INC_BOOT_HELLO, std::string(1, '\1') + std::string(32, 'n'));
+    EXPECT_EQ(boot_parse(hello), INCMOE_OK);
+    for (size_t n = 0; n < hello.size(); n++)
+        EXPECT_EQ(boot_parse(hello.substr(0, n)), INCMOE_IN_PROGRESS) << n;
+    std::string bad = hello;
+    bad[4] = 9;
+    EXPECT_EQ(boot_parse(bad, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("version"), std::string::npos);
+    bad = hello;
+    bad[5] = 77;
+    EXPECT_EQ(boot_parse(bad), INCMOE_ERR_PROTOCOL);
+    /* A length past the bound fails on the header, before its payload is awaited. */
+    bad = hello.substr(0, INC_BOOT_HDR);
+    bad[6] = bad[7] = '\xff';
+    EXPECT_EQ(boot_parse(bad, &why), INCMOE_ERR_PROTOCOL);
+    /* Each type's length is exact; an address is 1..INC_BOOT_MAX_ADDR and fills the rest. */
+    EXPECT_EQ(boot_parse(boot_msg(INC_BOOT_HELLO, std::string(1, '\1') + std::string(31, 'n'))),
+              INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(boot_parse(boot_msg(INC_BOOT_HELLO, std::string(1, '\2') + std::string(32, 'n'))),
+              INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(boot_parse(boot_msg(INC_BOOT_PROOF_MSG, std::string("\0\4\0addr", 7))), INCMOE_OK);
+    EXPECT_EQ(boot_parse(boot_msg(INC_BOOT_PROOF_MSG, std::string("\0\5\0addr", 7))),
+              INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(boot_parse(boot_msg(INC_BOOT_PROOF_MSG, std::string("\0\0\0", 3))),
+              INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(boot_parse(boot_msg(INC_BOOT_REJECT, std::string(2 + INC_BOOT_MAX_TEXT + 1, 'r'))),
+              INCMOE_ERR_PROTOCOL);
+}
+
+/* Shuttle bytes between two machines until neither moves; returns the rounds taken. */
+static int boot_pump(inc_boot_t *c, inc_boot_t *s, std::string *c_sent = nullptr)
+{
+    int rounds = 0;
+    for (; rounds < 10; rounds++) {
+        const uint8_t *out;
+        size_t n = inc_boot_output(c, &out), moved = n;
+        if (c_sent != nullptr)
+            c_sent->append((const char *)out, n);
+        inc_boot_feed(s, out, n, nullptr);
+        inc_boot_sent(c, n);
+        n = inc_boot_output(s, &out);
+        moved += n;
+        inc_boot_feed(c, out, n, nullptr);
+        inc_boot_sent(s, n);
+        if (moved == 0)
+            break;
+    }
+    return rounds;
+}
+
+struct BootPair {
+    inc_boot_t *c = new inc_boot_t, *s = new inc_boot_t;
+    BootPair(const std::string &ckey, const std::string &skey)
+    {
+        EXPECT_EQ(inc_boot_init(c, INC_BOOT_CLIENT, ckey.data(), ckey.size(), "client-worker", 13),
+                  INCMOE_IN_PROGRESS);
+        EXPECT_EQ(inc_boot_init(s, INC_BOOT_SERVER, skey.data(), skey.size(), "switch-worker!", 14),
+                  INCMOE_IN_PROGRESS);
+    }
+    ~BootPair()
+    {
+        delete c;
+        delete s;
+    }
+};
+
+TEST(Bootstrap, MutualProofSwapsAddressesAndAToken)
+{
+    for (std::string key : {"s3cret", ""}) {
+        BootPair p(key, key);
+        boot_pump(p.c, p.s);
+        ASSERT_EQ(p.c->status, INCMOE_OK) << key << ": " << p.c->why;
+        ASSERT_EQ(p.s->status, INCMOE_OK) << key << ": " << p.s->why;
+        EXPECT_EQ(memcmp(p.c->token, p.s->token, INC_BOOT_TOKEN), 0);
+        EXPECT_EQ(std::string((char *)p.c->peer_addr, p.c->peer_addr_len), "switch-worker!");
+        EXPECT_EQ(std::string((char *)p.s->peer_addr, p.s->peer_addr_len), "client-worker");
+    }
+    BootPair a("k", "k"), b("k", "k");
+    boot_pump(a.c, a.s);
+    boot_pump(b.c, b.s);
+    EXPECT_NE(memcmp(a.c->token, b.c->token, INC_BOOT_TOKEN), 0); /* fresh per session */
+}
+
+TEST(Bootstrap, WrongKeyAndMismatchFailWithAuth)
+{
+    BootPair wrong("s3cret", "other");
+    boot_pump(wrong.c, wrong.s);
+    EXPECT_EQ(wrong.c->status, INCMOE_ERR_AUTH);
+    EXPECT_NE(std::string(wrong.c->why).find("wrong key"), std::string::npos) << wrong.c->why;
+    EXPECT_NE(wrong.s->status, INCMOE_OK);
+    EXPECT_EQ(wrong.s->peer_addr_len, 0u); /* the client's address never reached it */
+
+    BootPair keyless_rank("", "s3cret");
+    boot_pump(keyless_rank.c, keyless_rank.s);
+    EXPECT_EQ(keyless_rank.c->status, INCMOE_ERR_AUTH);
+    EXPECT_NE(std::string(keyless_rank.c->why).find("requires a key"), std::string::npos)
+        << keyless_rank.c->why;
+    EXPECT_EQ(keyless_rank.s->status, INCMOE_ERR_AUTH);
+
+    BootPair keyless_switch("s3cret", "");
+    boot_pump(keyless_switch.c, keyless_switch.s);
+    EXPECT_EQ(keyless_switch.c->status, INCMOE_ERR_AUTH);
+    EXPECT_NE(std::string(keyless_switch.c->why).find("has no key"), std::string::npos)
+        << keyless_switch.c->why;
+}
+
+/* A captured client side (HELLO, PROOF) replayed to a fresh server: its nonce is new, so the
+   old proof fails and no session is made. */
+TEST(Bootstrap, ReplayedClientMessagesFail)
+{
+    BootPair p("s3cret", "s3cret");
+    std::string captured;
+    boot_pump(p.c, p.s, &captured);
+    ASSERT_EQ(p.s->status, INCMOE_OK);
+    inc_boot_t *s = new inc_boot_t;
+    inc_boot_init(s, INC_BOOT_SERVER, "s3cret", 6, "switch", 6);
+    inc_boot_feed(s, captured.data(), captured.size(), nullptr);
+    EXPECT_EQ(s->status, INCMOE_ERR_AUTH);
+    EXPECT_NE(std::string(s->why).find("wrong key"), std::string::npos) << s->why;
+    delete s;
+}
+
+/* The proof is HMAC-SHA256(key, label || nonce_c || nonce_s): checked against an independent
+   computation, the openssl command line's. */
+TEST(Bootstrap, ProofIsHmacSha256OfLabelAndNonces)
+{
+    uint8_t out[INC_BOOT_PROOF];
+    uint8_t nc[32], ns[32];
+    for (int i = 0; i < 32; i++) {
+        nc[i] = (uint8_t)('a' + i % 26);
+        ns[i] = (uint8_t)('A' + i % 26);
+    }
+    for (auto role : {INC_BOOT_CLIENT, INC_BOOT_SERVER}) {
+        ASSERT_EQ(inc_boot_proof("s3cret", 6, role, nc, ns, out), 0);
+        std::string data =
+            std::string(role == INC_BOOT_CLIENT ? "incmoe-boot-1 client" : "incmoe-boot-1 server") +
+            std::string((char *)nc, 32) + std::string((char *)ns, 32);
+        char path[] = "/tmp/incmoe-hmac-XXXXXX";
+        int fd = mkstemp(path);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(write(fd, data.data(), data.size()), (ssize_t)data.size());
+        close(fd);
+        std::string cmd = std::string("openssl dgst -sha256 -hmac s3cret -r ") + path;
+        FILE *f = popen(cmd.c_str(), "r");
+        ASSERT_NE(f, nullptr);
+        char line[256] = "";
+        ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+        pclose(f);
+        unlink(path);
+        char hex[65];
+        for (int i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", out[i]);
+        EXPECT_EQ(std::string(line).substr(0, 64), std::string(hex));
+    }
 }

@@ -181,7 +181,7 @@ typedef struct {
     uint64_t job_id;    /* the same on every rank of the job */
     int rank;           /* 0 .. nranks-1 */
     int nranks;         /* 1 .. INCMOE_MAX_RANKS */
-    const void *secret; /* shared secret the switch checks (optional) */
+    const void *secret; /* shared key this rank and the switch prove to each other (optional) */
     size_t secret_len;  /* at most INCMOE_MAX_SECRET bytes */
     incmoe_algo_t algo; /* default INCMOE_ALGO_INC */
     int timeout_ms;     /* 1..86400000 (0: INCMOE_TIMEOUT_MS or 10000): bound on

@@ -117,9 +117,13 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
         break;
     case WIRE_MSG_HEARTBEAT:
     case WIRE_MSG_LEAVE:
-    case WIRE_MSG_RING_HELLO:
         if (payload_length != 0)
             FAIL("%s carries %zu payload bytes", inc_wire_msg_name(h.msg), payload_length);
+        break;
+    case WIRE_MSG_RING_HELLO:
+        if (payload_length != INCMOE_WIRE_TOKEN)
+            FAIL("RING_HELLO carries %zu payload bytes, not the %d of a ring token", payload_length,
+                 INCMOE_WIRE_TOKEN);
         break;
     }
     return INCMOE_OK;

@@ -6,12 +6,17 @@
  * (hdr.length bytes).  Both ends validate every header with
  * inc_wire_hdr_check() before acting on it.
  *
- * Connection (client -> switch):
- *   JOIN       payload: struct inc_wire_join + secret bytes + the address
- *              where ring neighbours reach this rank ("HOST:PORT", or empty).
+ * Connection (client -> switch).  Before any of this the rank ran the
+ * bootstrap handshake on the switch's TCP port (base/bootstrap.h): both sides
+ * proved the key, swapped UCX worker addresses, and the rank got a single-use
+ * session token.  The switch takes UCX messages only from endpoints a JOIN
+ * bound to such a session.
+ *   JOIN       payload: struct inc_wire_join (with the session token) + the
+ *              UCX worker address where ring neighbours reach this rank (or
+ *              empty).  The key itself never crosses the wire.
  *   JOIN_ACK   switch -> every rank once all N joined.  payload: struct
- *              inc_wire_join_ack (the job's liveness timeout among its
- *              fields) + N address records (length-prefixed).
+ *              inc_wire_join_ack (the job's liveness timeout and its ring
+ *              token among its fields) + N address records (length-prefixed).
  *   ERROR      either direction.  status in hdr.status, the failing rank in
  *              hdr.rank, payload: a NUL-terminated human-readable reason.
  *              After an ERROR from the switch the job is gone.
@@ -49,7 +54,10 @@
  *   DONE       switch -> client: the barrier of hdr.epoch is complete.
  *
  * Ring baseline (rank -> right neighbour, no switch in the data path; ring.c):
- *   RING_HELLO   once after connecting, to finish UCX wire-up before bulk data.
+ *   RING_HELLO   once after connecting, to finish UCX wire-up before bulk data;
+ *                payload: the job's ring token from JOIN_ACK.  A rank takes ring
+ *                data only from the endpoint whose HELLO named its left
+ *                neighbour with the job's token.
  *   RING_REDUCE  a chunk of a running partial sum of block hdr.root (ReduceScatter,
  *                and AllReduce's first phase); the receiver adds its own partial
  *                and passes it on, or keeps it if the block is its own.
@@ -99,8 +107,9 @@
 
 #define INCMOE_AM_ID         7
 #define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION  2           /* 2: JOIN_ACK carries the job's timeout */
+#define INCMOE_WIRE_VERSION  3           /* 3: JOIN carries the bootstrap token, not the key */
 #define INCMOE_WIRE_MAX_ADDR 4096        /* bytes of one rank address in JOIN */
+#define INCMOE_WIRE_TOKEN    16          /* bytes of a session or ring token */
 #define INCMOE_WIRE_MAX_TEXT 256         /* bytes of an ERROR reason */
 /* Epochs of one stream the switch keeps open per job (see "Epoch window" above). */
 #define INCMOE_WIRE_OPEN_EPOCHS (4 * INCMOE_STREAM_WINDOW)
@@ -141,21 +150,23 @@ struct inc_wire_hdr {
     int16_t status;   /* incmoe_status_t, ERROR only */
 };
 
-/* Payload of JOIN: fixed part, then secret_len secret bytes, then addr_len address bytes. */
+/* Payload of JOIN: fixed part, then addr_len address bytes. */
 struct inc_wire_join {
     uint32_t nranks;
-    uint32_t secret_len;
     uint32_t addr_len;
-    uint32_t timeout_ms; /* the liveness timeout this rank asks for; 0: the switch's */
+    uint32_t timeout_ms;              /* the liveness timeout this rank asks for; 0: the switch's */
+    uint32_t reserved;                /* 0 */
+    uint8_t token[INCMOE_WIRE_TOKEN]; /* the bootstrap session's */
 };
 
 /* Payload of JOIN_ACK: fixed part, then nranks x (uint32 length, address bytes). */
 struct inc_wire_join_ack {
     uint32_t nranks;
-    uint32_t credits;    /* per rank and data stream */
-    uint64_t chunk_size; /* bytes of one DATA chunk */
-    uint32_t timeout_ms; /* the job's liveness timeout (see HEARTBEAT) */
-    uint32_t reserved;   /* 0 */
+    uint32_t credits;                      /* per rank and data stream */
+    uint64_t chunk_size;                   /* bytes of one DATA chunk */
+    uint32_t timeout_ms;                   /* the job's liveness timeout (see HEARTBEAT) */
+    uint32_t reserved;                     /* 0 */
+    uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ring neighbours show it */
 };
 
 /* Fill the constant fields. */

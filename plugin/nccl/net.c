@@ -6,21 +6,31 @@
  * call from several proxy threads.  Nothing here blocks: connect and accept
  * return a NULL comm until the handshake is done, test only progresses.
  *
- * A connection: the listener's sockaddr and a process-unique listen id travel
- * in the handle.  connect() opens a client-server endpoint, receives on its
- * own unique id and sends HELLO(its id) on the listen id; accept() takes the
- * connection request, answers ACK, and from then on the sender tags data with
- * the listen id in the upper half and NCCL's tag in the lower half, so the
- * receiver matches on its own worker without ever mixing two connections.
- * The round trip also finishes UCX's wire-up before the first real send.
+ * A connection: the address of listen()'s TCP bootstrap socket and a
+ * process-unique listen id travel in the handle.  connect() and accept() run
+ * the bootstrap handshake (base/bootstrap.h) over it, step by step as NCCL
+ * polls them: both prove INCMOE_AUTH_KEY (or INCMOE_AUTH_KEY_FILE's key) when
+ * one is set, swap UCX worker addresses, and the connector learns a session
+ * token.  Each side then creates an endpoint from the other's worker address;
+ * connect() receives on its own unique id and sends HELLO(its id, the token)
+ * on the listen id; accept() takes only a HELLO with its session's token,
+ * answers ACK, and from then on the sender tags data with the listen id in
+ * the upper half and NCCL's tag in the lower half, so the receiver matches on
+ * its own worker without ever mixing two connections.  The round trip also
+ * finishes UCX's wire-up before the first real send.  UCX listens on nothing.
  */
+#define _GNU_SOURCE /* accept4 */
 #include "plugin.h"
+#include "base/bootstrap.h"
 #include "base/config.h"
+#include "base/keyfile.h"
 #include "base/ucx_util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +43,15 @@
 #define TAG_HELLO    1u
 #define TAG_ACK      2u
 #define ID_LIMIT     0x7fffffffu
+#define NET_PENDING  4 /* bootstrap connections one listen comm handshakes with at once */
 
 struct net_comm;
+
+/* HELLO over UCX: where the connector receives the ACK, and the bootstrap's token. */
+typedef struct {
+    uint64_t id;
+    uint8_t token[INC_BOOT_TOKEN];
+} net_hello_t;
 
 /* Lives in NCCL's handle; `stage` keeps connect()'s progress between calls. */
 typedef struct {
@@ -67,17 +84,31 @@ typedef struct net_comm {
     int outstanding;      /* requests handed to NCCL and not yet completed */
     struct net_req *reqs; /* ... listed, so that closing the comm releases them */
     net_slot_t hs_send, hs_recv;
-    uint64_t hs_send_buf, hs_recv_buf;
+    net_hello_t hs_send_buf;
+    uint64_t hs_recv_buf;
+    /* connect()'s bootstrap, until its endpoint exists. */
+    int boot_fd;
+    int connected;
+    double deadline;
+    inc_boot_t *boot;
 } net_comm_t;
+
+/* One connection to listen()'s socket, handshaking. */
+typedef struct {
+    int fd;
+    double deadline;
+    inc_boot_t *boot;
+} net_pending_t;
 
 typedef struct {
     uint32_t id;
-    ucp_listener_h listener;
-    ucp_conn_request_h conn_req; /* set by the connection callback */
-    net_comm_t *comm;            /* being accepted */
+    int fd; /* the bootstrap listener */
+    net_pending_t pending[NET_PENDING];
+    uint8_t token[INC_BOOT_TOKEN]; /* the bootstrapped session's, which HELLO must show */
+    net_comm_t *comm;              /* being accepted */
     int handed_out;
     net_slot_t hello;
-    uint64_t hello_buf;
+    net_hello_t hello_buf;
 } net_listen_t;
 
 typedef struct net_req {
@@ -103,6 +134,10 @@ static struct {
     struct sockaddr_storage addr;
     unsigned addr_len;
     int timeout_ms;
+    ucp_address_t *worker_addr; /* handed to peers by the bootstrap */
+    size_t worker_addr_len;
+    char key[INCMOE_MAX_SECRET];
+    size_t key_len; /* 0: keyless */
 } net = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t data_tag(uint32_t id, int tag)
@@ -156,17 +191,6 @@ static void net_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
         c->failed = 1;
         c->fail_status = status;
     }
-}
-
-static void net_conn_cb(ucp_conn_request_h req, void *arg)
-{
-    net_listen_t *l = arg;
-    /* NCCL pairs every listen handle with exactly one connect. */
-    if (l->conn_req != NULL || l->comm != NULL || l->handed_out) {
-        ucp_listener_reject(l->listener, req);
-        return;
-    }
-    l->conn_req = req;
 }
 
 /* ---- posting ---------------------------------------------------------- */
@@ -294,6 +318,30 @@ static ncclResult_t comm_failure(net_comm_t *c, const char *what)
 
 /* ---- init ------------------------------------------------------------- */
 
+/* The key both ends of a connection prove: INCMOE_AUTH_KEY, else INCMOE_AUTH_KEY_FILE's. */
+static int net_read_key(void)
+{
+    const char *key = inc_config_get_str("INCMOE_AUTH_KEY");
+    const char *file = inc_config_get_str("INCMOE_AUTH_KEY_FILE");
+    net.key_len = 0;
+    if (key != NULL) {
+        if (strlen(key) > INCMOE_MAX_SECRET) {
+            PWARN("INCMOE_AUTH_KEY is %zu bytes: it must be 1..%d bytes", strlen(key),
+                  INCMOE_MAX_SECRET);
+            return -1;
+        }
+        net.key_len = strlen(key);
+        memcpy(net.key, key, net.key_len);
+    } else if (file != NULL) {
+        char why[256];
+        if (inc_keyfile_read(file, net.key, &net.key_len, why, sizeof(why)) != INCMOE_OK) {
+            PWARN("INCMOE_AUTH_KEY_FILE: %s", why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 ncclResult_t net_init(void)
 {
     pthread_mutex_lock(&net.lock);
@@ -308,6 +356,10 @@ ncclResult_t net_init(void)
         goto out;
     }
     net.timeout_ms = (int)timeout_ms;
+    if (net_read_key() != 0) {
+        res = ncclInvalidArgument;
+        goto out;
+    }
     if (plugin_local_addr(&net.addr, &net.addr_len) != 0) {
         res = ncclInvalidArgument;
         goto out;
@@ -337,9 +389,21 @@ ncclResult_t net_init(void)
         res = ncclSystemError;
         goto out;
     }
+    st = ucp_worker_get_address(net.worker, &net.worker_addr, &net.worker_addr_len);
+    if (st != UCS_OK || net.worker_addr_len > INC_BOOT_MAX_ADDR) {
+        PWARN("the worker's UCX address: %s (%zu bytes, at most %d)", ucs_status_string(st),
+              st == UCS_OK ? net.worker_addr_len : 0, INC_BOOT_MAX_ADDR);
+        if (st == UCS_OK)
+            ucp_worker_release_address(net.worker, net.worker_addr);
+        ucp_worker_destroy(net.worker);
+        ucp_cleanup(net.context);
+        res = ncclSystemError;
+        goto out;
+    }
     char addr[96];
     inc_ucx_format_sockaddr((struct sockaddr *)&net.addr, addr, sizeof(addr));
-    PINFO("point-to-point net over UCX, listening on %s", addr);
+    PINFO("point-to-point net over UCX, bootstrapping on %s (%s)", addr,
+          net.key_len ? "keyed" : "no key: anyone reaching the port can connect");
     net.refs = 1;
 out:
     pthread_mutex_unlock(&net.lock);
@@ -348,6 +412,9 @@ out:
 
 static void net_release_locked(void)
 {
+    ucp_worker_release_address(net.worker, net.worker_addr);
+    net.worker_addr = NULL;
+    OPENSSL_cleanse(net.key, sizeof(net.key));
     ucp_worker_destroy(net.worker); /* closes the endpoints NCCL never closed */
     ucp_cleanup(net.context);
     net.worker = NULL;
@@ -397,6 +464,29 @@ static int net_ready(const char *what)
 
 /* ---- connection setup ------------------------------------------------- */
 
+/* A non-blocking TCP listener on this host's address, any port. */
+static int listen_socket(struct sockaddr_storage *bound)
+{
+    int fd = socket(net.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage a = net.addr;
+    if (a.ss_family == AF_INET)
+        ((struct sockaddr_in *)&a)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&a)->sin6_port = 0;
+    socklen_t len = sizeof(*bound);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, net.addr_len) != 0 || listen(fd, 16) != 0 ||
+        getsockname(fd, (struct sockaddr *)bound, &len) != 0) {
+        char text[96];
+        inc_ucx_format_sockaddr((struct sockaddr *)&a, text, sizeof(text));
+        PWARN("cannot listen on %s: %s (set INCMOE_NCCL_ADDR to this host's address)", text,
+              strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 ncclResult_t net_listen(int dev, void *handle, void **listen_comm)
 {
     if (plugin_check_dev(dev) != ncclSuccess || handle == NULL || listen_comm == NULL)
@@ -404,43 +494,29 @@ ncclResult_t net_listen(int dev, void *handle, void **listen_comm)
     pthread_mutex_lock(&net.lock);
     ncclResult_t res = ncclSystemError;
     net_listen_t *l = NULL;
+    struct sockaddr_storage bound;
     if (!net_ready("listen"))
         goto out;
     l = calloc(1, sizeof(*l));
     if (l == NULL)
         goto out;
+    for (int i = 0; i < NET_PENDING; i++)
+        l->pending[i].fd = -1;
     l->id = net_new_id();
-    ucp_listener_params_t lprm = {
-        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-        .sockaddr = {.addr = (struct sockaddr *)&net.addr, .addrlen = net.addr_len},
-        .conn_handler = {.cb = net_conn_cb, .arg = l},
-    };
-    ucs_status_t st = ucp_listener_create(net.worker, &lprm, &l->listener);
-    if (st != UCS_OK) {
-        char a[96];
-        inc_ucx_format_sockaddr((struct sockaddr *)&net.addr, a, sizeof(a));
-        PWARN("cannot listen on %s: %s (set INCMOE_NCCL_ADDR to this host's address)", a,
-              ucs_status_string(st));
+    l->fd = listen_socket(&bound);
+    if (l->fd < 0)
         goto out;
-    }
-    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
-    st = ucp_listener_query(l->listener, &attr);
-    if (st != UCS_OK) {
-        PWARN("ucp_listener_query failed: %s", ucs_status_string(st));
-        ucp_listener_destroy(l->listener);
-        goto out;
-    }
     net_handle_t *h = handle;
     memset(h, 0, sizeof(*h));
     h->magic = HANDLE_MAGIC;
     h->listen_id = l->id;
-    h->family = attr.sockaddr.ss_family;
-    if (attr.sockaddr.ss_family == AF_INET) {
-        struct sockaddr_in *in4 = (struct sockaddr_in *)&attr.sockaddr;
+    h->family = bound.ss_family;
+    if (bound.ss_family == AF_INET) {
+        struct sockaddr_in *in4 = (struct sockaddr_in *)&bound;
         h->port = in4->sin_port;
         memcpy(h->ip, &in4->sin_addr, 4);
     } else {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&attr.sockaddr;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&bound;
         h->port = in6->sin6_port;
         memcpy(h->ip, &in6->sin6_addr, 16);
     }
@@ -486,6 +562,11 @@ static void req_release(net_req_t *r)
  */
 static void comm_destroy(net_comm_t *c, int force)
 {
+    if (c->boot_fd >= 0)
+        close(c->boot_fd);
+    if (c->boot != NULL)
+        inc_boot_clear(c->boot);
+    free(c->boot);
     slot_cancel(&c->hs_send);
     slot_cancel(&c->hs_recv);
     net_ep_close(c->ep, force || c->failed);
@@ -495,6 +576,114 @@ static void comm_destroy(net_comm_t *c, int force)
         req_release(c->reqs);
     }
     free(c);
+}
+
+/* connect()'s first call: the TCP connection to the listener starts. */
+static net_comm_t *connect_start(const net_handle_t *h)
+{
+    net_comm_t *c = calloc(1, sizeof(*c));
+    inc_boot_t *b = malloc(sizeof(*b));
+    if (c == NULL || b == NULL) {
+        free(c);
+        free(b);
+        return NULL;
+    }
+    c->is_send = 1;
+    c->data_id = h->listen_id;
+    c->own_id = net_new_id();
+    c->boot = b;
+    c->deadline = inc_now_s() + net.timeout_ms / 1000.0;
+    struct sockaddr_storage peer;
+    memset(&peer, 0, sizeof(peer));
+    socklen_t peer_len;
+    if (h->family == AF_INET) {
+        struct sockaddr_in *in4 = (struct sockaddr_in *)&peer;
+        in4->sin_family = AF_INET;
+        in4->sin_port = h->port;
+        memcpy(&in4->sin_addr, h->ip, 4);
+        peer_len = sizeof(*in4);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&peer;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = h->port;
+        memcpy(&in6->sin6_addr, h->ip, 16);
+        peer_len = sizeof(*in6);
+    }
+    if (inc_boot_init(b, INC_BOOT_CLIENT, net.key, net.key_len, net.worker_addr,
+                      net.worker_addr_len) != INCMOE_IN_PROGRESS) {
+        PWARN("connect: %s", b->why);
+        c->boot_fd = -1;
+        comm_destroy(c, 1);
+        return NULL;
+    }
+    c->boot_fd = inc_boot_connect_start((struct sockaddr *)&peer, peer_len, b->why, sizeof(b->why));
+    if (c->boot_fd < 0) {
+        char a[96];
+        inc_ucx_format_sockaddr((struct sockaddr *)&peer, a, sizeof(a));
+        PWARN("connect to %s failed: %s", a, b->why);
+        comm_destroy(c, 1);
+        return NULL;
+    }
+    return c;
+}
+
+/* An endpoint to the peer's worker address, with this comm's error handler. */
+static ucs_status_t comm_ep_create(net_comm_t *c, const void *worker_addr)
+{
+    ucp_ep_params_t eprm = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)worker_addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = net_ep_error_cb, .arg = c},
+    };
+    return ucp_ep_create(net.worker, &eprm, &c->ep);
+}
+
+/* One non-blocking step of connect()'s bootstrap: 1 done (endpoint made, HELLO sent), 0 not
+   yet, -1 failed (logged). */
+static int connect_bootstrap(net_comm_t *c)
+{
+    inc_boot_t *b = c->boot;
+    if (inc_now_s() > c->deadline) {
+        PWARN("connect: the bootstrap with the listener did not finish within %d ms",
+              net.timeout_ms);
+        return -1;
+    }
+    if (!c->connected) {
+        int r = inc_boot_connect_done(c->boot_fd, b->why, sizeof(b->why));
+        if (r < 0) {
+            PWARN("connect: %s", b->why);
+            return -1;
+        }
+        if (r > 0)
+            return 0;
+        c->connected = 1;
+    }
+    short events;
+    incmoe_status_t st = inc_boot_io(b, c->boot_fd, &events);
+    if (st == INCMOE_IN_PROGRESS)
+        return 0;
+    if (st != INCMOE_OK) {
+        PWARN("connect: bootstrap: %s (%s)", b->why, incmoe_strerror(st));
+        return -1;
+    }
+    ucs_status_t us = comm_ep_create(c, b->peer_addr);
+    if (us != UCS_OK) {
+        PWARN("connect: no endpoint to the listener's worker: %s", ucs_status_string(us));
+        return -1;
+    }
+    slot_recv(ctrl_tag(c->own_id, TAG_ACK), &c->hs_recv_buf, sizeof(c->hs_recv_buf), &c->hs_recv);
+    c->hs_send_buf.id = c->own_id;
+    memcpy(c->hs_send_buf.token, b->token, INC_BOOT_TOKEN);
+    slot_send(c->ep, ctrl_tag(c->data_id, TAG_HELLO), &c->hs_send_buf, sizeof(c->hs_send_buf),
+              &c->hs_send);
+    close(c->boot_fd);
+    c->boot_fd = -1;
+    inc_boot_clear(b);
+    free(b);
+    c->boot = NULL;
+    return 1;
 }
 
 ncclResult_t net_connect(int dev, void *handle, void **send_comm)
@@ -515,53 +704,21 @@ ncclResult_t net_connect(int dev, void *handle, void **send_comm)
     }
     net_comm_t *c = h->stage;
     if (c == NULL) {
-        c = calloc(1, sizeof(*c));
+        c = connect_start(h);
         if (c == NULL) {
             res = ncclSystemError;
             goto out;
         }
-        c->is_send = 1;
-        c->data_id = h->listen_id;
-        c->own_id = net_new_id();
-        struct sockaddr_storage peer;
-        memset(&peer, 0, sizeof(peer));
-        socklen_t peer_len;
-        if (h->family == AF_INET) {
-            struct sockaddr_in *in4 = (struct sockaddr_in *)&peer;
-            in4->sin_family = AF_INET;
-            in4->sin_port = h->port;
-            memcpy(&in4->sin_addr, h->ip, 4);
-            peer_len = sizeof(*in4);
-        } else {
-            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&peer;
-            in6->sin6_family = AF_INET6;
-            in6->sin6_port = h->port;
-            memcpy(&in6->sin6_addr, h->ip, 16);
-            peer_len = sizeof(*in6);
-        }
-        ucp_ep_params_t eprm = {
-            .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                          UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
-            .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
-            .sockaddr = {.addr = (struct sockaddr *)&peer, .addrlen = peer_len},
-            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-            .err_handler = {.cb = net_ep_error_cb, .arg = c},
-        };
-        ucs_status_t st = ucp_ep_create(net.worker, &eprm, &c->ep);
-        if (st != UCS_OK) {
-            char a[96];
-            inc_ucx_format_sockaddr((struct sockaddr *)&peer, a, sizeof(a));
-            PWARN("connect to %s failed: %s", a, ucs_status_string(st));
-            free(c);
-            res = ucs_result(st) == ncclInvalidArgument ? ncclSystemError : ucs_result(st);
-            goto out;
-        }
-        slot_recv(ctrl_tag(c->own_id, TAG_ACK), &c->hs_recv_buf, sizeof(c->hs_recv_buf),
-                  &c->hs_recv);
-        c->hs_send_buf = c->own_id;
-        slot_send(c->ep, ctrl_tag(h->listen_id, TAG_HELLO), &c->hs_send_buf, sizeof(c->hs_send_buf),
-                  &c->hs_send);
         h->stage = c;
+    }
+    if (c->boot != NULL) {
+        int done = connect_bootstrap(c);
+        if (done < 0) {
+            h->stage = NULL;
+            comm_destroy(c, 1);
+            res = ncclRemoteError;
+        }
+        goto out; /* on success, the UCX round trip starts at the next call */
     }
     net_progress();
     ucs_status_t bad = c->hs_send.done && c->hs_send.status != UCS_OK   ? c->hs_send.status
@@ -584,6 +741,80 @@ out:
     return res;
 }
 
+static void pending_drop(net_pending_t *p)
+{
+    close(p->fd);
+    p->fd = -1;
+    inc_boot_clear(p->boot);
+    free(p->boot);
+    p->boot = NULL;
+}
+
+/* Take new connections on the bootstrap socket while a slot is free (the rest wait in
+   the backlog); a connection past its deadline is dropped. */
+static void accept_new(net_listen_t *l)
+{
+    double now = inc_now_s();
+    for (int i = 0; i < NET_PENDING; i++) {
+        net_pending_t *p = &l->pending[i];
+        if (p->fd >= 0 && now > p->deadline) {
+            PWARN("accept: a connection did not finish the bootstrap within %d ms", net.timeout_ms);
+            pending_drop(p);
+        }
+        if (p->fd >= 0)
+            continue;
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        p->boot = malloc(sizeof(*p->boot));
+        if (p->boot == NULL) {
+            close(fd);
+            return;
+        }
+        p->fd = fd;
+        p->deadline = now + net.timeout_ms / 1000.0;
+        inc_boot_init(p->boot, INC_BOOT_SERVER, net.key, net.key_len, net.worker_addr,
+                      net.worker_addr_len);
+    }
+}
+
+/* Move accept()'s handshakes on; the first to finish makes l->comm.  -1: out of memory or
+   UCX refused the endpoint. */
+static int accept_bootstrap(net_listen_t *l)
+{
+    accept_new(l);
+    for (int i = 0; i < NET_PENDING && l->comm == NULL; i++) {
+        net_pending_t *p = &l->pending[i];
+        if (p->fd < 0)
+            continue;
+        short events;
+        incmoe_status_t st = inc_boot_io(p->boot, p->fd, &events);
+        if (st == INCMOE_IN_PROGRESS)
+            continue;
+        if (st != INCMOE_OK) {
+            PWARN("accept: bootstrap: %s (%s)", p->boot->why, incmoe_strerror(st));
+            pending_drop(p);
+            continue;
+        }
+        net_comm_t *c = calloc(1, sizeof(*c));
+        if (c == NULL)
+            return -1;
+        c->boot_fd = -1;
+        c->data_id = l->id;
+        ucs_status_t us = comm_ep_create(c, p->boot->peer_addr);
+        if (us != UCS_OK) {
+            PWARN("accept: cannot create the endpoint: %s", ucs_status_string(us));
+            free(c);
+            pending_drop(p);
+            return -1;
+        }
+        memcpy(l->token, p->boot->token, INC_BOOT_TOKEN);
+        pending_drop(p);
+        l->comm = c;
+    }
+    return 0;
+}
+
 ncclResult_t net_accept(void *listen_comm, void **recv_comm)
 {
     net_listen_t *l = listen_comm;
@@ -597,32 +828,11 @@ ncclResult_t net_accept(void *listen_comm, void **recv_comm)
         res = ncclInvalidUsage;
         goto out;
     }
-    net_progress();
-    if (l->comm == NULL && l->conn_req != NULL) {
-        net_comm_t *c = calloc(1, sizeof(*c));
-        if (c == NULL) {
-            res = ncclSystemError;
-            goto out;
-        }
-        c->data_id = l->id;
-        ucp_ep_params_t eprm = {
-            .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                          UCP_EP_PARAM_FIELD_ERR_HANDLER,
-            .conn_request = l->conn_req,
-            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-            .err_handler = {.cb = net_ep_error_cb, .arg = c},
-        };
-        l->conn_req = NULL;
-        ucs_status_t st = ucp_ep_create(net.worker, &eprm, &c->ep);
-        if (st != UCS_OK) {
-            PWARN("accept: cannot create the endpoint: %s", ucs_status_string(st));
-            free(c);
-            res = ncclSystemError;
-            goto out;
-        }
-        l->comm = c;
-        net_progress();
+    if (l->comm == NULL && accept_bootstrap(l) < 0) {
+        res = ncclSystemError;
+        goto out;
     }
+    net_progress();
     net_comm_t *c = l->comm;
     if (c == NULL)
         goto out;
@@ -633,9 +843,16 @@ ncclResult_t net_accept(void *listen_comm, void **recv_comm)
             res = ncclRemoteError;
             goto out;
         }
-        c->hs_send_buf = l->hello_buf;
-        slot_send(c->ep, ctrl_tag((uint32_t)l->hello_buf, TAG_ACK), &c->hs_send_buf,
-                  sizeof(c->hs_send_buf), &c->hs_send);
+        if (l->hello.length != sizeof(l->hello_buf) ||
+            CRYPTO_memcmp(l->hello_buf.token, l->token, INC_BOOT_TOKEN) != 0) {
+            /* Not the peer that bootstrapped: wait on for the one that did. */
+            PWARN("accept: ignored a HELLO without this connection's bootstrap token");
+            slot_recv(ctrl_tag(l->id, TAG_HELLO), &l->hello_buf, sizeof(l->hello_buf), &l->hello);
+            goto out;
+        }
+        c->hs_send_buf.id = l->hello_buf.id;
+        slot_send(c->ep, ctrl_tag((uint32_t)l->hello_buf.id, TAG_ACK), &c->hs_send_buf,
+                  sizeof(c->hs_send_buf.id), &c->hs_send);
     }
     if (c->failed || (c->hs_send.done && c->hs_send.status != UCS_OK)) {
         PWARN("accept: the connecting peer went away: %s",
@@ -648,6 +865,8 @@ ncclResult_t net_accept(void *listen_comm, void **recv_comm)
     if (c->hs_send.done) {
         l->comm = NULL;
         l->handed_out = 1;
+        close(l->fd); /* its one connection is made: nothing more to accept */
+        l->fd = -1;
         *recv_comm = c;
     }
 out:
@@ -853,9 +1072,11 @@ ncclResult_t net_close_listen(void *listen_comm)
     if (l == NULL)
         return ncclInvalidArgument;
     pthread_mutex_lock(&net.lock);
-    if (l->conn_req != NULL)
-        ucp_listener_reject(l->listener, l->conn_req);
-    ucp_listener_destroy(l->listener);
+    for (int i = 0; i < NET_PENDING; i++)
+        if (l->pending[i].fd >= 0)
+            pending_drop(&l->pending[i]);
+    if (l->fd >= 0)
+        close(l->fd);
     if (l->comm != NULL)
         comm_destroy(l->comm, 1);
     slot_cancel(&l->hello);
