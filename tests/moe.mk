@@ -1,6 +1,7 @@
 # The INC-MoE layer: the FIFO, band arithmetic, the layer against an
 # fp64 reference, bad arguments, a randomised stress test, the role loops
-# compiled as CUDA device code.
+# compiled as CUDA device code; with CUDA, the CUDA backend run on a device
+# (every test skipped where there is none).
 if HAVE_OPENBLAS
 MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/plugin/api -I$(top_srcdir)/moe -I$(top_srcdir)/moe/api
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
@@ -33,4 +34,10 @@ test_moe_cuda_proto_SOURCES = test_moe_cuda_proto.cc ../moe/cuda/placement.c
 test_moe_cuda_proto_CPPFLAGS = $(MOE_TEST_CPPFLAGS) -I$(top_srcdir)/plugin $(UCX_CFLAGS)
 test_moe_cuda_proto_LDADD = $(top_builddir)/plugin/libincmoe_client.la $(BASE_LIBS) $(UCX_LIBS) \
 	$(GTEST_LIBS) -lpthread
+if HAVE_CUDA
+check_PROGRAMS += test_moe_cuda
+test_moe_cuda_SOURCES = test_moe_cuda.cc moe_ref.cc moe_ref.h
+test_moe_cuda_CPPFLAGS = $(MOE_TEST_CPPFLAGS) $(CUDA_CFLAGS)
+test_moe_cuda_LDADD = $(MOE_TEST_LIBS) $(CUDA_LIBS)
+endif
 endif
