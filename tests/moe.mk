@@ -1,12 +1,12 @@
 # The INC-MoE layer: the FIFO, band arithmetic, the layer against an
 # fp64 reference, bad arguments, a randomised stress test, the role loops
-# compiled as CUDA device code.
+# compiled as CUDA device code and the CUDA backend run on a device.
 if HAVE_OPENBLAS
 MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/plugin/api -I$(top_srcdir)/moe -I$(top_srcdir)/moe/api
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
 check_PROGRAMS += test_moe_fifo test_moe_band test_moe_layer test_moe_errors test_moe_stress \
-	test_moe_cuda_compile test_moe_cuda_proto
+	test_moe_cuda_proto
 test_moe_fifo_SOURCES = test_moe_fifo.cc
 test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 # The FIFO suite drives the FIFO's internal transport seam, so it links the
@@ -24,13 +24,21 @@ test_moe_errors_LDADD = $(MOE_TEST_LIBS)
 test_moe_stress_SOURCES = test_moe_stress.cc moe_ref.cc moe_ref.h
 test_moe_stress_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_stress_LDADD = $(MOE_TEST_LIBS)
-# nvcc compiles the role loops as device code (skipped without nvcc).
-test_moe_cuda_compile_SOURCES = test_moe_cuda_compile.cc
-test_moe_cuda_compile_CPPFLAGS = $(AM_CPPFLAGS) -DNVCC_PATH='"$(NVCC)"' -DTOP_SRCDIR='"$(abs_top_srcdir)"'
-test_moe_cuda_compile_LDADD = $(GTEST_LIBS) -lpthread
 # The CUDA backend's FIFO protocol and buffer placement, run on the host.
 test_moe_cuda_proto_SOURCES = test_moe_cuda_proto.cc ../moe/cuda/placement.c
 test_moe_cuda_proto_CPPFLAGS = $(MOE_TEST_CPPFLAGS) -I$(top_srcdir)/plugin $(UCX_CFLAGS)
 test_moe_cuda_proto_LDADD = $(top_builddir)/plugin/libincmoe_client.la $(BASE_LIBS) $(UCX_LIBS) \
 	$(GTEST_LIBS) -lpthread
+# Only where configure found CUDA (a build without it neither runs nvcc nor
+# links cudart): nvcc compiles the role loops as device code, and the CUDA
+# backend runs on a device (every test skipped where there is none).
+if HAVE_CUDA
+check_PROGRAMS += test_moe_cuda_compile test_moe_cuda
+test_moe_cuda_compile_SOURCES = test_moe_cuda_compile.cc
+test_moe_cuda_compile_CPPFLAGS = $(AM_CPPFLAGS) -DNVCC_PATH='"$(NVCC)"' -DTOP_SRCDIR='"$(abs_top_srcdir)"'
+test_moe_cuda_compile_LDADD = $(GTEST_LIBS) -lpthread
+test_moe_cuda_SOURCES = test_moe_cuda.cc moe_ref.cc moe_ref.h
+test_moe_cuda_CPPFLAGS = $(MOE_TEST_CPPFLAGS) $(CUDA_CFLAGS)
+test_moe_cuda_LDADD = $(MOE_TEST_LIBS) $(CUDA_LIBS)
+endif
 endif

@@ -2,7 +2,8 @@
  * test_moe_cuda_compile.cc - the role loops compile as CUDA device code: nvcc
  * builds the persistent kernel (moe/cuda/kernel.cu), which calls every role
  * loop of moe/roles.h with the CUDA primitives and the expert FFN, for sm_80
- * and sm_90.  Compiled, not run; skipped where no nvcc is found.
+ * and sm_90.  Compiled, not run; built only where configure found CUDA, with
+ * the nvcc it found.
  */
 #include <gtest/gtest.h>
 
@@ -11,32 +12,6 @@
 #include <unistd.h>
 
 #include <string>
-
-namespace
-{
-
-/* configure's nvcc, else one on PATH; "" when there is none. */
-std::string find_nvcc()
-{
-    std::string configured = NVCC_PATH;
-    if (!configured.empty() && configured != "no" && access(configured.c_str(), X_OK) == 0)
-        return configured;
-    const char *path = getenv("PATH");
-    std::string p = path ? path : "";
-    size_t start = 0;
-    while (start <= p.size()) {
-        size_t end = p.find(':', start);
-        if (end == std::string::npos)
-            end = p.size();
-        std::string cand = p.substr(start, end - start) + "/nvcc";
-        if (end > start && access(cand.c_str(), X_OK) == 0)
-            return cand;
-        start = end + 1;
-    }
-    return "";
-}
-
-} // namespace
 
 class MoeCuda : public ::testing::TestWithParam<const char *>
 {
@@ -47,9 +22,8 @@ INSTANTIATE_TEST_SUITE_P(Arch, MoeCuda, ::testing::Values("sm_80", "sm_90"));
 
 TEST_P(MoeCuda, RoleLoopsCompileAsDeviceCode)
 {
-    std::string nvcc = find_nvcc();
-    if (nvcc.empty())
-        GTEST_SKIP() << "no nvcc (configure found none and none is on PATH)";
+    std::string nvcc = NVCC_PATH;
+    ASSERT_EQ(access(nvcc.c_str(), X_OK), 0) << "configure's nvcc " << nvcc << " is gone";
     std::string top = TOP_SRCDIR;
     char dir[] = "/tmp/incmoe_nvcc_XXXXXX";
     ASSERT_NE(mkdtemp(dir), nullptr);
