@@ -9,7 +9,7 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 2
+MAGIC, VERSION = 0x4D434E49, 3
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE) = range(1, 11)
 AG, RS, AR, BARRIER = range(4)
 UINT8, INT32, FLOAT32 = 1, 2, 7
@@ -31,7 +31,6 @@ def write(target, name, data):
 
 
 # --- switch_msg: records of (c, u16 length, header, payload) -------------------------------
-KEY = b"fuzz-key"
 CHUNK = 64  # the harness's --chunk-size
 
 
@@ -39,8 +38,10 @@ def smsg(conn, h, payload=b"", mode=0):
     return bytes([conn * 8 + mode]) + struct.pack("<H", len(payload)) + h + payload
 
 
-def join(conn, job, rank, nranks, key=KEY, addr=b""):
-    payload = struct.pack("<IIII", nranks, len(key), len(addr), 0) + key + addr
+def join(conn, job, rank, nranks, addr=b"", token=bytes(16)):
+    # struct inc_wire_join: nranks, addr_len, timeout_ms (0: the switch's), reserved, token;
+    # the harness binds every connection, so any token does.
+    payload = struct.pack("<IIII", nranks, len(addr), 0, 0) + token + addr
     return smsg(conn, hdr(JOIN, job, rank=rank, length=len(payload)), payload)
 
 
@@ -103,10 +104,10 @@ def switch_seeds():
     reason = b"rank 1 gave up\0"
     s += smsg(1, hdr(ERROR, job, rank=1, length=len(reason), status=-3), reason)
     write("switch_msg", "barrier_error", s)
-    # Two jobs at once, one rank lost mid-collective, a wrong key, liveness ages.
+    # Two jobs at once, one rank lost mid-collective, a JOIN with an address, liveness ages.
     s = join(0, 1, 0, 2) + join(1, 1, 1, 2) + join(2, 2, 0, 2) + join(3, 2, 1, 2)
     s += post(0, 1, 0, AG, 1, 64) + data(0, 1, 0, AG, 1, 0, 64)
-    s += bytes([1 * 8 + 6]) + join(4, 3, 0, 2, key=b"wrong")
+    s += bytes([1 * 8 + 6]) + join(4, 3, 0, 2, addr=bytes(range(8)))
     s += post(2, 2, 0, AR, 1, 64, dtype=FLOAT32) + bytes([7, 3]) + complete()
     write("switch_msg", "two_jobs_lost", s)
     # Both ranks fall silent before their JOIN_ACKs complete: the job goes, its payload must

@@ -347,32 +347,18 @@ ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params, u
     return UCS_ERR_UNSUPPORTED;
 }
 
-ucs_status_t ucp_listener_create(ucp_worker_h worker, const ucp_listener_params_t *params,
-                                 ucp_listener_h *listener_p)
+ucs_status_t ucp_worker_get_address(ucp_worker_h worker, ucp_address_t **address_p,
+                                    size_t *address_length_p)
 {
-    (void)worker, (void)params, (void)listener_p;
+    (void)worker, (void)address_p, (void)address_length_p;
     unreachable(__func__);
     return UCS_ERR_UNSUPPORTED;
 }
 
-void ucp_listener_destroy(ucp_listener_h listener)
+void ucp_worker_release_address(ucp_worker_h worker, ucp_address_t *address)
 {
-    (void)listener;
+    (void)worker, (void)address;
     unreachable(__func__);
-}
-
-ucs_status_t ucp_listener_query(ucp_listener_h listener, ucp_listener_attr_t *attr)
-{
-    (void)listener, (void)attr;
-    unreachable(__func__);
-    return UCS_ERR_UNSUPPORTED;
-}
-
-ucs_status_t ucp_listener_reject(ucp_listener_h listener, ucp_conn_request_h conn_request)
-{
-    (void)listener, (void)conn_request;
-    unreachable(__func__);
-    return UCS_ERR_UNSUPPORTED;
 }
 
 ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *params,
