@@ -17,3 +17,9 @@ check_PROGRAMS += test_faultsoak
 test_faultsoak_SOURCES = test_faultsoak.cc test_perf_run.cc testbed_probe.cc testbed_probe.h
 test_faultsoak_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 test_faultsoak_LDADD = $(GTEST_LIBS) -lpthread
+
+# tools/probe-killloop and tools/probe-junk at a small size.
+check_PROGRAMS += test_probes
+test_probes_SOURCES = test_probes.cc test_perf_run.cc
+test_probes_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
+test_probes_LDADD = $(GTEST_LIBS) -lpthread

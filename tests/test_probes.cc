@@ -1,0 +1,47 @@
+/*
+ * test_probes.cc - the reliability probes of tools/, at a size the suite can
+ * afford: ranks SIGKILLed mid-collective never take the switch down and every
+ * survivor gets an error, and junk on the public port leaves the switch
+ * serving.  The full-size runs (1,000 of each) and their figures are in
+ * RELIABILITY.md; deadlines here are generous bounds against a hang, not
+ * speed checks.
+ */
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace perf_test
+{
+struct RunResult {
+    int status = -1;
+    bool timed_out = false;
+    std::string out, err;
+};
+RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s);
+} // namespace perf_test
+
+using perf_test::run_cmd;
+
+static const std::string kTools = TOP_SRCDIR "/tools/";
+
+TEST(Probes, KilledRanksNeverTakeTheSwitchDown)
+{
+    auto r = run_cmd({"python3", kTools + "probe-killloop", "--kills", "20", "--seed", "5",
+                      "--deadline-ms", "10000", "--settle-s", "20", "--build", TOP_BUILDDIR},
+                     300);
+    ASSERT_FALSE(r.timed_out) << r.out << r.err;
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("switch crashes               0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("survivors with no error      0"), std::string::npos) << r.out;
+}
+
+TEST(Probes, JunkConnectionsLeaveTheSwitchServing)
+{
+    /* Idle CPU is measured by the probe; the bound here is loose (a spin uses ~100%). */
+    auto r = run_cmd({"python3", kTools + "probe-junk", "--conns", "100", "--seed", "5", "--hold-s",
+                      "10", "--cpu-max", "50", "--build", TOP_BUILDDIR},
+                     300);
+    ASSERT_FALSE(r.timed_out) << r.out << r.err;
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+}
