@@ -101,7 +101,9 @@ void client_send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg)
 void client_send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *text)
 {
     send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_ERROR);
-    char *msg = ctx ? strdup(text) : NULL;
+    /* A reason may quote the switch's own (up to the limit) behind a prefix: cut it to what
+       the wire carries, or the switch would take the ERROR as malformed. */
+    char *msg = ctx ? strndup(text, INCMOE_WIRE_MAX_TEXT - 1) : NULL;
     if (msg == NULL) {
         free(ctx);
         return;

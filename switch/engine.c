@@ -234,6 +234,9 @@ static void item_sent_cb(void *arg, ucs_status_t status)
         if (it->nreceiving == 0) /* else on_data still holds it and frees it */
             item_free(eng, it);
         coll_check_done(eng, job, c);
+        /* The ranks may all have left in order while this send was out: then it was the job's
+           last hold, and the job goes now (a no-op while members or holds remain). */
+        job_release(&eng->members, job);
     } else {
         item_unlink(it);
         if (it->nreceiving == 0)
@@ -322,6 +325,7 @@ static void item_reduced(engine_t *eng, item_t *it)
         return;
     }
     item_forward_result(eng, it);
+    job_release(&eng->members, job); /* as in item_sent_cb */
 }
 
 /* Forward an item whose contributions are all here, if everyone has posted. */
@@ -516,10 +520,12 @@ static void data_recv_cb(switch_rx_t *rx, ucs_status_t status)
                  "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
     it->nreceiving--;
     job->refs--;
-    if (job->state == JOB_ACTIVE && it->coll != NULL)
+    if (job->state == JOB_ACTIVE && it->coll != NULL) {
         item_arrived(eng, it, ra->from);
-    else if (it->coll == NULL && item_idle(it))
+        job_release(&eng->members, job); /* as in item_sent_cb */
+    } else if (it->coll == NULL && item_idle(it)) {
         item_free_detached(eng, it);
+    }
     free(ra);
 }
 
