@@ -508,7 +508,7 @@ static void server_wait(server_t *srv, int wake_fd, int timeout_ms)
 void server_run(server_t *srv)
 {
     const switch_engine_ops_t *ops = srv->engine_ops;
-    while (!srv->stop) {
+    while (!atomic_load(&srv->stop)) {
         while (ucp_worker_progress(srv->node.worker) != 0) {
         }
         ops->on_wake(srv->engine);

@@ -7,6 +7,7 @@
 #ifndef INCMOE_SWITCH_SERVER_H
 #define INCMOE_SWITCH_SERVER_H
 
+#include <stdatomic.h>
 #include "base/ucx_util.h"
 #include "dispatch.h"
 #include "engine_ops.h"
@@ -26,7 +27,8 @@ typedef struct server {
     const switch_engine_ops_t *engine_ops;
     void *engine;
     switch_dispatch_t dispatch; /* what a received message goes through */
-    volatile int stop;
+    /* Set by SIGINT/SIGTERM, whose handler may run on UCX's async thread. */
+    atomic_int stop;
 } server_t;
 
 void server_init(server_t *srv, const switch_settings_t *set, switch_stats_t *stats,

@@ -23,7 +23,7 @@ static void on_signal(int sig)
 {
     (void)sig;
     if (running != NULL)
-        running->stop = 1;
+        atomic_store(&running->stop, 1);
 }
 
 /* SIGINT and SIGTERM stop the switch in order; a rank gone mid-send is no SIGPIPE. */
