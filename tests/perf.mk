@@ -2,7 +2,7 @@
 # Included by tests/Makefile.am inside `if HAVE_GTEST`.
 check_PROGRAMS += test_perf_tool test_perf_testbed
 
-test_perf_tool_SOURCES = test_perf_tool.cc test_perf_run.cc
+test_perf_tool_SOURCES = test_perf_tool.cc test_perf_run.cc perf_run.h
 test_perf_tool_LDADD = $(GTEST_LIBS) -lpthread
 
 test_perf_testbed_SOURCES = test_perf_testbed.cc test_perf_run.cc testbed_probe.cc testbed_probe.h

@@ -14,6 +14,9 @@
 #include <thread>
 #include <vector>
 
+extern "C" {
+#include "base/ucx_util.h"
+}
 #include "cuda/devfifo.h"
 #include "cuda/placement.h"
 #include "fifo.h"
@@ -223,6 +226,6 @@ TEST(MoeCudaProto, PlacementFollowsUcxMemoryTypes)
 TEST(MoeCudaProto, UcxMemoryTypeQueryAnswers)
 {
     uint64_t types = 0;
-    ASSERT_EQ(moe_cuda_ucx_memory_types(&types), INCMOE_OK);
+    ASSERT_EQ(inc_ucx_memory_types(&types), INCMOE_OK);
     EXPECT_NE(types & (1ull << UCS_MEMORY_TYPE_HOST), 0u);
 }

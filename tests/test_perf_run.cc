@@ -14,21 +14,10 @@
 #include <string>
 #include <vector>
 #include "base/clock.h"
+#include "perf_run.h"
 
-/* The test_perf_* suites declare these two functions themselves (the .gitignore
-   keeps only tests/test_*.cc, so there is no shared header):
-     struct RunResult { int status; bool timed_out; std::string out, err; };
-     RunResult run_cmd(argv, timeout_s);  -- argv in its own process group, killed at the timeout
-     table_rows(out);                     -- nccl-tests table rows (lines not starting with '#')
-*/
 namespace perf_test
 {
-
-struct RunResult {
-    int status = -1; /* exit status, or 128 + signal */
-    bool timed_out = false;
-    std::string out, err;
-};
 
 RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s)
 {

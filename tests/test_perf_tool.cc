@@ -14,17 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace perf_test
-{
-/* Same definitions as in test_perf_run.cc. */
-struct RunResult {
-    int status = -1; /* exit status, or 128 + signal */
-    bool timed_out = false;
-    std::string out, err;
-};
-RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s);
-std::vector<std::vector<std::string>> table_rows(const std::string &out);
-} // namespace perf_test
+#include "perf_run.h"
 
 using perf_test::RunResult;
 

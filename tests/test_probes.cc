@@ -11,15 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace perf_test
-{
-struct RunResult {
-    int status = -1;
-    bool timed_out = false;
-    std::string out, err;
-};
-RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s);
-} // namespace perf_test
+#include "perf_run.h"
 
 using perf_test::run_cmd;
 

@@ -6,16 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace perf_test
-{
-/* Defined in test_perf_run.cc. */
-struct RunResult {
-    int status = -1; /* exit status, or 128 + signal */
-    bool timed_out = false;
-    std::string out, err;
-};
-RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s);
-} // namespace perf_test
+#include "perf_run.h"
 
 namespace testbed_probe
 {

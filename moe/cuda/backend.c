@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/ucx_util.h"
 #include "cuda/kernel.h"
 #include "cuda/placement.h"
 #include "cuda/state.h"
@@ -192,7 +193,7 @@ static incmoe_status_t cuda_create(incmoe_moe_t *L, const incmoe_moe_params_t *p
     if (st != INCMOE_OK)
         return st;
     uint64_t types = 0;
-    if ((st = moe_cuda_ucx_memory_types(&types)) != INCMOE_OK)
+    if ((st = inc_ucx_memory_types(&types)) != INCMOE_OK)
         return st;
     /* The client reduces the root's partial and copies eager payloads on the host. */
     cb->placement = moe_cuda_placement(types, 0, cb->why, sizeof(cb->why));

@@ -25,11 +25,7 @@ typedef enum {
     MOE_CUDA_BUF_DEVICE = 1,
 } moe_cuda_buf_t;
 
-/* UCX's memory types as a mask of (1 << ucs_memory_type_t): a throwaway
-   context asked with ucp_context_query.  INCMOE_OK or the UCX failure. */
-incmoe_status_t moe_cuda_ucx_memory_types(uint64_t *types_p);
-
-/* The rule above, pure: ucx_types as from moe_cuda_ucx_memory_types,
+/* The rule above, pure: ucx_types as from inc_ucx_memory_types (base/ucx_util.h),
    client_device_ok whether the client handles device memory.  why gets
    one line for the configuration string. */
 moe_cuda_buf_t moe_cuda_placement(uint64_t ucx_types, int client_device_ok, char *why,

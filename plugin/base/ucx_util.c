@@ -38,6 +38,34 @@ incmoe_status_t inc_ucx_status(ucs_status_t status)
     }
 }
 
+incmoe_status_t inc_ucx_memory_types(uint64_t *types)
+{
+    ucp_config_t *config;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) {
+        log_error("ucx", "ucp_config_read: %s", ucs_status_string(st));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_TAG | UCP_FEATURE_AM};
+    ucp_context_h ctx;
+    st = ucp_init(&params, config, &ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        log_error("ucx", "ucp_init (to ask UCX's memory types): %s", ucs_status_string(st));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    st = ucp_context_query(ctx, &attr);
+    ucp_cleanup(ctx);
+    if (st != UCS_OK) {
+        log_error("ucx", "ucp_context_query: %s", ucs_status_string(st));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    *types = attr.memory_types;
+    return INCMOE_OK;
+}
+
 incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
 {
     ucp_config_t *config;

@@ -15,6 +15,11 @@ typedef struct {
 } inc_ucx_node_t;
 
 incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node);
+
+/* The memory types (UCS_BIT(UCS_MEMORY_TYPE_*)) the UCX found at run time can move, from a
+   throwaway context: the answer depends on the library and its UCX_* settings only.  On
+   failure logs why, leaves *types untouched and returns INCMOE_ERR_TRANSPORT. */
+incmoe_status_t inc_ucx_memory_types(uint64_t *types);
 void inc_ucx_node_close(inc_ucx_node_t *node);
 
 incmoe_status_t inc_ucx_status(ucs_status_t status);
