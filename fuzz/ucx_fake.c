@@ -347,6 +347,13 @@ ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params, u
     return UCS_ERR_UNSUPPORTED;
 }
 
+ucs_status_t ucp_context_query(ucp_context_h context, ucp_context_attr_t *attr)
+{
+    (void)context, (void)attr;
+    unreachable(__func__);
+    return UCS_ERR_UNSUPPORTED;
+}
+
 ucs_status_t ucp_worker_get_address(ucp_worker_h worker, ucp_address_t **address_p,
                                     size_t *address_length_p)
 {

@@ -257,7 +257,8 @@ static void job_send_ack(membership_t *m, job_t *job)
     for (int r = 0; r < job->nranks; r++) {
         memcpy(payload + pos, &job->addr_len[r], sizeof(uint32_t));
         pos += sizeof(uint32_t);
-        memcpy(payload + pos, job->addr[r], job->addr_len[r]);
+        if (job->addr_len[r] > 0) /* a rank without an address has none to copy (NULL) */
+            memcpy(payload + pos, job->addr[r], job->addr_len[r]);
         pos += job->addr_len[r];
     }
     /* One payload shared by the N sends; it lives as long as the job, and each send holds the
@@ -330,7 +331,10 @@ static job_t *join_admit(membership_t *m, conn_t *conn, const struct inc_wire_hd
         refuse(m, conn, hdr->job, INCMOE_ERR_MISMATCH, text);
         return NULL;
     }
-    if (job->state != JOB_FORMING || job->conns[hdr->rank] != NULL) {
+    /* addr[] stays once a rank joined: a rank joins a job once, even after its first
+       connection has gone. */
+    if (job->state != JOB_FORMING || job->conns[hdr->rank] != NULL ||
+        job->addr[hdr->rank] != NULL) {
         snprintf(text, sizeof(text), "rank %u of job %llu has already joined", hdr->rank,
                  (unsigned long long)hdr->job);
         refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
@@ -438,7 +442,9 @@ void member_conn_lost(membership_t *m, conn_t *conn, const char *why)
         return;
     job->conns[conn->rank] = NULL;
     conn->job = NULL;
-    if (job->state != JOB_FAILED && !conn->left) {
+    /* A LEAVE makes a loss orderly only once the job formed: before that the job can never
+       form, and the ranks that joined hear why now. */
+    if (job->state != JOB_FAILED && (!conn->left || job->state == JOB_FORMING)) {
         m->stats->peers_lost++;
         job_fail(m, job, INCMOE_ERR_PEER_FAILED, conn->rank, "rank %d of job %llu is gone: %s",
                  conn->rank, (unsigned long long)job->id, why);
