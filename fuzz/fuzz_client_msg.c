@@ -183,15 +183,7 @@ static void comm_setup(const uint8_t *b)
 static void proxy_turn(void)
 {
     incmoe_comm_t *comm = H.comm;
-    pthread_mutex_lock(&comm->lock);
-    coll_op_t *list = comm->submit_head;
-    comm->submit_head = comm->submit_tail = NULL;
-    pthread_mutex_unlock(&comm->lock);
-    while (list != NULL) {
-        coll_op_t *op = list;
-        list = op->next;
-        client_op_start(comm, op);
-    }
+    client_drain_submissions(comm);
     if (atomic_load(&comm->error) == 0 && comm->ops->progress != NULL)
         comm->ops->progress(comm);
 }

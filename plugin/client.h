@@ -181,6 +181,8 @@ void client_send_post(incmoe_comm_t *comm, coll_op_t *op);
 
 /* Append a drained submission to its stream and start it. */
 void client_op_start(incmoe_comm_t *comm, coll_op_t *op);
+/* Proxy thread: starts every collective the posting calls queued since the last turn. */
+void client_drain_submissions(incmoe_comm_t *comm);
 /* The started collective (stream, epoch), or NULL. */
 coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch);
 /* The collective finished its part of the work; retire what can be retired. */

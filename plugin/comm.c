@@ -167,7 +167,7 @@ static void send_pending_abort(incmoe_comm_t *comm)
         client_send_error(comm, (incmoe_status_t)atomic_load(&comm->error), text);
 }
 
-static void drain_submissions(incmoe_comm_t *comm)
+void client_drain_submissions(incmoe_comm_t *comm)
 {
     pthread_mutex_lock(&comm->lock);
     coll_op_t *list = comm->submit_head;
@@ -200,7 +200,7 @@ static void *proxy_main(void *arg)
             did = 1;
         run_calls(comm);
         send_pending_abort(comm);
-        drain_submissions(comm);
+        client_drain_submissions(comm);
         if (atomic_load(&comm->error) == 0) {
             if (comm->ops->progress != NULL)
                 comm->ops->progress(comm);
