@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static server_t *running;
 
@@ -260,13 +261,18 @@ static int serve(const switch_settings_t *set, const char *listen)
     server_run(&srv);
     server_stop(&srv);
     engine_fini(&eng);
+    /* CPU time (every thread) beside the bytes moved: BENCHMARKS.md's switch CPU per GB. */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
     log_info("switch",
              "stopped: %llu jobs (%llu failed, %llu refused), %llu bad messages, %llu ranks lost, "
-             "%llu bytes in, %llu out, peak %zu bytes buffered",
+             "%llu bytes in, %llu out, peak %zu bytes buffered, cpu %.3f s user %.3f s sys",
              (unsigned long long)stats.jobs_started, (unsigned long long)stats.jobs_failed,
              (unsigned long long)stats.jobs_refused, (unsigned long long)stats.bad_messages,
              (unsigned long long)stats.peers_lost, (unsigned long long)stats.bytes_in,
-             (unsigned long long)stats.bytes_out, stats.mem_peak);
+             (unsigned long long)stats.bytes_out, stats.mem_peak,
+             (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6,
+             (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
     return 0;
 }
 
