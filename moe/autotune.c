@@ -6,12 +6,12 @@
  * token count.  A three-stage pipeline of nb bands takes about
  *     (nb + 2) * stage / nb + nb * overhead
  * where stage is the slowest of AllGather, FFN and ReduceScatter over the
- * whole layer and overhead is a band's fixed cost (collective latency, the
- * barrier, smaller GEMMs); the minimum is at nb = sqrt(2 * stage / overhead).
- * The model's inputs are settings (link bandwidth, GEMM rate, band cost) so
- * they can be calibrated on a testbed; every input that shapes the
- * collectives is the same on all ranks, so all ranks choose alike (and the
- * forward's header exchange checks that they did).
+ * whole layer and overhead is a band's fixed cost (collective latency,
+ * smaller GEMMs); the minimum is at nb = sqrt(2 * stage / overhead).
+ * The model's inputs (a band's fixed cost, a byte's time on the link, a
+ * flop's time) are measured or set when the layer is created and agreed by
+ * every rank (calibrate.c), so all ranks choose alike from the same numbers
+ * (and the forward's header exchange checks that they did).
  */
 #include "layer.h"
 
@@ -92,22 +92,17 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cf
     /* Band count from the stage-cost model. */
     if (c.nbands <= 0) {
         /* A setting out of its range is logged and its default used: the layer still runs. */
-        long long env, mbps, gflops, band_us;
+        long long env;
         (void)inc_config_get_int("INCMOE_MOE_BANDS", &env); /* 0 when unset */
         if (env > 0) {
             c.nbands = clampi(env, 1, INCMOE_MOE_MAX_BANDS);
         } else {
-            (void)inc_config_get_int("INCMOE_MOE_LINK_MBPS", &mbps);
-            (void)inc_config_get_int("INCMOE_MOE_GFLOPS", &gflops);
-            (void)inc_config_get_int("INCMOE_MOE_BAND_US", &band_us);
-            double bw = (double)mbps * 1e6 / 8;
-            double flops = (double)gflops * 1e9;
-            double ovh = (double)band_us * 1e-6;
+            double ovh = L->model.band_s;
             double others = (double)(L->N - 1) * (double)tmax;
-            double t_ag = others * (double)L->grow / (bw > 0 ? bw : 1);
-            double t_rs = others * (double)L->zrow / (bw > 0 ? bw : 1);
+            double t_ag = others * (double)L->grow * L->model.byte_s;
+            double t_rs = others * (double)L->zrow * L->model.byte_s;
             /* Each rank runs its experts over about tmax * k routed rows. */
-            double t_ffn = (double)tmax * L->k * 6.0 * L->H * L->I / (flops > 0 ? flops : 1);
+            double t_ffn = (double)tmax * L->k * 6.0 * L->H * L->I * L->model.flop_s;
             double stage = fmax(fmax(t_ag, t_rs), t_ffn);
             double nb = ovh > 0 ? sqrt(2 * stage / ovh) : 8;
             /* Bands of fewer than 8 rows only add fixed costs. */

@@ -25,7 +25,7 @@ typedef struct {
     uint64_t gather_copied[INCMOE_MOE_MAX_WORKERS];
     uint64_t ag_ready;
     uint64_t compute_done[INCMOE_MOE_MAX_WORKERS];
-    uint64_t barrier_done;
+    uint64_t rs_ready; /* band's partials all written (and, where it syncs, every rank there) */
     uint64_t rs_turn;
     int32_t abort;
     uint32_t bell;      /* rung by every publication and by abort (host waits sleep on it) */
@@ -41,11 +41,14 @@ typedef enum {
     MOE_FAIL_WAIT_AG,
     MOE_FAIL_WAIT_FFN,
     MOE_FAIL_BARRIER,
-    MOE_FAIL_WAIT_BARRIER,
+    MOE_FAIL_WAIT_RS_READY,
     MOE_FAIL_WAIT_RS_TURN,
     MOE_FAIL_RS_POST,
     MOE_FAIL_RS,
 } moe_fail_t;
+
+/* Most collectives one poster keeps posted and not yet waited for (INCMOE_MOE_DEPTH). */
+#define MOE_MAX_DEPTH 8
 
 typedef struct {
     /* shape */
@@ -60,6 +63,8 @@ typedef struct {
     int G, C, R, tail;     /* gather / compute / reduce workers, tail bands */
     size_t tmax;           /* rows per block */
     size_t nb;             /* bands (1 in baseline mode) */
+    int depth;             /* 1..MOE_MAX_DEPTH collectives in flight per poster */
+    size_t sync_every;     /* a band barrier before bands k * sync_every; 0 = none */
     const size_t *counts;  /* [N] tokens per rank */
     const size_t *valid_g; /* [N] bytes of data per gather block (read by the proxy) */
     const size_t *valid_z; /* [N] bytes of data per reduce block (read by the proxy) */

@@ -24,9 +24,9 @@
 
 _Static_assert(sizeof(moe_hdr_t) <= MOE_HDR_BYTES, "header fits its block");
 
-/* Waits for req at most L->timeout_ms, sleeping with a backoff (capped at 1 ms):
-   a rank that left the job early must not hold the others here for ever. */
-static incmoe_status_t wait_bounded(incmoe_moe_t *L, const incmoe_req_t *req)
+/* Sleeps with a backoff (capped at 1 ms): a rank that left the job early must not hold the
+   others here for ever. */
+incmoe_status_t moe_wait_bounded(incmoe_moe_t *L, const incmoe_req_t *req)
 {
     double deadline = inc_now_ms() + L->timeout_ms;
     long ns = 10000;
@@ -53,7 +53,7 @@ incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
     incmoe_status_t st = incmoe_allgather(L->comm, L->hdr_mr, (size_t)L->rank * MOE_HDR_BYTES,
                                           L->hdr_mr, 0, &layout, &req);
     if (st == INCMOE_OK)
-        st = wait_bounded(L, &req);
+        st = moe_wait_bounded(L, &req);
     if (st != INCMOE_OK) {
         char why[256] = "";
         incmoe_comm_error(L->comm, why, sizeof(why));

@@ -177,8 +177,19 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
                       .H = L->H,
                       .I = L->I,
                       .dtype = (int32_t)L->dtype,
-                      .max_tokens = (int32_t)L->max_tokens};
+                      .max_tokens = (int32_t)L->max_tokens,
+                      .calib = calib_wanted(L)};
     st = exchange(L, &mine, "create");
+    if (st == INCMOE_OK) {
+        /* Every rank read every header: all measure, or none. */
+        int32_t calib = 0;
+        for (int s = 0; s < L->N; s++) {
+            moe_hdr_t h;
+            memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+            calib |= h.calib;
+        }
+        st = calib_agree(L, calib != 0);
+    }
     if (st != INCMOE_OK) {
         incmoe_moe_destroy(L);
         return st;
@@ -272,7 +283,7 @@ static const char *fail_name(int32_t what)
         [MOE_FAIL_WAIT_AG] = "wait for AllGather",
         [MOE_FAIL_WAIT_FFN] = "wait for expert FFNs",
         [MOE_FAIL_BARRIER] = "band barrier",
-        [MOE_FAIL_WAIT_BARRIER] = "wait for band barrier",
+        [MOE_FAIL_WAIT_RS_READY] = "wait for the band's partials",
         [MOE_FAIL_WAIT_RS_TURN] = "wait for ReduceScatter turn",
         [MOE_FAIL_RS_POST] = "ReduceScatter post",
         [MOE_FAIL_RS] = "ReduceScatter",

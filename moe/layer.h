@@ -42,6 +42,12 @@ struct incmoe_moe {
     size_t valid_g[INCMOE_MAX_RANKS];
     size_t valid_z[INCMOE_MAX_RANKS];
 
+    /* The configuration model's inputs, agreed by every rank at create (calibrate.c):
+       seconds of a band's fixed cost, of one byte on the link, of one FFN flop. */
+    struct {
+        double band_s, byte_s, flop_s;
+    } model;
+
     int failed;                 /* a forward failed mid-pipeline: the layer is unusable */
     incmoe_moe_timing_t timing; /* of the last successful forward */
     uint64_t band_total;        /* bands finished so far, all forwards */
@@ -50,6 +56,13 @@ struct incmoe_moe {
 
 /* --- autotune.c --- */
 void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_p);
+
+/* --- calibrate.c --- */
+/* Whether this rank asks for the model's costs to be measured (every rank's wish is in the
+   create exchange; they measure if any asks). */
+int calib_wanted(const incmoe_moe_t *L);
+/* Measures (if measure_costs) and agrees L->model with every rank: collective. */
+incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs);
 
 /* --- plan.c --- */
 /* The rank hosting expert e (placement NULL: contiguous E/N per rank). */
@@ -77,10 +90,13 @@ typedef struct {
     uint64_t hash; /* create: placement; forward: token counts */
     int32_t E, k, H, I, dtype, max_tokens;
     int32_t mode, nb, gather, reduce, tail;
+    int32_t calib; /* create: this rank asks for the model's costs to be measured */
 } moe_hdr_t;
 
 /* AllGathers every rank's header (bounded by L->timeout_ms) and judges them
    all the same way on every rank: INCMOE_OK, or the same error everywhere. */
 incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what);
+/* Waits for req at most L->timeout_ms. */
+incmoe_status_t moe_wait_bounded(incmoe_moe_t *L, const incmoe_req_t *req);
 
 #endif

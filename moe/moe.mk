@@ -17,6 +17,7 @@ libincmoe_moe_la_SOURCES = \
 	exchange.c \
 	plan.c \
 	autotune.c \
+	calibrate.c \
 	cpu/cpu.h cpu/prims.h cpu/elem.h \
 	cpu/backend.c \
 	cpu/pool.c \

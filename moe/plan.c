@@ -4,7 +4,9 @@
  */
 #include <stdlib.h>
 
+#include "base/config.h"
 #include "base/hash.h"
+#include "base/wire.h"
 #include "layer.h"
 #include "plan.h"
 
@@ -27,6 +29,44 @@ incmoe_status_t plan_place_experts(incmoe_moe_t *L, const int *placement)
     }
     L->placement_hash = h;
     return INCMOE_OK;
+}
+
+/*
+ * Bands between two band barriers, or 0 when the forward needs none.
+ *
+ * No band needs a barrier for its data (roles.h), but the switch keeps only
+ * INCMOE_WIRE_OPEN_EPOCHS epochs of a stream open past the oldest it has not
+ * retired and fails the job on a later one.  A ReduceScatter part in which a
+ * rank receives nothing completes on that rank without the others, so
+ * nothing else bounds how many parts a fast rank posts ahead.  At the
+ * forward's header exchange every rank had completed every earlier
+ * collective; at a barrier before band j every rank had completed every part
+ * of bands before j - MOE_MAX_DEPTH - 1 (a reduce worker finishes band i
+ * before posting i + depth, and posts in turn).  So a fast rank is at most
+ * (sync_every + MOE_MAX_DEPTH + 1) bands of parts ahead of what every rank
+ * completed, which this keeps within half the window: the other half covers
+ * what the switch has forwarded but not yet seen delivered.  The AllGathers
+ * (at most INCMOE_MOE_MAX_BANDS + 1 a forward) always fit.  Only ranks' agreed
+ * values enter, so every rank places the barriers alike.
+ */
+static size_t plan_sync_every(const moe_ctx_t *c)
+{
+    const uint64_t limit = INCMOE_WIRE_OPEN_EPOCHS / 2;
+    const uint64_t per_band = (uint64_t)c->R + (uint64_t)c->G;
+    if (!c->pipelined || plan_rs_parts_before(c, c->nb) <= limit)
+        return 0;
+    uint64_t k = limit / per_band;
+    k = k > MOE_MAX_DEPTH + 2 ? k - MOE_MAX_DEPTH - 1 : 1;
+    return (size_t)k;
+}
+
+/* INCMOE_MOE_DEPTH: collectives one poster keeps in flight (a setting out of range is
+   logged and its default used). */
+static int plan_depth(void)
+{
+    long long d;
+    (void)inc_config_get_int("INCMOE_MOE_DEPTH", &d);
+    return d < 1 ? 1 : d > MOE_MAX_DEPTH ? MOE_MAX_DEPTH : (int)d;
 }
 
 void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const incmoe_moe_config_t *cfg,
@@ -54,6 +94,8 @@ void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const incmoe_moe_conf
     c->tail = cfg->tail_bands;
     c->tmax = tmax;
     c->nb = (size_t)cfg->nbands;
+    c->depth = plan_depth();
+    c->sync_every = plan_sync_every(c);
     c->counts = L->counts;
     c->valid_g = L->valid_g;
     c->valid_z = L->valid_z;

@@ -98,6 +98,12 @@ BAND_FN void plan_rs_trigger(const moe_ctx_t *x, band_t b, incmoe_fifo_trigger_t
     t->valid = x->valid_z;
 }
 
+/* Whether band j's ReduceScatter waits for a barrier of every rank (ctx.h: sync_every). */
+BAND_FN int plan_band_syncs(const moe_ctx_t *x, size_t j)
+{
+    return x->pipelined && x->sync_every > 0 && j > 0 && j % x->sync_every == 0;
+}
+
 /* The barrier between ranks before a band's ReduceScatter. */
 BAND_FN void plan_barrier_trigger(incmoe_fifo_trigger_t *t)
 {

@@ -28,7 +28,20 @@
  * - each collective stream has one poster at a time, in band order: the
  *   AllGather from gather worker 0, the barrier from reduce worker 0, the
  *   ReduceScatter parts from the reduce workers in turn (the rs_turn ticket);
+ * - a poster keeps at most x->depth of its collectives posted and not yet
+ *   waited for, so a completion travelling back never idles its link while
+ *   it still has data to send;
  * - a loop that fails calls prim_abort and returns; it never reports.
+ *
+ * No rank waits for the others between bands: what this rank receives for a
+ * band lands only once it posted that band itself (in-network, the switch
+ * forwards nothing of a collective before every rank posted it and holds the
+ * early contributions within their credits; in the ring, chunks of a
+ * collective this rank has not posted wait at the sender or in its pending
+ * list), and it posts a band's ReduceScatter only after its own partials are
+ * written.  What bounds a fast rank's lead is the switch's window of open
+ * epochs; plan_band_syncs says when a band barrier keeps a long forward
+ * inside it.
  *
  * Baseline mode is the same loops with one band, no band barrier and no
  * local reduction (its own rows go through the ReduceScatter like the
@@ -46,51 +59,49 @@
 #endif
 
 /* Gather worker g: its share of this rank's rows of every band, then (worker
-   0) the band's AllGather, one queued behind the one in flight. */
+   0) the band's AllGather, up to x->depth of them in flight. */
 ROLE_FN int role_gather_bands(const moe_ctx_t *x, int g)
 {
-    uint64_t prev = 0; /* ticket of the AllGather still in flight */
-    for (size_t j = 0; j < x->nb; j++) {
-        band_t b = band_get(x->tmax, x->nb, j);
-        band_t own = {b.start, band_valid_rows(b, x->counts[x->rank])};
-        prim_pack_rows(x, band_split(own, (size_t)x->G, (size_t)g));
-        prim_publish(x, &x->cnt->gather_copied[g], x->band_base + j + 1);
-        if (g != 0)
+    const size_t D = (size_t)x->depth;
+    uint64_t tickets[MOE_MAX_DEPTH]; /* band i's AllGather: tickets[i % MOE_MAX_DEPTH] */
+    for (size_t j = 0; j < x->nb + D - 1; j++) {
+        if (j < x->nb) {
+            band_t b = band_get(x->tmax, x->nb, j);
+            band_t own = {b.start, band_valid_rows(b, x->counts[x->rank])};
+            prim_pack_rows(x, band_split(own, (size_t)x->G, (size_t)g));
+            prim_publish(x, &x->cnt->gather_copied[g], x->band_base + j + 1);
+            if (g != 0)
+                continue;
+            for (int g2 = 1; g2 < x->G; g2++) {
+                incmoe_status_t st =
+                    prim_wait_geq(x, &x->cnt->gather_copied[g2], x->band_base + j + 1);
+                if (st != INCMOE_OK) {
+                    prim_abort(x, st, MOE_FAIL_GATHER_COPY, j);
+                    return -1;
+                }
+            }
+            incmoe_fifo_trigger_t t;
+            plan_ag_trigger(x, b, &t);
+            incmoe_status_t st = prim_post(x, &t, &tickets[j % MOE_MAX_DEPTH]);
+            if (st != INCMOE_OK) {
+                prim_abort(x, st, MOE_FAIL_AG_POST, j);
+                return -1;
+            }
+        } else if (g != 0) {
+            break;
+        }
+        /* Band w = j - (D - 1) is waited for once D - 1 later ones are queued behind
+           it, so the receive direction never idles while its completion travels back. */
+        if (j + 1 < D)
             continue;
-        for (int g2 = 1; g2 < x->G; g2++) {
-            incmoe_status_t st = prim_wait_geq(x, &x->cnt->gather_copied[g2], x->band_base + j + 1);
-            if (st != INCMOE_OK) {
-                prim_abort(x, st, MOE_FAIL_GATHER_COPY, j);
-                return -1;
-            }
-        }
-        incmoe_fifo_trigger_t t;
-        uint64_t ticket = 0;
-        plan_ag_trigger(x, b, &t);
-        incmoe_status_t st = prim_post(x, &t, &ticket);
+        size_t w = j + 1 - D;
+        incmoe_status_t st =
+            prim_wait_ticket(x, INCMOE_STREAM_ALLGATHER, tickets[w % MOE_MAX_DEPTH]);
         if (st != INCMOE_OK) {
-            prim_abort(x, st, MOE_FAIL_AG_POST, j);
+            prim_abort(x, st, MOE_FAIL_AG, w);
             return -1;
         }
-        /* Keep one AllGather queued behind the one in flight, so the receive
-           direction never idles while a completion travels back. */
-        if (j > 0) {
-            st = prim_wait_ticket(x, INCMOE_STREAM_ALLGATHER, prev);
-            if (st != INCMOE_OK) {
-                prim_abort(x, st, MOE_FAIL_AG, j - 1);
-                return -1;
-            }
-            prim_publish(x, &x->cnt->ag_ready, x->band_base + j);
-        }
-        prev = ticket;
-    }
-    if (g == 0 && x->nb > 0) {
-        incmoe_status_t st = prim_wait_ticket(x, INCMOE_STREAM_ALLGATHER, prev);
-        if (st != INCMOE_OK) {
-            prim_abort(x, st, MOE_FAIL_AG, x->nb - 1);
-            return -1;
-        }
-        prim_publish(x, &x->cnt->ag_ready, x->band_base + x->nb);
+        prim_publish(x, &x->cnt->ag_ready, x->band_base + w + 1);
     }
     return 0;
 }
@@ -121,7 +132,9 @@ typedef struct {
     uint64_t ticket;
 } rs_pending_t;
 
-/* Barrier (worker 0) and the post of part q of band j's ReduceScatter. */
+/* Part q of band j's ReduceScatter, posted once every compute worker wrote
+   the band (worker 0 checks and, where plan_band_syncs asks, first meets the
+   other ranks at a barrier; the others wait for its word). */
 ROLE_FN int role_reduce_post(const moe_ctx_t *x, size_t j, int q, rs_pending_t *out)
 {
     moe_counters_t *k = x->cnt;
@@ -134,9 +147,9 @@ ROLE_FN int role_reduce_post(const moe_ctx_t *x, size_t j, int q, rs_pending_t *
                 return -1;
             }
         }
-        /* Cross-rank band barrier: no rank's ReduceScatter of band j starts
-           before every rank has written its partials of band j. */
-        if (x->pipelined) {
+        /* Not for correctness (see the top of this file): it keeps the epochs a
+           fast rank posts ahead of the slowest within the switch's open window. */
+        if (plan_band_syncs(x, j)) {
             incmoe_fifo_trigger_t t;
             uint64_t ticket = 0;
             plan_barrier_trigger(&t);
@@ -148,9 +161,9 @@ ROLE_FN int role_reduce_post(const moe_ctx_t *x, size_t j, int q, rs_pending_t *
                 return -1;
             }
         }
-        prim_publish(x, &k->barrier_done, bandc);
-    } else if ((st = prim_wait_geq(x, &k->barrier_done, bandc)) != INCMOE_OK) {
-        prim_abort(x, st, MOE_FAIL_WAIT_BARRIER, j);
+        prim_publish(x, &k->rs_ready, bandc);
+    } else if ((st = prim_wait_geq(x, &k->rs_ready, bandc)) != INCMOE_OK) {
+        prim_abort(x, st, MOE_FAIL_WAIT_RS_READY, j);
         return -1;
     }
     band_t b = band_get(x->tmax, x->nb, j);
@@ -190,21 +203,24 @@ ROLE_FN int role_reduce_finish(const moe_ctx_t *x, rs_pending_t *pd)
     return 0;
 }
 
-/* Reduce worker q's share of bands from..nb-1: the band barrier (worker 0),
-   its ReduceScatter parts, the root's local reduction; 0, or -1 once aborted. */
+/* Reduce worker q's share of bands from..nb-1: the band barrier where needed
+   (worker 0), its ReduceScatter parts, up to x->depth in flight, and the
+   root's local reduction of each once it completed; 0, or -1 once aborted. */
 ROLE_FN int role_reduce_bands(const moe_ctx_t *x, size_t from, int q)
 {
-    rs_pending_t pend = {0, 0, {0, 0}, 0};
-    /* Post band j before finishing band j-1, so the send direction does not
-       idle while a completion travels back (and worker 0's barrier for band j
-       overlaps band j-1's ReduceScatter). */
-    for (size_t j = from; j < x->nb; j++) {
-        rs_pending_t cur = {0, 0, {0, 0}, 0};
-        if (role_reduce_post(x, j, q, &cur) != 0 || role_reduce_finish(x, &pend) != 0)
+    const size_t D = (size_t)x->depth;
+    rs_pending_t pend[MOE_MAX_DEPTH]; /* band i's part: pend[i % MOE_MAX_DEPTH] */
+    for (size_t i = 0; i < MOE_MAX_DEPTH; i++)
+        pend[i].live = 0;
+    /* Band j is posted before band j - (D - 1) is finished, so the send
+       direction does not idle while a completion travels back. */
+    for (size_t j = from; j < x->nb + D - 1; j++) {
+        if (j < x->nb && role_reduce_post(x, j, q, &pend[j % MOE_MAX_DEPTH]) != 0)
             return -1;
-        pend = cur;
+        if (j + 1 >= from + D && role_reduce_finish(x, &pend[(j + 1 - D) % MOE_MAX_DEPTH]) != 0)
+            return -1;
     }
-    return role_reduce_finish(x, &pend);
+    return 0;
 }
 
 /* Gather worker g, then tail assistance: it joins the reduction of the last bands. */

@@ -240,6 +240,9 @@ TEST(MoeConfig, ChoiceOverridesAndPrint)
         unsetenv("INCMOE_MOE_BANDS");
         unsetenv("INCMOE_MOE_WORKERS");
         unsetenv("INCMOE_MOE_TAIL");
+        /* The model's costs are fixed when the layer is created. */
+        setenv("INCMOE_MOE_GFLOPS", "1", 1);
+        setenv("INCMOE_MOE_BAND_US", "10", 1);
         incmoe_moe_t *L;
         if (incmoe_moe_create(&prm, &L) != INCMOE_OK)
             return "create failed";
@@ -252,8 +255,6 @@ TEST(MoeConfig, ChoiceOverridesAndPrint)
         /* One rank has no communication: the FFN is the stage, 4096 tokens of this
            shape take 6.3 ms at 1 GFLOP/s; with 10 us per band the model wants
            sqrt(2 * 6.3 ms / 10 us) = 35 bands. */
-        setenv("INCMOE_MOE_GFLOPS", "1", 1);
-        setenv("INCMOE_MOE_BAND_US", "10", 1);
         incmoe_moe_config_for(L, big, &c);
         if (err.empty() && (c.nbands < 30 || c.nbands > 40 || c.tail_bands != 1))
             err = "4096 tokens: expected about 35 bands with one tail band, got nb=" +

@@ -42,11 +42,22 @@ const inc_config_entry_t inc_config_table[] = {
      TEXT},
     {"INCMOE_MOE_TAIL", NULL, "MoE layer: last bands the gather workers help reduce (0 = off)",
      INC_CONFIG_INT, 0, 1 << 20},
-    {"INCMOE_MOE_LINK_MBPS", "1000", "MoE layer config model: per-rank link bandwidth, Mbit/s",
+    {"INCMOE_MOE_DEPTH", "4",
+     "MoE layer: collectives each poster keeps in flight (AllGathers, each reduce worker's "
+     "ReduceScatters)",
+     INC_CONFIG_INT, 1, 8},
+    {"INCMOE_MOE_CALIBRATE", "1",
+     "MoE layer: measure the link and band costs below at create where unset (0 = defaults)",
+     INC_CONFIG_INT, 0, 1},
+    {"INCMOE_MOE_LINK_MBPS", "1000",
+     "MoE layer config model: per-rank link bandwidth, Mbit/s (unset: measured; slowest rank's)",
      INC_CONFIG_INT, 1, 1 << 30},
-    {"INCMOE_MOE_GFLOPS", "20", "MoE layer config model: GEMM rate of one compute worker",
-     INC_CONFIG_INT, 1, 1 << 30},
-    {"INCMOE_MOE_BAND_US", "4000", "MoE layer config model: fixed cost of one band, microseconds",
+    {"INCMOE_MOE_GFLOPS", "20",
+     "MoE layer config model: GEMM rate of one compute worker (slowest rank's)", INC_CONFIG_INT, 1,
+     1 << 30},
+    {"INCMOE_MOE_BAND_US", "4000",
+     "MoE layer config model: fixed cost of one band, microseconds (unset: measured; slowest "
+     "rank's)",
      INC_CONFIG_INT, 0, 1 << 30},
 };
 #undef TEXT

@@ -1,0 +1,149 @@
+/*
+ * calibrate.c - the inputs of the configuration model (autotune.c), fixed
+ * once per layer when it is created and agreed by every rank.
+ *
+ * Each rank brings three costs: a band's fixed cost, a byte's time on the
+ * link and a flop's time in the FFN.  A setting that is set
+ * (INCMOE_MOE_BAND_US, INCMOE_MOE_LINK_MBPS, INCMOE_MOE_GFLOPS) gives its
+ * cost; an unset link or band cost is measured on the layer's own
+ * communicator with a few AllGathers (when INCMOE_MOE_CALIBRATE allows and
+ * some rank's configuration is chosen automatically), else the setting's
+ * default is used.  An AllReduce(max) then gives every rank the slowest
+ * rank's costs, so all ranks choose the same configuration from the same
+ * numbers whatever each measured.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "layer.h"
+
+#define SUBSYS "moe"
+
+#define PROBE_SMALL_ROUNDS 3
+#define PROBE_BULK_ROUNDS  2
+#define PROBE_BULK_BYTES                                                                           \
+    (256u << 10) /* per rank: long enough to be bandwidth, short at 100 Mbit/s */
+#define FS_PER_S 1e15
+
+/* Whether the named setting is set in the environment (not just defaulted). */
+static int setting_is_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && *v != '\0';
+}
+
+int calib_wanted(const incmoe_moe_t *L)
+{
+    long long on;
+    (void)inc_config_get_int("INCMOE_MOE_CALIBRATE", &on);
+    if (!on || L->override.nbands > 0 || setting_is_set("INCMOE_MOE_BANDS"))
+        return 0;
+    return !setting_is_set("INCMOE_MOE_BAND_US") || !setting_is_set("INCMOE_MOE_LINK_MBPS");
+}
+
+/* Posts an AllGather, waits for it at most L->timeout_ms; its time in seconds in *t_p. */
+static incmoe_status_t timed_allgather(incmoe_moe_t *L, incmoe_mr_t *mr, size_t stride,
+                                       size_t bytes, double *t_p)
+{
+    incmoe_layout_t layout = {stride, 0, bytes, NULL};
+    incmoe_req_t req;
+    double t0 = inc_now_s();
+    incmoe_status_t st =
+        incmoe_allgather(L->comm, mr, (size_t)L->rank * stride, mr, 0, &layout, &req);
+    if (st == INCMOE_OK)
+        st = moe_wait_bounded(L, &req);
+    *t_p = inc_now_s() - t0;
+    return st;
+}
+
+/* This rank's fixed cost of one collective and time of one received byte, measured. */
+static incmoe_status_t measure(incmoe_moe_t *L, double *lat_p, double *byte_p)
+{
+    double lat = 1e30, bulk = 1e30, t;
+    incmoe_status_t st;
+    for (int i = 0; i < PROBE_SMALL_ROUNDS; i++) {
+        if ((st = timed_allgather(L, L->hdr_mr, MOE_HDR_BYTES, 64, &t)) != INCMOE_OK)
+            return st;
+        lat = t < lat ? t : lat;
+    }
+    /* The gather buffer is free until the first forward packs it. */
+    size_t stride = L->max_tokens * L->grow;
+    size_t bytes = stride < PROBE_BULK_BYTES ? stride : PROBE_BULK_BYTES;
+    *lat_p = lat;
+    *byte_p = 0;
+    if (bytes == 0 || L->N < 2)
+        return INCMOE_OK;
+    incmoe_mr_t *xg_mr = (incmoe_mr_t *)(uintptr_t)L->ctx.xg_mr;
+    for (int i = 0; i < PROBE_BULK_ROUNDS; i++) {
+        if ((st = timed_allgather(L, xg_mr, stride, bytes, &t)) != INCMOE_OK)
+            return st;
+        bulk = t < bulk ? t : bulk;
+    }
+    /* Each rank receives N-1 blocks (ring and in-network alike). */
+    *byte_p = (bulk > lat ? bulk - lat : 0) / ((double)(L->N - 1) * (double)bytes);
+    return INCMOE_OK;
+}
+
+static uint64_t to_fs(double s)
+{
+    double v = s * FS_PER_S;
+    return v <= 0 ? 0 : v > 1e18 ? (uint64_t)1e18 : (uint64_t)(v + 0.5);
+}
+
+/* A setting's cost: its value (set, or its default) v as scale * v, or (scale < 0) as
+   -scale / v. */
+static double setting_cost(const char *name, double scale)
+{
+    long long v;
+    (void)inc_config_get_int(name, &v);
+    if (scale >= 0)
+        return scale * (double)v;
+    return v > 0 ? -scale / (double)v : 0;
+}
+
+incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
+{
+    double lat = 0, byte = 0;
+    incmoe_status_t st = INCMOE_OK;
+    if (measure_costs && (st = measure(L, &lat, &byte)) != INCMOE_OK)
+        return st;
+    /* A band pays the fixed cost of its AllGather and of its ReduceScatter. */
+    double band_s = measure_costs && !setting_is_set("INCMOE_MOE_BAND_US")
+                        ? 2 * lat
+                        : setting_cost("INCMOE_MOE_BAND_US", 1e-6);
+    double byte_s = measure_costs && !setting_is_set("INCMOE_MOE_LINK_MBPS")
+                        ? byte
+                        : setting_cost("INCMOE_MOE_LINK_MBPS", -8e-6);
+    double flop_s = setting_cost("INCMOE_MOE_GFLOPS", -1e-9);
+
+    uint64_t *mine = (uint64_t *)L->hdr, *all = mine + 4;
+    mine[0] = to_fs(band_s);
+    mine[1] = to_fs(byte_s);
+    mine[2] = to_fs(flop_s);
+    incmoe_req_t req;
+    st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, 4 * sizeof(uint64_t), 3, INCMOE_UINT64,
+                          INCMOE_MAX, &req);
+    if (st == INCMOE_OK)
+        st = moe_wait_bounded(L, &req);
+    if (st != INCMOE_OK) {
+        char why[256] = "";
+        incmoe_comm_error(L->comm, why, sizeof(why));
+        log_error(SUBSYS, "rank %d: create: agreeing on the configuration model failed: %s (%s)",
+                  L->rank, incmoe_strerror(st), why);
+        return st;
+    }
+    L->model.band_s = (double)all[0] / FS_PER_S;
+    L->model.byte_s = (double)all[1] / FS_PER_S;
+    L->model.flop_s = (double)all[2] / FS_PER_S;
+    log_info(SUBSYS,
+             "rank %d: configuration model: band %.0f us, link %.1f Mbit/s, %.2f GFLOP/s (%s; "
+             "this rank's: %.0f us, %.1f Mbit/s)",
+             L->rank, L->model.band_s * 1e6, 8e-6 / L->model.byte_s, 1e-9 / L->model.flop_s,
+             measure_costs ? "measured where not set, slowest rank" : "settings, slowest rank",
+             band_s * 1e6, byte_s > 0 ? 8e-6 / byte_s : 0.0);
+    return INCMOE_OK;
+}
