@@ -212,6 +212,82 @@ TEST_P(MoeLayer, AutomaticConfiguration)
     run_cases(2, GetParam(), cases);
 }
 
+/* More parts than half the switch's epoch window in one forward, most of them
+   in bands past every rank's tokens (they complete on a rank without the
+   others): the band barriers that remain keep a fast rank inside the window. */
+TEST_P(MoeLayer, ManyPartsStayInEpochWindow)
+{
+    std::vector<Case> cases;
+    cases.push_back(Case{shape(2, 4, 2, INCMOE_FLOAT32), {9, 4}, {cfg(256, 16, 1, 16, 256)}});
+    run_cases(2, GetParam(), cases);
+}
+
+namespace
+{
+
+/* One layer of `c`'s first configuration, a pipelined forward at each depth: every output
+   bitwise equal to depth 1's. */
+std::string run_depths(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed)
+{
+    moeref::Problem p = moeref::make_problem(c.shape, c.counts, seed);
+    std::vector<uint8_t> g, u, d;
+    moeref::local_weights(p, rank, &g, &u, &d);
+    incmoe_moe_params_t prm;
+    incmoe_moe_params_init(&prm);
+    prm.num_experts = c.shape.E, prm.top_k = c.shape.k, prm.hidden = c.shape.H;
+    prm.intermediate = c.shape.I, prm.dtype = c.shape.dtype, prm.comm = comm;
+    prm.max_tokens = 64, prm.timeout_ms = 20000, prm.config = c.configs[0];
+    prm.w_gate = g.data(), prm.w_up = u.data(), prm.w_down = d.data();
+    incmoe_moe_t *L;
+    if (incmoe_moe_create(&prm, &L) != INCMOE_OK)
+        return "create failed";
+    std::string err;
+    std::vector<uint8_t> first;
+    for (const char *depth : {"1", "2", "3", "8", "1"}) {
+        setenv("INCMOE_MOE_DEPTH", depth, 1);
+        std::vector<uint8_t> out;
+        err = forward(L, INCMOE_MOE_PIPELINED, p, rank, &out);
+        if (!err.empty())
+            break;
+        if (first.empty())
+            first = out;
+        else if (out != first) {
+            err = std::string("depth ") + depth + ": output differs from depth 1's";
+            break;
+        }
+    }
+    unsetenv("INCMOE_MOE_DEPTH");
+    incmoe_moe_destroy(L);
+    return err;
+}
+
+} // namespace
+
+/* The depth of the posting queues changes no result. */
+TEST_P(MoeLayer, DepthKeepsResultsBitwise)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    const Case cases[] = {
+        {shape(3, 6, 3, INCMOE_FLOAT32), {23, 0, 17}, {cfg(7, 2, 2, 2, 2)}},
+        {shape(3, 6, 3, INCMOE_BFLOAT16), {5, 11, 9}, {cfg(11, 1, 1, 3, 0)}},
+    };
+    auto res = harness::run_ranks(3, [&](int rank) -> std::string {
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        std::string err;
+        incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, 3, GetParam(), &err);
+        if (comm == nullptr)
+            return err;
+        for (size_t i = 0; i < 2 && err.empty(); i++)
+            err = run_depths(comm, rank, cases[i], 7 + i);
+        incmoe_comm_destroy(comm);
+        return err;
+    });
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Algos, MoeLayer, ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING),
                          [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
                              return std::string(i.param == INCMOE_ALGO_INC ? "inc" : "ring");
@@ -280,6 +356,67 @@ TEST(MoeConfig, ChoiceOverridesAndPrint)
                       text;
             incmoe_moe_destroy(L);
         }
+        incmoe_comm_destroy(comm);
+        return err;
+    });
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+/* Ranks whose model costs differ (set differently here; measured, they differ by
+   themselves) choose alike: the slowest rank's costs, as if every rank had them. */
+TEST(MoeConfig, RanksAgreeOnTheModel)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    const int N = 3;
+    auto res = harness::run_ranks(N, [&](int rank) -> std::string {
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        unsetenv("INCMOE_MOE_BANDS");
+        std::string err;
+        incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, INCMOE_ALGO_INC, &err);
+        if (comm == nullptr)
+            return err;
+        moeref::Problem p = moeref::make_problem(shape(N, 6, 2, INCMOE_FLOAT32), {40, 33, 20}, 3);
+        std::vector<uint8_t> g, u, d;
+        moeref::local_weights(p, rank, &g, &u, &d);
+        incmoe_moe_params_t prm;
+        incmoe_moe_params_init(&prm);
+        prm.num_experts = 6, prm.top_k = 2, prm.hidden = 16, prm.intermediate = 8;
+        prm.comm = comm, prm.max_tokens = 64, prm.timeout_ms = 20000;
+        prm.w_gate = g.data(), prm.w_up = u.data(), prm.w_down = d.data();
+        /* Each rank is the slowest in one cost. */
+        const char *band_us[] = {"10", "40", "160"}, *gflops[] = {"1", "4", "2"},
+                   *mbps[] = {"1000", "100", "10000"};
+        setenv("INCMOE_MOE_BAND_US", band_us[rank], 1);
+        setenv("INCMOE_MOE_GFLOPS", gflops[rank], 1);
+        setenv("INCMOE_MOE_LINK_MBPS", mbps[rank], 1);
+        incmoe_moe_t *L, *M;
+        if (incmoe_moe_create(&prm, &L) != INCMOE_OK)
+            return "create with differing costs failed";
+        setenv("INCMOE_MOE_BAND_US", "160", 1);
+        setenv("INCMOE_MOE_GFLOPS", "1", 1);
+        setenv("INCMOE_MOE_LINK_MBPS", "100", 1);
+        if (incmoe_moe_create(&prm, &M) != INCMOE_OK)
+            return "create with the slowest costs failed";
+        const int sizes[][N] = {{4096, 4096, 4096}, {1000, 200, 3000}, {64, 0, 9}};
+        for (const auto &counts : sizes) {
+            incmoe_moe_config_t a, b;
+            incmoe_moe_config_for(L, counts, &a);
+            incmoe_moe_config_for(M, counts, &b);
+            char ta[128], tb[128];
+            incmoe_moe_config_str(&a, ta, sizeof(ta));
+            incmoe_moe_config_str(&b, tb, sizeof(tb));
+            if (err.empty() && std::string(ta) != tb)
+                err = std::string("differing costs chose ") + ta + ", the slowest's " + tb;
+        }
+        /* The forward's exchange fails on a rank that chose otherwise. */
+        std::vector<uint8_t> out;
+        if (err.empty())
+            err = forward(L, INCMOE_MOE_PIPELINED, p, rank, &out);
+        incmoe_moe_destroy(M);
+        incmoe_moe_destroy(L);
         incmoe_comm_destroy(comm);
         return err;
     });

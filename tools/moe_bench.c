@@ -3,7 +3,8 @@
  *
  *   incmoe-moe-bench [-N 4] [-t 64,256,1024] [-E 16] [-k 4] [-H 512] [-I 256] [-d float]
  *                    [-b BANDS] [--model olmoe] [--algo inc,ring] [-n 5] [-w 2]
- *                    [--link-mbps BW] [--no-verify] [--backend cpu|cuda] [--ranks-in-process]
+ *                    [--link-mbps BW] [--depth D] [--no-verify] [--backend cpu|cuda]
+ *                    [--ranks-in-process]
  *   incmoe-moe-bench --switch HOST:PORT --rank R -N N [--job ID] ...  (one rank of a job)
  *
  * For each collective algorithm and each token count per rank it runs the MoE
@@ -60,6 +61,7 @@ typedef struct {
     incmoe_dtype_t dtype;
     int tokens[MAX_T], ntokens;
     int bands, iters, warmup, verify;
+    int depth; /* INCMOE_MOE_DEPTH, 0: the setting's */
     int algos[2], nalgos;
     const char *switch_addr;
     uint64_t job;
@@ -725,7 +727,10 @@ static void usage(void)
            "  --model olmoe      OLMoE-1B-7B's shape: E=64 k=8 H=2048 I=1024\n"
            "  --algo inc,ring    collective algorithms to run (default both)\n"
            "  -n ITERS, -w WARM  timed and warm-up forwards per point (default 5, 2)\n"
-           "  --link-mbps BW     per-rank link rate for the configuration model\n"
+           "  --link-mbps BW     per-rank link rate for the configuration model (default:\n"
+           "                     measured when the layer is created, INCMOE_MOE_CALIBRATE)\n"
+           "  --depth D          collectives each poster keeps in flight, 1..8 (default\n"
+           "                     INCMOE_MOE_DEPTH, 4)\n"
            "  --no-verify        skip the output checks\n"
            "  --backend cpu|cuda the layer's backend (default cpu)\n"
            "  --ranks-in-process the ranks as threads of this process (with cuda: concurrent\n"
@@ -774,17 +779,13 @@ int main(int argc, char **argv)
                 .algos = {INCMOE_ALGO_RING, INCMOE_ALGO_INC},
                 .nalgos = 2};
     parse_list("64,256,1024", o.tokens, &o.ntokens, MAX_T);
-    static const struct option opts[] = {{"model", required_argument, NULL, 'M'},
-                                         {"algo", required_argument, NULL, 'A'},
-                                         {"switch", required_argument, NULL, 'S'},
-                                         {"rank", required_argument, NULL, 'R'},
-                                         {"job", required_argument, NULL, 'J'},
-                                         {"link-mbps", required_argument, NULL, 'L'},
-                                         {"no-verify", no_argument, NULL, 'V'},
-                                         {"backend", required_argument, NULL, 'B'},
-                                         {"ranks-in-process", no_argument, NULL, 'P'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'M'},   {"algo", required_argument, NULL, 'A'},
+        {"switch", required_argument, NULL, 'S'},  {"rank", required_argument, NULL, 'R'},
+        {"job", required_argument, NULL, 'J'},     {"link-mbps", required_argument, NULL, 'L'},
+        {"depth", required_argument, NULL, 'D'},   {"no-verify", no_argument, NULL, 'V'},
+        {"backend", required_argument, NULL, 'B'}, {"ranks-in-process", no_argument, NULL, 'P'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "N:t:E:k:H:I:d:b:n:w:h", opts, NULL)) != -1) {
         switch (c) {
@@ -888,6 +889,10 @@ int main(int argc, char **argv)
             }
             break;
         }
+        case 'D':
+            if (int_arg("--depth", 1, 8, &o.depth))
+                return 2;
+            break;
         case 'V':
             o.verify = 0;
             break;
@@ -926,6 +931,11 @@ int main(int argc, char **argv)
         char v[32];
         snprintf(v, sizeof(v), "%.0f", o.link_mbps);
         setenv("INCMOE_MOE_LINK_MBPS", v, 1);
+    }
+    if (o.depth > 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", o.depth);
+        setenv("INCMOE_MOE_DEPTH", v, 1);
     }
 #ifndef INCMOE_MOE_CUDA
     if (o.backend == INCMOE_MOE_BACKEND_CUDA) {
