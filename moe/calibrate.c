@@ -25,9 +25,10 @@
 
 #define PROBE_SMALL_ROUNDS 3
 #define PROBE_BULK_ROUNDS  2
-#define PROBE_BULK_BYTES                                                                           \
-    (256u << 10) /* per rank: long enough to be bandwidth, short at 100 Mbit/s */
-#define FS_PER_S 1e15
+/* Per rank: long enough to be bandwidth, short enough at 100 Mbit/s (N-1 of them in 80 ms
+   at N=4). */
+#define PROBE_BULK_BYTES (256u << 10)
+#define FS_PER_S         1e15
 
 /* Whether the named setting is set in the environment (not just defaulted). */
 static int setting_is_set(const char *name)
@@ -88,6 +89,12 @@ static incmoe_status_t measure(incmoe_moe_t *L, double *lat_p, double *byte_p)
     return INCMOE_OK;
 }
 
+/* Mbit/s of a time per byte (0: unbounded, shown as 0). */
+static double mbps(double byte_s)
+{
+    return byte_s > 0 ? 8e-6 / byte_s : 0;
+}
+
 static uint64_t to_fs(double s)
 {
     double v = s * FS_PER_S;
@@ -109,8 +116,13 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
 {
     double lat = 0, byte = 0;
     incmoe_status_t st = INCMOE_OK;
-    if (measure_costs && (st = measure(L, &lat, &byte)) != INCMOE_OK)
+    if (measure_costs && (st = measure(L, &lat, &byte)) != INCMOE_OK) {
+        char why[256] = "";
+        incmoe_comm_error(L->comm, why, sizeof(why));
+        log_error(SUBSYS, "rank %d: create: measuring the collectives' cost failed: %s (%s)",
+                  L->rank, incmoe_strerror(st), why);
         return st;
+    }
     /* A band pays the fixed cost of its AllGather and of its ReduceScatter. */
     double band_s = measure_costs && !setting_is_set("INCMOE_MOE_BAND_US")
                         ? 2 * lat
@@ -142,8 +154,9 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     log_info(SUBSYS,
              "rank %d: configuration model: band %.0f us, link %.1f Mbit/s, %.2f GFLOP/s (%s; "
              "this rank's: %.0f us, %.1f Mbit/s)",
-             L->rank, L->model.band_s * 1e6, 8e-6 / L->model.byte_s, 1e-9 / L->model.flop_s,
+             L->rank, L->model.band_s * 1e6, mbps(L->model.byte_s),
+             L->model.flop_s > 0 ? 1e-9 / L->model.flop_s : 0.0,
              measure_costs ? "measured where not set, slowest rank" : "settings, slowest rank",
-             band_s * 1e6, byte_s > 0 ? 8e-6 / byte_s : 0.0);
+             band_s * 1e6, mbps(byte_s));
     return INCMOE_OK;
 }
