@@ -270,8 +270,9 @@ static void heap_keep(long long keep)
     if (keep == 0)
         return;
     if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, (int)keep) != 1)
-        log_warn("switch", "mallopt refused the --heap-keep settings: the C library's own "
-                           "policy applies");
+        log_info("switch",
+                 "mallopt refused the --heap-keep settings (as under ASan): the C library's own "
+                 "policy applies");
 }
 
 /* Serve until SIGINT or SIGTERM; the exit status. */
