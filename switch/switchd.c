@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,6 +71,10 @@ static void usage(FILE *out)
             "                         INCMOE_RNDV_THRESH; 0: always eager, best on TCP)\n"
             "  --egress-chunks N      chunks in flight toward one rank, 1..1024 (default 2);\n"
             "                         results go ahead of multicast copies in each rank's queue\n"
+            "  --heap-keep BYTES      freed buffer memory kept for reuse instead of returned to\n"
+            "                         the system, 0..1G (default 64M; 0: the C library's own\n"
+            "                         policy); chunks are malloc'd and freed at line rate, and\n"
+            "                         memory handed back must be page-faulted in again\n"
             "  --log-level LEVEL      error, warn, info, debug, trace (or INCMOE_LOG_LEVEL)\n"
             "  --help\n"
             "\n"
@@ -82,6 +87,7 @@ static void usage(FILE *out)
 typedef struct {
     const char *listen, *keyfile;
     long long egress_chunks;
+    long long heap_keep;
 } args_t;
 
 /* The INCMOE_* settings the switch takes its defaults from; -1 when one is out of range. */
@@ -101,6 +107,7 @@ static int settings_defaults(switch_settings_t *set, args_t *a)
     set->max_memory = (size_t)4 << 30;
     set->nthreads = 1;
     a->egress_chunks = 2;
+    a->heap_keep = 64ll << 20;
     return 0;
 }
 
@@ -154,6 +161,10 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
         if (inc_parse_arg(PROG, "--egress-chunks", optarg, 1, 1024, 0, &a->egress_chunks))
             return 2;
         return -1;
+    case 'K':
+        if (inc_parse_arg(PROG, "--heap-keep", optarg, 0, 1ll << 30, 1, &a->heap_keep))
+            return 2;
+        return -1;
     case 'L': {
         int level = inc_log_level_parse(optarg);
         if (level < 0) {
@@ -199,6 +210,7 @@ static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
         {"log-level", required_argument, NULL, 'L'},
         {"egress-chunks", required_argument, NULL, 'E'},
         {"rndv-thresh", required_argument, NULL, 'R'},
+        {"heap-keep", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -239,6 +251,28 @@ static int read_secret(const char *keyfile, switch_settings_t *set)
     }
     set->have_secret = 1;
     return 0;
+}
+
+/*
+ * Every chunk the switch holds is malloc'd (by UCX when it assembles a
+ * multi-fragment eager message, or here for a result) and freed once
+ * forwarded.  glibc's default hands the heap's free top back to the system as
+ * soon as it exceeds twice the largest freed chunk, so at line rate the heap
+ * shrinks and grows all the time and every page comes back through a page
+ * fault that zeroes it: a fifth of the switch's CPU on the bulk path.  Keep up
+ * to keep bytes of free top instead; the heap never grows past the peak of
+ * what is buffered, which --max-memory bounds.  Setting the trim threshold
+ * fixes glibc's sliding mmap threshold, so set that to the top of its sliding
+ * range (32 MiB on 64-bit): chunks up to it come from the heap, as before.
+ */
+static void heap_keep(long long keep)
+{
+    if (keep == 0)
+        return;
+    if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, (int)keep) != 1)
+        log_info("switch",
+                 "mallopt refused the --heap-keep settings (as under ASan): the C library's own "
+                 "policy applies");
 }
 
 /* Serve until SIGINT or SIGTERM; the exit status. */
@@ -289,6 +323,7 @@ int main(int argc, char **argv)
         return 2;
     set.egress_limit = (size_t)args.egress_chunks * set.chunk_size;
     inc_log_set_ident("switchd");
+    heap_keep(args.heap_keep);
     /* UCX built with debug assertions (Debian's 1.13.1) aborts in its TCP
      * transport when a polled event names an endpoint already closed, as an
      * earlier event of the same epoll batch can when ranks die; taking one
