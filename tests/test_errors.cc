@@ -837,7 +837,7 @@ TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
     ASSERT_TRUE(harness::switch_start(&sw, {"--max-memory", "100M"}));
     auto res = harness::run_ranks(1, [&](int) -> std::string {
         incmoe_comm_t *comm;
-        /* 2 ranks need 256K x 32 x 9 = 72 MiB: admitted.  8 ranks need 216 MiB: refused. */
+        /* 8 ranks need 32 x ((256K + 64) x 24 + 256K x 9) > 264 MiB: refused. */
         incmoe_status_t st = create(sw.addr, harness::unique_job_id(), 0, 8, &comm, 3000);
         if (st != INCMOE_ERR_NO_MEMORY)
             return "8-rank job gave " + status_text(st);
