@@ -86,11 +86,11 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
        for a SMALL a chunk and its table of N sizes (8 N bytes).  Results exist only for
        complete items: a ReduceScatter item holds N-1 contributions, so at most 2 x credits
        results (N >= 2), an AllReduce item N, so at most credits.  A small collective's results
-       (at most 2 chunks for an AllGather, 1 for the others; small.c) outlive the credits they
-       return, but a stream has at most credits small collectives sending results, as a rank
-       regains a credit only with its result: 2 x credits more chunks per stream. */
+       (one buffer of at most a chunk; small.c) outlive the credits they return, but a stream
+       has at most credits small collectives sending results, as a rank regains a credit only
+       with its result: credits more chunks per stream. */
     const size_t c = set->chunk_size, n = (size_t)nranks;
-    return (size_t)set->credits * ((c + 8 * n) * n * 3 + c * 3 + c * 6);
+    return (size_t)set->credits * ((c + 8 * n) * n * 3 + c * 3 + c * 3);
 }
 
 /* ------------------------------------------------------------------------ */

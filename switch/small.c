@@ -15,8 +15,9 @@
  *
  * Memory (see job_memory_bound in membership.c): a SMALL takes one credit and
  * holds at most 8 N + chunk_size bytes until the results are built; the
- * results buffer holds at most 2 chunk_size bytes (AllGather; 1 chunk for the
- * others) until every SMALL_FWD has gone.  A rank gets its credit back with
+ * results buffer holds at most chunk_size bytes (an AllGather is small only
+ * up to half a chunk, as its buffer holds the blocks twice) until every
+ * SMALL_FWD has gone.  A rank gets its credit back with
  * its SMALL_FWD, so it cannot send the SMALL of a later collective before it
  * received this one's result: a stream has at most `credits` small
  * collectives whose results are still going out.
@@ -293,7 +294,8 @@ static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
     }
     if (!inc_wire_is_small((incmoe_stream_t)c->stream, table, n, eng->set->chunk_size)) {
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
-                "rank %d sent %s epoch %llu as SMALL, but its windows exceed the %llu-byte chunk",
+                "rank %d sent %s epoch %llu as SMALL, but its windows exceed what a %llu-byte "
+                "chunk allows",
                 me, what, epoch, (unsigned long long)eng->set->chunk_size);
         return 0;
     }

@@ -75,7 +75,7 @@ static void usage(FILE *out)
         "  --help\n"
         "\n"
         "The first line on stdout is 'incmoe-switchd listening on HOST:PORT'.\n"
-        "Each job may buffer at most credits x ((chunk-size + 8N) x 3N + 9 x chunk-size) bytes.\n");
+        "Each job may buffer at most credits x ((chunk-size + 8N) x 3N + 6 x chunk-size) bytes.\n");
 }
 
 #define PROG "incmoe-switchd"

@@ -172,9 +172,10 @@ int inc_wire_is_small(incmoe_stream_t stream, const uint64_t *bytes, int nranks,
         return 0;
     if (stream == INCMOE_STREAM_ALLREDUCE)
         return bytes[0] <= chunk_size;
-    uint64_t sum = 0;
+    /* The switch holds an AllGather's blocks twice over (see SMALL_FWD): half a chunk. */
+    uint64_t limit = stream == INCMOE_STREAM_ALLGATHER ? chunk_size / 2 : chunk_size, sum = 0;
     for (int r = 0; r < nranks; r++) {
-        if (bytes[r] > chunk_size - sum)
+        if (bytes[r] > limit - sum)
             return 0;
         sum += bytes[r];
     }

@@ -55,9 +55,11 @@
  *
  * Small collectives (one message each way per rank).  A collective is small
  * when inc_wire_is_small() says so from its description alone, so every rank
- * decides alike: AllGather and ReduceScatter when the sum of all N windows
- * (every rank's byte count) is at most chunk_size, AllReduce when the vector
- * is.  Then every rank's whole contribution and every result fits one chunk.
+ * decides alike: ReduceScatter when the sum of all N windows (every rank's
+ * byte count) is at most chunk_size, AllGather when it is at most
+ * chunk_size / 2 (the switch keeps the blocks twice, see SMALL_FWD),
+ * AllReduce when the vector is at most chunk_size.  Then every rank's whole
+ * contribution and every result fits one chunk.
  * A small collective uses SMALL / SMALL_FWD instead of POST, DATA, FWD and
  * CREDIT; a rank sending POST or DATA for a collective another rank sent as
  * SMALL (or the reverse) fails the job with INCMOE_ERR_MISMATCH.
