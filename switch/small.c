@@ -185,18 +185,19 @@ static void small_sent_cb(void *arg, ucs_status_t status)
     (void)status;
     small_t *s = arg;
     job_t *job = s->job;
+    engine_t *eng = s->eng;
     s->sends_pending--;
     job->refs--;
     if (s->sends_pending > 0)
         return;
     coll_t *c = s->coll;
     if (c != NULL && job->state == JOB_ACTIVE) {
-        job_free_mem(&s->eng->members, job, s->out, s->out_len);
+        job_free_mem(&eng->members, job, s->out, s->out_len);
         s->out = NULL;
         s->out_len = 0;
         c->remaining = 0;
-        engine_coll_check_done(s->eng, job, c);
-        job_release(&s->eng->members, job); /* as in engine.c's item_sent_cb */
+        engine_coll_check_done(eng, job, c); /* may retire c, and free s with it */
+        job_release(&eng->members, job);     /* as in engine.c's item_sent_cb */
     } else if (c == NULL && small_idle(s)) {
         small_free_detached(s);
     }
@@ -431,6 +432,6 @@ ucs_status_t small_on_message(engine_t *eng, job_t *job, conn_t *conn, const str
     small_arrived(s, me, h->total);
     s->nreceiving--;
     if (s->coll == NULL && small_idle(s))
-        small_free(s);
+        small_free_detached(s);
     return UCS_OK;
 }
