@@ -5,7 +5,8 @@
  * What it drives (the product's own code, compiled with the sanitizers):
  * client_am_cb (comm.c) with every message, and under it the JOIN_ACK parser
  * (join.c), ERROR/HEARTBEAT/DONE handling (comm.c, coll.c), the in-network
- * algorithm's FWD and CREDIT handling and its DATA pump (innet.c, send.c),
+ * algorithm's FWD, SMALL_FWD and CREDIT handling and its DATA and SMALL
+ * pump (innet.c, send.c),
  * the posting API (post.c: incmoe_allgather, incmoe_reducescatter,
  * incmoe_allreduce, incmoe_barrier, with their argument checks), retirement
  * (coll.c), and at the end incmoe_comm_destroy with whatever is in flight.
@@ -97,7 +98,7 @@ static void on_send(ucp_ep_h ep, const void *header, size_t header_length, const
     CHECK(h.job == JOB_ID && h.rank == (uint32_t)comm->rank, "%s for job %llu rank %u",
           inc_wire_msg_name(h.msg), (unsigned long long)h.job, h.rank);
     CHECK(h.msg == WIRE_MSG_POST || h.msg == WIRE_MSG_DATA || h.msg == WIRE_MSG_HEARTBEAT ||
-              h.msg == WIRE_MSG_LEAVE || h.msg == WIRE_MSG_ERROR,
+              h.msg == WIRE_MSG_LEAVE || h.msg == WIRE_MSG_ERROR || h.msg == WIRE_MSG_SMALL,
           "the client sent %s to the switch", inc_wire_msg_name(h.msg));
     if (h.msg == WIRE_MSG_DATA) {
         CHECK(inside(payload, length, H.send_buf), "DATA of %zu bytes from outside the send region",
@@ -107,6 +108,11 @@ static void on_send(ucp_ep_h ep, const void *header, size_t header_length, const
         CHECK(h.offset % comm->chunk_size == 0 && h.chunk == h.offset / comm->chunk_size,
               "DATA chunk %u at offset %llu", h.chunk, (unsigned long long)h.offset);
     }
+    if (h.msg == WIRE_MSG_SMALL)
+        CHECK(length >= 8 * (size_t)comm->nranks &&
+                  length - 8 * (size_t)comm->nranks <= comm->chunk_size,
+              "SMALL of %zu bytes: a table of %d sizes and at most %llu bytes of data", length,
+              comm->nranks, (unsigned long long)comm->chunk_size);
     if (h.msg == WIRE_MSG_ERROR)
         CHECK(memchr(payload, '\0', length) != NULL, "ERROR reason without its NUL");
 }

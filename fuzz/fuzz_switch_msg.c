@@ -4,7 +4,7 @@
  * What it drives (the product's own code, compiled with the sanitizers):
  * switch/dispatch.c (header check, JOIN-first rule), membership.c (join,
  * authentication, admission, failure, retirement), engine.c (POST, DATA,
- * reductions, FWD, CREDIT, DONE) and the base library under them.  Each
+ * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD) and the base library under them.  Each
  * message goes to switch_dispatch() exactly as server.c's UCX receive
  * callback hands it over once it has found the connection.
  *
@@ -122,12 +122,13 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
           "the switch sent a malformed %s: %s", inc_wire_msg_name(hdr->msg), why);
     CHECK(hdr->msg == WIRE_MSG_JOIN_ACK || hdr->msg == WIRE_MSG_ERROR ||
               hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_FWD ||
-              hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE,
+              hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
+              hdr->msg == WIRE_MSG_SMALL_FWD,
           "the switch sent %s, which it never sends", inc_wire_msg_name(hdr->msg));
     CHECK(length == 0 || payload != NULL, "%s of %zu bytes without a payload",
           inc_wire_msg_name(hdr->msg), length);
     if (hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
-        hdr->msg == WIRE_MSG_JOIN_ACK) {
+        hdr->msg == WIRE_MSG_JOIN_ACK || hdr->msg == WIRE_MSG_SMALL_FWD) {
         CHECK(conn->job != NULL && conn->job->id == hdr->job,
               "%s for job %llu to a connection that is not its member", inc_wire_msg_name(hdr->msg),
               (unsigned long long)hdr->job);
@@ -140,6 +141,12 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
         CHECK(hdr->stream != INCMOE_STREAM_REDUCESCATTER || hdr->root == hdr->rank,
               "a ReduceScatter result of root %u went to rank %u", hdr->root, hdr->rank);
         CHECK(hdr->length <= H.set.chunk_size, "FWD of %llu bytes, chunks are %llu",
+              (unsigned long long)hdr->length, (unsigned long long)H.set.chunk_size);
+    }
+    if (hdr->msg == WIRE_MSG_SMALL_FWD) {
+        CHECK(hdr->rank == (uint32_t)conn->rank, "SMALL_FWD names rank %u, sent to rank %d",
+              hdr->rank, conn->rank);
+        CHECK(hdr->length <= H.set.chunk_size, "SMALL_FWD of %llu bytes, chunks are %llu",
               (unsigned long long)hdr->length, (unsigned long long)H.set.chunk_size);
     }
     if (hdr->msg == WIRE_MSG_ERROR)
@@ -185,7 +192,8 @@ static void tx_send_data(void *server, conn_t *conn, egress_class_t cls,
 {
     (void)server;
     CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_data in class %d", (int)cls);
-    CHECK(hdr->msg == WIRE_MSG_FWD, "send_data of %s", inc_wire_msg_name(hdr->msg));
+    CHECK(hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_SMALL_FWD, "send_data of %s",
+          inc_wire_msg_name(hdr->msg));
     queue_send(conn, hdr, payload, length, cb, arg, NULL);
 }
 

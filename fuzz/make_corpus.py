@@ -9,8 +9,9 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 3
-(JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE) = range(1, 11)
+MAGIC, VERSION = 0x4D434E49, 4
+(JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, RING_HELLO,
+ RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD) = range(1, 16)
 AG, RS, AR, BARRIER = range(4)
 UINT8, INT32, FLOAT32 = 1, 2, 7
 SUM = 0
@@ -21,6 +22,15 @@ def hdr(msg, job, rank=0, stream=0, epoch=0, root=0, offset=0, length=0, total=0
     """struct inc_wire_hdr, 72 bytes little-endian (plugin/base/wire.h)."""
     return struct.pack("<IHBBQQIIQQQQIBBh", MAGIC, VERSION, msg, stream, job, epoch, rank, root,
                        offset, length, total, sig, chunk, dtype, redop, status)
+
+
+def signature(stream, dtype, redop, sizes):
+    """inc_wire_signature (plugin/base/wire.c): FNV-1a over the description."""
+    h = 0xCBF29CE484222325
+    for v in [stream, dtype, redop, len(sizes)] + list(sizes):
+        for b in struct.pack("<Q", v):
+            h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
 
 
 def write(target, name, data):
@@ -71,6 +81,22 @@ def post(conn, job, rank, stream, epoch, total, dtype=UINT8, sig=1):
                           dtype=dtype))
 
 
+def small(conn, job, rank, stream, epoch, sizes, dtype=UINT8, mode=0, sig=None):
+    """SMALL: the table of window sizes, then this rank's contribution (wire.h)."""
+    if sig is None:
+        sig = signature(stream, dtype, SUM, sizes)
+    if stream == AG:
+        n = sizes[rank]
+    elif stream == AR:
+        n = sizes[0]
+    else:
+        n = sum(sizes) - sizes[rank]
+    payload = struct.pack("<%dQ" % len(sizes), *sizes) + bytes((rank + i) & 0xFF for i in range(n))
+    total = sizes[0] if stream == AR else sizes[rank]
+    return smsg(conn, hdr(SMALL, job, rank=rank, stream=stream, epoch=epoch, length=len(payload),
+                          total=total, sig=sig, dtype=dtype), payload, mode)
+
+
 def switch_seeds():
     job = 7
     # AllGather of 2 ranks, 100 bytes each (two chunks), eager copies.
@@ -114,6 +140,27 @@ def switch_seeds():
     # stay until the sends end.
     s = join(0, job, 0, 2) + join(1, job, 1, 2) + bytes([7, 1]) + complete()
     write("switch_msg", "silent_before_join_ack_sent", s)
+    # Small collectives: an AllGather of 3 ranks with an empty window, eager.
+    sizes = [8, 0, 16]
+    s = join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3)
+    for r in range(3):
+        s += small(r, job, r, AG, 1, sizes)
+    s += complete() + complete()
+    write("switch_msg", "small_allgather3", s)
+    # A small ReduceScatter of 2 ranks, float32, rendezvous, then a small AllReduce kept eager.
+    s = join(0, job, 0, 2) + join(1, job, 1, 2)
+    for r in range(2):
+        s += small(r, job, r, RS, 1, [8, 16], dtype=FLOAT32, mode=2)
+    s += bytes([5, 15]) + complete()
+    for r in range(2):
+        s += small(r, job, r, AR, 1, [16, 16], dtype=INT32, mode=1)
+    s += complete() + complete()
+    write("switch_msg", "small_reducescatter_allreduce", s)
+    # One rank sends a collective small, the other posts it in chunks: a mismatch.
+    s = join(0, job, 0, 2) + join(1, job, 1, 2)
+    s += small(0, job, 0, AG, 1, [8, 8])
+    s += post(1, job, 1, AG, 1, 8, sig=signature(AG, UINT8, SUM, [8, 8])) + complete()
+    write("switch_msg", "small_mixed_forms", s)
 
 
 # --- client_msg: setup bytes, then records (see fuzz_client_msg.c) -------------------------
@@ -157,6 +204,22 @@ def client_seeds():
     s += cmsg(hdr(FWD, job, rank=1, stream=AG, epoch=3, root=0, offset=0, length=8, total=8),
               bytes(8))
     write("client_msg", "join_ack_again", s)
+    # Small collectives on 3 ranks, rank 1, chunk 64: AllGather of 8-byte blocks, ReduceScatter
+    # of 8-byte float32 shards, AllReduce of 4 float32; each answered by one SMALL_FWD.
+    setup = bytes([1, 1, 2, 7, 0])
+    posts = bytes([3]) + bytes([AG, 0, 0]) + bytes([RS, 0, 0]) + bytes([AR, 3, 0])
+    s = setup + posts + bytes([3, 15])
+    ag = signature(AG, UINT8, SUM, [8, 8, 8])
+    s += cmsg(hdr(SMALL_FWD, job, rank=1, stream=AG, epoch=1, length=16, total=16, sig=ag,
+                  dtype=UINT8), bytes(range(16)))
+    rs = signature(RS, FLOAT32, SUM, [8, 8, 8])
+    s += cmsg(hdr(SMALL_FWD, job, rank=1, stream=RS, epoch=1, length=8, total=8, sig=rs,
+                  dtype=FLOAT32, redop=SUM), struct.pack("<2f", 1.0, 2.0))
+    ar = signature(AR, FLOAT32, SUM, [16, 16, 16])
+    s += cmsg(hdr(SMALL_FWD, job, rank=1, stream=AR, epoch=1, length=16, total=16, sig=ar,
+                  dtype=FLOAT32, redop=SUM), struct.pack("<4f", *range(4)), mode=2)
+    s += bytes([4, 15])
+    write("client_msg", "small_collectives", s)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,9 @@ typedef struct coll_op {
     uint64_t recv_accepted; /* result bytes taken on, landed or still landing */
     uint64_t recv_done;
     int barrier_done;
-    int holds; /* code still using op; UCX may complete sends inline */
+    int small;        /* in-network small form: one SMALL out, one SMALL_FWD back (wire.h) */
+    int small_landed; /* its SMALL_FWD taken on (landing, if rendezvous, or landed) */
+    int holds;        /* code still using op; UCX may complete sends inline */
 } coll_op_t;
 
 /*

@@ -25,7 +25,8 @@ static int op_finished(const coll_op_t *op)
         return 0;
     if (op->stream == INCMOE_STREAM_BARRIER)
         return op->barrier_done;
-    return op->recv_done == op->recv_expected;
+    /* A small collective waits for its SMALL_FWD even when it receives no bytes. */
+    return op->recv_done == op->recv_expected && (!op->small || op->small_landed);
 }
 
 void client_op_progressed(incmoe_comm_t *comm, coll_op_t *op)

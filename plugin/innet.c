@@ -6,6 +6,9 @@
  * them).  Each FWD is checked against what this rank posted and landed
  * straight in the registered buffer: a rendezvous payload is received at its
  * destination, a ReduceScatter result is added to the root's own partial.
+ * A small collective (inc_wire_is_small) instead goes out as one SMALL
+ * carrying the POST and the whole contribution, for one credit, and its
+ * results come back in one SMALL_FWD that also returns the credit.
  * The wire protocol is described in base/wire.h.
  */
 #include "algo.h"
@@ -81,7 +84,50 @@ static const char *op_send_ptr(coll_op_t *op, int root, uint64_t offset)
 
 static void innet_start(incmoe_comm_t *comm, coll_op_t *op)
 {
-    client_send_post(comm, op); /* the DATA follows from innet_progress */
+    op->small = inc_wire_is_small(op->stream, op->bytes, comm->nranks, comm->chunk_size);
+    if (!op->small)
+        client_send_post(comm, op); /* the DATA follows from innet_progress */
+    /* else the SMALL goes from innet_progress, in its turn for a credit */
+}
+
+/* The SMALL of a small collective: table of window sizes, then this rank's contribution;
+   0 when out of memory (the communicator has failed). */
+static int send_small(incmoe_comm_t *comm, coll_op_t *op)
+{
+    const int me = comm->rank, n = comm->nranks;
+    const uint64_t len = inc_wire_small_length(op->stream, op->bytes, n, me);
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_SMALL);
+    char *buf = ctx != NULL ? malloc((size_t)len) : NULL;
+    if (buf == NULL) {
+        free(ctx);
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a SMALL message");
+        return 0;
+    }
+    memcpy(buf, op->bytes, 8 * (size_t)n);
+    char *p = buf + 8 * (size_t)n;
+    if (op->stream == INCMOE_STREAM_REDUCESCATTER) {
+        for (int r = 0; r < n; r++) {
+            if (r == me || op->bytes[r] == 0)
+                continue;
+            memcpy(p, op_send_ptr(op, r, 0), op->bytes[r]);
+            p += op->bytes[r];
+        }
+    } else {
+        uint64_t own = op->stream == INCMOE_STREAM_ALLREDUCE ? op->bytes[0] : op->bytes[me];
+        if (own > 0)
+            memcpy(p, op_send_ptr(op, me, 0), own);
+    }
+    ctx->hdr.stream = (uint8_t)op->stream;
+    ctx->hdr.epoch = op->epoch;
+    ctx->hdr.length = len;
+    ctx->hdr.total = op->stream == INCMOE_STREAM_ALLREDUCE ? op->bytes[0] : op->bytes[me];
+    ctx->hdr.sig = op->sig;
+    ctx->hdr.dtype = (uint8_t)op->dtype;
+    ctx->hdr.redop = (uint8_t)op->redop;
+    ctx->op = op;
+    ctx->payload_owned = buf;
+    client_send(comm, ctx, buf, (size_t)len, NULL);
+    return 1;
 }
 
 /* One DATA chunk to the switch; 0 when out of memory (the communicator has failed). */
@@ -116,7 +162,15 @@ static void pump_stream(incmoe_comm_t *comm, incmoe_stream_t stream)
         if (op->all_issued)
             continue;
         op->holds++;
-        while (*credits > 0) {
+        if (op->small && *credits > 0) {
+            if (!send_small(comm, op)) {
+                op->holds--;
+                return;
+            }
+            (*credits)--;
+            op->all_issued = 1;
+        }
+        while (!op->small && *credits > 0) {
             int root;
             uint64_t offset, length;
             if (!op_next_chunk(comm, op, &root, &offset, &length)) {
@@ -240,6 +294,11 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
                     inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return UCS_ERR_INVALID_PARAM;
     }
+    if (op->small) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "FWD for %s epoch %llu, which went as SMALL",
+                    inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
+        return UCS_ERR_INVALID_PARAM;
+    }
     uint64_t expect_total;
     char *dest;
     const char *own;
@@ -275,6 +334,118 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
     return UCS_OK;
 }
 
+/* Land a SMALL_FWD's results (length checked against the collective). */
+static void small_land(incmoe_comm_t *comm, coll_op_t *op, const char *data)
+{
+    const int me = comm->rank, n = comm->nranks;
+    switch (op->stream) {
+    case INCMOE_STREAM_ALLGATHER:
+        /* The others' blocks, from rank me+1 round to me-1. */
+        for (int k = 1; k < n; k++) {
+            int r = (me + k) % n;
+            if (op->bytes[r] > 0) {
+                memcpy(op_recv_at(op, (size_t)r * op->stride + op->win), data, op->bytes[r]);
+                data += op->bytes[r];
+            }
+        }
+        break;
+    case INCMOE_STREAM_REDUCESCATTER:
+        /* The root's local reduction: own partial op the switch's reduction of the others. */
+        if (op->bytes[me] > 0)
+            inc_reduce_pair(op_recv_at(op, 0), op_send_at(op, (size_t)me * op->stride + op->win),
+                            data, op->bytes[me] / incmoe_dtype_size(op->dtype), op->dtype,
+                            op->redop);
+        break;
+    default:
+        if (op->bytes[0] > 0)
+            memcpy(op_recv_at(op, 0), data, op->bytes[0]);
+        break;
+    }
+    op->recv_done = op->recv_expected;
+    client_op_progressed(comm, op);
+}
+
+typedef struct {
+    incmoe_comm_t *comm;
+    coll_op_t *op;
+    char *buf;
+} small_recv_t;
+
+static void small_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    (void)length;
+    small_recv_t *rc = user_data;
+    if (!rc->comm->freeing) { /* else the collective is gone */
+        rc->op->holds--;
+        if (status != UCS_OK)
+            client_fail(rc->comm, inc_ucx_status(status), "receiving a result failed: %s",
+                        ucs_status_string(status));
+        else
+            small_land(rc->comm, rc->op, rc->buf);
+    }
+    free(rc->buf);
+    free(rc);
+    if (request != NULL)
+        ucp_request_free(request);
+}
+
+/* A SMALL_FWD: every result of a small collective for this rank, and its credit. */
+static ucs_status_t on_small_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param)
+{
+    innet_t *in = comm->algo;
+    const int me = comm->rank;
+    coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
+    if (op == NULL || !op->started || !op->small || !op->all_issued || op->small_landed) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL,
+                    "SMALL_FWD for %s epoch %llu, which awaits no small result",
+                    inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    uint64_t expect = 0;
+    if (op->stream == INCMOE_STREAM_ALLGATHER) {
+        for (int r = 0; r < comm->nranks; r++)
+            if (r != me)
+                expect += op->bytes[r];
+    } else {
+        expect = op->stream == INCMOE_STREAM_ALLREDUCE ? op->bytes[0] : op->bytes[me];
+    }
+    if (h->length != expect || h->sig != op->sig ||
+        (op->stream != INCMOE_STREAM_ALLGATHER &&
+         (h->dtype != op->dtype || h->redop != op->redop))) {
+        client_fail(comm, INCMOE_ERR_MISMATCH,
+                    "small %s epoch %llu: a result of %llu bytes (%s %s), this rank expects %llu "
+                    "bytes (%s %s) of the collective it posted",
+                    inc_wire_stream_name(h->stream), (unsigned long long)h->epoch,
+                    (unsigned long long)h->length, incmoe_dtype_name(h->dtype),
+                    incmoe_redop_name(h->redop), (unsigned long long)expect,
+                    incmoe_dtype_name(op->dtype), incmoe_redop_name(op->redop));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (in->credits[h->stream] >= comm->credits) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "switch returned a %s credit too many",
+                    inc_wire_stream_name(h->stream));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    in->credits[h->stream]++;
+    op->small_landed = 1;
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        small_land(comm, op, data);
+        return UCS_OK;
+    }
+    small_recv_t *rc = calloc(1, sizeof(*rc));
+    char *buf = rc != NULL ? malloc(length ? length : 1) : NULL;
+    if (buf == NULL) {
+        free(rc);
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to receive a result");
+        return UCS_ERR_NO_MEMORY;
+    }
+    *rc = (small_recv_t){.comm = comm, .op = op, .buf = buf};
+    op->holds++; /* landing: keeps the collective from retiring */
+    inc_ucx_am_recv_data(comm->node.worker, data, buf, length, NULL, small_recv_cb, rc);
+    return UCS_INPROGRESS;
+}
+
 static void on_credit(incmoe_comm_t *comm, const struct inc_wire_hdr *h)
 {
     innet_t *in = comm->algo;
@@ -291,6 +462,8 @@ static ucs_status_t innet_on_message(incmoe_comm_t *comm, const struct inc_wire_
 {
     if (h->msg == WIRE_MSG_FWD)
         return on_fwd(comm, h, data, length, param);
+    if (h->msg == WIRE_MSG_SMALL_FWD)
+        return on_small_fwd(comm, h, data, length, param);
     if (h->msg == WIRE_MSG_CREDIT && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         on_credit(comm, h);
         return UCS_OK;

@@ -12,10 +12,13 @@
  * concurrently.  When the forward completes the buffers are freed and the
  * contributors get their credits back.
  *
+ * Small collectives (one SMALL in per rank, one SMALL_FWD out) are small.c's.
+ *
  * Anything malformed, out of range or inconsistent fails the job with a
  * reason sent to every rank, never the switch: other jobs carry on.
  */
 #include "engine.h"
+#include "small.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/reduce.h"
@@ -96,6 +99,8 @@ static void coll_free(engine_t *eng, coll_t *c)
         }
         item_free(eng, it);
     }
+    if (c->small != NULL)
+        small_detach(eng, c);
     free(c->posted);
     free(c->bytes);
     free(c);
@@ -157,7 +162,7 @@ static coll_t *coll_new(engine_t *eng, job_t *job, conn_t *conn, int stream, uin
 
 /* The collective (stream, epoch), opened if it is new and within the window; NULL (the job
    failed) if it cannot be. */
-static coll_t *coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch)
+coll_t *engine_coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch)
 {
     for (coll_t *c = job->colls[stream]; c != NULL; c = c->next)
         if (c->epoch == epoch)
@@ -186,7 +191,7 @@ static void coll_retire(engine_t *eng, job_t *job, int stream)
     }
 }
 
-static void coll_check_done(engine_t *eng, job_t *job, coll_t *c)
+void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c)
 {
     if (c->armed && c->remaining == 0 && !c->done && c->holds == 0) {
         c->done = 1;
@@ -233,7 +238,7 @@ static void item_sent_cb(void *arg, ucs_status_t status)
         item_unlink(it);
         if (it->nreceiving == 0) /* else on_data still holds it and frees it */
             item_free(eng, it);
-        coll_check_done(eng, job, c);
+        engine_coll_check_done(eng, job, c);
         /* The ranks may all have left in order while this send was out: then it was the job's
            last hold, and the job goes now (a no-op while members or holds remain). */
         job_release(&eng->members, job);
@@ -402,11 +407,11 @@ static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
     if (job->state != JOB_ACTIVE)
         return; /* job_fail() has freed c */
     c->holds--;
-    coll_check_done(eng, job, c);
+    engine_coll_check_done(eng, job, c);
 }
 
 /* The first POST or DATA describes the collective; the others must agree. */
-static int coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
+int engine_coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
                          const struct inc_wire_hdr *h)
 {
     if (!c->has_desc) {
@@ -433,6 +438,22 @@ static int coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
     return 1;
 }
 
+/* The first message of a collective sets its form; a message of the other form is a rank
+   that describes the collective differently. */
+int engine_coll_form(engine_t *eng, job_t *job, conn_t *conn, coll_t *c, int form)
+{
+    if (c->form == COLL_FORM_NONE)
+        c->form = form;
+    if (c->form == form)
+        return 1;
+    JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
+            "ranks disagree on %s epoch %llu: rank %d sent it %s, others %s",
+            inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
+            form == COLL_FORM_SMALL ? "small (SMALL)" : "in chunks (POST/DATA)",
+            form == COLL_FORM_SMALL ? "in chunks (POST/DATA)" : "small (SMALL)");
+    return 0;
+}
+
 /* A barrier completes when the last rank posts it: everyone hears DONE. */
 static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
 {
@@ -444,7 +465,7 @@ static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
         send_control(eng, job->conns[r], &d);
     }
     c->armed = 1;
-    coll_check_done(eng, job, c);
+    engine_coll_check_done(eng, job, c);
 }
 
 /* An AllReduce needs the same window from every rank. */
@@ -464,8 +485,11 @@ static int allreduce_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
 
 static void on_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h)
 {
-    coll_t *c = coll_get(eng, job, conn, h->stream, h->epoch);
-    if (c == NULL || !coll_describe(eng, job, conn, c, h))
+    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
+    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h))
+        return;
+    if (h->stream != INCMOE_STREAM_BARRIER &&
+        !engine_coll_form(eng, job, conn, c, COLL_FORM_NORMAL))
         return;
     if (c->posted[conn->rank]) {
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
@@ -676,8 +700,9 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
     const int me = conn->rank;
     if (!data_allowed(eng, job, me, h))
         return UCS_ERR_INVALID_PARAM;
-    coll_t *c = coll_get(eng, job, conn, h->stream, h->epoch);
-    if (c == NULL || !coll_describe(eng, job, conn, c, h))
+    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
+    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h) ||
+        !engine_coll_form(eng, job, conn, c, COLL_FORM_NORMAL))
         return UCS_ERR_INVALID_PARAM;
     ucs_status_t st;
     item_t *it = item_for_data(eng, job, c, me, h, &st);
@@ -752,6 +777,8 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
         return UCS_OK;
     case WIRE_MSG_DATA:
         return on_data(eng, job, conn, h, data, length, param);
+    case WIRE_MSG_SMALL:
+        return small_on_message(eng, job, conn, h, data, length, param);
     default:
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
                 "rank %d sent %s, which ranks never send", conn->rank, inc_wire_msg_name(h->msg));

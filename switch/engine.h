@@ -32,6 +32,11 @@ typedef struct item {
     reduce_task_t task;
 } item_t;
 
+struct small;
+
+/* The form a collective takes (base/wire.h): set by its first message, the same for all. */
+enum { COLL_FORM_NONE = 0, COLL_FORM_NORMAL, COLL_FORM_SMALL };
+
 typedef struct coll {
     struct coll *next;
     int stream;
@@ -48,6 +53,8 @@ typedef struct coll {
     int holds;     /* code still walking it: forwards may complete inline */
     double opened; /* when the first rank's POST or DATA opened it (progress timeout) */
     item_t *items;
+    int form;            /* COLL_FORM_* */
+    struct small *small; /* the small form's state (small.c), else NULL */
 } coll_t;
 
 typedef struct engine {
@@ -64,6 +71,15 @@ typedef struct engine {
 int engine_init(engine_t *eng, const switch_settings_t *set, switch_stats_t *stats, switch_tx_t tx);
 /* Stop the reduction threads (after the server has stopped). */
 void engine_fini(engine_t *eng);
+
+/* For small.c: the collective (stream, epoch), opened if new (NULL: the job failed); check a
+   message's description, and its form, against the collective's (0: the job failed); retire
+   the collective if it is done. */
+coll_t *engine_coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch);
+int engine_coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
+                         const struct inc_wire_hdr *h);
+int engine_coll_form(engine_t *eng, job_t *job, conn_t *conn, coll_t *c, int form);
+void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c);
 
 /* What the server calls; the engine argument is an engine_t. */
 extern const switch_engine_ops_t engine_ops;

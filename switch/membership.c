@@ -4,7 +4,7 @@
  * A rank joins with an eager JOIN naming its job, its rank and the job size;
  * it proved the key in the bootstrap handshake already, and the server let
  * the JOIN through only with that session's token.  A new job is admitted only
- * if its worst-case buffering, chunk-size x credits x (3N+3), still fits
+ * if its worst-case buffering (job_memory_bound) still fits
  * under --max-memory beside the jobs already admitted; once all N ranks are
  * in, every rank gets the JOIN_ACK with everyone's worker address and the
  * job's random ring token, and the job
@@ -82,10 +82,15 @@ void job_free_mem(membership_t *m, job_t *job, void *p, size_t n)
 
 static size_t job_memory_bound(const switch_settings_t *set, int nranks)
 {
-    /* Contributions: N ranks x credits in each of the 3 data streams.  Results exist only for
+    /* Contributions: N ranks x credits in each of the 3 data streams, each at most a chunk, or
+       for a SMALL a chunk and its table of N sizes (8 N bytes).  Results exist only for
        complete items: a ReduceScatter item holds N-1 contributions, so at most 2 x credits
-       results (N >= 2), an AllReduce item N, so at most credits. */
-    return (size_t)set->chunk_size * set->credits * ((size_t)nranks * 3 + 3);
+       results (N >= 2), an AllReduce item N, so at most credits.  A small collective's results
+       (one buffer of at most a chunk; small.c) outlive the credits they return, but a stream
+       has at most credits small collectives sending results, as a rank regains a credit only
+       with its result: credits more chunks per stream. */
+    const size_t c = set->chunk_size, n = (size_t)nranks;
+    return (size_t)set->credits * ((c + 8 * n) * n * 3 + c * 3 + c * 3);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -408,7 +413,7 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
                 conn->rank, inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
     }
-    if (rndv && h->msg != WIRE_MSG_DATA) {
+    if (rndv && h->msg != WIRE_MSG_DATA && h->msg != WIRE_MSG_SMALL) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s rendezvous", conn->rank,
                 inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;

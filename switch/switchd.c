@@ -79,7 +79,8 @@ static void usage(FILE *out)
             "  --help\n"
             "\n"
             "The first line on stdout is 'incmoe-switchd listening on HOST:PORT'.\n"
-            "Each job may buffer at most chunk-size x credits x (3N+3) bytes.\n");
+            "Each job may buffer at most credits x ((chunk-size + 8N) x 3N + 6 x chunk-size)\n"
+            "bytes.\n");
 }
 
 #define PROG "incmoe-switchd"

@@ -659,9 +659,12 @@ TEST_F(Errors, UnregisteredBufferAndBadArgumentsAreRejected)
     EXPECT_EQ(harness::failures(res), "");
 }
 
-/* A raw rank 1 next to a real rank 0: whatever the raw one sends wrong, rank 0 hears why. */
+/* A raw rank 1 next to a real rank 0: whatever the raw one sends wrong, rank 0 hears why.
+   Rank 0 posts an AllGather of two blocks of `block` bytes: small (SMALL) at the default,
+   in chunks (POST/DATA) from 65544 bytes. */
 void expect_raw_breaks_job(const std::string &addr, incmoe_status_t want, const std::string &what,
-                           const std::function<void(RawClient &, uint64_t job)> &misbehave)
+                           const std::function<void(RawClient &, uint64_t job)> &misbehave,
+                           size_t block = 4096)
 {
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(
@@ -688,7 +691,7 @@ void expect_raw_breaks_job(const std::string &addr, incmoe_status_t want, const 
             static float buf[1 << 16];
             incmoe_mr_t *mr;
             incmoe_mem_register(comm, buf, sizeof(buf), &mr);
-            incmoe_layout_t l = {4096, 0, 4096, nullptr};
+            incmoe_layout_t l = {block, 0, block, nullptr};
             incmoe_req_t req;
             st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
             if (st == INCMOE_OK)
@@ -767,12 +770,15 @@ TEST_F(Errors, UnknownOperationAndDatatype)
 
 TEST_F(Errors, RangesOutsideWhatWasAnnounced)
 {
-    /* Announces 4096 bytes for its block, then sends a chunk claiming an 8192-byte window. */
+    /* Announces its block, then sends a chunk claiming an 8192-byte window (in chunks: the
+       blocks are over the small limit). */
+    const uint64_t block = 65544;
     expect_raw_breaks_job(
-        sw.addr, INCMOE_ERR_MISMATCH, "announced", [](RawClient &c, uint64_t job) {
-            uint64_t bytes[2] = {4096, 4096};
+        sw.addr, INCMOE_ERR_MISMATCH, "announced",
+        [&](RawClient &c, uint64_t job) {
+            uint64_t bytes[2] = {block, block};
             inc_wire_hdr p = raw_hdr(WIRE_MSG_POST, job, INCMOE_STREAM_ALLGATHER);
-            p.total = 4096;
+            p.total = block;
             p.dtype = INCMOE_UINT8;
             p.sig = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM, bytes, 2);
             c.send(p);
@@ -783,7 +789,8 @@ TEST_F(Errors, RangesOutsideWhatWasAnnounced)
             d.length = 8192;
             std::vector<char> data(8192);
             c.send(d, data.data(), data.size());
-        });
+        },
+        block);
     /* A window that does not follow the switch's chunking. */
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "chunking", [](RawClient &c, uint64_t job) {
         inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
@@ -812,6 +819,90 @@ TEST_F(Errors, RangesOutsideWhatWasAnnounced)
     });
 }
 
+/* A SMALL of allgather epoch `epoch` with this table, header total and payload bytes. */
+void send_small(RawClient &c, uint64_t job, uint64_t epoch, std::vector<uint64_t> table,
+                uint64_t total, size_t data_bytes, bool honest_sig = true)
+{
+    inc_wire_hdr h = raw_hdr(WIRE_MSG_SMALL, job, INCMOE_STREAM_ALLGATHER);
+    h.epoch = epoch;
+    h.dtype = INCMOE_UINT8;
+    h.total = total;
+    h.sig = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM, table.data(),
+                               (int)table.size());
+    if (!honest_sig) /* a signature of other sizes than the table's */
+        h.sig = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM,
+                                   std::vector<uint64_t>{4096, 4096}.data(), 2);
+    std::vector<char> payload(8 * table.size() + data_bytes);
+    memcpy(payload.data(), table.data(), 8 * table.size());
+    h.length = payload.size();
+    c.send(h, payload.data(), payload.size());
+}
+
+TEST_F(Errors, MalformedAndMismatchedSmallCollectives)
+{
+    /* Rank 0 sends its AllGather as SMALL; the raw rank 1 posts it in chunks. */
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_MISMATCH, "disagree", [](RawClient &c, uint64_t job) {
+        uint64_t bytes[2] = {4096, 4096};
+        inc_wire_hdr p = raw_hdr(WIRE_MSG_POST, job, INCMOE_STREAM_ALLGATHER);
+        p.total = 4096;
+        p.dtype = INCMOE_UINT8;
+        p.sig = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM, bytes, 2);
+        c.send(p);
+    });
+    /* The other way round: rank 0 posts in chunks (large blocks), rank 1 sends SMALL. */
+    expect_raw_breaks_job(
+        sw.addr, INCMOE_ERR_MISMATCH, "disagree",
+        [](RawClient &c, uint64_t job) {
+            send_small(c, job, 1, {65544, 65544}, 65544, 65544);
+        },
+        65544);
+    /* A table whose sizes are not the ones its signature describes. */
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_MISMATCH, "signature",
+                          [](RawClient &c, uint64_t job) {
+                              send_small(c, job, 1, {4096, 2048}, 2048, 2048, false);
+                          });
+    /* A table that gives the sender another window than its header. */
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "its header",
+                          [](RawClient &c, uint64_t job) {
+                              send_small(c, job, 1, {4096, 4096}, 1024, 4096);
+                          });
+    /* Fewer data bytes than the table calls for. */
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "table calls for",
+                          [](RawClient &c, uint64_t job) {
+                              send_small(c, job, 1, {4096, 4096}, 4096, 4000);
+                          });
+    /* Too short to hold the table of the job's 2 sizes. */
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "table of", [](RawClient &c, uint64_t job) {
+        uint64_t bytes[2] = {4096, 4096};
+        inc_wire_hdr h = raw_hdr(WIRE_MSG_SMALL, job, INCMOE_STREAM_ALLGATHER);
+        h.dtype = INCMOE_UINT8;
+        h.total = 4096;
+        h.sig = inc_wire_signature(INCMOE_STREAM_ALLGATHER, INCMOE_UINT8, INCMOE_SUM, bytes, 2);
+        char payload[8] = {};
+        h.length = sizeof(payload);
+        c.send(h, payload, sizeof(payload));
+    });
+    /* Windows over the small limit, sent as SMALL anyway (a later epoch, alone). */
+    expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "exceed", [](RawClient &c, uint64_t job) {
+        send_small(c, job, 2, {100000, 100000}, 100000, 100000);
+    });
+    /* A SMALL with a chunk offset is malformed. */
+    expect_raw_breaks_job(
+        sw.addr, INCMOE_ERR_PROTOCOL, "malformed", [](RawClient &c, uint64_t job) {
+            inc_wire_hdr h = raw_hdr(WIRE_MSG_SMALL, job, INCMOE_STREAM_ALLGATHER);
+            h.offset = 8;
+            char payload[16] = {};
+            h.length = sizeof(payload);
+            c.send(h, payload, sizeof(payload));
+        });
+    /* SMALL_FWD is the switch's to send. */
+    expect_raw_breaks_job(
+        sw.addr, INCMOE_ERR_PROTOCOL, "never send", [](RawClient &c, uint64_t job) {
+            inc_wire_hdr h = raw_hdr(WIRE_MSG_SMALL_FWD, job, INCMOE_STREAM_ALLGATHER);
+            c.send(h);
+        });
+}
+
 TEST_F(Errors, SenderIgnoringCreditsCannotMakeTheSwitchBuffer)
 {
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "credits", [](RawClient &c, uint64_t job) {
@@ -837,7 +928,8 @@ TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
     ASSERT_TRUE(harness::switch_start(&sw, {"--max-memory", "100M"}));
     auto res = harness::run_ranks(1, [&](int) -> std::string {
         incmoe_comm_t *comm;
-        /* 2 ranks need 256K x 32 x 9 = 72 MiB: admitted.  8 ranks need 216 MiB: refused. */
+        /* 2 ranks need 32 x ((256K + 16) x 6 + 256K x 6) = 96 MiB + 3 KiB: admitted.  8 ranks
+           need over 240 MiB: refused. */
         incmoe_status_t st = create(sw.addr, harness::unique_job_id(), 0, 8, &comm, 3000);
         if (st != INCMOE_ERR_NO_MEMORY)
             return "8-rank job gave " + status_text(st);

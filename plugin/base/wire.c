@@ -20,6 +20,8 @@ static const char *const wire_msg_names[] = {
     [WIRE_MSG_RING_HELLO] = "RING_HELLO",
     [WIRE_MSG_RING_REDUCE] = "RING_REDUCE",
     [WIRE_MSG_RING_GATHER] = "RING_GATHER",
+    [WIRE_MSG_SMALL] = "SMALL",
+    [WIRE_MSG_SMALL_FWD] = "SMALL_FWD",
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
@@ -115,6 +117,26 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
             }
         }
         break;
+    case WIRE_MSG_SMALL:
+    case WIRE_MSG_SMALL_FWD:
+        if (h.stream >= INCMOE_STREAM_BARRIER)
+            FAIL("%s for stream %u, not a data stream", inc_wire_msg_name(h.msg), h.stream);
+        if (h.epoch == 0)
+            FAIL("%s with epoch 0", inc_wire_msg_name(h.msg));
+        if (h.length != payload_length)
+            FAIL("%s says %llu bytes but carries %zu: truncated or overlong",
+                 inc_wire_msg_name(h.msg), (unsigned long long)h.length, payload_length);
+        if (h.root != 0 || h.offset != 0 || h.chunk != 0)
+            FAIL("%s with root %u, offset %llu, chunk %u (all must be 0)", inc_wire_msg_name(h.msg),
+                 h.root, (unsigned long long)h.offset, h.chunk);
+        if (h.msg == WIRE_MSG_SMALL_FWD && h.total != h.length)
+            FAIL("SMALL_FWD of %llu bytes says its total is %llu", (unsigned long long)h.length,
+                 (unsigned long long)h.total);
+        if (h.stream != INCMOE_STREAM_ALLGATHER &&
+            (h.dtype >= INC_DTYPE_COUNT || h.redop >= INC_REDOP_COUNT))
+            FAIL("%s with unknown datatype %u or operation %u", inc_wire_msg_name(h.msg), h.dtype,
+                 h.redop);
+        break;
     case WIRE_MSG_HEARTBEAT:
     case WIRE_MSG_LEAVE:
         if (payload_length != 0)
@@ -141,4 +163,34 @@ uint64_t inc_wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe
     for (int r = 0; r < nranks; r++)
         h = inc_fnv1a_u64(h, bytes[r]);
     return h;
+}
+
+int inc_wire_is_small(incmoe_stream_t stream, const uint64_t *bytes, int nranks,
+                      uint64_t chunk_size)
+{
+    if (nranks < 2 || stream >= INCMOE_STREAM_BARRIER)
+        return 0;
+    if (stream == INCMOE_STREAM_ALLREDUCE)
+        return bytes[0] <= chunk_size;
+    /* The switch holds an AllGather's blocks twice over (see SMALL_FWD): half a chunk. */
+    uint64_t limit = stream == INCMOE_STREAM_ALLGATHER ? chunk_size / 2 : chunk_size, sum = 0;
+    for (int r = 0; r < nranks; r++) {
+        if (bytes[r] > limit - sum)
+            return 0;
+        sum += bytes[r];
+    }
+    return 1;
+}
+
+uint64_t inc_wire_small_length(incmoe_stream_t stream, const uint64_t *bytes, int nranks, int rank)
+{
+    uint64_t n = 8 * (uint64_t)nranks;
+    if (stream == INCMOE_STREAM_ALLGATHER)
+        return n + bytes[rank];
+    if (stream == INCMOE_STREAM_ALLREDUCE)
+        return n + bytes[0];
+    for (int r = 0; r < nranks; r++)
+        if (r != rank)
+            n += bytes[r];
+    return n;
 }

@@ -53,6 +53,36 @@
  *              returned (the switch freed that many of the rank's chunks).
  *   DONE       switch -> client: the barrier of hdr.epoch is complete.
  *
+ * Small collectives (one message each way per rank).  A collective is small
+ * when inc_wire_is_small() says so from its description alone, so every rank
+ * decides alike: ReduceScatter when the sum of all N windows (every rank's
+ * byte count) is at most chunk_size, AllGather when it is at most
+ * chunk_size / 2 (the switch keeps the blocks twice, see SMALL_FWD),
+ * AllReduce when the vector is at most chunk_size.  Then every rank's whole
+ * contribution and every result fits one chunk.
+ * A small collective uses SMALL / SMALL_FWD instead of POST, DATA, FWD and
+ * CREDIT; a rank sending POST or DATA for a collective another rank sent as
+ * SMALL (or the reverse) fails the job with INCMOE_ERR_MISMATCH.
+ *   SMALL      client -> switch: POST and every contribution of this rank in
+ *              one message, consuming one credit of the stream.  Header as
+ *              POST (total = this rank's window, AllReduce: the vector; sig,
+ *              dtype, redop), root/offset/chunk 0, length = payload bytes.
+ *              payload: uint64 sizes[N] (every rank's window, as in the
+ *              signature; AllReduce: N times the vector), then the data:
+ *              AllGather: this rank's block (sizes[rank] bytes);
+ *              ReduceScatter: its partial for every other root r, ascending
+ *              r, sizes[r] bytes each; AllReduce: its vector.  The switch
+ *              checks the table against the header, the signature, the other
+ *              ranks' tables and the small rule, and the payload length.
+ *   SMALL_FWD  switch -> client, once all N sent SMALL: everything this rank
+ *              receives, and its credit back (no CREDIT follows).  total =
+ *              length = payload bytes.  AllGather: the N-1 other blocks in
+ *              the order rank+1, ..., N-1, 0, ..., rank-1 (so the switch
+ *              sends every rank a slice of one buffer holding the blocks
+ *              twice); ReduceScatter: the reduction (ascending rank order) of
+ *              the N-1 others' partials of this rank's block, which the rank
+ *              adds to its own; AllReduce: the reduced vector.
+ *
  * Ring baseline (rank -> right neighbour, no switch in the data path; ring.c):
  *   RING_HELLO   once after connecting, to finish UCX wire-up before bulk data;
  *                payload: the job's ring token from JOIN_ACK.  A rank takes ring
@@ -107,7 +137,7 @@
 
 #define INCMOE_AM_ID         7
 #define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION  3           /* 3: JOIN carries the bootstrap token, not the key */
+#define INCMOE_WIRE_VERSION  4           /* 4: SMALL / SMALL_FWD for small collectives */
 #define INCMOE_WIRE_MAX_ADDR 4096        /* bytes of one rank address in JOIN */
 #define INCMOE_WIRE_TOKEN    16          /* bytes of a session or ring token */
 #define INCMOE_WIRE_MAX_TEXT 256         /* bytes of an ERROR reason */
@@ -128,7 +158,9 @@ typedef enum {
     WIRE_MSG_RING_HELLO,
     WIRE_MSG_RING_REDUCE,
     WIRE_MSG_RING_GATHER,
-    WIRE_MSG_LAST = WIRE_MSG_RING_GATHER
+    WIRE_MSG_SMALL,
+    WIRE_MSG_SMALL_FWD,
+    WIRE_MSG_LAST = WIRE_MSG_SMALL_FWD
 } inc_wire_msg_t;
 
 struct inc_wire_hdr {
@@ -186,5 +218,13 @@ const char *inc_wire_stream_name(unsigned stream);
 /* Signature of a collective's description; equal on every rank that agrees. */
 uint64_t inc_wire_signature(incmoe_stream_t stream, incmoe_dtype_t dtype, incmoe_redop_t op,
                             const uint64_t *bytes, int nranks);
+
+/* Does a collective take the small form (see "Small collectives" above)?  bytes[] as in
+   inc_wire_signature(); never for the barrier or a single rank. */
+int inc_wire_is_small(incmoe_stream_t stream, const uint64_t *bytes, int nranks,
+                      uint64_t chunk_size);
+
+/* Bytes of a SMALL message's payload from its table: 8 N + this rank's contribution. */
+uint64_t inc_wire_small_length(incmoe_stream_t stream, const uint64_t *bytes, int nranks, int rank);
 
 #endif

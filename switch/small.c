@@ -1,0 +1,437 @@
+/*
+ * small.c - small collectives on the switch: every rank sends one SMALL (its
+ * POST and its whole contribution, behind a table of the N window sizes) and
+ * gets one SMALL_FWD back with everything it receives, which also returns the
+ * credit its SMALL took.  The protocol is described in base/wire.h.
+ *
+ * Each SMALL is copied (or received, if rendezvous) into a buffer of the job
+ * and checked against the header, the signature, the small rule and the
+ * other ranks' tables.  When all N are in, the results are built in one
+ * buffer (AllGather: the blocks twice over, so every rank's N-1 others are
+ * one contiguous slice; ReduceScatter: every root's block reduced in
+ * ascending rank order; AllReduce: the vector reduced likewise), the
+ * contributions are freed and each rank gets its slice.  The reductions are
+ * at most one chunk and run inline.
+ *
+ * Memory (see job_memory_bound in membership.c): a SMALL takes one credit and
+ * holds at most 8 N + chunk_size bytes until the results are built; the
+ * results buffer holds at most chunk_size bytes (an AllGather is small only
+ * up to half a chunk, as its buffer holds the blocks twice) until every
+ * SMALL_FWD has gone.  A rank gets its credit back with
+ * its SMALL_FWD, so it cannot send the SMALL of a later collective before it
+ * received this one's result: a stream has at most `credits` small
+ * collectives whose results are still going out.
+ */
+#include "small.h"
+#include "base/clock.h"
+#include "base/reduce.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct small {
+    engine_t *eng;
+    job_t *job;
+    coll_t *coll;     /* NULL once the collective is gone */
+    uint64_t *table;  /* [nranks] window sizes, from the first checked SMALL */
+    void **in;        /* [nranks] each rank's SMALL payload (job memory) */
+    size_t *in_len;   /* [nranks] */
+    uint8_t *arrived; /* [nranks] payload complete and checked */
+    int narrived;
+    int nreceiving;    /* rendezvous receives (and checks) still using the buffers */
+    int sends_pending; /* SMALL_FWDs not yet completed */
+    void *out;         /* the results */
+    size_t out_len;
+} small_t;
+
+typedef struct {
+    switch_rx_t rx; /* first: the server hands this back */
+    small_t *s;
+    int from;
+} small_recv_t;
+
+static int small_idle(const small_t *s)
+{
+    return s->nreceiving == 0 && s->sends_pending == 0;
+}
+
+static void small_free(small_t *s)
+{
+    membership_t *m = &s->eng->members;
+    for (int r = 0; r < s->job->nranks; r++)
+        job_free_mem(m, s->job, s->in[r], s->in_len[r]);
+    job_free_mem(m, s->job, s->out, s->out_len);
+    free(s->table);
+    free(s->in);
+    free(s->in_len);
+    free(s->arrived);
+    free(s);
+}
+
+/* The last user of a detached state just finished: free it and maybe its job. */
+static void small_free_detached(small_t *s)
+{
+    job_t *job = s->job;
+    membership_t *m = &s->eng->members;
+    small_free(s);
+    job_release(m, job);
+}
+
+void small_detach(engine_t *eng, coll_t *c)
+{
+    (void)eng;
+    small_t *s = c->small;
+    c->small = NULL;
+    s->coll = NULL;
+    if (small_idle(s))
+        small_free(s); /* else the last receive or send frees it */
+}
+
+static small_t *small_new(engine_t *eng, job_t *job, coll_t *c)
+{
+    const size_t n = (size_t)job->nranks;
+    small_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->in = calloc(n, sizeof(void *));
+    s->in_len = calloc(n, sizeof(size_t));
+    s->arrived = calloc(n, 1);
+    if (s->in == NULL || s->in_len == NULL || s->arrived == NULL) {
+        free(s->in);
+        free(s->in_len);
+        free(s->arrived);
+        free(s);
+        return NULL;
+    }
+    s->eng = eng;
+    s->job = job;
+    s->coll = c;
+    c->small = s;
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* results                                                                   */
+
+/* Byte offset of each window in the concatenation of all N; off[N] = the sum. */
+static void window_offsets(const uint64_t *table, int n, uint64_t *off)
+{
+    off[0] = 0;
+    for (int r = 0; r < n; r++)
+        off[r + 1] = off[r] + table[r];
+}
+
+/* Build every result into s->out (the contributions are all in and checked). */
+static int small_build(small_t *s, coll_t *c)
+{
+    const int n = s->job->nranks;
+    const size_t hdr = 8 * (size_t)n;
+    uint64_t off[INCMOE_MAX_RANKS + 1];
+    window_offsets(s->table, n, off);
+    const uint64_t total = off[n];
+    if (c->stream == INCMOE_STREAM_ALLGATHER)
+        s->out_len = (size_t)(2 * total - s->table[n - 1]);
+    else if (c->stream == INCMOE_STREAM_REDUCESCATTER)
+        s->out_len = (size_t)total;
+    else
+        s->out_len = (size_t)s->table[0];
+    s->out = job_alloc(&s->eng->members, s->job, s->out_len);
+    if (s->out == NULL) {
+        s->out_len = 0;
+        return 0;
+    }
+    char *out = s->out;
+    const void *srcs[INCMOE_MAX_RANKS];
+    const incmoe_dtype_t dtype = (incmoe_dtype_t)c->dtype;
+    const incmoe_redop_t redop = (incmoe_redop_t)c->redop;
+    switch (c->stream) {
+    case INCMOE_STREAM_ALLGATHER:
+        /* Blocks 0..N-1, then 0..N-2 again: rank r's others start at block r+1. */
+        for (int r = 0; r < n; r++)
+            if (s->table[r] > 0)
+                memcpy(out + off[r], (const char *)s->in[r] + hdr, (size_t)s->table[r]);
+        if (total - s->table[n - 1] > 0)
+            memcpy(out + total, out, (size_t)(total - s->table[n - 1]));
+        break;
+    case INCMOE_STREAM_REDUCESCATTER:
+        for (int root = 0; root < n; root++) {
+            if (s->table[root] == 0)
+                continue;
+            int k = 0;
+            for (int q = 0; q < n; q++) {
+                if (q == root)
+                    continue;
+                /* q's partials follow its table, ascending root, its own left out. */
+                uint64_t at = hdr + off[root] - (q < root ? s->table[q] : 0);
+                srcs[k++] = (const char *)s->in[q] + at;
+            }
+            inc_reduce_ordered(out + off[root], srcs, k,
+                               (size_t)(s->table[root] / incmoe_dtype_size(dtype)), dtype, redop);
+        }
+        break;
+    default:
+        for (int q = 0; q < n; q++)
+            srcs[q] = (const char *)s->in[q] + hdr;
+        if (s->out_len > 0)
+            inc_reduce_ordered(out, srcs, n, s->out_len / incmoe_dtype_size(dtype), dtype, redop);
+        break;
+    }
+    return 1;
+}
+
+/* Every SMALL_FWD went out: the collective is done. */
+static void small_sent_cb(void *arg, ucs_status_t status)
+{
+    (void)status;
+    small_t *s = arg;
+    job_t *job = s->job;
+    engine_t *eng = s->eng;
+    s->sends_pending--;
+    job->refs--;
+    if (s->sends_pending > 0)
+        return;
+    coll_t *c = s->coll;
+    if (c != NULL && job->state == JOB_ACTIVE) {
+        job_free_mem(&eng->members, job, s->out, s->out_len);
+        s->out = NULL;
+        s->out_len = 0;
+        c->remaining = 0;
+        engine_coll_check_done(eng, job, c); /* may retire c, and free s with it */
+        job_release(&eng->members, job);     /* as in engine.c's item_sent_cb */
+    } else if (c == NULL && small_idle(s)) {
+        small_free_detached(s);
+    }
+}
+
+/* All N are in: build the results, free the contributions, send each rank its slice. */
+static void small_complete(small_t *s, coll_t *c)
+{
+    engine_t *eng = s->eng;
+    job_t *job = s->job;
+    const int n = job->nranks;
+    if (!small_build(s, c)) {
+        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, 0,
+                 "switch memory bound reached for a small %s", inc_wire_stream_name(c->stream));
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        job_free_mem(&eng->members, job, s->in[r], s->in_len[r]);
+        s->in[r] = NULL;
+        s->in_len[r] = 0;
+        /* The SMALL_FWD below is the credit: count it back before the rank can use it. */
+        job->inflight[r][c->stream]--;
+    }
+    uint64_t off[INCMOE_MAX_RANKS + 1];
+    window_offsets(s->table, n, off);
+    c->armed = 1;
+    c->remaining = 1; /* until every SMALL_FWD completed */
+    /* Hold across the sends: one may complete inline. */
+    s->sends_pending++;
+    job->refs++;
+    for (int r = 0; r < n; r++) {
+        uint64_t at, len;
+        if (c->stream == INCMOE_STREAM_ALLGATHER) {
+            at = off[r + 1];
+            len = off[n] - s->table[r];
+        } else if (c->stream == INCMOE_STREAM_REDUCESCATTER) {
+            at = off[r];
+            len = s->table[r];
+        } else {
+            at = 0;
+            len = s->out_len;
+        }
+        struct inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
+        h.stream = (uint8_t)c->stream;
+        h.epoch = c->epoch;
+        h.rank = (uint32_t)r;
+        h.length = len;
+        h.total = len;
+        h.sig = c->sig;
+        h.dtype = (uint8_t)c->dtype;
+        h.redop = (uint8_t)c->redop;
+        s->sends_pending++;
+        job->refs++;
+        eng->stats->bytes_out += len;
+        /* It carries the rank's credit: a result, ahead of multicast copies. */
+        eng->tx.ops->send_data(eng->tx.server, job->conns[r], EGRESS_RESULT, &h,
+                               (const char *)s->out + at, (size_t)len, small_sent_cb, s);
+    }
+    small_sent_cb(s, UCS_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* SMALL in                                                                  */
+
+/* Check rank me's payload against its header, the rule and the others; 0: the job failed. */
+static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
+{
+    engine_t *eng = s->eng;
+    job_t *job = s->job;
+    const int n = job->nranks;
+    const char *what = inc_wire_stream_name(c->stream);
+    const unsigned long long epoch = (unsigned long long)c->epoch;
+    uint64_t table[INCMOE_MAX_RANKS];
+    memcpy(table, s->in[me], 8 * (size_t)n); /* its length was checked on arrival */
+    if (table[me] != total) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+                "small %s epoch %llu: rank %d's table gives it %llu bytes, its header %llu", what,
+                epoch, me, (unsigned long long)table[me], (unsigned long long)total);
+        return 0;
+    }
+    if (inc_wire_signature((incmoe_stream_t)c->stream, (incmoe_dtype_t)c->dtype,
+                           (incmoe_redop_t)c->redop, table, n) != c->sig) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, me,
+                "small %s epoch %llu: rank %d's table of window sizes does not match its "
+                "signature",
+                what, epoch, me);
+        return 0;
+    }
+    if (s->table != NULL && memcmp(s->table, table, 8 * (size_t)n) != 0) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, me,
+                "small %s epoch %llu: rank %d's window sizes differ from the others'", what, epoch,
+                me);
+        return 0;
+    }
+    if (!inc_wire_is_small((incmoe_stream_t)c->stream, table, n, eng->set->chunk_size)) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d sent %s epoch %llu as SMALL, but its windows exceed what a %llu-byte "
+                "chunk allows",
+                me, what, epoch, (unsigned long long)eng->set->chunk_size);
+        return 0;
+    }
+    size_t esize =
+        c->stream == INCMOE_STREAM_ALLGATHER ? 1 : incmoe_dtype_size((incmoe_dtype_t)c->dtype);
+    for (int r = 0; r < n; r++) {
+        if (table[r] % esize != 0 ||
+            (c->stream == INCMOE_STREAM_ALLREDUCE && table[r] != table[0])) {
+            JOB_BAD(&eng->members, job,
+                    c->stream == INCMOE_STREAM_ALLREDUCE ? INCMOE_ERR_MISMATCH
+                                                         : INCMOE_ERR_PROTOCOL,
+                    me, "small %s epoch %llu: rank %d gives rank %d a window of %llu bytes", what,
+                    epoch, me, r, (unsigned long long)table[r]);
+            return 0;
+        }
+    }
+    uint64_t want = inc_wire_small_length((incmoe_stream_t)c->stream, table, n, me);
+    if (s->in_len[me] != want) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+                "small %s epoch %llu: rank %d sent %zu bytes, its table calls for %llu", what,
+                epoch, me, s->in_len[me], (unsigned long long)want);
+        return 0;
+    }
+    if (s->table == NULL) {
+        s->table = malloc(8 * (size_t)n);
+        if (s->table == NULL) {
+            job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+            return 0;
+        }
+        memcpy(s->table, table, 8 * (size_t)n);
+    }
+    return 1;
+}
+
+/* Rank me's payload is in: check it, and complete the collective if it was the last. */
+static void small_arrived(small_t *s, int me, uint64_t total)
+{
+    coll_t *c = s->coll;
+    if (!small_check(s, c, me, total))
+        return;
+    s->arrived[me] = 1;
+    if (++s->narrived == s->job->nranks)
+        small_complete(s, c);
+}
+
+static void small_recv_cb(switch_rx_t *rx, ucs_status_t status)
+{
+    small_recv_t *ra = (small_recv_t *)rx;
+    small_t *s = ra->s;
+    job_t *job = s->job;
+    engine_t *eng = s->eng;
+    /* Fail while this receive still holds s: dropping the collective then detaches it. */
+    if (status != UCS_OK && job->state == JOB_ACTIVE)
+        job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, ra->from,
+                 "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
+    if (job->state == JOB_ACTIVE && s->coll != NULL) {
+        /* The header's total was checked against the collective's bytes on arrival. */
+        small_arrived(s, ra->from, s->coll->bytes[ra->from]);
+        job->refs--;
+        s->nreceiving--;
+        if (s->coll == NULL && small_idle(s))
+            small_free(s);
+        job_release(&eng->members, job);
+    } else {
+        job->refs--;
+        s->nreceiving--;
+        if (s->coll == NULL && small_idle(s))
+            small_free_detached(s);
+    }
+    free(ra);
+}
+
+ucs_status_t small_on_message(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
+                              void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    const int me = conn->rank;
+    const int n = job->nranks;
+    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
+    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h) ||
+        !engine_coll_form(eng, job, conn, c, COLL_FORM_SMALL))
+        return UCS_ERR_INVALID_PARAM;
+    if (c->posted[me]) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent %s epoch %llu twice", me,
+                inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (job->inflight[me][h->stream] >= eng->set->credits) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d exceeded its %u credits on %s", me, eng->set->credits,
+                inc_wire_stream_name(h->stream));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (length < 8 * (size_t)n || length - 8 * (size_t)n > eng->set->chunk_size) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d sent a SMALL of %zu bytes; it holds a table of %d sizes and at most "
+                "%llu bytes of data",
+                me, length, n, (unsigned long long)eng->set->chunk_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    small_t *s = c->small;
+    if (s == NULL && (s = small_new(eng, job, c)) == NULL) {
+        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+        return UCS_ERR_NO_MEMORY;
+    }
+    void *buf = job_alloc(&eng->members, job, length);
+    if (buf == NULL) {
+        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        return UCS_ERR_NO_MEMORY;
+    }
+    s->in[me] = buf;
+    s->in_len[me] = length;
+    c->posted[me] = 1;
+    c->bytes[me] = h->total;
+    if (++c->nposted == n)
+        job->all_posted_at[c->stream] = inc_now_s();
+    job->inflight[me][h->stream]++;
+    eng->stats->bytes_in += length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        small_recv_t *ra = malloc(sizeof(*ra));
+        if (ra == NULL) {
+            job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+            return UCS_ERR_NO_MEMORY;
+        }
+        *ra = (small_recv_t){.rx = {.done = small_recv_cb}, .s = s, .from = me};
+        s->nreceiving++;
+        job->refs++;
+        eng->tx.ops->recv_data(eng->tx.server, data, buf, length, &ra->rx);
+        return UCS_INPROGRESS;
+    }
+    memcpy(buf, data, length);
+    /* A failure inside detaches s: hold it until we know. */
+    s->nreceiving++;
+    small_arrived(s, me, h->total);
+    s->nreceiving--;
+    if (s->coll == NULL && small_idle(s))
+        small_free_detached(s);
+    return UCS_OK;
+}
