@@ -741,6 +741,37 @@ TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* A collective whose windows sum to the small limit goes in one SMALL per rank, one element
+   more goes in chunks (inc_wire_is_small; chunk 4096: AllGather 2048 bytes, ReduceScatter 4096):
+   both sides of each limit give exact results.  Rows of 128 floats: both small at the AllGather's
+   limit; 129: AllGather chunked, ReduceScatter small; 256: ReduceScatter small at its limit;
+   257: both chunked. */
+TEST(SmallCollectives, BothSidesOfTheLimitAreExact)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--chunk-size", "4096"}));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(4, [&](int me) -> std::string {
+        incmoe_comm_params_t p = {};
+        p.switch_addr = sw.addr.c_str();
+        p.job_id = job;
+        p.rank = me;
+        p.nranks = 4;
+        incmoe_comm_t *comm;
+        if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
+            return "create";
+        std::string e;
+        for (size_t row : {128, 129, 256, 257})
+            if (e.empty() && !(e = agrs_case(comm, me, 4, 1, row, 0, 1)).empty())
+                e = "rows of " + std::to_string(row) + " floats: " + e;
+        incmoe_comm_destroy(comm);
+        return e;
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    int status = harness::switch_stop(&sw);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* Every test runs on both algorithms: the switch, and the ring baseline between the ranks. */
 INSTANTIATE_TEST_SUITE_P(
     Algo, Collectives,

@@ -167,6 +167,35 @@ TEST(Wire, SignatureSeesEveryField)
     EXPECT_EQ(all.size(), 6u);
 }
 
+/* The small rule every rank and the switch apply alike, at its limits. */
+TEST(Wire, SmallRuleAtItsLimits)
+{
+    const uint64_t chunk = 4096;
+    uint64_t b[4] = {1024, 1024, 1024, 1024};
+    EXPECT_TRUE(inc_wire_is_small(INCMOE_STREAM_REDUCESCATTER, b, 4, chunk));
+    EXPECT_FALSE(inc_wire_is_small(INCMOE_STREAM_ALLGATHER, b, 4, chunk)); /* half a chunk */
+    b[3] = 1025;
+    EXPECT_FALSE(inc_wire_is_small(INCMOE_STREAM_REDUCESCATTER, b, 4, chunk));
+    uint64_t g[4] = {512, 512, 512, 512};
+    EXPECT_TRUE(inc_wire_is_small(INCMOE_STREAM_ALLGATHER, g, 4, chunk));
+    g[0] = 513;
+    EXPECT_FALSE(inc_wire_is_small(INCMOE_STREAM_ALLGATHER, g, 4, chunk));
+    uint64_t v[4] = {chunk, chunk, chunk, chunk};
+    EXPECT_TRUE(inc_wire_is_small(INCMOE_STREAM_ALLREDUCE, v, 4, chunk));
+    v[0] = chunk + 1;
+    EXPECT_FALSE(inc_wire_is_small(INCMOE_STREAM_ALLREDUCE, v, 4, chunk));
+    uint64_t z[4] = {0, 0, 0, 0};
+    EXPECT_TRUE(inc_wire_is_small(INCMOE_STREAM_ALLGATHER, z, 4, chunk));
+    EXPECT_FALSE(inc_wire_is_small(INCMOE_STREAM_BARRIER, z, 4, chunk));
+    EXPECT_FALSE(
+        inc_wire_is_small(INCMOE_STREAM_ALLGATHER, z, 1, chunk)); /* N = 1: nothing to send */
+    /* Sizes whose sum wraps around 64 bits are not small. */
+    uint64_t huge[2] = {UINT64_MAX, 2};
+    EXPECT_FALSE(inc_wire_is_small(INCMOE_STREAM_REDUCESCATTER, huge, 2, chunk));
+    uint64_t wrap[2] = {2, UINT64_MAX};
+    EXPECT_FALSE(inc_wire_is_small(INCMOE_STREAM_ALLGATHER, wrap, 2, chunk));
+}
+
 TEST(Layout, BytesClipToValidAndWindow)
 {
     size_t valid[4] = {100, 0, 40, 64};
