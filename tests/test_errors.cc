@@ -372,6 +372,13 @@ TEST_F(Errors, JunkOnThePublicPortIsSurvived)
     struct timeval tv = {8, 0};
     setsockopt(silent, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     EXPECT_EQ(recv(silent, &c, 1, 0), 0) << "a silent connection was not closed by the deadline";
+    /* The half handshake's deadline may fall a moment later: read its reply up to the close. */
+    setsockopt(half, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    ssize_t got;
+    while ((got = recv(half, buf, sizeof(buf), 0)) > 0)
+        ;
+    EXPECT_EQ(got, 0) << "a half handshake was not closed by the deadline";
     EXPECT_EQ(port_conns(sw.pid, sw.addr), 0) << "the switch kept a junk connection";
     close(silent);
     close(half);
@@ -906,8 +913,9 @@ TEST_F(Errors, MalformedAndMismatchedSmallCollectives)
 TEST_F(Errors, SenderIgnoringCreditsCannotMakeTheSwitchBuffer)
 {
     expect_raw_breaks_job(sw.addr, INCMOE_ERR_PROTOCOL, "credits", [](RawClient &c, uint64_t job) {
-        /* A 128-chunk window sent without waiting for a single credit back (32 are granted). */
-        const uint64_t chunk = 262144, total = 128 * chunk;
+        /* A 128-chunk window sent without waiting for a single credit back (64 of the default
+           128 KiB chunks are granted). */
+        const uint64_t chunk = 131072, total = 128 * chunk;
         std::vector<char> data(chunk);
         for (uint64_t k = 0; k < 128; k++) {
             inc_wire_hdr d = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_ALLGATHER);
@@ -928,7 +936,7 @@ TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
     ASSERT_TRUE(harness::switch_start(&sw, {"--max-memory", "100M"}));
     auto res = harness::run_ranks(1, [&](int) -> std::string {
         incmoe_comm_t *comm;
-        /* 2 ranks need 32 x ((256K + 16) x 6 + 256K x 6) = 96 MiB + 3 KiB: admitted.  8 ranks
+        /* 2 ranks need 64 x ((128K + 16) x 6 + 128K x 6) = 96 MiB + 6 KiB: admitted.  8 ranks
            need over 240 MiB: refused. */
         incmoe_status_t st = create(sw.addr, harness::unique_job_id(), 0, 8, &comm, 3000);
         if (st != INCMOE_ERR_NO_MEMORY)

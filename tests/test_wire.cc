@@ -242,7 +242,7 @@ TEST(Settings, TableAndParsing)
     EXPECT_EQ(v, 3);
     unsetenv("INCMOE_CREDITS");
     EXPECT_EQ(inc_config_get_int("INCMOE_CREDITS", &v), INCMOE_OK);
-    EXPECT_EQ(v, 32);
+    EXPECT_EQ(v, 64);
     for (size_t i = 0; i < inc_config_table_size; i++)
         EXPECT_EQ(std::string(inc_config_table[i].name).rfind("INCMOE_", 0), 0u);
 }

@@ -23,9 +23,11 @@ const inc_config_entry_t inc_config_table[] = {
      "bound on joining, and the liveness timeout this rank asks of the switch (the job uses the "
      "largest asked, never below the switch's --timeout-ms)",
      INC_CONFIG_INT, 1, INC_TIMEOUT_MS_MAX},
-    {"INCMOE_CHUNK_SIZE", "262144", "switch: bytes of one data chunk (a multiple of 8)",
+    {"INCMOE_CHUNK_SIZE", "131072",
+     "switch: bytes of one data chunk (a multiple of 8); the switch stores and forwards whole "
+     "chunks, so each collective pays about two chunk times of one-way traffic",
      INC_CONFIG_SIZE, 64, 1ll << 30},
-    {"INCMOE_CREDITS", "32", "switch: chunks a rank may have in flight per stream", INC_CONFIG_INT,
+    {"INCMOE_CREDITS", "64", "switch: chunks a rank may have in flight per stream", INC_CONFIG_INT,
      1, 4096},
     {"INCMOE_RNDV_THRESH", "0",
      "payloads from this size go rendezvous, landing zero-copy (good on RDMA); 0 = always eager "
