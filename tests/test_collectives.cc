@@ -717,11 +717,12 @@ TEST_P(Collectives, BitwiseReproducibleWhateverTheArrivalOrder)
     EXPECT_TRUE(digests[0] == digests[1] && digests[1] == digests[2]);
 }
 
-/* The switch's reduction threads (--threads) give the same bits as reducing inline. */
-TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
+/* Four ranks of one job on a switch of its own started with switch_args; body runs on each. */
+void on_own_switch(const std::vector<std::string> &switch_args,
+                   const std::function<std::string(incmoe_comm_t *, int)> &body)
 {
     harness::SwitchProc sw;
-    ASSERT_TRUE(harness::switch_start(&sw, {"--threads", "3", "--chunk-size", "65536"}));
+    ASSERT_TRUE(harness::switch_start(&sw, switch_args));
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(4, [&](int me) -> std::string {
         incmoe_comm_params_t p = {};
@@ -732,13 +733,21 @@ TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
         incmoe_comm_t *comm;
         if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
             return "create";
-        std::string e = agrs_case(comm, me, 4, 40, 3001, 1, 7);
+        std::string e = body(comm, me);
         incmoe_comm_destroy(comm);
         return e;
     });
     EXPECT_EQ(harness::failures(res), "");
     int status = harness::switch_stop(&sw);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The switch's reduction threads (--threads) give the same bits as reducing inline. */
+TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
+{
+    on_own_switch({"--threads", "3", "--chunk-size", "65536"}, [](incmoe_comm_t *comm, int me) {
+        return agrs_case(comm, me, 4, 40, 3001, 1, 7);
+    });
 }
 
 /* A collective whose windows sum to the small limit goes in one SMALL per rank, one element
@@ -748,28 +757,13 @@ TEST(SwitchThreads, ReductionThreadsGiveTheSameResults)
    257: both chunked. */
 TEST(SmallCollectives, BothSidesOfTheLimitAreExact)
 {
-    harness::SwitchProc sw;
-    ASSERT_TRUE(harness::switch_start(&sw, {"--chunk-size", "4096"}));
-    unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(4, [&](int me) -> std::string {
-        incmoe_comm_params_t p = {};
-        p.switch_addr = sw.addr.c_str();
-        p.job_id = job;
-        p.rank = me;
-        p.nranks = 4;
-        incmoe_comm_t *comm;
-        if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
-            return "create";
+    on_own_switch({"--chunk-size", "4096"}, [](incmoe_comm_t *comm, int me) {
         std::string e;
         for (size_t row : {128, 129, 256, 257})
             if (e.empty() && !(e = agrs_case(comm, me, 4, 1, row, 0, 1)).empty())
                 e = "rows of " + std::to_string(row) + " floats: " + e;
-        incmoe_comm_destroy(comm);
         return e;
     });
-    EXPECT_EQ(harness::failures(res), "");
-    int status = harness::switch_stop(&sw);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* Every test runs on both algorithms: the switch, and the ring baseline between the ranks. */
