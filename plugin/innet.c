@@ -402,14 +402,7 @@ static ucs_status_t on_small_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr 
                     inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return UCS_ERR_INVALID_PARAM;
     }
-    uint64_t expect = 0;
-    if (op->stream == INCMOE_STREAM_ALLGATHER) {
-        for (int r = 0; r < comm->nranks; r++)
-            if (r != me)
-                expect += op->bytes[r];
-    } else {
-        expect = op->stream == INCMOE_STREAM_ALLREDUCE ? op->bytes[0] : op->bytes[me];
-    }
+    uint64_t expect = inc_wire_small_result_length(op->stream, op->bytes, comm->nranks, me);
     if (h->length != expect || h->sig != op->sig ||
         (op->stream != INCMOE_STREAM_ALLGATHER &&
          (h->dtype != op->dtype || h->redop != op->redop))) {

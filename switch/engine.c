@@ -575,6 +575,11 @@ static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire
                 (unsigned long long)h->total, (unsigned long long)chunk);
         return 0;
     }
+    return engine_credit_left(eng, job, me, stream);
+}
+
+int engine_credit_left(engine_t *eng, job_t *job, int me, int stream)
+{
     if (job->inflight[me][stream] >= eng->set->credits) {
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
                 "rank %d exceeded its %u credits on %s", me, eng->set->credits,

@@ -74,12 +74,14 @@ void engine_fini(engine_t *eng);
 
 /* For small.c: the collective (stream, epoch), opened if new (NULL: the job failed); check a
    message's description, and its form, against the collective's (0: the job failed); retire
-   the collective if it is done. */
+   the collective if it is done; may rank me send one more message on stream (0: it has used
+   every credit, and the job failed). */
 coll_t *engine_coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch);
 int engine_coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
                          const struct inc_wire_hdr *h);
 int engine_coll_form(engine_t *eng, job_t *job, conn_t *conn, coll_t *c, int form);
 void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c);
+int engine_credit_left(engine_t *eng, job_t *job, int me, int stream);
 
 /* What the server calls; the engine argument is an engine_t. */
 extern const switch_engine_ops_t engine_ops;

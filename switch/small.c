@@ -229,17 +229,11 @@ static void small_complete(small_t *s, coll_t *c)
     s->sends_pending++;
     job->refs++;
     for (int r = 0; r < n; r++) {
-        uint64_t at, len;
-        if (c->stream == INCMOE_STREAM_ALLGATHER) {
-            at = off[r + 1];
-            len = off[n] - s->table[r];
-        } else if (c->stream == INCMOE_STREAM_REDUCESCATTER) {
-            at = off[r];
-            len = s->table[r];
-        } else {
-            at = 0;
-            len = s->out_len;
-        }
+        /* AllGather: rank r's others start at block r+1; ReduceScatter: its own block. */
+        uint64_t at = c->stream == INCMOE_STREAM_ALLGATHER       ? off[r + 1]
+                      : c->stream == INCMOE_STREAM_REDUCESCATTER ? off[r]
+                                                                 : 0;
+        uint64_t len = inc_wire_small_result_length((incmoe_stream_t)c->stream, s->table, n, r);
         struct inc_wire_hdr h;
         inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
         h.stream = (uint8_t)c->stream;
@@ -383,12 +377,8 @@ ucs_status_t small_on_message(engine_t *eng, job_t *job, conn_t *conn, const str
                 inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return UCS_ERR_INVALID_PARAM;
     }
-    if (job->inflight[me][h->stream] >= eng->set->credits) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
-                "rank %d exceeded its %u credits on %s", me, eng->set->credits,
-                inc_wire_stream_name(h->stream));
+    if (!engine_credit_left(eng, job, me, h->stream))
         return UCS_ERR_INVALID_PARAM;
-    }
     if (length < 8 * (size_t)n || length - 8 * (size_t)n > eng->set->chunk_size) {
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
                 "rank %d sent a SMALL of %zu bytes; it holds a table of %d sizes and at most "

@@ -196,6 +196,19 @@ TEST(Wire, SmallRuleAtItsLimits)
     EXPECT_FALSE(inc_wire_is_small(INCMOE_STREAM_ALLGATHER, wrap, 2, chunk));
 }
 
+/* What each rank sends in its SMALL and receives in its SMALL_FWD. */
+TEST(Wire, SmallLengths)
+{
+    uint64_t b[3] = {8, 16, 24};
+    EXPECT_EQ(inc_wire_small_length(INCMOE_STREAM_ALLGATHER, b, 3, 1), 24u + 16u);
+    EXPECT_EQ(inc_wire_small_length(INCMOE_STREAM_REDUCESCATTER, b, 3, 1), 24u + 8u + 24u);
+    EXPECT_EQ(inc_wire_small_result_length(INCMOE_STREAM_ALLGATHER, b, 3, 1), 8u + 24u);
+    EXPECT_EQ(inc_wire_small_result_length(INCMOE_STREAM_REDUCESCATTER, b, 3, 1), 16u);
+    uint64_t v[3] = {40, 40, 40};
+    EXPECT_EQ(inc_wire_small_length(INCMOE_STREAM_ALLREDUCE, v, 3, 2), 24u + 40u);
+    EXPECT_EQ(inc_wire_small_result_length(INCMOE_STREAM_ALLREDUCE, v, 3, 2), 40u);
+}
+
 TEST(Layout, BytesClipToValidAndWindow)
 {
     size_t valid[4] = {100, 0, 40, 64};

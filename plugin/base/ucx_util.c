@@ -38,7 +38,8 @@ incmoe_status_t inc_ucx_status(ucs_status_t status)
     }
 }
 
-incmoe_status_t inc_ucx_memory_types(uint64_t *types)
+/* A UCX context from the environment's UCX_* configuration; why names it in errors. */
+static incmoe_status_t context_open(const ucp_params_t *params, const char *why, ucp_context_h *ctx)
 {
     ucp_config_t *config;
     ucs_status_t st = ucp_config_read(NULL, NULL, &config);
@@ -46,17 +47,24 @@ incmoe_status_t inc_ucx_memory_types(uint64_t *types)
         log_error("ucx", "ucp_config_read: %s", ucs_status_string(st));
         return INCMOE_ERR_TRANSPORT;
     }
+    st = ucp_init(params, config, ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        log_error("ucx", "ucp_init%s: %s", why, ucs_status_string(st));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    return INCMOE_OK;
+}
+
+incmoe_status_t inc_ucx_memory_types(uint64_t *types)
+{
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_TAG | UCP_FEATURE_AM};
     ucp_context_h ctx;
-    st = ucp_init(&params, config, &ctx);
-    ucp_config_release(config);
-    if (st != UCS_OK) {
-        log_error("ucx", "ucp_init (to ask UCX's memory types): %s", ucs_status_string(st));
+    if (context_open(&params, " (to ask UCX's memory types)", &ctx) != INCMOE_OK)
         return INCMOE_ERR_TRANSPORT;
-    }
     ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
-    st = ucp_context_query(ctx, &attr);
+    ucs_status_t st = ucp_context_query(ctx, &attr);
     ucp_cleanup(ctx);
     if (st != UCS_OK) {
         log_error("ucx", "ucp_context_query: %s", ucs_status_string(st));
@@ -68,29 +76,19 @@ incmoe_status_t inc_ucx_memory_types(uint64_t *types)
 
 incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
 {
-    ucp_config_t *config;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
-    if (st != UCS_OK) {
-        log_error("ucx", "ucp_config_read: %s", ucs_status_string(st));
-        return INCMOE_ERR_TRANSPORT;
-    }
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
         .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
         .mt_workers_shared = 0,
     };
-    st = ucp_init(&params, config, &node->context);
-    ucp_config_release(config);
-    if (st != UCS_OK) {
-        log_error("ucx", "ucp_init: %s", ucs_status_string(st));
+    if (context_open(&params, "", &node->context) != INCMOE_OK)
         return INCMOE_ERR_TRANSPORT;
-    }
     /* One single-threaded worker per progress thread: shared MULTI workers are far slower. */
     ucp_worker_params_t wparams = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         .thread_mode = UCS_THREAD_MODE_SINGLE,
     };
-    st = ucp_worker_create(node->context, &wparams, &node->worker);
+    ucs_status_t st = ucp_worker_create(node->context, &wparams, &node->worker);
     if (st != UCS_OK) {
         log_error("ucx", "ucp_worker_create: %s", ucs_status_string(st));
         goto err_cleanup_context;

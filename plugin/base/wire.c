@@ -194,3 +194,17 @@ uint64_t inc_wire_small_length(incmoe_stream_t stream, const uint64_t *bytes, in
             n += bytes[r];
     return n;
 }
+
+uint64_t inc_wire_small_result_length(incmoe_stream_t stream, const uint64_t *bytes, int nranks,
+                                      int rank)
+{
+    if (stream == INCMOE_STREAM_ALLREDUCE)
+        return bytes[0];
+    if (stream == INCMOE_STREAM_REDUCESCATTER)
+        return bytes[rank];
+    uint64_t n = 0;
+    for (int r = 0; r < nranks; r++)
+        if (r != rank)
+            n += bytes[r];
+    return n;
+}

@@ -227,4 +227,9 @@ int inc_wire_is_small(incmoe_stream_t stream, const uint64_t *bytes, int nranks,
 /* Bytes of a SMALL message's payload from its table: 8 N + this rank's contribution. */
 uint64_t inc_wire_small_length(incmoe_stream_t stream, const uint64_t *bytes, int nranks, int rank);
 
+/* Bytes of the SMALL_FWD payload rank receives: the others' blocks (AllGather), its own
+   window (ReduceScatter) or the vector (AllReduce). */
+uint64_t inc_wire_small_result_length(incmoe_stream_t stream, const uint64_t *bytes, int nranks,
+                                      int rank);
+
 #endif
