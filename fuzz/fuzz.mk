@@ -17,10 +17,10 @@ FUZZ_LIBS = -lcrypto -lpthread -lm
 
 SAN = -fsanitize=address,undefined -fno-sanitize-recover=all
 CFLAGS = -g -O1 -std=gnu11 -fno-omit-frame-pointer $(SAN) -fsanitize=fuzzer-no-link
-CPPFLAGS = -I$(top_srcdir) -I$(top_srcdir)/plugin -I$(top_builddir)/plugin/api $(UCX_CFLAGS)
+CPPFLAGS = -I$(top_srcdir) -I$(top_srcdir)/include -I$(top_builddir)/include/incmoe $(UCX_CFLAGS)
 
 # The product: the base library, the client, the switch but for its UCX service and main().
-PRODUCT_SRCS = $(wildcard $(top_srcdir)/plugin/base/*.c) $(wildcard $(top_srcdir)/plugin/*.c) \
+PRODUCT_SRCS = $(wildcard $(top_srcdir)/base/*.c) $(wildcard $(top_srcdir)/plugin/*.c) \
 	$(filter-out %/server.c %/switchd.c,$(wildcard $(top_srcdir)/switch/*.c))
 PRODUCT_OBJS = $(patsubst $(top_srcdir)/%.c,obj/%.o,$(PRODUCT_SRCS))
 

@@ -40,7 +40,7 @@
  *   6  next byte n: the next n % 4 + 1 sends fail at once
  *   7  a local failure the job must hear about (client_fail_job)
  */
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "plugin/algo.h"
 #include "plugin/post.h"
 #include "base/log.h"

@@ -2,10 +2,10 @@
  * fuzz_switch_msg.c - libFuzzer target for the switch's message handling.
  *
  * What it drives (the product's own code, compiled with the sanitizers):
- * switch/dispatch.c (header check, JOIN-first rule), membership.c (join,
+ * switch/demux.c (header check, JOIN-first rule), membership.c (join,
  * authentication, admission, failure, retirement), engine.c (POST, DATA,
  * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD) and the base library under them.  Each
- * message goes to switch_dispatch() exactly as server.c's UCX receive
+ * message goes to switch_demux() exactly as server.c's UCX receive
  * callback hands it over once it has found the connection.
  *
  * What it replaces: server.c.  The connections are conn_t's this file makes
@@ -34,7 +34,7 @@
  * and the harness checks that every job, buffer, byte of accounted memory
  * and kept UCX buffer is gone.
  */
-#include "switch/dispatch.h"
+#include "switch/demux.h"
 #include "switch/engine.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -92,13 +92,13 @@ static struct {
     switch_settings_t set;
     switch_stats_t stats;
     engine_t eng;
-    switch_dispatch_t dispatch;
+    switch_demux_t demux;
     conn_t *conns;       /* the server's list, newest first */
     conn_t *slot[NCONN]; /* the connection each fake rank process is on now */
     pending_send_t *sends, **sends_tail;
     pending_recv_t *recvs, **recvs_tail;
     kept_t *kept;
-    int recv_posted; /* recv_data calls during the current dispatch */
+    int recv_posted; /* recv_data calls during the current message */
 } H;
 
 /* ------------------------------------------------------------------------ */
@@ -386,7 +386,7 @@ static void deliver(conn_t *conn, int mode, const uint8_t *hdr, const uint8_t *p
     }
     H.recv_posted = 0;
     ucs_status_t st =
-        switch_dispatch(&H.dispatch, conn, hdr, sizeof(struct inc_wire_hdr), data, length, &param);
+        switch_demux(&H.demux, conn, hdr, sizeof(struct inc_wire_hdr), data, length, &param);
     if (mode == 2) {
         CHECK(H.recv_posted == (st == UCS_INPROGRESS),
               "rendezvous answered %d with %d receives posted", (int)st, H.recv_posted);
@@ -467,8 +467,8 @@ static void setup(void)
     H.set.nthreads = 1;
     switch_tx_t tx = {.ops = &recorder_ops, .server = NULL};
     CHECK(engine_init(&H.eng, &H.set, &H.stats, tx) == 0, "engine_init failed");
-    H.dispatch = (switch_dispatch_t){
-        .engine_ops = &engine_ops, .engine = &H.eng, .tx = tx, .stats = &H.stats};
+    H.demux =
+        (switch_demux_t){.engine_ops = &engine_ops, .engine = &H.eng, .tx = tx, .stats = &H.stats};
     reap(1); /* opens every slot */
 }
 

@@ -19,13 +19,13 @@ SUM = 0
 
 def hdr(msg, job, rank=0, stream=0, epoch=0, root=0, offset=0, length=0, total=0, sig=0,
         chunk=0, dtype=0, redop=0, status=0):
-    """struct inc_wire_hdr, 72 bytes little-endian (plugin/base/wire.h)."""
+    """struct inc_wire_hdr, 72 bytes little-endian (base/wire.h)."""
     return struct.pack("<IHBBQQIIQQQQIBBh", MAGIC, VERSION, msg, stream, job, epoch, rank, root,
                        offset, length, total, sig, chunk, dtype, redop, status)
 
 
 def signature(stream, dtype, redop, sizes):
-    """inc_wire_signature (plugin/base/wire.c): FNV-1a over the description."""
+    """inc_wire_signature (base/wire.c): FNV-1a over the description."""
     h = 0xCBF29CE484222325
     for v in [stream, dtype, redop, len(sizes)] + list(sizes):
         for b in struct.pack("<Q", v):

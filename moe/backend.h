@@ -8,7 +8,7 @@
 #ifndef INCMOE_MOE_BACKEND_H
 #define INCMOE_MOE_BACKEND_H
 
-#include "api/incmoe_moe.h"
+#include "incmoe/incmoe_moe.h"
 
 typedef struct {
     const char *name;

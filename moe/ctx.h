@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/incmoe_fifo.h"
-#include "api/incmoe_moe.h"
+#include "incmoe/incmoe_fifo.h"
+#include "incmoe/incmoe_moe.h"
 
 /*
  * The progress counters of paper section 3.3.  Plain integers that only

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "api/incmoe_moe.h"
+#include "incmoe/incmoe_moe.h"
 #include "backend.h"
 #include "ctx.h"
 

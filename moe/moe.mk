@@ -1,5 +1,5 @@
-# libincmoe_moe: the INC-MoE layer (public header api/incmoe_moe.h, installed
-# beside libincmoe's in $(includedir)/incmoe/).  The backend-neutral part (API,
+# libincmoe_moe: the INC-MoE layer (public header include/incmoe/incmoe_moe.h,
+# installed by the top-level Makefile.am).  The backend-neutral part (API,
 # exchange, plan, autotune, the role loops of roles.h) and the CPU backend in
 # cpu/ (threads, OpenBLAS); the CUDA backend in cuda/ (one persistent kernel,
 # built when configure finds CUDA: nvcc compiles kernel.cu through libtool, one
@@ -9,7 +9,6 @@
 # libincmoe come from libincmoe, which it links).
 if HAVE_OPENBLAS
 lib_LTLIBRARIES = libincmoe_moe.la
-pkginclude_HEADERS = api/incmoe_moe.h
 
 libincmoe_moe_la_SOURCES = \
 	band.h ctx.h plan.h roles.h backend.h \
@@ -22,9 +21,8 @@ libincmoe_moe_la_SOURCES = \
 	cpu/backend.c \
 	cpu/pool.c \
 	cpu/ffn.c
-libincmoe_moe_la_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_srcdir)/plugin/api \
-	-I$(top_builddir)/plugin/api -I$(top_srcdir)/moe $(OPENBLAS_CFLAGS)
-libincmoe_moe_la_LIBADD = $(top_builddir)/plugin/libincmoe.la $(top_builddir)/plugin/libincmoe_base.la \
+libincmoe_moe_la_CPPFLAGS = $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe $(OPENBLAS_CFLAGS)
+libincmoe_moe_la_LIBADD = $(top_builddir)/plugin/libincmoe.la $(top_builddir)/base/libincmoe_base.la \
 	$(OPENBLAS_LIBS) -lpthread -lm
 libincmoe_moe_la_LDFLAGS = -version-info $(LIBINCMOE_MOE_LT_VERSION) \
 	-Wl,--version-script=$(srcdir)/libincmoe_moe.map
@@ -38,11 +36,10 @@ libincmoe_moe_la_CPPFLAGS += -DINCMOE_MOE_CUDA=1 -DINCMOE_CUDA_ARCHS='"$(CUDA_AR
 	$(CUDA_CFLAGS) $(UCX_CFLAGS)
 libincmoe_moe_la_LIBADD += cuda/kernel.lo $(CUDA_LIBS) $(UCX_LIBS)
 EXTRA_libincmoe_moe_la_DEPENDENCIES += cuda/kernel.lo
-MOE_NVCC_FLAGS = $(CUDA_GENCODE) -O2 -std=c++17 -I$(top_srcdir)/plugin -I$(top_srcdir)/plugin/api \
-	-I$(top_builddir)/plugin/api -I$(top_srcdir)/moe
+MOE_NVCC_FLAGS = $(CUDA_GENCODE) -O2 -std=c++17 $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe
 # libtool makes the PIC object and the .lo; nvcc-pic hands libtool's -fPIC to the host compiler.
 cuda/kernel.lo: cuda/kernel.cu $(MOE_CU_HDRS) ctx.h plan.h band.h roles.h \
-		$(top_srcdir)/plugin/api/incmoe_fifo.h
+		$(top_srcdir)/include/incmoe/incmoe_fifo.h
 	@$(MKDIR_P) cuda
 	$(AM_V_GEN)$(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(srcdir)/cuda/nvcc-pic $(NVCC) \
 		$(MOE_NVCC_FLAGS) -c $(srcdir)/cuda/kernel.cu -o $@

@@ -16,7 +16,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/ucx_util.h"
 #include "base/wire.h"
 

@@ -9,7 +9,7 @@
 #ifndef INCMOE_FIFO_INTERNAL_H
 #define INCMOE_FIFO_INTERNAL_H
 
-#include "api/incmoe_fifo.h"
+#include "incmoe/incmoe_fifo.h"
 #include "base/wire.h"
 
 #ifdef __cplusplus

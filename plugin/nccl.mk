@@ -16,7 +16,7 @@ libnccl_net_incmoe_la_SOURCES = \
 	nccl/adapt_v9.c \
 	nccl/adapt_v10.c \
 	nccl/adapt_v11.c
-libnccl_net_incmoe_la_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_builddir)/plugin/api $(UCX_CFLAGS)
+libnccl_net_incmoe_la_CPPFLAGS = $(INCMOE_CPPFLAGS) $(UCX_CFLAGS)
 libnccl_net_incmoe_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 libnccl_net_incmoe_la_LIBADD = libincmoe_client.la $(UCX_LIBS) $(CRYPTO_LIBS) -lpthread -lm -ldl
 libnccl_net_incmoe_la_LDFLAGS = -module -avoid-version -shared \

@@ -7,7 +7,7 @@
 #ifndef INCMOE_POST_H
 #define INCMOE_POST_H
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 /*
  * Collectives the stream can take now (0 .. INCMOE_STREAM_WINDOW) without a

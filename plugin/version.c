@@ -1,5 +1,5 @@
 /* version.c - the version of the library a program runs with. */
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 void incmoe_get_version(unsigned *major_p, unsigned *minor_p, unsigned *patch_p)
 {

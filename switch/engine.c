@@ -734,7 +734,7 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
 }
 
 /* ------------------------------------------------------------------------ */
-/* dispatch                                                                  */
+/* message handling                                                         */
 
 /* A collective others have started that rank r has not posted, or NULL. */
 static const coll_t *job_collective_owed(const job_t *job, int r)

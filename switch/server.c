@@ -3,7 +3,7 @@
  * rank finished the bootstrap handshake on the public port, bound to it by the
  * session token its JOIN carries, stamped with their traffic times, reaped),
  * the sends with one egress queue per destination, the receive callback that
- * finds a message's connection and hands it to dispatch.c, and the event loop,
+ * finds a message's connection and hands it to demux.c, and the event loop,
  * which sleeps on the worker's event fd, the engine's wake fd and the bootstrap
  * listener's sockets when idle.  UCX itself listens on nothing public.
  */
@@ -313,7 +313,7 @@ static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param, const vo
 }
 
 /* The JOIN of a new connection: it must carry the connection's single-use session token
-   (dispatch.c's bind hook). */
+   (demux.c's bind hook). */
 static int join_bound(void *arg, conn_t *conn, const void *data, size_t length,
                       const ucp_am_recv_param_t *param)
 {
@@ -329,7 +329,7 @@ static int join_bound(void *arg, conn_t *conn, const void *data, size_t length,
     return 1;
 }
 
-/* UCX's receive callback: find the connection, and dispatch.c does the rest. */
+/* UCX's receive callback: find the connection, and demux.c does the rest. */
 static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                  size_t length, const ucp_am_recv_param_t *param)
 {
@@ -340,7 +340,7 @@ static ucs_status_t server_am_cb(void *arg, const void *header, size_t header_le
         log_warn(SUBSYS, "dropped a message from an endpoint no bootstrap session bound");
         return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
     }
-    return switch_dispatch(&srv->dispatch, conn, header, header_length, data, length, param);
+    return switch_demux(&srv->demux, conn, header, header_length, data, length, param);
 }
 
 static void recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
@@ -416,12 +416,12 @@ void server_init(server_t *srv, const switch_settings_t *set, switch_stats_t *st
                  const switch_engine_ops_t *engine_ops, void *engine)
 {
     *srv = (server_t){.set = set, .stats = stats, .engine_ops = engine_ops, .engine = engine};
-    srv->dispatch = (switch_dispatch_t){.engine_ops = engine_ops,
-                                        .engine = engine,
-                                        .tx = server_tx(srv),
-                                        .stats = stats,
-                                        .bind = join_bound,
-                                        .bind_arg = srv};
+    srv->demux = (switch_demux_t){.engine_ops = engine_ops,
+                                  .engine = engine,
+                                  .tx = server_tx(srv),
+                                  .stats = stats,
+                                  .bind = join_bound,
+                                  .bind_arg = srv};
 }
 
 /* Listen on the parsed address (the bootstrap listener) and say where on stdout. */

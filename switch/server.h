@@ -9,7 +9,7 @@
 
 #include <stdatomic.h>
 #include "base/ucx_util.h"
-#include "dispatch.h"
+#include "demux.h"
 #include "engine_ops.h"
 #include "listener.h"
 #include "settings.h"
@@ -26,7 +26,7 @@ typedef struct server {
     switch_stats_t *stats;
     const switch_engine_ops_t *engine_ops;
     void *engine;
-    switch_dispatch_t dispatch; /* what a received message goes through */
+    switch_demux_t demux; /* what a received message goes through */
     /* Set by SIGINT/SIGTERM, whose handler may run on UCX's async thread. */
     atomic_int stop;
 } server_t;

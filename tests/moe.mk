@@ -2,7 +2,7 @@
 # fp64 reference, bad arguments, a randomised stress test, the role loops
 # compiled as CUDA device code and the CUDA backend run on a device.
 if HAVE_OPENBLAS
-MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/plugin/api -I$(top_srcdir)/moe -I$(top_srcdir)/moe/api
+MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/moe
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
 check_PROGRAMS += test_moe_fifo test_moe_band test_moe_layer test_moe_errors test_moe_stress \
@@ -26,7 +26,7 @@ test_moe_stress_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_stress_LDADD = $(MOE_TEST_LIBS)
 # The CUDA backend's FIFO protocol and buffer placement, run on the host.
 test_moe_cuda_proto_SOURCES = test_moe_cuda_proto.cc ../moe/cuda/placement.c
-test_moe_cuda_proto_CPPFLAGS = $(MOE_TEST_CPPFLAGS) -I$(top_srcdir)/plugin $(UCX_CFLAGS)
+test_moe_cuda_proto_CPPFLAGS = $(MOE_TEST_CPPFLAGS) $(UCX_CFLAGS)
 test_moe_cuda_proto_LDADD = $(top_builddir)/plugin/libincmoe_client.la $(BASE_LIBS) $(UCX_LIBS) \
 	$(GTEST_LIBS) -lpthread
 # Only where configure found CUDA (a build without it neither runs nvcc nor

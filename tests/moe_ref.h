@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "incmoe.h"
-#include "incmoe_moe.h"
+#include "incmoe/incmoe.h"
+#include "incmoe/incmoe_moe.h"
 
 namespace moeref
 {

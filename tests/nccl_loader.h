@@ -8,7 +8,7 @@
 #define INCMOE_TEST_NCCL_LOADER_H
 
 extern "C" {
-#include "nccl/abi.h"
+#include "plugin/nccl/abi.h"
 }
 
 #include <string>

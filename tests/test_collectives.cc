@@ -22,7 +22,7 @@
 #include "harness.h"
 
 extern "C" {
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/dtype.h"
 }
 

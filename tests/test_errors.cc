@@ -27,7 +27,7 @@
 #include "raw_client.h"
 
 extern "C" {
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/dtype.h"

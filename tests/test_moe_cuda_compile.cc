@@ -30,9 +30,9 @@ TEST_P(MoeCuda, RoleLoopsCompileAsDeviceCode)
     std::string out = std::string(dir) + "/kernel.ptx";
     std::string log = std::string(dir) + "/nvcc.log";
     std::string cmd = "'" + nvcc + "' -arch=" + GetParam() + " -std=c++17 -ptx -I'" + top +
-                      "/moe' -I'" + top + "/plugin' -I'" + top + "/plugin/api' -I'" + TOP_BUILDDIR +
-                      "/plugin/api' '" + top + "/moe/cuda/kernel.cu' -o '" + out + "' > '" + log +
-                      "' 2>&1";
+                      "/moe' -I'" + top + "' -I'" + top + "/include' -I'" + TOP_BUILDDIR +
+                      "/include/incmoe' '" + top + "/moe/cuda/kernel.cu' -o '" + out + "' > '" +
+                      log + "' 2>&1";
     int rc = system(cmd.c_str());
     std::string text;
     if (FILE *f = fopen(log.c_str(), "r")) {

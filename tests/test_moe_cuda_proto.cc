@@ -19,7 +19,7 @@ extern "C" {
 }
 #include "cuda/devfifo.h"
 #include "cuda/placement.h"
-#include "fifo.h"
+#include "plugin/fifo.h"
 
 #include <ucs/memory/memory_type.h>
 

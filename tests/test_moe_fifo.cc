@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "fifo.h"
+#include "plugin/fifo.h"
 #include "harness.h"
 #include "base/wire.h"
 

@@ -13,7 +13,7 @@
 #include "nccl_loader.h"
 
 extern "C" {
-#include "nccl/ptr_support.h"
+#include "plugin/nccl/ptr_support.h"
 }
 
 #include <gtest/gtest.h>

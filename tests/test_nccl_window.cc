@@ -1,6 +1,6 @@
 /* test_nccl_window.cc - the cut of NCCL's CollNet windows into client-API pieces. */
 extern "C" {
-#include "nccl/window.h"
+#include "plugin/nccl/window.h"
 }
 
 #include <gtest/gtest.h>

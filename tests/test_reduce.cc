@@ -7,7 +7,7 @@
 #include <vector>
 
 extern "C" {
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/dtype.h"
 #include "base/reduce.h"
 }

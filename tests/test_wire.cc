@@ -11,7 +11,7 @@
 #include <string>
 
 extern "C" {
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/bootstrap.h"
 #include "base/config.h"
 #include "base/keyfile.h"

@@ -8,7 +8,7 @@
  *   incmoe config
  *       Lists every INCMOE_* setting with its value and meaning.
  */
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/config.h"
 #include "launch.h"
 #include "switchd_find.h"

@@ -40,10 +40,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/config.h"
 #include "base/dtype.h"
-#include "incmoe_moe.h"
+#include "incmoe/incmoe_moe.h"
 #include "launch.h"
 #include "switchd_find.h"
 #include "base/clock.h"

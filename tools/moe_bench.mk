@@ -2,8 +2,7 @@
 if HAVE_OPENBLAS
 bin_PROGRAMS += incmoe-moe-bench
 incmoe_moe_bench_SOURCES = moe_bench.c
-incmoe_moe_bench_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_srcdir)/plugin/api \
-	-I$(top_builddir)/plugin/api -I$(top_srcdir)/moe/api
+incmoe_moe_bench_CPPFLAGS = $(INCMOE_CPPFLAGS)
 incmoe_moe_bench_LDADD = libincmoe_tools.la $(top_builddir)/moe/libincmoe_moe.la \
 	$(top_builddir)/plugin/libincmoe.la -lm -lpthread
 if HAVE_CUDA

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/config.h"
 #include "launch.h"
 #include "switchd_find.h"

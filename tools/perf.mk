@@ -5,7 +5,7 @@ bin_PROGRAMS += incmoe-perf
 incmoe_perf_SOURCES = perf.c
 # Embedded runs start incmoe-switchd found by inc_switchd_find() (INCMOE_SWITCHD, beside
 # the program, or the build tree relative to it).
-incmoe_perf_CPPFLAGS = -I$(top_srcdir)/plugin -I$(top_builddir)/plugin/api
+incmoe_perf_CPPFLAGS = $(INCMOE_CPPFLAGS)
 incmoe_perf_LDADD = libincmoe_tools.la $(top_builddir)/plugin/libincmoe.la
 
 # tools/testbed up|run|down is installed as incmoe-testbed: bindir holds only

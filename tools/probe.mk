@@ -5,5 +5,5 @@
 EXTRA_DIST += probe-junk probe-killloop
 noinst_PROGRAMS += probe-rank
 probe_rank_SOURCES = probe_rank.c
-probe_rank_CPPFLAGS = -I$(top_builddir)/plugin/api -I$(top_srcdir)/plugin
+probe_rank_CPPFLAGS = $(INCMOE_CPPFLAGS)
 probe_rank_LDADD = $(top_builddir)/plugin/libincmoe.la

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 static uint64_t mono_ns(void)
 {

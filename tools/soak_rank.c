@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/config.h"
 
 #define PROG "incmoe-soak-rank"

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "base/dtype.h"
 
 /* dst (fp32) = src rounded to dtype and widened back. */

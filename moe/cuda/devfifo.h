@@ -41,7 +41,7 @@
 
 #include <stdint.h>
 
-#include "api/incmoe_fifo.h"
+#include "incmoe/incmoe_fifo.h"
 
 #if defined(__CUDACC__)
 #define DEVFIFO_FN static inline __host__ __device__

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 #ifdef __cplusplus
 extern "C" {

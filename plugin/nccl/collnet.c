@@ -29,7 +29,7 @@
 #include "window.h"
 #include "base/config.h"
 #include "base/keyfile.h"
-#include "post.h"
+#include "plugin/post.h"
 
 #include <errno.h>
 #include <stdio.h>

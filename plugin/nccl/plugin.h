@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 
 #include "abi.h"
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 #define PLUGIN_NAME "incmoe"
 /* Largest grouped receive we accept (NCCL posts at most 8). */

@@ -10,7 +10,7 @@ The libraries are looked for, in order, in:
 The first place holding the library wins; libincmoe_moe is loaded only when
 an MoE layer is made, from the directory pair found the same way.
 
-Mirrors plugin/api/incmoe.h and moe/api/incmoe_moe.h: every struct here has
+Mirrors include/incmoe/incmoe.h and incmoe_moe.h: every struct here has
 the header's field order and types, and every function its prototype.
 """
 
@@ -181,7 +181,7 @@ def _source_build_dirs():
     """Where a build of the checkout this package lives in keeps the libraries."""
     here = os.path.dirname(os.path.abspath(__file__))
     top = os.path.normpath(os.path.join(here, "..", "..", ".."))
-    if not os.path.isfile(os.path.join(top, "plugin", "api", "incmoe.h")):
+    if not os.path.isfile(os.path.join(top, "include", "incmoe", "incmoe.h")):
         return []
     build = os.environ.get("INCMOE_BUILD_DIR") or os.path.join(top, "build")
     return [os.path.join(build, "plugin", ".libs"), os.path.join(build, "moe", ".libs")]

@@ -130,7 +130,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 /* How many streams a job has (incmoe_stream_t). */
 #define INC_STREAM_COUNT ((int)INCMOE_STREAM_BARRIER + 1)

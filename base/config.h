@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 /* Dead-peer bound in ms: at most a day, so that twice it still fits an int. */
 #define INC_TIMEOUT_MS_MAX 86400000

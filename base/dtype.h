@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 /* How many element types and reduction operations there are: internal, so that
    adding one to the public enums changes no public value. */

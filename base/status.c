@@ -1,5 +1,5 @@
 /* status.c - text for every incmoe_status_t. */
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 const char *incmoe_strerror(incmoe_status_t status)
 {

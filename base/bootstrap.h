@@ -35,7 +35,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 #define INC_BOOT_MAGIC       0x42434e49u /* "INCB" little-endian */
 #define INC_BOOT_VERSION     1

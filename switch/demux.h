@@ -1,12 +1,12 @@
 /*
- * dispatch.h - what the switch does with one message once UCX has delivered
+ * demux.h - what the switch does with one message once UCX has delivered
  * it and the server has found the connection it came on: the header check,
  * the JOIN-first rule, and the hand-off to the engine.  It names no UCX
  * object and sends only through switch_tx, so it runs the same under the
  * server and under a harness that feeds it messages directly.
  */
-#ifndef INCMOE_SWITCH_DISPATCH_H
-#define INCMOE_SWITCH_DISPATCH_H
+#ifndef INCMOE_SWITCH_DEMUX_H
+#define INCMOE_SWITCH_DEMUX_H
 
 #include "engine_ops.h"
 #include "settings.h"
@@ -23,7 +23,7 @@ typedef struct {
     int (*bind)(void *arg, conn_t *conn, const void *data, size_t length,
                 const ucp_am_recv_param_t *param);
     void *bind_arg;
-} switch_dispatch_t;
+} switch_demux_t;
 
 /*
  * One message from conn: header as received (checked here), data/length its
@@ -32,8 +32,8 @@ typedef struct {
  * answers: UCS_OK, UCS_INPROGRESS (the payload is kept), or an error that
  * refuses a rendezvous payload.
  */
-ucs_status_t switch_dispatch(const switch_dispatch_t *d, conn_t *conn, const void *header,
-                             size_t header_length, void *data, size_t length,
-                             const ucp_am_recv_param_t *param);
+ucs_status_t switch_demux(const switch_demux_t *d, conn_t *conn, const void *header,
+                          size_t header_length, void *data, size_t length,
+                          const ucp_am_recv_param_t *param);
 
 #endif

@@ -1,6 +1,6 @@
 /* dtype.c - element sizes, names, and IEEE binary16 / bfloat16 conversions. */
 #pragma GCC optimize("O3") /* the vector conversions below are hot in the reductions and FFN */
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 #include "dtype.h"
 
 static const struct {

@@ -5,7 +5,7 @@
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 /* A context with active messages and wakeup, and one single-threaded worker. */
 typedef struct {

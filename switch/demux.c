@@ -1,10 +1,10 @@
 /*
- * dispatch.c - one received message, from a known connection, to the room
+ * demux.c - one received message, from a known connection, to the code
  * that handles it: malformed headers fail the sender's job (or refuse a
  * connection that has none), a new connection must start with an eager JOIN,
  * and everything else goes to the engine.
  */
-#include "dispatch.h"
+#include "demux.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -21,7 +21,7 @@ static ucs_status_t refused(const ucp_am_recv_param_t *param, ucs_status_t rndv_
 
 /* A header that failed the check: a member's job fails with the reason, anyone else is
    refused and dropped. */
-static void on_malformed(const switch_dispatch_t *d, conn_t *conn, const void *header,
+static void on_malformed(const switch_demux_t *d, conn_t *conn, const void *header,
                          size_t header_length, const char *why)
 {
     d->stats->bad_messages++;
@@ -40,16 +40,16 @@ static void on_malformed(const switch_dispatch_t *d, conn_t *conn, const void *h
 }
 
 /* A connection that broke the JOIN order: it hears why and is dropped. */
-static void refuse_conn(const switch_dispatch_t *d, conn_t *conn, uint64_t job, const char *text)
+static void refuse_conn(const switch_demux_t *d, conn_t *conn, uint64_t job, const char *text)
 {
     d->stats->bad_messages++;
     d->tx.ops->send_error(d->tx.server, conn, job, INCMOE_ERR_PROTOCOL, 0, text);
     d->tx.ops->drop(d->tx.server, conn);
 }
 
-ucs_status_t switch_dispatch(const switch_dispatch_t *d, conn_t *conn, const void *header,
-                             size_t header_length, void *data, size_t length,
-                             const ucp_am_recv_param_t *param)
+ucs_status_t switch_demux(const switch_demux_t *d, conn_t *conn, const void *header,
+                          size_t header_length, void *data, size_t length,
+                          const ucp_am_recv_param_t *param)
 {
     if (conn->state == CONN_DEAD)
         return refused(param, UCS_ERR_CANCELED);

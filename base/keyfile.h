@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 /*
  * The secret is the file's first line (without its "\n" or "\r\n"), 1 to

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "api/incmoe.h"
+#include "incmoe/incmoe.h"
 
 /* dst = ((srcs[0] op srcs[1]) op srcs[2]) ... ; nsrc >= 1; dst may alias srcs[0]. */
 void inc_reduce_ordered(void *dst, const void *const *srcs, int nsrc, size_t count,
