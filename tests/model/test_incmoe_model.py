@@ -182,6 +182,16 @@ def test_strong_skew_with_k_near_e_samples_exactly_and_ends():
         assert abs(st.q[r] - q) < 5 * math.sqrt(q * (1 - q) / M) + 1e-9, (r, st.q[r], q)
 
 
+def test_strided_placement_spreads_the_popular_experts():
+    st = m.sampled_stats(8, 64, 8, 1.0, 20000, seed=2, placement="strided")
+    owner = m.expert_owner(8, 64, "strided")
+    assert owner[:9] == [0, 1, 2, 3, 4, 5, 6, 7, 0]
+    contiguous = m.sampled_stats(8, 64, 8, 1.0, 20000, seed=2)
+    assert max(st.q) < max(contiguous.q)
+    # uniform routing does not care where the experts are
+    assert m.uniform_stats(8, 64, 8, "strided").q == pytest.approx(m.uniform_stats(8, 64, 8).q)
+
+
 def test_zipf_of_zero_is_uniform_within_sampling_error():
     exact = m.uniform_stats(8, 64, 8)
     st = m.sampled_stats(8, 64, 8, 0.0, 20000, seed=3)
