@@ -288,6 +288,12 @@ def test_masked_beats_a2a_and_full_in_bytes_for_every_predicted_model():
             assert r["masked_exact"] < r["a2a"] and r["masked_exact"] <= r["full"]
 
 
+def test_one_rank_moves_nothing():
+    p = params(argv=["-N", "1"])
+    for op, algo in (("dc", "inc"), ("dc", "a2a"), ("agrs", "inc"), ("agrs", "ring")):
+        assert m.collective_time(op, algo, p).total == 0.0, (op, algo)
+
+
 def test_small_in_network_collectives_take_one_message_each_way():
     p = params(argv=["-N", "8", "-b", "4096"])
     t = m.traffic("allgather", "inc", p)
@@ -443,6 +449,10 @@ def test_issue_targets_file_lists_every_point_as_to_be_measured(capsys):
     (["time", "--algo", "tree"], "--algo tree: expected one of"),
     (["time", "--op", "moe", "--mode", "eager"], "--mode eager: expected baseline or pipelined"),
     (["time", "--efficiency", "1.5"], "--efficiency 1.5: must be in"),
+    (["time", "--tokens", "inf"], "--tokens inf: must be in"),
+    (["time", "--latency", "nan"], "--latency nan: must be in"),
+    (["time", "--op", "moe", "--bands", "0"], "--bands 0: must be in"),
+    (["predict", "--skew", "-1"], "--skew -1: the zipf exponent must be >= 0"),
     (["rows", "--models", "gpt"], "--models: 'gpt' is not one of"),
     (["check", "/nonexistent/points"], "cannot read /nonexistent/points"),
 ])
