@@ -99,6 +99,8 @@ class TestbedSmoke : public ::testing::Test
         EXPECT_NE(up.out.find("MTU 9000"), std::string::npos) << describe(up);
         EXPECT_NE(up.out.find("tbf rate 200mbit"), std::string::npos) << describe(up);
         EXPECT_NE(up.out.find("burst"), std::string::npos) << describe(up);
+        /* without --cc every host runs cubic, whatever the kernel's default */
+        EXPECT_NE(up.out.find("TCP congestion control cubic"), std::string::npos) << describe(up);
     }
     void bring_down()
     {
