@@ -31,6 +31,7 @@ extern "C" {
 #include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/dtype.h"
+#include "switch/throttle.h"
 }
 
 namespace
@@ -438,16 +439,18 @@ TEST_F(Errors, KeyedRankRefusesAKeylessSwitch)
     EXPECT_EQ(harness::failures(res), "");
 }
 
-/* Past THROTTLE_FREE_FAILURES failed handshakes an address is refused for a while (1 s at
-   first), with a REJECT saying so; afterwards it is served again (TearDown). */
+/* Past THROTTLE_FREE_FAILURES failed handshakes an address is refused for THROTTLE_FIRST_S,
+   with a REJECT saying so; afterwards it is served again (TearDown). */
 TEST_F(Errors, RepeatedFailuresFromOneAddressAreSlowedDown)
 {
-    for (int i = 0; i < 6; i++)
-        tcp_exchange(sw.addr, std::string(17, '\0'));
+    for (int i = 0; i < THROTTLE_FREE_FAILURES + 1; i++)
+        tcp_exchange(sw.addr, std::string(17, '\0')); /* returns once the switch refused it */
     std::string text;
     EXPECT_EQ(reject_status(tcp_exchange(sw.addr, ""), &text), INCMOE_ERR_AUTH) << text;
     EXPECT_NE(text.find("too many failed handshakes"), std::string::npos) << text;
-    usleep(1500000);
+    /* The refusal started at the last failure, before the REJECT just read: THROTTLE_FIRST_S
+       from now it is over. */
+    usleep((useconds_t)(THROTTLE_FIRST_S * 1e6));
 }
 
 /* A UCX message that does not carry a bootstrap session's token is refused. */
