@@ -521,11 +521,45 @@ TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
     EXPECT_EQ(harness::failures(res), "");
 }
 
+/* Restarts the fixture's switch logging at debug level to a file of the test's, so a test can
+   see joins happen; returns the file. */
+std::string restart_logged(harness::SwitchProc *sw)
+{
+    harness::switch_stop(sw);
+    std::string log = "/tmp/incmoe-switch-log-" + std::to_string(harness::unique_job_id());
+    if (!harness::switch_start(sw, {"--timeout-ms", "1000", "--log-level", "debug"}, log))
+        return "";
+    return log;
+}
+
+/* Waits (at most 10 s) until the switch logged the join of rank to job. */
+bool switch_saw_join(const std::string &log, unsigned long long job, int rank)
+{
+    std::string line = "job " + std::to_string(job) + ": rank " + std::to_string(rank) + " joined";
+    for (double end = inc_now_s() + 10; inc_now_s() < end; usleep(10000)) {
+        FILE *f = fopen(log.c_str(), "r");
+        if (f == nullptr)
+            return false;
+        char buf[512];
+        bool seen = false;
+        while (!seen && fgets(buf, sizeof(buf), f) != nullptr)
+            seen = strstr(buf, line.c_str()) != nullptr;
+        fclose(f);
+        if (seen)
+            return true;
+    }
+    return false;
+}
+
 TEST_F(Errors, DuplicateRankIsRefused)
 {
+    std::string log = restart_logged(&sw);
+    ASSERT_NE(log, "");
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(2, [&](int i) -> std::string {
-        usleep(i * 300000); /* the second comes later and claims rank 0 too */
+        /* The second claims rank 0 too, once the switch has the first's join. */
+        if (i == 1 && !switch_saw_join(log, job, 0))
+            return "the switch did not log the first join";
         incmoe_comm_t *comm;
         incmoe_status_t st = create(sw.addr, job, 0, 2, &comm, 1500);
         if (i == 1)
@@ -533,6 +567,7 @@ TEST_F(Errors, DuplicateRankIsRefused)
         return st == INCMOE_ERR_TIMEOUT ? "" : "lone rank gave " + status_text(st);
     });
     EXPECT_EQ(harness::failures(res), "");
+    unlink(log.c_str());
 }
 
 TEST_F(Errors, RankBeyondJobSizeAndSizeDisagreementAreRefused)
@@ -555,9 +590,13 @@ TEST_F(Errors, RankBeyondJobSizeAndSizeDisagreementAreRefused)
     });
     EXPECT_EQ(harness::failures(res), "");
 
+    std::string log = restart_logged(&sw);
+    ASSERT_NE(log, "");
     unsigned long long job = harness::unique_job_id();
     res = harness::run_ranks(2, [&](int i) -> std::string {
-        usleep(i * 300000);
+        /* Rank 1 says 3 ranks once the switch has formed the job's size from rank 0's join. */
+        if (i == 1 && !switch_saw_join(log, job, 0))
+            return "the switch did not log rank 0's join";
         incmoe_comm_t *comm;
         incmoe_status_t st = create(sw.addr, job, i, 2 + i, &comm, 1500);
         if (i == 1)
@@ -565,6 +604,7 @@ TEST_F(Errors, RankBeyondJobSizeAndSizeDisagreementAreRefused)
         return "";
     });
     EXPECT_EQ(harness::failures(res), "");
+    unlink(log.c_str());
 }
 
 /* Runs a job whose ranks do body; every rank must end with want, and the reason must mention what.
