@@ -15,18 +15,49 @@ the header's field order and types, and every function its prototype.
 """
 
 import ctypes
+import enum
 import os
 import shutil
 import subprocess
 import threading
 
-# incmoe_status_t
-OK = 0
-IN_PROGRESS = 1
-ERR_INVALID_ARG = -1
-ERR_TIMEOUT = -6
-ERR_CLOSED = -13
-ERR_BUSY = -14
+
+class Status(enum.IntEnum):
+    """incmoe_status_t: 0 is success, errors are negative (incmoe_strerror names each)."""
+
+    OK = 0
+    IN_PROGRESS = 1
+    ERR_INVALID_ARG = -1
+    ERR_NO_MEMORY = -2
+    ERR_UNREACHABLE = -3
+    ERR_AUTH = -4
+    ERR_PEER_FAILED = -5
+    ERR_TIMEOUT = -6
+    ERR_PROTOCOL = -7
+    ERR_MISMATCH = -8
+    ERR_OUT_OF_RANGE = -9
+    ERR_UNSUPPORTED = -10
+    ERR_JOB = -11
+    ERR_TRANSPORT = -12
+    ERR_CLOSED = -13
+    ERR_BUSY = -14
+
+
+def status(value):
+    """value as a Status, or the bare int for a value this package does not know."""
+    try:
+        return Status(value)
+    except ValueError:
+        return value
+
+
+# The names the package had before Status, kept importable.
+OK = Status.OK
+IN_PROGRESS = Status.IN_PROGRESS
+ERR_INVALID_ARG = Status.ERR_INVALID_ARG
+ERR_TIMEOUT = Status.ERR_TIMEOUT
+ERR_CLOSED = Status.ERR_CLOSED
+ERR_BUSY = Status.ERR_BUSY
 
 # incmoe_dtype_t
 DTYPES = {

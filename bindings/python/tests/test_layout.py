@@ -185,3 +185,10 @@ def test_mirrored_enums_are_whole(c_side, dict_name):
     enum, prefix = ENUM_DICTS[dict_name]
     want = {e[len(prefix) :].lower(): values[e] for e in enums[enum]}
     assert getattr(_lib, dict_name) == want, "_lib.%s against C's %s" % (dict_name, enum)
+
+
+def test_status_is_whole(c_side):
+    """incmoe.Status has every incmoe_status_t, by name and value."""
+    _, enums, _, _, values = c_side
+    want = {e[len("INCMOE_") :]: values[e] for e in enums["incmoe_status_t"]}
+    assert {m.name: m.value for m in _lib.Status} == want
