@@ -305,6 +305,13 @@ static incmoe_status_t check_params(const incmoe_comm_params_t *params, incmoe_c
                   params->timeout_ms, INC_TIMEOUT_MS_MAX);
         return INCMOE_ERR_INVALID_ARG;
     }
+    if ((params->field_mask & INCMOE_COMM_PARAM_PROGRESS_TIMEOUT) &&
+        (params->progress_timeout_ms < 0 || params->progress_timeout_ms > INC_TIMEOUT_MS_MAX)) {
+        log_error(SUBSYS,
+                  "progress_timeout_ms %d out of range (allowed: 1..%d, or 0 for the switch's)",
+                  params->progress_timeout_ms, INC_TIMEOUT_MS_MAX);
+        return INCMOE_ERR_INVALID_ARG;
+    }
     incmoe_algo_t algo =
         (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
     if (algo != INCMOE_ALGO_INC && algo != INCMOE_ALGO_RING) {
@@ -339,6 +346,8 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
                            ? params->timeout_ms
                            : (int)set->timeout_ms;
+    if (params->field_mask & INCMOE_COMM_PARAM_PROGRESS_TIMEOUT)
+        comm->progress_timeout_ms = params->progress_timeout_ms;
     comm->rndv_thresh = set->rndv_thresh == 0 ? SIZE_MAX : (size_t)set->rndv_thresh;
     comm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);

@@ -1177,6 +1177,65 @@ TEST(ProgressTimeout, RankThatNeverPostsFailsTheJobNamingIt)
 }
 
 /*
+ * The ranks ask the job's progress timeout (progress_timeout_ms): 1.5 s and 1 s, of a switch
+ * whose own is ten minutes.  The job takes the largest asked: the AllGather rank 1 never posts
+ * fails both ranks after 1.5 s, and the reason says so.  A value out of range is refused.
+ */
+TEST(ProgressTimeout, TheRanksAskTheJobsProgressTimeout)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--progress-timeout-ms", "600000"}));
+    const int n = 2;
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_params_t p = {};
+            p.field_mask = INCMOE_COMM_PARAM_PROGRESS_TIMEOUT;
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = rank;
+            p.nranks = n;
+            p.progress_timeout_ms = -1;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_ERR_INVALID_ARG)
+                return "progress_timeout_ms -1 gave " + status_text(st);
+            p.progress_timeout_ms = rank == 0 ? 1500 : 1000;
+            st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            if (rank == 0) {
+                static char send[64], recv[2 * 64];
+                incmoe_mr_t *ms, *mr;
+                incmoe_mem_register(comm, send, sizeof(send), &ms);
+                incmoe_mem_register(comm, recv, sizeof(recv), &mr);
+                incmoe_layout_t l = {64, 0, 64, nullptr};
+                incmoe_req_t req;
+                st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
+                if (st == INCMOE_OK)
+                    st = incmoe_wait(comm, &req);
+            } else {
+                /* Alive but posting nothing; at the switch's own timeout this would still wait. */
+                double deadline = inc_now_s() + 60;
+                while ((st = incmoe_comm_error(comm, nullptr, 0)) == INCMOE_OK &&
+                       inc_now_s() < deadline)
+                    usleep(20000);
+            }
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st != INCMOE_ERR_TIMEOUT)
+                return "got " + status_text(st) + " (" + text + ")";
+            if (text.find("rank 1 did not post within 1.5 s") == std::string::npos)
+                return "reason does not name rank 1 and 1.5 s: " + text;
+            return "";
+        },
+        90);
+    EXPECT_EQ(harness::failures(res), "");
+    harness::switch_stop(&sw);
+}
+
+/*
  * Rank 0 posts four barriers at once; rank 1 posts each a while after the previous one
  * completed.  Rank 1 is never late for what it could reach, though the last barrier
  * waits for it longer than the progress timeout: the job must not fail.

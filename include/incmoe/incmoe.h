@@ -34,10 +34,11 @@
  * (incmoe_comm_error) instead of a hang: a rank that dies or falls silent
  * (INCMOE_ERR_PEER_FAILED), ranks that disagree on a collective
  * (INCMOE_ERR_MISMATCH), and a collective that some ranks posted and a live
- * rank did not post within the switch's progress timeout (incmoe-switchd
- * --progress-timeout-ms, default 600 s, 0 for none): INCMOE_ERR_TIMEOUT on
- * every rank of the job, the laggard included, with a reason such as
- * "allgather epoch 7: rank 2 did not post within 600.0 s".
+ * rank did not post within the job's progress timeout (what its ranks asked
+ * with progress_timeout_ms, else incmoe-switchd --progress-timeout-ms, default
+ * 600 s, 0 for none): INCMOE_ERR_TIMEOUT on every rank of the job, the laggard
+ * included, with a reason such as "allgather epoch 7: rank 2 did not post
+ * within 600.0 s".
  *
  * Threads.  Communicators are independent of each other (each has its own
  * UCX context and proxy thread), so different communicators may be used from
@@ -172,6 +173,7 @@ enum {
     INCMOE_COMM_PARAM_ALGO = 1u << 1,
     INCMOE_COMM_PARAM_TIMEOUT = 1u << 2,
     INCMOE_COMM_PARAM_LISTEN_DEV = 1u << 3,
+    INCMOE_COMM_PARAM_PROGRESS_TIMEOUT = 1u << 4,
 };
 
 typedef struct {
@@ -186,6 +188,8 @@ typedef struct {
     incmoe_algo_t algo; /* default INCMOE_ALGO_INC */
     int timeout_ms;     /* 1..86400000 (0: INCMOE_TIMEOUT_MS or 10000): bound on
                            joining; the liveness timeout asked of the switch (below) */
+    int progress_timeout_ms; /* 1..86400000 (0: the switch's --progress-timeout-ms): the
+                                progress timeout asked of the switch (below) */
 } incmoe_comm_params_t;
 
 /*
@@ -197,6 +201,14 @@ typedef struct {
  * and gives up on a silent switch (INCMOE_ERR_PEER_FAILED) by that timeout,
  * and uses it for the bounded waits of incmoe_comm_destroy.  A dead or silent
  * rank fails its peers' collectives within about that timeout.
+ *
+ * The progress timeout bounds each collective instead: how long the ranks that
+ * posted it wait for a live rank that has not (INCMOE_ERR_TIMEOUT on every rank,
+ * see the top of this file).  A rank may ask for one with progress_timeout_ms
+ * (INCMOE_COMM_PARAM_PROGRESS_TIMEOUT), longer or shorter than the switch's
+ * --progress-timeout-ms; the job uses the largest any rank asked, or the
+ * switch's when none asked.  It does not change the liveness timeout: a dead
+ * rank is still found within seconds.
  */
 
 #define INCMOE_MAX_RANKS  256

@@ -82,6 +82,7 @@ STREAM_ALLGATHER, STREAM_REDUCESCATTER, STREAM_ALLREDUCE, STREAM_BARRIER = 0, 1,
 COMM_PARAM_SECRET = 1 << 0
 COMM_PARAM_ALGO = 1 << 1
 COMM_PARAM_TIMEOUT = 1 << 2
+COMM_PARAM_PROGRESS_TIMEOUT = 1 << 4
 MAX_RANKS = 256
 MAX_SECRET = 64
 
@@ -105,6 +106,7 @@ class comm_params_t(ctypes.Structure):
         ("secret_len", ctypes.c_size_t),
         ("algo", ctypes.c_int),
         ("timeout_ms", ctypes.c_int),
+        ("progress_timeout_ms", ctypes.c_int),
     ]
 
 
