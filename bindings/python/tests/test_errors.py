@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 import incmoe
-from conftest import new_job, run_ranks
+from conftest import PG_TIMEOUT, new_job, run_ranks
 
 
 class FakeCuda(torch.Tensor):
@@ -86,6 +86,8 @@ def test_bad_constructor_arguments(switch):
         (dict(auth_key=b"x" * 65), "1..64"),
         (dict(auth_key=""), "1..64"),
         (dict(auth_key=3), "auth_key"),
+        (dict(timeout_ms=0), "timeout_ms"),
+        (dict(progress_timeout_ms=86400001), "progress_timeout_ms"),
     ]:
         args = dict(switch=switch.address, job=1, rank=0, nranks=1)
         args.update(kw)
@@ -209,7 +211,9 @@ def test_moe_bad_input(switch):
 
 def backend_errors_body(rank, n, addr, store):
     os.environ["INCMOE_SWITCH"] = addr
-    dist.init_process_group("incmoe", init_method="file://" + store, rank=rank, world_size=n)
+    dist.init_process_group(
+        "incmoe", init_method="file://" + store, rank=rank, world_size=n, timeout=PG_TIMEOUT
+    )
     with pytest.raises(ValueError, match="NCCL_NET_PLUGIN=incmoe"):
         dist.all_reduce(fake_cuda(torch.ones(4)))
     with pytest.raises(ValueError, match="contiguous"):
