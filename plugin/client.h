@@ -102,6 +102,7 @@ struct incmoe_comm {
     void *algo;                        /* its state */
     int timeout_ms;
     int progress_timeout_ms; /* asked of the switch in JOIN; 0: the switch's */
+    int releasing;           /* incmoe_comm_release: closing waits for no one */
     size_t rndv_thresh;
 
     inc_ucx_node_t node;

@@ -1057,11 +1057,20 @@ TEST_F(Errors, SilentRankFailsTheOthersWithinTheBound)
 
 /* Rank 0 destroys its communicator with an AllGather the others never post; they wait on a
    barrier rank 0 never joins.  Destroy returns after its bound, and the others' waits fail
-   with a reason naming rank 0 instead of hanging. */
-void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t algo)
+   with a reason naming rank 0 instead of hanging.  release: incmoe_comm_release instead,
+   with a long bound (30 s) it must not wait for: it and the others' failures come within a
+   tenth of it (a bound that tells waiting from not waiting, no speed figure). */
+void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t algo,
+                                          bool release = false)
 {
-    const int n = 3, bound_ms = 2000;
+    const int n = 3, bound_ms = release ? 30000 : 2000;
+    const double within_s = release ? bound_ms / 10000.0 : bound_ms / 1000.0 * 2 + 8;
     unsigned long long job = harness::unique_job_id();
+    /* How many of the others have created their communicator: rank 0 leaves only then, so
+       none of them hears of it while still joining. */
+    void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(shared, MAP_FAILED);
+    int *created = static_cast<int *>(shared);
     auto res = harness::run_ranks(
         n,
         [&](int rank) -> std::string {
@@ -1078,6 +1087,13 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
             if (st != INCMOE_OK)
                 return "create: " + status_text(st);
             incmoe_req_t req;
+            if (rank != 0)
+                __atomic_add_fetch(created, 1, __ATOMIC_SEQ_CST);
+            for (int ms = 0; rank == 0 && ms < 30000; ms++) {
+                if (__atomic_load_n(created, __ATOMIC_SEQ_CST) == n - 1)
+                    break;
+                usleep(1000);
+            }
             double t0 = inc_now_s();
             if (rank == 0) {
                 static char buf[3 * 4096];
@@ -1087,13 +1103,14 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
                 st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
                 if (st != INCMOE_OK)
                     return "allgather: " + status_text(st);
-                st = incmoe_comm_destroy(comm); /* also unmaps mr, still in use */
+                /* Both also unmap mr, still in use. */
+                st = release ? incmoe_comm_release(comm) : incmoe_comm_destroy(comm);
                 double waited = inc_now_s() - t0;
                 if (st != INCMOE_ERR_TIMEOUT)
                     return "destroy gave " + status_text(st);
-                /* The bound, plus closing, plus slack for a loaded 2-core machine: a hang
-                   would be caught here. */
-                if (waited > bound_ms / 1000.0 * 2 + 8)
+                /* Destroy: the bound, plus closing, plus slack for a loaded 2-core machine: a
+                   hang would be caught here. */
+                if (waited > within_s)
                     return "destroy returned after " + std::to_string(waited) + " s";
                 return "";
             }
@@ -1105,14 +1122,15 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
             incmoe_comm_destroy(comm);
             if (st != INCMOE_ERR_PEER_FAILED)
                 return "got " + status_text(st) + " (" + text + ")";
-            if (text.find("rank 0") == std::string::npos)
+            if (text.find(release ? "rank 0 released" : "rank 0") == std::string::npos)
                 return "reason does not name rank 0: " + text;
-            if (waited > bound_ms / 1000.0 * 2 + 8)
+            if (waited > within_s)
                 return "noticed after " + std::to_string(waited) + " s";
             return "";
         },
         60);
     EXPECT_EQ(harness::failures(res), "");
+    munmap(shared, 4096);
 }
 
 TEST_F(Errors, DestroyWithCollectiveInFlightFailsThePeers)
@@ -1123,6 +1141,39 @@ TEST_F(Errors, DestroyWithCollectiveInFlightFailsThePeers)
 TEST_F(Errors, RingDestroyWithCollectiveInFlightFailsThePeers)
 {
     expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING);
+}
+
+TEST_F(Errors, ReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_INC, true);
+}
+
+TEST_F(Errors, RingReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING, true);
+}
+
+/* With nothing in flight a release leaves in order: the others' next collective, among
+   themselves in a job of their own, is unaffected, and release returns INCMOE_OK. */
+TEST_F(Errors, ReleaseWithNothingInFlightLeavesInOrder)
+{
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(2, [&](int rank) -> std::string {
+        incmoe_comm_t *comm;
+        incmoe_status_t st = create(sw.addr, job, rank, 2, &comm);
+        if (st != INCMOE_OK)
+            return "create: " + status_text(st);
+        incmoe_req_t req;
+        st = incmoe_barrier(comm, &req);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &req);
+        if (st != INCMOE_OK)
+            return "barrier: " + status_text(st);
+        st = incmoe_comm_release(comm);
+        return st == INCMOE_OK ? "" : "release gave " + status_text(st);
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    EXPECT_EQ(incmoe_comm_release(nullptr), INCMOE_ERR_INVALID_ARG);
 }
 
 /*

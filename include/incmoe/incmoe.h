@@ -51,9 +51,10 @@
  *     which posts take the communicator's lock: posts of one stream must be
  *     ordered by the caller (one thread per stream, or a lock of its own),
  *     since every rank has to post a stream in the same order.
- *   - incmoe_comm_destroy must be the last call on the communicator: no
- *     other call on it may run concurrently with it or start after it, and
- *     every FIFO made on it (incmoe_fifo.h) must be destroyed first.
+ *   - incmoe_comm_destroy (or incmoe_comm_release) must be the last call on
+ *     the communicator: no other call on it may run concurrently with it or
+ *     start after it, and every FIFO made on it (incmoe_fifo.h) must be
+ *     destroyed first.
  * The functions without a communicator (incmoe_strerror, incmoe_dtype_*,
  * incmoe_redop_name, incmoe_reduce_supported, incmoe_layout_bytes,
  * incmoe_get_version) only read their arguments and may be called anywhere.
@@ -247,6 +248,17 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
  * once destroy returns no transfer of this communicator touches any buffer.
  */
 incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm);
+/*
+ * incmoe_comm_destroy without waiting for anyone, for a caller that cannot
+ * block (a finalizer, an exit path): collectives still in flight are
+ * abandoned at once (the other ranks' fail with INCMOE_ERR_PEER_FAILED and
+ * a reason naming this rank; returns INCMOE_ERR_TIMEOUT), the ring's closing
+ * barrier is skipped, and the closing waits get the short bound of a failed
+ * communicator, so it returns within a fraction of a second whatever the
+ * peers and the switch do.  With nothing in flight the rank leaves in order,
+ * as with destroy.  The same rules hold: the last call on comm.
+ */
+incmoe_status_t incmoe_comm_release(incmoe_comm_t *comm);
 /* The first error the communicator hit (INCMOE_OK if none), with its text. */
 incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len);
 int incmoe_comm_rank(const incmoe_comm_t *comm);
