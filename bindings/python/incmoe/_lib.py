@@ -188,6 +188,7 @@ _PROTOS = {
     "incmoe_reduce_supported": (_c.c_int, [_c.c_int, _c.c_int]),
     "incmoe_comm_create": (_ST, [_c.POINTER(comm_params_t), _c.POINTER(_P)]),
     "incmoe_comm_destroy": (_ST, [_P]),
+    "incmoe_comm_release": (_ST, [_P]),
     "incmoe_comm_error": (_ST, [_P, _c.c_char_p, _SZ]),
     "incmoe_mem_register": (_ST, [_P, _P, _SZ, _c.POINTER(_P)]),
     "incmoe_mem_deregister": (_ST, [_P, _P]),

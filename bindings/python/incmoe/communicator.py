@@ -185,14 +185,17 @@ class Communicator:
     def close(self):
         """Leave the job (incmoe_comm_destroy: waits for this rank's collectives,
         bounded by the job's timeout).  Raises IncmoeError if the communicator
-        had failed or collectives had to be abandoned; closed either way."""
+        had failed or collectives had to be abandoned; closed either way.
+        The context manager closes the same way; a communicator that is only
+        dropped is released without waiting (see __del__)."""
         with self._close_lock:
             if self._ptr is None:
                 return
             ptr, self._ptr = self._ptr, None
             reason = _errors.comm_reason(ptr)
-            self._mrs.forget()
             st = _lib.lib().incmoe_comm_destroy(ptr)
+            # Only now: the registrations' owners kept the memory of collectives in flight.
+            self._mrs.forget()
             if st < 0:
                 raise _errors.IncmoeError("incmoe_comm_destroy", st, reason)
 
@@ -208,8 +211,15 @@ class Communicator:
         self.close()
 
     def __del__(self):
+        """A communicator dropped without close() (at interpreter exit, say) must not
+        block for a job timeout: incmoe_comm_release abandons what is in flight at
+        once (the other ranks' collectives fail naming this rank) and returns."""
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr is None:
+            return
         try:
-            self.close()
+            _lib.lib().incmoe_comm_release(ptr)
+            self._mrs.forget()
         except Exception:
             pass
 

@@ -8,11 +8,13 @@ tensor does: a 'meta' tensor (a real non-CPU device), and a CPU tensor
 subclass whose `device` property says 'cuda' and `is_cuda` True (a mock of
 exactly the attributes the check reads)."""
 
+import gc
 import os
 import pathlib
 import signal
 import socket
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -106,6 +108,32 @@ def test_no_switch_listening():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run_ranks(dead_port_body, 1, port, timeout=60)
+
+
+def dropped_body(rank, n, addr, job):
+    """Rank 0 drops its communicator (no close()) with an all_reduce rank 1 never
+    posts.  The finalizer must not wait out the 30 s liveness timeout that
+    close() would wait: it returns within a tenth of it, and rank 1 hears that
+    rank 0 released its communicator."""
+    c = incmoe.Communicator(addr, job, rank, n, timeout_ms=30000)
+    c.barrier()  # both have joined
+    if rank == 0:
+        work = c.all_reduce(torch.ones(64), async_op=True)
+        t0 = time.monotonic()
+        del work, c
+        gc.collect()
+        assert time.monotonic() - t0 < 3, "dropping the communicator blocked"
+        return
+    deadline = time.monotonic() + 10
+    while not c.error() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "rank 0 released its communicator" in c.error()
+    with pytest.raises(incmoe.IncmoeError):
+        c.close()
+
+
+def test_dropped_communicator_does_not_block(switch):
+    run_ranks(dropped_body, 2, switch.address, new_job())
 
 
 def switch_dies_body(rank, n, addr, job, pid):
