@@ -117,8 +117,10 @@
  * only such a rank can run further ahead.)
  *
  * Progress: a collective that some ranks posted and another live rank has not
- * posted within the switch's --progress-timeout-ms fails the job with
- * INCMOE_ERR_TIMEOUT and a reason naming the ranks that did not post.
+ * posted within the job's progress timeout fails the job with
+ * INCMOE_ERR_TIMEOUT and a reason naming the ranks that did not post.  The
+ * job's progress timeout is the largest its ranks asked in JOIN, else the
+ * switch's --progress-timeout-ms.
  *
  * Reductions are done in ascending rank order with fp32 accumulation for
  * 16-bit types, so results are bitwise reproducible whatever order the
@@ -187,7 +189,7 @@ struct inc_wire_join {
     uint32_t nranks;
     uint32_t addr_len;
     uint32_t timeout_ms;              /* the liveness timeout this rank asks for; 0: the switch's */
-    uint32_t reserved;                /* 0 */
+    uint32_t progress_timeout_ms;     /* the progress timeout this rank asks for; 0: the switch's */
     uint8_t token[INCMOE_WIRE_TOKEN]; /* the bootstrap session's */
 };
 

@@ -418,9 +418,9 @@ static void age(int conns, int progress)
             c->created = c->last_rx = c->last_tx = now - back;
         }
     if (progress) {
-        double back = H.set.progress_timeout_ms / 1000.0 + 1;
         for (job_t *j = H.eng.members.jobs; j != NULL; j = j->next)
             for (int s = 0; s < INC_STREAM_COUNT; s++) {
+                double back = j->progress_timeout_ms / 1000.0 + 1; /* the job's, from its JOINs */
                 j->all_posted_at[s] -= back;
                 for (coll_t *c = j->colls[s]; c != NULL; c = c->next)
                     c->opened -= back;

@@ -49,7 +49,8 @@ def smsg(conn, h, payload=b"", mode=0):
 
 
 def join(conn, job, rank, nranks, addr=b"", token=bytes(16)):
-    # struct inc_wire_join: nranks, addr_len, timeout_ms (0: the switch's), reserved, token;
+    # struct inc_wire_join: nranks, addr_len, timeout_ms and progress_timeout_ms (0: the
+    # switch's), token;
     # the harness binds every connection, so any token does.
     payload = struct.pack("<IIII", nranks, len(addr), 0, 0) + token + addr
     return smsg(conn, hdr(JOIN, job, rank=rank, length=len(payload)), payload)

@@ -101,6 +101,8 @@ struct incmoe_comm {
     const struct client_algo_ops *ops; /* the algorithm moving the data */
     void *algo;                        /* its state */
     int timeout_ms;
+    int progress_timeout_ms; /* asked of the switch in JOIN; 0: the switch's */
+    int releasing;           /* incmoe_comm_release: closing waits for no one */
     size_t rndv_thresh;
 
     inc_ucx_node_t node;

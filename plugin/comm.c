@@ -222,7 +222,7 @@ static void *proxy_main(void *arg)
 
 int client_close_bound_ms(const incmoe_comm_t *comm)
 {
-    return atomic_load(&comm->error) != 0 ? 100 : 2000;
+    return atomic_load(&comm->error) != 0 || comm->releasing ? 100 : 2000;
 }
 
 static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
@@ -305,6 +305,13 @@ static incmoe_status_t check_params(const incmoe_comm_params_t *params, incmoe_c
                   params->timeout_ms, INC_TIMEOUT_MS_MAX);
         return INCMOE_ERR_INVALID_ARG;
     }
+    if ((params->field_mask & INCMOE_COMM_PARAM_PROGRESS_TIMEOUT) &&
+        (params->progress_timeout_ms < 0 || params->progress_timeout_ms > INC_TIMEOUT_MS_MAX)) {
+        log_error(SUBSYS,
+                  "progress_timeout_ms %d out of range (allowed: 1..%d, or 0 for the switch's)",
+                  params->progress_timeout_ms, INC_TIMEOUT_MS_MAX);
+        return INCMOE_ERR_INVALID_ARG;
+    }
     incmoe_algo_t algo =
         (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
     if (algo != INCMOE_ALGO_INC && algo != INCMOE_ALGO_RING) {
@@ -339,6 +346,8 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
                            ? params->timeout_ms
                            : (int)set->timeout_ms;
+    if (params->field_mask & INCMOE_COMM_PARAM_PROGRESS_TIMEOUT)
+        comm->progress_timeout_ms = params->progress_timeout_ms;
     comm->rndv_thresh = set->rndv_thresh == 0 ? SIZE_MAX : (size_t)set->rndv_thresh;
     comm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);
@@ -375,11 +384,11 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
     return INCMOE_OK;
 }
 
-/* Wait (at most timeout_ms) until every posted collective retired or the communicator
-   failed; returns how many are still in flight. */
+/* Wait (at most timeout_ms; a release not at all) until every posted collective retired or
+   the communicator failed; returns how many are still in flight. */
 static uint64_t comm_wait_idle(incmoe_comm_t *comm)
 {
-    double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
+    double deadline = inc_now_s() + (comm->releasing ? 0 : comm->timeout_ms / 1000.0);
     uint64_t left;
     pthread_mutex_lock(&comm->lock);
     for (;;) {
@@ -400,7 +409,8 @@ incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm)
     if (comm == NULL)
         return INCMOE_ERR_INVALID_ARG;
     uint64_t left = comm_wait_idle(comm);
-    if (left == 0 && comm->ops->barrier_before_leave && atomic_load(&comm->error) == 0) {
+    if (left == 0 && comm->ops->barrier_before_leave && !comm->releasing &&
+        atomic_load(&comm->error) == 0) {
         incmoe_req_t req;
         if (incmoe_barrier(comm, &req) == INCMOE_OK)
             left = comm_wait_idle(comm);
@@ -408,9 +418,10 @@ incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm)
     char abandon[192] = "";
     if (left > 0 && atomic_load(&comm->error) == 0) {
         snprintf(abandon, sizeof(abandon),
-                 "rank %d destroyed its communicator with %llu collective(s) in flight", comm->rank,
-                 (unsigned long long)left);
-        client_fail(comm, INCMOE_ERR_TIMEOUT, "%s after %d ms", abandon, comm->timeout_ms);
+                 "rank %d %s its communicator with %llu collective(s) in flight", comm->rank,
+                 comm->releasing ? "released" : "destroyed", (unsigned long long)left);
+        client_fail(comm, INCMOE_ERR_TIMEOUT, "%s after %d ms", abandon,
+                    comm->releasing ? 0 : comm->timeout_ms);
     }
     atomic_store(&comm->stop, 1);
     client_wake(comm);
@@ -424,6 +435,16 @@ incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm)
         client_send_ctrl(comm, WIRE_MSG_LEAVE);
     comm_free(comm);
     return st;
+}
+
+/* Destroy without its waits: the flag shortens each of them (comm_wait_idle, the ring's
+   barrier, client_close_bound_ms). */
+incmoe_status_t incmoe_comm_release(incmoe_comm_t *comm)
+{
+    if (comm == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    comm->releasing = 1;
+    return incmoe_comm_destroy(comm);
 }
 
 incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len)

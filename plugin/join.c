@@ -131,6 +131,7 @@ static incmoe_status_t join_send(incmoe_comm_t *comm, const uint8_t *token, int 
         .nranks = (uint32_t)comm->nranks,
         .addr_len = (uint32_t)addr_len,
         .timeout_ms = (uint32_t)comm->timeout_ms,
+        .progress_timeout_ms = (uint32_t)comm->progress_timeout_ms,
     };
     memcpy(join.token, token, sizeof(join.token));
     size_t plen = sizeof(join) + addr_len;

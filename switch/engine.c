@@ -841,7 +841,7 @@ static void stream_check_progress(engine_t *eng, job_t *job, int stream, double 
         c = c->next;
     if (c == NULL)
         return;
-    const double bound_s = eng->set->progress_timeout_ms / 1000.0;
+    const double bound_s = job->progress_timeout_ms / 1000.0;
     double since = c->opened > job->all_posted_at[stream] ? c->opened : job->all_posted_at[stream];
     if (now - since <= bound_s)
         return;
@@ -865,11 +865,9 @@ static void stream_check_progress(engine_t *eng, job_t *job, int stream, double 
              (unsigned long long)c->epoch, missing > 1 ? "s" : "", ranks, bound_s);
 }
 
-/* The progress timeout, checked a few times a second over every active job's streams. */
+/* The progress timeouts, checked a few times a second over every active job's streams. */
 static void check_progress(engine_t *eng)
 {
-    if (eng->set->progress_timeout_ms <= 0)
-        return;
     double now = inc_now_s();
     if (now - eng->progress_checked < 0.1)
         return;
@@ -877,6 +875,8 @@ static void check_progress(engine_t *eng)
     job_t *next;
     for (job_t *job = eng->members.jobs; job != NULL; job = next) {
         next = job->next; /* a failed job moves to the orphans */
+        if (job->progress_timeout_ms <= 0)
+            continue; /* 0: the job waits for ever */
         for (int s = 0; s < INC_STREAM_COUNT && job->state == JOB_ACTIVE; s++)
             stream_check_progress(eng, job, s, now);
     }

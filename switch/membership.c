@@ -278,8 +278,10 @@ static void job_send_ack(membership_t *m, job_t *job)
         m->tx.ops->send(m->tx.server, job->conns[r], &h, payload, len, ack_sent_cb, job);
     }
     job->state = JOB_ACTIVE;
-    log_info(SUBSYS, "job %llu formed: %d ranks, timeout %d ms", (unsigned long long)job->id,
-             job->nranks, job->timeout_ms);
+    if (job->progress_timeout_ms == 0)
+        job->progress_timeout_ms = m->set->progress_timeout_ms;
+    log_info(SUBSYS, "job %llu formed: %d ranks, timeout %d ms, progress timeout %d ms",
+             (unsigned long long)job->id, job->nranks, job->timeout_ms, job->progress_timeout_ms);
 }
 
 /* Is the JOIN well formed and in range?  Refuses the connection if not. */
@@ -287,8 +289,7 @@ static int join_valid(membership_t *m, conn_t *conn, const struct inc_wire_hdr *
                       const struct inc_wire_join *join, size_t length)
 {
     char text[200];
-    if (join->addr_len > INCMOE_WIRE_MAX_ADDR || join->reserved != 0 ||
-        sizeof(*join) + join->addr_len != length) {
+    if (join->addr_len > INCMOE_WIRE_MAX_ADDR || sizeof(*join) + join->addr_len != length) {
         m->stats->bad_messages++;
         refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, "malformed JOIN");
         return 0;
@@ -351,10 +352,14 @@ static job_t *join_admit(membership_t *m, conn_t *conn, const struct inc_wire_hd
 /*
  * The switch owns the job's liveness timeout: its own is the floor, a rank may
  * ask for a longer one, and the job takes the largest asked.  One rank asking
- * a short one must not get its healthy peers declared silent.
+ * a short one must not get its healthy peers declared silent.  The progress
+ * timeout bounds only the job's own collectives, so an ask replaces the
+ * switch's either way; among the ranks, the largest asked wins here too.
  */
-static void join_timeout(membership_t *m, job_t *job, uint32_t rank, uint32_t asked_ms)
+static void join_timeout(membership_t *m, job_t *job, uint32_t rank,
+                         const struct inc_wire_join *join)
 {
+    uint32_t asked_ms = join->timeout_ms;
     if (asked_ms > INC_TIMEOUT_MS_MAX) /* the ranks' own bound: one day */
         asked_ms = INC_TIMEOUT_MS_MAX;
     if (asked_ms != 0 && (int)asked_ms < m->set->timeout_ms)
@@ -362,6 +367,11 @@ static void join_timeout(membership_t *m, job_t *job, uint32_t rank, uint32_t as
                  (unsigned long long)job->id, rank, asked_ms, m->set->timeout_ms);
     if ((int)asked_ms > job->timeout_ms)
         job->timeout_ms = (int)asked_ms;
+    uint32_t progress_ms = join->progress_timeout_ms;
+    if (progress_ms > INC_TIMEOUT_MS_MAX)
+        progress_ms = INC_TIMEOUT_MS_MAX;
+    if ((int)progress_ms > job->progress_timeout_ms)
+        job->progress_timeout_ms = (int)progress_ms;
 }
 
 void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
@@ -382,7 +392,7 @@ void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, 
     }
     memcpy(job->addr[hdr->rank], addr, join.addr_len);
     job->addr_len[hdr->rank] = join.addr_len;
-    join_timeout(m, job, hdr->rank, join.timeout_ms);
+    join_timeout(m, job, hdr->rank, &join);
     job->conns[hdr->rank] = conn;
     conn->job = job;
     conn->rank = (int)hdr->rank;

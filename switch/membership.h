@@ -27,6 +27,9 @@ typedef struct job {
     uint32_t *addr_len;
     void *ack_payload; /* JOIN_ACK, shared by the N sends */
     int timeout_ms;
+    /* The largest any rank asked while the job forms (0: none), then the job's: that, else the
+       switch's --progress-timeout-ms (0: none). */
+    int progress_timeout_ms;
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* ring neighbours prove they belong to the job */
     size_t mem_bound, mem_used, mem_peak;
     int refs; /* sends (JOIN_ACK included), receives and reductions in flight */

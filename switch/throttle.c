@@ -61,7 +61,7 @@ double throttle_failure(throttle_t *t, const struct sockaddr *src, double now)
     if (s->failures <= THROTTLE_FREE_FAILURES)
         return 0;
     unsigned k = s->failures - THROTTLE_FREE_FAILURES - 1;
-    double period = k >= 6 ? THROTTLE_MAX_S : (double)(1u << k);
+    double period = k >= 6 ? THROTTLE_MAX_S : THROTTLE_FIRST_S * (double)(1u << k);
     if (period > THROTTLE_MAX_S)
         period = THROTTLE_MAX_S;
     s->refused_until = now + period;

@@ -1,7 +1,8 @@
 /*
  * throttle.h - slowing down sources whose bootstrap handshakes fail.  An
  * address gets THROTTLE_FREE_FAILURES failures for free; each further one
- * refuses it for twice as long as the last (1 s, 2 s, 4 s ... THROTTLE_MAX_S).
+ * refuses it for twice as long as the last (THROTTLE_FIRST_S, then twice, four
+ * times as long ... up to THROTTLE_MAX_S).
  * A completed handshake forgets the address; an address quiet for
  * THROTTLE_FORGET_S is forgotten too.  The table is bounded: a new address
  * takes the slot of the longest-quiet one.
@@ -14,6 +15,7 @@
 
 #define THROTTLE_SLOTS         256
 #define THROTTLE_FREE_FAILURES 5
+#define THROTTLE_FIRST_S       1.0
 #define THROTTLE_MAX_S         60.0
 #define THROTTLE_FORGET_S      600.0
 

@@ -23,3 +23,9 @@ if HAVE_OPENBLAS
 test_exports_CPPFLAGS += -DHAVE_MOE_LIB=1
 endif
 test_exports_LDADD = $(TEST_LIBS)
+
+# No #include crosses a layer (tools/check-layers, README's "Architecture").
+check_PROGRAMS += test_layers
+test_layers_SOURCES = test_layers.cc test_perf_run.cc perf_run.h
+test_layers_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
+test_layers_LDADD = $(GTEST_LIBS) -lpthread

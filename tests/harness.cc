@@ -40,9 +40,13 @@ static std::vector<const char *> c_list(const std::vector<std::string> &v)
     return out;
 }
 
-bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args)
+bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args,
+                  const std::string &log_path)
 {
     std::vector<std::string> wrapper = switch_wrapper();
+    /* A shell in front redirects stderr and execs the rest: sh -c SCRIPT $0 $@... */
+    if (!log_path.empty())
+        wrapper.insert(wrapper.begin(), {"sh", "-c", "exec \"$@\" 2>>\"$0\"", log_path});
     std::vector<const char *> wrap = c_list(wrapper), extra = c_list(extra_args);
     /* INCMOE_SWITCHD: a suite run away from its build tree (tools/gpu-check's
        bundle) names the switch it carries. */

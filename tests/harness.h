@@ -20,8 +20,10 @@ struct SwitchProc {
     std::string addr; /* "127.0.0.1:PORT" */
 };
 
-/* Starts SWITCHD_PATH --listen 127.0.0.1:0 plus extra args and waits until it listens. */
-bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args = {});
+/* Starts SWITCHD_PATH --listen 127.0.0.1:0 plus extra args and waits until it listens.
+   log_path: the switch's stderr (its log) is appended to that file instead of the test's. */
+bool switch_start(SwitchProc *sw, const std::vector<std::string> &extra_args = {},
+                  const std::string &log_path = "");
 /* SIGTERM, then SIGKILL after a grace period; returns the exit status (or -1). */
 int switch_stop(SwitchProc *sw);
 

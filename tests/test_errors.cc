@@ -31,6 +31,7 @@ extern "C" {
 #include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/dtype.h"
+#include "switch/throttle.h"
 }
 
 namespace
@@ -438,16 +439,18 @@ TEST_F(Errors, KeyedRankRefusesAKeylessSwitch)
     EXPECT_EQ(harness::failures(res), "");
 }
 
-/* Past THROTTLE_FREE_FAILURES failed handshakes an address is refused for a while (1 s at
-   first), with a REJECT saying so; afterwards it is served again (TearDown). */
+/* Past THROTTLE_FREE_FAILURES failed handshakes an address is refused for THROTTLE_FIRST_S,
+   with a REJECT saying so; afterwards it is served again (TearDown). */
 TEST_F(Errors, RepeatedFailuresFromOneAddressAreSlowedDown)
 {
-    for (int i = 0; i < 6; i++)
-        tcp_exchange(sw.addr, std::string(17, '\0'));
+    for (int i = 0; i < THROTTLE_FREE_FAILURES + 1; i++)
+        tcp_exchange(sw.addr, std::string(17, '\0')); /* returns once the switch refused it */
     std::string text;
     EXPECT_EQ(reject_status(tcp_exchange(sw.addr, ""), &text), INCMOE_ERR_AUTH) << text;
     EXPECT_NE(text.find("too many failed handshakes"), std::string::npos) << text;
-    usleep(1500000);
+    /* The refusal started at the last failure, before the REJECT just read: THROTTLE_FIRST_S
+       from now it is over. */
+    usleep((useconds_t)(THROTTLE_FIRST_S * 1e6));
 }
 
 /* A UCX message that does not carry a bootstrap session's token is refused. */
@@ -518,11 +521,45 @@ TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
     EXPECT_EQ(harness::failures(res), "");
 }
 
+/* Restarts the fixture's switch logging at debug level to a file of the test's, so a test can
+   see joins happen; returns the file. */
+std::string restart_logged(harness::SwitchProc *sw)
+{
+    harness::switch_stop(sw);
+    std::string log = "/tmp/incmoe-switch-log-" + std::to_string(harness::unique_job_id());
+    if (!harness::switch_start(sw, {"--timeout-ms", "1000", "--log-level", "debug"}, log))
+        return "";
+    return log;
+}
+
+/* Waits (at most 10 s) until the switch logged the join of rank to job. */
+bool switch_saw_join(const std::string &log, unsigned long long job, int rank)
+{
+    std::string line = "job " + std::to_string(job) + ": rank " + std::to_string(rank) + " joined";
+    for (double end = inc_now_s() + 10; inc_now_s() < end; usleep(10000)) {
+        FILE *f = fopen(log.c_str(), "r");
+        if (f == nullptr)
+            return false;
+        char buf[512];
+        bool seen = false;
+        while (!seen && fgets(buf, sizeof(buf), f) != nullptr)
+            seen = strstr(buf, line.c_str()) != nullptr;
+        fclose(f);
+        if (seen)
+            return true;
+    }
+    return false;
+}
+
 TEST_F(Errors, DuplicateRankIsRefused)
 {
+    std::string log = restart_logged(&sw);
+    ASSERT_NE(log, "");
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(2, [&](int i) -> std::string {
-        usleep(i * 300000); /* the second comes later and claims rank 0 too */
+        /* The second claims rank 0 too, once the switch has the first's join. */
+        if (i == 1 && !switch_saw_join(log, job, 0))
+            return "the switch did not log the first join";
         incmoe_comm_t *comm;
         incmoe_status_t st = create(sw.addr, job, 0, 2, &comm, 1500);
         if (i == 1)
@@ -530,6 +567,7 @@ TEST_F(Errors, DuplicateRankIsRefused)
         return st == INCMOE_ERR_TIMEOUT ? "" : "lone rank gave " + status_text(st);
     });
     EXPECT_EQ(harness::failures(res), "");
+    unlink(log.c_str());
 }
 
 TEST_F(Errors, RankBeyondJobSizeAndSizeDisagreementAreRefused)
@@ -552,9 +590,13 @@ TEST_F(Errors, RankBeyondJobSizeAndSizeDisagreementAreRefused)
     });
     EXPECT_EQ(harness::failures(res), "");
 
+    std::string log = restart_logged(&sw);
+    ASSERT_NE(log, "");
     unsigned long long job = harness::unique_job_id();
     res = harness::run_ranks(2, [&](int i) -> std::string {
-        usleep(i * 300000);
+        /* Rank 1 says 3 ranks once the switch has formed the job's size from rank 0's join. */
+        if (i == 1 && !switch_saw_join(log, job, 0))
+            return "the switch did not log rank 0's join";
         incmoe_comm_t *comm;
         incmoe_status_t st = create(sw.addr, job, i, 2 + i, &comm, 1500);
         if (i == 1)
@@ -562,6 +604,7 @@ TEST_F(Errors, RankBeyondJobSizeAndSizeDisagreementAreRefused)
         return "";
     });
     EXPECT_EQ(harness::failures(res), "");
+    unlink(log.c_str());
 }
 
 /* Runs a job whose ranks do body; every rank must end with want, and the reason must mention what.
@@ -1014,11 +1057,20 @@ TEST_F(Errors, SilentRankFailsTheOthersWithinTheBound)
 
 /* Rank 0 destroys its communicator with an AllGather the others never post; they wait on a
    barrier rank 0 never joins.  Destroy returns after its bound, and the others' waits fail
-   with a reason naming rank 0 instead of hanging. */
-void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t algo)
+   with a reason naming rank 0 instead of hanging.  release: incmoe_comm_release instead,
+   with a long bound (30 s) it must not wait for: it and the others' failures come within a
+   tenth of it (a bound that tells waiting from not waiting, no speed figure). */
+void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t algo,
+                                          bool release = false)
 {
-    const int n = 3, bound_ms = 2000;
+    const int n = 3, bound_ms = release ? 30000 : 2000;
+    const double within_s = release ? bound_ms / 10000.0 : bound_ms / 1000.0 * 2 + 8;
     unsigned long long job = harness::unique_job_id();
+    /* How many of the others have created their communicator: rank 0 leaves only then, so
+       none of them hears of it while still joining. */
+    void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(shared, MAP_FAILED);
+    int *created = static_cast<int *>(shared);
     auto res = harness::run_ranks(
         n,
         [&](int rank) -> std::string {
@@ -1035,6 +1087,13 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
             if (st != INCMOE_OK)
                 return "create: " + status_text(st);
             incmoe_req_t req;
+            if (rank != 0)
+                __atomic_add_fetch(created, 1, __ATOMIC_SEQ_CST);
+            for (int ms = 0; rank == 0 && ms < 30000; ms++) {
+                if (__atomic_load_n(created, __ATOMIC_SEQ_CST) == n - 1)
+                    break;
+                usleep(1000);
+            }
             double t0 = inc_now_s();
             if (rank == 0) {
                 static char buf[3 * 4096];
@@ -1044,13 +1103,14 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
                 st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
                 if (st != INCMOE_OK)
                     return "allgather: " + status_text(st);
-                st = incmoe_comm_destroy(comm); /* also unmaps mr, still in use */
+                /* Both also unmap mr, still in use. */
+                st = release ? incmoe_comm_release(comm) : incmoe_comm_destroy(comm);
                 double waited = inc_now_s() - t0;
                 if (st != INCMOE_ERR_TIMEOUT)
                     return "destroy gave " + status_text(st);
-                /* The bound, plus closing, plus slack for a loaded 2-core machine: a hang
-                   would be caught here. */
-                if (waited > bound_ms / 1000.0 * 2 + 8)
+                /* Destroy: the bound, plus closing, plus slack for a loaded 2-core machine: a
+                   hang would be caught here. */
+                if (waited > within_s)
                     return "destroy returned after " + std::to_string(waited) + " s";
                 return "";
             }
@@ -1062,14 +1122,15 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
             incmoe_comm_destroy(comm);
             if (st != INCMOE_ERR_PEER_FAILED)
                 return "got " + status_text(st) + " (" + text + ")";
-            if (text.find("rank 0") == std::string::npos)
+            if (text.find(release ? "rank 0 released" : "rank 0") == std::string::npos)
                 return "reason does not name rank 0: " + text;
-            if (waited > bound_ms / 1000.0 * 2 + 8)
+            if (waited > within_s)
                 return "noticed after " + std::to_string(waited) + " s";
             return "";
         },
         60);
     EXPECT_EQ(harness::failures(res), "");
+    munmap(shared, 4096);
 }
 
 TEST_F(Errors, DestroyWithCollectiveInFlightFailsThePeers)
@@ -1080,6 +1141,39 @@ TEST_F(Errors, DestroyWithCollectiveInFlightFailsThePeers)
 TEST_F(Errors, RingDestroyWithCollectiveInFlightFailsThePeers)
 {
     expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING);
+}
+
+TEST_F(Errors, ReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_INC, true);
+}
+
+TEST_F(Errors, RingReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING, true);
+}
+
+/* With nothing in flight a release leaves in order: the others' next collective, among
+   themselves in a job of their own, is unaffected, and release returns INCMOE_OK. */
+TEST_F(Errors, ReleaseWithNothingInFlightLeavesInOrder)
+{
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(2, [&](int rank) -> std::string {
+        incmoe_comm_t *comm;
+        incmoe_status_t st = create(sw.addr, job, rank, 2, &comm);
+        if (st != INCMOE_OK)
+            return "create: " + status_text(st);
+        incmoe_req_t req;
+        st = incmoe_barrier(comm, &req);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &req);
+        if (st != INCMOE_OK)
+            return "barrier: " + status_text(st);
+        st = incmoe_comm_release(comm);
+        return st == INCMOE_OK ? "" : "release gave " + status_text(st);
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    EXPECT_EQ(incmoe_comm_release(nullptr), INCMOE_ERR_INVALID_ARG);
 }
 
 /*
@@ -1130,6 +1224,65 @@ TEST(ProgressTimeout, RankThatNeverPostsFailsTheJobNamingIt)
         90);
     EXPECT_EQ(harness::failures(res), "");
     expect_switch_serves(sw.addr);
+    harness::switch_stop(&sw);
+}
+
+/*
+ * The ranks ask the job's progress timeout (progress_timeout_ms): 1.5 s and 1 s, of a switch
+ * whose own is ten minutes.  The job takes the largest asked: the AllGather rank 1 never posts
+ * fails both ranks after 1.5 s, and the reason says so.  A value out of range is refused.
+ */
+TEST(ProgressTimeout, TheRanksAskTheJobsProgressTimeout)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--progress-timeout-ms", "600000"}));
+    const int n = 2;
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_params_t p = {};
+            p.field_mask = INCMOE_COMM_PARAM_PROGRESS_TIMEOUT;
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = rank;
+            p.nranks = n;
+            p.progress_timeout_ms = -1;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_ERR_INVALID_ARG)
+                return "progress_timeout_ms -1 gave " + status_text(st);
+            p.progress_timeout_ms = rank == 0 ? 1500 : 1000;
+            st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            if (rank == 0) {
+                static char send[64], recv[2 * 64];
+                incmoe_mr_t *ms, *mr;
+                incmoe_mem_register(comm, send, sizeof(send), &ms);
+                incmoe_mem_register(comm, recv, sizeof(recv), &mr);
+                incmoe_layout_t l = {64, 0, 64, nullptr};
+                incmoe_req_t req;
+                st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
+                if (st == INCMOE_OK)
+                    st = incmoe_wait(comm, &req);
+            } else {
+                /* Alive but posting nothing; at the switch's own timeout this would still wait. */
+                double deadline = inc_now_s() + 60;
+                while ((st = incmoe_comm_error(comm, nullptr, 0)) == INCMOE_OK &&
+                       inc_now_s() < deadline)
+                    usleep(20000);
+            }
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st != INCMOE_ERR_TIMEOUT)
+                return "got " + status_text(st) + " (" + text + ")";
+            if (text.find("rank 1 did not post within 1.5 s") == std::string::npos)
+                return "reason does not name rank 1 and 1.5 s: " + text;
+            return "";
+        },
+        90);
+    EXPECT_EQ(harness::failures(res), "");
     harness::switch_stop(&sw);
 }
 

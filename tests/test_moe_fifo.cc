@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -409,23 +410,36 @@ TEST(MoeFifo, DeviceHandlePushThroughAllocatorHook)
     EXPECT_EQ(hook.frees, 1);
 }
 
-/* An abort word set by another thread wakes a counter waiter at once, not at
-   its timeout, and the waiter returns the abort's status. */
+/* An abort word set by another thread while a counter waiter sleeps wakes it, and the waiter
+   returns the abort's status.  The abort is set only after the wait began, and the waiter must
+   return within a tenth of its timeout: woken by the abort's ring, not by finding the abort
+   word when the timeout ran out.  The bound tells those two apart; it is no speed figure. */
 TEST(MoeFifo, CounterWaitWakesOnAbort)
 {
+    using clock = std::chrono::steady_clock;
+    const int timeout_ms = 60000;
     uint64_t counter = 0;
     uint32_t bell = 0;
     int32_t abort_word = 0;
+    std::atomic<bool> waiting{false};
     std::thread t([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         incmoe_counter_publish(&counter, 1, &bell);
+        while (!waiting.load())
+            std::this_thread::yield();
+        /* The abort comes after the wait began (most likely asleep on the bell by now). */
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         __atomic_store_n(&abort_word, (int32_t)INCMOE_ERR_PEER_FAILED, __ATOMIC_RELEASE);
         incmoe_counter_ring_all(&bell);
     });
-    EXPECT_EQ(incmoe_counter_wait(&counter, 1, &bell, &abort_word, nullptr, 60000), INCMOE_OK);
-    EXPECT_EQ(incmoe_counter_wait(&counter, 2, &bell, nullptr, &abort_word, 60000),
+    EXPECT_EQ(incmoe_counter_wait(&counter, 1, &bell, &abort_word, nullptr, timeout_ms), INCMOE_OK);
+    clock::time_point started = clock::now();
+    waiting = true;
+    EXPECT_EQ(incmoe_counter_wait(&counter, 2, &bell, nullptr, &abort_word, timeout_ms),
               INCMOE_ERR_PEER_FAILED);
+    clock::time_point woke = clock::now();
     t.join();
+    EXPECT_LT(woke - started, std::chrono::milliseconds(timeout_ms / 10))
+        << "the waiter returned at its timeout, not at the abort";
     EXPECT_EQ(incmoe_counter_wait(&counter, 2, &bell, nullptr, nullptr, 10), INCMOE_ERR_TIMEOUT);
 }

@@ -126,6 +126,7 @@ TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
     EXPECT_EQ(offsetof(inc_wire_join_ack, timeout_ms), 16u);
     EXPECT_EQ(offsetof(inc_wire_join_ack, ring_token), 24u);
     EXPECT_EQ(sizeof(inc_wire_join), 32u);
+    EXPECT_EQ(offsetof(inc_wire_join, progress_timeout_ms), 12u); /* 0 (reserved) before */
     EXPECT_EQ(offsetof(inc_wire_join, token), 16u);
     inc_wire_hdr a;
     inc_wire_hdr_init(&a, WIRE_MSG_JOIN_ACK, 1);

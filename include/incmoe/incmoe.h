@@ -34,10 +34,11 @@
  * (incmoe_comm_error) instead of a hang: a rank that dies or falls silent
  * (INCMOE_ERR_PEER_FAILED), ranks that disagree on a collective
  * (INCMOE_ERR_MISMATCH), and a collective that some ranks posted and a live
- * rank did not post within the switch's progress timeout (incmoe-switchd
- * --progress-timeout-ms, default 600 s, 0 for none): INCMOE_ERR_TIMEOUT on
- * every rank of the job, the laggard included, with a reason such as
- * "allgather epoch 7: rank 2 did not post within 600.0 s".
+ * rank did not post within the job's progress timeout (what its ranks asked
+ * with progress_timeout_ms, else incmoe-switchd --progress-timeout-ms, default
+ * 600 s, 0 for none): INCMOE_ERR_TIMEOUT on every rank of the job, the laggard
+ * included, with a reason such as "allgather epoch 7: rank 2 did not post
+ * within 600.0 s".
  *
  * Threads.  Communicators are independent of each other (each has its own
  * UCX context and proxy thread), so different communicators may be used from
@@ -50,9 +51,10 @@
  *     which posts take the communicator's lock: posts of one stream must be
  *     ordered by the caller (one thread per stream, or a lock of its own),
  *     since every rank has to post a stream in the same order.
- *   - incmoe_comm_destroy must be the last call on the communicator: no
- *     other call on it may run concurrently with it or start after it, and
- *     every FIFO made on it (incmoe_fifo.h) must be destroyed first.
+ *   - incmoe_comm_destroy (or incmoe_comm_release) must be the last call on
+ *     the communicator: no other call on it may run concurrently with it or
+ *     start after it, and every FIFO made on it (incmoe_fifo.h) must be
+ *     destroyed first.
  * The functions without a communicator (incmoe_strerror, incmoe_dtype_*,
  * incmoe_redop_name, incmoe_reduce_supported, incmoe_layout_bytes,
  * incmoe_get_version) only read their arguments and may be called anywhere.
@@ -172,6 +174,7 @@ enum {
     INCMOE_COMM_PARAM_ALGO = 1u << 1,
     INCMOE_COMM_PARAM_TIMEOUT = 1u << 2,
     INCMOE_COMM_PARAM_LISTEN_DEV = 1u << 3,
+    INCMOE_COMM_PARAM_PROGRESS_TIMEOUT = 1u << 4,
 };
 
 typedef struct {
@@ -186,6 +189,8 @@ typedef struct {
     incmoe_algo_t algo; /* default INCMOE_ALGO_INC */
     int timeout_ms;     /* 1..86400000 (0: INCMOE_TIMEOUT_MS or 10000): bound on
                            joining; the liveness timeout asked of the switch (below) */
+    int progress_timeout_ms; /* 1..86400000 (0: the switch's --progress-timeout-ms): the
+                                progress timeout asked of the switch (below) */
 } incmoe_comm_params_t;
 
 /*
@@ -197,6 +202,14 @@ typedef struct {
  * and gives up on a silent switch (INCMOE_ERR_PEER_FAILED) by that timeout,
  * and uses it for the bounded waits of incmoe_comm_destroy.  A dead or silent
  * rank fails its peers' collectives within about that timeout.
+ *
+ * The progress timeout bounds each collective instead: how long the ranks that
+ * posted it wait for a live rank that has not (INCMOE_ERR_TIMEOUT on every rank,
+ * see the top of this file).  A rank may ask for one with progress_timeout_ms
+ * (INCMOE_COMM_PARAM_PROGRESS_TIMEOUT), longer or shorter than the switch's
+ * --progress-timeout-ms; the job uses the largest any rank asked, or the
+ * switch's when none asked.  It does not change the liveness timeout: a dead
+ * rank is still found within seconds.
  */
 
 #define INCMOE_MAX_RANKS  256
@@ -235,6 +248,17 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
  * once destroy returns no transfer of this communicator touches any buffer.
  */
 incmoe_status_t incmoe_comm_destroy(incmoe_comm_t *comm);
+/*
+ * incmoe_comm_destroy without waiting for anyone, for a caller that cannot
+ * block (a finalizer, an exit path): collectives still in flight are
+ * abandoned at once (the other ranks' fail with INCMOE_ERR_PEER_FAILED and
+ * a reason naming this rank; returns INCMOE_ERR_TIMEOUT), the ring's closing
+ * barrier is skipped, and the closing waits get the short bound of a failed
+ * communicator, so it returns within a fraction of a second whatever the
+ * peers and the switch do.  With nothing in flight the rank leaves in order,
+ * as with destroy.  The same rules hold: the last call on comm.
+ */
+incmoe_status_t incmoe_comm_release(incmoe_comm_t *comm);
 /* The first error the communicator hit (INCMOE_OK if none), with its text. */
 incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len);
 int incmoe_comm_rank(const incmoe_comm_t *comm);

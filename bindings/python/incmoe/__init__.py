@@ -6,13 +6,14 @@ libincmoe_moe (the band-pipelined expert-parallel MoE layer).
     incmoe.MoE            torch.nn.Module over libincmoe_moe (needs torch)
     incmoe.Switch         starts an incmoe-switchd on this machine
     incmoe.IncmoeError    what a failed C call raises
+    incmoe.Status         incmoe_status_t as an IntEnum (IncmoeError.status)
 
 With torch installed, importing incmoe registers the torch.distributed
 backend "incmoe" (see incmoe.distributed).
 """
 
 from ._errors import IncmoeError
-from ._lib import LibraryNotFound, version
+from ._lib import LibraryNotFound, Status, version
 from .communicator import Communicator, Work
 from .switch import Switch, find_switchd
 
@@ -21,6 +22,7 @@ __all__ = [
     "IncmoeError",
     "LibraryNotFound",
     "MoE",
+    "Status",
     "Switch",
     "Work",
     "find_switchd",

@@ -8,13 +8,14 @@ from . import _lib
 class IncmoeError(RuntimeError):
     """A call into libincmoe (or libincmoe_moe) failed.
 
-    status: the incmoe_status_t (negative); name: incmoe_strerror's text;
-    reason: the communicator's first error (incmoe_comm_error), "" if none.
+    status: the incmoe_status_t, an incmoe.Status (negative; an int for a
+    status newer than this package); name: incmoe_strerror's text; reason:
+    the communicator's first error (incmoe_comm_error), "" if none.
     """
 
     def __init__(self, call, status, reason=""):
         self.call = call
-        self.status = status
+        self.status = _lib.status(status)
         self.name = _lib.strerror(status)
         self.reason = reason
         msg = "%s: %s" % (call, self.name)

@@ -15,18 +15,49 @@ the header's field order and types, and every function its prototype.
 """
 
 import ctypes
+import enum
 import os
 import shutil
 import subprocess
 import threading
 
-# incmoe_status_t
-OK = 0
-IN_PROGRESS = 1
-ERR_INVALID_ARG = -1
-ERR_TIMEOUT = -6
-ERR_CLOSED = -13
-ERR_BUSY = -14
+
+class Status(enum.IntEnum):
+    """incmoe_status_t: 0 is success, errors are negative (incmoe_strerror names each)."""
+
+    OK = 0
+    IN_PROGRESS = 1
+    ERR_INVALID_ARG = -1
+    ERR_NO_MEMORY = -2
+    ERR_UNREACHABLE = -3
+    ERR_AUTH = -4
+    ERR_PEER_FAILED = -5
+    ERR_TIMEOUT = -6
+    ERR_PROTOCOL = -7
+    ERR_MISMATCH = -8
+    ERR_OUT_OF_RANGE = -9
+    ERR_UNSUPPORTED = -10
+    ERR_JOB = -11
+    ERR_TRANSPORT = -12
+    ERR_CLOSED = -13
+    ERR_BUSY = -14
+
+
+def status(value):
+    """value as a Status, or the bare int for a value this package does not know."""
+    try:
+        return Status(value)
+    except ValueError:
+        return value
+
+
+# The names the package had before Status, kept importable.
+OK = Status.OK
+IN_PROGRESS = Status.IN_PROGRESS
+ERR_INVALID_ARG = Status.ERR_INVALID_ARG
+ERR_TIMEOUT = Status.ERR_TIMEOUT
+ERR_CLOSED = Status.ERR_CLOSED
+ERR_BUSY = Status.ERR_BUSY
 
 # incmoe_dtype_t
 DTYPES = {
@@ -51,6 +82,7 @@ STREAM_ALLGATHER, STREAM_REDUCESCATTER, STREAM_ALLREDUCE, STREAM_BARRIER = 0, 1,
 COMM_PARAM_SECRET = 1 << 0
 COMM_PARAM_ALGO = 1 << 1
 COMM_PARAM_TIMEOUT = 1 << 2
+COMM_PARAM_PROGRESS_TIMEOUT = 1 << 4
 MAX_RANKS = 256
 MAX_SECRET = 64
 
@@ -74,6 +106,7 @@ class comm_params_t(ctypes.Structure):
         ("secret_len", ctypes.c_size_t),
         ("algo", ctypes.c_int),
         ("timeout_ms", ctypes.c_int),
+        ("progress_timeout_ms", ctypes.c_int),
     ]
 
 
@@ -155,6 +188,7 @@ _PROTOS = {
     "incmoe_reduce_supported": (_c.c_int, [_c.c_int, _c.c_int]),
     "incmoe_comm_create": (_ST, [_c.POINTER(comm_params_t), _c.POINTER(_P)]),
     "incmoe_comm_destroy": (_ST, [_P]),
+    "incmoe_comm_release": (_ST, [_P]),
     "incmoe_comm_error": (_ST, [_P, _c.c_char_p, _SZ]),
     "incmoe_mem_register": (_ST, [_P, _P, _SZ, _c.POINTER(_P)]),
     "incmoe_mem_deregister": (_ST, [_P, _P]),

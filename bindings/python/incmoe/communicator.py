@@ -97,6 +97,9 @@ class Communicator:
     --auth-key-file reads it); None lets libincmoe read INCMOE_AUTH_KEY or
     INCMOE_AUTH_KEY_FILE.  timeout_ms bounds joining and is the liveness
     timeout asked of the switch (None: INCMOE_TIMEOUT_MS, else 10 s).
+    progress_timeout_ms bounds each collective: how long the ranks that
+    posted it wait for a live rank that has not (the job takes the largest
+    any rank asked; None: the switch's --progress-timeout-ms).
 
     Every rank must issue the collectives of a kind in the same order.
     Arguments are checked before anything is posted: a ValueError leaves the
@@ -120,6 +123,7 @@ class Communicator:
         auth_key=None,
         timeout_ms=None,
         mr_cache=64,
+        progress_timeout_ms=None,
     ):
         if not isinstance(switch, str) or ":" not in switch:
             raise ValueError("switch is %r: expected 'host:port'" % (switch,))
@@ -131,8 +135,9 @@ class Communicator:
             raise ValueError("rank is %r: expected 0..%d" % (rank, nranks - 1))
         if algo not in _lib.ALGOS:
             raise ValueError("algo is %r: expected 'inc' or 'ring'" % (algo,))
-        if timeout_ms is not None and not 1 <= timeout_ms <= 86400000:
-            raise ValueError("timeout_ms is %r: expected 1..86400000" % (timeout_ms,))
+        for name, v in (("timeout_ms", timeout_ms), ("progress_timeout_ms", progress_timeout_ms)):
+            if v is not None and (not isinstance(v, int) or not 1 <= v <= 86400000):
+                raise ValueError("%s is %r: expected 1..86400000" % (name, v))
         self._ptr = None
         self._close_lock = threading.Lock()
         key = _secret(auth_key)
@@ -152,6 +157,9 @@ class Communicator:
         if timeout_ms is not None:
             p.field_mask |= _lib.COMM_PARAM_TIMEOUT
             p.timeout_ms = timeout_ms
+        if progress_timeout_ms is not None:
+            p.field_mask |= _lib.COMM_PARAM_PROGRESS_TIMEOUT
+            p.progress_timeout_ms = progress_timeout_ms
         ptr = ctypes.c_void_p()
         st = _lib.lib().incmoe_comm_create(ctypes.byref(p), ctypes.byref(ptr))
         _errors.check("incmoe_comm_create", st)
@@ -177,14 +185,17 @@ class Communicator:
     def close(self):
         """Leave the job (incmoe_comm_destroy: waits for this rank's collectives,
         bounded by the job's timeout).  Raises IncmoeError if the communicator
-        had failed or collectives had to be abandoned; closed either way."""
+        had failed or collectives had to be abandoned; closed either way.
+        The context manager closes the same way; a communicator that is only
+        dropped is released without waiting (see __del__)."""
         with self._close_lock:
             if self._ptr is None:
                 return
             ptr, self._ptr = self._ptr, None
             reason = _errors.comm_reason(ptr)
-            self._mrs.forget()
             st = _lib.lib().incmoe_comm_destroy(ptr)
+            # Only now: the registrations' owners kept the memory of collectives in flight.
+            self._mrs.forget()
             if st < 0:
                 raise _errors.IncmoeError("incmoe_comm_destroy", st, reason)
 
@@ -200,8 +211,15 @@ class Communicator:
         self.close()
 
     def __del__(self):
+        """A communicator dropped without close() (at interpreter exit, say) must not
+        block for a job timeout: incmoe_comm_release abandons what is in flight at
+        once (the other ranks' collectives fail naming this rank) and returns."""
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr is None:
+            return
         try:
-            self.close()
+            _lib.lib().incmoe_comm_release(ptr)
+            self._mrs.forget()
         except Exception:
             pass
 

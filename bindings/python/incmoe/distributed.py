@@ -10,6 +10,12 @@ INCMOE_SWITCH with the algorithm named by INCMOE_ALGO ("inc", the default, or
 "ring").  The key, if the switch asks for one, comes from INCMOE_AUTH_KEY or
 INCMOE_AUTH_KEY_FILE as for every libincmoe program.
 
+init_process_group's timeout bounds each collective: it is the job's progress
+timeout (how long the ranks that posted a collective wait for a live rank
+that has not; then IncmoeError on every rank), asked of the switch in place
+of its --progress-timeout-ms.  A dead rank is still found by the liveness
+timeout (INCMOE_TIMEOUT_MS, 10 s by default), whatever this timeout is.
+
 In-network for CPU tensors: all_reduce (sum, max, min; product where the
 switch reduces the type), all_gather_into_tensor, reduce_scatter_tensor,
 all_gather and reduce_scatter (lists), broadcast (an AllGather in which only
@@ -150,6 +156,13 @@ def _one(tensors, call):
     return tensors[0]
 
 
+def _progress_timeout_ms(timeout):
+    """torch's timeout (a timedelta) in ms for the switch, 1..86400000; None: the switch's."""
+    if timeout is None or timeout.total_seconds() <= 0:
+        return None
+    return min(max(int(timeout.total_seconds() * 1000), 1), 86400000)
+
+
 def _agree_job(store, rank):
     """Rank 0 of the group draws the job id; the group's store hands it to the others."""
     if rank == 0:
@@ -171,7 +184,10 @@ class IncmoeBackend(_C10dBackend):
         if algo not in ("inc", "ring"):
             raise ValueError("INCMOE_ALGO=%s: expected inc or ring" % algo)
         self.job = _agree_job(store, rank)
-        self.comm = Communicator(switch, self.job, rank, size, algo=algo)
+        progress_ms = _progress_timeout_ms(timeout)
+        self.comm = Communicator(
+            switch, self.job, rank, size, algo=algo, progress_timeout_ms=progress_ms
+        )
         self._staging = _Staging()
 
     def getBackendName(self):

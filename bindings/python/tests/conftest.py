@@ -7,6 +7,7 @@ starts no communicator itself, so a child inherits no thread or connection;
 forking spares each rank torch's import time.
 """
 
+import datetime
 import multiprocessing
 import os
 import queue
@@ -27,8 +28,10 @@ import incmoe  # noqa: E402
 torch.set_num_threads(1)
 
 # A test that goes wrong must end in an error, not wait for the switch's default
-# ten-minute progress timeout.
+# ten-minute progress timeout; torch.distributed groups ask the same bound
+# (init_process_group's timeout, which the incmoe backend asks of the switch).
 SWITCH_ARGS = ["--progress-timeout-ms", "20000"]
+PG_TIMEOUT = datetime.timedelta(seconds=20)
 RANK_TIMEOUT_S = 150
 
 

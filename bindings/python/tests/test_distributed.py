@@ -3,14 +3,17 @@ N = 1, 2, 4 ranks and both algorithms, checked against the same call on a
 gloo group of the same processes; new_group's job id agreed through the
 store; what it does not implement raises a clear error."""
 
+import datetime
 import os
+import signal
+import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
 import incmoe  # noqa: F401  (registers the backend)
-from conftest import run_ranks
+from conftest import PG_TIMEOUT, run_ranks
 
 COUNT = 29
 OPS = [dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN]
@@ -90,7 +93,9 @@ def _calls(g, rank, n, pg, gloo, tag):
 def dist_body(rank, n, addr, algo, store):
     os.environ["INCMOE_SWITCH"] = addr
     os.environ["INCMOE_ALGO"] = algo
-    dist.init_process_group("incmoe", init_method="file://" + store, rank=rank, world_size=n)
+    dist.init_process_group(
+        "incmoe", init_method="file://" + store, rank=rank, world_size=n, timeout=PG_TIMEOUT
+    )
     assert dist.get_backend() == "incmoe"
     gloo = dist.new_group(backend="gloo")
     g = torch.Generator().manual_seed(7 + rank)
@@ -129,7 +134,7 @@ def test_backend_matches_gloo(switch, store_path, n, algo):
 def env_body(rank, n, addr, port):
     """init_process_group with MASTER_ADDR/MASTER_PORT (torch's TCPStore)."""
     os.environ.update(INCMOE_SWITCH=addr, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("incmoe", rank=rank, world_size=n)
+    dist.init_process_group("incmoe", rank=rank, world_size=n, timeout=PG_TIMEOUT)
     t = torch.full((5,), float(rank + 1))
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((5,), float(n * (n + 1) // 2)))
@@ -143,3 +148,66 @@ def test_backend_env_store(switch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run_ranks(env_body, 2, switch.address, port)
+
+
+def timeout_body(rank, n, addr, store):
+    """init_process_group(timeout=2 s) on a switch whose own progress timeout is
+    20 s (conftest): rank 1 never posts the all_reduce rank 0 posted, and both
+    ranks' communicators fail naming the 2 s bound."""
+    os.environ["INCMOE_SWITCH"] = addr
+    dist.init_process_group(
+        "incmoe",
+        init_method="file://" + store,
+        rank=rank,
+        world_size=n,
+        timeout=datetime.timedelta(seconds=2),
+    )
+    comm = dist.group.WORLD._get_backend(torch.device("cpu")).comm
+    want = "rank 1 did not post within 2.0 s"
+    if rank == 0:
+        with pytest.raises(Exception, match=want):
+            dist.all_reduce(torch.ones(4))
+    else:
+        deadline = time.monotonic() + 15
+        while not comm.error() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert want in comm.error()
+    with pytest.raises(incmoe.IncmoeError):
+        comm.close()
+
+
+def test_backend_timeout_bounds_each_collective(switch, store_path):
+    run_ranks(timeout_body, 2, switch.address, store_path)
+
+
+def silent_rank_body(rank, n, addr, store):
+    """init_process_group(timeout=300 s): rank 1 stops (alive, silent) and rank 0's
+    all_reduce still fails by the liveness timeout, 10 s, long before 300 s."""
+    os.environ["INCMOE_SWITCH"] = addr
+    dist.init_process_group(
+        "incmoe",
+        init_method="file://" + store,
+        rank=rank,
+        world_size=n,
+        timeout=datetime.timedelta(seconds=300),
+    )
+    comm = dist.group.WORLD._get_backend(torch.device("cpu")).comm
+    kv = dist.FileStore(store + ".pids", n)
+    if rank == 1:
+        kv.set("rank1", str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGSTOP)  # rank 0 wakes it once its all_reduce failed
+    else:
+        pid = int(kv.get("rank1"))
+        t0 = time.monotonic()
+        with pytest.raises(Exception, match="silent|rank 1"):
+            dist.all_reduce(torch.ones(4))
+        assert time.monotonic() - t0 < 60, "a silent rank was not found by the liveness timeout"
+        os.kill(pid, signal.SIGCONT)
+    try:
+        comm.close()
+    except incmoe.IncmoeError:
+        pass  # failed (rank 0), or failed while stopped (rank 1, if it heard already)
+
+
+def test_backend_timeout_leaves_liveness_alone(switch, store_path):
+    run_ranks(silent_rank_body, 2, switch.address, store_path)

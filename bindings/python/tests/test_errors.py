@@ -8,11 +8,13 @@ tensor does: a 'meta' tensor (a real non-CPU device), and a CPU tensor
 subclass whose `device` property says 'cuda' and `is_cuda` True (a mock of
 exactly the attributes the check reads)."""
 
+import gc
 import os
 import pathlib
 import signal
 import socket
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -20,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 import incmoe
-from conftest import new_job, run_ranks
+from conftest import PG_TIMEOUT, new_job, run_ranks
 
 
 class FakeCuda(torch.Tensor):
@@ -86,6 +88,8 @@ def test_bad_constructor_arguments(switch):
         (dict(auth_key=b"x" * 65), "1..64"),
         (dict(auth_key=""), "1..64"),
         (dict(auth_key=3), "auth_key"),
+        (dict(timeout_ms=0), "timeout_ms"),
+        (dict(progress_timeout_ms=86400001), "progress_timeout_ms"),
     ]:
         args = dict(switch=switch.address, job=1, rank=0, nranks=1)
         args.update(kw)
@@ -96,7 +100,7 @@ def test_bad_constructor_arguments(switch):
 def dead_port_body(rank, n, port):
     with pytest.raises(incmoe.IncmoeError) as e:
         incmoe.Communicator("127.0.0.1:%d" % port, 1, rank, n, timeout_ms=3000)
-    assert e.value.status < 0 and e.value.name in str(e.value)
+    assert e.value.status is incmoe.Status.ERR_UNREACHABLE and e.value.name in str(e.value)
 
 
 def test_no_switch_listening():
@@ -104,6 +108,32 @@ def test_no_switch_listening():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run_ranks(dead_port_body, 1, port, timeout=60)
+
+
+def dropped_body(rank, n, addr, job):
+    """Rank 0 drops its communicator (no close()) with an all_reduce rank 1 never
+    posts.  The finalizer must not wait out the 30 s liveness timeout that
+    close() would wait: it returns within a tenth of it, and rank 1 hears that
+    rank 0 released its communicator."""
+    c = incmoe.Communicator(addr, job, rank, n, timeout_ms=30000)
+    c.barrier()  # both have joined
+    if rank == 0:
+        work = c.all_reduce(torch.ones(64), async_op=True)
+        t0 = time.monotonic()
+        del work, c
+        gc.collect()
+        assert time.monotonic() - t0 < 3, "dropping the communicator blocked"
+        return
+    deadline = time.monotonic() + 10
+    while not c.error() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "rank 0 released its communicator" in c.error()
+    with pytest.raises(incmoe.IncmoeError):
+        c.close()
+
+
+def test_dropped_communicator_does_not_block(switch):
+    run_ranks(dropped_body, 2, switch.address, new_job())
 
 
 def switch_dies_body(rank, n, addr, job, pid):
@@ -209,7 +239,9 @@ def test_moe_bad_input(switch):
 
 def backend_errors_body(rank, n, addr, store):
     os.environ["INCMOE_SWITCH"] = addr
-    dist.init_process_group("incmoe", init_method="file://" + store, rank=rank, world_size=n)
+    dist.init_process_group(
+        "incmoe", init_method="file://" + store, rank=rank, world_size=n, timeout=PG_TIMEOUT
+    )
     with pytest.raises(ValueError, match="NCCL_NET_PLUGIN=incmoe"):
         dist.all_reduce(fake_cuda(torch.ones(4)))
     with pytest.raises(ValueError, match="contiguous"):
