@@ -15,6 +15,7 @@ sharded over a torch.distributed group of the "incmoe" backend.
 """
 
 import os
+import weakref
 
 import pytest
 import torch
@@ -212,6 +213,12 @@ def pretrained_body(rank, n, addr, path, store):
         for x, ref in zip(xs, refs):
             assert _rel(model(x).logits, ref) <= FP32_TOL
         incmoe.hf.finish(model)
+    # Dropping the model frees its layers at once (no cycle waits for a gc
+    # pass), before the group closes the communicator they use.
+    layers = [weakref.ref(m.layer) for m in model.modules() if hasattr(m, "layer")]
+    assert layers
+    del model
+    assert all(ref() is None for ref in layers)
     dist.destroy_process_group()
 
 
@@ -219,3 +226,4 @@ def test_from_pretrained_local_directory(switch, tmp_path, store_path):
     cfg = models.config("qwen2_moe", "tiny")  # the family with a shared expert and dense layers
     models.build(cfg, seed=3).save_pretrained(tmp_path)
     run_ranks(pretrained_body, 2, switch.address, str(tmp_path), store_path)
+

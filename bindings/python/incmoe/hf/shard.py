@@ -14,6 +14,7 @@ import functools
 import hashlib
 import inspect
 import json
+import weakref
 
 from ..communicator import Communicator
 from ..moe import MoE
@@ -135,14 +136,17 @@ def shard(model, peers, settings, check, make):
 
 
 def _finish_after_generate(model, step):
-    generate = getattr(model, "generate", None)
+    """model.generate() then finish(): the class's generate, so that the
+    instance does not hold itself (a cycle would outlive `del model`)."""
+    generate = getattr(type(model), "generate", None)
     if generate is None:
         return
+    model_ref = weakref.ref(model)
 
     @functools.wraps(generate)
     def generate_then_finish(*args, **kwargs):
         try:
-            out = generate(*args, **kwargs)
+            out = generate(model_ref(), *args, **kwargs)
         except BaseException:
             # Still answer the others' forwards if this rank can; its own
             # error is what the caller sees.

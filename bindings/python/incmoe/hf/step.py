@@ -25,6 +25,7 @@ that for one model:
 """
 
 import time
+import weakref
 
 import torch
 
@@ -105,8 +106,18 @@ class ShardedExperts(torch.nn.Module):
 
     def __init__(self, step, index, hidden_size, top_k, dtype):
         super().__init__()
-        self._step, self._index = step, index
+        # Weak: the model holds the step, the step its experts; a strong link
+        # back would make a cycle that keeps the layers (and their hold on the
+        # communicator) alive after the model is dropped, until a gc pass.
+        self._step_ref, self._index = weakref.ref(step), index
         self.hidden_size, self.top_k, self.dtype = hidden_size, top_k, dtype
+
+    @property
+    def _step(self):
+        step = self._step_ref()
+        if step is None:
+            raise RuntimeError("incmoe.hf: these experts outlived the model they were sharded for")
+        return step
 
     def idle_inputs(self, tokens):
         """Inputs that take part in a forward without adding anything: zero weights."""
