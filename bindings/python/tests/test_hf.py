@@ -15,6 +15,8 @@ sharded over a torch.distributed group of the "incmoe" backend.
 """
 
 import os
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -227,3 +229,29 @@ def test_from_pretrained_local_directory(switch, tmp_path, store_path):
     models.build(cfg, seed=3).save_pretrained(tmp_path)
     run_ranks(pretrained_body, 2, switch.address, str(tmp_path), store_path)
 
+
+def test_prefill_benchmark_runs(capsys):
+    """python -m incmoe.bench.prefill, embedded, as its README shows it: a
+    row per variant, the same logits as the AgRs baseline's in fp32; the
+    variants not built yet are refused by name before anything starts."""
+    from incmoe.bench import prefill
+
+    env = dict(os.environ)
+    env.pop("INCMOE_SWITCH", None)  # embedded: it starts its own switch
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    cmd = [sys.executable, "-m", "incmoe.bench.prefill", "--size", "tiny", "-N", "2", "-B", "2",
+           "-L", "8", "-n", "1", "-w", "0", "--generate", "2"]
+    r = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {line.split("|")[1].strip(): line.split("|") for line in r.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| variant")}
+    assert set(rows) == {"agrs", "baseline", "pipelined"}, r.stdout
+    for name, cols in rows.items():
+        assert float(cols[10]) <= FP32_TOL, (name, r.stdout)  # max rel. logit diff vs agrs
+    assert "olmoe-tiny" in r.stdout and "N=2 ranks x B=2 prompts x L=8 tokens" in r.stdout
+    for variant in ("masked", "a2a"):
+        if not prefill.unavailable(prefill.VARIANTS[variant]):
+            continue
+        with pytest.raises(SystemExit) as exit_:
+            prefill.parse(["--variants", variant])
+        assert exit_.value.code == 2 and "not available yet" in capsys.readouterr().err
