@@ -46,10 +46,10 @@ def _prompts(cfg, rank, batch=2):
     return models.prompts(cfg, batch, 5 + rank, seed=100 + rank)  # lengths differ per rank
 
 
-def test_transformers_version(record_property):
+def test_transformers_version(record_testsuite_property):
     """Which transformers these tests ran with: in the junit report (tools/quickstart
     prints it too); the [hf] extra of pyproject.toml names the range tested."""
-    record_property("transformers", transformers.__version__)
+    record_testsuite_property("transformers", transformers.__version__)
     assert transformers.__version__.split(".")[0] == "5"
 
 
