@@ -10,7 +10,8 @@ flips on any rounding difference upstream).  Each of the four families at
 N = 2 and 4, tiny configs (incmoe.hf.models), unequal prompt lengths per rank,
 and at N = 2 a max_tokens small enough that a prefill runs as several layer
 calls.  Then: one rank's prompts hit EOS first, the refusals (every rank gets
-an error, none waits), and from_pretrained of a checkpoint written here,
+an error, none waits), a forward that stops between blocks on one rank and
+one that a layer refuses, and from_pretrained of a checkpoint written here,
 sharded over a torch.distributed group of the "incmoe" backend.
 """
 
@@ -198,6 +199,52 @@ def uneven_body(rank, n, addr, job):
 def test_refusals(switch):
     run_ranks(refusals_body, 2, switch.address, new_job())
     run_ranks(uneven_body, 3, switch.address, new_job())
+
+
+def failures_body(rank, n, addr, job):
+    cfg = models.config("mixtral", "tiny")  # two layers, a sparse block in each
+    x = _prompts(cfg, rank)
+    model = models.build(cfg, seed=4)
+    with torch.no_grad():
+        ref = model(x).logits
+    comm = incmoe.Communicator(addr, job, rank, n)
+    incmoe.hf.expert_parallel(model, comm)
+    attn1 = model.model.layers[1].self_attn
+    blocks = [layer.mlp for layer in model.model.layers]
+
+    # Rank 1's forward stops between the two sparse blocks: its next forward
+    # first completes the block rank 0 waits in, and both compute right.
+    def boom(mod, args, kwargs):
+        raise KeyError("injected")
+
+    with torch.no_grad():
+        if rank == 1:
+            h = attn1.register_forward_pre_hook(boom, with_kwargs=True)
+            with pytest.raises(KeyError, match="injected"):
+                model(x)
+            h.remove()
+        else:
+            assert _rel(model(x).logits, ref) <= FP32_TOL
+        assert _rel(model(x).logits, ref) <= FP32_TOL
+
+        # A block whose layer refuses its arguments (rank 1's router names an
+        # expert that does not exist) fails that forward on every rank, and
+        # the model's later forwards fail at once.
+        def bad_ids(mod, args, out):
+            return out[0], out[1], torch.full_like(out[2], cfg.num_local_experts)
+
+        if rank == 1:
+            blocks[0].gate.register_forward_hook(bad_ids)
+        with pytest.raises((ValueError, incmoe.IncmoeError)):
+            model(x)
+        with pytest.raises(RuntimeError, match="earlier MoE forward of this model failed"):
+            model(x)
+    del model
+    comm.close()
+
+
+def test_forward_failures(switch):
+    run_ranks(failures_body, 2, switch.address, new_job())
 
 
 def pretrained_body(rank, n, addr, path, store):
