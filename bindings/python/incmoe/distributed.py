@@ -316,6 +316,23 @@ class IncmoeBackend(_C10dBackend):
         self._unsupported("monitored_barrier")
 
 
+def communicator(group=None):
+    """The incmoe.Communicator under a process group of the "incmoe" backend
+    (None: the default group), for calls that take one (incmoe.MoE,
+    incmoe.hf.expert_parallel).  The group owns it: it closes with the group."""
+    if not dist.is_initialized():
+        raise ValueError("communicator: torch.distributed is not initialized (init_process_group first)")
+    if group is None:
+        group = dist.group.WORLD
+    backend = dist.get_backend(group)
+    if backend != NAME:
+        raise ValueError("communicator: the group's backend is %r, not %r" % (backend, NAME))
+    impl = group._get_backend(torch.device("cpu"))
+    if not isinstance(impl, IncmoeBackend):
+        raise ValueError("communicator: the group's CPU backend is a %s, not incmoe's" % type(impl).__name__)
+    return impl.comm
+
+
 def _create(store, rank, size, timeout):
     return IncmoeBackend(store, rank, size, timeout)
 

@@ -138,7 +138,17 @@ def env_body(rank, n, addr, port):
     t = torch.full((5,), float(rank + 1))
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((5,), float(n * (n + 1) // 2)))
+    # The group's communicator, for calls that take one; a gloo group has none.
+    comm = incmoe.distributed.communicator()
+    assert isinstance(comm, incmoe.Communicator) and (comm.rank, comm.nranks) == (rank, n)
+    x = torch.full((3,), float(rank))
+    comm.all_reduce(x)
+    assert torch.equal(x, torch.full((3,), float(n * (n - 1) // 2)))
+    with pytest.raises(ValueError, match="backend is 'gloo'"):
+        incmoe.distributed.communicator(dist.new_group(backend="gloo"))
     dist.destroy_process_group()
+    with pytest.raises(ValueError, match="not initialized"):
+        incmoe.distributed.communicator()
 
 
 def test_backend_env_store(switch):

@@ -1,6 +1,7 @@
 """The examples run as a user runs them (their own switch, their own ranks)
 and report success."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,6 +17,9 @@ EXAMPLES = os.path.join(HERE, "..", "examples")
     [
         ("collectives.py", [], "collectives example: ok"),
         ("moe_layer.py", ["--mode", "pipelined"], "moe example (pipelined, inc): ok"),
+        pytest.param("hf_model.py", [], "hf example (olmoe, pipelined): ok",
+                     marks=pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                              reason="needs transformers (the [hf] extra)")),
     ],
 )
 def test_example(script, args, want):

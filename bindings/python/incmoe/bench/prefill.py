@@ -1,0 +1,359 @@
+"""Time to first token of an expert-parallel Hugging Face MoE model: the AgRs
+baseline (vLLM's default path, over gloo) against incmoe.
+
+    python -m incmoe.bench.prefill [--model olmoe] [-N 4] [-B 4] [-L 128]      embedded
+    tools/testbed run -- env PYTHONPATH=$PWD/bindings/python python3 -m incmoe.bench.prefill \\
+        --rank {rank} -N {nranks} --switch {switch} --master 10.213.0.1:29500 ...  one rank each
+
+Embedded, it starts an incmoe-switchd (unless --switch or INCMOE_SWITCH names
+one) and forks N ranks; with --rank it is one rank of a job started
+elsewhere (tools/testbed), rank 0 (at --master) holding torch.distributed's
+store.  Every rank builds the same model from a config made in code (the
+family's E, k and block structure; --size real for the published shape)
+with seeded weights, and prefills its own B prompts of L seeded random
+tokens, once per variant:
+
+    agrs       vLLM's AgRsAll2AllManager path over gloo: all-gather hidden states,
+               top-k weights and ids, local experts on every token, reduce-scatter
+    baseline   incmoe.MoE, mode baseline: in-network AllGather, experts, ReduceScatter
+    pipelined  incmoe.MoE, mode pipelined: bands, AllGather and ReduceScatter in flight together
+    masked     pipelined with routing-aware dispatch and combine (when built)
+    a2a        routing-aware dispatch and combine over the ranks' own links, the
+               "a2a" algorithm, mode baseline (when built)
+
+It reports, per variant, TTFT (one prefill of the batch, the slowest rank's,
+median and p90 over the timed iterations), prefill tokens/s (N*B*L over the
+median), the time inside the sparse blocks and, for agrs, inside its MoE
+collectives (their share of TTFT bounds what in-network collectives can
+save), the TTFT that share predicts for each incmoe variant from its own
+MoE time (Amdahl), and how far each variant's last-position logits are from
+agrs's.  --generate K adds K greedy decode steps (EOS off) and reports the
+time per output token.
+"""
+
+import argparse
+import dataclasses
+import gc
+import math
+import multiprocessing
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import incmoe
+from incmoe import _lib
+from incmoe.hf import expert_parallel, models, routing_available
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str
+    what: str
+    algo: str = None  # None: the AgRs baseline over gloo
+    mode: str = None
+    routing: str = None
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("agrs", "AgRs baseline: vLLM's allgather_reducescatter path over gloo"),
+        Variant("baseline", "incmoe baseline: in-network AllGather, experts, ReduceScatter",
+                "inc", "baseline", "full"),
+        Variant("pipelined", "incmoe pipelined, full routing", "inc", "pipelined", "full"),
+        Variant("masked", "incmoe pipelined, masked routing", "inc", "pipelined", "masked"),
+        Variant("a2a", "routing-aware dispatch/combine over the ranks' links (algo a2a), "
+                "mode baseline", "a2a", "baseline", "masked"),
+    )
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def unavailable(v):
+    """Why variant v cannot run with this build, or None."""
+    if v.routing is not None and not routing_available(v.routing):
+        return ("not available yet: this incmoe.MoE has no routing-aware dispatch and combine "
+                "(routing=%r)" % v.routing)
+    if v.algo is not None and v.algo not in _lib.ALGOS:
+        return "not available yet: this incmoe has no %r algorithm" % v.algo
+    return None
+
+
+# ------------------------------------------------------------------ one rank
+
+
+class _Stamps:
+    """A logits processor that only notes when each decode step's logits came."""
+
+    def __init__(self):
+        self.t = []
+
+    def __call__(self, input_ids, scores):
+        self.t.append(time.perf_counter())
+        return scores
+
+
+def _shard(model, v, args, rank, switch, job):
+    if v.algo is None:
+        from .agrs import agrs_parallel
+
+        return agrs_parallel(model), None
+    comm = incmoe.Communicator(switch, job, rank, args.nranks, algo=v.algo)
+    expert_parallel(model, comm, routing=v.routing, mode=v.mode,
+                    max_tokens=args.max_tokens or args.batch * args.length)
+    return model, comm
+
+
+def _measure(model, x, args):
+    step = model._incmoe_step
+    rows, logits = [], None
+    with torch.no_grad():
+        for i in range(args.warmup + args.iters):
+            dist.barrier()
+            step.moe_seconds = step.collective_seconds = 0.0
+            t0 = time.perf_counter()
+            out = model(x)
+            out.logits[:, -1].argmax(-1)  # the first token
+            t = time.perf_counter() - t0
+            if i >= args.warmup:
+                rows.append((t, step.moe_seconds, step.collective_seconds))
+            if logits is None:
+                logits = out.logits[:, -1].float().clone()
+            del out
+        tpot = None
+        if args.generate:
+            from transformers import LogitsProcessorList
+
+            stamps = _Stamps()
+            dist.barrier()
+            model.generate(x, max_new_tokens=args.generate + 1, do_sample=False, eos_token_id=None,
+                           pad_token_id=0, logits_processor=LogitsProcessorList([stamps]))
+            tpot = (stamps.t[-1] - stamps.t[0]) / args.generate
+    return {"rows": rows, "logits": logits, "tpot": tpot}
+
+
+def rank_main(args, rank, switch, master):
+    torch.set_num_threads(args.threads)
+    host, port = master.rsplit(":", 1)
+    os.environ.update(MASTER_ADDR=host, MASTER_PORT=port)
+    # On the testbed, gloo goes over the rank's shaped link, as UCX does.
+    dev = os.environ.get("UCX_NET_DEVICES", "")
+    if "GLOO_SOCKET_IFNAME" not in os.environ and dev and "," not in dev and dev != "all":
+        os.environ["GLOO_SOCKET_IFNAME"] = dev.split(":")[0]
+    dist.init_process_group("gloo", rank=rank, world_size=args.nranks)
+    box = [int.from_bytes(os.urandom(8), "little") >> 2 if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    job = box[0]
+    cfg = _config(args)
+    x = models.prompts(cfg, args.batch, args.length, seed=args.seed + 1000 + rank)
+    results = {}
+    for vi, name in enumerate(args.variants):
+        model = models.build(cfg, seed=args.seed, dtype=DTYPES[args.dtype])
+        model, comm = _shard(model, VARIANTS[name], args, rank, switch, job + vi)
+        results[name] = _measure(model, x, args)
+        del model
+        gc.collect()
+        if comm is not None:
+            comm.close()
+    everyone = [None] * args.nranks if rank == 0 else None
+    dist.gather_object(results, everyone, dst=0)
+    if rank == 0:
+        report(args, cfg, everyone, switch)
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ report
+
+
+def _p90(v):
+    s = sorted(v)
+    return s[max(0, math.ceil(0.9 * len(s)) - 1)]
+
+
+def _summary(per_rank, name):
+    """Per timed iteration the slowest rank's (TTFT, MoE, collectives); medians."""
+    its = []
+    for i in range(len(per_rank[0][name]["rows"])):
+        its.append(max((r[name]["rows"][i] for r in per_rank), key=lambda row: row[0]))
+    ttft = [t for t, _, _ in its]
+    tpots = [r[name]["tpot"] for r in per_rank if r[name]["tpot"] is not None]
+    return {
+        "ttft": statistics.median(ttft), "p90": _p90(ttft),
+        "moe": statistics.median(m for _, m, _ in its),
+        "coll": statistics.median(c for _, _, c in its),
+        "share": statistics.median(c / t for t, _, c in its),
+        "moe_share": statistics.median(m / t for t, m, _ in its),
+        "tpot": max(tpots) if tpots else None,
+    }
+
+
+def _logit_gap(per_rank, name, ref):
+    gaps = []
+    for r in per_rank:
+        a, b = r[name]["logits"].double(), r[ref]["logits"].double()
+        gaps.append(((a - b).abs().max() / b.abs().max()).item())
+    return max(gaps)
+
+
+def report(args, cfg, per_rank, switch):
+    import transformers
+
+    N, B, L = args.nranks, args.batch, args.length
+    mbps = os.environ.get("TESTBED_MBPS")
+    print("# incmoe.bench.prefill: %s" % cfg.incmoe_shape)
+    print("# %s, N=%d ranks x B=%d prompts x L=%d tokens, %d timed prefills after %d warm-up, "
+          "seed %d; torch %d threads per rank; transformers %s"
+          % (args.dtype, N, B, L, args.iters, args.warmup, args.seed, args.threads,
+             transformers.__version__))
+    print("# switch %s (%s)%s" % (switch, "embedded" if args.rank is None else "launched",
+                                  ", testbed rank links %s Mbit/s" % mbps if mbps else ""))
+    for name in args.variants:
+        print("#   %-9s %s" % (name, VARIANTS[name].what))
+    print("# TTFT: one prefill of the batch, the slowest rank per iteration; MoE: time in the "
+          "sparse blocks; collectives: agrs's dispatch and combine calls (share of TTFT); Amdahl: "
+          "the TTFT ratio agrs's non-MoE time plus this variant's MoE time predicts")
+    s = {name: _summary(per_rank, name) for name in args.variants}
+    ref = "agrs" if "agrs" in s else args.variants[0]
+    head = ("| variant | TTFT median ms | TTFT p90 ms | prefill tok/s | TTFT / %s | tok/s / %s "
+            "| MoE ms (share) | MoE collectives ms (share) | Amdahl TTFT / %s | max rel. logit diff "
+            "vs %s |" % (ref, ref, ref, ref))
+    if args.generate:
+        head += " ms per output token |"
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
+    r0 = s[ref]
+    for name in args.variants:
+        v = s[name]
+        toks = N * B * L / v["ttft"]
+        coll = "%.1f (%.0f%%)" % (v["coll"] * 1e3, 100 * v["share"]) if VARIANTS[name].algo is None else "-"
+        amdahl = (r0["ttft"] - r0["moe"] + v["moe"]) / r0["ttft"]
+        row = "| %s | %.1f | %.1f | %.0f | %.3f | %.2f | %.1f (%.0f%%) | %s | %.3f | %.1e |" % (
+            name, v["ttft"] * 1e3, v["p90"] * 1e3, toks, v["ttft"] / r0["ttft"],
+            r0["ttft"] / v["ttft"], v["moe"] * 1e3, 100 * v["moe_share"], coll, amdahl,
+            _logit_gap(per_rank, name, ref))
+        if args.generate:
+            row += " %.2f |" % (v["tpot"] * 1e3)
+        print(row, flush=True)
+
+
+# ------------------------------------------------------------------ launch
+
+
+def _config(args):
+    return models.config(args.model, args.size, layers=args.layers, hidden=args.hidden,
+                         intermediate=args.intermediate)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _embedded(args):
+    models.preload()  # once here, not in every forked rank
+    sw = None
+    switch = args.switch or os.environ.get("INCMOE_SWITCH")
+    if not switch:
+        sw = incmoe.Switch()
+        switch = sw.address
+    master = args.master or "127.0.0.1:%d" % _free_port()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=rank_main, args=(args, r, switch, master)) for r in range(args.nranks)]
+    for p in procs:
+        p.start()
+    rc = 0
+    try:
+        # The first rank to fail ends the run: the others would wait for it.
+        live = list(procs)
+        while live:
+            for p in list(live):
+                p.join(0.2)
+                if p.exitcode is not None:
+                    live.remove(p)
+                    if p.exitcode != 0:
+                        rc = 1
+            if rc:
+                for p in live:
+                    p.kill()
+                break
+    finally:
+        for p in procs:
+            p.join()
+        if sw is not None:
+            sw.stop()
+    return rc
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m incmoe.bench.prefill",
+                                 description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="olmoe", choices=models.NAMES)
+    ap.add_argument("--size", default="bench", choices=models.SIZES,
+                    help="bench: H=512, 4 layers (default); real: the published config; tiny")
+    ap.add_argument("--layers", type=int, help="decoder layers (default: the size's)")
+    ap.add_argument("--hidden", type=int, help="H (bench and tiny sizes)")
+    ap.add_argument("--intermediate", type=int, help="the experts' I (bench and tiny sizes)")
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    ap.add_argument("-N", "--nranks", type=int, default=4)
+    ap.add_argument("-B", "--batch", type=int, default=4, help="prompts per rank")
+    ap.add_argument("-L", "--length", type=int, default=128, help="tokens per prompt")
+    ap.add_argument("--variants", default="agrs,baseline,pipelined",
+                    help="comma-separated, of %s" % ", ".join(VARIANTS))
+    ap.add_argument("-n", "--iters", type=int, default=5, help="timed prefills per variant")
+    ap.add_argument("-w", "--warmup", type=int, default=1, help="untimed prefills first")
+    ap.add_argument("--generate", type=int, default=0, metavar="K", help="K decode steps after")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, help="torch threads per rank (default: cores / N)")
+    ap.add_argument("--max-tokens", type=int, help="incmoe.MoE max_tokens (default: B*L)")
+    ap.add_argument("--rank", type=int, help="run as this rank of a job launched elsewhere")
+    ap.add_argument("--switch", help="host:port of incmoe-switchd (default: INCMOE_SWITCH, "
+                    "else embedded starts one)")
+    ap.add_argument("--master", help="host:port of rank 0's torch.distributed store (needed "
+                    "with --rank; embedded: a free local port)")
+    args = ap.parse_args(argv)
+    args.variants = [v for v in args.variants.split(",") if v]
+    for v in args.variants:
+        if v not in VARIANTS:
+            ap.error("variant %r: expected one of %s" % (v, ", ".join(VARIANTS)))
+        why = unavailable(VARIANTS[v])
+        if why:
+            ap.error("variant %s: %s" % (v, why))
+    if not args.variants:
+        ap.error("no variant")
+    for name in ("nranks", "batch", "length", "iters"):
+        if getattr(args, name) < 1:
+            ap.error("--%s must be at least 1" % name)
+    if args.warmup < 0 or args.generate < 0:
+        ap.error("--warmup and --generate must be >= 0")
+    if args.rank is not None:
+        if not 0 <= args.rank < args.nranks:
+            ap.error("--rank %d: expected 0..%d" % (args.rank, args.nranks - 1))
+        args.switch = args.switch or os.environ.get("INCMOE_SWITCH")
+        if not args.switch or not args.master:
+            ap.error("--rank needs --switch (or INCMOE_SWITCH) and --master")
+    if args.threads is None:
+        args.threads = max(1, (os.cpu_count() or 1) // args.nranks)
+    try:
+        _config(args)
+    except ValueError as e:
+        ap.error(str(e))
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
+    if args.rank is None:
+        return _embedded(args)
+    rank_main(args, args.rank, args.switch, args.master)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""incmoe.hf: Hugging Face transformers MoE models, expert-parallel on incmoe.
+
+    import incmoe, incmoe.hf, transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(path)   # every rank
+    comm = incmoe.Communicator(switch, job, rank, nranks)             # or an "incmoe" group
+    incmoe.hf.expert_parallel(model, comm)                            # collective
+    out = model.generate(my_prompts, max_new_tokens=16)               # each rank its own prompts
+
+Attention and everything outside the sparse MoE blocks run data-parallel
+(each rank its own prompts, the whole weights); each sparse block's experts
+are sharded over the ranks and run on incmoe.MoE.  Families: OLMoE, Mixtral,
+Qwen2-MoE, Qwen3-MoE (transformers 5.x: the versions the [hf] extra names).
+Inference only.
+
+    expert_parallel(model, comm, routing, mode, max_tokens)   shard, in place
+    finish(model)          a rank with no forward left serves the others' until all are done
+    routing_available(r)   whether routing="masked"/"auto" is built in
+    FAMILIES               the model types known, and what each one's router does
+    models                 the four families' configs built in code, seeded models
+"""
+
+from . import models
+from .families import FAMILIES
+from .shard import MODES, ROUTINGS, expert_parallel, finish, routing_available
+
+__all__ = ["FAMILIES", "MODES", "ROUTINGS", "expert_parallel", "finish", "models",
+           "routing_available"]

@@ -1,0 +1,212 @@
+"""expert_parallel: a loaded transformers MoE model, its experts sharded over
+the ranks of an incmoe Communicator.
+
+Sharding is collective.  Before any call whose shapes depend on the model,
+the ranks swap one row of two integers: whether this rank refused (a family
+incmoe.hf does not know, E not divisible by N, a model sharded already, an
+option not available) and a hash of what every rank must agree on (family,
+sparse blocks, E, k, H, I, dtype, N, mode, routing, max_tokens, algorithm).
+A refusal or a difference is then an error on every rank, and none of them
+has changed its model or waits for the others.
+"""
+
+import functools
+import hashlib
+import inspect
+import json
+import weakref
+
+from ..communicator import Communicator
+from ..moe import MoE
+from .experts import IncmoeExperts
+from .families import find_blocks
+from .peers import CommPeers
+from .step import ShardedExperts, Step
+
+MODES = ("pipelined", "baseline")
+ROUTINGS = ("full", "masked", "auto")
+
+
+def routing_available(routing):
+    """Whether this build's incmoe.MoE takes routing= (the routing-aware
+    dispatch and combine); "full" always works."""
+    return routing == "full" or "routing" in inspect.signature(MoE.__init__).parameters
+
+
+def _routing_kwargs(routing):
+    if routing not in ROUTINGS:
+        raise ValueError("routing is %r: expected one of %s" % (routing, ", ".join(ROUTINGS)))
+    if routing == "full":
+        return {}
+    if not routing_available(routing):
+        raise NotImplementedError(
+            "routing=%r is not available yet: this incmoe.MoE has no routing-aware dispatch "
+            "and combine; use routing='full'" % routing
+        )
+    return {"routing": routing}
+
+
+def _communicator(comm):
+    if isinstance(comm, Communicator):
+        return comm
+    import torch.distributed as dist
+
+    if comm is None or isinstance(comm, dist.ProcessGroup):
+        from ..distributed import communicator
+
+        return communicator(comm)
+    raise ValueError(
+        "expert_parallel: comm is a %s: expected an incmoe.Communicator or a torch.distributed "
+        "group of the \"incmoe\" backend" % type(comm).__name__
+    )
+
+
+def _hash(summary):
+    text = json.dumps(summary, sort_keys=True, default=str).encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "little") >> 2
+
+
+def _agree(peers, summary, problem):
+    """One AllGather of [refused, hash]; raises the same kind of error on every rank."""
+    import torch
+
+    h = _hash(summary) if summary is not None else 0
+    rows = peers.all_gather(torch.tensor([1 if problem is not None else 0, h], dtype=torch.int64))
+    if problem is not None:
+        raise problem
+    refused = [r for r in range(peers.nranks) if rows[r, 0]]
+    if refused:
+        raise ValueError(
+            "incmoe.hf: rank(s) %s refused to shard the model (their errors say why); this "
+            "rank's model is unchanged" % ", ".join(map(str, refused))
+        )
+    groups = {}
+    for r in range(peers.nranks):
+        groups.setdefault(int(rows[r, 1]), []).append(r)
+    if len(groups) > 1:
+        raise ValueError(
+            "incmoe.hf: the ranks' models or settings differ (ranks grouped by what they "
+            "passed: %s); this rank (%d) has %s; every model is unchanged"
+            % (" | ".join(",".join(map(str, g)) for g in groups.values()), peers.rank,
+               json.dumps(summary, sort_keys=True, default=str))
+        )
+
+
+def shard(model, peers, settings, check, make):
+    """The sharding every backend shares.  settings: what besides the model
+    the ranks must agree on; check(): the backend's own local checks,
+    returning what make needs; make(step, index, blocks, block, lo, hi,
+    checked): the ShardedExperts module for one block, hosting experts
+    [lo, hi).  Returns the model."""
+    problem = summary = None
+    try:
+        checked = check()
+        blocks = find_blocks(model, lambda e: isinstance(e, ShardedExperts))
+        if blocks.num_experts % peers.nranks:
+            raise ValueError(
+                "incmoe.hf: %d experts cannot be split evenly over %d ranks"
+                % (blocks.num_experts, peers.nranks)
+            )
+        summary = dict(blocks.summary(), nranks=peers.nranks, **settings)
+    except Exception as e:  # any refusal still reaches the agreement: nobody waits
+        problem = e
+    _agree(peers, summary, problem)
+
+    step = Step(peers)
+    el = blocks.num_experts // peers.nranks
+    lo = peers.rank * el
+    made = []
+    try:
+        for i, block in enumerate(blocks.blocks):
+            made.append(make(step, i, blocks, block, lo, lo + el, checked))
+    except BaseException:
+        for ex in made:
+            close = getattr(getattr(ex, "layer", None), "close", None)
+            if close is not None:
+                close()
+        raise
+    # Only now the model changes: the full experts go, and with them (once
+    # nothing else holds them) the other ranks' weights.
+    for block, ex in zip(blocks.blocks, made):
+        block.experts = ex
+    step.experts = made
+    model._incmoe_step = step
+    _finish_after_generate(model, step)
+    return model
+
+
+def _finish_after_generate(model, step):
+    """model.generate() then finish(): the class's generate, so that the
+    instance does not hold itself (a cycle would outlive `del model`)."""
+    generate = getattr(type(model), "generate", None)
+    if generate is None:
+        return
+    model_ref = weakref.ref(model)
+
+    @functools.wraps(generate)
+    def generate_then_finish(*args, **kwargs):
+        try:
+            out = generate(model_ref(), *args, **kwargs)
+        except BaseException:
+            # Still answer the others' forwards if this rank can; its own
+            # error is what the caller sees.
+            try:
+                step.finish()
+            except Exception:
+                pass
+            raise
+        step.finish()
+        return out
+
+    model.generate = generate_then_finish
+
+
+def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_tokens=2048,
+                    timeout_ms=None):
+    """Shard a transformers MoE model's experts over comm's ranks, in place.
+
+    model: a loaded OLMoE, Mixtral, Qwen2-MoE or Qwen3-MoE model (transformers
+    5.x, on the CPU, every rank the same config and weights).  comm: an
+    incmoe.Communicator, or a torch.distributed process group of the
+    "incmoe" backend (None: the default group).  Rank r keeps experts
+    [r*E/N, (r+1)*E/N) of every sparse block, in an incmoe.MoE layer
+    (mode "pipelined" or "baseline", max_tokens per rank per layer call;
+    longer forwards run as several calls); the others are freed.  routing:
+    "full" (every token to every rank), or "masked" / "auto" where the
+    routing-aware collectives are built in.  Attention stays data-parallel:
+    each rank runs its own prompts.
+
+    Collective: every rank calls it with the same arguments, and every
+    forward after it.  model.generate() then finishes (see incmoe.hf.finish)
+    before it returns; a rank that runs its own forwards calls
+    incmoe.hf.finish(model) after its last.  Returns the model.
+    """
+    comm = _communicator(comm)
+    settings = {"routing": routing, "mode": mode, "max_tokens": max_tokens, "algo": comm.algo}
+
+    def check():
+        if mode not in MODES:
+            raise ValueError("mode is %r: expected one of %s" % (mode, ", ".join(MODES)))
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError("max_tokens is %r: expected a positive integer" % (max_tokens,))
+        return _routing_kwargs(routing)
+
+    def make(step, index, blocks, block, lo, hi, routing_kw):
+        ex = block.experts
+        layer = MoE(comm, blocks.num_experts, blocks.top_k, blocks.hidden_size,
+                    blocks.intermediate_size, ex.gate_up_proj.detach()[lo:hi],
+                    ex.down_proj.detach()[lo:hi], mode=mode, max_tokens=max_tokens,
+                    timeout_ms=timeout_ms, **routing_kw)
+        return IncmoeExperts(step, index, layer)
+
+    return shard(model, CommPeers(comm), settings, check, make)
+
+
+def finish(model):
+    """This rank has no forward left: take part in the other ranks' forwards
+    with empty ones until no rank has one left (collective).  generate() of a
+    sharded model calls it itself."""
+    step = getattr(model, "_incmoe_step", None)
+    if step is None:
+        raise ValueError("incmoe.hf.finish: the model was not sharded by incmoe.hf")
+    step.finish()
