@@ -533,6 +533,152 @@ static void print_header(const opts_t *o)
     fflush(stdout);
 }
 
+/* The bus-bandwidth factor of nccl-tests: what each rank's link carries per byte of size. */
+static double busbw_factor(const rank_t *rk)
+{
+    return rk->o->op == OP_ALLREDUCE ? 2.0 * (rk->n - 1) / rk->n : (double)(rk->n - 1) / rk->n;
+}
+
+/* Rank 0's row for one size: the slowest rank's time t_ns and every rank's wrong elements.
+   Returns the row's bus bandwidth (GB/s). */
+static double print_row(const rank_t *rk, size_t count, uint64_t t_ns, uint64_t wrong)
+{
+    const opts_t *o = rk->o;
+    double t_us = t_ns * 1e-3;
+    double sz = (double)count * rk->es;
+    double algbw = (o->op == OP_AGRS ? 2 * sz : sz) / t_us * 1e-3; /* GB/s */
+    double factor = busbw_factor(rk);
+    printf(
+        " %11zu %12zu %8s %6s %11.1f %8.4f %8.4f", (size_t)sz, count, incmoe_dtype_name(o->dtype),
+        o->op == OP_ALLGATHER ? "none" : incmoe_redop_name(o->redop), t_us, algbw, algbw * factor);
+    if (o->check)
+        printf(" %8" PRIu64, wrong);
+    else
+        printf(" %8s", "N/A");
+    if (o->op == OP_AGRS) {
+        double eq = 2 * sz * 8 / t_us; /* Mbit/s */
+        printf(" %11.1f", eq);
+        if (o->link_mbps > 0) {
+            double bound =
+                o->algo == INCMOE_ALGO_RING ? o->link_mbps * rk->n / (rk->n - 1) : 2 * o->link_mbps;
+            printf(" %7.1f", 100 * eq / bound);
+        }
+    }
+    printf("\n");
+    fflush(stdout);
+    return algbw * factor;
+}
+
+/* One size: warm-up, timed iterations between barriers, the check.  *t_ns: the slowest rank's
+   time per iteration; *wrong: the wrong elements of every rank. */
+static int measure(rank_t *rk, size_t count, size_t blk, unsigned seed, uint64_t *t_ns,
+                   uint64_t *wrong)
+{
+    const opts_t *o = rk->o;
+    uint64_t mine = 0;
+    if (o->check)
+        fill(rk, count, blk, seed);
+    for (int it = 0; it < o->warmup; it++)
+        if (post_and_wait(rk, count, blk) != 0)
+            return -1;
+    if (barrier(rk) != 0)
+        return -1;
+    double t0 = (inc_now_s() * 1e6);
+    for (int it = 0; it < o->iters; it++)
+        if (post_and_wait(rk, count, blk) != 0)
+            return -1;
+    uint64_t t = (uint64_t)(((inc_now_s() * 1e6) - t0) * 1e3 / o->iters);
+    if (ctl_allreduce(rk, t, INCMOE_MAX, t_ns) != 0)
+        return -1;
+    if (o->check) {
+        if (o->inject_error && rk->rank == 0)
+            ((uint8_t *)(o->op == OP_REDUCESCATTER || o->op == OP_AGRS ? rk->small_b
+                                                                       : rk->big_a))[0] ^= 0x01;
+        mine = check(rk, count, blk, seed);
+    }
+    return ctl_allreduce(rk, mine, INCMOE_SUM, wrong);
+}
+
+/* Every size from -b to -e; rank 0 prints the rows and the summary.  0 when every result was
+   right, 1 when one was not, -1 when a call failed. */
+static int run_sizes(rank_t *rk)
+{
+    const opts_t *o = rk->o;
+    uint64_t wrong_all = 0;
+    double busbw_sum = 0;
+    int nsizes = 0;
+    unsigned seed = 1;
+    for (size_t bytes = o->min_bytes;; bytes *= o->factor, seed++) {
+        size_t count, blk;
+        uint64_t t_ns, wrong;
+        counts_of(rk, bytes, &count, &blk);
+        if (count > 0) {
+            if (measure(rk, count, blk, seed, &t_ns, &wrong) != 0)
+                return -1;
+            wrong_all += wrong;
+            if (rk->rank == 0)
+                busbw_sum += print_row(rk, count, t_ns, wrong), nsizes++;
+        }
+        if (bytes > o->max_bytes / o->factor)
+            break;
+    }
+    if (rk->rank == 0) {
+        printf("# Out of bounds values : %" PRIu64 " %s\n", wrong_all, wrong_all ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %.4f\n#\n", nsizes ? busbw_sum / nsizes : 0.0);
+        fflush(stdout);
+    }
+    return wrong_all != 0 ? 1 : 0;
+}
+
+/* The registered buffers the op needs, sized for the largest size, and the control buffer. */
+static int rank_buffers(rank_t *rk)
+{
+    const opts_t *o = rk->o;
+    size_t max_all = o->max_bytes / rk->es * rk->es;
+    size_t max_blk = o->max_bytes / rk->es / rk->n * rk->es;
+    int need_ag = o->op == OP_ALLGATHER || o->op == OP_AGRS;
+    int need_rs = o->op == OP_REDUCESCATTER || o->op == OP_AGRS;
+    int need_ar = o->op == OP_ALLREDUCE;
+    if ((need_ag || need_ar) && alloc_reg(rk, max_all, &rk->big_a, &rk->mr_big_a) != 0)
+        return -1;
+    if ((need_rs || need_ar) && alloc_reg(rk, max_all, &rk->big_b, &rk->mr_big_b) != 0)
+        return -1;
+    if (need_ag && alloc_reg(rk, max_blk + 1, &rk->small_a, &rk->mr_small_a) != 0)
+        return -1;
+    if (need_rs && alloc_reg(rk, max_blk + 1, &rk->small_b, &rk->mr_small_b) != 0)
+        return -1;
+    return alloc_reg(rk, 2 * rk->n * sizeof(uint64_t), (void **)&rk->ctl, &rk->mr_ctl);
+}
+
+/* Undoes rank_buffers (whatever part of it was done) and closes the communicator; rc, or -1
+   when it was 0 and the close failed. */
+static int rank_close(rank_t *rk, int rc)
+{
+    if (rk->mr_ctl)
+        incmoe_mem_deregister(rk->comm, rk->mr_ctl);
+    if (rk->mr_small_b)
+        incmoe_mem_deregister(rk->comm, rk->mr_small_b);
+    if (rk->mr_small_a)
+        incmoe_mem_deregister(rk->comm, rk->mr_small_a);
+    if (rk->mr_big_b)
+        incmoe_mem_deregister(rk->comm, rk->mr_big_b);
+    if (rk->mr_big_a)
+        incmoe_mem_deregister(rk->comm, rk->mr_big_a);
+    incmoe_status_t st = incmoe_comm_destroy(rk->comm);
+    if (st != INCMOE_OK && rc == 0) {
+        fprintf(stderr, "incmoe-perf: rank %d: incmoe_comm_destroy failed: %s\n", rk->rank,
+                incmoe_strerror(st));
+        rc = -1;
+    }
+    free(rk->ctl);
+    free(rk->small_b);
+    free(rk->small_a);
+    free(rk->big_b);
+    free(rk->big_a);
+    return rc;
+}
+
+/* 0 when every result was right, 1 when one was not, -1 when a call failed. */
 static int run_rank(opts_t *o, int rank)
 {
     rank_t rk = {.o = o, .rank = rank, .n = o->nranks, .es = incmoe_dtype_size(o->dtype)};
@@ -544,117 +690,12 @@ static int run_rank(opts_t *o, int rank)
                                    .algo = o->algo};
     CHECK(&rk, "incmoe_comm_create", incmoe_comm_create(&params, &rk.comm));
     int rc = -1;
-    size_t max_all = o->max_bytes / rk.es * rk.es;
-    size_t max_blk = o->max_bytes / rk.es / rk.n * rk.es;
-    int need_ag = o->op == OP_ALLGATHER || o->op == OP_AGRS;
-    int need_rs = o->op == OP_REDUCESCATTER || o->op == OP_AGRS;
-    int need_ar = o->op == OP_ALLREDUCE;
-    if ((need_ag || need_ar) && alloc_reg(&rk, max_all, &rk.big_a, &rk.mr_big_a) != 0)
-        goto out;
-    if ((need_rs || need_ar) && alloc_reg(&rk, max_all, &rk.big_b, &rk.mr_big_b) != 0)
-        goto out;
-    if (need_ag && alloc_reg(&rk, max_blk + 1, &rk.small_a, &rk.mr_small_a) != 0)
-        goto out;
-    if (need_rs && alloc_reg(&rk, max_blk + 1, &rk.small_b, &rk.mr_small_b) != 0)
-        goto out;
-    if (alloc_reg(&rk, 2 * rk.n * sizeof(uint64_t), (void **)&rk.ctl, &rk.mr_ctl) != 0)
-        goto out;
-    if (rank == 0)
-        print_header(o);
-
-    uint64_t wrong_all = 0;
-    double busbw_sum = 0;
-    int nsizes = 0;
-    unsigned seed = 1;
-    for (size_t bytes = o->min_bytes;; bytes *= o->factor, seed++) {
-        size_t count, blk;
-        counts_of(&rk, bytes, &count, &blk);
-        if (count > 0) {
-            if (o->check)
-                fill(&rk, count, blk, seed);
-            for (int it = 0; it < o->warmup; it++)
-                if (post_and_wait(&rk, count, blk) != 0)
-                    goto out;
-            if (barrier(&rk) != 0)
-                goto out;
-            double t0 = (inc_now_s() * 1e6);
-            for (int it = 0; it < o->iters; it++)
-                if (post_and_wait(&rk, count, blk) != 0)
-                    goto out;
-            uint64_t t_ns = (uint64_t)(((inc_now_s() * 1e6) - t0) * 1e3 / o->iters), t_max;
-            if (ctl_allreduce(&rk, t_ns, INCMOE_MAX, &t_max) != 0)
-                goto out;
-            uint64_t wrong = 0, wrong_sum = 0;
-            if (o->check) {
-                if (o->inject_error && rank == 0)
-                    ((uint8_t *)(need_rs ? rk.small_b : rk.big_a))[0] ^= 0x01;
-                wrong = check(&rk, count, blk, seed);
-            }
-            if (ctl_allreduce(&rk, wrong, INCMOE_SUM, &wrong_sum) != 0)
-                goto out;
-            wrong_all += wrong_sum;
-            if (rank == 0) {
-                double t_us = t_max * 1e-3;
-                double sz = (double)count * rk.es;
-                double algbw = (o->op == OP_AGRS ? 2 * sz : sz) / t_us * 1e-3; /* GB/s */
-                double factor =
-                    o->op == OP_ALLREDUCE ? 2.0 * (rk.n - 1) / rk.n : (double)(rk.n - 1) / rk.n;
-                busbw_sum += algbw * factor;
-                nsizes++;
-                printf(" %11zu %12zu %8s %6s %11.1f %8.4f %8.4f", (size_t)sz, count,
-                       incmoe_dtype_name(o->dtype),
-                       o->op == OP_ALLGATHER ? "none" : incmoe_redop_name(o->redop), t_us, algbw,
-                       algbw * factor);
-                if (o->check)
-                    printf(" %8" PRIu64, wrong_sum);
-                else
-                    printf(" %8s", "N/A");
-                if (o->op == OP_AGRS) {
-                    double eq = 2 * sz * 8 / t_us; /* Mbit/s */
-                    printf(" %11.1f", eq);
-                    if (o->link_mbps > 0) {
-                        double bound = o->algo == INCMOE_ALGO_RING
-                                           ? o->link_mbps * rk.n / (rk.n - 1)
-                                           : 2 * o->link_mbps;
-                        printf(" %7.1f", 100 * eq / bound);
-                    }
-                }
-                printf("\n");
-                fflush(stdout);
-            }
-        }
-        if (bytes > o->max_bytes / o->factor)
-            break;
+    if (rank_buffers(&rk) == 0) {
+        if (rank == 0)
+            print_header(o);
+        rc = run_sizes(&rk);
     }
-    if (rank == 0) {
-        printf("# Out of bounds values : %" PRIu64 " %s\n", wrong_all, wrong_all ? "FAILED" : "OK");
-        printf("# Avg bus bandwidth    : %.4f\n#\n", nsizes ? busbw_sum / nsizes : 0.0);
-        fflush(stdout);
-    }
-    rc = wrong_all != 0 ? 1 : 0;
-out:
-    if (rk.mr_ctl)
-        incmoe_mem_deregister(rk.comm, rk.mr_ctl);
-    if (rk.mr_small_b)
-        incmoe_mem_deregister(rk.comm, rk.mr_small_b);
-    if (rk.mr_small_a)
-        incmoe_mem_deregister(rk.comm, rk.mr_small_a);
-    if (rk.mr_big_b)
-        incmoe_mem_deregister(rk.comm, rk.mr_big_b);
-    if (rk.mr_big_a)
-        incmoe_mem_deregister(rk.comm, rk.mr_big_a);
-    incmoe_status_t st = incmoe_comm_destroy(rk.comm);
-    if (st != INCMOE_OK && rc == 0) {
-        fprintf(stderr, "incmoe-perf: rank %d: incmoe_comm_destroy failed: %s\n", rank,
-                incmoe_strerror(st));
-        rc = -1;
-    }
-    free(rk.ctl);
-    free(rk.small_b);
-    free(rk.small_a);
-    free(rk.big_b);
-    free(rk.big_a);
-    return rc;
+    return rank_close(&rk, rc);
 }
 
 /* ------------------------------------------------------------------------- */
