@@ -29,6 +29,11 @@ int inc_arg_read(const char *prog, const inc_arg_t *a, const char *spelled, cons
             return -1;
         *(int *)a->dst = (int)v;
         return 0;
+    case INC_ARG_U64:
+        if (inc_parse_arg(prog, spelled, text, a->lo, a->hi, 0, &v) != 0)
+            return -1;
+        *(uint64_t *)a->dst = (uint64_t)v;
+        return 0;
     case INC_ARG_SIZE:
         if (inc_parse_arg(prog, spelled, text, a->lo, a->hi, 1, &v) != 0)
             return -1;

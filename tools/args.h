@@ -12,6 +12,7 @@
 
 typedef enum {
     INC_ARG_INT,  /* an int in lo..hi */
+    INC_ARG_U64,  /* a uint64_t in lo..hi (0 <= lo) */
     INC_ARG_SIZE, /* a size_t of bytes in lo..hi, with an optional K, M, G or T suffix */
     INC_ARG_TEXT, /* a const char *: the value itself */
     INC_ARG_SET,  /* no value: the int becomes lo */
@@ -23,7 +24,7 @@ typedef struct {
     const char *flag;  /* "-n" or "--iters" */
     const char *alias; /* a second spelling ("--iters" beside "-n"), or NULL */
     inc_arg_kind_t kind;
-    long long lo, hi; /* INT, SIZE: the allowed range; SET: the value stored */
+    long long lo, hi; /* INT, U64, SIZE: the allowed range; SET: the value stored */
     void *dst;        /* where the value goes (FN: what fn is given) */
     /* INC_ARG_FN: reads text, the value of the option spelled `flag`; 0, or -1 after saying
        why on stderr. */
