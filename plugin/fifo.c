@@ -44,6 +44,14 @@ typedef struct {
 
 _Static_assert(INCMOE_FIFO_MAX_STREAMS >= FIFO_NSTREAMS, "every stream has a counter");
 
+/* How far incmoe_fifo_destroy has got: the proxy and the completers read it to know when to
+   exit. */
+typedef enum {
+    FIFO_RUNNING = 0,
+    FIFO_DRAIN,  /* the proxy posts what was pushed, then exits */
+    FIFO_RETIRE, /* nothing more is posted: the completers retire what was, then exit */
+} fifo_stop_t;
+
 struct incmoe_fifo {
     fifo_shared_t *sh;
     incmoe_fifo_device_t dev;
@@ -57,10 +65,10 @@ struct incmoe_fifo {
     uint64_t head;
     uint64_t posted[FIFO_NSTREAMS]; /* atomics: proxy publishes, completers read */
     incmoe_req_t reqs[FIFO_NSTREAMS][FIFO_REQ_RING];
-    int stop; /* atomic: 1 = proxy drains and exits, 2 = completers exit */
+    int stop; /* atomic fifo_stop_t */
     pthread_t proxy;
     pthread_t completer[FIFO_NSTREAMS];
-    int started[FIFO_NSTREAMS + 1];
+    int proxy_started, completer_started[FIFO_NSTREAMS];
 };
 
 static const int fifo_streams[] = {INCMOE_STREAM_ALLGATHER, INCMOE_STREAM_REDUCESCATTER,
@@ -94,9 +102,14 @@ static int32_t fifo_err(const incmoe_fifo_t *fifo)
     return incmoe_atomic_load_acquire32(&fifo->sh->error);
 }
 
-static int stop_level(incmoe_fifo_t *fifo)
+static fifo_stop_t fifo_stop_state(incmoe_fifo_t *fifo)
 {
-    return __atomic_load_n(&fifo->stop, __ATOMIC_ACQUIRE);
+    return (fifo_stop_t)__atomic_load_n(&fifo->stop, __ATOMIC_ACQUIRE);
+}
+
+static void fifo_stop_set(incmoe_fifo_t *fifo, fifo_stop_t state)
+{
+    __atomic_store_n(&fifo->stop, (int)state, __ATOMIC_RELEASE);
 }
 
 static void fifo_fail(incmoe_fifo_t *fifo, incmoe_status_t status)
@@ -202,7 +215,7 @@ static void *proxy_main(void *arg)
         /* acquire: pairs with the producer's release of seq, so the trigger is whole */
         uint64_t seq = incmoe_atomic_load_acquire64(&slot->seq);
         if (seq != fifo->head + 1) {
-            if (stop_level(fifo))
+            if (fifo_stop_state(fifo) != FIFO_RUNNING)
                 break;
             fifo_idle_sleep(fifo, &sh->doorbell, bell);
             continue;
@@ -249,7 +262,7 @@ static void *completer_main(void *arg)
     for (;;) {
         uint64_t posted = __atomic_load_n(&fifo->posted[s], __ATOMIC_ACQUIRE);
         if (posted == done) {
-            if (fifo_err(fifo) != 0 || stop_level(fifo) == 2)
+            if (fifo_err(fifo) != 0 || fifo_stop_state(fifo) == FIFO_RETIRE)
                 break;
             fifo_idle_sleep(fifo, low_word(&fifo->posted[s]), (uint32_t)posted);
             continue;
@@ -280,6 +293,24 @@ static void heap_free(void *ctx, void *ptr)
     free(ptr);
 }
 
+/* One completer thread per stream; -1 when one could not start (those before it run). */
+static int fifo_start_completers(incmoe_fifo_t *fifo)
+{
+    for (size_t i = 0; i < sizeof(fifo_streams) / sizeof(fifo_streams[0]); i++) {
+        int s = fifo_streams[i];
+        completer_arg_t *a = malloc(sizeof(*a));
+        if (a == NULL)
+            return -1;
+        *a = (completer_arg_t){fifo, s};
+        if (pthread_create(&fifo->completer[s], NULL, completer_main, a) != 0) {
+            free(a);
+            return -1;
+        }
+        fifo->completer_started[s] = 1;
+    }
+    return 0;
+}
+
 incmoe_status_t fifo_create_full(const fifo_transport_t *transport, void *ctx,
                                  const incmoe_fifo_params_t *params, incmoe_fifo_t **fifo_p)
 {
@@ -302,10 +333,8 @@ incmoe_status_t fifo_create_full(const fifo_transport_t *transport, void *ctx,
         return INCMOE_ERR_NO_MEMORY;
     size_t bytes = sizeof(fifo_shared_t) + capacity * sizeof(incmoe_fifo_slot_t);
     fifo_shared_t *sh = al.alloc(al.ctx, bytes);
-    if (sh == NULL) {
-        free(fifo);
-        return INCMOE_ERR_NO_MEMORY;
-    }
+    if (sh == NULL)
+        goto err_free_fifo;
     memset(sh, 0, bytes);
     for (uint32_t i = 0; i < capacity; i++)
         sh->slots[i].seq = i;
@@ -325,37 +354,21 @@ incmoe_status_t fifo_create_full(const fifo_transport_t *transport, void *ctx,
     fifo->transport = transport;
     fifo->ctx = ctx;
 
-    incmoe_status_t st = INCMOE_OK;
-    if (pthread_create(&fifo->proxy, NULL, proxy_main, fifo) != 0) {
-        st = INCMOE_ERR_NO_MEMORY;
-        goto err_free;
-    }
-    fifo->started[FIFO_NSTREAMS] = 1;
-    for (size_t i = 0; i < sizeof(fifo_streams) / sizeof(fifo_streams[0]); i++) {
-        completer_arg_t *a = malloc(sizeof(*a));
-        if (a == NULL) {
-            st = INCMOE_ERR_NO_MEMORY;
-            goto err_stop;
-        }
-        a->fifo = fifo;
-        a->stream = fifo_streams[i];
-        if (pthread_create(&fifo->completer[fifo_streams[i]], NULL, completer_main, a) != 0) {
-            free(a);
-            st = INCMOE_ERR_NO_MEMORY;
-            goto err_stop;
-        }
-        fifo->started[fifo_streams[i]] = 1;
+    if (pthread_create(&fifo->proxy, NULL, proxy_main, fifo) != 0)
+        goto err_free_shared;
+    fifo->proxy_started = 1;
+    if (fifo_start_completers(fifo) != 0) {
+        incmoe_fifo_destroy(fifo); /* stops the threads that started, frees the rest */
+        return INCMOE_ERR_NO_MEMORY;
     }
     *fifo_p = fifo;
     return INCMOE_OK;
 
-err_stop:
-    incmoe_fifo_destroy(fifo);
-    return st;
-err_free:
+err_free_shared:
     al.free(al.ctx, sh);
+err_free_fifo:
     free(fifo);
-    return st;
+    return INCMOE_ERR_NO_MEMORY;
 }
 
 incmoe_status_t fifo_create_with(const fifo_transport_t *transport, void *ctx, uint32_t capacity,
@@ -369,17 +382,19 @@ incmoe_status_t incmoe_fifo_destroy(incmoe_fifo_t *fifo)
 {
     if (fifo == NULL)
         return INCMOE_OK;
-    /* Stage 1: the proxy drains what was pushed and exits; stage 2: the
-       completers retire what was posted and exit. */
-    __atomic_store_n(&fifo->stop, 1, __ATOMIC_RELEASE);
+    /* The proxy first, so that once the completers are told to stop nothing more is posted.
+       The doorbell changes with the state, so the proxy cannot sleep through it; a completer
+       sleeps on its posted count, which the state does not change, so one that looked just
+       before sleeps out its idle bound. */
+    fifo_stop_set(fifo, FIFO_DRAIN);
     __atomic_fetch_add(&fifo->sh->doorbell, 1, __ATOMIC_RELEASE);
     counter_wake(&fifo->sh->doorbell, COUNTER_WAKE_ALL);
-    if (fifo->started[FIFO_NSTREAMS])
+    if (fifo->proxy_started)
         pthread_join(fifo->proxy, NULL);
-    __atomic_store_n(&fifo->stop, 2, __ATOMIC_RELEASE);
+    fifo_stop_set(fifo, FIFO_RETIRE);
     for (int s = 0; s < FIFO_NSTREAMS; s++) {
         counter_wake(low_word(&fifo->posted[s]), COUNTER_WAKE_ALL);
-        if (fifo->started[s])
+        if (fifo->completer_started[s])
             pthread_join(fifo->completer[s], NULL);
     }
     incmoe_status_t st = incmoe_fifo_error(fifo);
