@@ -53,6 +53,75 @@ void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t jo
         return INCMOE_ERR_PROTOCOL;                                                                \
     } while (0)
 
+/* The byte range of a data message (DATA, FWD, RING_REDUCE, RING_GATHER): what it carries,
+   inside its window, and for a reduction, whole elements of a known datatype. */
+static incmoe_status_t check_data_range(const struct inc_wire_hdr *h, size_t payload_length,
+                                        char *why, size_t why_len)
+{
+    if (h->stream == INCMOE_STREAM_BARRIER)
+        FAIL("%s on the barrier stream", inc_wire_msg_name(h->msg));
+    if (h->length != payload_length)
+        FAIL("%s says %llu bytes but carries %zu: truncated or overlong", inc_wire_msg_name(h->msg),
+             (unsigned long long)h->length, payload_length);
+    if (h->length == 0)
+        FAIL("empty %s", inc_wire_msg_name(h->msg));
+    if (h->offset > h->total || h->length > h->total - h->offset)
+        FAIL("%s range [%llu, +%llu) outside a window of %llu bytes", inc_wire_msg_name(h->msg),
+             (unsigned long long)h->offset, (unsigned long long)h->length,
+             (unsigned long long)h->total);
+    if (h->stream != INCMOE_STREAM_ALLGATHER) {
+        if (h->dtype >= INC_DTYPE_COUNT || h->redop >= INC_REDOP_COUNT)
+            FAIL("%s with unknown datatype %u or operation %u", inc_wire_msg_name(h->msg), h->dtype,
+                 h->redop);
+        size_t esize = incmoe_dtype_size((incmoe_dtype_t)h->dtype);
+        if (h->offset % esize != 0 || h->length % esize != 0)
+            FAIL("%s range not aligned to %zu-byte %s elements", inc_wire_msg_name(h->msg), esize,
+                 incmoe_dtype_name((incmoe_dtype_t)h->dtype));
+    }
+    return INCMOE_OK;
+}
+
+/* The messages of a collective's stream (POST, DATA, FWD, RING_REDUCE, RING_GATHER, CREDIT,
+   DONE): a known stream and an epoch; POST, CREDIT and DONE carry nothing, the others data. */
+static incmoe_status_t check_stream_msg(const struct inc_wire_hdr *h, size_t payload_length,
+                                        char *why, size_t why_len)
+{
+    if (h->stream >= INC_STREAM_COUNT)
+        FAIL("%s for unknown stream %u", inc_wire_msg_name(h->msg), h->stream);
+    if (h->epoch == 0)
+        FAIL("%s with epoch 0", inc_wire_msg_name(h->msg));
+    if (h->msg == WIRE_MSG_CREDIT || h->msg == WIRE_MSG_DONE || h->msg == WIRE_MSG_POST) {
+        if (payload_length != 0)
+            FAIL("%s carries %zu payload bytes", inc_wire_msg_name(h->msg), payload_length);
+        return INCMOE_OK;
+    }
+    return check_data_range(h, payload_length, why, why_len);
+}
+
+/* SMALL and SMALL_FWD: a whole collective of a data stream in one message. */
+static incmoe_status_t check_small_msg(const struct inc_wire_hdr *h, size_t payload_length,
+                                       char *why, size_t why_len)
+{
+    if (h->stream >= INCMOE_STREAM_BARRIER)
+        FAIL("%s for stream %u, not a data stream", inc_wire_msg_name(h->msg), h->stream);
+    if (h->epoch == 0)
+        FAIL("%s with epoch 0", inc_wire_msg_name(h->msg));
+    if (h->length != payload_length)
+        FAIL("%s says %llu bytes but carries %zu: truncated or overlong", inc_wire_msg_name(h->msg),
+             (unsigned long long)h->length, payload_length);
+    if (h->root != 0 || h->offset != 0 || h->chunk != 0)
+        FAIL("%s with root %u, offset %llu, chunk %u (all must be 0)", inc_wire_msg_name(h->msg),
+             h->root, (unsigned long long)h->offset, h->chunk);
+    if (h->msg == WIRE_MSG_SMALL_FWD && h->total != h->length)
+        FAIL("SMALL_FWD of %llu bytes says its total is %llu", (unsigned long long)h->length,
+             (unsigned long long)h->total);
+    if (h->stream != INCMOE_STREAM_ALLGATHER &&
+        (h->dtype >= INC_DTYPE_COUNT || h->redop >= INC_REDOP_COUNT))
+        FAIL("%s with unknown datatype %u or operation %u", inc_wire_msg_name(h->msg), h->dtype,
+             h->redop);
+    return INCMOE_OK;
+}
+
 incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
                                    char *why, size_t why_len)
 {
@@ -87,56 +156,10 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
     case WIRE_MSG_RING_GATHER:
     case WIRE_MSG_CREDIT:
     case WIRE_MSG_DONE:
-        if (h.stream >= INC_STREAM_COUNT)
-            FAIL("%s for unknown stream %u", inc_wire_msg_name(h.msg), h.stream);
-        if (h.epoch == 0)
-            FAIL("%s with epoch 0", inc_wire_msg_name(h.msg));
-        if (h.msg == WIRE_MSG_CREDIT || h.msg == WIRE_MSG_DONE || h.msg == WIRE_MSG_POST) {
-            if (payload_length != 0)
-                FAIL("%s carries %zu payload bytes", inc_wire_msg_name(h.msg), payload_length);
-        } else {
-            if (h.stream == INCMOE_STREAM_BARRIER)
-                FAIL("%s on the barrier stream", inc_wire_msg_name(h.msg));
-            if (h.length != payload_length)
-                FAIL("%s says %llu bytes but carries %zu: truncated or overlong",
-                     inc_wire_msg_name(h.msg), (unsigned long long)h.length, payload_length);
-            if (h.length == 0)
-                FAIL("empty %s", inc_wire_msg_name(h.msg));
-            if (h.offset > h.total || h.length > h.total - h.offset)
-                FAIL("%s range [%llu, +%llu) outside a window of %llu bytes",
-                     inc_wire_msg_name(h.msg), (unsigned long long)h.offset,
-                     (unsigned long long)h.length, (unsigned long long)h.total);
-            if (h.stream != INCMOE_STREAM_ALLGATHER) {
-                if (h.dtype >= INC_DTYPE_COUNT || h.redop >= INC_REDOP_COUNT)
-                    FAIL("%s with unknown datatype %u or operation %u", inc_wire_msg_name(h.msg),
-                         h.dtype, h.redop);
-                size_t esize = incmoe_dtype_size((incmoe_dtype_t)h.dtype);
-                if (h.offset % esize != 0 || h.length % esize != 0)
-                    FAIL("%s range not aligned to %zu-byte %s elements", inc_wire_msg_name(h.msg),
-                         esize, incmoe_dtype_name((incmoe_dtype_t)h.dtype));
-            }
-        }
-        break;
+        return check_stream_msg(&h, payload_length, why, why_len);
     case WIRE_MSG_SMALL:
     case WIRE_MSG_SMALL_FWD:
-        if (h.stream >= INCMOE_STREAM_BARRIER)
-            FAIL("%s for stream %u, not a data stream", inc_wire_msg_name(h.msg), h.stream);
-        if (h.epoch == 0)
-            FAIL("%s with epoch 0", inc_wire_msg_name(h.msg));
-        if (h.length != payload_length)
-            FAIL("%s says %llu bytes but carries %zu: truncated or overlong",
-                 inc_wire_msg_name(h.msg), (unsigned long long)h.length, payload_length);
-        if (h.root != 0 || h.offset != 0 || h.chunk != 0)
-            FAIL("%s with root %u, offset %llu, chunk %u (all must be 0)", inc_wire_msg_name(h.msg),
-                 h.root, (unsigned long long)h.offset, h.chunk);
-        if (h.msg == WIRE_MSG_SMALL_FWD && h.total != h.length)
-            FAIL("SMALL_FWD of %llu bytes says its total is %llu", (unsigned long long)h.length,
-                 (unsigned long long)h.total);
-        if (h.stream != INCMOE_STREAM_ALLGATHER &&
-            (h.dtype >= INC_DTYPE_COUNT || h.redop >= INC_REDOP_COUNT))
-            FAIL("%s with unknown datatype %u or operation %u", inc_wire_msg_name(h.msg), h.dtype,
-                 h.redop);
-        break;
+        return check_small_msg(&h, payload_length, why, why_len);
     case WIRE_MSG_HEARTBEAT:
     case WIRE_MSG_LEAVE:
         if (payload_length != 0)

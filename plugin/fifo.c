@@ -1,5 +1,5 @@
 /*
- * fifo.c - the lock-free descriptor FIFO and its proxy (see api/incmoe_fifo.h).
+ * fifo.c - the lock-free descriptor FIFO and its proxy (see include/incmoe/incmoe_fifo.h).
  *
  * Slots follow the bounded-queue scheme with a sequence number per slot: slot
  * i is free for the producer at position p when seq == p, full for the
@@ -8,20 +8,17 @@
  * the proxy thread.  Completions are tracked by one thread per stream that
  * blocks in the transport's wait, so nothing here spins for long.  The
  * shared block holds plain integers accessed only through the atomic helpers
- * of api/incmoe_fifo.h, so a device producer can use the same words.
+ * of incmoe_fifo.h, so a device producer can use the same words.  Its sleeps and wake-ups
+ * are counter.h's.
  */
 #include "fifo.h"
 
-#include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "counter.h"
 #include "base/log.h"
 #include "base/clock.h"
 
@@ -30,6 +27,9 @@
    so when it is the stream's only poster a post never waits inside the communicator. */
 #define FIFO_REQ_RING INCMOE_STREAM_WINDOW
 #define FIFO_IDLE_US  10000 /* default bound on an idle proxy's sleep */
+/* Bound of one sleep of the proxy waiting for room (it then looks again): completions and
+   failures wake it, so this only bounds a wake-up nobody sent. */
+#define FIFO_ROOM_WAIT_MS 1000
 
 /* The shared block: what producers touch, in memory from the allocator hook. */
 typedef struct {
@@ -44,6 +44,14 @@ typedef struct {
 
 _Static_assert(INCMOE_FIFO_MAX_STREAMS >= FIFO_NSTREAMS, "every stream has a counter");
 
+/* How far incmoe_fifo_destroy has got: the proxy and the completers read it to know when to
+   exit. */
+typedef enum {
+    FIFO_RUNNING = 0,
+    FIFO_DRAIN,  /* the proxy posts what was pushed, then exits */
+    FIFO_RETIRE, /* nothing more is posted: the completers retire what was, then exit */
+} fifo_stop_t;
+
 struct incmoe_fifo {
     fifo_shared_t *sh;
     incmoe_fifo_device_t dev;
@@ -57,111 +65,27 @@ struct incmoe_fifo {
     uint64_t head;
     uint64_t posted[FIFO_NSTREAMS]; /* atomics: proxy publishes, completers read */
     incmoe_req_t reqs[FIFO_NSTREAMS][FIFO_REQ_RING];
-    int stop; /* atomic: 1 = proxy drains and exits, 2 = completers exit */
+    int stop; /* atomic fifo_stop_t */
     pthread_t proxy;
     pthread_t completer[FIFO_NSTREAMS];
-    int started[FIFO_NSTREAMS + 1];
+    int proxy_started, completer_started[FIFO_NSTREAMS];
 };
 
 static const int fifo_streams[] = {INCMOE_STREAM_ALLGATHER, INCMOE_STREAM_REDUCESCATTER,
                                    INCMOE_STREAM_BARRIER};
 
-/* ------------------------------------------------------------ host waits */
+/* ------------------------------------------------------------ proxy sleeps */
 
-/* A counter's bit in its bell's wake mask: waiters of other counters sleep on. */
-static uint32_t counter_bit(const uint64_t *counter)
+/* The proxy side's idle sleeps (on the doorbell, on a stream's posted count): bounded by
+   idle_us, since a device producer cannot wake a futex (the proxy then polls). */
+static void fifo_idle_sleep(const incmoe_fifo_t *fifo, const uint32_t *word, uint32_t seen)
 {
-    return 1u << (((uintptr_t)counter >> 3) & 31);
+    struct timespec until = inc_clock_after_us(CLOCK_MONOTONIC, (long long)fifo->idle_us);
+    counter_sleep(word, seen, &until, COUNTER_WAKE_ALL);
 }
 
-static void futex_wake_bits(uint32_t *w, uint32_t bits)
-{
-    syscall(SYS_futex, w, FUTEX_WAKE_BITSET_PRIVATE, INT_MAX, NULL, NULL, bits);
-}
-
-/* Sleeps while *w == seen, at most until the CLOCK_MONOTONIC time `until`. */
-static void futex_wait_bits(const uint32_t *w, uint32_t seen, const struct timespec *until,
-                            uint32_t bits)
-{
-    syscall(SYS_futex, w, FUTEX_WAIT_BITSET_PRIVATE, seen, until, NULL, bits);
-}
-
-static void bell_ring(uint32_t *bell, uint32_t bits)
-{
-    /* release: a waiter that reads the new bell value sees what was published */
-    __atomic_fetch_add(bell, 1, __ATOMIC_RELEASE);
-    futex_wake_bits(bell, bits);
-}
-
-void incmoe_counter_publish(uint64_t *counter, uint64_t v, uint32_t *bell)
-{
-    uint64_t cur = incmoe_atomic_load_relaxed64(counter);
-    /* release: pairs with the waiter's acquire load of the counter */
-    while (cur < v && !incmoe_atomic_cas_release64(counter, &cur, v))
-        ;
-    bell_ring(bell, counter_bit(counter));
-}
-
-void incmoe_counter_ring_all(uint32_t *bell)
-{
-    bell_ring(bell, FUTEX_BITSET_MATCH_ANY);
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-static incmoe_status_t abort_status(const int32_t *a1, const int32_t *a2)
-{
-    int32_t a = a1 ? incmoe_atomic_load_acquire32(a1) : 0;
-    if (a == 0 && a2 != NULL)
-        a = incmoe_atomic_load_acquire32(a2);
-    return (incmoe_status_t)a;
-}
-
-incmoe_status_t incmoe_counter_wait(const uint64_t *counter, uint64_t target, const uint32_t *bell,
-                                    const int32_t *abort1, const int32_t *abort2, int timeout_ms)
-{
-    /* A short spin catches hand-offs between threads that are already close. */
-    for (int i = 0; i < 64; i++) {
-        if (incmoe_atomic_load_acquire64(counter) >= target)
-            return INCMOE_OK;
-        cpu_relax();
-    }
-    const double end = inc_now_s() + timeout_ms / 1e3;
-    const struct timespec until = inc_clock_after_us(CLOCK_MONOTONIC, (long long)timeout_ms * 1000);
-    const uint32_t bits = counter_bit(counter);
-    for (;;) {
-        /* Read the bell before the counter and the aborts: a ring after these
-           reads changes the bell, so the sleep below returns at once. */
-        uint32_t seen = __atomic_load_n(bell, __ATOMIC_ACQUIRE);
-        if (incmoe_atomic_load_acquire64(counter) >= target)
-            return INCMOE_OK;
-        incmoe_status_t a = abort_status(abort1, abort2);
-        if (a != INCMOE_OK)
-            return a;
-        if (inc_now_s() >= end)
-            return INCMOE_ERR_TIMEOUT;
-        futex_wait_bits(bell, seen, &until, bits);
-    }
-}
-
-/* Proxy-side sleeps on words only the host writes to wake (doorbell, posted). */
-static void futex_wake32(uint32_t *w)
-{
-    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-static void futex_wait32(uint32_t *w, uint32_t seen, long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
-    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
-}
-
-/* The low half of a 64-bit counter changes whenever the counter does: futex on it. */
+/* The low half of a 64-bit counter changes whenever the counter does: a sleep on it waits for
+   the counter. */
 static uint32_t *low_word(uint64_t *c)
 {
     return (uint32_t *)c + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 1 : 0);
@@ -178,9 +102,14 @@ static int32_t fifo_err(const incmoe_fifo_t *fifo)
     return incmoe_atomic_load_acquire32(&fifo->sh->error);
 }
 
-static int stop_level(incmoe_fifo_t *fifo)
+static fifo_stop_t fifo_stop_state(incmoe_fifo_t *fifo)
 {
-    return __atomic_load_n(&fifo->stop, __ATOMIC_ACQUIRE);
+    return (fifo_stop_t)__atomic_load_n(&fifo->stop, __ATOMIC_ACQUIRE);
+}
+
+static void fifo_stop_set(incmoe_fifo_t *fifo, fifo_stop_t state)
+{
+    __atomic_store_n(&fifo->stop, (int)state, __ATOMIC_RELEASE);
 }
 
 static void fifo_fail(incmoe_fifo_t *fifo, incmoe_status_t status)
@@ -191,8 +120,8 @@ static void fifo_fail(incmoe_fifo_t *fifo, incmoe_status_t status)
     /* Wake every waiter so it sees the error now rather than at its next timeout. */
     incmoe_counter_ring_all(&fifo->sh->bell);
     for (int s = 0; s < FIFO_NSTREAMS; s++)
-        futex_wake32(low_word(&fifo->posted[s]));
-    futex_wake32(&fifo->sh->doorbell);
+        counter_wake(low_word(&fifo->posted[s]), COUNTER_WAKE_ALL);
+    counter_wake(&fifo->sh->doorbell, COUNTER_WAKE_ALL);
 }
 
 /* ---------------------------------------------------------------- producer */
@@ -209,7 +138,7 @@ incmoe_status_t incmoe_fifo_push(incmoe_fifo_t *fifo, const incmoe_fifo_trigger_
     for (;;) {
         incmoe_status_t st = incmoe_fifo_dev_try_push(&fifo->dev, trigger, ticket_p);
         if (st == INCMOE_OK)
-            futex_wake32(&fifo->sh->doorbell);
+            counter_wake(&fifo->sh->doorbell, COUNTER_WAKE_ALL);
         if (st != INCMOE_IN_PROGRESS)
             return st;
         /* Full: the proxy has not drained the oldest slot yet. */
@@ -261,19 +190,34 @@ incmoe_status_t incmoe_fifo_wait(incmoe_fifo_t *fifo, incmoe_stream_t stream, ui
 
 /* ------------------------------------------------------------------- proxy */
 
+/* Waits until stream s has room for its collective n + 1 (at most FIFO_REQ_RING posted and
+   incomplete) or the FIFO failed: a counter wait on the completions, which the completers
+   publish and a failure rings. */
+static void proxy_wait_room(incmoe_fifo_t *fifo, int s, uint64_t n)
+{
+    fifo_shared_t *sh = fifo->sh;
+    if (n < FIFO_REQ_RING)
+        return;
+    while (incmoe_counter_wait(&sh->completed[s], n - FIFO_REQ_RING + 1, &sh->bell, &sh->error,
+                               NULL, FIFO_ROOM_WAIT_MS) == INCMOE_ERR_TIMEOUT)
+        ;
+}
+
 static void *proxy_main(void *arg)
 {
     incmoe_fifo_t *fifo = arg;
     fifo_shared_t *sh = fifo->sh;
     for (;;) {
+        /* Read the doorbell before the slot: a push after this read changes the doorbell, so
+           the sleep below returns at once. */
         uint32_t bell = __atomic_load_n(&sh->doorbell, __ATOMIC_ACQUIRE);
         incmoe_fifo_slot_t *slot = &sh->slots[fifo->head & (fifo->capacity - 1)];
         /* acquire: pairs with the producer's release of seq, so the trigger is whole */
         uint64_t seq = incmoe_atomic_load_acquire64(&slot->seq);
         if (seq != fifo->head + 1) {
-            if (stop_level(fifo))
+            if (fifo_stop_state(fifo) != FIFO_RUNNING)
                 break;
-            futex_wait32(&sh->doorbell, bell, (long)fifo->idle_us);
+            fifo_idle_sleep(fifo, &sh->doorbell, bell);
             continue;
         }
         incmoe_fifo_trigger_t trig = slot->trigger;
@@ -288,14 +232,8 @@ static void *proxy_main(void *arg)
         }
         if (fifo_err(fifo) != 0)
             continue; /* failed: drain without posting; waiters see the error */
-        /* Keep at most FIFO_REQ_RING collectives of a stream outstanding. */
         uint64_t n = __atomic_load_n(&fifo->posted[s], __ATOMIC_RELAXED);
-        uint64_t *done = &sh->completed[s];
-        while (n - incmoe_atomic_load_acquire64(done) >= FIFO_REQ_RING && fifo_err(fifo) == 0) {
-            uint32_t seen = __atomic_load_n(&sh->bell, __ATOMIC_ACQUIRE);
-            if (n - incmoe_atomic_load_acquire64(done) >= FIFO_REQ_RING)
-                futex_wait32(&sh->bell, seen, (long)fifo->idle_us);
-        }
+        proxy_wait_room(fifo, s, n);
         incmoe_req_t req;
         incmoe_status_t st = fifo->transport->post(fifo->ctx, &trig, &req);
         if (st != INCMOE_OK) {
@@ -305,7 +243,7 @@ static void *proxy_main(void *arg)
         fifo->reqs[s][n % FIFO_REQ_RING] = req;
         /* release: the completer that sees n + 1 sees reqs[s][n] */
         __atomic_store_n(&fifo->posted[s], n + 1, __ATOMIC_RELEASE);
-        futex_wake32(low_word(&fifo->posted[s]));
+        counter_wake(low_word(&fifo->posted[s]), COUNTER_WAKE_ALL);
     }
     return NULL;
 }
@@ -324,9 +262,9 @@ static void *completer_main(void *arg)
     for (;;) {
         uint64_t posted = __atomic_load_n(&fifo->posted[s], __ATOMIC_ACQUIRE);
         if (posted == done) {
-            if (fifo_err(fifo) != 0 || stop_level(fifo) == 2)
+            if (fifo_err(fifo) != 0 || fifo_stop_state(fifo) == FIFO_RETIRE)
                 break;
-            futex_wait32(low_word(&fifo->posted[s]), (uint32_t)posted, (long)fifo->idle_us);
+            fifo_idle_sleep(fifo, low_word(&fifo->posted[s]), (uint32_t)posted);
             continue;
         }
         incmoe_req_t req = fifo->reqs[s][done % FIFO_REQ_RING];
@@ -355,6 +293,24 @@ static void heap_free(void *ctx, void *ptr)
     free(ptr);
 }
 
+/* One completer thread per stream; -1 when one could not start (those before it run). */
+static int fifo_start_completers(incmoe_fifo_t *fifo)
+{
+    for (size_t i = 0; i < sizeof(fifo_streams) / sizeof(fifo_streams[0]); i++) {
+        int s = fifo_streams[i];
+        completer_arg_t *a = malloc(sizeof(*a));
+        if (a == NULL)
+            return -1;
+        *a = (completer_arg_t){fifo, s};
+        if (pthread_create(&fifo->completer[s], NULL, completer_main, a) != 0) {
+            free(a);
+            return -1;
+        }
+        fifo->completer_started[s] = 1;
+    }
+    return 0;
+}
+
 incmoe_status_t fifo_create_full(const fifo_transport_t *transport, void *ctx,
                                  const incmoe_fifo_params_t *params, incmoe_fifo_t **fifo_p)
 {
@@ -377,10 +333,8 @@ incmoe_status_t fifo_create_full(const fifo_transport_t *transport, void *ctx,
         return INCMOE_ERR_NO_MEMORY;
     size_t bytes = sizeof(fifo_shared_t) + capacity * sizeof(incmoe_fifo_slot_t);
     fifo_shared_t *sh = al.alloc(al.ctx, bytes);
-    if (sh == NULL) {
-        free(fifo);
-        return INCMOE_ERR_NO_MEMORY;
-    }
+    if (sh == NULL)
+        goto err_free_fifo;
     memset(sh, 0, bytes);
     for (uint32_t i = 0; i < capacity; i++)
         sh->slots[i].seq = i;
@@ -400,37 +354,21 @@ incmoe_status_t fifo_create_full(const fifo_transport_t *transport, void *ctx,
     fifo->transport = transport;
     fifo->ctx = ctx;
 
-    incmoe_status_t st = INCMOE_OK;
-    if (pthread_create(&fifo->proxy, NULL, proxy_main, fifo) != 0) {
-        st = INCMOE_ERR_NO_MEMORY;
-        goto err_free;
-    }
-    fifo->started[FIFO_NSTREAMS] = 1;
-    for (size_t i = 0; i < sizeof(fifo_streams) / sizeof(fifo_streams[0]); i++) {
-        completer_arg_t *a = malloc(sizeof(*a));
-        if (a == NULL) {
-            st = INCMOE_ERR_NO_MEMORY;
-            goto err_stop;
-        }
-        a->fifo = fifo;
-        a->stream = fifo_streams[i];
-        if (pthread_create(&fifo->completer[fifo_streams[i]], NULL, completer_main, a) != 0) {
-            free(a);
-            st = INCMOE_ERR_NO_MEMORY;
-            goto err_stop;
-        }
-        fifo->started[fifo_streams[i]] = 1;
+    if (pthread_create(&fifo->proxy, NULL, proxy_main, fifo) != 0)
+        goto err_free_shared;
+    fifo->proxy_started = 1;
+    if (fifo_start_completers(fifo) != 0) {
+        incmoe_fifo_destroy(fifo); /* stops the threads that started, frees the rest */
+        return INCMOE_ERR_NO_MEMORY;
     }
     *fifo_p = fifo;
     return INCMOE_OK;
 
-err_stop:
-    incmoe_fifo_destroy(fifo);
-    return st;
-err_free:
+err_free_shared:
     al.free(al.ctx, sh);
+err_free_fifo:
     free(fifo);
-    return st;
+    return INCMOE_ERR_NO_MEMORY;
 }
 
 incmoe_status_t fifo_create_with(const fifo_transport_t *transport, void *ctx, uint32_t capacity,
@@ -444,17 +382,19 @@ incmoe_status_t incmoe_fifo_destroy(incmoe_fifo_t *fifo)
 {
     if (fifo == NULL)
         return INCMOE_OK;
-    /* Stage 1: the proxy drains what was pushed and exits; stage 2: the
-       completers retire what was posted and exit. */
-    __atomic_store_n(&fifo->stop, 1, __ATOMIC_RELEASE);
+    /* The proxy first, so that once the completers are told to stop nothing more is posted.
+       The doorbell changes with the state, so the proxy cannot sleep through it; a completer
+       sleeps on its posted count, which the state does not change, so one that looked just
+       before sleeps out its idle bound. */
+    fifo_stop_set(fifo, FIFO_DRAIN);
     __atomic_fetch_add(&fifo->sh->doorbell, 1, __ATOMIC_RELEASE);
-    futex_wake32(&fifo->sh->doorbell);
-    if (fifo->started[FIFO_NSTREAMS])
+    counter_wake(&fifo->sh->doorbell, COUNTER_WAKE_ALL);
+    if (fifo->proxy_started)
         pthread_join(fifo->proxy, NULL);
-    __atomic_store_n(&fifo->stop, 2, __ATOMIC_RELEASE);
+    fifo_stop_set(fifo, FIFO_RETIRE);
     for (int s = 0; s < FIFO_NSTREAMS; s++) {
-        futex_wake32(low_word(&fifo->posted[s]));
-        if (fifo->started[s])
+        counter_wake(low_word(&fifo->posted[s]), COUNTER_WAKE_ALL);
+        if (fifo->completer_started[s])
             pthread_join(fifo->completer[s], NULL);
     }
     incmoe_status_t st = incmoe_fifo_error(fifo);

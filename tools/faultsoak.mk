@@ -5,4 +5,4 @@ EXTRA_DIST += faultsoak
 noinst_PROGRAMS += incmoe-soak-rank
 incmoe_soak_rank_SOURCES = soak_rank.c
 incmoe_soak_rank_CPPFLAGS = $(INCMOE_CPPFLAGS)
-incmoe_soak_rank_LDADD = $(top_builddir)/plugin/libincmoe.la $(top_builddir)/base/libincmoe_base.la
+incmoe_soak_rank_LDADD = libincmoe_tools.la $(top_builddir)/plugin/libincmoe.la

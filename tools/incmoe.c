@@ -52,6 +52,150 @@ static float rs_value(int rank, int block, size_t i)
     return (float)((rank * 31 + block * 17 + (int)(i % 1021)) % 512);
 }
 
+/* One size's buffers of a demo rank, registered: the AllGather's send and receive buffers, the
+   ReduceScatter's, and the AllReduce's, which it reduces in place. */
+enum { AG_SEND, AG_RECV, RS_SEND, RS_RECV, AR_BUF, DEMO_NBUF };
+
+typedef struct {
+    size_t per_rank; /* elements of one rank's block */
+    float *buf[DEMO_NBUF];
+    incmoe_mr_t *mr[DEMO_NBUF];
+} demo_bufs_t;
+
+/* The inputs of rank `rank`, and the outputs poisoned with zeros. */
+static void demo_fill(demo_bufs_t *b, int rank, int nranks)
+{
+    size_t n = b->per_rank;
+    for (size_t i = 0; i < n; i++)
+        b->buf[AG_SEND][i] = ag_value(rank, i);
+    for (int blk = 0; blk < nranks; blk++)
+        for (size_t i = 0; i < n; i++)
+            b->buf[RS_SEND][(size_t)blk * n + i] = rs_value(rank, blk, i);
+    for (size_t i = 0; i < n * (size_t)nranks; i++)
+        b->buf[AR_BUF][i] = rs_value(rank, 0, i);
+    memset(b->buf[AG_RECV], 0, n * sizeof(float) * (size_t)nranks);
+    memset(b->buf[RS_RECV], 0, n * sizeof(float));
+}
+
+/* Allocates, fills and registers the buffers of one size; 1 after saying why on out_fd. */
+static int demo_bufs_open(incmoe_comm_t *comm, int rank, int nranks, size_t size, demo_bufs_t *b,
+                          int out_fd)
+{
+    memset(b, 0, sizeof(*b));
+    b->per_rank = size / (size_t)nranks / sizeof(float);
+    if (b->per_rank == 0)
+        b->per_rank = 1;
+    size_t block = b->per_rank * sizeof(float), all = block * (size_t)nranks;
+    const size_t bytes[DEMO_NBUF] = {block, all, all, block, all};
+    int i;
+    for (i = 0; i < DEMO_NBUF; i++) {
+        if ((b->buf[i] = malloc(bytes[i])) == NULL) {
+            dprintf(out_fd, "error rank %d: out of memory for %zu bytes\n", rank, all);
+            goto err_free;
+        }
+    }
+    demo_fill(b, rank, nranks);
+    for (i = 0; i < DEMO_NBUF; i++) {
+        incmoe_status_t st = incmoe_mem_register(comm, b->buf[i], bytes[i], &b->mr[i]);
+        if (st != INCMOE_OK) {
+            dprintf(out_fd, "error rank %d: registering %zu bytes: %s\n", rank, bytes[i],
+                    incmoe_strerror(st));
+            goto err_deregister;
+        }
+    }
+    return 0;
+
+err_deregister:
+    while (i-- > 0)
+        incmoe_mem_deregister(comm, b->mr[i]);
+err_free:
+    for (i = 0; i < DEMO_NBUF; i++)
+        free(b->buf[i]);
+    return 1;
+}
+
+static void demo_bufs_close(incmoe_comm_t *comm, demo_bufs_t *b)
+{
+    for (int i = DEMO_NBUF - 1; i >= 0; i--) {
+        incmoe_mem_deregister(comm, b->mr[i]);
+        free(b->buf[i]);
+    }
+}
+
+/* Lines the ranks up (so the timing is of the collectives, not of arrival), then an AllGather
+   and a ReduceScatter at once, then an AllReduce: their times in t_agrs and t_ar (s). */
+static incmoe_status_t demo_collectives(incmoe_comm_t *comm, const demo_bufs_t *b, int nranks,
+                                        double *t_agrs, double *t_ar)
+{
+    size_t block = b->per_rank * sizeof(float);
+    incmoe_layout_t layout = {.block_stride = block, .offset = 0, .length = block};
+    incmoe_req_t bar, ag, rs, ar;
+    incmoe_status_t st = incmoe_barrier(comm, &bar);
+    if (st == INCMOE_OK)
+        st = incmoe_wait(comm, &bar);
+    double t0 = inc_now_s();
+    if (st == INCMOE_OK)
+        st = incmoe_allgather(comm, b->mr[AG_SEND], 0, b->mr[AG_RECV], 0, &layout, &ag);
+    if (st == INCMOE_OK)
+        st = incmoe_reducescatter(comm, b->mr[RS_SEND], 0, b->mr[RS_RECV], 0, &layout,
+                                  INCMOE_FLOAT32, INCMOE_SUM, &rs);
+    if (st == INCMOE_OK)
+        st = incmoe_wait(comm, &ag);
+    if (st == INCMOE_OK)
+        st = incmoe_wait(comm, &rs);
+    double t1 = inc_now_s();
+    if (st == INCMOE_OK)
+        st = incmoe_allreduce(comm, b->mr[AR_BUF], 0, b->mr[AR_BUF], 0,
+                              b->per_rank * (size_t)nranks, INCMOE_FLOAT32, INCMOE_SUM, &ar);
+    if (st == INCMOE_OK)
+        st = incmoe_wait(comm, &ar);
+    *t_agrs = t1 - t0;
+    *t_ar = inc_now_s() - t1;
+    return st;
+}
+
+/* Every element of the three results against the reference: how many are wrong. */
+static size_t demo_wrong(const demo_bufs_t *b, int rank, int nranks)
+{
+    size_t n = b->per_rank, wrong = 0;
+    for (int blk = 0; blk < nranks; blk++)
+        for (size_t i = 0; i < n; i++)
+            wrong += b->buf[AG_RECV][(size_t)blk * n + i] != ag_value(blk, i);
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int r = 0; r < nranks; r++)
+            want += rs_value(r, rank, i);
+        wrong += b->buf[RS_RECV][i] != want;
+    }
+    for (size_t i = 0; i < n * (size_t)nranks; i++) {
+        float want = 0;
+        for (int r = 0; r < nranks; r++)
+            want += rs_value(r, 0, i);
+        wrong += b->buf[AR_BUF][i] != want;
+    }
+    return wrong;
+}
+
+/* One size: its "result" line, or an "error" line and 1. */
+static int demo_size(incmoe_comm_t *comm, int rank, int nranks, size_t size, int out_fd)
+{
+    demo_bufs_t b;
+    double t_agrs, t_ar;
+    if (demo_bufs_open(comm, rank, nranks, size, &b, out_fd) != 0)
+        return 1;
+    incmoe_status_t st = demo_collectives(comm, &b, nranks, &t_agrs, &t_ar);
+    if (st != INCMOE_OK) {
+        char why[256];
+        incmoe_comm_error(comm, why, sizeof(why));
+        dprintf(out_fd, "error rank %d: %s: %s\n", rank, incmoe_strerror(st), why);
+    } else {
+        dprintf(out_fd, "result %zu %.1f %.1f %zu\n", b.per_rank * sizeof(float) * nranks,
+                t_agrs * 1e6, t_ar * 1e6, demo_wrong(&b, rank, nranks));
+    }
+    demo_bufs_close(comm, &b);
+    return st != INCMOE_OK;
+}
+
 /* One rank of the demo: writes "size ag_rs_us allreduce_us errors" lines to out_fd. */
 static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const size_t *sizes,
                      int nsizes, int out_fd)
@@ -65,95 +209,8 @@ static int demo_rank(const char *addr, uint64_t job, int rank, int nranks, const
         return 1;
     }
     int failed = 0;
-    for (int k = 0; k < nsizes && !failed; k++) {
-        size_t per_rank = sizes[k] / (size_t)nranks / sizeof(float); /* elements per block */
-        if (per_rank == 0)
-            per_rank = 1;
-        size_t block = per_rank * sizeof(float);
-        size_t all = block * (size_t)nranks;
-        float *ag_send = malloc(block), *ag_recv = malloc(all);
-        float *rs_send = malloc(all), *rs_recv = malloc(block);
-        float *ar_buf = malloc(all);
-        if (!ag_send || !ag_recv || !rs_send || !rs_recv || !ar_buf) {
-            dprintf(out_fd, "error rank %d: out of memory for %zu bytes\n", rank, all);
-            return 1;
-        }
-        for (size_t i = 0; i < per_rank; i++)
-            ag_send[i] = ag_value(rank, i);
-        for (int b = 0; b < nranks; b++)
-            for (size_t i = 0; i < per_rank; i++)
-                rs_send[(size_t)b * per_rank + i] = rs_value(rank, b, i);
-        for (size_t i = 0; i < per_rank * (size_t)nranks; i++)
-            ar_buf[i] = rs_value(rank, 0, i);
-        memset(ag_recv, 0, all);
-        memset(rs_recv, 0, block);
-
-        incmoe_mr_t *m_ags, *m_agr, *m_rss, *m_rsr, *m_ar;
-        incmoe_mem_register(comm, ag_send, block, &m_ags);
-        incmoe_mem_register(comm, ag_recv, all, &m_agr);
-        incmoe_mem_register(comm, rs_send, all, &m_rss);
-        incmoe_mem_register(comm, rs_recv, block, &m_rsr);
-        incmoe_mem_register(comm, ar_buf, all, &m_ar);
-        incmoe_layout_t layout = {.block_stride = block, .offset = 0, .length = block};
-
-        /* Line everyone up so the timing is of the collectives, not of arrival. */
-        incmoe_req_t bar, ag, rs, ar;
-        st = incmoe_barrier(comm, &bar);
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &bar);
-        double t0 = inc_now_s();
-        if (st == INCMOE_OK)
-            st = incmoe_allgather(comm, m_ags, 0, m_agr, 0, &layout, &ag);
-        if (st == INCMOE_OK)
-            st = incmoe_reducescatter(comm, m_rss, 0, m_rsr, 0, &layout, INCMOE_FLOAT32, INCMOE_SUM,
-                                      &rs);
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &ag);
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &rs);
-        double t1 = inc_now_s();
-        if (st == INCMOE_OK)
-            st = incmoe_allreduce(comm, m_ar, 0, m_ar, 0, per_rank * (size_t)nranks, INCMOE_FLOAT32,
-                                  INCMOE_SUM, &ar);
-        if (st == INCMOE_OK)
-            st = incmoe_wait(comm, &ar);
-        double t2 = inc_now_s();
-        if (st != INCMOE_OK) {
-            char why[256];
-            incmoe_comm_error(comm, why, sizeof(why));
-            dprintf(out_fd, "error rank %d: %s: %s\n", rank, incmoe_strerror(st), why);
-            failed = 1;
-            break;
-        }
-        /* Every byte against the reference. */
-        size_t wrong = 0;
-        for (int b = 0; b < nranks; b++)
-            for (size_t i = 0; i < per_rank; i++)
-                wrong += ag_recv[(size_t)b * per_rank + i] != ag_value(b, i);
-        for (size_t i = 0; i < per_rank; i++) {
-            float want = 0;
-            for (int r = 0; r < nranks; r++)
-                want += rs_value(r, rank, i);
-            wrong += rs_recv[i] != want;
-        }
-        for (size_t i = 0; i < per_rank * (size_t)nranks; i++) {
-            float want = 0;
-            for (int r = 0; r < nranks; r++)
-                want += rs_value(r, 0, i);
-            wrong += ar_buf[i] != want;
-        }
-        dprintf(out_fd, "result %zu %.1f %.1f %zu\n", all, (t1 - t0) * 1e6, (t2 - t1) * 1e6, wrong);
-        incmoe_mem_deregister(comm, m_ags);
-        incmoe_mem_deregister(comm, m_agr);
-        incmoe_mem_deregister(comm, m_rss);
-        incmoe_mem_deregister(comm, m_rsr);
-        incmoe_mem_deregister(comm, m_ar);
-        free(ag_send);
-        free(ag_recv);
-        free(rs_send);
-        free(rs_recv);
-        free(ar_buf);
-    }
+    for (int k = 0; k < nsizes && !failed; k++)
+        failed = demo_size(comm, rank, nranks, sizes[k], out_fd);
     st = incmoe_comm_destroy(comm);
     return failed || st != INCMOE_OK;
 }

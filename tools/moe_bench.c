@@ -30,7 +30,6 @@
  * to the datatype between its two GEMMs (the CPU keeps them in fp32).
  */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -43,6 +42,7 @@
 #include "incmoe/incmoe.h"
 #include "base/config.h"
 #include "base/dtype.h"
+#include "args.h"
 #include "incmoe/incmoe_moe.h"
 #include "launch.h"
 #include "switchd_find.h"
@@ -54,6 +54,7 @@
 
 #define MAX_T     32
 #define MAX_RANKS 64
+#define NALGO     2 /* results are indexed by incmoe_algo_t: inc, ring */
 
 typedef struct {
     int nranks, rank; /* rank -1: embedded */
@@ -164,18 +165,24 @@ static void make_tokens(const opts_t *o, int r, int T, void *x, int32_t *ids, fl
     }
 }
 
-/* fp64 Equation (1) for token t of rank r, recomputing the experts' weights. */
+/* What reference_token computes in: an expert's matrix and its SwiGLU rows. */
+typedef struct {
+    void *m;   /* H x I of the datatype */
+    double *g; /* [I] gate */
+    double *a; /* [I] activation */
+} ref_scratch_t;
+
+/* fp64 Equation (1) for token t of the inputs, recomputing the experts' weights into s. */
 static void reference_token(const opts_t *o, const void *x, const int32_t *ids, const float *w,
-                            int t, double *y)
+                            int t, const ref_scratch_t *s, double *y)
 {
-    double *a = malloc(sizeof(double) * (size_t)o->I);
+    double *g = s->g, *a = s->a;
+    void *m = s->m;
     memset(y, 0, sizeof(double) * (size_t)o->H);
-    size_t es = incmoe_dtype_size(o->dtype);
-    void *m = malloc((size_t)o->H * o->I * es);
     for (int c = 0; c < o->k; c++) {
         int e = ids[(size_t)t * o->k + c];
         fill_weights(o, e, 0, m);
-        double *g = calloc((size_t)o->I, sizeof(double));
+        memset(g, 0, sizeof(double) * (size_t)o->I);
         for (int i = 0; i < o->I; i++)
             for (int h = 0; h < o->H; h++)
                 g[i] +=
@@ -188,7 +195,6 @@ static void reference_token(const opts_t *o, const void *x, const int32_t *ids, 
                     get(m, (size_t)i * o->H + h, o->dtype) * get(x, (size_t)t * o->H + h, o->dtype);
             a[i] = g[i] / (1.0 + exp(-g[i])) * u;
         }
-        free(g);
         fill_weights(o, e, 2, m);
         for (int h = 0; h < o->H; h++) {
             double acc = 0;
@@ -197,8 +203,6 @@ static void reference_token(const opts_t *o, const void *x, const int32_t *ids, 
             y[h] += w[(size_t)t * o->k + c] * acc;
         }
     }
-    free(m);
-    free(a);
 }
 
 /* --------------------------------------------------------------- one rank */
@@ -207,6 +211,13 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The median of n samples (sorts them). */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return v[n / 2];
 }
 
 static incmoe_comm_t *join(const opts_t *o, int rank, int algo)
@@ -237,47 +248,163 @@ typedef struct {
     void *stream;
 } inputs_t;
 
+/* What one rank allocates once, sized for the largest token count, and what it measures
+   into; every pointer is NULL or owned, so bench_free undoes any part of bench_alloc. */
+typedef struct {
+    const opts_t *o;
+    int rank;
+    FILE *out;             /* the "result ..." lines */
+    int maxT, nl;          /* the largest token count; this rank's experts */
+    size_t es, wsz;        /* bytes of an element; of one expert matrix */
+    uint8_t *wg, *wu, *wd; /* this rank's experts' gate, up and down matrices */
+    void *x;               /* the current token count's inputs, in host memory */
+    int32_t *ids;
+    float *w;
+    void *base;    /* the baseline's output, for the pipelined mode's check */
+    void *outh;    /* the last forward's output, copied to host memory */
+    double *times; /* [iters] layer times */
+    double *ph[4]; /* [iters] each: exchange, AllGather, FFN, ReduceScatter */
+    double *ref;   /* [H] the fp64 reference of one token */
+    ref_scratch_t scratch;
+    inputs_t in;
+} bench_t;
+
+/* malloc of at least one byte, so that an empty buffer never reads as a failed one. */
+static void *buf_alloc(size_t bytes)
+{
+    return malloc(bytes > 0 ? bytes : 1);
+}
+
+static void bench_free(bench_t *b)
+{
+    free(b->scratch.a), free(b->scratch.g), free(b->scratch.m), free(b->ref);
+    for (int i = 0; i < 4; i++)
+        free(b->ph[i]);
+    free(b->times), free(b->outh), free(b->base);
+    free(b->w), free(b->ids), free(b->x);
+    free(b->wd), free(b->wu), free(b->wg);
+}
+
+static int bench_alloc(const opts_t *o, int rank, FILE *out, bench_t *b)
+{
+    *b = (bench_t){.o = o, .rank = rank, .out = out, .nl = o->E / o->nranks};
+    b->es = incmoe_dtype_size(o->dtype);
+    b->wsz = (size_t)o->H * o->I * b->es;
+    for (int i = 0; i < o->ntokens; i++)
+        b->maxT = o->tokens[i] > b->maxT ? o->tokens[i] : b->maxT;
+    size_t xs = (size_t)b->maxT * o->H * b->es, ks = (size_t)b->maxT * o->k;
+    size_t ts = sizeof(double) * (size_t)o->iters;
+    b->wg = buf_alloc(b->wsz * b->nl), b->wu = buf_alloc(b->wsz * b->nl);
+    b->wd = buf_alloc(b->wsz * b->nl);
+    b->x = buf_alloc(xs), b->ids = buf_alloc(sizeof(int32_t) * ks);
+    b->w = buf_alloc(sizeof(float) * ks);
+    b->base = buf_alloc(xs), b->outh = buf_alloc(xs), b->times = buf_alloc(ts);
+    for (int i = 0; i < 4; i++)
+        b->ph[i] = buf_alloc(ts);
+    b->ref = buf_alloc(sizeof(double) * (size_t)o->H);
+    b->scratch = (ref_scratch_t){buf_alloc(b->wsz), buf_alloc(sizeof(double) * (size_t)o->I),
+                                 buf_alloc(sizeof(double) * (size_t)o->I)};
+    const void *all[] = {b->wg,    b->wu,   b->wd,        b->x,         b->ids,      b->w,
+                         b->base,  b->outh, b->times,     b->ph[0],     b->ph[1],    b->ph[2],
+                         b->ph[3], b->ref,  b->scratch.m, b->scratch.g, b->scratch.a};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        if (all[i] == NULL) {
+            fprintf(stderr, "rank %d: out of memory\n", rank);
+            bench_free(b);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* This rank's experts' weights, as every rank and the reference derive them. */
+static void bench_fill_weights(bench_t *b)
+{
+    for (int le = 0; le < b->nl; le++) {
+        int e = b->rank * b->nl + le;
+        fill_weights(b->o, e, 0, b->wg + b->wsz * le);
+        fill_weights(b->o, e, 1, b->wu + b->wsz * le);
+        fill_weights(b->o, e, 2, b->wd + b->wsz * le);
+    }
+}
+
+/* --- the backend's memory: every #ifdef of the CUDA backend is in this section */
+
 #ifdef INCMOE_MOE_CUDA
 static int cuda_fail(int rank, const char *what, cudaError_t e)
 {
     fprintf(stderr, "rank %d: %s: %s\n", rank, what, cudaGetErrorString(e));
     return 1;
 }
+#endif
 
-/* Device copies of this rank's inputs for T tokens. */
-static int inputs_stage(const opts_t *o, int rank, int T, const void *x, const int32_t *ids,
-                        const float *w, inputs_t *in)
+/* Where the inputs will be: the host arrays (CPU), or a stream for device copies (CUDA). */
+static int inputs_open(bench_t *b)
 {
-    size_t xs = (size_t)T * o->H * incmoe_dtype_size(o->dtype), ks = (size_t)T * o->k * 4;
+    b->in = (inputs_t){b->x, b->ids, b->w, NULL};
+#ifdef INCMOE_MOE_CUDA
+    if (b->o->backend == INCMOE_MOE_BACKEND_CUDA) {
+        cudaStream_t s;
+        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (e != cudaSuccess)
+            return cuda_fail(b->rank, "cudaStreamCreate", e);
+        b->in = (inputs_t){NULL, NULL, NULL, s};
+    }
+#endif
+    return 0;
+}
+
+static void inputs_close(bench_t *b)
+{
+#ifdef INCMOE_MOE_CUDA
+    if (b->o->backend == INCMOE_MOE_BACKEND_CUDA) {
+        cudaFree(b->in.x), cudaFree(b->in.ids), cudaFree(b->in.w);
+        cudaStreamDestroy((cudaStream_t)b->in.stream);
+    }
+#else
+    (void)b;
+#endif
+}
+
+/* For CUDA: device copies of the host inputs of T tokens (the CPU reads the host arrays). */
+static int inputs_stage(bench_t *b, int T)
+{
+#ifdef INCMOE_MOE_CUDA
+    const opts_t *o = b->o;
+    inputs_t *in = &b->in;
+    size_t xs = (size_t)T * o->H * b->es, ks = (size_t)T * o->k * 4;
     cudaError_t e;
+    if (o->backend != INCMOE_MOE_BACKEND_CUDA)
+        return 0;
     cudaFree(in->x), cudaFree(in->ids), cudaFree(in->w);
     in->x = in->ids = NULL, in->w = NULL;
     if ((e = cudaMalloc(&in->x, xs ? xs : 1)) != cudaSuccess ||
         (e = cudaMalloc((void **)&in->ids, ks ? ks : 1)) != cudaSuccess ||
         (e = cudaMalloc((void **)&in->w, ks ? ks : 1)) != cudaSuccess)
-        return cuda_fail(rank, "cudaMalloc of the inputs", e);
-    if ((e = cudaMemcpy(in->x, x, xs, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemcpy(in->ids, ids, ks, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemcpy(in->w, w, ks, cudaMemcpyHostToDevice)) != cudaSuccess)
-        return cuda_fail(rank, "copying the inputs to the device", e);
+        return cuda_fail(b->rank, "cudaMalloc of the inputs", e);
+    if ((e = cudaMemcpy(in->x, b->x, xs, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(in->ids, b->ids, ks, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(in->w, b->w, ks, cudaMemcpyHostToDevice)) != cudaSuccess)
+        return cuda_fail(b->rank, "copying the inputs to the device", e);
+#else
+    (void)b, (void)T;
+#endif
     return 0;
 }
-#endif
 
-/* The output view copied to host memory (it is device-accessible memory for CUDA). */
-static int output_fetch(const opts_t *o, int rank, const void *view, size_t bytes, void *dst)
+/* The output view copied to b->outh (it is device-accessible memory for CUDA). */
+static int output_fetch(bench_t *b, const void *view, size_t bytes)
 {
-    if (o->backend == INCMOE_MOE_BACKEND_CPU) {
-        memcpy(dst, view, bytes);
+    if (b->o->backend == INCMOE_MOE_BACKEND_CPU) {
+        memcpy(b->outh, view, bytes);
         return 0;
     }
 #ifdef INCMOE_MOE_CUDA
-    cudaError_t e = cudaMemcpy(dst, view, bytes, cudaMemcpyDefault);
+    cudaError_t e = cudaMemcpy(b->outh, view, bytes, cudaMemcpyDefault);
     if (e != cudaSuccess)
-        return cuda_fail(rank, "copying the outputs back", e);
+        return cuda_fail(b->rank, "copying the outputs back", e);
     return 0;
 #else
-    (void)rank;
     return 1;
 #endif
 }
@@ -301,192 +428,197 @@ static void share_device(const opts_t *o, incmoe_moe_params_t *p)
 #endif
 }
 
+/* --- the layer and its measurements */
+
+static incmoe_moe_t *layer_create(const bench_t *b, incmoe_comm_t *comm)
+{
+    const opts_t *o = b->o;
+    incmoe_moe_params_t p;
+    incmoe_moe_params_init(&p);
+    p.num_experts = o->E;
+    p.top_k = o->k;
+    p.hidden = o->H;
+    p.intermediate = o->I;
+    p.dtype = o->dtype;
+    p.comm = comm;
+    p.max_tokens = b->maxT;
+    p.w_gate = b->wg;
+    p.w_up = b->wu;
+    p.w_down = b->wd;
+    p.config.nbands = o->bands;
+    p.backend = o->backend;
+    share_device(o, &p);
+    incmoe_moe_t *L;
+    incmoe_status_t st = incmoe_moe_create(&p, &L);
+    if (st != INCMOE_OK) {
+        fprintf(stderr, "rank %d: layer create failed: %s\n", b->rank, incmoe_strerror(st));
+        return NULL;
+    }
+    return L;
+}
+
+/* The warm-up and timed forwards of one mode: the medians of the layer time and of the
+   baseline's phases into res, the last output's view into *out_p. */
+static int time_forwards(bench_t *b, incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
+                         result_t *res, void **out_p)
+{
+    const opts_t *o = b->o;
+    for (int it = 0; it < o->warmup + o->iters; it++) {
+        double t0 = inc_now_s();
+        incmoe_status_t st = incmoe_moe_forward_ex(L, f, out_p);
+        double dt = inc_now_s() - t0;
+        if (st != INCMOE_OK) {
+            fprintf(stderr, "rank %d: forward failed: %s\n", b->rank, incmoe_strerror(st));
+            return 1;
+        }
+        if (it < o->warmup)
+            continue;
+        incmoe_moe_timing_t tm;
+        incmoe_moe_last_timing(L, &tm);
+        b->times[it - o->warmup] = dt;
+        b->ph[0][it - o->warmup] = tm.exchange_ms;
+        b->ph[1][it - o->warmup] = tm.allgather_ms;
+        b->ph[2][it - o->warmup] = tm.ffn_ms;
+        b->ph[3][it - o->warmup] = tm.reducescatter_ms;
+    }
+    res->ms = median(b->times, o->iters) * 1e3;
+    res->ex_ms = median(b->ph[0], o->iters);
+    res->ag_ms = median(b->ph[1], o->iters);
+    res->ffn_ms = median(b->ph[2], o->iters);
+    res->rs_ms = median(b->ph[3], o->iters);
+    return 0;
+}
+
+/* The worst per-token cosine similarity of the pipelined output (b->outh) to the baseline's. */
+static double cosine_min(const bench_t *b, int T)
+{
+    const opts_t *o = b->o;
+    double worst = 1;
+    for (int t = 0; t < T; t++) {
+        double ab = 0, aa = 0, bb = 0;
+        for (int h = 0; h < o->H; h++) {
+            double u = get(b->outh, (size_t)t * o->H + h, o->dtype);
+            double v = get(b->base, (size_t)t * o->H + h, o->dtype);
+            ab += u * v, aa += u * u, bb += v * v;
+        }
+        double c = (aa == 0 && bb == 0) ? 1 : ab / sqrt(aa * bb);
+        worst = c < worst ? c : worst;
+    }
+    return worst;
+}
+
+/* The worst relative error of the output against fp64 on two sample tokens: first and last. */
+static double reference_error(const bench_t *b, int T)
+{
+    const opts_t *o = b->o;
+    double worst = 0;
+    for (int s = 0; s < 2 && T > 0; s++) {
+        int t = s == 0 ? 0 : T - 1;
+        double en = 0, rn = 0;
+        reference_token(o, b->x, b->ids, b->w, t, &b->scratch, b->ref);
+        for (int h = 0; h < o->H; h++) {
+            double d = get(b->outh, (size_t)t * o->H + h, o->dtype) - b->ref[h];
+            en += d * d, rn += b->ref[h] * b->ref[h];
+        }
+        double e = sqrt(en / (rn > 0 ? rn : 1));
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+static void result_write(FILE *out, const result_t *res)
+{
+    fprintf(out, "result %d %d %d %.6f %.9f %.3e %.6f %.6f %.6f %.6f %s\n", res->algo, res->ti,
+            res->mode, res->ms, res->cos_min, res->ref_err, res->ex_ms, res->ag_ms, res->ffn_ms,
+            res->rs_ms, res->cfg);
+    fflush(out);
+}
+
+/* One token count (index ti) in both modes: timed, then checked, then written out. */
+static int run_point(bench_t *b, incmoe_moe_t *L, int algo, int ti)
+{
+    const opts_t *o = b->o;
+    int T = o->tokens[ti], counts[MAX_RANKS];
+    for (int r = 0; r < o->nranks; r++)
+        counts[r] = T;
+    make_tokens(o, b->rank, T, b->x, b->ids, b->w);
+    if (inputs_stage(b, T) != 0)
+        return 1;
+    incmoe_moe_forward_params_t f = {
+        .field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
+                      INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS |
+                      (b->in.stream ? INCMOE_MOE_FWD_STREAM : 0),
+        .x = b->in.x,
+        .topk_ids = b->in.ids,
+        .topk_weights = b->in.w,
+        .counts = counts,
+        .stream = b->in.stream};
+    for (int mode = INCMOE_MOE_BASELINE; mode <= INCMOE_MOE_PIPELINED; mode++) {
+        result_t res = {.algo = algo, .ti = ti, .mode = mode, .cos_min = 1, .ref_err = 0};
+        void *out_p = NULL;
+        f.mode = (incmoe_moe_mode_t)mode;
+        if (time_forwards(b, L, &f, &res, &out_p) != 0)
+            return 1;
+        if (mode == INCMOE_MOE_PIPELINED) {
+            incmoe_moe_config_t c;
+            incmoe_moe_config_for(L, counts, &c);
+            incmoe_moe_config_str(&c, res.cfg, sizeof(res.cfg));
+        } else {
+            snprintf(res.cfg, sizeof(res.cfg), "-");
+        }
+        if (output_fetch(b, out_p, (size_t)T * o->H * b->es) != 0)
+            return 1;
+        if (mode == INCMOE_MOE_BASELINE) {
+            memcpy(b->base, b->outh, (size_t)T * o->H * b->es);
+        } else if (o->verify) {
+            res.cos_min = cosine_min(b, T);
+            res.ref_err = reference_error(b, T);
+        }
+        result_write(b->out, &res);
+    }
+    return 0;
+}
+
+/* Every token count on one algorithm's communicator and layer. */
+static int run_algo(bench_t *b, int algo, int first)
+{
+    int rc = 1;
+    incmoe_comm_t *comm = join(b->o, b->rank, algo);
+    if (comm == NULL)
+        return 1;
+    incmoe_moe_t *L = layer_create(b, comm);
+    if (L == NULL)
+        goto out_destroy_comm;
+    if (b->rank == 0 && first) {
+        char desc[256];
+        incmoe_moe_backend_str(L, desc, sizeof(desc));
+        fprintf(stderr, "incmoe-moe-bench: backend %s\n", desc);
+    }
+    rc = 0;
+    for (int ti = 0; ti < b->o->ntokens && rc == 0; ti++)
+        rc = run_point(b, L, algo, ti);
+    incmoe_moe_destroy(L);
+out_destroy_comm:
+    incmoe_comm_destroy(comm);
+    return rc;
+}
+
 /* Runs every measurement of this rank; writes "result ..." lines to out. */
 static int run_rank(const opts_t *o, int rank, FILE *out)
 {
-    int maxT = 0;
-    size_t es = incmoe_dtype_size(o->dtype);
-    for (int i = 0; i < o->ntokens; i++)
-        maxT = o->tokens[i] > maxT ? o->tokens[i] : maxT;
-    int nl = o->E / o->nranks;
-    size_t wsz = (size_t)o->H * o->I * es;
-    uint8_t *wg = malloc(wsz * nl), *wu = malloc(wsz * nl), *wd = malloc(wsz * nl);
-    void *x = malloc((size_t)maxT * o->H * es);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)maxT * o->k);
-    float *w = malloc(sizeof(float) * (size_t)maxT * o->k);
-    void *base = malloc((size_t)maxT * o->H * es);
-    double *times = malloc(sizeof(double) * (size_t)(o->iters > 0 ? o->iters : 1));
-    double *ph[4];
-    for (int i = 0; i < 4; i++)
-        ph[i] = malloc(sizeof(double) * (size_t)(o->iters > 0 ? o->iters : 1));
-    double *ref = malloc(sizeof(double) * (size_t)o->H);
-    if (!wg || !wu || !wd || !x || !ids || !w || !base || !times || !ref) {
-        fprintf(stderr, "rank %d: out of memory\n", rank);
+    bench_t b;
+    int rc = 1;
+    if (bench_alloc(o, rank, out, &b) != 0)
         return 1;
-    }
-    void *outh = malloc((size_t)maxT * o->H * es + 1);
-    inputs_t in = {x, ids, w, NULL};
-    if (outh == NULL) {
-        fprintf(stderr, "rank %d: out of memory\n", rank);
-        return 1;
-    }
-#ifdef INCMOE_MOE_CUDA
-    if (o->backend == INCMOE_MOE_BACKEND_CUDA) {
-        cudaStream_t s;
-        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-        if (e != cudaSuccess)
-            return cuda_fail(rank, "cudaStreamCreate", e);
-        in = (inputs_t){NULL, NULL, NULL, s};
-    }
-#endif
-    for (int le = 0; le < nl; le++) {
-        int e = rank * nl + le;
-        fill_weights(o, e, 0, wg + wsz * le);
-        fill_weights(o, e, 1, wu + wsz * le);
-        fill_weights(o, e, 2, wd + wsz * le);
-    }
-    int rc = 0;
-    for (int ai = 0; ai < o->nalgos && rc == 0; ai++) {
-        int algo = o->algos[ai];
-        incmoe_comm_t *comm = join(o, rank, algo);
-        if (comm == NULL)
-            return 1;
-        incmoe_moe_params_t p;
-        incmoe_moe_params_init(&p);
-        p.num_experts = o->E;
-        p.top_k = o->k;
-        p.hidden = o->H;
-        p.intermediate = o->I;
-        p.dtype = o->dtype;
-        p.comm = comm;
-        p.max_tokens = maxT;
-        p.w_gate = wg;
-        p.w_up = wu;
-        p.w_down = wd;
-        p.config.nbands = o->bands;
-        p.backend = o->backend;
-        share_device(o, &p);
-        incmoe_moe_t *L;
-        incmoe_status_t st = incmoe_moe_create(&p, &L);
-        if (st != INCMOE_OK) {
-            fprintf(stderr, "rank %d: layer create failed: %s\n", rank, incmoe_strerror(st));
-            incmoe_comm_destroy(comm);
-            return 1;
-        }
-        if (rank == 0 && ai == 0) {
-            char desc[256];
-            incmoe_moe_backend_str(L, desc, sizeof(desc));
-            fprintf(stderr, "incmoe-moe-bench: backend %s\n", desc);
-        }
-        for (int ti = 0; ti < o->ntokens && rc == 0; ti++) {
-            int T = o->tokens[ti];
-            int counts[MAX_RANKS];
-            for (int r = 0; r < o->nranks; r++)
-                counts[r] = T;
-            make_tokens(o, rank, T, x, ids, w);
-#ifdef INCMOE_MOE_CUDA
-            if (o->backend == INCMOE_MOE_BACKEND_CUDA && inputs_stage(o, rank, T, x, ids, w, &in)) {
-                rc = 1;
-                break;
-            }
-#endif
-            incmoe_moe_forward_params_t f = {
-                .field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
-                              INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS |
-                              (in.stream ? INCMOE_MOE_FWD_STREAM : 0),
-                .x = in.x,
-                .topk_ids = in.ids,
-                .topk_weights = in.w,
-                .counts = counts,
-                .stream = in.stream};
-            for (int mode = 0; mode < 2 && rc == 0; mode++) {
-                void *out_p = NULL;
-                f.mode = (incmoe_moe_mode_t)mode;
-                for (int it = 0; it < o->warmup + o->iters && rc == 0; it++) {
-                    double t0 = inc_now_s();
-                    st = incmoe_moe_forward_ex(L, &f, &out_p);
-                    double dt = inc_now_s() - t0;
-                    if (st != INCMOE_OK) {
-                        fprintf(stderr, "rank %d: forward failed: %s\n", rank, incmoe_strerror(st));
-                        rc = 1;
-                    } else if (it >= o->warmup) {
-                        incmoe_moe_timing_t tm;
-                        incmoe_moe_last_timing(L, &tm);
-                        times[it - o->warmup] = dt;
-                        ph[0][it - o->warmup] = tm.exchange_ms;
-                        ph[1][it - o->warmup] = tm.allgather_ms;
-                        ph[2][it - o->warmup] = tm.ffn_ms;
-                        ph[3][it - o->warmup] = tm.reducescatter_ms;
-                    }
-                }
-                if (rc != 0)
-                    break;
-                qsort(times, (size_t)o->iters, sizeof(double), cmp_double);
-                result_t res = {.algo = algo, .ti = ti, .mode = mode, .cos_min = 1, .ref_err = 0};
-                res.ms = times[o->iters / 2] * 1e3;
-                for (int i = 0; i < 4; i++)
-                    qsort(ph[i], (size_t)o->iters, sizeof(double), cmp_double);
-                res.ex_ms = ph[0][o->iters / 2];
-                res.ag_ms = ph[1][o->iters / 2];
-                res.ffn_ms = ph[2][o->iters / 2];
-                res.rs_ms = ph[3][o->iters / 2];
-                if (mode == INCMOE_MOE_PIPELINED) {
-                    incmoe_moe_config_t c;
-                    incmoe_moe_config_for(L, counts, &c);
-                    incmoe_moe_config_str(&c, res.cfg, sizeof(res.cfg));
-                } else {
-                    snprintf(res.cfg, sizeof(res.cfg), "-");
-                }
-                if (output_fetch(o, rank, out_p, (size_t)T * o->H * es, outh) != 0) {
-                    rc = 1;
-                    break;
-                }
-                out_p = outh;
-                if (mode == INCMOE_MOE_BASELINE) {
-                    memcpy(base, out_p, (size_t)T * o->H * es);
-                } else if (o->verify) {
-                    for (int t = 0; t < T; t++) {
-                        double ab = 0, aa = 0, bb = 0;
-                        for (int h = 0; h < o->H; h++) {
-                            double u = get(out_p, (size_t)t * o->H + h, o->dtype);
-                            double v = get(base, (size_t)t * o->H + h, o->dtype);
-                            ab += u * v, aa += u * u, bb += v * v;
-                        }
-                        double c = (aa == 0 && bb == 0) ? 1 : ab / sqrt(aa * bb);
-                        res.cos_min = c < res.cos_min ? c : res.cos_min;
-                    }
-                    /* Two sample tokens against fp64: first and last. */
-                    for (int s = 0; s < 2 && T > 0; s++) {
-                        int t = s == 0 ? 0 : T - 1;
-                        double en = 0, rn = 0;
-                        reference_token(o, x, ids, w, t, ref);
-                        for (int h = 0; h < o->H; h++) {
-                            double d = get(out_p, (size_t)t * o->H + h, o->dtype) - ref[h];
-                            en += d * d, rn += ref[h] * ref[h];
-                        }
-                        double e = sqrt(en / (rn > 0 ? rn : 1));
-                        res.ref_err = e > res.ref_err ? e : res.ref_err;
-                    }
-                }
-                fprintf(out, "result %d %d %d %.6f %.9f %.3e %.6f %.6f %.6f %.6f %s\n", res.algo,
-                        res.ti, res.mode, res.ms, res.cos_min, res.ref_err, res.ex_ms, res.ag_ms,
-                        res.ffn_ms, res.rs_ms, res.cfg);
-                fflush(out);
-            }
-        }
-        incmoe_moe_destroy(L);
-        incmoe_comm_destroy(comm);
-    }
-#ifdef INCMOE_MOE_CUDA
-    if (o->backend == INCMOE_MOE_BACKEND_CUDA) {
-        cudaFree(in.x), cudaFree(in.ids), cudaFree(in.w);
-        cudaStreamDestroy((cudaStream_t)in.stream);
-    }
-#endif
-    free(wg), free(wu), free(wd), free(x), free(ids), free(w), free(base), free(times), free(ref);
-    free(outh);
-    for (int i = 0; i < 4; i++)
-        free(ph[i]);
+    if (inputs_open(&b) != 0)
+        goto out_free_bench;
+    bench_fill_weights(&b);
+    rc = 0;
+    for (int ai = 0; ai < o->nalgos && rc == 0; ai++)
+        rc = run_algo(&b, o->algos[ai], ai == 0);
+    inputs_close(&b);
+out_free_bench:
+    bench_free(&b);
     return rc;
 }
 
@@ -497,37 +629,60 @@ static double tol_of(incmoe_dtype_t dt)
     return dt == INCMOE_BFLOAT16 ? 3e-2 : dt == INCMOE_FLOAT16 ? 5e-3 : 1e-4;
 }
 
-static int print_table(const opts_t *o, result_t *all, int n)
+static const char *algo_name(int algo)
 {
-    int ok = 1;
-    double ms[2][MAX_T][2];
-    double cosm[2][MAX_T], refe[2][MAX_T];
-    char cfg[2][MAX_T][96];
-    int have[2][MAX_T][2];
-    double phase[2][MAX_T]
-                [4]; /* baseline: exchange, AllGather, FFN, ReduceScatter (slowest rank) */
-    memset(have, 0, sizeof(have));
-    memset(phase, 0, sizeof(phase));
-    for (int a = 0; a < 2; a++)
+    return algo == INCMOE_ALGO_RING ? "ring" : "inc";
+}
+
+/* Every rank's results folded per (algorithm, token count): the slowest rank's times and the
+   worst rank's checks, as the table prints them. */
+typedef struct {
+    int have[NALGO][MAX_T][2];     /* per mode: some rank reported it */
+    double ms[NALGO][MAX_T][2];    /* per mode: layer time */
+    double phase[NALGO][MAX_T][4]; /* baseline: exchange, AllGather, FFN, ReduceScatter */
+    double cos[NALGO][MAX_T], err[NALGO][MAX_T]; /* pipelined: min_cos, ref_err */
+    char cfg[NALGO][MAX_T][96];
+} table_t;
+
+static void table_fold(table_t *tb, const result_t *all, int n)
+{
+    memset(tb, 0, sizeof(*tb));
+    for (int a = 0; a < NALGO; a++)
         for (int t = 0; t < MAX_T; t++)
-            cosm[a][t] = 1, refe[a][t] = 0, cfg[a][t][0] = '\0';
+            tb->cos[a][t] = 1;
     for (int i = 0; i < n; i++) {
-        result_t *r = &all[i];
+        const result_t *r = &all[i];
         /* The slowest rank sets the layer time. */
-        if (!have[r->algo][r->ti][r->mode] || r->ms > ms[r->algo][r->ti][r->mode])
-            ms[r->algo][r->ti][r->mode] = r->ms;
-        have[r->algo][r->ti][r->mode] = 1;
-        if (r->mode == 0) {
+        if (!tb->have[r->algo][r->ti][r->mode] || r->ms > tb->ms[r->algo][r->ti][r->mode])
+            tb->ms[r->algo][r->ti][r->mode] = r->ms;
+        tb->have[r->algo][r->ti][r->mode] = 1;
+        if (r->mode == INCMOE_MOE_BASELINE) {
             double v[4] = {r->ex_ms, r->ag_ms, r->ffn_ms, r->rs_ms};
             for (int k = 0; k < 4; k++)
-                phase[r->algo][r->ti][k] = fmax(phase[r->algo][r->ti][k], v[k]);
-        }
-        if (r->mode == 1) {
-            cosm[r->algo][r->ti] = fmin(cosm[r->algo][r->ti], r->cos_min);
-            refe[r->algo][r->ti] = fmax(refe[r->algo][r->ti], r->ref_err);
-            snprintf(cfg[r->algo][r->ti], sizeof(cfg[0][0]), "%s", r->cfg);
+                tb->phase[r->algo][r->ti][k] = fmax(tb->phase[r->algo][r->ti][k], v[k]);
+        } else {
+            tb->cos[r->algo][r->ti] = fmin(tb->cos[r->algo][r->ti], r->cos_min);
+            tb->err[r->algo][r->ti] = fmax(tb->err[r->algo][r->ti], r->ref_err);
+            snprintf(tb->cfg[r->algo][r->ti], sizeof(tb->cfg[0][0]), "%s", r->cfg);
         }
     }
+}
+
+/* The ideal pipeline: max(communication, FFN) plus the header exchange, from the baseline's
+   phases ph.  In the network an AllGather and a ReduceScatter in flight together take N/(N-1)
+   of the longer one alone (paper section 3.2: S/BW against (N-1)/N S/BW each); ring ones share
+   both link directions, so they add up. */
+static double ideal_ms(const opts_t *o, int algo, const double *ph)
+{
+    double comm =
+        algo == INCMOE_ALGO_INC
+            ? fmax(ph[1], ph[3]) * (o->nranks > 1 ? (double)o->nranks / (o->nranks - 1) : 1)
+            : ph[1] + ph[3];
+    return fmax(comm, ph[2]) + ph[0];
+}
+
+static void table_header(const opts_t *o)
+{
     printf("\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, %s backend%s, median of %d "
            "forwards (slowest rank)\n",
            o->nranks, o->E, o->k, o->H, o->I, incmoe_dtype_name(o->dtype),
@@ -537,38 +692,39 @@ static int print_table(const opts_t *o, result_t *all, int n)
     printf("%8s %-5s %10s %10s %11s %11s %9s %9s %9s %10s %10s %9s  %s\n", "tok/rank", "algo",
            "base_ms", "pipe_ms", "base_tok/s", "pipe_tok/s", "pipe/base", "vs_ring_b", "ideal_ms",
            "pipe/ideal", "min_cos", "ref_err", "pipelined config");
-    for (int t = 0; t < o->ntokens; t++) {
-        double ringb = have[INCMOE_ALGO_RING][t][0] ? ms[INCMOE_ALGO_RING][t][0] : 0;
-        for (int ai = 0; ai < o->nalgos; ai++) {
-            int a = o->algos[ai];
-            if (!have[a][t][0] || !have[a][t][1]) {
-                printf("%8d %-5s   (missing results)\n", o->tokens[t], a ? "ring" : "inc");
-                ok = 0;
-                continue;
-            }
-            double b = ms[a][t][0], p = ms[a][t][1];
-            int good = o->verify ? (cosm[a][t] >= 0.99999 && refe[a][t] <= tol_of(o->dtype)) : 1;
-            ok &= good;
-            char vs[32] = "-";
-            if (ringb > 0)
-                snprintf(vs, sizeof(vs), "%.2fx", ringb / p);
-            /* The ideal pipeline: max(communication, FFN) plus the header exchange, from the
-               baseline's phases.  In the network an AllGather and a ReduceScatter in flight
-               together take N/(N-1) of the longer one alone (paper section 3.2: S/BW against
-               (N-1)/N S/BW each); ring ones share both link directions, so they add up. */
-            const double *ph = phase[a][t];
-            double comm =
-                a == INCMOE_ALGO_INC
-                    ? fmax(ph[1], ph[3]) * (o->nranks > 1 ? (double)o->nranks / (o->nranks - 1) : 1)
-                    : ph[1] + ph[3];
-            double ideal = fmax(comm, ph[2]) + ph[0];
-            printf("%8d %-5s %10.3f %10.3f %11.0f %11.0f %8.2fx %9s %9.3f %9.2fx %10.7f %9.2e  "
-                   "%s%s\n",
-                   o->tokens[t], a ? "ring" : "inc", b, p, o->tokens[t] / (b * 1e-3),
-                   o->tokens[t] / (p * 1e-3), b / p, vs, ideal, p / ideal, cosm[a][t], refe[a][t],
-                   cfg[a][t], good ? "" : "  VERIFY FAILED");
-        }
+}
+
+/* The row of algorithm a at token count index t: 1 when its outputs passed the checks. */
+static int table_row(const opts_t *o, const table_t *tb, int t, int a)
+{
+    int T = o->tokens[t];
+    if (!tb->have[a][t][0] || !tb->have[a][t][1]) {
+        printf("%8d %-5s   (missing results)\n", T, algo_name(a));
+        return 0;
     }
+    double b = tb->ms[a][t][0], p = tb->ms[a][t][1];
+    int good = o->verify ? (tb->cos[a][t] >= 0.99999 && tb->err[a][t] <= tol_of(o->dtype)) : 1;
+    char vs[32] = "-";
+    double ringb = tb->have[INCMOE_ALGO_RING][t][0] ? tb->ms[INCMOE_ALGO_RING][t][0] : 0;
+    if (ringb > 0)
+        snprintf(vs, sizeof(vs), "%.2fx", ringb / p);
+    double ideal = ideal_ms(o, a, tb->phase[a][t]);
+    printf("%8d %-5s %10.3f %10.3f %11.0f %11.0f %8.2fx %9s %9.3f %9.2fx %10.7f %9.2e  %s%s\n", T,
+           algo_name(a), b, p, T / (b * 1e-3), T / (p * 1e-3), b / p, vs, ideal, p / ideal,
+           tb->cos[a][t], tb->err[a][t], tb->cfg[a][t], good ? "" : "  VERIFY FAILED");
+    return good;
+}
+
+/* The table of every rank's results: 0 when every row is there and passed its checks. */
+static int print_table(const opts_t *o, const result_t *all, int n)
+{
+    table_t tb;
+    int ok = 1;
+    table_fold(&tb, all, n);
+    table_header(o);
+    for (int t = 0; t < o->ntokens; t++)
+        for (int ai = 0; ai < o->nalgos; ai++)
+            ok &= table_row(o, &tb, t, o->algos[ai]);
     printf("pipe/base: speedup of the band pipeline over the same algorithm's baseline; "
            "vs_ring_b: pipelined layer time of this row against the ring baseline "
            "(vLLM's default path); ideal_ms: max(AllGather || ReduceScatter, FFN) + header "
@@ -578,16 +734,21 @@ static int print_table(const opts_t *o, result_t *all, int n)
     return ok ? 0 : 1;
 }
 
-static int parse_results(FILE *f, result_t *all, int *n, int max)
+/* Appends the result lines of f to all (at most max); 1 when a line was not a result of this
+   run (it goes to stderr). */
+static int parse_results(const opts_t *o, FILE *f, result_t *all, int *n, int max)
 {
     char line[512];
     int bad = 0;
     while (fgets(line, sizeof(line), f) != NULL) {
         result_t r;
         int off = 0;
-        if (*n < max && sscanf(line, "result %d %d %d %lf %lf %le %lf %lf %lf %lf %n", &r.algo,
-                               &r.ti, &r.mode, &r.ms, &r.cos_min, &r.ref_err, &r.ex_ms, &r.ag_ms,
-                               &r.ffn_ms, &r.rs_ms, &off) == 10) {
+        if (*n < max &&
+            sscanf(line, "result %d %d %d %lf %lf %le %lf %lf %lf %lf %n", &r.algo, &r.ti, &r.mode,
+                   &r.ms, &r.cos_min, &r.ref_err, &r.ex_ms, &r.ag_ms, &r.ffn_ms, &r.rs_ms,
+                   &off) == 10 &&
+            r.algo >= 0 && r.algo < NALGO && r.ti >= 0 && r.ti < o->ntokens && r.mode >= 0 &&
+            r.mode < 2) {
             snprintf(r.cfg, sizeof(r.cfg), "%s", line + off);
             r.cfg[strcspn(r.cfg, "\n")] = '\0';
             all[(*n)++] = r;
@@ -597,6 +758,23 @@ static int parse_results(FILE *f, result_t *all, int *n, int max)
         }
     }
     return bad;
+}
+
+/* The table of the result lines in in[0..nin): 1 when a line was not a result or a row is
+   missing or failed its checks. */
+static int report(const opts_t *o, FILE *const *in, int nin)
+{
+    int max = 4 * MAX_T * (nin > 0 ? nin : 1), n = 0, rc = 0;
+    result_t *all = calloc((size_t)max, sizeof(result_t));
+    if (all == NULL) {
+        fprintf(stderr, "incmoe-moe-bench: out of memory for %d results\n", max);
+        return 1;
+    }
+    for (int i = 0; i < nin; i++)
+        rc |= parse_results(o, in[i], all, &n, max);
+    rc |= print_table(o, all, n);
+    free(all);
+    return rc;
 }
 
 /* ------------------------------------------------------------- embedded */
@@ -701,15 +879,38 @@ static int run_embedded(opts_t *o)
     inc_launch_switch_stop(&sw, 5);
     if (rc < 0)
         return 1;
-    int max = 4 * MAX_T * o->nranks, n = 0;
-    result_t *all = calloc((size_t)max, sizeof(result_t));
-    for (int r = 0; r < o->nranks; r++) {
+    for (int r = 0; r < o->nranks; r++)
         rewind(e.out[r]);
-        rc |= parse_results(e.out[r], all, &n, max);
+    rc |= report(o, e.out, o->nranks);
+    for (int r = 0; r < o->nranks; r++)
         fclose(e.out[r]);
+    return rc;
+}
+
+/* --------------------------------------------------------- one rank of a job */
+
+/* --rank: this rank's part of a job whose ranks all run the same command; rank 0 prints its
+   own measurements as the table. */
+static int run_job_rank(opts_t *o)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    if (o->job == 0)
+        o->job = 1;
+    FILE *mem = open_memstream(&buf, &len);
+    if (mem == NULL) {
+        fprintf(stderr, "incmoe-moe-bench: open_memstream: %s\n", strerror(errno));
+        return 1;
     }
-    rc |= print_table(o, all, n);
-    free(all);
+    int rc = run_rank(o, o->rank, mem);
+    fclose(mem);
+    if (o->rank == 0) {
+        FILE *in = fmemopen(buf, len, "r");
+        rc |= report(o, &in, in != NULL ? 1 : 0);
+        if (in != NULL)
+            fclose(in);
+    }
+    free(buf);
     return rc;
 }
 
@@ -738,241 +939,209 @@ static void usage(void)
            "  --switch HOST:PORT --rank R [--job ID]   run as one rank of a job\n");
 }
 
-/* An integer flag in lo..hi; -1 after saying why on stderr. */
-static int int_arg(const char *flag, long long lo, long long hi, int *out)
+/* -t: token counts, each 0..2^20, at most MAX_T of them. */
+static int tokens_arg(void *dst, const char *flag, const char *text)
 {
-    long long v;
-    if (inc_parse_arg("incmoe-moe-bench", flag, optarg, lo, hi, 0, &v) != 0)
+    opts_t *o = dst;
+    char *copy = strdup(text), *save = NULL;
+    if (copy == NULL) {
+        fprintf(stderr, "incmoe-moe-bench: out of memory reading %s\n", flag);
         return -1;
-    *out = (int)v;
+    }
+    o->ntokens = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long x;
+        if (inc_parse_int(tok, 0, 1 << 20, 0, &x, NULL, 0) != 0 || o->ntokens == MAX_T) {
+            o->ntokens = 0;
+            break;
+        }
+        o->tokens[o->ntokens++] = (int)x;
+    }
+    free(copy);
+    if (o->ntokens > 0)
+        return 0;
+    fprintf(stderr,
+            "incmoe-moe-bench: bad value '%s' for -t: want token counts like 64,256,1024 (each "
+            "0..1048576, at most %d)\n",
+            text, MAX_T);
+    return -1;
+}
+
+static int dtype_arg(void *dst, const char *flag, const char *text)
+{
+    incmoe_dtype_t *dt = dst;
+    if (!strcmp(text, "float") || !strcmp(text, "fp32"))
+        *dt = INCMOE_FLOAT32;
+    else if (!strcmp(text, "half") || !strcmp(text, "fp16"))
+        *dt = INCMOE_FLOAT16;
+    else if (!strcmp(text, "bfloat16") || !strcmp(text, "bf16"))
+        *dt = INCMOE_BFLOAT16;
+    else {
+        fprintf(stderr, "incmoe-moe-bench: -d takes float, half or bfloat16\n");
+        return -1;
+    }
     return 0;
 }
 
-static int parse_list(const char *s, int *v, int *n, int max)
+static int model_arg(void *dst, const char *flag, const char *text)
 {
-    char *copy = strdup(s), *save = NULL;
-    *n = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long long x;
-        if (inc_parse_int(tok, 0, 1 << 20, 0, &x, NULL, 0) != 0 || *n == max) {
-            free(copy);
-            return -1;
-        }
-        v[(*n)++] = (int)x;
+    opts_t *o = dst;
+    if (strcmp(text, "olmoe") != 0) {
+        fprintf(stderr, "incmoe-moe-bench: the only --model is olmoe\n");
+        return -1;
     }
-    free(copy);
-    return *n > 0 ? 0 : -1;
+    o->model = "olmoe-1b-7b", o->E = 64, o->k = 8, o->H = 2048, o->I = 1024;
+    return 0;
+}
+
+static int algo_arg(void *dst, const char *flag, const char *text)
+{
+    opts_t *o = dst;
+    o->nalgos = 0;
+    if (strstr(text, "ring"))
+        o->algos[o->nalgos++] = INCMOE_ALGO_RING;
+    if (strstr(text, "inc"))
+        o->algos[o->nalgos++] = INCMOE_ALGO_INC;
+    if (o->nalgos == 0) {
+        fprintf(stderr, "incmoe-moe-bench: --algo takes inc, ring or inc,ring\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int job_arg(void *dst, const char *flag, const char *text)
+{
+    if (inc_arg_u64(text, dst) != 0) {
+        fprintf(stderr, "incmoe-moe-bench: bad value '%s' for --job: want 0..2^64-1\n", text);
+        return -1;
+    }
+    return 0;
+}
+
+static int link_arg(void *dst, const char *flag, const char *text)
+{
+    if (inc_arg_double(text, 0, 1e9, dst) != 0) {
+        fprintf(stderr, "incmoe-moe-bench: bad value '%s' for --link-mbps: want 0 < BW <= 1e9\n",
+                text);
+        return -1;
+    }
+    return 0;
+}
+
+static int backend_arg(void *dst, const char *flag, const char *text)
+{
+    incmoe_moe_backend_t *b = dst;
+    if (!strcmp(text, "cpu"))
+        *b = INCMOE_MOE_BACKEND_CPU;
+    else if (!strcmp(text, "cuda"))
+        *b = INCMOE_MOE_BACKEND_CUDA;
+    else {
+        fprintf(stderr, "incmoe-moe-bench: --backend takes cpu or cuda\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* As inc_arg_getopt: 0 to run, 1 for --help, -1 or -2 on a bad command line (said). */
+static int parse_args(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){.nranks = 4,
+                  .rank = -1,
+                  .E = 16,
+                  .k = 4,
+                  .H = 512,
+                  .I = 256,
+                  .dtype = INCMOE_FLOAT32,
+                  .tokens = {64, 256, 1024},
+                  .ntokens = 3,
+                  .iters = 5,
+                  .warmup = 2,
+                  .verify = 1,
+                  .algos = {INCMOE_ALGO_RING, INCMOE_ALGO_INC},
+                  .nalgos = 2};
+    const inc_arg_t args[] = {
+        {"-N", NULL, INC_ARG_INT, 1, MAX_RANKS, &o->nranks},
+        {"-t", NULL, INC_ARG_FN, .dst = o, .fn = tokens_arg},
+        {"-E", NULL, INC_ARG_INT, 1, 1 << 16, &o->E},
+        {"-k", NULL, INC_ARG_INT, 1, INCMOE_MOE_MAX_TOPK, &o->k},
+        {"-H", NULL, INC_ARG_INT, 1, 1 << 16, &o->H},
+        {"-I", NULL, INC_ARG_INT, 1, 1 << 16, &o->I},
+        {"-d", NULL, INC_ARG_FN, .dst = &o->dtype, .fn = dtype_arg},
+        {"-b", NULL, INC_ARG_INT, 0, INCMOE_MOE_MAX_BANDS, &o->bands},
+        {"-n", NULL, INC_ARG_INT, 1, 1 << 20, &o->iters},
+        {"-w", NULL, INC_ARG_INT, 0, 1 << 20, &o->warmup},
+        {"--model", NULL, INC_ARG_FN, .dst = o, .fn = model_arg},
+        {"--algo", NULL, INC_ARG_FN, .dst = o, .fn = algo_arg},
+        {"--switch", NULL, INC_ARG_TEXT, .dst = &o->switch_addr},
+        {"--rank", NULL, INC_ARG_INT, 0, MAX_RANKS - 1, &o->rank},
+        {"--job", NULL, INC_ARG_FN, .dst = &o->job, .fn = job_arg},
+        {"--link-mbps", NULL, INC_ARG_FN, .dst = &o->link_mbps, .fn = link_arg},
+        {"--depth", NULL, INC_ARG_INT, 1, 8, &o->depth},
+        {"--no-verify", NULL, INC_ARG_SET, 0, .dst = &o->verify},
+        {"--backend", NULL, INC_ARG_FN, .dst = &o->backend, .fn = backend_arg},
+        {"--ranks-in-process", NULL, INC_ARG_SET, 1, .dst = &o->in_process},
+        {"-h", "--help", INC_ARG_HELP},
+    };
+    return inc_arg_getopt("incmoe-moe-bench", args, sizeof(args) / sizeof(args[0]), argc, argv);
+}
+
+/* What no single option can check: the options against each other and this build. */
+static int check_opts(const opts_t *o)
+{
+    if (o->nranks < 1 || o->nranks > MAX_RANKS || o->E < o->nranks || o->E % o->nranks != 0 ||
+        o->k < 1 || o->k > o->E || o->H < 1 || o->I < 1 || o->iters < 1 || o->warmup < 0 ||
+        o->bands < 0) {
+        fprintf(stderr,
+                "incmoe-moe-bench: need 1 <= N <= %d, E a multiple of N, 1 <= k <= E, "
+                "H, I, -n >= 1 (got N=%d E=%d k=%d H=%d I=%d n=%d)\n",
+                MAX_RANKS, o->nranks, o->E, o->k, o->H, o->I, o->iters);
+        return -1;
+    }
+#ifndef INCMOE_MOE_CUDA
+    if (o->backend == INCMOE_MOE_BACKEND_CUDA) {
+        fprintf(stderr, "incmoe-moe-bench: --backend cuda: this build has no CUDA backend "
+                        "(configure found no CUDA toolkit)\n");
+        return -1;
+    }
+#endif
+    if (o->in_process && o->rank >= 0) {
+        fprintf(stderr, "incmoe-moe-bench: --ranks-in-process runs every rank; drop --rank\n");
+        return -1;
+    }
+    if (o->rank >= 0 && (o->switch_addr == NULL || o->rank >= o->nranks)) {
+        fprintf(stderr, "incmoe-moe-bench: --rank needs --switch and a rank below -N\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The settings the layer reads from the environment. */
+static void set_environment(const opts_t *o)
+{
+    /* One BLAS thread per rank: the ranks share the machine's cores. */
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    if (o->link_mbps > 0) {
+        char v[32];
+        snprintf(v, sizeof(v), "%.0f", o->link_mbps);
+        setenv("INCMOE_MOE_LINK_MBPS", v, 1);
+    }
+    if (o->depth > 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", o->depth);
+        setenv("INCMOE_MOE_DEPTH", v, 1);
+    }
 }
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.nranks = 4,
-                .rank = -1,
-                .E = 16,
-                .k = 4,
-                .H = 512,
-                .I = 256,
-                .dtype = INCMOE_FLOAT32,
-                .iters = 5,
-                .warmup = 2,
-                .verify = 1,
-                .algos = {INCMOE_ALGO_RING, INCMOE_ALGO_INC},
-                .nalgos = 2};
-    parse_list("64,256,1024", o.tokens, &o.ntokens, MAX_T);
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, 'M'},   {"algo", required_argument, NULL, 'A'},
-        {"switch", required_argument, NULL, 'S'},  {"rank", required_argument, NULL, 'R'},
-        {"job", required_argument, NULL, 'J'},     {"link-mbps", required_argument, NULL, 'L'},
-        {"depth", required_argument, NULL, 'D'},   {"no-verify", no_argument, NULL, 'V'},
-        {"backend", required_argument, NULL, 'B'}, {"ranks-in-process", no_argument, NULL, 'P'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "N:t:E:k:H:I:d:b:n:w:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'N':
-            if (int_arg("-N", 1, MAX_RANKS, &o.nranks))
-                return 2;
-            break;
-        case 't':
-            if (parse_list(optarg, o.tokens, &o.ntokens, MAX_T) != 0) {
-                fprintf(stderr,
-                        "incmoe-moe-bench: bad value '%s' for -t: want token counts like "
-                        "64,256,1024 (each 0..1048576, at most %d)\n",
-                        optarg, MAX_T);
-                return 2;
-            }
-            break;
-        case 'E':
-            if (int_arg("-E", 1, 1 << 16, &o.E))
-                return 2;
-            break;
-        case 'k':
-            if (int_arg("-k", 1, INCMOE_MOE_MAX_TOPK, &o.k))
-                return 2;
-            break;
-        case 'H':
-            if (int_arg("-H", 1, 1 << 16, &o.H))
-                return 2;
-            break;
-        case 'I':
-            if (int_arg("-I", 1, 1 << 16, &o.I))
-                return 2;
-            break;
-        case 'd':
-            if (!strcmp(optarg, "float") || !strcmp(optarg, "fp32"))
-                o.dtype = INCMOE_FLOAT32;
-            else if (!strcmp(optarg, "half") || !strcmp(optarg, "fp16"))
-                o.dtype = INCMOE_FLOAT16;
-            else if (!strcmp(optarg, "bfloat16") || !strcmp(optarg, "bf16"))
-                o.dtype = INCMOE_BFLOAT16;
-            else {
-                fprintf(stderr, "incmoe-moe-bench: -d takes float, half or bfloat16\n");
-                return 2;
-            }
-            break;
-        case 'b':
-            if (int_arg("-b", 0, INCMOE_MOE_MAX_BANDS, &o.bands))
-                return 2;
-            break;
-        case 'n':
-            if (int_arg("-n", 1, 1 << 20, &o.iters))
-                return 2;
-            break;
-        case 'w':
-            if (int_arg("-w", 0, 1 << 20, &o.warmup))
-                return 2;
-            break;
-        case 'M':
-            if (strcmp(optarg, "olmoe") != 0) {
-                fprintf(stderr, "incmoe-moe-bench: the only --model is olmoe\n");
-                return 2;
-            }
-            o.model = "olmoe-1b-7b", o.E = 64, o.k = 8, o.H = 2048, o.I = 1024;
-            break;
-        case 'A':
-            o.nalgos = 0;
-            if (strstr(optarg, "ring"))
-                o.algos[o.nalgos++] = INCMOE_ALGO_RING;
-            if (strstr(optarg, "inc"))
-                o.algos[o.nalgos++] = INCMOE_ALGO_INC;
-            if (o.nalgos == 0) {
-                fprintf(stderr, "incmoe-moe-bench: --algo takes inc, ring or inc,ring\n");
-                return 2;
-            }
-            break;
-        case 'S':
-            o.switch_addr = optarg;
-            break;
-        case 'R':
-            if (int_arg("--rank", 0, MAX_RANKS - 1, &o.rank))
-                return 2;
-            break;
-        case 'J': {
-            char *end;
-            errno = 0;
-            o.job = strtoull(optarg, &end, 0);
-            if (end == optarg || *end != '\0' || errno != 0 || optarg[0] == '-') {
-                fprintf(stderr, "incmoe-moe-bench: bad value '%s' for --job: want 0..2^64-1\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        }
-        case 'L': {
-            char *end;
-            o.link_mbps = strtod(optarg, &end);
-            if (end == optarg || *end != '\0' || !(o.link_mbps > 0 && o.link_mbps <= 1e9)) {
-                fprintf(stderr,
-                        "incmoe-moe-bench: bad value '%s' for --link-mbps: want 0 < BW <= 1e9\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        }
-        case 'D':
-            if (int_arg("--depth", 1, 8, &o.depth))
-                return 2;
-            break;
-        case 'V':
-            o.verify = 0;
-            break;
-        case 'B':
-            if (!strcmp(optarg, "cpu"))
-                o.backend = INCMOE_MOE_BACKEND_CPU;
-            else if (!strcmp(optarg, "cuda"))
-                o.backend = INCMOE_MOE_BACKEND_CUDA;
-            else {
-                fprintf(stderr, "incmoe-moe-bench: --backend takes cpu or cuda\n");
-                return 2;
-            }
-            break;
-        case 'P':
-            o.in_process = 1;
-            break;
-        case 'h':
-            usage();
-            return 0;
-        default:
-            usage();
-            return 2;
-        }
-    }
-    if (o.nranks < 1 || o.nranks > MAX_RANKS || o.E < o.nranks || o.E % o.nranks != 0 || o.k < 1 ||
-        o.k > o.E || o.H < 1 || o.I < 1 || o.iters < 1 || o.warmup < 0 || o.bands < 0) {
-        fprintf(stderr,
-                "incmoe-moe-bench: need 1 <= N <= %d, E a multiple of N, 1 <= k <= E, "
-                "H, I, -n >= 1 (got N=%d E=%d k=%d H=%d I=%d n=%d)\n",
-                MAX_RANKS, o.nranks, o.E, o.k, o.H, o.I, o.iters);
+    opts_t o;
+    int p = parse_args(argc, argv, &o);
+    if (p == 1 || p == -2)
+        usage();
+    if (p != 0)
+        return p == 1 ? 0 : 2;
+    if (check_opts(&o) != 0)
         return 2;
-    }
-    /* One BLAS thread per rank: the ranks share the machine's cores. */
-    setenv("OPENBLAS_NUM_THREADS", "1", 0);
-    if (o.link_mbps > 0) {
-        char v[32];
-        snprintf(v, sizeof(v), "%.0f", o.link_mbps);
-        setenv("INCMOE_MOE_LINK_MBPS", v, 1);
-    }
-    if (o.depth > 0) {
-        char v[16];
-        snprintf(v, sizeof(v), "%d", o.depth);
-        setenv("INCMOE_MOE_DEPTH", v, 1);
-    }
-#ifndef INCMOE_MOE_CUDA
-    if (o.backend == INCMOE_MOE_BACKEND_CUDA) {
-        fprintf(stderr, "incmoe-moe-bench: --backend cuda: this build has no CUDA backend "
-                        "(configure found no CUDA toolkit)\n");
-        return 2;
-    }
-#endif
-    if (o.in_process && o.rank >= 0) {
-        fprintf(stderr, "incmoe-moe-bench: --ranks-in-process runs every rank; drop --rank\n");
-        return 2;
-    }
-    if (o.rank < 0)
-        return run_embedded(&o);
-    if (o.switch_addr == NULL || o.rank >= o.nranks) {
-        fprintf(stderr, "incmoe-moe-bench: --rank needs --switch and a rank below -N\n");
-        return 2;
-    }
-    if (o.job == 0)
-        o.job = 1;
-    /* One rank of a job: rank 0 prints its own measurements as the table. */
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    int rc = run_rank(&o, o.rank, mem);
-    fclose(mem);
-    if (o.rank == 0) {
-        FILE *in = fmemopen(buf, len, "r");
-        int n = 0;
-        result_t *all = calloc(4 * MAX_T, sizeof(result_t));
-        if (in != NULL) {
-            parse_results(in, all, &n, 4 * MAX_T);
-            fclose(in);
-        }
-        rc |= print_table(&o, all, n);
-        free(all);
-    }
-    free(buf);
-    return rc;
+    set_environment(&o);
+    return o.rank < 0 ? run_embedded(&o) : run_job_rank(&o);
 }

@@ -18,7 +18,6 @@
  * ring and 2 BW in the network.  Collectives go through the public API
  * (api/incmoe.h) only; embedded runs start the switch and the ranks with launch.h.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +28,7 @@
 #include <unistd.h>
 
 #include "incmoe/incmoe.h"
-#include "base/config.h"
+#include "args.h"
 #include "launch.h"
 #include "switchd_find.h"
 #include "base/clock.h"
@@ -82,14 +81,14 @@ static void usage(FILE *f)
                "  -h, --help\n");
 }
 
-/* An integer flag in lo..hi (sizes with K/M/G suffixes); -1 after saying why on stderr. */
-static int parse_num(const char *flag, const char *text, long long lo, long long hi, int size,
-                     long long *out)
+/* A keyword or number the option does not take; -1. */
+static int bad_value(const char *flag, const char *text, const char *allowed)
 {
-    return inc_parse_arg("incmoe-perf", flag, text, lo, hi, size, out);
+    fprintf(stderr, "incmoe-perf: bad value '%s' for %s (%s)\n", text, flag, allowed);
+    return -1;
 }
 
-static int parse_dtype(const char *text, incmoe_dtype_t *out)
+static int dtype_arg(void *dst, const char *flag, const char *text)
 {
     static const struct {
         const char *name;
@@ -102,139 +101,65 @@ static int parse_dtype(const char *text, incmoe_dtype_t *out)
         {"float64", INCMOE_FLOAT64}, {"bfloat16", INCMOE_BFLOAT16}, {"bf16", INCMOE_BFLOAT16}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (strcmp(text, names[i].name) == 0) {
-            *out = names[i].dtype;
+            *(incmoe_dtype_t *)dst = names[i].dtype;
             return 0;
         }
     }
-    return -1;
+    return bad_value(flag, text, "see --help");
 }
 
-static int parse_redop(const char *text, incmoe_redop_t *out)
+static int redop_arg(void *dst, const char *flag, const char *text)
 {
     static const char *const names[] = {"sum", "prod", "max", "min"};
     static const incmoe_redop_t ops[] = {INCMOE_SUM, INCMOE_PROD, INCMOE_MAX, INCMOE_MIN};
     for (size_t i = 0; i < 4; i++) {
         if (strcmp(text, names[i]) == 0) {
-            *out = ops[i];
+            *(incmoe_redop_t *)dst = ops[i];
             return 0;
         }
     }
-    return -1;
+    return bad_value(flag, text, "see --help");
 }
 
-/* Returns 0 to run, 1 after --help, -1 on a bad command line (already reported). */
-static int parse_args(int argc, char **argv, opts_t *o)
+static int op_arg(void *dst, const char *flag, const char *text)
 {
-    *o = (opts_t){.min_bytes = 8,
-                  .max_bytes = 64u << 20,
-                  .factor = 2,
-                  .iters = 20,
-                  .warmup = 5,
-                  .check = 1,
-                  .dtype = INCMOE_FLOAT32,
-                  .redop = INCMOE_SUM,
-                  .algo = INCMOE_ALGO_INC,
-                  .op = OP_AGRS,
-                  .nranks = 4,
-                  .rank = -1,
-                  .job_id = 1,
-                  .timeout_s = 600};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 1;
+    for (int k = 0; k < OP_COUNT; k++) {
+        if (strcmp(text, op_names[k]) == 0) {
+            *(op_t *)dst = (op_t)k;
+            return 0;
         }
-        if (strcmp(a, "--inject-error") == 0) {
-            o->inject_error = 1;
-            continue;
-        }
-        static const char *const known[] = {
-            "-b",           "--minbytes", "-e",          "--maxbytes", "-f",
-            "--stepfactor", "-n",         "--iters",     "-w",         "--warmup_iters",
-            "-c",           "--check",    "-d",          "--datatype", "-o",
-            "--op_redop",   "-N",         "--nranks",    "--rank",     "--timeout",
-            "--switch",     "--job",      "--link-mbps", "--algo",     "--op"};
-        int is_known = 0;
-        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
-            is_known |= strcmp(a, known[k]) == 0;
-        if (!is_known) {
-            fprintf(stderr, "incmoe-perf: unknown option '%s' (see --help)\n", a);
-            return -1;
-        }
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (v == NULL) {
-            fprintf(stderr, "incmoe-perf: option '%s' needs a value (see --help)\n", a);
-            return -1;
-        }
-        long long n = 0;
-        int bad = 0, said = 1; /* said: parse_num already explained */
-        const char *allowed = "see --help";
-#define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
-        if (IS("-b", "--minbytes"))
-            bad = parse_num(a, v, 1, 1ll << 40, 1, &n) || (o->min_bytes = (size_t)n, 0);
-        else if (IS("-e", "--maxbytes"))
-            bad = parse_num(a, v, 1, 1ll << 40, 1, &n) || (o->max_bytes = (size_t)n, 0);
-        else if (IS("-f", "--stepfactor"))
-            bad = parse_num(a, v, 2, 1 << 20, 0, &n) || (o->factor = (int)n, 0);
-        else if (IS("-n", "--iters"))
-            bad = parse_num(a, v, 1, 1 << 30, 0, &n) || (o->iters = (int)n, 0);
-        else if (IS("-w", "--warmup_iters"))
-            bad = parse_num(a, v, 0, 1 << 30, 0, &n) || (o->warmup = (int)n, 0);
-        else if (IS("-c", "--check"))
-            bad = parse_num(a, v, 0, 1, 0, &n) || (o->check = (int)n, 0);
-        else if (IS("-N", "--nranks"))
-            bad = parse_num(a, v, 1, INCMOE_MAX_RANKS, 0, &n) || (o->nranks = (int)n, 0);
-        else if (IS("--rank", "--rank"))
-            bad = parse_num(a, v, 0, INCMOE_MAX_RANKS - 1, 0, &n) || (o->rank = (int)n, 0);
-        else if (IS("--timeout", "--timeout"))
-            bad = parse_num(a, v, 1, 86400, 0, &n) || (o->timeout_s = (int)n, 0);
-        else {
-            said = 0;
-            if (IS("-d", "--datatype"))
-                bad = parse_dtype(v, &o->dtype);
-            else if (IS("-o", "--op_redop"))
-                bad = parse_redop(v, &o->redop);
-            else if (IS("--switch", "--switch"))
-                o->switch_addr = v;
-            else if (IS("--job", "--job")) {
-                char *end;
-                errno = 0;
-                o->job_id = strtoull(v, &end, 0);
-                bad = end == v || *end != '\0' || errno != 0 || v[0] == '-';
-                allowed = "allowed: 0..2^64-1";
-            } else if (IS("--link-mbps", "--link-mbps")) {
-                char *end;
-                o->link_mbps = strtod(v, &end);
-                bad = end == v || *end != '\0' || !(o->link_mbps > 0 && o->link_mbps <= 1e9);
-                allowed = "allowed: 0 < BW <= 1e9 Mbit/s";
-            } else if (IS("--algo", "--algo")) {
-                if (strcmp(v, "inc") == 0)
-                    o->algo = INCMOE_ALGO_INC;
-                else if (strcmp(v, "ring") == 0)
-                    o->algo = INCMOE_ALGO_RING;
-                else
-                    bad = 1;
-            } else if (IS("--op", "--op")) {
-                bad = 1;
-                for (int k = 0; k < OP_COUNT; k++) {
-                    if (strcmp(v, op_names[k]) == 0) {
-                        o->op = (op_t)k;
-                        bad = 0;
-                    }
-                }
-            } else {
-                fprintf(stderr, "incmoe-perf: unknown option '%s' (see --help)\n", a);
-                return -1;
-            }
-        }
-#undef IS
-        if (bad && !said)
-            fprintf(stderr, "incmoe-perf: bad value '%s' for %s (%s)\n", v, a, allowed);
-        if (bad)
-            return -1;
-        i++;
     }
+    return bad_value(flag, text, "see --help");
+}
+
+static int algo_arg(void *dst, const char *flag, const char *text)
+{
+    if (strcmp(text, "inc") == 0)
+        *(incmoe_algo_t *)dst = INCMOE_ALGO_INC;
+    else if (strcmp(text, "ring") == 0)
+        *(incmoe_algo_t *)dst = INCMOE_ALGO_RING;
+    else
+        return bad_value(flag, text, "see --help");
+    return 0;
+}
+
+static int job_arg(void *dst, const char *flag, const char *text)
+{
+    if (inc_arg_u64(text, dst) != 0)
+        return bad_value(flag, text, "allowed: 0..2^64-1");
+    return 0;
+}
+
+static int link_arg(void *dst, const char *flag, const char *text)
+{
+    if (inc_arg_double(text, 0, 1e9, dst) != 0)
+        return bad_value(flag, text, "allowed: 0 < BW <= 1e9 Mbit/s");
+    return 0;
+}
+
+/* What no single option can check: the options against each other. */
+static int check_opts(const opts_t *o)
+{
     if (o->min_bytes == 0 || o->min_bytes > o->max_bytes) {
         fprintf(stderr, "incmoe-perf: need 0 < -b <= -e, got -b %zu -e %zu\n", o->min_bytes,
                 o->max_bytes);
@@ -258,6 +183,67 @@ static int parse_args(int argc, char **argv, opts_t *o)
         return -1;
     }
     return 0;
+}
+
+/* Returns 0 to run, 1 after --help, -1 on a bad command line (already reported). */
+static int parse_args(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){.min_bytes = 8,
+                  .max_bytes = 64u << 20,
+                  .factor = 2,
+                  .iters = 20,
+                  .warmup = 5,
+                  .check = 1,
+                  .dtype = INCMOE_FLOAT32,
+                  .redop = INCMOE_SUM,
+                  .algo = INCMOE_ALGO_INC,
+                  .op = OP_AGRS,
+                  .nranks = 4,
+                  .rank = -1,
+                  .job_id = 1,
+                  .timeout_s = 600};
+    const inc_arg_t args[] = {
+        {"-b", "--minbytes", INC_ARG_SIZE, 1, 1ll << 40, &o->min_bytes},
+        {"-e", "--maxbytes", INC_ARG_SIZE, 1, 1ll << 40, &o->max_bytes},
+        {"-f", "--stepfactor", INC_ARG_INT, 2, 1 << 20, &o->factor},
+        {"-n", "--iters", INC_ARG_INT, 1, 1 << 30, &o->iters},
+        {"-w", "--warmup_iters", INC_ARG_INT, 0, 1 << 30, &o->warmup},
+        {"-c", "--check", INC_ARG_INT, 0, 1, &o->check},
+        {"-d", "--datatype", INC_ARG_FN, .dst = &o->dtype, .fn = dtype_arg},
+        {"-o", "--op_redop", INC_ARG_FN, .dst = &o->redop, .fn = redop_arg},
+        {"--op", NULL, INC_ARG_FN, .dst = &o->op, .fn = op_arg},
+        {"--algo", NULL, INC_ARG_FN, .dst = &o->algo, .fn = algo_arg},
+        {"--link-mbps", NULL, INC_ARG_FN, .dst = &o->link_mbps, .fn = link_arg},
+        {"-N", "--nranks", INC_ARG_INT, 1, INCMOE_MAX_RANKS, &o->nranks},
+        {"--switch", NULL, INC_ARG_TEXT, .dst = &o->switch_addr},
+        {"--rank", NULL, INC_ARG_INT, 0, INCMOE_MAX_RANKS - 1, &o->rank},
+        {"--job", NULL, INC_ARG_FN, .dst = &o->job_id, .fn = job_arg},
+        {"--timeout", NULL, INC_ARG_INT, 1, 86400, &o->timeout_s},
+        {"--inject-error", NULL, INC_ARG_SET, 1, .dst = &o->inject_error},
+        {"-h", "--help", INC_ARG_HELP},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        const inc_arg_t *opt = inc_arg_find(args, sizeof(args) / sizeof(args[0]), a);
+        if (opt == NULL) {
+            fprintf(stderr, "incmoe-perf: unknown option '%s' (see --help)\n", a);
+            return -1;
+        }
+        if (opt->kind == INC_ARG_HELP) {
+            usage(stdout);
+            return 1;
+        }
+        if (opt->kind != INC_ARG_SET) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "incmoe-perf: option '%s' needs a value (see --help)\n", a);
+                return -1;
+            }
+            v = argv[++i];
+        }
+        if (inc_arg_read("incmoe-perf", opt, a, v) != 0)
+            return -1;
+    }
+    return check_opts(o);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -547,6 +533,152 @@ static void print_header(const opts_t *o)
     fflush(stdout);
 }
 
+/* The bus-bandwidth factor of nccl-tests: what each rank's link carries per byte of size. */
+static double busbw_factor(const rank_t *rk)
+{
+    return rk->o->op == OP_ALLREDUCE ? 2.0 * (rk->n - 1) / rk->n : (double)(rk->n - 1) / rk->n;
+}
+
+/* Rank 0's row for one size: the slowest rank's time t_ns and every rank's wrong elements.
+   Returns the row's bus bandwidth (GB/s). */
+static double print_row(const rank_t *rk, size_t count, uint64_t t_ns, uint64_t wrong)
+{
+    const opts_t *o = rk->o;
+    double t_us = t_ns * 1e-3;
+    double sz = (double)count * rk->es;
+    double algbw = (o->op == OP_AGRS ? 2 * sz : sz) / t_us * 1e-3; /* GB/s */
+    double factor = busbw_factor(rk);
+    printf(
+        " %11zu %12zu %8s %6s %11.1f %8.4f %8.4f", (size_t)sz, count, incmoe_dtype_name(o->dtype),
+        o->op == OP_ALLGATHER ? "none" : incmoe_redop_name(o->redop), t_us, algbw, algbw * factor);
+    if (o->check)
+        printf(" %8" PRIu64, wrong);
+    else
+        printf(" %8s", "N/A");
+    if (o->op == OP_AGRS) {
+        double eq = 2 * sz * 8 / t_us; /* Mbit/s */
+        printf(" %11.1f", eq);
+        if (o->link_mbps > 0) {
+            double bound =
+                o->algo == INCMOE_ALGO_RING ? o->link_mbps * rk->n / (rk->n - 1) : 2 * o->link_mbps;
+            printf(" %7.1f", 100 * eq / bound);
+        }
+    }
+    printf("\n");
+    fflush(stdout);
+    return algbw * factor;
+}
+
+/* One size: warm-up, timed iterations between barriers, the check.  *t_ns: the slowest rank's
+   time per iteration; *wrong: the wrong elements of every rank. */
+static int measure(rank_t *rk, size_t count, size_t blk, unsigned seed, uint64_t *t_ns,
+                   uint64_t *wrong)
+{
+    const opts_t *o = rk->o;
+    uint64_t mine = 0;
+    if (o->check)
+        fill(rk, count, blk, seed);
+    for (int it = 0; it < o->warmup; it++)
+        if (post_and_wait(rk, count, blk) != 0)
+            return -1;
+    if (barrier(rk) != 0)
+        return -1;
+    double t0 = (inc_now_s() * 1e6);
+    for (int it = 0; it < o->iters; it++)
+        if (post_and_wait(rk, count, blk) != 0)
+            return -1;
+    uint64_t t = (uint64_t)(((inc_now_s() * 1e6) - t0) * 1e3 / o->iters);
+    if (ctl_allreduce(rk, t, INCMOE_MAX, t_ns) != 0)
+        return -1;
+    if (o->check) {
+        if (o->inject_error && rk->rank == 0)
+            ((uint8_t *)(o->op == OP_REDUCESCATTER || o->op == OP_AGRS ? rk->small_b
+                                                                       : rk->big_a))[0] ^= 0x01;
+        mine = check(rk, count, blk, seed);
+    }
+    return ctl_allreduce(rk, mine, INCMOE_SUM, wrong);
+}
+
+/* Every size from -b to -e; rank 0 prints the rows and the summary.  0 when every result was
+   right, 1 when one was not, -1 when a call failed. */
+static int run_sizes(rank_t *rk)
+{
+    const opts_t *o = rk->o;
+    uint64_t wrong_all = 0;
+    double busbw_sum = 0;
+    int nsizes = 0;
+    unsigned seed = 1;
+    for (size_t bytes = o->min_bytes;; bytes *= o->factor, seed++) {
+        size_t count, blk;
+        uint64_t t_ns, wrong;
+        counts_of(rk, bytes, &count, &blk);
+        if (count > 0) {
+            if (measure(rk, count, blk, seed, &t_ns, &wrong) != 0)
+                return -1;
+            wrong_all += wrong;
+            if (rk->rank == 0)
+                busbw_sum += print_row(rk, count, t_ns, wrong), nsizes++;
+        }
+        if (bytes > o->max_bytes / o->factor)
+            break;
+    }
+    if (rk->rank == 0) {
+        printf("# Out of bounds values : %" PRIu64 " %s\n", wrong_all, wrong_all ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %.4f\n#\n", nsizes ? busbw_sum / nsizes : 0.0);
+        fflush(stdout);
+    }
+    return wrong_all != 0 ? 1 : 0;
+}
+
+/* The registered buffers the op needs, sized for the largest size, and the control buffer. */
+static int rank_buffers(rank_t *rk)
+{
+    const opts_t *o = rk->o;
+    size_t max_all = o->max_bytes / rk->es * rk->es;
+    size_t max_blk = o->max_bytes / rk->es / rk->n * rk->es;
+    int need_ag = o->op == OP_ALLGATHER || o->op == OP_AGRS;
+    int need_rs = o->op == OP_REDUCESCATTER || o->op == OP_AGRS;
+    int need_ar = o->op == OP_ALLREDUCE;
+    if ((need_ag || need_ar) && alloc_reg(rk, max_all, &rk->big_a, &rk->mr_big_a) != 0)
+        return -1;
+    if ((need_rs || need_ar) && alloc_reg(rk, max_all, &rk->big_b, &rk->mr_big_b) != 0)
+        return -1;
+    if (need_ag && alloc_reg(rk, max_blk + 1, &rk->small_a, &rk->mr_small_a) != 0)
+        return -1;
+    if (need_rs && alloc_reg(rk, max_blk + 1, &rk->small_b, &rk->mr_small_b) != 0)
+        return -1;
+    return alloc_reg(rk, 2 * rk->n * sizeof(uint64_t), (void **)&rk->ctl, &rk->mr_ctl);
+}
+
+/* Undoes rank_buffers (whatever part of it was done) and closes the communicator; rc, or -1
+   when it was 0 and the close failed. */
+static int rank_close(rank_t *rk, int rc)
+{
+    if (rk->mr_ctl)
+        incmoe_mem_deregister(rk->comm, rk->mr_ctl);
+    if (rk->mr_small_b)
+        incmoe_mem_deregister(rk->comm, rk->mr_small_b);
+    if (rk->mr_small_a)
+        incmoe_mem_deregister(rk->comm, rk->mr_small_a);
+    if (rk->mr_big_b)
+        incmoe_mem_deregister(rk->comm, rk->mr_big_b);
+    if (rk->mr_big_a)
+        incmoe_mem_deregister(rk->comm, rk->mr_big_a);
+    incmoe_status_t st = incmoe_comm_destroy(rk->comm);
+    if (st != INCMOE_OK && rc == 0) {
+        fprintf(stderr, "incmoe-perf: rank %d: incmoe_comm_destroy failed: %s\n", rk->rank,
+                incmoe_strerror(st));
+        rc = -1;
+    }
+    free(rk->ctl);
+    free(rk->small_b);
+    free(rk->small_a);
+    free(rk->big_b);
+    free(rk->big_a);
+    return rc;
+}
+
+/* 0 when every result was right, 1 when one was not, -1 when a call failed. */
 static int run_rank(opts_t *o, int rank)
 {
     rank_t rk = {.o = o, .rank = rank, .n = o->nranks, .es = incmoe_dtype_size(o->dtype)};
@@ -558,117 +690,12 @@ static int run_rank(opts_t *o, int rank)
                                    .algo = o->algo};
     CHECK(&rk, "incmoe_comm_create", incmoe_comm_create(&params, &rk.comm));
     int rc = -1;
-    size_t max_all = o->max_bytes / rk.es * rk.es;
-    size_t max_blk = o->max_bytes / rk.es / rk.n * rk.es;
-    int need_ag = o->op == OP_ALLGATHER || o->op == OP_AGRS;
-    int need_rs = o->op == OP_REDUCESCATTER || o->op == OP_AGRS;
-    int need_ar = o->op == OP_ALLREDUCE;
-    if ((need_ag || need_ar) && alloc_reg(&rk, max_all, &rk.big_a, &rk.mr_big_a) != 0)
-        goto out;
-    if ((need_rs || need_ar) && alloc_reg(&rk, max_all, &rk.big_b, &rk.mr_big_b) != 0)
-        goto out;
-    if (need_ag && alloc_reg(&rk, max_blk + 1, &rk.small_a, &rk.mr_small_a) != 0)
-        goto out;
-    if (need_rs && alloc_reg(&rk, max_blk + 1, &rk.small_b, &rk.mr_small_b) != 0)
-        goto out;
-    if (alloc_reg(&rk, 2 * rk.n * sizeof(uint64_t), (void **)&rk.ctl, &rk.mr_ctl) != 0)
-        goto out;
-    if (rank == 0)
-        print_header(o);
-
-    uint64_t wrong_all = 0;
-    double busbw_sum = 0;
-    int nsizes = 0;
-    unsigned seed = 1;
-    for (size_t bytes = o->min_bytes;; bytes *= o->factor, seed++) {
-        size_t count, blk;
-        counts_of(&rk, bytes, &count, &blk);
-        if (count > 0) {
-            if (o->check)
-                fill(&rk, count, blk, seed);
-            for (int it = 0; it < o->warmup; it++)
-                if (post_and_wait(&rk, count, blk) != 0)
-                    goto out;
-            if (barrier(&rk) != 0)
-                goto out;
-            double t0 = (inc_now_s() * 1e6);
-            for (int it = 0; it < o->iters; it++)
-                if (post_and_wait(&rk, count, blk) != 0)
-                    goto out;
-            uint64_t t_ns = (uint64_t)(((inc_now_s() * 1e6) - t0) * 1e3 / o->iters), t_max;
-            if (ctl_allreduce(&rk, t_ns, INCMOE_MAX, &t_max) != 0)
-                goto out;
-            uint64_t wrong = 0, wrong_sum = 0;
-            if (o->check) {
-                if (o->inject_error && rank == 0)
-                    ((uint8_t *)(need_rs ? rk.small_b : rk.big_a))[0] ^= 0x01;
-                wrong = check(&rk, count, blk, seed);
-            }
-            if (ctl_allreduce(&rk, wrong, INCMOE_SUM, &wrong_sum) != 0)
-                goto out;
-            wrong_all += wrong_sum;
-            if (rank == 0) {
-                double t_us = t_max * 1e-3;
-                double sz = (double)count * rk.es;
-                double algbw = (o->op == OP_AGRS ? 2 * sz : sz) / t_us * 1e-3; /* GB/s */
-                double factor =
-                    o->op == OP_ALLREDUCE ? 2.0 * (rk.n - 1) / rk.n : (double)(rk.n - 1) / rk.n;
-                busbw_sum += algbw * factor;
-                nsizes++;
-                printf(" %11zu %12zu %8s %6s %11.1f %8.4f %8.4f", (size_t)sz, count,
-                       incmoe_dtype_name(o->dtype),
-                       o->op == OP_ALLGATHER ? "none" : incmoe_redop_name(o->redop), t_us, algbw,
-                       algbw * factor);
-                if (o->check)
-                    printf(" %8" PRIu64, wrong_sum);
-                else
-                    printf(" %8s", "N/A");
-                if (o->op == OP_AGRS) {
-                    double eq = 2 * sz * 8 / t_us; /* Mbit/s */
-                    printf(" %11.1f", eq);
-                    if (o->link_mbps > 0) {
-                        double bound = o->algo == INCMOE_ALGO_RING
-                                           ? o->link_mbps * rk.n / (rk.n - 1)
-                                           : 2 * o->link_mbps;
-                        printf(" %7.1f", 100 * eq / bound);
-                    }
-                }
-                printf("\n");
-                fflush(stdout);
-            }
-        }
-        if (bytes > o->max_bytes / o->factor)
-            break;
+    if (rank_buffers(&rk) == 0) {
+        if (rank == 0)
+            print_header(o);
+        rc = run_sizes(&rk);
     }
-    if (rank == 0) {
-        printf("# Out of bounds values : %" PRIu64 " %s\n", wrong_all, wrong_all ? "FAILED" : "OK");
-        printf("# Avg bus bandwidth    : %.4f\n#\n", nsizes ? busbw_sum / nsizes : 0.0);
-        fflush(stdout);
-    }
-    rc = wrong_all != 0 ? 1 : 0;
-out:
-    if (rk.mr_ctl)
-        incmoe_mem_deregister(rk.comm, rk.mr_ctl);
-    if (rk.mr_small_b)
-        incmoe_mem_deregister(rk.comm, rk.mr_small_b);
-    if (rk.mr_small_a)
-        incmoe_mem_deregister(rk.comm, rk.mr_small_a);
-    if (rk.mr_big_b)
-        incmoe_mem_deregister(rk.comm, rk.mr_big_b);
-    if (rk.mr_big_a)
-        incmoe_mem_deregister(rk.comm, rk.mr_big_a);
-    incmoe_status_t st = incmoe_comm_destroy(rk.comm);
-    if (st != INCMOE_OK && rc == 0) {
-        fprintf(stderr, "incmoe-perf: rank %d: incmoe_comm_destroy failed: %s\n", rank,
-                incmoe_strerror(st));
-        rc = -1;
-    }
-    free(rk.ctl);
-    free(rk.small_b);
-    free(rk.small_a);
-    free(rk.big_b);
-    free(rk.big_a);
-    return rc;
+    return rank_close(&rk, rc);
 }
 
 /* ------------------------------------------------------------------------- */

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "incmoe/incmoe.h"
-#include "base/config.h"
+#include "args.h"
 
 #define PROG "incmoe-soak-rank"
 
@@ -37,7 +37,7 @@ typedef enum { STEP_AGRS, STEP_ALLREDUCE } step_kind_t;
 typedef struct {
     const char *switch_addr;
     int rank, nranks, steps, timeout_ms;
-    long long bytes;
+    size_t bytes;
     uint64_t job_id, seed;
     const char *op; /* mix, agrs, allreduce */
     incmoe_algo_t algo;
@@ -65,6 +65,46 @@ static void usage(FILE *f)
                "prints 'FAIL step K: ...' (exit 2), wrong data 'WRONG step K: ...' (exit 1).\n");
 }
 
+static int op_arg(void *dst, const char *flag, const char *text)
+{
+    if (strcmp(text, "mix") != 0 && strcmp(text, "agrs") != 0 && strcmp(text, "allreduce") != 0) {
+        fprintf(stderr, PROG ": --op must be mix, agrs or allreduce, got '%s'\n", text);
+        return -1;
+    }
+    *(const char **)dst = text;
+    return 0;
+}
+
+static int algo_arg(void *dst, const char *flag, const char *text)
+{
+    if (strcmp(text, "inc") != 0 && strcmp(text, "ring") != 0) {
+        fprintf(stderr, PROG ": --algo must be inc or ring, got '%s'\n", text);
+        return -1;
+    }
+    *(incmoe_algo_t *)dst = strcmp(text, "ring") == 0 ? INCMOE_ALGO_RING : INCMOE_ALGO_INC;
+    return 0;
+}
+
+/* What no single option can check: the required ones, and the options against each other. */
+static int check_opts(const opts_t *o)
+{
+    if (o->switch_addr == NULL || o->rank < 0 || o->nranks == 0 || o->job_id == 0) {
+        fprintf(stderr, PROG ": --switch, --rank, -N and --job are required (see --help)\n");
+        return -1;
+    }
+    if (o->rank >= o->nranks) {
+        fprintf(stderr, PROG ": --rank %d is not below -N %d\n", o->rank, o->nranks);
+        return -1;
+    }
+    if (o->bytes < 4 * (size_t)o->nranks) {
+        fprintf(stderr, PROG ": --bytes %zu is less than one int32 per rank (%d)\n", o->bytes,
+                4 * o->nranks);
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 to run, 1 after --help, -1 on a bad command line (said). */
 static int parse_args(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.rank = -1,
@@ -74,7 +114,18 @@ static int parse_args(int argc, char **argv, opts_t *o)
                   .seed = 1,
                   .op = "mix",
                   .algo = INCMOE_ALGO_INC};
-    int have_job = 0;
+    const inc_arg_t args[] = {
+        {"--switch", NULL, INC_ARG_TEXT, .dst = &o->switch_addr},
+        {"--rank", NULL, INC_ARG_INT, 0, INCMOE_MAX_RANKS - 1, &o->rank},
+        {"-N", NULL, INC_ARG_INT, 1, INCMOE_MAX_RANKS, &o->nranks},
+        {"--job", NULL, INC_ARG_U64, 1, 1ll << 62, &o->job_id}, /* 0: not given */
+        {"--steps", NULL, INC_ARG_INT, 1, 1000000, &o->steps},
+        {"--bytes", NULL, INC_ARG_SIZE, 4, 1ll << 30, &o->bytes},
+        {"--seed", NULL, INC_ARG_U64, 0, 1ll << 62, &o->seed},
+        {"--timeout-ms", NULL, INC_ARG_INT, 1, 86400000, &o->timeout_ms},
+        {"--op", NULL, INC_ARG_FN, .dst = &o->op, .fn = op_arg},
+        {"--algo", NULL, INC_ARG_FN, .dst = &o->algo, .fn = algo_arg},
+    };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -86,69 +137,15 @@ static int parse_args(int argc, char **argv, opts_t *o)
             fprintf(stderr, PROG ": '%s' needs a value (see --help)\n", a);
             return -1;
         }
-        long long n;
-        if (strcmp(a, "--switch") == 0) {
-            o->switch_addr = v;
-        } else if (strcmp(a, "--rank") == 0) {
-            if (inc_parse_arg(PROG, a, v, 0, INCMOE_MAX_RANKS - 1, 0, &n) != 0)
-                return -1;
-            o->rank = (int)n;
-        } else if (strcmp(a, "-N") == 0) {
-            if (inc_parse_arg(PROG, a, v, 1, INCMOE_MAX_RANKS, 0, &n) != 0)
-                return -1;
-            o->nranks = (int)n;
-        } else if (strcmp(a, "--job") == 0) {
-            if (inc_parse_arg(PROG, a, v, 1, 1ll << 62, 0, &n) != 0)
-                return -1;
-            o->job_id = (uint64_t)n;
-            have_job = 1;
-        } else if (strcmp(a, "--steps") == 0) {
-            if (inc_parse_arg(PROG, a, v, 1, 1000000, 0, &n) != 0)
-                return -1;
-            o->steps = (int)n;
-        } else if (strcmp(a, "--bytes") == 0) {
-            if (inc_parse_arg(PROG, a, v, 4, 1ll << 30, 1, &n) != 0)
-                return -1;
-            o->bytes = n;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (inc_parse_arg(PROG, a, v, 0, 1ll << 62, 0, &n) != 0)
-                return -1;
-            o->seed = (uint64_t)n;
-        } else if (strcmp(a, "--timeout-ms") == 0) {
-            if (inc_parse_arg(PROG, a, v, 1, 86400000, 0, &n) != 0)
-                return -1;
-            o->timeout_ms = (int)n;
-        } else if (strcmp(a, "--op") == 0) {
-            if (strcmp(v, "mix") != 0 && strcmp(v, "agrs") != 0 && strcmp(v, "allreduce") != 0) {
-                fprintf(stderr, PROG ": --op must be mix, agrs or allreduce, got '%s'\n", v);
-                return -1;
-            }
-            o->op = v;
-        } else if (strcmp(a, "--algo") == 0) {
-            if (strcmp(v, "inc") != 0 && strcmp(v, "ring") != 0) {
-                fprintf(stderr, PROG ": --algo must be inc or ring, got '%s'\n", v);
-                return -1;
-            }
-            o->algo = strcmp(v, "ring") == 0 ? INCMOE_ALGO_RING : INCMOE_ALGO_INC;
-        } else {
+        const inc_arg_t *opt = inc_arg_find(args, sizeof(args) / sizeof(args[0]), a);
+        if (opt == NULL) {
             fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", a);
             return -1;
         }
+        if (inc_arg_read(PROG, opt, a, v) != 0)
+            return -1;
     }
-    if (o->switch_addr == NULL || o->rank < 0 || o->nranks == 0 || !have_job) {
-        fprintf(stderr, PROG ": --switch, --rank, -N and --job are required (see --help)\n");
-        return -1;
-    }
-    if (o->rank >= o->nranks) {
-        fprintf(stderr, PROG ": --rank %d is not below -N %d\n", o->rank, o->nranks);
-        return -1;
-    }
-    if (o->bytes < 4ll * o->nranks) {
-        fprintf(stderr, PROG ": --bytes %lld is less than one int32 per rank (%d)\n", o->bytes,
-                4 * o->nranks);
-        return -1;
-    }
-    return 0;
+    return check_opts(o);
 }
 
 /* The value rank r contributes at element j of step k: below 2^16, so a sum
