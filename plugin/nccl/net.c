@@ -128,8 +128,7 @@ typedef struct {
 static struct {
     pthread_mutex_t lock;
     int refs;
-    ucp_context_h context;
-    ucp_worker_h worker;
+    inc_ucx_node_t node; /* tags, no wakeup: NCCL polls */
     uint32_t next_id;
     struct sockaddr_storage addr;
     unsigned addr_len;
@@ -158,7 +157,7 @@ static uint32_t net_new_id(void)
 
 static void net_progress(void)
 {
-    for (int i = 0; i < 64 && ucp_worker_progress(net.worker) != 0; i++)
+    for (int i = 0; i < 64 && ucp_worker_progress(net.node.worker) != 0; i++)
         ;
 }
 
@@ -228,7 +227,7 @@ static void slot_recv(uint64_t tag, void *buf, size_t len, net_slot_t *s)
         .user_data = s,
         .recv_info.tag_info = &s->info,
     };
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(net.worker, buf, len, tag, UINT64_MAX, &prm);
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(net.node.worker, buf, len, tag, UINT64_MAX, &prm);
     if (r == NULL) {
         s->length = s->info.length;
         s->done = 1;
@@ -245,48 +244,10 @@ static void slot_cancel(net_slot_t *s)
 {
     if (!s->posted || s->done || s->ucx == NULL)
         return;
-    ucp_request_cancel(net.worker, s->ucx);
+    ucp_request_cancel(net.node.worker, s->ucx);
     double deadline = inc_now_s() + net.timeout_ms / 1000.0;
-    while (!s->done && inc_now_s() < deadline) {
-        if (ucp_worker_progress(net.worker) == 0)
-            usleep(100);
-    }
-}
-
-/* Progress until r is done, at most net.timeout_ms; frees r (UCX releases it when it ends). */
-static ucs_status_t net_request_wait(ucs_status_ptr_t r)
-{
-    if (r == NULL || UCS_PTR_IS_ERR(r))
-        return UCS_PTR_STATUS(r);
-    double deadline = inc_now_s() + net.timeout_ms / 1000.0;
-    ucs_status_t st;
-    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS && inc_now_s() < deadline) {
-        if (ucp_worker_progress(net.worker) == 0)
-            usleep(100);
-    }
-    ucp_request_free(r);
-    return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
-}
-
-/*
- * Bounded: a graceful flush and close, or a forced close when the peer is gone
- * or the flush cannot finish (a stopped peer).  Forcing fails what is still
- * queued on the endpoint: UCX's worker destroy aborts on a request left there.
- */
-static void net_ep_close(ucp_ep_h ep, int force)
-{
-    if (ep == NULL)
-        return;
-    ucs_status_t st = UCS_ERR_CANCELED;
-    if (!force) {
-        ucp_request_param_t fp = {.op_attr_mask = 0};
-        st = net_request_wait(ucp_ep_flush_nbx(ep, &fp));
-    }
-    ucp_request_param_t prm = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = st == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE,
-    };
-    net_request_wait(ucp_ep_close_nbx(ep, &prm));
+    while (!s->done && inc_now_s() < deadline)
+        inc_ucx_node_wait(&net.node, -1, 10);
 }
 
 static ncclResult_t ucs_result(ucs_status_t st)
@@ -364,39 +325,20 @@ ncclResult_t net_init(void)
         res = ncclInvalidArgument;
         goto out;
     }
-    ucp_config_t *cfg;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
-    if (st != UCS_OK) {
-        PWARN("ucp_config_read failed: %s", ucs_status_string(st));
-        res = ncclSystemError;
-        goto out;
-    }
-    ucp_params_t prm = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
-    st = ucp_init(&prm, cfg, &net.context);
-    ucp_config_release(cfg);
-    if (st != UCS_OK) {
-        PWARN("ucp_init failed: %s", ucs_status_string(st));
-        res = ncclSystemError;
-        goto out;
-    }
     /* Serialized by net.lock: NCCL calls from more than one proxy thread. */
-    ucp_worker_params_t wprm = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                                .thread_mode = UCS_THREAD_MODE_SERIALIZED};
-    st = ucp_worker_create(net.context, &wprm, &net.worker);
-    if (st != UCS_OK) {
-        PWARN("ucp_worker_create failed: %s", ucs_status_string(st));
-        ucp_cleanup(net.context);
+    if (inc_ucx_node_open_with(&net.node, UCP_FEATURE_TAG, UCS_THREAD_MODE_SERIALIZED) !=
+        INCMOE_OK) {
         res = ncclSystemError;
         goto out;
     }
-    st = ucp_worker_get_address(net.worker, &net.worker_addr, &net.worker_addr_len);
+    ucs_status_t st =
+        ucp_worker_get_address(net.node.worker, &net.worker_addr, &net.worker_addr_len);
     if (st != UCS_OK || net.worker_addr_len > INC_BOOT_MAX_ADDR) {
         PWARN("the worker's UCX address: %s (%zu bytes, at most %d)", ucs_status_string(st),
               st == UCS_OK ? net.worker_addr_len : 0, INC_BOOT_MAX_ADDR);
         if (st == UCS_OK)
-            ucp_worker_release_address(net.worker, net.worker_addr);
-        ucp_worker_destroy(net.worker);
-        ucp_cleanup(net.context);
+            ucp_worker_release_address(net.node.worker, net.worker_addr);
+        inc_ucx_node_close(&net.node);
         res = ncclSystemError;
         goto out;
     }
@@ -412,13 +354,10 @@ out:
 
 static void net_release_locked(void)
 {
-    ucp_worker_release_address(net.worker, net.worker_addr);
+    ucp_worker_release_address(net.node.worker, net.worker_addr);
     net.worker_addr = NULL;
     OPENSSL_cleanse(net.key, sizeof(net.key));
-    ucp_worker_destroy(net.worker); /* closes the endpoints NCCL never closed */
-    ucp_cleanup(net.context);
-    net.worker = NULL;
-    net.context = NULL;
+    inc_ucx_node_close(&net.node); /* closes the endpoints NCCL never closed */
     net.refs = 0;
 }
 
@@ -569,7 +508,8 @@ static void comm_destroy(net_comm_t *c, int force)
     free(c->boot);
     slot_cancel(&c->hs_send);
     slot_cancel(&c->hs_recv);
-    net_ep_close(c->ep, force || c->failed);
+    if (c->ep != NULL)
+        inc_ucx_ep_close(&net.node, c->ep, force || c->failed, net.timeout_ms);
     while (c->reqs != NULL) {
         for (int i = 0; i < c->reqs->n; i++)
             slot_cancel(&c->reqs->slot[i]);
@@ -637,7 +577,7 @@ static ucs_status_t comm_ep_create(net_comm_t *c, const void *worker_addr)
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = net_ep_error_cb, .arg = c},
     };
-    return ucp_ep_create(net.worker, &eprm, &c->ep);
+    return ucp_ep_create(net.node.worker, &eprm, &c->ep);
 }
 
 /* One non-blocking step of connect()'s bootstrap: 1 done (endpoint made, HELLO sent), 0 not
