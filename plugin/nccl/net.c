@@ -45,22 +45,20 @@
 #define ID_LIMIT     0x7fffffffu
 #define NET_PENDING  4 /* bootstrap connections one listen comm handshakes with at once */
 
-struct net_comm;
-
 /* HELLO over UCX: where the connector receives the ACK, and the bootstrap's token. */
 typedef struct {
     uint64_t id;
     uint8_t token[INC_BOOT_TOKEN];
 } net_hello_t;
 
-/* Lives in NCCL's handle; `stage` keeps connect()'s progress between calls. */
+/* Lives in NCCL's handle; `stage` keeps connect()'s handshake between calls. */
 typedef struct {
     uint32_t magic;
     uint32_t listen_id;
     uint16_t family;
     uint16_t port; /* network order */
     uint8_t ip[16];
-    struct net_comm *stage;
+    struct net_connect *stage;
 } net_handle_t;
 _Static_assert(sizeof(net_handle_t) <= NCCL_NET_HANDLE_MAXSIZE, "handle exceeds NCCL's 128 bytes");
 
@@ -73,43 +71,69 @@ typedef struct {
     ucp_tag_recv_info_t info;
 } net_slot_t;
 
+/* A connection NCCL holds, once its handshake is done. */
 typedef struct net_comm {
     int is_send;
     uint32_t data_id; /* the receiver's listen id: upper half of every data tag */
-    uint32_t own_id;  /* sender: where the ACK arrives */
     ucp_ep_h ep;
     int failed; /* set by the endpoint error callback */
     ucs_status_t fail_status;
     int fail_reported;
     int outstanding;      /* requests handed to NCCL and not yet completed */
     struct net_req *reqs; /* ... listed, so that closing the comm releases them */
-    net_slot_t hs_send, hs_recv;
-    net_hello_t hs_send_buf;
-    uint64_t hs_recv_buf;
-    /* connect()'s bootstrap, until its endpoint exists. */
-    int boot_fd;
-    int connected;
-    double deadline;
-    inc_boot_t *boot;
 } net_comm_t;
 
-/* One connection to listen()'s socket, handshaking. */
+/* listen()'s comm: the bootstrap socket and accept()'s handshake over it. */
 typedef struct {
-    int fd;
+    uint32_t id; /* HELLO's tag, and the upper half of every data tag of the comm it makes */
+    int fd;      /* the bootstrap listener; closed once its one connection is made */
+    struct net_accept *accept;
+} net_listen_t;
+
+/* connect()'s handshake, one per handle.  Which fields hold depends on the state. */
+typedef enum {
+    CONNECT_TCP,   /* the TCP connection to listen()'s socket is being made */
+    CONNECT_BOOT,  /* the bootstrap runs over it: keys proven, worker addresses swapped */
+    CONNECT_HELLO, /* the endpoint exists; HELLO sent on the listen id, ACK awaited on own_id */
+    CONNECT_DONE,  /* both completed: the comm goes to NCCL */
+} connect_state_t;
+
+struct net_connect {
+    connect_state_t state;
+    uint32_t listen_id, own_id; /* where HELLO goes, where the ACK comes */
+    double deadline;            /* TCP and BOOT's: the bootstrap's bound */
+    int fd;                     /* TCP and BOOT: the bootstrap connection */
+    inc_boot_t boot;            /* BOOT */
+    net_comm_t *comm;           /* HELLO */
+    net_slot_t hello, ack;
+    net_hello_t hello_buf;
+    uint64_t ack_buf;
+};
+
+/* One connection to listen()'s socket, bootstrapping. */
+typedef struct {
+    int fd; /* -1: a free place */
     double deadline;
     inc_boot_t *boot;
 } net_pending_t;
 
-typedef struct {
-    uint32_t id;
-    int fd; /* the bootstrap listener */
-    net_pending_t pending[NET_PENDING];
-    uint8_t token[INC_BOOT_TOKEN]; /* the bootstrapped session's, which HELLO must show */
-    net_comm_t *comm;              /* being accepted */
-    int handed_out;
-    net_slot_t hello;
+/* accept()'s handshake, one per listen comm. */
+typedef enum {
+    ACCEPT_BOOT,  /* taking connections on listen()'s socket and bootstrapping them */
+    ACCEPT_HELLO, /* an endpoint to the first that finished; its HELLO awaited */
+    ACCEPT_ACK,   /* the HELLO showed that bootstrap's token; the ACK is going out */
+    ACCEPT_DONE,  /* the one connection went to NCCL */
+} accept_state_t;
+
+struct net_accept {
+    accept_state_t state;
+    net_pending_t pending[NET_PENDING]; /* any state but DONE */
+    uint8_t token[INC_BOOT_TOKEN];      /* HELLO: the bootstrapped session's, which HELLO shows */
+    net_comm_t *comm;                   /* HELLO, ACK */
+    net_slot_t hello, ack;
     net_hello_t hello_buf;
-} net_listen_t;
+    uint64_t ack_buf;
+};
 
 typedef struct net_req {
     net_comm_t *comm;
@@ -426,49 +450,6 @@ static int listen_socket(struct sockaddr_storage *bound)
     return fd;
 }
 
-ncclResult_t net_listen(int dev, void *handle, void **listen_comm)
-{
-    if (plugin_check_dev(dev) != ncclSuccess || handle == NULL || listen_comm == NULL)
-        return ncclInvalidArgument;
-    pthread_mutex_lock(&net.lock);
-    ncclResult_t res = ncclSystemError;
-    net_listen_t *l = NULL;
-    struct sockaddr_storage bound;
-    if (!net_ready("listen"))
-        goto out;
-    l = calloc(1, sizeof(*l));
-    if (l == NULL)
-        goto out;
-    for (int i = 0; i < NET_PENDING; i++)
-        l->pending[i].fd = -1;
-    l->id = net_new_id();
-    l->fd = listen_socket(&bound);
-    if (l->fd < 0)
-        goto out;
-    net_handle_t *h = handle;
-    memset(h, 0, sizeof(*h));
-    h->magic = HANDLE_MAGIC;
-    h->listen_id = l->id;
-    h->family = bound.ss_family;
-    if (bound.ss_family == AF_INET) {
-        struct sockaddr_in *in4 = (struct sockaddr_in *)&bound;
-        h->port = in4->sin_port;
-        memcpy(h->ip, &in4->sin_addr, 4);
-    } else {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&bound;
-        h->port = in6->sin6_port;
-        memcpy(h->ip, &in6->sin6_addr, 16);
-    }
-    slot_recv(ctrl_tag(l->id, TAG_HELLO), &l->hello_buf, sizeof(l->hello_buf), &l->hello);
-    *listen_comm = l;
-    l = NULL;
-    res = ncclSuccess;
-out:
-    free(l);
-    pthread_mutex_unlock(&net.lock);
-    return res;
-}
-
 /* Requests are listed on their comm until test() completes them or the comm closes. */
 static void req_track(net_comm_t *c, net_req_t *r)
 {
@@ -501,15 +482,7 @@ static void req_release(net_req_t *r)
  */
 static void comm_destroy(net_comm_t *c, int force)
 {
-    if (c->boot_fd >= 0)
-        close(c->boot_fd);
-    if (c->boot != NULL)
-        inc_boot_clear(c->boot);
-    free(c->boot);
-    slot_cancel(&c->hs_send);
-    slot_cancel(&c->hs_recv);
-    if (c->ep != NULL)
-        inc_ucx_ep_close(&net.node, c->ep, force || c->failed, net.timeout_ms);
+    inc_ucx_ep_close(&net.node, c->ep, force || c->failed, net.timeout_ms);
     while (c->reqs != NULL) {
         for (int i = 0; i < c->reqs->n; i++)
             slot_cancel(&c->reqs->slot[i]);
@@ -518,21 +491,59 @@ static void comm_destroy(net_comm_t *c, int force)
     free(c);
 }
 
-/* connect()'s first call: the TCP connection to the listener starts. */
-static net_comm_t *connect_start(const net_handle_t *h)
+/* An endpoint to the worker address a bootstrap received, with the new comm's error handler:
+   the one place a peer's address reaches UCX.  NULL: logged. */
+static net_comm_t *comm_create(int is_send, uint32_t data_id, const inc_boot_t *b, const char *what)
 {
     net_comm_t *c = calloc(1, sizeof(*c));
-    inc_boot_t *b = malloc(sizeof(*b));
-    if (c == NULL || b == NULL) {
-        free(c);
-        free(b);
+    if (c == NULL) {
+        PWARN("%s: out of memory", what);
         return NULL;
     }
-    c->is_send = 1;
-    c->data_id = h->listen_id;
-    c->own_id = net_new_id();
-    c->boot = b;
-    c->deadline = inc_now_s() + net.timeout_ms / 1000.0;
+    c->is_send = is_send;
+    c->data_id = data_id;
+    ucp_ep_params_t eprm = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)b->peer_addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = net_ep_error_cb, .arg = c},
+    };
+    ucs_status_t st = ucp_ep_create(net.node.worker, &eprm, &c->ep);
+    if (st != UCS_OK) {
+        PWARN("%s: no endpoint to the peer's worker: %s", what, ucs_status_string(st));
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* ---- connect()'s side ---------------------------------------------------- */
+
+/* Undo whatever the handshake's state holds: the socket, the comm and its two messages. */
+static void connect_free(struct net_connect *s)
+{
+    if (s->fd >= 0)
+        close(s->fd);
+    inc_boot_clear(&s->boot);
+    if (s->comm != NULL)
+        comm_destroy(s->comm, 1); /* fails a HELLO still queued */
+    slot_cancel(&s->ack);
+    slot_cancel(&s->hello);
+    free(s);
+}
+
+/* connect()'s first call: the TCP connection to the listener starts. */
+static struct net_connect *connect_start(const net_handle_t *h)
+{
+    struct net_connect *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->state = CONNECT_TCP;
+    s->fd = -1;
+    s->listen_id = h->listen_id;
+    s->own_id = net_new_id();
+    s->deadline = inc_now_s() + net.timeout_ms / 1000.0;
     struct sockaddr_storage peer;
     memset(&peer, 0, sizeof(peer));
     socklen_t peer_len;
@@ -549,81 +560,97 @@ static net_comm_t *connect_start(const net_handle_t *h)
         memcpy(&in6->sin6_addr, h->ip, 16);
         peer_len = sizeof(*in6);
     }
+    inc_boot_t *b = &s->boot;
     if (inc_boot_init(b, INC_BOOT_CLIENT, net.key, net.key_len, net.worker_addr,
                       net.worker_addr_len) != INCMOE_IN_PROGRESS) {
         PWARN("connect: %s", b->why);
-        c->boot_fd = -1;
-        comm_destroy(c, 1);
+        connect_free(s);
         return NULL;
     }
-    c->boot_fd = inc_boot_connect_start((struct sockaddr *)&peer, peer_len, b->why, sizeof(b->why));
-    if (c->boot_fd < 0) {
+    s->fd = inc_boot_connect_start((struct sockaddr *)&peer, peer_len, b->why, sizeof(b->why));
+    if (s->fd < 0) {
         char a[96];
         inc_ucx_format_sockaddr((struct sockaddr *)&peer, a, sizeof(a));
         PWARN("connect to %s failed: %s", a, b->why);
-        comm_destroy(c, 1);
+        connect_free(s);
         return NULL;
     }
-    return c;
+    return s;
 }
 
-/* An endpoint to the peer's worker address, with this comm's error handler. */
-static ucs_status_t comm_ep_create(net_comm_t *c, const void *worker_addr)
+static ncclResult_t connect_tcp(struct net_connect *s)
 {
-    ucp_ep_params_t eprm = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = (const ucp_address_t *)worker_addr,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = net_ep_error_cb, .arg = c},
-    };
-    return ucp_ep_create(net.node.worker, &eprm, &c->ep);
+    int r = inc_boot_connect_done(s->fd, s->boot.why, sizeof(s->boot.why));
+    if (r < 0) {
+        PWARN("connect: %s", s->boot.why);
+        return ncclRemoteError;
+    }
+    if (r == 0)
+        s->state = CONNECT_BOOT;
+    return ncclSuccess;
 }
 
-/* One non-blocking step of connect()'s bootstrap: 1 done (endpoint made, HELLO sent), 0 not
-   yet, -1 failed (logged). */
-static int connect_bootstrap(net_comm_t *c)
+/* Once the bootstrap is done: the endpoint, the ACK's receive, HELLO; the socket is closed. */
+static ncclResult_t connect_boot(struct net_connect *s)
 {
-    inc_boot_t *b = c->boot;
-    if (inc_now_s() > c->deadline) {
+    short events;
+    incmoe_status_t st = inc_boot_io(&s->boot, s->fd, &events);
+    if (st == INCMOE_IN_PROGRESS)
+        return ncclSuccess;
+    if (st != INCMOE_OK) {
+        PWARN("connect: bootstrap: %s (%s)", s->boot.why, incmoe_strerror(st));
+        return ncclRemoteError;
+    }
+    s->comm = comm_create(1, s->listen_id, &s->boot, "connect");
+    if (s->comm == NULL)
+        return ncclRemoteError;
+    slot_recv(ctrl_tag(s->own_id, TAG_ACK), &s->ack_buf, sizeof(s->ack_buf), &s->ack);
+    s->hello_buf.id = s->own_id;
+    memcpy(s->hello_buf.token, s->boot.token, INC_BOOT_TOKEN);
+    slot_send(s->comm->ep, ctrl_tag(s->listen_id, TAG_HELLO), &s->hello_buf, sizeof(s->hello_buf),
+              &s->hello);
+    close(s->fd);
+    s->fd = -1;
+    inc_boot_clear(&s->boot);
+    s->state = CONNECT_HELLO;
+    return ncclSuccess;
+}
+
+static ncclResult_t connect_hello(struct net_connect *s)
+{
+    net_progress();
+    ucs_status_t bad = s->hello.done && s->hello.status != UCS_OK ? s->hello.status
+                       : s->ack.done && s->ack.status != UCS_OK   ? s->ack.status
+                                                                  : UCS_OK;
+    if (s->comm->failed || bad != UCS_OK) {
+        PWARN("connect: handshake with the listener failed: %s",
+              ucs_status_string(s->comm->failed ? s->comm->fail_status : bad));
+        return ncclRemoteError;
+    }
+    if (s->hello.done && s->ack.done)
+        s->state = CONNECT_DONE;
+    return ncclSuccess;
+}
+
+/* One step in the handshake's current state; the state moves on or stays. */
+static ncclResult_t connect_step(struct net_connect *s)
+{
+    if ((s->state == CONNECT_TCP || s->state == CONNECT_BOOT) && inc_now_s() > s->deadline) {
         PWARN("connect: the bootstrap with the listener did not finish within %d ms",
               net.timeout_ms);
-        return -1;
+        return ncclRemoteError;
     }
-    if (!c->connected) {
-        int r = inc_boot_connect_done(c->boot_fd, b->why, sizeof(b->why));
-        if (r < 0) {
-            PWARN("connect: %s", b->why);
-            return -1;
-        }
-        if (r > 0)
-            return 0;
-        c->connected = 1;
+    switch (s->state) {
+    case CONNECT_TCP:
+        return connect_tcp(s);
+    case CONNECT_BOOT:
+        return connect_boot(s);
+    case CONNECT_HELLO:
+        return connect_hello(s);
+    case CONNECT_DONE:
+        break;
     }
-    short events;
-    incmoe_status_t st = inc_boot_io(b, c->boot_fd, &events);
-    if (st == INCMOE_IN_PROGRESS)
-        return 0;
-    if (st != INCMOE_OK) {
-        PWARN("connect: bootstrap: %s (%s)", b->why, incmoe_strerror(st));
-        return -1;
-    }
-    ucs_status_t us = comm_ep_create(c, b->peer_addr);
-    if (us != UCS_OK) {
-        PWARN("connect: no endpoint to the listener's worker: %s", ucs_status_string(us));
-        return -1;
-    }
-    slot_recv(ctrl_tag(c->own_id, TAG_ACK), &c->hs_recv_buf, sizeof(c->hs_recv_buf), &c->hs_recv);
-    c->hs_send_buf.id = c->own_id;
-    memcpy(c->hs_send_buf.token, b->token, INC_BOOT_TOKEN);
-    slot_send(c->ep, ctrl_tag(c->data_id, TAG_HELLO), &c->hs_send_buf, sizeof(c->hs_send_buf),
-              &c->hs_send);
-    close(c->boot_fd);
-    c->boot_fd = -1;
-    inc_boot_clear(b);
-    free(b);
-    c->boot = NULL;
-    return 1;
+    return ncclSuccess;
 }
 
 ncclResult_t net_connect(int dev, void *handle, void **send_comm)
@@ -642,43 +669,40 @@ ncclResult_t net_connect(int dev, void *handle, void **send_comm)
         res = ncclSystemError;
         goto out;
     }
-    net_comm_t *c = h->stage;
-    if (c == NULL) {
-        c = connect_start(h);
-        if (c == NULL) {
-            res = ncclSystemError;
-            goto out;
-        }
-        h->stage = c;
-    }
-    if (c->boot != NULL) {
-        int done = connect_bootstrap(c);
-        if (done < 0) {
-            h->stage = NULL;
-            comm_destroy(c, 1);
-            res = ncclRemoteError;
-        }
-        goto out; /* on success, the UCX round trip starts at the next call */
-    }
-    net_progress();
-    ucs_status_t bad = c->hs_send.done && c->hs_send.status != UCS_OK   ? c->hs_send.status
-                       : c->hs_recv.done && c->hs_recv.status != UCS_OK ? c->hs_recv.status
-                                                                        : UCS_OK;
-    if (c->failed || bad != UCS_OK) {
-        PWARN("connect: handshake with the listener failed: %s",
-              ucs_status_string(c->failed ? c->fail_status : bad));
-        h->stage = NULL;
-        comm_destroy(c, 1);
-        res = ncclRemoteError;
+    if (h->stage == NULL && (h->stage = connect_start(h)) == NULL) {
+        res = ncclSystemError;
         goto out;
     }
-    if (c->hs_send.done && c->hs_recv.done) {
+    struct net_connect *s = h->stage;
+    connect_state_t was;
+    do {
+        was = s->state;
+        res = connect_step(s);
+    } while (res == ncclSuccess && s->state != was && s->state != CONNECT_DONE);
+    if (res == ncclSuccess && s->state == CONNECT_DONE) {
+        *send_comm = s->comm;
+        s->comm = NULL;
+    }
+    if (res != ncclSuccess || s->state == CONNECT_DONE) {
+        connect_free(s);
         h->stage = NULL;
-        *send_comm = c;
     }
 out:
     pthread_mutex_unlock(&net.lock);
     return res;
+}
+
+/* ---- accept()'s side ----------------------------------------------------- */
+
+static struct net_accept *accept_new(void)
+{
+    struct net_accept *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return NULL;
+    a->state = ACCEPT_BOOT;
+    for (int i = 0; i < NET_PENDING; i++)
+        a->pending[i].fd = -1;
+    return a;
 }
 
 static void pending_drop(net_pending_t *p)
@@ -690,13 +714,35 @@ static void pending_drop(net_pending_t *p)
     p->boot = NULL;
 }
 
-/* Take new connections on the bootstrap socket while a slot is free (the rest wait in
+/* Back to ACCEPT_BOOT after the comm failed: nothing of that connection is kept. */
+static ncclResult_t accept_fail(struct net_accept *a)
+{
+    comm_destroy(a->comm, 1); /* fails an ACK still queued */
+    a->comm = NULL;
+    slot_cancel(&a->hello);
+    slot_cancel(&a->ack);
+    memset(a->token, 0, sizeof(a->token));
+    a->state = ACCEPT_BOOT;
+    return ncclRemoteError;
+}
+
+static void accept_free(struct net_accept *a)
+{
+    for (int i = 0; i < NET_PENDING; i++)
+        if (a->pending[i].fd >= 0)
+            pending_drop(&a->pending[i]);
+    if (a->comm != NULL)
+        accept_fail(a);
+    free(a);
+}
+
+/* Take new connections on the bootstrap socket while a place is free (the rest wait in
    the backlog); a connection past its deadline is dropped. */
-static void accept_new(net_listen_t *l)
+static void accept_tcp(net_listen_t *l)
 {
     double now = inc_now_s();
     for (int i = 0; i < NET_PENDING; i++) {
-        net_pending_t *p = &l->pending[i];
+        net_pending_t *p = &l->accept->pending[i];
         if (p->fd >= 0 && now > p->deadline) {
             PWARN("accept: a connection did not finish the bootstrap within %d ms", net.timeout_ms);
             pending_drop(p);
@@ -718,13 +764,14 @@ static void accept_new(net_listen_t *l)
     }
 }
 
-/* Move accept()'s handshakes on; the first to finish makes l->comm.  -1: out of memory or
-   UCX refused the endpoint. */
-static int accept_bootstrap(net_listen_t *l)
+/* Move the bootstraps on; the first to finish gets the endpoint and HELLO's receive.
+   ncclSystemError: out of memory or UCX refused the endpoint. */
+static ncclResult_t accept_boot(net_listen_t *l)
 {
-    accept_new(l);
-    for (int i = 0; i < NET_PENDING && l->comm == NULL; i++) {
-        net_pending_t *p = &l->pending[i];
+    struct net_accept *a = l->accept;
+    accept_tcp(l);
+    for (int i = 0; i < NET_PENDING; i++) {
+        net_pending_t *p = &a->pending[i];
         if (p->fd < 0)
             continue;
         short events;
@@ -736,23 +783,74 @@ static int accept_bootstrap(net_listen_t *l)
             pending_drop(p);
             continue;
         }
-        net_comm_t *c = calloc(1, sizeof(*c));
-        if (c == NULL)
-            return -1;
-        c->boot_fd = -1;
-        c->data_id = l->id;
-        ucs_status_t us = comm_ep_create(c, p->boot->peer_addr);
-        if (us != UCS_OK) {
-            PWARN("accept: cannot create the endpoint: %s", ucs_status_string(us));
-            free(c);
-            pending_drop(p);
-            return -1;
-        }
-        memcpy(l->token, p->boot->token, INC_BOOT_TOKEN);
+        a->comm = comm_create(0, l->id, p->boot, "accept");
+        if (a->comm != NULL)
+            memcpy(a->token, p->boot->token, INC_BOOT_TOKEN);
         pending_drop(p);
-        l->comm = c;
+        if (a->comm == NULL)
+            return ncclSystemError;
+        slot_recv(ctrl_tag(l->id, TAG_HELLO), &a->hello_buf, sizeof(a->hello_buf), &a->hello);
+        a->state = ACCEPT_HELLO;
+        break;
     }
-    return 0;
+    return ncclSuccess;
+}
+
+/* HELLO with the bootstrap's token: answer ACK on the id it names.  Another is ignored. */
+static ncclResult_t accept_hello(net_listen_t *l)
+{
+    struct net_accept *a = l->accept;
+    if (a->comm->failed) {
+        PWARN("accept: the connecting peer went away: %s", ucs_status_string(a->comm->fail_status));
+        return accept_fail(a);
+    }
+    if (!a->hello.done)
+        return ncclSuccess;
+    if (a->hello.status != UCS_OK) {
+        PWARN("accept: no HELLO from the connecting peer: %s", ucs_status_string(a->hello.status));
+        return accept_fail(a);
+    }
+    if (a->hello.length != sizeof(a->hello_buf) ||
+        CRYPTO_memcmp(a->hello_buf.token, a->token, INC_BOOT_TOKEN) != 0) {
+        /* Not the peer that bootstrapped: wait on for the one that did. */
+        PWARN("accept: ignored a HELLO without this connection's bootstrap token");
+        slot_recv(ctrl_tag(l->id, TAG_HELLO), &a->hello_buf, sizeof(a->hello_buf), &a->hello);
+        return ncclSuccess;
+    }
+    a->ack_buf = a->hello_buf.id;
+    slot_send(a->comm->ep, ctrl_tag((uint32_t)a->hello_buf.id, TAG_ACK), &a->ack_buf,
+              sizeof(a->ack_buf), &a->ack);
+    a->state = ACCEPT_ACK;
+    return ncclSuccess;
+}
+
+static ncclResult_t accept_ack(struct net_accept *a)
+{
+    if (a->comm->failed || (a->ack.done && a->ack.status != UCS_OK)) {
+        PWARN("accept: the connecting peer went away: %s",
+              ucs_status_string(a->comm->failed ? a->comm->fail_status : a->ack.status));
+        return accept_fail(a);
+    }
+    if (a->ack.done)
+        a->state = ACCEPT_DONE;
+    return ncclSuccess;
+}
+
+/* One step in the handshake's current state; the state moves on or stays. */
+static ncclResult_t accept_step(net_listen_t *l)
+{
+    net_progress();
+    switch (l->accept->state) {
+    case ACCEPT_BOOT:
+        return accept_boot(l);
+    case ACCEPT_HELLO:
+        return accept_hello(l);
+    case ACCEPT_ACK:
+        return accept_ack(l->accept);
+    case ACCEPT_DONE:
+        break;
+    }
+    return ncclSuccess;
 }
 
 ncclResult_t net_accept(void *listen_comm, void **recv_comm)
@@ -762,54 +860,72 @@ ncclResult_t net_accept(void *listen_comm, void **recv_comm)
         return ncclInvalidArgument;
     pthread_mutex_lock(&net.lock);
     ncclResult_t res = ncclSuccess;
+    struct net_accept *a = l->accept;
     *recv_comm = NULL;
-    if (l->handed_out) {
+    if (a->state == ACCEPT_DONE) {
         PWARN("accept: this listen comm already accepted its one connection");
         res = ncclInvalidUsage;
         goto out;
     }
-    if (l->comm == NULL && accept_bootstrap(l) < 0) {
-        res = ncclSystemError;
-        goto out;
-    }
-    net_progress();
-    net_comm_t *c = l->comm;
-    if (c == NULL)
-        goto out;
-    if (l->hello.done && !c->hs_send.posted) {
-        if (l->hello.status != UCS_OK) {
-            PWARN("accept: no HELLO from the connecting peer: %s",
-                  ucs_status_string(l->hello.status));
-            res = ncclRemoteError;
-            goto out;
-        }
-        if (l->hello.length != sizeof(l->hello_buf) ||
-            CRYPTO_memcmp(l->hello_buf.token, l->token, INC_BOOT_TOKEN) != 0) {
-            /* Not the peer that bootstrapped: wait on for the one that did. */
-            PWARN("accept: ignored a HELLO without this connection's bootstrap token");
-            slot_recv(ctrl_tag(l->id, TAG_HELLO), &l->hello_buf, sizeof(l->hello_buf), &l->hello);
-            goto out;
-        }
-        c->hs_send_buf.id = l->hello_buf.id;
-        slot_send(c->ep, ctrl_tag((uint32_t)l->hello_buf.id, TAG_ACK), &c->hs_send_buf,
-                  sizeof(c->hs_send_buf.id), &c->hs_send);
-    }
-    if (c->failed || (c->hs_send.done && c->hs_send.status != UCS_OK)) {
-        PWARN("accept: the connecting peer went away: %s",
-              ucs_status_string(c->failed ? c->fail_status : c->hs_send.status));
-        l->comm = NULL;
-        comm_destroy(c, 1);
-        res = ncclRemoteError;
-        goto out;
-    }
-    if (c->hs_send.done) {
-        l->comm = NULL;
-        l->handed_out = 1;
+    accept_state_t was;
+    do {
+        was = a->state;
+        res = accept_step(l);
+    } while (res == ncclSuccess && a->state != was && a->state != ACCEPT_DONE);
+    if (res == ncclSuccess && a->state == ACCEPT_DONE) {
         close(l->fd); /* its one connection is made: nothing more to accept */
         l->fd = -1;
-        *recv_comm = c;
+        *recv_comm = a->comm;
+        a->comm = NULL;
     }
 out:
+    pthread_mutex_unlock(&net.lock);
+    return res;
+}
+
+/* ---- listening ---------------------------------------------------------- */
+
+ncclResult_t net_listen(int dev, void *handle, void **listen_comm)
+{
+    if (plugin_check_dev(dev) != ncclSuccess || handle == NULL || listen_comm == NULL)
+        return ncclInvalidArgument;
+    pthread_mutex_lock(&net.lock);
+    ncclResult_t res = ncclSystemError;
+    net_listen_t *l = NULL;
+    struct sockaddr_storage bound;
+    if (!net_ready("listen"))
+        goto out;
+    l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        goto out;
+    l->id = net_new_id();
+    l->accept = accept_new();
+    if (l->accept == NULL)
+        goto out;
+    l->fd = listen_socket(&bound);
+    if (l->fd < 0)
+        goto out;
+    net_handle_t *h = handle;
+    memset(h, 0, sizeof(*h));
+    h->magic = HANDLE_MAGIC;
+    h->listen_id = l->id;
+    h->family = bound.ss_family;
+    if (bound.ss_family == AF_INET) {
+        struct sockaddr_in *in4 = (struct sockaddr_in *)&bound;
+        h->port = in4->sin_port;
+        memcpy(h->ip, &in4->sin_addr, 4);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&bound;
+        h->port = in6->sin6_port;
+        memcpy(h->ip, &in6->sin6_addr, 16);
+    }
+    *listen_comm = l;
+    l = NULL;
+    res = ncclSuccess;
+out:
+    if (l != NULL)
+        free(l->accept);
+    free(l);
     pthread_mutex_unlock(&net.lock);
     return res;
 }
@@ -1012,14 +1128,9 @@ ncclResult_t net_close_listen(void *listen_comm)
     if (l == NULL)
         return ncclInvalidArgument;
     pthread_mutex_lock(&net.lock);
-    for (int i = 0; i < NET_PENDING; i++)
-        if (l->pending[i].fd >= 0)
-            pending_drop(&l->pending[i]);
+    accept_free(l->accept);
     if (l->fd >= 0)
         close(l->fd);
-    if (l->comm != NULL)
-        comm_destroy(l->comm, 1);
-    slot_cancel(&l->hello);
     free(l);
     pthread_mutex_unlock(&net.lock);
     return ncclSuccess;
