@@ -12,6 +12,9 @@
 #include <time.h>
 #include "clock.h"
 
+/* How long a node without an event fd sleeps between two progress calls. */
+#define NODE_NAP_US 100
+
 incmoe_status_t inc_ucx_status(ucs_status_t status)
 {
     switch (status) {
@@ -74,29 +77,32 @@ incmoe_status_t inc_ucx_memory_types(uint64_t *types)
     return INCMOE_OK;
 }
 
-incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
+incmoe_status_t inc_ucx_node_open_with(inc_ucx_node_t *node, uint64_t features,
+                                       ucs_thread_mode_t thread_mode)
 {
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-        .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+        .features = features,
         .mt_workers_shared = 0,
     };
     if (context_open(&params, "", &node->context) != INCMOE_OK)
         return INCMOE_ERR_TRANSPORT;
-    /* One single-threaded worker per progress thread: shared MULTI workers are far slower. */
     ucp_worker_params_t wparams = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-        .thread_mode = UCS_THREAD_MODE_SINGLE,
+        .thread_mode = thread_mode,
     };
     ucs_status_t st = ucp_worker_create(node->context, &wparams, &node->worker);
     if (st != UCS_OK) {
         log_error("ucx", "ucp_worker_create: %s", ucs_status_string(st));
         goto err_cleanup_context;
     }
-    st = ucp_worker_get_efd(node->worker, &node->event_fd);
-    if (st != UCS_OK) {
-        log_error("ucx", "ucp_worker_get_efd: %s", ucs_status_string(st));
-        goto err_destroy_worker;
+    node->event_fd = -1;
+    if (features & UCP_FEATURE_WAKEUP) {
+        st = ucp_worker_get_efd(node->worker, &node->event_fd);
+        if (st != UCS_OK) {
+            log_error("ucx", "ucp_worker_get_efd: %s", ucs_status_string(st));
+            goto err_destroy_worker;
+        }
     }
     return INCMOE_OK;
 
@@ -105,6 +111,13 @@ err_destroy_worker:
 err_cleanup_context:
     ucp_cleanup(node->context);
     return INCMOE_ERR_TRANSPORT;
+}
+
+incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
+{
+    /* One single-threaded worker per progress thread: shared MULTI workers are far slower. */
+    return inc_ucx_node_open_with(node, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+                                  UCS_THREAD_MODE_SINGLE);
 }
 
 void inc_ucx_node_close(inc_ucx_node_t *node)
@@ -184,6 +197,12 @@ int inc_ucx_node_wait(inc_ucx_node_t *node, int extra_fd, int timeout_ms)
 {
     if (ucp_worker_progress(node->worker) != 0)
         return 1;
+    if (node->event_fd < 0) {
+        /* No wakeup feature, so nothing to sleep on: a nap far shorter than any timeout. */
+        if (timeout_ms > 0)
+            nanosleep(&(struct timespec){.tv_nsec = NODE_NAP_US * 1000}, NULL);
+        return ucp_worker_progress(node->worker) != 0;
+    }
     ucs_status_t st = ucp_worker_arm(node->worker);
     if (st == UCS_ERR_BUSY)
         return 1; /* events arrived meanwhile: progress again */

@@ -7,14 +7,23 @@
 
 #include "incmoe/incmoe.h"
 
-/* A context with active messages and wakeup, and one single-threaded worker. */
+/* A UCX context and its one worker. */
 typedef struct {
     ucp_context_h context;
     ucp_worker_h worker;
-    int event_fd; /* the worker's wakeup fd */
+    int event_fd; /* the worker's wakeup fd; -1 when opened without UCP_FEATURE_WAKEUP */
 } inc_ucx_node_t;
 
+/* The client's and the switch's node: active messages and wakeup, one single-threaded worker. */
 incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node);
+/*
+ * A node with other UCP_FEATURE_* features and another worker thread mode (the NCCL net's:
+ * tags, a worker its callers serialize).  Without UCP_FEATURE_WAKEUP, which also narrows
+ * UCX's choice of transports, the node has no event fd and inc_ucx_node_wait naps instead.
+ * Both come from the environment's UCX_* settings; on failure logs why.
+ */
+incmoe_status_t inc_ucx_node_open_with(inc_ucx_node_t *node, uint64_t features,
+                                       ucs_thread_mode_t thread_mode);
 
 /* The memory types (UCS_BIT(UCS_MEMORY_TYPE_*)) the UCX found at run time can move, from a
    throwaway context: the answer depends on the library and its UCX_* settings only.  On
@@ -32,7 +41,9 @@ void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_le
 
 /*
  * Sleep until the worker has events or extra_fd (if >= 0) is readable, at most
- * timeout_ms.  Progresses the worker before arming it, as UCX requires.
+ * timeout_ms.  Progresses the worker before arming it, as UCX requires.  A node
+ * without an event fd sleeps 100 us instead (none when timeout_ms is 0), so its
+ * caller sees a readable extra_fd that late at most.
  * Returns 1 when it progressed something, 0 otherwise.
  */
 int inc_ucx_node_wait(inc_ucx_node_t *node, int extra_fd, int timeout_ms);

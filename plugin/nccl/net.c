@@ -1,115 +1,17 @@
 /*
- * net.c - NCCL's point-to-point net over UCX tagged messages.
+ * net.c - the NCCL net's data path: tagged sends and receives on the comms
+ * the handshake (net_handshake.c) made, their completion, and a comm's end.
  *
- * One UCX context and worker per process (separate from the client
- * library's), shared by every comm and guarded by one mutex because NCCL may
- * call from several proxy threads.  Nothing here blocks: connect and accept
- * return a NULL comm until the handshake is done, test only progresses.
- *
- * A connection: the address of listen()'s TCP bootstrap socket and a
- * process-unique listen id travel in the handle.  connect() and accept() run
- * the bootstrap handshake (base/bootstrap.h) over it, step by step as NCCL
- * polls them: both prove INCMOE_AUTH_KEY (or INCMOE_AUTH_KEY_FILE's key) when
- * one is set, swap UCX worker addresses, and the connector learns a session
- * token.  Each side then creates an endpoint from the other's worker address;
- * connect() receives on its own unique id and sends HELLO(its id, the token)
- * on the listen id; accept() takes only a HELLO with its session's token,
- * answers ACK, and from then on the sender tags data with the listen id in
- * the upper half and NCCL's tag in the lower half, so the receiver matches on
- * its own worker without ever mixing two connections.  The round trip also
- * finishes UCX's wire-up before the first real send.  UCX listens on nothing.
+ * A data tag carries the receiver's listen id in its upper half and NCCL's
+ * tag in the lower (net.h), so every comm's receives match on the one
+ * process-wide worker without mixing two connections.  Nothing here blocks:
+ * test() only progresses the worker.
  */
-#define _GNU_SOURCE /* accept4 */
-#include "plugin.h"
-#include "base/bootstrap.h"
-#include "base/config.h"
-#include "base/keyfile.h"
-#include "base/ucx_util.h"
+#include "net.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <openssl/crypto.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucp/api/ucp.h>
-#include <unistd.h>
 #include "base/clock.h"
-
-#define HANDLE_MAGIC 0x4e434e49u /* "INCN" */
-#define TAG_CTRL     (1ull << 63)
-#define TAG_HELLO    1u
-#define TAG_ACK      2u
-#define ID_LIMIT     0x7fffffffu
-#define NET_PENDING  4 /* bootstrap connections one listen comm handshakes with at once */
-
-struct net_comm;
-
-/* HELLO over UCX: where the connector receives the ACK, and the bootstrap's token. */
-typedef struct {
-    uint64_t id;
-    uint8_t token[INC_BOOT_TOKEN];
-} net_hello_t;
-
-/* Lives in NCCL's handle; `stage` keeps connect()'s progress between calls. */
-typedef struct {
-    uint32_t magic;
-    uint32_t listen_id;
-    uint16_t family;
-    uint16_t port; /* network order */
-    uint8_t ip[16];
-    struct net_comm *stage;
-} net_handle_t;
-_Static_assert(sizeof(net_handle_t) <= NCCL_NET_HANDLE_MAXSIZE, "handle exceeds NCCL's 128 bytes");
-
-/* One UCX operation; completed by a callback or at once. */
-typedef struct {
-    int posted, done;
-    ucs_status_t status;
-    size_t length;
-    void *ucx;
-    ucp_tag_recv_info_t info;
-} net_slot_t;
-
-typedef struct net_comm {
-    int is_send;
-    uint32_t data_id; /* the receiver's listen id: upper half of every data tag */
-    uint32_t own_id;  /* sender: where the ACK arrives */
-    ucp_ep_h ep;
-    int failed; /* set by the endpoint error callback */
-    ucs_status_t fail_status;
-    int fail_reported;
-    int outstanding;      /* requests handed to NCCL and not yet completed */
-    struct net_req *reqs; /* ... listed, so that closing the comm releases them */
-    net_slot_t hs_send, hs_recv;
-    net_hello_t hs_send_buf;
-    uint64_t hs_recv_buf;
-    /* connect()'s bootstrap, until its endpoint exists. */
-    int boot_fd;
-    int connected;
-    double deadline;
-    inc_boot_t *boot;
-} net_comm_t;
-
-/* One connection to listen()'s socket, handshaking. */
-typedef struct {
-    int fd;
-    double deadline;
-    inc_boot_t *boot;
-} net_pending_t;
-
-typedef struct {
-    uint32_t id;
-    int fd; /* the bootstrap listener */
-    net_pending_t pending[NET_PENDING];
-    uint8_t token[INC_BOOT_TOKEN]; /* the bootstrapped session's, which HELLO must show */
-    net_comm_t *comm;              /* being accepted */
-    int handed_out;
-    net_slot_t hello;
-    net_hello_t hello_buf;
-} net_listen_t;
 
 typedef struct net_req {
     net_comm_t *comm;
@@ -118,51 +20,12 @@ typedef struct net_req {
     net_slot_t slot[NET_MAX_RECVS];
 } net_req_t;
 
-typedef struct {
-    char magic[4]; /* "MRH\0": catches a foreign pointer passed as mhandle */
-    int type;
-    char *base;
-    size_t size;
-} net_mr_t;
-
-static struct {
-    pthread_mutex_t lock;
-    int refs;
-    ucp_context_h context;
-    ucp_worker_h worker;
-    uint32_t next_id;
-    struct sockaddr_storage addr;
-    unsigned addr_len;
-    int timeout_ms;
-    ucp_address_t *worker_addr; /* handed to peers by the bootstrap */
-    size_t worker_addr_len;
-    char key[INCMOE_MAX_SECRET];
-    size_t key_len; /* 0: keyless */
-} net = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
 static uint64_t data_tag(uint32_t id, int tag)
 {
     return ((uint64_t)id << 32) | (uint32_t)tag;
 }
 
-static uint64_t ctrl_tag(uint32_t id, uint32_t what)
-{
-    return TAG_CTRL | ((uint64_t)id << 32) | what;
-}
-
-static uint32_t net_new_id(void)
-{
-    net.next_id = net.next_id % ID_LIMIT + 1;
-    return net.next_id;
-}
-
-static void net_progress(void)
-{
-    for (int i = 0; i < 64 && ucp_worker_progress(net.worker) != 0; i++)
-        ;
-}
-
-/* ---- UCX callbacks (run inside ucp_worker_progress, under net.lock) ---- */
+/* ---- UCX callbacks (run inside ucp_worker_progress, under net_proc.lock) ---- */
 
 static void net_send_cb(void *request, ucs_status_t status, void *user_data)
 {
@@ -184,18 +47,9 @@ static void net_recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_i
     ucp_request_free(request);
 }
 
-static void net_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
-{
-    net_comm_t *c = arg;
-    if (!c->failed) {
-        c->failed = 1;
-        c->fail_status = status;
-    }
-}
-
 /* ---- posting ---------------------------------------------------------- */
 
-static void slot_send(ucp_ep_h ep, uint64_t tag, const void *buf, size_t len, net_slot_t *s)
+void net_slot_send(ucp_ep_h ep, uint64_t tag, const void *buf, size_t len, net_slot_t *s)
 {
     memset(s, 0, sizeof(*s));
     s->posted = 1;
@@ -216,7 +70,7 @@ static void slot_send(ucp_ep_h ep, uint64_t tag, const void *buf, size_t len, ne
     }
 }
 
-static void slot_recv(uint64_t tag, void *buf, size_t len, net_slot_t *s)
+void net_slot_recv(uint64_t tag, void *buf, size_t len, net_slot_t *s)
 {
     memset(s, 0, sizeof(*s));
     s->posted = 1;
@@ -228,7 +82,7 @@ static void slot_recv(uint64_t tag, void *buf, size_t len, net_slot_t *s)
         .user_data = s,
         .recv_info.tag_info = &s->info,
     };
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(net.worker, buf, len, tag, UINT64_MAX, &prm);
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(net_proc.node.worker, buf, len, tag, UINT64_MAX, &prm);
     if (r == NULL) {
         s->length = s->info.length;
         s->done = 1;
@@ -241,52 +95,14 @@ static void slot_recv(uint64_t tag, void *buf, size_t len, net_slot_t *s)
 }
 
 /* Cancel a pending operation and wait (bounded) for its callback, so the slot can be freed. */
-static void slot_cancel(net_slot_t *s)
+void net_slot_cancel(net_slot_t *s)
 {
     if (!s->posted || s->done || s->ucx == NULL)
         return;
-    ucp_request_cancel(net.worker, s->ucx);
-    double deadline = inc_now_s() + net.timeout_ms / 1000.0;
-    while (!s->done && inc_now_s() < deadline) {
-        if (ucp_worker_progress(net.worker) == 0)
-            usleep(100);
-    }
-}
-
-/* Progress until r is done, at most net.timeout_ms; frees r (UCX releases it when it ends). */
-static ucs_status_t net_request_wait(ucs_status_ptr_t r)
-{
-    if (r == NULL || UCS_PTR_IS_ERR(r))
-        return UCS_PTR_STATUS(r);
-    double deadline = inc_now_s() + net.timeout_ms / 1000.0;
-    ucs_status_t st;
-    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS && inc_now_s() < deadline) {
-        if (ucp_worker_progress(net.worker) == 0)
-            usleep(100);
-    }
-    ucp_request_free(r);
-    return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
-}
-
-/*
- * Bounded: a graceful flush and close, or a forced close when the peer is gone
- * or the flush cannot finish (a stopped peer).  Forcing fails what is still
- * queued on the endpoint: UCX's worker destroy aborts on a request left there.
- */
-static void net_ep_close(ucp_ep_h ep, int force)
-{
-    if (ep == NULL)
-        return;
-    ucs_status_t st = UCS_ERR_CANCELED;
-    if (!force) {
-        ucp_request_param_t fp = {.op_attr_mask = 0};
-        st = net_request_wait(ucp_ep_flush_nbx(ep, &fp));
-    }
-    ucp_request_param_t prm = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = st == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE,
-    };
-    net_request_wait(ucp_ep_close_nbx(ep, &prm));
+    ucp_request_cancel(net_proc.node.worker, s->ucx);
+    double deadline = inc_now_s() + net_proc.timeout_ms / 1000.0;
+    while (!s->done && inc_now_s() < deadline)
+        inc_ucx_node_wait(&net_proc.node, -1, 10);
 }
 
 static ncclResult_t ucs_result(ucs_status_t st)
@@ -314,220 +130,6 @@ static ncclResult_t comm_failure(net_comm_t *c, const char *what)
               ucs_status_string(c->fail_status));
     }
     return ncclRemoteError;
-}
-
-/* ---- init ------------------------------------------------------------- */
-
-/* The key both ends of a connection prove: INCMOE_AUTH_KEY, else INCMOE_AUTH_KEY_FILE's. */
-static int net_read_key(void)
-{
-    const char *key = inc_config_get_str("INCMOE_AUTH_KEY");
-    const char *file = inc_config_get_str("INCMOE_AUTH_KEY_FILE");
-    net.key_len = 0;
-    if (key != NULL) {
-        if (strlen(key) > INCMOE_MAX_SECRET) {
-            PWARN("INCMOE_AUTH_KEY is %zu bytes: it must be 1..%d bytes", strlen(key),
-                  INCMOE_MAX_SECRET);
-            return -1;
-        }
-        net.key_len = strlen(key);
-        memcpy(net.key, key, net.key_len);
-    } else if (file != NULL) {
-        char why[256];
-        if (inc_keyfile_read(file, net.key, &net.key_len, why, sizeof(why)) != INCMOE_OK) {
-            PWARN("INCMOE_AUTH_KEY_FILE: %s", why);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-ncclResult_t net_init(void)
-{
-    pthread_mutex_lock(&net.lock);
-    ncclResult_t res = ncclSuccess;
-    if (net.refs > 0) {
-        net.refs++;
-        goto out;
-    }
-    long long timeout_ms;
-    if (inc_config_get_int("INCMOE_TIMEOUT_MS", &timeout_ms) != INCMOE_OK) {
-        res = ncclInvalidArgument;
-        goto out;
-    }
-    net.timeout_ms = (int)timeout_ms;
-    if (net_read_key() != 0) {
-        res = ncclInvalidArgument;
-        goto out;
-    }
-    if (plugin_local_addr(&net.addr, &net.addr_len) != 0) {
-        res = ncclInvalidArgument;
-        goto out;
-    }
-    ucp_config_t *cfg;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
-    if (st != UCS_OK) {
-        PWARN("ucp_config_read failed: %s", ucs_status_string(st));
-        res = ncclSystemError;
-        goto out;
-    }
-    ucp_params_t prm = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
-    st = ucp_init(&prm, cfg, &net.context);
-    ucp_config_release(cfg);
-    if (st != UCS_OK) {
-        PWARN("ucp_init failed: %s", ucs_status_string(st));
-        res = ncclSystemError;
-        goto out;
-    }
-    /* Serialized by net.lock: NCCL calls from more than one proxy thread. */
-    ucp_worker_params_t wprm = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                                .thread_mode = UCS_THREAD_MODE_SERIALIZED};
-    st = ucp_worker_create(net.context, &wprm, &net.worker);
-    if (st != UCS_OK) {
-        PWARN("ucp_worker_create failed: %s", ucs_status_string(st));
-        ucp_cleanup(net.context);
-        res = ncclSystemError;
-        goto out;
-    }
-    st = ucp_worker_get_address(net.worker, &net.worker_addr, &net.worker_addr_len);
-    if (st != UCS_OK || net.worker_addr_len > INC_BOOT_MAX_ADDR) {
-        PWARN("the worker's UCX address: %s (%zu bytes, at most %d)", ucs_status_string(st),
-              st == UCS_OK ? net.worker_addr_len : 0, INC_BOOT_MAX_ADDR);
-        if (st == UCS_OK)
-            ucp_worker_release_address(net.worker, net.worker_addr);
-        ucp_worker_destroy(net.worker);
-        ucp_cleanup(net.context);
-        res = ncclSystemError;
-        goto out;
-    }
-    char addr[96];
-    inc_ucx_format_sockaddr((struct sockaddr *)&net.addr, addr, sizeof(addr));
-    PINFO("point-to-point net over UCX, bootstrapping on %s (%s)", addr,
-          net.key_len ? "keyed" : "no key: anyone reaching the port can connect");
-    net.refs = 1;
-out:
-    pthread_mutex_unlock(&net.lock);
-    return res;
-}
-
-static void net_release_locked(void)
-{
-    ucp_worker_release_address(net.worker, net.worker_addr);
-    net.worker_addr = NULL;
-    OPENSSL_cleanse(net.key, sizeof(net.key));
-    ucp_worker_destroy(net.worker); /* closes the endpoints NCCL never closed */
-    ucp_cleanup(net.context);
-    net.worker = NULL;
-    net.context = NULL;
-    net.refs = 0;
-}
-
-ncclResult_t net_finalize(void)
-{
-    pthread_mutex_lock(&net.lock);
-    if (net.refs > 0 && --net.refs == 0)
-        net_release_locked();
-    pthread_mutex_unlock(&net.lock);
-    return ncclSuccess;
-}
-
-/*
- * The v9 and v10 net ABIs have no finalize, so NCCL never says when it is done
- * with the net.  Release UCX when the plugin is unloaded (NCCL dlclose()s it
- * after closing every communicator) or the process exits.  A net call racing
- * with exit() from another thread is not supported.
- */
-__attribute__((destructor)) static void net_unload(void)
-{
-    pthread_mutex_lock(&net.lock);
-    if (net.refs > 0)
-        net_release_locked();
-    pthread_mutex_unlock(&net.lock);
-}
-
-ncclResult_t net_devices(int *ndev)
-{
-    if (ndev == NULL)
-        return ncclInvalidArgument;
-    *ndev = 1;
-    return ncclSuccess;
-}
-
-static int net_ready(const char *what)
-{
-    if (net.refs == 0) {
-        PWARN("%s called before init", what);
-        return 0;
-    }
-    return 1;
-}
-
-/* ---- connection setup ------------------------------------------------- */
-
-/* A non-blocking TCP listener on this host's address, any port. */
-static int listen_socket(struct sockaddr_storage *bound)
-{
-    int fd = socket(net.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    struct sockaddr_storage a = net.addr;
-    if (a.ss_family == AF_INET)
-        ((struct sockaddr_in *)&a)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&a)->sin6_port = 0;
-    socklen_t len = sizeof(*bound);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, net.addr_len) != 0 || listen(fd, 16) != 0 ||
-        getsockname(fd, (struct sockaddr *)bound, &len) != 0) {
-        char text[96];
-        inc_ucx_format_sockaddr((struct sockaddr *)&a, text, sizeof(text));
-        PWARN("cannot listen on %s: %s (set INCMOE_NCCL_ADDR to this host's address)", text,
-              strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-ncclResult_t net_listen(int dev, void *handle, void **listen_comm)
-{
-    if (plugin_check_dev(dev) != ncclSuccess || handle == NULL || listen_comm == NULL)
-        return ncclInvalidArgument;
-    pthread_mutex_lock(&net.lock);
-    ncclResult_t res = ncclSystemError;
-    net_listen_t *l = NULL;
-    struct sockaddr_storage bound;
-    if (!net_ready("listen"))
-        goto out;
-    l = calloc(1, sizeof(*l));
-    if (l == NULL)
-        goto out;
-    for (int i = 0; i < NET_PENDING; i++)
-        l->pending[i].fd = -1;
-    l->id = net_new_id();
-    l->fd = listen_socket(&bound);
-    if (l->fd < 0)
-        goto out;
-    net_handle_t *h = handle;
-    memset(h, 0, sizeof(*h));
-    h->magic = HANDLE_MAGIC;
-    h->listen_id = l->id;
-    h->family = bound.ss_family;
-    if (bound.ss_family == AF_INET) {
-        struct sockaddr_in *in4 = (struct sockaddr_in *)&bound;
-        h->port = in4->sin_port;
-        memcpy(h->ip, &in4->sin_addr, 4);
-    } else {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&bound;
-        h->port = in6->sin6_port;
-        memcpy(h->ip, &in6->sin6_addr, 16);
-    }
-    slot_recv(ctrl_tag(l->id, TAG_HELLO), &l->hello_buf, sizeof(l->hello_buf), &l->hello);
-    *listen_comm = l;
-    l = NULL;
-    res = ncclSuccess;
-out:
-    free(l);
-    pthread_mutex_unlock(&net.lock);
-    return res;
 }
 
 /* Requests are listed on their comm until test() completes them or the comm closes. */
@@ -560,377 +162,15 @@ static void req_release(net_req_t *r)
  * cancelled.  Requests NCCL never completed (it closes after an error without
  * testing them again) are released here: their pointers die with the comm.
  */
-static void comm_destroy(net_comm_t *c, int force)
+void net_comm_destroy(net_comm_t *c, int force)
 {
-    if (c->boot_fd >= 0)
-        close(c->boot_fd);
-    if (c->boot != NULL)
-        inc_boot_clear(c->boot);
-    free(c->boot);
-    slot_cancel(&c->hs_send);
-    slot_cancel(&c->hs_recv);
-    net_ep_close(c->ep, force || c->failed);
+    inc_ucx_ep_close(&net_proc.node, c->ep, force || c->failed, net_proc.timeout_ms);
     while (c->reqs != NULL) {
         for (int i = 0; i < c->reqs->n; i++)
-            slot_cancel(&c->reqs->slot[i]);
+            net_slot_cancel(&c->reqs->slot[i]);
         req_release(c->reqs);
     }
     free(c);
-}
-
-/* connect()'s first call: the TCP connection to the listener starts. */
-static net_comm_t *connect_start(const net_handle_t *h)
-{
-    net_comm_t *c = calloc(1, sizeof(*c));
-    inc_boot_t *b = malloc(sizeof(*b));
-    if (c == NULL || b == NULL) {
-        free(c);
-        free(b);
-        return NULL;
-    }
-    c->is_send = 1;
-    c->data_id = h->listen_id;
-    c->own_id = net_new_id();
-    c->boot = b;
-    c->deadline = inc_now_s() + net.timeout_ms / 1000.0;
-    struct sockaddr_storage peer;
-    memset(&peer, 0, sizeof(peer));
-    socklen_t peer_len;
-    if (h->family == AF_INET) {
-        struct sockaddr_in *in4 = (struct sockaddr_in *)&peer;
-        in4->sin_family = AF_INET;
-        in4->sin_port = h->port;
-        memcpy(&in4->sin_addr, h->ip, 4);
-        peer_len = sizeof(*in4);
-    } else {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&peer;
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = h->port;
-        memcpy(&in6->sin6_addr, h->ip, 16);
-        peer_len = sizeof(*in6);
-    }
-    if (inc_boot_init(b, INC_BOOT_CLIENT, net.key, net.key_len, net.worker_addr,
-                      net.worker_addr_len) != INCMOE_IN_PROGRESS) {
-        PWARN("connect: %s", b->why);
-        c->boot_fd = -1;
-        comm_destroy(c, 1);
-        return NULL;
-    }
-    c->boot_fd = inc_boot_connect_start((struct sockaddr *)&peer, peer_len, b->why, sizeof(b->why));
-    if (c->boot_fd < 0) {
-        char a[96];
-        inc_ucx_format_sockaddr((struct sockaddr *)&peer, a, sizeof(a));
-        PWARN("connect to %s failed: %s", a, b->why);
-        comm_destroy(c, 1);
-        return NULL;
-    }
-    return c;
-}
-
-/* An endpoint to the peer's worker address, with this comm's error handler. */
-static ucs_status_t comm_ep_create(net_comm_t *c, const void *worker_addr)
-{
-    ucp_ep_params_t eprm = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = (const ucp_address_t *)worker_addr,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = net_ep_error_cb, .arg = c},
-    };
-    return ucp_ep_create(net.worker, &eprm, &c->ep);
-}
-
-/* One non-blocking step of connect()'s bootstrap: 1 done (endpoint made, HELLO sent), 0 not
-   yet, -1 failed (logged). */
-static int connect_bootstrap(net_comm_t *c)
-{
-    inc_boot_t *b = c->boot;
-    if (inc_now_s() > c->deadline) {
-        PWARN("connect: the bootstrap with the listener did not finish within %d ms",
-              net.timeout_ms);
-        return -1;
-    }
-    if (!c->connected) {
-        int r = inc_boot_connect_done(c->boot_fd, b->why, sizeof(b->why));
-        if (r < 0) {
-            PWARN("connect: %s", b->why);
-            return -1;
-        }
-        if (r > 0)
-            return 0;
-        c->connected = 1;
-    }
-    short events;
-    incmoe_status_t st = inc_boot_io(b, c->boot_fd, &events);
-    if (st == INCMOE_IN_PROGRESS)
-        return 0;
-    if (st != INCMOE_OK) {
-        PWARN("connect: bootstrap: %s (%s)", b->why, incmoe_strerror(st));
-        return -1;
-    }
-    ucs_status_t us = comm_ep_create(c, b->peer_addr);
-    if (us != UCS_OK) {
-        PWARN("connect: no endpoint to the listener's worker: %s", ucs_status_string(us));
-        return -1;
-    }
-    slot_recv(ctrl_tag(c->own_id, TAG_ACK), &c->hs_recv_buf, sizeof(c->hs_recv_buf), &c->hs_recv);
-    c->hs_send_buf.id = c->own_id;
-    memcpy(c->hs_send_buf.token, b->token, INC_BOOT_TOKEN);
-    slot_send(c->ep, ctrl_tag(c->data_id, TAG_HELLO), &c->hs_send_buf, sizeof(c->hs_send_buf),
-              &c->hs_send);
-    close(c->boot_fd);
-    c->boot_fd = -1;
-    inc_boot_clear(b);
-    free(b);
-    c->boot = NULL;
-    return 1;
-}
-
-ncclResult_t net_connect(int dev, void *handle, void **send_comm)
-{
-    net_handle_t *h = handle;
-    if (plugin_check_dev(dev) != ncclSuccess || h == NULL || send_comm == NULL)
-        return ncclInvalidArgument;
-    if (h->magic != HANDLE_MAGIC || (h->family != AF_INET && h->family != AF_INET6)) {
-        PWARN("connect: the handle is not one of ours (magic %#x, family %u)", h->magic, h->family);
-        return ncclInvalidArgument;
-    }
-    pthread_mutex_lock(&net.lock);
-    ncclResult_t res = ncclSuccess;
-    *send_comm = NULL;
-    if (!net_ready("connect")) {
-        res = ncclSystemError;
-        goto out;
-    }
-    net_comm_t *c = h->stage;
-    if (c == NULL) {
-        c = connect_start(h);
-        if (c == NULL) {
-            res = ncclSystemError;
-            goto out;
-        }
-        h->stage = c;
-    }
-    if (c->boot != NULL) {
-        int done = connect_bootstrap(c);
-        if (done < 0) {
-            h->stage = NULL;
-            comm_destroy(c, 1);
-            res = ncclRemoteError;
-        }
-        goto out; /* on success, the UCX round trip starts at the next call */
-    }
-    net_progress();
-    ucs_status_t bad = c->hs_send.done && c->hs_send.status != UCS_OK   ? c->hs_send.status
-                       : c->hs_recv.done && c->hs_recv.status != UCS_OK ? c->hs_recv.status
-                                                                        : UCS_OK;
-    if (c->failed || bad != UCS_OK) {
-        PWARN("connect: handshake with the listener failed: %s",
-              ucs_status_string(c->failed ? c->fail_status : bad));
-        h->stage = NULL;
-        comm_destroy(c, 1);
-        res = ncclRemoteError;
-        goto out;
-    }
-    if (c->hs_send.done && c->hs_recv.done) {
-        h->stage = NULL;
-        *send_comm = c;
-    }
-out:
-    pthread_mutex_unlock(&net.lock);
-    return res;
-}
-
-static void pending_drop(net_pending_t *p)
-{
-    close(p->fd);
-    p->fd = -1;
-    inc_boot_clear(p->boot);
-    free(p->boot);
-    p->boot = NULL;
-}
-
-/* Take new connections on the bootstrap socket while a slot is free (the rest wait in
-   the backlog); a connection past its deadline is dropped. */
-static void accept_new(net_listen_t *l)
-{
-    double now = inc_now_s();
-    for (int i = 0; i < NET_PENDING; i++) {
-        net_pending_t *p = &l->pending[i];
-        if (p->fd >= 0 && now > p->deadline) {
-            PWARN("accept: a connection did not finish the bootstrap within %d ms", net.timeout_ms);
-            pending_drop(p);
-        }
-        if (p->fd >= 0)
-            continue;
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        p->boot = malloc(sizeof(*p->boot));
-        if (p->boot == NULL) {
-            close(fd);
-            return;
-        }
-        p->fd = fd;
-        p->deadline = now + net.timeout_ms / 1000.0;
-        inc_boot_init(p->boot, INC_BOOT_SERVER, net.key, net.key_len, net.worker_addr,
-                      net.worker_addr_len);
-    }
-}
-
-/* Move accept()'s handshakes on; the first to finish makes l->comm.  -1: out of memory or
-   UCX refused the endpoint. */
-static int accept_bootstrap(net_listen_t *l)
-{
-    accept_new(l);
-    for (int i = 0; i < NET_PENDING && l->comm == NULL; i++) {
-        net_pending_t *p = &l->pending[i];
-        if (p->fd < 0)
-            continue;
-        short events;
-        incmoe_status_t st = inc_boot_io(p->boot, p->fd, &events);
-        if (st == INCMOE_IN_PROGRESS)
-            continue;
-        if (st != INCMOE_OK) {
-            PWARN("accept: bootstrap: %s (%s)", p->boot->why, incmoe_strerror(st));
-            pending_drop(p);
-            continue;
-        }
-        net_comm_t *c = calloc(1, sizeof(*c));
-        if (c == NULL)
-            return -1;
-        c->boot_fd = -1;
-        c->data_id = l->id;
-        ucs_status_t us = comm_ep_create(c, p->boot->peer_addr);
-        if (us != UCS_OK) {
-            PWARN("accept: cannot create the endpoint: %s", ucs_status_string(us));
-            free(c);
-            pending_drop(p);
-            return -1;
-        }
-        memcpy(l->token, p->boot->token, INC_BOOT_TOKEN);
-        pending_drop(p);
-        l->comm = c;
-    }
-    return 0;
-}
-
-ncclResult_t net_accept(void *listen_comm, void **recv_comm)
-{
-    net_listen_t *l = listen_comm;
-    if (l == NULL || recv_comm == NULL)
-        return ncclInvalidArgument;
-    pthread_mutex_lock(&net.lock);
-    ncclResult_t res = ncclSuccess;
-    *recv_comm = NULL;
-    if (l->handed_out) {
-        PWARN("accept: this listen comm already accepted its one connection");
-        res = ncclInvalidUsage;
-        goto out;
-    }
-    if (l->comm == NULL && accept_bootstrap(l) < 0) {
-        res = ncclSystemError;
-        goto out;
-    }
-    net_progress();
-    net_comm_t *c = l->comm;
-    if (c == NULL)
-        goto out;
-    if (l->hello.done && !c->hs_send.posted) {
-        if (l->hello.status != UCS_OK) {
-            PWARN("accept: no HELLO from the connecting peer: %s",
-                  ucs_status_string(l->hello.status));
-            res = ncclRemoteError;
-            goto out;
-        }
-        if (l->hello.length != sizeof(l->hello_buf) ||
-            CRYPTO_memcmp(l->hello_buf.token, l->token, INC_BOOT_TOKEN) != 0) {
-            /* Not the peer that bootstrapped: wait on for the one that did. */
-            PWARN("accept: ignored a HELLO without this connection's bootstrap token");
-            slot_recv(ctrl_tag(l->id, TAG_HELLO), &l->hello_buf, sizeof(l->hello_buf), &l->hello);
-            goto out;
-        }
-        c->hs_send_buf.id = l->hello_buf.id;
-        slot_send(c->ep, ctrl_tag((uint32_t)l->hello_buf.id, TAG_ACK), &c->hs_send_buf,
-                  sizeof(c->hs_send_buf.id), &c->hs_send);
-    }
-    if (c->failed || (c->hs_send.done && c->hs_send.status != UCS_OK)) {
-        PWARN("accept: the connecting peer went away: %s",
-              ucs_status_string(c->failed ? c->fail_status : c->hs_send.status));
-        l->comm = NULL;
-        comm_destroy(c, 1);
-        res = ncclRemoteError;
-        goto out;
-    }
-    if (c->hs_send.done) {
-        l->comm = NULL;
-        l->handed_out = 1;
-        close(l->fd); /* its one connection is made: nothing more to accept */
-        l->fd = -1;
-        *recv_comm = c;
-    }
-out:
-    pthread_mutex_unlock(&net.lock);
-    return res;
-}
-
-/* ---- memory ----------------------------------------------------------- */
-
-ncclResult_t net_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle)
-{
-    if (comm == NULL || mhandle == NULL || (data == NULL && size != 0))
-        return ncclInvalidArgument;
-    /* GPU memory only where UCX moves it itself: it then goes to UCX as it is. */
-    int supported = plugin_net_ptr_support();
-    if ((type & supported) == 0 || (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)) {
-        PWARN("regMr: memory type %d is not supported (ptrSupport %#x)", type, supported);
-        return ncclInvalidArgument;
-    }
-    net_mr_t *mr = calloc(1, sizeof(*mr));
-    if (mr == NULL)
-        return ncclSystemError;
-    memcpy(mr->magic, "MRH", 4);
-    mr->type = type;
-    mr->base = data;
-    mr->size = size;
-    *mhandle = mr;
-    return ncclSuccess;
-}
-
-ncclResult_t net_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
-                               int fd, void **mhandle)
-{
-    PWARN("regMrDmaBuf: DMA-BUF memory is not supported (ptrSupport has no NCCL_PTR_DMABUF)");
-    return ncclInvalidArgument;
-}
-
-ncclResult_t net_dereg_mr(void *comm, void *mhandle)
-{
-    net_mr_t *mr = mhandle;
-    if (mr == NULL || memcmp(mr->magic, "MRH", 4) != 0)
-        return ncclInvalidArgument;
-    memset(mr->magic, 0, 4);
-    free(mr);
-    return ncclSuccess;
-}
-
-static int mr_covers(const void *mhandle, const void *data, size_t size, const char *what)
-{
-    const net_mr_t *mr = mhandle;
-    if (mr == NULL)
-        return 1; /* NCCL may send without registration */
-    if (memcmp(mr->magic, "MRH", 4) != 0) {
-        PWARN("%s: mhandle %p is not a registration of this net", what, mhandle);
-        return 0;
-    }
-    const char *p = data;
-    if (size != 0 &&
-        (p < mr->base || size > mr->size || p - mr->base > (ptrdiff_t)(mr->size - size))) {
-        PWARN("%s: [%p, +%zu) is outside the registered [%p, +%zu)", what, data, size,
-              (void *)mr->base, mr->size);
-        return 0;
-    }
-    return 1;
 }
 
 /* ---- data ------------------------------------------------------------- */
@@ -945,16 +185,16 @@ ncclResult_t net_isend(void *send_comm, void *data, size_t size, int tag, void *
         PWARN("isend: %zu bytes exceed maxP2pBytes %zu", size, PLUGIN_MAX_BYTES);
         return ncclInvalidArgument;
     }
-    if (!mr_covers(mhandle, data, size, "isend"))
+    if (!net_mr_covers(mhandle, data, size, "isend"))
         return ncclInvalidArgument;
     net_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return ncclSystemError;
     r->n = 1;
-    pthread_mutex_lock(&net.lock);
-    slot_send(c->ep, data_tag(c->data_id, tag), data, size, &r->slot[0]);
+    pthread_mutex_lock(&net_proc.lock);
+    net_slot_send(c->ep, data_tag(c->data_id, tag), data, size, &r->slot[0]);
     req_track(c, r);
-    pthread_mutex_unlock(&net.lock);
+    pthread_mutex_unlock(&net_proc.lock);
     *request = r;
     return ncclSuccess;
 }
@@ -971,7 +211,7 @@ ncclResult_t net_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *
     }
     for (int i = 0; i < n; i++) {
         if ((data[i] == NULL && sizes[i] != 0) || sizes[i] > PLUGIN_MAX_BYTES ||
-            !mr_covers(mhandles ? mhandles[i] : NULL, data[i], sizes[i], "irecv")) {
+            !net_mr_covers(mhandles ? mhandles[i] : NULL, data[i], sizes[i], "irecv")) {
             PWARN("irecv: receive %d of %d (%p, %zu bytes) is invalid", i, n, data[i], sizes[i]);
             return ncclInvalidArgument;
         }
@@ -980,11 +220,11 @@ ncclResult_t net_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *
     if (r == NULL)
         return ncclSystemError;
     r->n = n;
-    pthread_mutex_lock(&net.lock);
+    pthread_mutex_lock(&net_proc.lock);
     for (int i = 0; i < n; i++)
-        slot_recv(data_tag(c->data_id, tags[i]), data[i], sizes[i], &r->slot[i]);
+        net_slot_recv(data_tag(c->data_id, tags[i]), data[i], sizes[i], &r->slot[i]);
     req_track(c, r);
-    pthread_mutex_unlock(&net.lock);
+    pthread_mutex_unlock(&net_proc.lock);
     *request = r;
     return ncclSuccess;
 }
@@ -1008,7 +248,7 @@ ncclResult_t net_test(void *request, int *done, int *sizes)
     net_req_t *r = request;
     if (r == NULL || done == NULL)
         return ncclInvalidArgument;
-    pthread_mutex_lock(&net.lock);
+    pthread_mutex_lock(&net_proc.lock);
     ncclResult_t res = ncclSuccess;
     *done = 0;
     net_progress();
@@ -1037,7 +277,7 @@ ncclResult_t net_test(void *request, int *done, int *sizes)
     req_release(r);
     *done = 1;
 out:
-    pthread_mutex_unlock(&net.lock);
+    pthread_mutex_unlock(&net_proc.lock);
     return res;
 }
 
@@ -1047,12 +287,12 @@ static ncclResult_t net_close_comm(net_comm_t *c)
 {
     if (c == NULL)
         return ncclInvalidArgument;
-    pthread_mutex_lock(&net.lock);
+    pthread_mutex_lock(&net_proc.lock);
     if (c->outstanding > 0)
         PWARN("closing a %s comm with %d requests still outstanding: they are released",
               c->is_send ? "send" : "recv", c->outstanding);
-    comm_destroy(c, 0);
-    pthread_mutex_unlock(&net.lock);
+    net_comm_destroy(c, 0);
+    pthread_mutex_unlock(&net_proc.lock);
     return ncclSuccess;
 }
 
@@ -1064,23 +304,4 @@ ncclResult_t net_close_send(void *send_comm)
 ncclResult_t net_close_recv(void *recv_comm)
 {
     return net_close_comm(recv_comm);
-}
-
-ncclResult_t net_close_listen(void *listen_comm)
-{
-    net_listen_t *l = listen_comm;
-    if (l == NULL)
-        return ncclInvalidArgument;
-    pthread_mutex_lock(&net.lock);
-    for (int i = 0; i < NET_PENDING; i++)
-        if (l->pending[i].fd >= 0)
-            pending_drop(&l->pending[i]);
-    if (l->fd >= 0)
-        close(l->fd);
-    if (l->comm != NULL)
-        comm_destroy(l->comm, 1);
-    slot_cancel(&l->hello);
-    free(l);
-    pthread_mutex_unlock(&net.lock);
-    return ncclSuccess;
 }

@@ -54,7 +54,7 @@ int plugin_collnet_ptr_support(void);
 /* The IPv4/IPv6 address our listeners advertise (port 0). */
 int plugin_local_addr(struct sockaddr_storage *addr, unsigned *addr_len);
 
-/* ---- net.c: point-to-point over UCX tags ------------------------------- */
+/* ---- net*.c: point-to-point over UCX tags (net.h says which file does what) */
 
 ncclResult_t net_init(void);
 ncclResult_t net_finalize(void);

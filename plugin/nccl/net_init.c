@@ -1,0 +1,239 @@
+/*
+ * net_init.c - the NCCL net's process-wide state: one UCX context and worker
+ * (separate from the client library's) shared by every comm, the key both
+ * ends of a connection prove, process-unique ids, and listen()'s TCP
+ * bootstrap socket, the only port the net opens (UCX listens on nothing).
+ */
+#include "net.h"
+#include "base/config.h"
+#include "base/keyfile.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+net_proc_t net_proc = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+uint32_t net_new_id(void)
+{
+    net_proc.next_id = net_proc.next_id % NET_ID_LIMIT + 1;
+    return net_proc.next_id;
+}
+
+void net_progress(void)
+{
+    for (int i = 0; i < 64 && ucp_worker_progress(net_proc.node.worker) != 0; i++)
+        ;
+}
+
+/* ---- init ------------------------------------------------------------- */
+
+/* The key both ends of a connection prove: INCMOE_AUTH_KEY, else INCMOE_AUTH_KEY_FILE's. */
+static int net_read_key(void)
+{
+    const char *key = inc_config_get_str("INCMOE_AUTH_KEY");
+    const char *file = inc_config_get_str("INCMOE_AUTH_KEY_FILE");
+    net_proc.key_len = 0;
+    if (key != NULL) {
+        if (strlen(key) > INCMOE_MAX_SECRET) {
+            PWARN("INCMOE_AUTH_KEY is %zu bytes: it must be 1..%d bytes", strlen(key),
+                  INCMOE_MAX_SECRET);
+            return -1;
+        }
+        net_proc.key_len = strlen(key);
+        memcpy(net_proc.key, key, net_proc.key_len);
+    } else if (file != NULL) {
+        char why[256];
+        if (inc_keyfile_read(file, net_proc.key, &net_proc.key_len, why, sizeof(why)) !=
+            INCMOE_OK) {
+            PWARN("INCMOE_AUTH_KEY_FILE: %s", why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+ncclResult_t net_init(void)
+{
+    pthread_mutex_lock(&net_proc.lock);
+    ncclResult_t res = ncclSuccess;
+    if (net_proc.refs > 0) {
+        net_proc.refs++;
+        goto out;
+    }
+    long long timeout_ms;
+    if (inc_config_get_int("INCMOE_TIMEOUT_MS", &timeout_ms) != INCMOE_OK) {
+        res = ncclInvalidArgument;
+        goto out;
+    }
+    net_proc.timeout_ms = (int)timeout_ms;
+    if (net_read_key() != 0) {
+        res = ncclInvalidArgument;
+        goto out;
+    }
+    if (plugin_local_addr(&net_proc.addr, &net_proc.addr_len) != 0) {
+        res = ncclInvalidArgument;
+        goto out;
+    }
+    /* Serialized by net_proc.lock: NCCL calls from more than one proxy thread. */
+    if (inc_ucx_node_open_with(&net_proc.node, UCP_FEATURE_TAG, UCS_THREAD_MODE_SERIALIZED) !=
+        INCMOE_OK) {
+        res = ncclSystemError;
+        goto out;
+    }
+    ucs_status_t st = ucp_worker_get_address(net_proc.node.worker, &net_proc.worker_addr,
+                                             &net_proc.worker_addr_len);
+    if (st != UCS_OK || net_proc.worker_addr_len > INC_BOOT_MAX_ADDR) {
+        PWARN("the worker's UCX address: %s (%zu bytes, at most %d)", ucs_status_string(st),
+              st == UCS_OK ? net_proc.worker_addr_len : 0, INC_BOOT_MAX_ADDR);
+        if (st == UCS_OK)
+            ucp_worker_release_address(net_proc.node.worker, net_proc.worker_addr);
+        inc_ucx_node_close(&net_proc.node);
+        res = ncclSystemError;
+        goto out;
+    }
+    char addr[96];
+    inc_ucx_format_sockaddr((struct sockaddr *)&net_proc.addr, addr, sizeof(addr));
+    PINFO("point-to-point net over UCX, bootstrapping on %s (%s)", addr,
+          net_proc.key_len ? "keyed" : "no key: anyone reaching the port can connect");
+    net_proc.refs = 1;
+out:
+    pthread_mutex_unlock(&net_proc.lock);
+    return res;
+}
+
+static void net_release_locked(void)
+{
+    ucp_worker_release_address(net_proc.node.worker, net_proc.worker_addr);
+    net_proc.worker_addr = NULL;
+    OPENSSL_cleanse(net_proc.key, sizeof(net_proc.key));
+    inc_ucx_node_close(&net_proc.node); /* closes the endpoints NCCL never closed */
+    net_proc.refs = 0;
+}
+
+ncclResult_t net_finalize(void)
+{
+    pthread_mutex_lock(&net_proc.lock);
+    if (net_proc.refs > 0 && --net_proc.refs == 0)
+        net_release_locked();
+    pthread_mutex_unlock(&net_proc.lock);
+    return ncclSuccess;
+}
+
+/*
+ * The v9 and v10 net ABIs have no finalize, so NCCL never says when it is done
+ * with the net_proc.  Release UCX when the plugin is unloaded (NCCL dlclose()s it
+ * after closing every communicator) or the process exits.  A net call racing
+ * with exit() from another thread is not supported.
+ */
+__attribute__((destructor)) static void net_unload(void)
+{
+    pthread_mutex_lock(&net_proc.lock);
+    if (net_proc.refs > 0)
+        net_release_locked();
+    pthread_mutex_unlock(&net_proc.lock);
+}
+
+ncclResult_t net_devices(int *ndev)
+{
+    if (ndev == NULL)
+        return ncclInvalidArgument;
+    *ndev = 1;
+    return ncclSuccess;
+}
+
+int net_ready(const char *what)
+{
+    if (net_proc.refs == 0) {
+        PWARN("%s called before init", what);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- listening ---------------------------------------------------------- */
+
+/* A non-blocking TCP listener on this host's address, any port. */
+static int listen_socket(struct sockaddr_storage *bound)
+{
+    int fd = socket(net_proc.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage a = net_proc.addr;
+    if (a.ss_family == AF_INET)
+        ((struct sockaddr_in *)&a)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&a)->sin6_port = 0;
+    socklen_t len = sizeof(*bound);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, net_proc.addr_len) != 0 || listen(fd, 16) != 0 ||
+        getsockname(fd, (struct sockaddr *)bound, &len) != 0) {
+        char text[96];
+        inc_ucx_format_sockaddr((struct sockaddr *)&a, text, sizeof(text));
+        PWARN("cannot listen on %s: %s (set INCMOE_NCCL_ADDR to this host's address)", text,
+              strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+ncclResult_t net_listen(int dev, void *handle, void **listen_comm)
+{
+    if (plugin_check_dev(dev) != ncclSuccess || handle == NULL || listen_comm == NULL)
+        return ncclInvalidArgument;
+    pthread_mutex_lock(&net_proc.lock);
+    ncclResult_t res = ncclSystemError;
+    net_listen_t *l = NULL;
+    struct sockaddr_storage bound;
+    if (!net_ready("listen"))
+        goto out;
+    l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        goto out;
+    l->id = net_new_id();
+    l->accept = net_accept_new();
+    if (l->accept == NULL)
+        goto out;
+    l->fd = listen_socket(&bound);
+    if (l->fd < 0)
+        goto out;
+    net_handle_t *h = handle;
+    memset(h, 0, sizeof(*h));
+    h->magic = NET_HANDLE_MAGIC;
+    h->listen_id = l->id;
+    h->family = bound.ss_family;
+    if (bound.ss_family == AF_INET) {
+        struct sockaddr_in *in4 = (struct sockaddr_in *)&bound;
+        h->port = in4->sin_port;
+        memcpy(h->ip, &in4->sin_addr, 4);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&bound;
+        h->port = in6->sin6_port;
+        memcpy(h->ip, &in6->sin6_addr, 16);
+    }
+    *listen_comm = l;
+    l = NULL;
+    res = ncclSuccess;
+out:
+    if (l != NULL)
+        free(l->accept);
+    free(l);
+    pthread_mutex_unlock(&net_proc.lock);
+    return res;
+}
+
+ncclResult_t net_close_listen(void *listen_comm)
+{
+    net_listen_t *l = listen_comm;
+    if (l == NULL)
+        return ncclInvalidArgument;
+    pthread_mutex_lock(&net_proc.lock);
+    net_accept_free(l->accept);
+    if (l->fd >= 0)
+        close(l->fd);
+    free(l);
+    pthread_mutex_unlock(&net_proc.lock);
+    return ncclSuccess;
+}
