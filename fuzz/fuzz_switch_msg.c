@@ -4,7 +4,8 @@
  * What it drives (the product's own code, compiled with the sanitizers):
  * switch/demux.c (header check, JOIN-first rule), membership.c (join,
  * authentication, admission, failure, retirement), engine.c (POST, DATA,
- * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD) and the base library under them.  Each
+ * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD), coll_item.c (their items'
+ * lifetime) and the base library under them.  Each
  * message goes to switch_demux() exactly as server.c's UCX receive
  * callback hands it over once it has found the connection.
  *

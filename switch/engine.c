@@ -9,8 +9,9 @@
  * once: multicast to the N-1 others, reduced in rank order and sent to the
  * root, or reduced and multicast.  All roots and all chunks proceed
  * independently, so the N rooted reductions of a ReduceScatter run
- * concurrently.  When the forward completes the buffers are freed and the
- * contributors get their credits back.
+ * concurrently.  When the forward completes the item leaves its collective
+ * and the contributors get their credits back.  An item lives by the rule of
+ * coll_item.c: its collective, each send, receive and reduction hold it.
  *
  * Small collectives (one SMALL in per rank, one SMALL_FWD out) are small.c's.
  *
@@ -30,6 +31,23 @@
 
 #define SUBSYS "switch"
 
+/* One chunk of one window of one collective, and what the switch holds of it. */
+typedef struct item {
+    coll_item_t ci; /* first: its lifetime (coll_item.c), its job and its collective */
+    struct item *next;
+    struct engine *eng;
+    uint32_t root, chunk;
+    uint64_t offset, length, total;
+    int dtype, redop;   /* the collective's, for the reduction thread */
+    void **contrib;     /* [nranks]: received payloads, NULL while missing */
+    uint8_t *arrived;   /* [nranks]: payload complete (rendezvous may still be running) */
+    uint8_t *ucx_owned; /* [nranks]: contrib is UCX's eager buffer (release_data) */
+    int narrived, nexpected;
+    void *out;     /* reduction result (ReduceScatter, AllReduce) */
+    int forwarded; /* its result went out */
+    reduce_task_t task;
+} item_t;
+
 static void item_try_forward(engine_t *eng, item_t *it);
 
 static void send_control(engine_t *eng, conn_t *conn, const struct inc_wire_hdr *h)
@@ -40,9 +58,12 @@ static void send_control(engine_t *eng, conn_t *conn, const struct inc_wire_hdr 
 /* ------------------------------------------------------------------------ */
 /* items and collectives: lifetime                                           */
 
-static void item_free(engine_t *eng, item_t *it)
+/* The item's last hold is gone (coll_item.c): the one place it is freed. */
+static void item_release(coll_item_t *ci)
 {
-    job_t *job = it->job;
+    item_t *it = (item_t *)ci;
+    engine_t *eng = it->eng;
+    job_t *job = ci->job;
     for (int r = 0; r < job->nranks; r++) {
         if (it->ucx_owned[r] && it->contrib[r] != NULL) {
             eng->tx.ops->release_data(eng->tx.server, it->contrib[r]);
@@ -58,46 +79,26 @@ static void item_free(engine_t *eng, item_t *it)
     free(it);
 }
 
-/* An item nothing refers to any more once its collective is gone. */
-static int item_idle(const item_t *it)
-{
-    return it->sends_pending == 0 && it->nreceiving == 0 && !it->reducing;
-}
-
-/* A detached item whose last user just finished: free it and maybe its job. */
-static void item_free_detached(engine_t *eng, item_t *it)
-{
-    job_t *job = it->job;
-    item_free(eng, it);
-    job_release(&eng->members, job);
-}
-
+/* The item leaves its collective's list, and the collective's hold goes with it. */
 static void item_unlink(item_t *it)
 {
-    if (it->coll == NULL)
-        return;
-    for (item_t **pp = &it->coll->items; *pp != NULL; pp = &(*pp)->next) {
+    coll_t *c = it->ci.coll;
+    for (item_t **pp = &c->items; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == it) {
             *pp = it->next;
             break;
         }
     }
-    it->coll = NULL;
+    coll_item_leave(&it->ci);
 }
 
 static void coll_free(engine_t *eng, coll_t *c)
 {
-    item_t **pp = &c->items;
-    while (*pp != NULL) {
-        item_t *it = *pp;
-        *pp = it->next;
-        /* Items with UCX or a reduction thread still using their buffers stay until those end. */
-        if (!item_idle(it)) {
-            it->coll = NULL;
-            it->next = NULL;
-            continue;
-        }
-        item_free(eng, it);
+    /* Each item leaves; those a send, receive or reduction still holds live until it ends. */
+    while (c->items != NULL) {
+        item_t *it = c->items;
+        c->items = it->next;
+        coll_item_leave(&it->ci);
     }
     if (c->small != NULL)
         small_detach(eng, c);
@@ -193,7 +194,7 @@ static void coll_retire(engine_t *eng, job_t *job, int stream)
 
 void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c)
 {
-    if (c->armed && c->remaining == 0 && !c->done && c->holds == 0) {
+    if (c->armed && c->remaining == 0 && !c->done) {
         c->done = 1;
         coll_retire(eng, job, c->stream);
     }
@@ -205,8 +206,8 @@ void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c)
 /* Each contributor of a forwarded item gets one credit back on the item's stream. */
 static void item_return_credits(engine_t *eng, item_t *it)
 {
-    job_t *job = it->job;
-    coll_t *c = it->coll;
+    job_t *job = it->ci.job;
+    coll_t *c = it->ci.coll;
     for (int r = 0; r < job->nranks; r++) {
         if (!it->arrived[r])
             continue;
@@ -220,71 +221,74 @@ static void item_return_credits(engine_t *eng, item_t *it)
     }
 }
 
-/* The forward of an item completed: free it and give the contributors their credits back. */
-static void item_sent_cb(void *arg, ucs_status_t status)
+/* Every send of the item's result completed: the contributors get their credits back and
+   the item leaves its collective, which may be done now. */
+static void item_forwarded(engine_t *eng, item_t *it)
 {
-    (void)status;
-    item_t *it = arg;
-    engine_t *eng = it->eng;
-    job_t *job = it->job;
-    it->sends_pending--;
-    job->refs--;
-    if (it->sends_pending > 0)
-        return;
-    coll_t *c = it->coll;
-    if (c != NULL && job->state == JOB_ACTIVE) {
-        item_return_credits(eng, it);
-        c->remaining -= it->length;
-        item_unlink(it);
-        if (it->nreceiving == 0) /* else on_data still holds it and frees it */
-            item_free(eng, it);
-        engine_coll_check_done(eng, job, c);
-        /* The ranks may all have left in order while this send was out: then it was the job's
-           last hold, and the job goes now (a no-op while members or holds remain). */
-        job_release(&eng->members, job);
-    } else {
-        item_unlink(it);
-        if (it->nreceiving == 0)
-            item_free_detached(eng, it);
+    job_t *job = it->ci.job;
+    coll_t *c = it->ci.coll;
+    item_return_credits(eng, it);
+    c->remaining -= it->length;
+    item_unlink(it); /* the item may be gone now */
+    engine_coll_check_done(eng, job, c);
+}
+
+static void item_sent(coll_item_t *ci)
+{
+    item_forwarded(((item_t *)ci)->eng, (item_t *)ci);
+}
+
+/* Does rank r get root's result? */
+static int item_receives(int stream, int r, uint32_t root)
+{
+    switch (stream) {
+    case INCMOE_STREAM_ALLGATHER:
+        return r != (int)root;
+    case INCMOE_STREAM_REDUCESCATTER:
+        return r == (int)root;
+    default:
+        return 1;
     }
 }
 
-static void item_send(engine_t *eng, item_t *it, int to, const void *payload)
+/* Send payload, the item's result, to every rank that gets it.  The sends are counted before
+   the first goes, so only the last completion finishes the forward.  A send may complete
+   before send_data returns (UCX may call back at once), and the last may then retire the
+   collective: the loop reads nothing of it. */
+static void item_forward(engine_t *eng, item_t *it, const void *payload)
 {
-    job_t *job = it->job;
+    job_t *job = it->ci.job;
+    const coll_t *c = it->ci.coll;
+    const int stream = c->stream;
+    int n = 0;
+    for (int r = 0; r < job->nranks; r++)
+        n += item_receives(stream, r, it->root);
+    if (n == 0) { /* an AllGather of one rank */
+        item_forwarded(eng, it);
+        return;
+    }
     struct inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
-    h.stream = (uint8_t)it->coll->stream;
-    h.epoch = it->coll->epoch;
-    h.rank = (uint32_t)to;
+    h.stream = (uint8_t)stream;
+    h.epoch = c->epoch;
     h.root = it->root;
     h.offset = it->offset;
     h.length = it->length;
     h.total = it->total;
     h.chunk = it->chunk;
-    h.dtype = (uint8_t)it->coll->dtype;
-    h.redop = (uint8_t)it->coll->redop;
-    it->sends_pending++;
-    job->refs++;
-    eng->stats->bytes_out += it->length;
+    h.dtype = (uint8_t)c->dtype;
+    h.redop = (uint8_t)c->redop;
     /* Results unblock the contributors' credits: they overtake multicast copies. */
-    eng->tx.ops->send_data(eng->tx.server, job->conns[to],
-                           it->coll->stream == INCMOE_STREAM_ALLGATHER ? EGRESS_FORWARD
-                                                                       : EGRESS_RESULT,
-                           &h, payload, it->length, item_sent_cb, it);
-}
-
-/* Send payload to every rank but skip (-1: all), holding a reference across the sends so an
-   immediate completion cannot free the item early. */
-static void item_multicast(engine_t *eng, item_t *it, int skip, const void *payload)
-{
-    job_t *job = it->job;
-    it->sends_pending++;
-    for (int r = 0; r < job->nranks; r++)
-        if (r != skip)
-            item_send(eng, it, r, payload);
-    job->refs++;
-    item_sent_cb(it, UCS_OK);
+    egress_class_t cls = stream == INCMOE_STREAM_ALLGATHER ? EGRESS_FORWARD : EGRESS_RESULT;
+    it->ci.sending = n;
+    coll_item_hold(&it->ci); /* and may free the item: keep it until the last is posted */
+    for (int r = 0; r < job->nranks; r++) {
+        if (!item_receives(stream, r, it->root))
+            continue;
+        h.rank = (uint32_t)r;
+        coll_item_send(&it->ci, job->conns[r], cls, &h, payload);
+    }
+    coll_item_put(&it->ci);
 }
 
 /* Reduce the contributions into it->out (on a reduction thread or inline). */
@@ -293,7 +297,7 @@ static void item_compute(item_t *it)
     const void *srcs[INCMOE_MAX_RANKS];
     int n = 0;
     /* Ascending rank order whatever the arrival order: bitwise reproducible. */
-    for (int r = 0; r < it->job->nranks; r++)
+    for (int r = 0; r < it->ci.job->nranks; r++)
         if (it->contrib[r] != NULL)
             srcs[n++] = it->contrib[r];
     incmoe_dtype_t dtype = (incmoe_dtype_t)it->dtype;
@@ -306,43 +310,25 @@ static void task_compute(reduce_task_t *task)
     item_compute((item_t *)((char *)task - offsetof(item_t, task)));
 }
 
-static void item_forward_result(engine_t *eng, item_t *it)
-{
-    if (it->coll->stream == INCMOE_STREAM_REDUCESCATTER) {
-        /* One send, held like a multicast's. */
-        it->sends_pending++;
-        item_send(eng, it, (int)it->root, it->out);
-        it->job->refs++;
-        item_sent_cb(it, UCS_OK);
-    } else {
-        item_multicast(eng, it, -1, it->out);
-    }
-}
-
-/* A reduction thread finished the item. */
+/* The item's reduction is done (on a thread or inline): forward it, and put the reduction's
+   hold. */
 static void item_reduced(engine_t *eng, item_t *it)
 {
-    job_t *job = it->job;
-    it->reducing = 0;
-    job->refs--;
-    if (it->coll == NULL || job->state != JOB_ACTIVE) {
-        item_free_detached(eng, it);
-        return;
-    }
-    item_forward_result(eng, it);
-    job_release(&eng->members, job); /* as in item_sent_cb */
+    if (it->ci.coll != NULL && it->ci.job->state == JOB_ACTIVE)
+        item_forward(eng, it, it->out);
+    coll_item_put(&it->ci);
 }
 
-/* Forward an item whose contributions are all here, if everyone has posted. */
-static void item_try_forward(engine_t *eng, item_t *it)
+/* Forward an item whose contributions are all here. */
+static void item_forward_complete(engine_t *eng, item_t *it)
 {
-    coll_t *c = it->coll;
-    job_t *job = it->job;
-    if (!c->armed || it->forwarded || it->narrived < it->nexpected)
+    coll_t *c = it->ci.coll;
+    job_t *job = it->ci.job;
+    if (it->forwarded || it->narrived < it->nexpected)
         return;
     it->forwarded = 1;
     if (c->stream == INCMOE_STREAM_ALLGATHER) {
-        item_multicast(eng, it, (int)it->root, it->contrib[it->root]);
+        item_forward(eng, it, it->contrib[it->root]);
         return;
     }
     it->out = job_alloc(&eng->members, job, it->length);
@@ -351,13 +337,18 @@ static void item_try_forward(engine_t *eng, item_t *it)
                  "switch out of memory for a reduction");
         return;
     }
-    if (reduce_pool_submit(&eng->pool, &it->task)) {
-        it->reducing = 1;
-        job->refs++;
-        return;
-    }
+    coll_item_hold(&it->ci); /* the reduction's, put by item_reduced */
+    if (reduce_pool_submit(&eng->pool, &it->task))
+        return; /* item_reduced runs from on_wake */
     item_compute(it);
-    item_forward_result(eng, it);
+    item_reduced(eng, it);
+}
+
+/* Forward a complete item if everyone has posted (else coll_arm will). */
+static void item_try_forward(engine_t *eng, item_t *it)
+{
+    if (it->ci.coll->armed)
+        item_forward_complete(eng, it);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -382,10 +373,11 @@ static int item_matches_post(engine_t *eng, job_t *job, coll_t *c, item_t *it)
     return 1;
 }
 
-/* Everyone has posted: forward every item that is complete already. */
+/* Everyone has posted: forward every item complete already, then arm the collective (an item
+   completing later forwards at once).  Arming last keeps the collective from being done, and
+   retired, while this walks its items: their forwards may complete inline. */
 static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
 {
-    c->armed = 1;
     c->remaining = 0;
     if (c->stream == INCMOE_STREAM_ALLREDUCE) {
         c->remaining = c->bytes[0];
@@ -396,20 +388,17 @@ static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
     for (item_t *it = c->items; it != NULL; it = it->next)
         if (!item_matches_post(eng, job, c, it))
             return;
-    /* Forwards may complete inline and free items: walk a snapshot, and hold c. */
-    c->holds++;
     item_t *it = c->items;
     while (it != NULL && job->state == JOB_ACTIVE) {
-        item_t *next = it->next;
-        item_try_forward(eng, it);
+        item_t *next = it->next; /* it may leave the list and go; the others stay */
+        item_forward_complete(eng, it);
         it = next;
     }
     if (job->state != JOB_ACTIVE)
-        return; /* job_fail() has freed c */
-    c->holds--;
+        return; /* job_fail() has dropped c */
+    c->armed = 1;
     engine_coll_check_done(eng, job, c);
 }
-
 /* The first POST or DATA describes the collective; the others must agree. */
 int engine_coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
                          const struct inc_wire_hdr *h)
@@ -520,38 +509,20 @@ static void item_arrived(engine_t *eng, item_t *it, int from)
 {
     it->arrived[from] = 1;
     it->narrived++;
-    if (it->coll != NULL && it->job->state == JOB_ACTIVE)
+    if (it->ci.coll != NULL && it->ci.job->state == JOB_ACTIVE)
         item_try_forward(eng, it);
 }
 
-typedef struct {
-    switch_rx_t rx; /* first: the server hands this back */
-    engine_t *eng;
-    item_t *it;
-    int from;
-} recv_arg_t;
-
-static void data_recv_cb(switch_rx_t *rx, ucs_status_t status)
+static void item_received(coll_item_t *ci, int from)
 {
-    recv_arg_t *ra = (recv_arg_t *)rx;
-    item_t *it = ra->it;
-    job_t *job = it->job;
-    engine_t *eng = ra->eng;
-    /* Fail the job while this receive still holds the item: dropping the collectives then
-       detaches it instead of freeing it under us. */
-    if (status != UCS_OK && job->state == JOB_ACTIVE)
-        job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, ra->from,
-                 "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
-    it->nreceiving--;
-    job->refs--;
-    if (job->state == JOB_ACTIVE && it->coll != NULL) {
-        item_arrived(eng, it, ra->from);
-        job_release(&eng->members, job); /* as in item_sent_cb */
-    } else if (it->coll == NULL && item_idle(it)) {
-        item_free_detached(eng, it);
-    }
-    free(ra);
+    item_arrived(((item_t *)ci)->eng, (item_t *)ci, from);
 }
+
+static const coll_item_ops_t item_ops = {
+    .arrived = item_received,
+    .sent = item_sent,
+    .release = item_release,
+};
 
 /* May this rank send this chunk: its role for the root, the chunking, its credits? */
 static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire_hdr *h)
@@ -606,9 +577,8 @@ static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_w
         free(it);
         return NULL;
     }
+    coll_item_init(&it->ci, &item_ops, job, c); /* the collective's hold: its list below */
     it->eng = eng;
-    it->coll = c;
-    it->job = job;
     it->root = h->root;
     it->chunk = h->chunk;
     it->offset = h->offset;
@@ -660,43 +630,25 @@ static item_t *item_for_data(engine_t *eng, job_t *job, coll_t *c, int me,
 /* Eager data UCX lets us keep: hold its buffer instead of copying it. */
 static ucs_status_t data_keep_eager(engine_t *eng, item_t *it, int me, void *data, size_t length)
 {
-    job_t *job = it->job;
+    job_t *job = it->ci.job;
     it->contrib[me] = data;
     it->ucx_owned[me] = 1;
     job_account(&eng->members, job, length);
-    job->inflight[me][it->coll->stream]++;
+    job->inflight[me][it->ci.coll->stream]++;
     eng->stats->bytes_in += length;
-    it->nreceiving++; /* a failure inside may detach the item: keep it until we know */
-    job->refs++;
+    coll_item_hold(&it->ci); /* its forward, or a failure, may take the item out of the table */
     item_arrived(eng, it, me);
-    it->nreceiving--;
-    job->refs--;
-    if ((it->coll != NULL && job->state == JOB_ACTIVE) || it->sends_pending > 0 || it->reducing)
-        return UCS_INPROGRESS; /* in use: released with the item */
-    /* Detached (the job failed, or it all went out at once): UCX takes its buffer back
-       when we return, so the item must not release it. */
+    if (coll_item_shared(&it->ci)) {
+        coll_item_put(&it->ci);
+        return UCS_INPROGRESS; /* the item lives on: its release gives the buffer back */
+    }
+    /* Ours was the last hold (the job failed, or it all went out at once): UCX takes its
+       buffer back when we return, so the item must not release it. */
     it->contrib[me] = NULL;
     it->ucx_owned[me] = 0;
     job_unaccount(&eng->members, job, length);
-    if (it->nreceiving == 0)
-        item_free_detached(eng, it);
+    coll_item_put(&it->ci);
     return UCS_OK;
-}
-
-/* Rendezvous data: receive it into the buffer already reserved for it. */
-static ucs_status_t data_receive(engine_t *eng, item_t *it, int me, void *desc, size_t length)
-{
-    job_t *job = it->job;
-    recv_arg_t *ra = malloc(sizeof(*ra));
-    if (ra == NULL) {
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
-        return UCS_ERR_NO_MEMORY;
-    }
-    *ra = (recv_arg_t){.rx = {.done = data_recv_cb}, .eng = eng, .it = it, .from = me};
-    it->nreceiving++;
-    job->refs++;
-    eng->tx.ops->recv_data(eng->tx.server, desc, it->contrib[me], length, &ra->rx);
-    return UCS_INPROGRESS;
 }
 
 static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
@@ -727,7 +679,7 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
     job->inflight[me][h->stream]++;
     eng->stats->bytes_in += length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
-        return data_receive(eng, it, me, data, length);
+        return coll_item_receive(&it->ci, me, data, it->contrib[me], length);
     memcpy(it->contrib[me], data, length);
     item_arrived(eng, it, me);
     return UCS_OK;

@@ -8,29 +8,10 @@
 #ifndef INCMOE_SWITCH_ENGINE_H
 #define INCMOE_SWITCH_ENGINE_H
 
+#include "coll_item.h"
 #include "engine_ops.h"
 #include "membership.h"
 #include "reduce_pool.h"
-
-/* One chunk of one window of one collective, and what the switch holds of it. */
-typedef struct item {
-    struct item *next;
-    struct engine *eng;
-    struct coll *coll;
-    job_t *job;
-    uint32_t root, chunk;
-    uint64_t offset, length, total;
-    int dtype, redop;   /* the collective's, for the reduction thread */
-    void **contrib;     /* [nranks]: received payloads, NULL while missing */
-    uint8_t *arrived;   /* [nranks]: payload complete (rendezvous may still be running) */
-    uint8_t *ucx_owned; /* [nranks]: contrib is UCX's eager buffer (release_data) */
-    int narrived, nexpected, nreceiving;
-    void *out;    /* reduction result (ReduceScatter, AllReduce) */
-    int reducing; /* in a reduction thread */
-    int sends_pending;
-    int forwarded; /* the result went out */
-    reduce_task_t task;
-} item_t;
 
 struct small;
 
@@ -47,12 +28,14 @@ typedef struct coll {
     uint8_t *posted; /* [nranks] */
     uint64_t *bytes; /* [nranks] announced by each rank's POST */
     int nposted;
-    int armed;          /* everyone posted: results may flow */
+    /* It may be done once remaining is 0.  Chunked: set when everyone has posted and the
+       items complete by then are forwarded (one completing later forwards at once); small:
+       when every SMALL_FWD completed; barrier: at the last POST. */
+    int armed;
     uint64_t remaining; /* bytes still to forward once armed */
     int done;
-    int holds;     /* code still walking it: forwards may complete inline */
-    double opened; /* when the first rank's POST or DATA opened it (progress timeout) */
-    item_t *items;
+    double opened;       /* when the first rank's POST or DATA opened it (progress timeout) */
+    struct item *items;  /* the chunked form's (engine.c), each holding a coll_item_t */
     int form;            /* COLL_FORM_* */
     struct small *small; /* the small form's state (small.c), else NULL */
 } coll_t;

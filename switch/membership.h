@@ -32,7 +32,8 @@ typedef struct job {
     int progress_timeout_ms;
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* ring neighbours prove they belong to the job */
     size_t mem_bound, mem_used, mem_peak;
-    int refs; /* sends (JOIN_ACK included), receives and reductions in flight */
+    int refs; /* JOIN_ACK sends in flight, and every hold on a collective's item but the
+                 collective's own (coll_item.c) */
     /* The engine's collective state. */
     uint32_t (*inflight)[INC_STREAM_COUNT]; /* [nranks][stream] DATA held */
     struct coll *colls[INC_STREAM_COUNT];

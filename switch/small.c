@@ -30,37 +30,25 @@
 #include <string.h>
 
 typedef struct small {
+    coll_item_t ci; /* first: its lifetime (coll_item.c), its job and its collective */
     engine_t *eng;
-    job_t *job;
-    coll_t *coll;     /* NULL once the collective is gone */
     uint64_t *table;  /* [nranks] window sizes, from the first checked SMALL */
     void **in;        /* [nranks] each rank's SMALL payload (job memory) */
     size_t *in_len;   /* [nranks] */
     uint8_t *arrived; /* [nranks] payload complete and checked */
     int narrived;
-    int nreceiving;    /* rendezvous receives (and checks) still using the buffers */
-    int sends_pending; /* SMALL_FWDs not yet completed */
-    void *out;         /* the results */
+    void *out; /* the results */
     size_t out_len;
 } small_t;
 
-typedef struct {
-    switch_rx_t rx; /* first: the server hands this back */
-    small_t *s;
-    int from;
-} small_recv_t;
-
-static int small_idle(const small_t *s)
+/* The state's last hold is gone (coll_item.c): the one place it is freed. */
+static void small_release(coll_item_t *ci)
 {
-    return s->nreceiving == 0 && s->sends_pending == 0;
-}
-
-static void small_free(small_t *s)
-{
+    small_t *s = (small_t *)ci;
     membership_t *m = &s->eng->members;
-    for (int r = 0; r < s->job->nranks; r++)
-        job_free_mem(m, s->job, s->in[r], s->in_len[r]);
-    job_free_mem(m, s->job, s->out, s->out_len);
+    for (int r = 0; r < ci->job->nranks; r++)
+        job_free_mem(m, ci->job, s->in[r], s->in_len[r]);
+    job_free_mem(m, ci->job, s->out, s->out_len);
     free(s->table);
     free(s->in);
     free(s->in_len);
@@ -68,24 +56,22 @@ static void small_free(small_t *s)
     free(s);
 }
 
-/* The last user of a detached state just finished: free it and maybe its job. */
-static void small_free_detached(small_t *s)
-{
-    job_t *job = s->job;
-    membership_t *m = &s->eng->members;
-    small_free(s);
-    job_release(m, job);
-}
-
 void small_detach(engine_t *eng, coll_t *c)
 {
     (void)eng;
     small_t *s = c->small;
     c->small = NULL;
-    s->coll = NULL;
-    if (small_idle(s))
-        small_free(s); /* else the last receive or send frees it */
+    coll_item_leave(&s->ci); /* the last receive or send frees it, if one is out */
 }
+
+static void small_received(coll_item_t *ci, int from);
+static void small_sent(coll_item_t *ci);
+
+static const coll_item_ops_t small_ops = {
+    .arrived = small_received,
+    .sent = small_sent,
+    .release = small_release,
+};
 
 static small_t *small_new(engine_t *eng, job_t *job, coll_t *c)
 {
@@ -103,9 +89,8 @@ static small_t *small_new(engine_t *eng, job_t *job, coll_t *c)
         free(s);
         return NULL;
     }
+    coll_item_init(&s->ci, &small_ops, job, c); /* the collective's hold: c->small below */
     s->eng = eng;
-    s->job = job;
-    s->coll = c;
     c->small = s;
     return s;
 }
@@ -124,7 +109,7 @@ static void window_offsets(const uint64_t *table, int n, uint64_t *off)
 /* Build every result into s->out (the contributions are all in and checked). */
 static int small_build(small_t *s, coll_t *c)
 {
-    const int n = s->job->nranks;
+    const int n = s->ci.job->nranks;
     const size_t hdr = 8 * (size_t)n;
     uint64_t off[INCMOE_MAX_RANKS + 1];
     window_offsets(s->table, n, off);
@@ -135,7 +120,7 @@ static int small_build(small_t *s, coll_t *c)
         s->out_len = (size_t)total;
     else
         s->out_len = (size_t)s->table[0];
-    s->out = job_alloc(&s->eng->members, s->job, s->out_len);
+    s->out = job_alloc(&s->eng->members, s->ci.job, s->out_len);
     if (s->out == NULL) {
         s->out_len = 0;
         return 0;
@@ -180,34 +165,23 @@ static int small_build(small_t *s, coll_t *c)
 }
 
 /* Every SMALL_FWD went out: the collective is done. */
-static void small_sent_cb(void *arg, ucs_status_t status)
+static void small_sent(coll_item_t *ci)
 {
-    (void)status;
-    small_t *s = arg;
-    job_t *job = s->job;
+    small_t *s = (small_t *)ci;
     engine_t *eng = s->eng;
-    s->sends_pending--;
-    job->refs--;
-    if (s->sends_pending > 0)
-        return;
-    coll_t *c = s->coll;
-    if (c != NULL && job->state == JOB_ACTIVE) {
-        job_free_mem(&eng->members, job, s->out, s->out_len);
-        s->out = NULL;
-        s->out_len = 0;
-        c->remaining = 0;
-        engine_coll_check_done(eng, job, c); /* may retire c, and free s with it */
-        job_release(&eng->members, job);     /* as in engine.c's item_sent_cb */
-    } else if (c == NULL && small_idle(s)) {
-        small_free_detached(s);
-    }
+    coll_t *c = ci->coll;
+    job_free_mem(&eng->members, ci->job, s->out, s->out_len);
+    s->out = NULL;
+    s->out_len = 0;
+    c->armed = 1;
+    engine_coll_check_done(eng, ci->job, c); /* may retire c, and take s out of it */
 }
 
 /* All N are in: build the results, free the contributions, send each rank its slice. */
 static void small_complete(small_t *s, coll_t *c)
 {
     engine_t *eng = s->eng;
-    job_t *job = s->job;
+    job_t *job = s->ci.job;
     const int n = job->nranks;
     if (!small_build(s, c)) {
         job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, 0,
@@ -223,35 +197,28 @@ static void small_complete(small_t *s, coll_t *c)
     }
     uint64_t off[INCMOE_MAX_RANKS + 1];
     window_offsets(s->table, n, off);
-    c->armed = 1;
-    c->remaining = 1; /* until every SMALL_FWD completed */
-    /* Hold across the sends: one may complete inline. */
-    s->sends_pending++;
-    job->refs++;
+    const incmoe_stream_t stream = (incmoe_stream_t)c->stream;
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
+    h.stream = (uint8_t)stream;
+    h.epoch = c->epoch;
+    h.sig = c->sig;
+    h.dtype = (uint8_t)c->dtype;
+    h.redop = (uint8_t)c->redop;
+    s->ci.sending = n;
+    coll_item_hold(&s->ci); /* the sends may all complete inline, retire c and free s */
     for (int r = 0; r < n; r++) {
         /* AllGather: rank r's others start at block r+1; ReduceScatter: its own block. */
-        uint64_t at = c->stream == INCMOE_STREAM_ALLGATHER       ? off[r + 1]
-                      : c->stream == INCMOE_STREAM_REDUCESCATTER ? off[r]
-                                                                 : 0;
-        uint64_t len = inc_wire_small_result_length((incmoe_stream_t)c->stream, s->table, n, r);
-        struct inc_wire_hdr h;
-        inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
-        h.stream = (uint8_t)c->stream;
-        h.epoch = c->epoch;
+        uint64_t at = stream == INCMOE_STREAM_ALLGATHER       ? off[r + 1]
+                      : stream == INCMOE_STREAM_REDUCESCATTER ? off[r]
+                                                              : 0;
         h.rank = (uint32_t)r;
-        h.length = len;
-        h.total = len;
-        h.sig = c->sig;
-        h.dtype = (uint8_t)c->dtype;
-        h.redop = (uint8_t)c->redop;
-        s->sends_pending++;
-        job->refs++;
-        eng->stats->bytes_out += len;
+        h.length = inc_wire_small_result_length(stream, s->table, n, r);
+        h.total = h.length;
         /* It carries the rank's credit: a result, ahead of multicast copies. */
-        eng->tx.ops->send_data(eng->tx.server, job->conns[r], EGRESS_RESULT, &h,
-                               (const char *)s->out + at, (size_t)len, small_sent_cb, s);
+        coll_item_send(&s->ci, job->conns[r], EGRESS_RESULT, &h, (const char *)s->out + at);
     }
-    small_sent_cb(s, UCS_OK);
+    coll_item_put(&s->ci);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -261,7 +228,7 @@ static void small_complete(small_t *s, coll_t *c)
 static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
 {
     engine_t *eng = s->eng;
-    job_t *job = s->job;
+    job_t *job = s->ci.job;
     const int n = job->nranks;
     const char *what = inc_wire_stream_name(c->stream);
     const unsigned long long epoch = (unsigned long long)c->epoch;
@@ -328,39 +295,18 @@ static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
 /* Rank me's payload is in: check it, and complete the collective if it was the last. */
 static void small_arrived(small_t *s, int me, uint64_t total)
 {
-    coll_t *c = s->coll;
+    coll_t *c = s->ci.coll;
     if (!small_check(s, c, me, total))
         return;
     s->arrived[me] = 1;
-    if (++s->narrived == s->job->nranks)
+    if (++s->narrived == s->ci.job->nranks)
         small_complete(s, c);
 }
 
-static void small_recv_cb(switch_rx_t *rx, ucs_status_t status)
+static void small_received(coll_item_t *ci, int from)
 {
-    small_recv_t *ra = (small_recv_t *)rx;
-    small_t *s = ra->s;
-    job_t *job = s->job;
-    engine_t *eng = s->eng;
-    /* Fail while this receive still holds s: dropping the collective then detaches it. */
-    if (status != UCS_OK && job->state == JOB_ACTIVE)
-        job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, ra->from,
-                 "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
-    if (job->state == JOB_ACTIVE && s->coll != NULL) {
-        /* The header's total was checked against the collective's bytes on arrival. */
-        small_arrived(s, ra->from, s->coll->bytes[ra->from]);
-        job->refs--;
-        s->nreceiving--;
-        if (s->coll == NULL && small_idle(s))
-            small_free(s);
-        job_release(&eng->members, job);
-    } else {
-        job->refs--;
-        s->nreceiving--;
-        if (s->coll == NULL && small_idle(s))
-            small_free_detached(s);
-    }
-    free(ra);
+    /* The header's total was checked against the collective's bytes on arrival. */
+    small_arrived((small_t *)ci, from, ci->coll->bytes[from]);
 }
 
 ucs_status_t small_on_message(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
@@ -404,24 +350,11 @@ ucs_status_t small_on_message(engine_t *eng, job_t *job, conn_t *conn, const str
         job->all_posted_at[c->stream] = inc_now_s();
     job->inflight[me][h->stream]++;
     eng->stats->bytes_in += length;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        small_recv_t *ra = malloc(sizeof(*ra));
-        if (ra == NULL) {
-            job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
-            return UCS_ERR_NO_MEMORY;
-        }
-        *ra = (small_recv_t){.rx = {.done = small_recv_cb}, .s = s, .from = me};
-        s->nreceiving++;
-        job->refs++;
-        eng->tx.ops->recv_data(eng->tx.server, data, buf, length, &ra->rx);
-        return UCS_INPROGRESS;
-    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        return coll_item_receive(&s->ci, me, data, buf, length);
     memcpy(buf, data, length);
-    /* A failure inside detaches s: hold it until we know. */
-    s->nreceiving++;
+    coll_item_hold(&s->ci); /* completing may retire the collective and take s out of it */
     small_arrived(s, me, h->total);
-    s->nreceiving--;
-    if (s->coll == NULL && small_idle(s))
-        small_free_detached(s);
+    coll_item_put(&s->ci);
     return UCS_OK;
 }
