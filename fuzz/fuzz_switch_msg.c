@@ -36,6 +36,7 @@
  * and kept UCX buffer is gone.
  */
 #include "switch/demux.h"
+#include "switch/coll_table.h"
 #include "switch/engine.h"
 #include "base/clock.h"
 #include "base/log.h"

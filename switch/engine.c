@@ -1,31 +1,34 @@
 /*
  * engine.c - the switch engine: POST, DATA, FWD, CREDIT and DONE.
  *
- * Each collective (stream, epoch) of a job is a coll_t; each chunk of a
- * window is an item_t that collects the contributions it needs (AllGather:
- * the root's block; ReduceScatter: the N-1 partials of everyone but the
- * root; AllReduce: all N).  Once every rank has POSTed the collective (so
- * every receiver knows where results go), a complete item is forwarded at
- * once: multicast to the N-1 others, reduced in rank order and sent to the
- * root, or reduced and multicast.  All roots and all chunks proceed
- * independently, so the N rooted reductions of a ReduceScatter run
- * concurrently.  When the forward completes the item leaves its collective
- * and the contributors get their credits back.  An item lives by the rule of
- * coll_item.c: its collective, each send, receive and reduction hold it.
+ * Each collective (stream, epoch) of a job is a coll_t of the job's table
+ * (coll_table.c); in the chunked form each chunk of a window is an item_t
+ * that collects the contributions it needs (AllGather: the root's block;
+ * ReduceScatter: the N-1 partials of everyone but the root; AllReduce: all
+ * N).  Once every rank has POSTed the collective (so every receiver knows
+ * where results go), a complete item is forwarded at once: multicast to the
+ * N-1 others, reduced in rank order and sent to the root, or reduced and
+ * multicast.  All roots and all chunks proceed independently, so the N
+ * rooted reductions of a ReduceScatter run concurrently.  When the forward
+ * completes the item leaves its collective and the contributors get their
+ * credits back.  An item lives by the rule of coll_item.c: its collective,
+ * each send, receive and reduction hold it.
  *
- * Small collectives (one SMALL in per rank, one SMALL_FWD out) are small.c's.
+ * Small collectives (one SMALL in per rank, one SMALL_FWD out) are small.c's,
+ * the other form of a collective; on_message below hands it their messages.
  *
  * Anything malformed, out of range or inconsistent fails the job with a
  * reason sent to every rank, never the switch: other jobs carry on.
  */
 #include "engine.h"
+#include "coll_item.h"
+#include "coll_table.h"
 #include "small.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/reduce.h"
 
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,8 +50,6 @@ typedef struct item {
     int forwarded; /* its result went out */
     reduce_task_t task;
 } item_t;
-
-static void item_try_forward(engine_t *eng, item_t *it);
 
 static void send_control(engine_t *eng, conn_t *conn, const struct inc_wire_hdr *h)
 {
@@ -83,121 +84,37 @@ static void item_release(coll_item_t *ci)
 static void item_unlink(item_t *it)
 {
     coll_t *c = it->ci.coll;
-    for (item_t **pp = &c->items; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == it) {
-            *pp = it->next;
-            break;
-        }
-    }
+    item_t *prev = NULL;
+    for (item_t *p = c->state; p != NULL && p != it; p = p->next)
+        prev = p;
+    if (prev != NULL)
+        prev->next = it->next;
+    else
+        c->state = it->next;
     coll_item_leave(&it->ci);
 }
 
-static void coll_free(engine_t *eng, coll_t *c)
+/* The collective is going: each item leaves it, and lives on while a send, receive or
+   reduction still holds it. */
+static void chunked_detach(coll_t *c)
 {
-    /* Each item leaves; those a send, receive or reduction still holds live until it ends. */
-    while (c->items != NULL) {
-        item_t *it = c->items;
-        c->items = it->next;
+    while (c->state != NULL) {
+        item_t *it = c->state;
+        c->state = it->next;
         coll_item_leave(&it->ci);
     }
-    if (c->small != NULL)
-        small_detach(eng, c);
-    free(c->posted);
-    free(c->bytes);
-    free(c);
 }
+
+static const coll_form_t chunked_form = {
+    .what = "in chunks (POST/DATA)",
+    .detach = chunked_detach,
+};
 
 /* Membership retires a job: its collectives go. */
 static void drop_collectives(void *engine, job_t *job)
 {
-    for (int s = 0; s < INC_STREAM_COUNT; s++) {
-        while (job->colls[s] != NULL) {
-            coll_t *c = job->colls[s];
-            job->colls[s] = c->next;
-            coll_free(engine, c);
-        }
-    }
-}
-
-/* Fail the job if a rank has left: a new collective could never complete. */
-static int job_all_present(engine_t *eng, job_t *job, int stream, uint64_t epoch)
-{
-    for (int r = 0; job->nleft > 0 && r < job->nranks; r++) {
-        if (job->conns[r] != NULL && job->conns[r]->left) {
-            job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, r,
-                     "rank %d left the job; %s epoch %llu can never complete", r,
-                     inc_wire_stream_name(stream), (unsigned long long)epoch);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static coll_t *coll_new(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch)
-{
-    coll_t *c = calloc(1, sizeof(*c));
-    if (c != NULL) {
-        c->posted = calloc((size_t)job->nranks, 1);
-        c->bytes = calloc((size_t)job->nranks, sizeof(uint64_t));
-    }
-    if (c == NULL || c->posted == NULL || c->bytes == NULL) {
-        if (c != NULL) {
-            free(c->posted);
-            free(c->bytes);
-        }
-        free(c);
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, conn->rank, "switch out of memory");
-        return NULL;
-    }
-    c->stream = stream;
-    c->epoch = epoch;
-    c->opened = inc_now_s();
-    /* Keep the list in epoch order: retirement walks it from the front. */
-    coll_t **pp = &job->colls[stream];
-    while (*pp != NULL && (*pp)->epoch < epoch)
-        pp = &(*pp)->next;
-    c->next = *pp;
-    *pp = c;
-    return c;
-}
-
-/* The collective (stream, epoch), opened if it is new and within the window; NULL (the job
-   failed) if it cannot be. */
-coll_t *engine_coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch)
-{
-    for (coll_t *c = job->colls[stream]; c != NULL; c = c->next)
-        if (c->epoch == epoch)
-            return c;
-    if (epoch <= job->retired[stream] || epoch > job->retired[stream] + INCMOE_WIRE_OPEN_EPOCHS) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
-                "rank %d sent %s epoch %llu; open epochs are %llu..%llu", conn->rank,
-                inc_wire_stream_name(stream), (unsigned long long)epoch,
-                (unsigned long long)job->retired[stream] + 1,
-                (unsigned long long)job->retired[stream] + INCMOE_WIRE_OPEN_EPOCHS);
-        return NULL;
-    }
-    if (!job_all_present(eng, job, stream, epoch))
-        return NULL;
-    return coll_new(eng, job, conn, stream, epoch);
-}
-
-static void coll_retire(engine_t *eng, job_t *job, int stream)
-{
-    while (job->colls[stream] != NULL && job->colls[stream]->done &&
-           job->colls[stream]->epoch == job->retired[stream] + 1) {
-        coll_t *c = job->colls[stream];
-        job->colls[stream] = c->next;
-        job->retired[stream] = c->epoch;
-        coll_free(eng, c);
-    }
-}
-
-void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c)
-{
-    if (c->armed && c->remaining == 0 && !c->done) {
-        c->done = 1;
-        coll_retire(eng, job, c->stream);
-    }
+    (void)engine;
+    coll_drop_job(job);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -230,25 +147,12 @@ static void item_forwarded(engine_t *eng, item_t *it)
     item_return_credits(eng, it);
     c->remaining -= it->length;
     item_unlink(it); /* the item may be gone now */
-    engine_coll_check_done(eng, job, c);
+    coll_check_done(job, c);
 }
 
 static void item_sent(coll_item_t *ci)
 {
     item_forwarded(((item_t *)ci)->eng, (item_t *)ci);
-}
-
-/* Does rank r get root's result? */
-static int item_receives(int stream, int r, uint32_t root)
-{
-    switch (stream) {
-    case INCMOE_STREAM_ALLGATHER:
-        return r != (int)root;
-    case INCMOE_STREAM_REDUCESCATTER:
-        return r == (int)root;
-    default:
-        return 1;
-    }
 }
 
 /* Send payload, the item's result, to every rank that gets it.  The sends are counted before
@@ -259,17 +163,18 @@ static void item_forward(engine_t *eng, item_t *it, const void *payload)
 {
     job_t *job = it->ci.job;
     const coll_t *c = it->ci.coll;
-    const int stream = c->stream;
+    const coll_stream_t *kind = &coll_streams[c->stream];
+    const int root = (int)it->root;
     int n = 0;
     for (int r = 0; r < job->nranks; r++)
-        n += item_receives(stream, r, it->root);
+        n += kind->receives(r, root, job->nranks);
     if (n == 0) { /* an AllGather of one rank */
         item_forwarded(eng, it);
         return;
     }
     struct inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
-    h.stream = (uint8_t)stream;
+    h.stream = (uint8_t)c->stream;
     h.epoch = c->epoch;
     h.root = it->root;
     h.offset = it->offset;
@@ -278,12 +183,12 @@ static void item_forward(engine_t *eng, item_t *it, const void *payload)
     h.chunk = it->chunk;
     h.dtype = (uint8_t)c->dtype;
     h.redop = (uint8_t)c->redop;
-    /* Results unblock the contributors' credits: they overtake multicast copies. */
-    egress_class_t cls = stream == INCMOE_STREAM_ALLGATHER ? EGRESS_FORWARD : EGRESS_RESULT;
+    /* Reductions unblock the contributors' credits: they overtake multicast copies. */
+    egress_class_t cls = kind->reduces ? EGRESS_RESULT : EGRESS_FORWARD;
     it->ci.sending = n;
     coll_item_hold(&it->ci); /* and may free the item: keep it until the last is posted */
     for (int r = 0; r < job->nranks; r++) {
-        if (!item_receives(stream, r, it->root))
+        if (!kind->receives(r, root, job->nranks))
             continue;
         h.rank = (uint32_t)r;
         coll_item_send(&it->ci, job->conns[r], cls, &h, payload);
@@ -327,7 +232,7 @@ static void item_forward_complete(engine_t *eng, item_t *it)
     if (it->forwarded || it->narrived < it->nexpected)
         return;
     it->forwarded = 1;
-    if (c->stream == INCMOE_STREAM_ALLGATHER) {
+    if (!coll_streams[c->stream].reduces) {
         item_forward(eng, it, it->contrib[it->root]);
         return;
     }
@@ -354,10 +259,10 @@ static void item_try_forward(engine_t *eng, item_t *it)
 /* ------------------------------------------------------------------------ */
 /* POST                                                                      */
 
-/* Is an item consistent with what its root announced? */
+/* Is an item consistent with what its root (with a shared window, every rank) announced? */
 static int item_matches_post(engine_t *eng, job_t *job, coll_t *c, item_t *it)
 {
-    int owner = c->stream == INCMOE_STREAM_ALLREDUCE ? -1 : (int)it->root;
+    int owner = coll_streams[c->stream].shared_window ? -1 : (int)it->root;
     for (int r = 0; r < job->nranks; r++) {
         if (!c->posted[r] || (owner >= 0 && r != owner))
             continue;
@@ -379,16 +284,16 @@ static int item_matches_post(engine_t *eng, job_t *job, coll_t *c, item_t *it)
 static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
 {
     c->remaining = 0;
-    if (c->stream == INCMOE_STREAM_ALLREDUCE) {
+    if (coll_streams[c->stream].shared_window) {
         c->remaining = c->bytes[0];
     } else {
         for (int r = 0; r < job->nranks; r++)
             c->remaining += c->bytes[r];
     }
-    for (item_t *it = c->items; it != NULL; it = it->next)
+    for (item_t *it = c->state; it != NULL; it = it->next)
         if (!item_matches_post(eng, job, c, it))
             return;
-    item_t *it = c->items;
+    item_t *it = c->state;
     while (it != NULL && job->state == JOB_ACTIVE) {
         item_t *next = it->next; /* it may leave the list and go; the others stay */
         item_forward_complete(eng, it);
@@ -397,50 +302,7 @@ static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
     if (job->state != JOB_ACTIVE)
         return; /* job_fail() has dropped c */
     c->armed = 1;
-    engine_coll_check_done(eng, job, c);
-}
-/* The first POST or DATA describes the collective; the others must agree. */
-int engine_coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
-                         const struct inc_wire_hdr *h)
-{
-    if (!c->has_desc) {
-        c->has_desc = 1;
-        c->sig = h->sig;
-        c->dtype = h->dtype;
-        c->redop = h->redop;
-        return 1;
-    }
-    if (c->dtype != h->dtype || c->redop != h->redop) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
-                "ranks disagree on %s epoch %llu: rank %d has %s %s, others %s %s",
-                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
-                incmoe_dtype_name(h->dtype), incmoe_redop_name(h->redop),
-                incmoe_dtype_name(c->dtype), incmoe_redop_name(c->redop));
-        return 0;
-    }
-    if (c->sig != h->sig) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
-                "ranks disagree on %s epoch %llu: rank %d's byte counts differ from the others'",
-                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank);
-        return 0;
-    }
-    return 1;
-}
-
-/* The first message of a collective sets its form; a message of the other form is a rank
-   that describes the collective differently. */
-int engine_coll_form(engine_t *eng, job_t *job, conn_t *conn, coll_t *c, int form)
-{
-    if (c->form == COLL_FORM_NONE)
-        c->form = form;
-    if (c->form == form)
-        return 1;
-    JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
-            "ranks disagree on %s epoch %llu: rank %d sent it %s, others %s",
-            inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
-            form == COLL_FORM_SMALL ? "small (SMALL)" : "in chunks (POST/DATA)",
-            form == COLL_FORM_SMALL ? "in chunks (POST/DATA)" : "small (SMALL)");
-    return 0;
+    coll_check_done(job, c);
 }
 
 /* A barrier completes when the last rank posts it: everyone hears DONE. */
@@ -449,23 +311,23 @@ static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
     for (int r = 0; r < job->nranks; r++) {
         struct inc_wire_hdr d;
         inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
-        d.stream = INCMOE_STREAM_BARRIER;
+        d.stream = (uint8_t)c->stream;
         d.epoch = c->epoch;
         send_control(eng, job->conns[r], &d);
     }
     c->armed = 1;
-    engine_coll_check_done(eng, job, c);
+    coll_check_done(job, c);
 }
 
-/* An AllReduce needs the same window from every rank. */
-static int allreduce_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
+/* A shared window (AllReduce) has the same size on every rank. */
+static int window_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
 {
     for (int r = 1; r < job->nranks; r++) {
         if (c->bytes[r] != c->bytes[0]) {
             JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, r,
-                    "allreduce epoch %llu: rank %d has %llu bytes, rank 0 has %llu",
-                    (unsigned long long)c->epoch, r, (unsigned long long)c->bytes[r],
-                    (unsigned long long)c->bytes[0]);
+                    "%s epoch %llu: rank %d has %llu bytes, rank 0 has %llu",
+                    inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, r,
+                    (unsigned long long)c->bytes[r], (unsigned long long)c->bytes[0]);
             return 0;
         }
     }
@@ -474,29 +336,21 @@ static int allreduce_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
 
 static void on_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h)
 {
-    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
-    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h))
+    const coll_stream_t *kind = &coll_streams[h->stream];
+    coll_t *c = coll_get(&eng->members, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(&eng->members, job, conn, c, h))
         return;
-    if (h->stream != INCMOE_STREAM_BARRIER &&
-        !engine_coll_form(eng, job, conn, c, COLL_FORM_NORMAL))
+    if (kind->data && !coll_set_form(&eng->members, job, conn, c, &chunked_form))
         return;
-    if (c->posted[conn->rank]) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
-                "rank %d posted %s epoch %llu twice", conn->rank, inc_wire_stream_name(h->stream),
-                (unsigned long long)h->epoch);
+    if (!coll_unposted(&eng->members, job, c, conn->rank, "posted"))
         return;
-    }
-    c->posted[conn->rank] = 1;
-    c->bytes[conn->rank] = h->total;
-    c->nposted++;
-    if (c->nposted < job->nranks)
-        return;
-    job->all_posted_at[c->stream] = inc_now_s();
-    if (c->stream == INCMOE_STREAM_BARRIER) {
+    if (!coll_post(job, c, conn->rank, h->total))
+        return; /* others have yet to post */
+    if (!kind->data) {
         barrier_complete(eng, job, c);
         return;
     }
-    if (c->stream == INCMOE_STREAM_ALLREDUCE && !allreduce_sizes_agree(eng, job, c))
+    if (kind->shared_window && !window_sizes_agree(eng, job, c))
         return;
     coll_arm(eng, job, c);
 }
@@ -529,10 +383,8 @@ static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire
 {
     const int stream = h->stream;
     const uint64_t chunk = eng->set->chunk_size;
-    if ((stream == INCMOE_STREAM_ALLGATHER && h->root != (uint32_t)me) ||
-        (stream == INCMOE_STREAM_REDUCESCATTER &&
-         (h->root == (uint32_t)me || h->root >= (uint32_t)job->nranks)) ||
-        (stream == INCMOE_STREAM_ALLREDUCE && h->root != 0)) {
+    if (h->root >= (uint32_t)job->nranks ||
+        !coll_streams[stream].contributes(me, (int)h->root, job->nranks)) {
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent %s data for root %u", me,
                 inc_wire_stream_name(stream), h->root);
         return 0;
@@ -546,18 +398,7 @@ static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire
                 (unsigned long long)h->total, (unsigned long long)chunk);
         return 0;
     }
-    return engine_credit_left(eng, job, me, stream);
-}
-
-int engine_credit_left(engine_t *eng, job_t *job, int me, int stream)
-{
-    if (job->inflight[me][stream] >= eng->set->credits) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
-                "rank %d exceeded its %u credits on %s", me, eng->set->credits,
-                inc_wire_stream_name(stream));
-        return 0;
-    }
-    return 1;
+    return coll_credit_left(&eng->members, job, me, stream);
 }
 
 static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_wire_hdr *h)
@@ -586,11 +427,10 @@ static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_w
     it->total = h->total;
     it->dtype = c->dtype;
     it->redop = c->redop;
-    it->nexpected = c->stream == INCMOE_STREAM_ALLGATHER       ? 1
-                    : c->stream == INCMOE_STREAM_REDUCESCATTER ? job->nranks - 1
-                                                               : job->nranks;
-    it->next = c->items;
-    c->items = it;
+    for (int r = 0; r < job->nranks; r++)
+        it->nexpected += coll_streams[c->stream].contributes(r, (int)h->root, job->nranks);
+    it->next = c->state;
+    c->state = it;
     return it;
 }
 
@@ -600,7 +440,7 @@ static item_t *item_for_data(engine_t *eng, job_t *job, coll_t *c, int me,
                              const struct inc_wire_hdr *h, ucs_status_t *st)
 {
     *st = UCS_ERR_INVALID_PARAM;
-    item_t *it = c->items;
+    item_t *it = c->state;
     while (it != NULL && !(it->root == h->root && it->chunk == h->chunk))
         it = it->next;
     if (it == NULL) {
@@ -657,9 +497,9 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
     const int me = conn->rank;
     if (!data_allowed(eng, job, me, h))
         return UCS_ERR_INVALID_PARAM;
-    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
-    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h) ||
-        !engine_coll_form(eng, job, conn, c, COLL_FORM_NORMAL))
+    coll_t *c = coll_get(&eng->members, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(&eng->members, job, conn, c, h) ||
+        !coll_set_form(&eng->members, job, conn, c, &chunked_form))
         return UCS_ERR_INVALID_PARAM;
     ucs_status_t st;
     item_t *it = item_for_data(eng, job, c, me, h, &st);
@@ -688,20 +528,10 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
 /* ------------------------------------------------------------------------ */
 /* message handling                                                         */
 
-/* A collective others have started that rank r has not posted, or NULL. */
-static const coll_t *job_collective_owed(const job_t *job, int r)
-{
-    for (int s = 0; s < INC_STREAM_COUNT; s++)
-        for (const coll_t *c = job->colls[s]; c != NULL; c = c->next)
-            if (!c->done && !c->posted[r])
-                return c;
-    return NULL;
-}
-
 /* Leaving is orderly only if nobody still waits on this rank. */
 static void on_leave(engine_t *eng, job_t *job, conn_t *conn)
 {
-    const coll_t *owed = job_collective_owed(job, conn->rank);
+    const coll_t *owed = coll_owed(job, conn->rank);
     if (owed != NULL) {
         job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, conn->rank,
                  "rank %d left the job without posting %s epoch %llu", conn->rank,
@@ -735,7 +565,7 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
     case WIRE_MSG_DATA:
         return on_data(eng, job, conn, h, data, length, param);
     case WIRE_MSG_SMALL:
-        return small_on_message(eng, job, conn, h, data, length, param);
+        return small_on_message(&eng->members, job, conn, h, data, length, param);
     default:
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
                 "rank %d sent %s, which ranks never send", conn->rank, inc_wire_msg_name(h->msg));
@@ -778,45 +608,6 @@ static void on_wake(void *engine)
     }
 }
 
-/*
- * The progress timeout.  Every rank posts a stream in epoch order, so the
- * stream's oldest collective still missing a POST is the one its laggards
- * owe, and they owe it only since it was opened and the collective before it
- * had every POST (a rank may post far ahead of the others; the others are
- * not late for what they could not yet reach).  Past the bound, the job
- * fails naming (up to 8 of) the ranks that did not post.
- */
-static void stream_check_progress(engine_t *eng, job_t *job, int stream, double now)
-{
-    const coll_t *c = job->colls[stream];
-    while (c != NULL && c->nposted == job->nranks)
-        c = c->next;
-    if (c == NULL)
-        return;
-    const double bound_s = job->progress_timeout_ms / 1000.0;
-    double since = c->opened > job->all_posted_at[stream] ? c->opened : job->all_posted_at[stream];
-    if (now - since <= bound_s)
-        return;
-    char ranks[96] = "";
-    size_t len = 0;
-    int missing = 0, first = -1;
-    for (int r = 0; r < job->nranks; r++) {
-        if (c->posted[r])
-            continue;
-        if (first < 0)
-            first = r;
-        if (missing < 8)
-            len +=
-                (size_t)snprintf(ranks + len, sizeof(ranks) - len, "%s%d", missing ? ", " : "", r);
-        missing++;
-    }
-    if (missing > 8)
-        snprintf(ranks + len, sizeof(ranks) - len, " and %d more", missing - 8);
-    job_fail(&eng->members, job, INCMOE_ERR_TIMEOUT, first,
-             "%s epoch %llu: rank%s %s did not post within %.1f s", inc_wire_stream_name(stream),
-             (unsigned long long)c->epoch, missing > 1 ? "s" : "", ranks, bound_s);
-}
-
 /* The progress timeouts, checked a few times a second over every active job's streams. */
 static void check_progress(engine_t *eng)
 {
@@ -827,10 +618,7 @@ static void check_progress(engine_t *eng)
     job_t *next;
     for (job_t *job = eng->members.jobs; job != NULL; job = next) {
         next = job->next; /* a failed job moves to the orphans */
-        if (job->progress_timeout_ms <= 0)
-            continue; /* 0: the job waits for ever */
-        for (int s = 0; s < INC_STREAM_COUNT && job->state == JOB_ACTIVE; s++)
-            stream_check_progress(eng, job, s, now);
+        coll_check_progress(&eng->members, job, now);
     }
 }
 

@@ -2,8 +2,8 @@
  * membership.h - the switch's jobs: who joined, the
  * job table, memory admission against --max-memory and per-job accounting,
  * liveness (heartbeats, timeouts), failure and retirement.  The collectives
- * of a job are the engine's; membership only asks the engine to drop them
- * when the job retires.
+ * of a job are the collective table's (coll_table.c); membership only asks
+ * the engine to drop them when the job retires.
  */
 #ifndef INCMOE_SWITCH_MEMBERSHIP_H
 #define INCMOE_SWITCH_MEMBERSHIP_H
@@ -34,7 +34,7 @@ typedef struct job {
     size_t mem_bound, mem_used, mem_peak;
     int refs; /* JOIN_ACK sends in flight, and every hold on a collective's item but the
                  collective's own (coll_item.c) */
-    /* The engine's collective state. */
+    /* The collective table's (coll_table.c). */
     uint32_t (*inflight)[INC_STREAM_COUNT]; /* [nranks][stream] DATA held */
     struct coll *colls[INC_STREAM_COUNT];
     uint64_t retired[INC_STREAM_COUNT];     /* every epoch <= this is finished */

@@ -23,15 +23,15 @@
  * collectives whose results are still going out.
  */
 #include "small.h"
-#include "base/clock.h"
+#include "coll_item.h"
+#include "coll_table.h"
 #include "base/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct small {
-    coll_item_t ci; /* first: its lifetime (coll_item.c), its job and its collective */
-    engine_t *eng;
+    coll_item_t ci;   /* first: its lifetime (coll_item.c), its job and its collective */
     uint64_t *table;  /* [nranks] window sizes, from the first checked SMALL */
     void **in;        /* [nranks] each rank's SMALL payload (job memory) */
     size_t *in_len;   /* [nranks] */
@@ -45,7 +45,7 @@ typedef struct small {
 static void small_release(coll_item_t *ci)
 {
     small_t *s = (small_t *)ci;
-    membership_t *m = &s->eng->members;
+    membership_t *m = ci->job->members;
     for (int r = 0; r < ci->job->nranks; r++)
         job_free_mem(m, ci->job, s->in[r], s->in_len[r]);
     job_free_mem(m, ci->job, s->out, s->out_len);
@@ -56,13 +56,19 @@ static void small_release(coll_item_t *ci)
     free(s);
 }
 
-void small_detach(engine_t *eng, coll_t *c)
+/* The collective is going: its state leaves it, and lives on while a receive or a send
+   still holds it. */
+static void small_detach(coll_t *c)
 {
-    (void)eng;
-    small_t *s = c->small;
-    c->small = NULL;
-    coll_item_leave(&s->ci); /* the last receive or send frees it, if one is out */
+    small_t *s = c->state;
+    c->state = NULL;
+    coll_item_leave(&s->ci);
 }
+
+static const coll_form_t small_form = {
+    .what = "small (SMALL)",
+    .detach = small_detach,
+};
 
 static void small_received(coll_item_t *ci, int from);
 static void small_sent(coll_item_t *ci);
@@ -73,7 +79,7 @@ static const coll_item_ops_t small_ops = {
     .release = small_release,
 };
 
-static small_t *small_new(engine_t *eng, job_t *job, coll_t *c)
+static small_t *small_new(job_t *job, coll_t *c)
 {
     const size_t n = (size_t)job->nranks;
     small_t *s = calloc(1, sizeof(*s));
@@ -89,9 +95,8 @@ static small_t *small_new(engine_t *eng, job_t *job, coll_t *c)
         free(s);
         return NULL;
     }
-    coll_item_init(&s->ci, &small_ops, job, c); /* the collective's hold: c->small below */
-    s->eng = eng;
-    c->small = s;
+    coll_item_init(&s->ci, &small_ops, job, c); /* the collective's hold: c->state below */
+    c->state = s;
     return s;
 }
 
@@ -120,7 +125,7 @@ static int small_build(small_t *s, coll_t *c)
         s->out_len = (size_t)total;
     else
         s->out_len = (size_t)s->table[0];
-    s->out = job_alloc(&s->eng->members, s->ci.job, s->out_len);
+    s->out = job_alloc(s->ci.job->members, s->ci.job, s->out_len);
     if (s->out == NULL) {
         s->out_len = 0;
         return 0;
@@ -168,28 +173,27 @@ static int small_build(small_t *s, coll_t *c)
 static void small_sent(coll_item_t *ci)
 {
     small_t *s = (small_t *)ci;
-    engine_t *eng = s->eng;
     coll_t *c = ci->coll;
-    job_free_mem(&eng->members, ci->job, s->out, s->out_len);
+    job_free_mem(ci->job->members, ci->job, s->out, s->out_len);
     s->out = NULL;
     s->out_len = 0;
     c->armed = 1;
-    engine_coll_check_done(eng, ci->job, c); /* may retire c, and take s out of it */
+    coll_check_done(ci->job, c); /* may retire c, and take s out of it */
 }
 
 /* All N are in: build the results, free the contributions, send each rank its slice. */
 static void small_complete(small_t *s, coll_t *c)
 {
-    engine_t *eng = s->eng;
     job_t *job = s->ci.job;
+    membership_t *m = job->members;
     const int n = job->nranks;
     if (!small_build(s, c)) {
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, 0,
-                 "switch memory bound reached for a small %s", inc_wire_stream_name(c->stream));
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, 0, "switch memory bound reached for a small %s",
+                 inc_wire_stream_name(c->stream));
         return;
     }
     for (int r = 0; r < n; r++) {
-        job_free_mem(&eng->members, job, s->in[r], s->in_len[r]);
+        job_free_mem(m, job, s->in[r], s->in_len[r]);
         s->in[r] = NULL;
         s->in_len[r] = 0;
         /* The SMALL_FWD below is the credit: count it back before the rank can use it. */
@@ -227,56 +231,53 @@ static void small_complete(small_t *s, coll_t *c)
 /* Check rank me's payload against its header, the rule and the others; 0: the job failed. */
 static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
 {
-    engine_t *eng = s->eng;
     job_t *job = s->ci.job;
+    membership_t *m = job->members;
     const int n = job->nranks;
     const char *what = inc_wire_stream_name(c->stream);
     const unsigned long long epoch = (unsigned long long)c->epoch;
     uint64_t table[INCMOE_MAX_RANKS];
     memcpy(table, s->in[me], 8 * (size_t)n); /* its length was checked on arrival */
     if (table[me] != total) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "small %s epoch %llu: rank %d's table gives it %llu bytes, its header %llu", what,
                 epoch, me, (unsigned long long)table[me], (unsigned long long)total);
         return 0;
     }
     if (inc_wire_signature((incmoe_stream_t)c->stream, (incmoe_dtype_t)c->dtype,
                            (incmoe_redop_t)c->redop, table, n) != c->sig) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, me,
+        JOB_BAD(m, job, INCMOE_ERR_MISMATCH, me,
                 "small %s epoch %llu: rank %d's table of window sizes does not match its "
                 "signature",
                 what, epoch, me);
         return 0;
     }
     if (s->table != NULL && memcmp(s->table, table, 8 * (size_t)n) != 0) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, me,
+        JOB_BAD(m, job, INCMOE_ERR_MISMATCH, me,
                 "small %s epoch %llu: rank %d's window sizes differ from the others'", what, epoch,
                 me);
         return 0;
     }
-    if (!inc_wire_is_small((incmoe_stream_t)c->stream, table, n, eng->set->chunk_size)) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+    if (!inc_wire_is_small((incmoe_stream_t)c->stream, table, n, m->set->chunk_size)) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "rank %d sent %s epoch %llu as SMALL, but its windows exceed what a %llu-byte "
                 "chunk allows",
-                me, what, epoch, (unsigned long long)eng->set->chunk_size);
+                me, what, epoch, (unsigned long long)m->set->chunk_size);
         return 0;
     }
-    size_t esize =
-        c->stream == INCMOE_STREAM_ALLGATHER ? 1 : incmoe_dtype_size((incmoe_dtype_t)c->dtype);
+    const coll_stream_t *kind = &coll_streams[c->stream];
+    size_t esize = kind->reduces ? incmoe_dtype_size((incmoe_dtype_t)c->dtype) : 1;
     for (int r = 0; r < n; r++) {
-        if (table[r] % esize != 0 ||
-            (c->stream == INCMOE_STREAM_ALLREDUCE && table[r] != table[0])) {
-            JOB_BAD(&eng->members, job,
-                    c->stream == INCMOE_STREAM_ALLREDUCE ? INCMOE_ERR_MISMATCH
-                                                         : INCMOE_ERR_PROTOCOL,
-                    me, "small %s epoch %llu: rank %d gives rank %d a window of %llu bytes", what,
+        if (table[r] % esize != 0 || (kind->shared_window && table[r] != table[0])) {
+            JOB_BAD(m, job, kind->shared_window ? INCMOE_ERR_MISMATCH : INCMOE_ERR_PROTOCOL, me,
+                    "small %s epoch %llu: rank %d gives rank %d a window of %llu bytes", what,
                     epoch, me, r, (unsigned long long)table[r]);
             return 0;
         }
     }
     uint64_t want = inc_wire_small_length((incmoe_stream_t)c->stream, table, n, me);
     if (s->in_len[me] != want) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "small %s epoch %llu: rank %d sent %zu bytes, its table calls for %llu", what,
                 epoch, me, s->in_len[me], (unsigned long long)want);
         return 0;
@@ -284,7 +285,7 @@ static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
     if (s->table == NULL) {
         s->table = malloc(8 * (size_t)n);
         if (s->table == NULL) {
-            job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+            job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
             return 0;
         }
         memcpy(s->table, table, 8 * (size_t)n);
@@ -309,47 +310,39 @@ static void small_received(coll_item_t *ci, int from)
     small_arrived((small_t *)ci, from, ci->coll->bytes[from]);
 }
 
-ucs_status_t small_on_message(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
-                              void *data, size_t length, const ucp_am_recv_param_t *param)
+ucs_status_t small_on_message(membership_t *m, job_t *job, conn_t *conn,
+                              const struct inc_wire_hdr *h, void *data, size_t length,
+                              const ucp_am_recv_param_t *param)
 {
     const int me = conn->rank;
     const int n = job->nranks;
-    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
-    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h) ||
-        !engine_coll_form(eng, job, conn, c, COLL_FORM_SMALL))
+    coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(m, job, conn, c, h) ||
+        !coll_set_form(m, job, conn, c, &small_form) || !coll_unposted(m, job, c, me, "sent") ||
+        !coll_credit_left(m, job, me, h->stream))
         return UCS_ERR_INVALID_PARAM;
-    if (c->posted[me]) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent %s epoch %llu twice", me,
-                inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    if (!engine_credit_left(eng, job, me, h->stream))
-        return UCS_ERR_INVALID_PARAM;
-    if (length < 8 * (size_t)n || length - 8 * (size_t)n > eng->set->chunk_size) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+    if (length < 8 * (size_t)n || length - 8 * (size_t)n > m->set->chunk_size) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "rank %d sent a SMALL of %zu bytes; it holds a table of %d sizes and at most "
                 "%llu bytes of data",
-                me, length, n, (unsigned long long)eng->set->chunk_size);
+                me, length, n, (unsigned long long)m->set->chunk_size);
         return UCS_ERR_INVALID_PARAM;
     }
-    small_t *s = c->small;
-    if (s == NULL && (s = small_new(eng, job, c)) == NULL) {
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+    small_t *s = c->state;
+    if (s == NULL && (s = small_new(job, c)) == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
         return UCS_ERR_NO_MEMORY;
     }
-    void *buf = job_alloc(&eng->members, job, length);
+    void *buf = job_alloc(m, job, length);
     if (buf == NULL) {
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
         return UCS_ERR_NO_MEMORY;
     }
     s->in[me] = buf;
     s->in_len[me] = length;
-    c->posted[me] = 1;
-    c->bytes[me] = h->total;
-    if (++c->nposted == n)
-        job->all_posted_at[c->stream] = inc_now_s();
+    coll_post(job, c, me, h->total);
     job->inflight[me][h->stream]++;
-    eng->stats->bytes_in += length;
+    m->stats->bytes_in += length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         return coll_item_receive(&s->ci, me, data, buf, length);
     memcpy(buf, data, length);
