@@ -4,7 +4,8 @@
  * What it drives (the product's own code, compiled with the sanitizers):
  * switch/demux.c (header check, JOIN-first rule), membership.c (join,
  * authentication, admission, failure, retirement), engine.c (POST, DATA,
- * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD) and the base library under them.  Each
+ * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD), coll_item.c (their items'
+ * lifetime) and the base library under them.  Each
  * message goes to switch_demux() exactly as server.c's UCX receive
  * callback hands it over once it has found the connection.
  *
@@ -14,7 +15,9 @@
  * inc_wire_hdr_check, a message type the switch may send, the destination's
  * job and rank, a payload that stays readable until the send completes) and
  * completes sends and rendezvous receives only when the input says so, in
- * order, so completions interleave with new messages as they do under UCX.
+ * order, so completions interleave with new messages as they do under UCX;
+ * or, while the input asks for it, completes each send inside the call that
+ * made it, as UCX does when a send can complete at once.
  * Reductions run inline (--threads 1); the clock is real, and liveness and
  * progress timeouts are reached by moving the recorded times back.
  *
@@ -24,7 +27,8 @@
  *                  the payload.  0 and 3: eager, copied; 1: eager data UCX
  *                  lets the switch keep (UCP_AM_RECV_ATTR_FLAG_DATA);
  *                  2: rendezvous.
- *   4  next byte n: complete the n % 16 + 1 oldest sends (failed if n >= 128)
+ *   4  next byte n: complete the n % 16 + 1 oldest sends (failed if n >= 128);
+ *      n & 64 first turns completing new sends inline on (or back off)
  *   5  next byte n: complete the n % 16 + 1 oldest rendezvous receives (likewise)
  *   6  connection (c / 8) % NCONN is lost (its slot reconnects afresh)
  *   7  next byte n: a turn of the event loop; n & 1 ages every connection
@@ -35,6 +39,7 @@
  * and kept UCX buffer is gone.
  */
 #include "switch/demux.h"
+#include "switch/coll_table.h"
 #include "switch/engine.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -98,7 +103,8 @@ static struct {
     pending_send_t *sends, **sends_tail;
     pending_recv_t *recvs, **recvs_tail;
     kept_t *kept;
-    int recv_posted; /* recv_data calls during the current message */
+    int recv_posted;  /* recv_data calls during the current message */
+    int inline_sends; /* complete each send before the call that makes it returns */
 } H;
 
 /* ------------------------------------------------------------------------ */
@@ -165,6 +171,12 @@ static void queue_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
         return;
     }
     check_send(conn, hdr, payload, length);
+    if (H.inline_sends) {
+        if (cb != NULL)
+            cb(arg, UCS_OK);
+        free(owned);
+        return;
+    }
     pending_send_t *p = calloc(1, sizeof(*p));
     CHECK(p != NULL, "out of memory");
     *p = (pending_send_t){.conn = conn,
@@ -523,6 +535,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
         } else {
             uint8_t n = pos < size ? in[pos++] : 0;
             if (action == 4) {
+                if (n & 64)
+                    H.inline_sends = !H.inline_sends;
                 complete_sends(n % 16 + 1, n >= 128 ? UCS_ERR_CONNECTION_RESET : UCS_OK);
             } else if (action == 5) {
                 complete_recvs(n % 16 + 1, n >= 128 ? UCS_ERR_CONNECTION_RESET : UCS_OK);

@@ -162,6 +162,23 @@ def switch_seeds():
     s += small(0, job, 0, AG, 1, [8, 8])
     s += post(1, job, 1, AG, 1, 8, sig=signature(AG, UINT8, SUM, [8, 8])) + complete()
     write("switch_msg", "small_mixed_forms", s)
+    # Sends that complete before the call that makes them returns, as UCX's may: a
+    # ReduceScatter of 3 whose data comes before the posts (forwarded while the last POST walks
+    # the chunks), one whose data comes after them (the last chunk's send retires it), an
+    # AllReduce in kept eager buffers, then a small AllGather.
+    s = bytes([4, 64]) + join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3)
+    for epoch in (1, 2):
+        posts = b"".join(post(r, job, r, RS, epoch, 64, dtype=FLOAT32) for r in range(3))
+        chunks_in = b"".join(data(r, job, r, RS, epoch, root, 64, dtype=FLOAT32)
+                             for r in range(3) for root in range(3) if root != r)
+        s += chunks_in + posts if epoch == 1 else posts + chunks_in
+    for r in range(3):
+        s += post(r, job, r, AR, 1, 96, dtype=INT32)
+    for r in range(3):
+        s += data(r, job, r, AR, 1, 0, 96, dtype=INT32, mode=1)
+    for r in range(3):
+        s += small(r, job, r, AG, 1, [8, 0, 16])
+    write("switch_msg", "inline_sends", s)
 
 
 # --- client_msg: setup bytes, then records (see fuzz_client_msg.c) -------------------------

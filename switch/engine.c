@@ -1,36 +1,55 @@
 /*
  * engine.c - the switch engine: POST, DATA, FWD, CREDIT and DONE.
  *
- * Each collective (stream, epoch) of a job is a coll_t; each chunk of a
- * window is an item_t that collects the contributions it needs (AllGather:
- * the root's block; ReduceScatter: the N-1 partials of everyone but the
- * root; AllReduce: all N).  Once every rank has POSTed the collective (so
- * every receiver knows where results go), a complete item is forwarded at
- * once: multicast to the N-1 others, reduced in rank order and sent to the
- * root, or reduced and multicast.  All roots and all chunks proceed
- * independently, so the N rooted reductions of a ReduceScatter run
- * concurrently.  When the forward completes the buffers are freed and the
- * contributors get their credits back.
+ * Each collective (stream, epoch) of a job is a coll_t of the job's table
+ * (coll_table.c); in the chunked form each chunk of a window is an item_t
+ * that collects the contributions it needs (AllGather: the root's block;
+ * ReduceScatter: the N-1 partials of everyone but the root; AllReduce: all
+ * N).  Once every rank has POSTed the collective (so every receiver knows
+ * where results go), a complete item is forwarded at once: multicast to the
+ * N-1 others, reduced in rank order and sent to the root, or reduced and
+ * multicast.  All roots and all chunks proceed independently, so the N
+ * rooted reductions of a ReduceScatter run concurrently.  When the forward
+ * completes the item leaves its collective and the contributors get their
+ * credits back.  An item lives by the rule of coll_item.c: its collective,
+ * each send, receive and reduction hold it.
  *
- * Small collectives (one SMALL in per rank, one SMALL_FWD out) are small.c's.
+ * Small collectives (one SMALL in per rank, one SMALL_FWD out) are small.c's,
+ * the other form of a collective; on_message below hands it their messages.
  *
  * Anything malformed, out of range or inconsistent fails the job with a
  * reason sent to every rank, never the switch: other jobs carry on.
  */
 #include "engine.h"
+#include "coll_item.h"
+#include "coll_table.h"
 #include "small.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/reduce.h"
 
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SUBSYS "switch"
 
-static void item_try_forward(engine_t *eng, item_t *it);
+/* One chunk of one window of one collective, and what the switch holds of it. */
+typedef struct item {
+    coll_item_t ci; /* first: its lifetime (coll_item.c), its job and its collective */
+    struct item *next;
+    struct engine *eng;
+    uint32_t root, chunk;
+    uint64_t offset, length, total;
+    int dtype, redop;   /* the collective's, for the reduction thread */
+    void **contrib;     /* [nranks]: received payloads, NULL while missing */
+    uint8_t *arrived;   /* [nranks]: payload complete (rendezvous may still be running) */
+    uint8_t *ucx_owned; /* [nranks]: contrib is UCX's eager buffer (release_data) */
+    int narrived, nexpected;
+    void *out;     /* reduction result (ReduceScatter, AllReduce) */
+    int forwarded; /* its result went out */
+    reduce_task_t task;
+} item_t;
 
 static void send_control(engine_t *eng, conn_t *conn, const struct inc_wire_hdr *h)
 {
@@ -40,9 +59,12 @@ static void send_control(engine_t *eng, conn_t *conn, const struct inc_wire_hdr 
 /* ------------------------------------------------------------------------ */
 /* items and collectives: lifetime                                           */
 
-static void item_free(engine_t *eng, item_t *it)
+/* The item's last hold is gone (coll_item.c): the one place it is freed. */
+static void item_release(coll_item_t *ci)
 {
-    job_t *job = it->job;
+    item_t *it = (item_t *)ci;
+    engine_t *eng = it->eng;
+    job_t *job = ci->job;
     for (int r = 0; r < job->nranks; r++) {
         if (it->ucx_owned[r] && it->contrib[r] != NULL) {
             eng->tx.ops->release_data(eng->tx.server, it->contrib[r]);
@@ -58,145 +80,41 @@ static void item_free(engine_t *eng, item_t *it)
     free(it);
 }
 
-/* An item nothing refers to any more once its collective is gone. */
-static int item_idle(const item_t *it)
-{
-    return it->sends_pending == 0 && it->nreceiving == 0 && !it->reducing;
-}
-
-/* A detached item whose last user just finished: free it and maybe its job. */
-static void item_free_detached(engine_t *eng, item_t *it)
-{
-    job_t *job = it->job;
-    item_free(eng, it);
-    job_release(&eng->members, job);
-}
-
+/* The item leaves its collective's list, and the collective's hold goes with it. */
 static void item_unlink(item_t *it)
 {
-    if (it->coll == NULL)
-        return;
-    for (item_t **pp = &it->coll->items; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == it) {
-            *pp = it->next;
-            break;
-        }
-    }
-    it->coll = NULL;
+    coll_t *c = it->ci.coll;
+    item_t *prev = NULL;
+    for (item_t *p = c->state; p != NULL && p != it; p = p->next)
+        prev = p;
+    if (prev != NULL)
+        prev->next = it->next;
+    else
+        c->state = it->next;
+    coll_item_leave(&it->ci);
 }
 
-static void coll_free(engine_t *eng, coll_t *c)
+/* The collective is going: each item leaves it, and lives on while a send, receive or
+   reduction still holds it. */
+static void chunked_detach(coll_t *c)
 {
-    item_t **pp = &c->items;
-    while (*pp != NULL) {
-        item_t *it = *pp;
-        *pp = it->next;
-        /* Items with UCX or a reduction thread still using their buffers stay until those end. */
-        if (!item_idle(it)) {
-            it->coll = NULL;
-            it->next = NULL;
-            continue;
-        }
-        item_free(eng, it);
+    while (c->state != NULL) {
+        item_t *it = c->state;
+        c->state = it->next;
+        coll_item_leave(&it->ci);
     }
-    if (c->small != NULL)
-        small_detach(eng, c);
-    free(c->posted);
-    free(c->bytes);
-    free(c);
 }
+
+static const coll_form_t chunked_form = {
+    .what = "in chunks (POST/DATA)",
+    .detach = chunked_detach,
+};
 
 /* Membership retires a job: its collectives go. */
 static void drop_collectives(void *engine, job_t *job)
 {
-    for (int s = 0; s < INC_STREAM_COUNT; s++) {
-        while (job->colls[s] != NULL) {
-            coll_t *c = job->colls[s];
-            job->colls[s] = c->next;
-            coll_free(engine, c);
-        }
-    }
-}
-
-/* Fail the job if a rank has left: a new collective could never complete. */
-static int job_all_present(engine_t *eng, job_t *job, int stream, uint64_t epoch)
-{
-    for (int r = 0; job->nleft > 0 && r < job->nranks; r++) {
-        if (job->conns[r] != NULL && job->conns[r]->left) {
-            job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, r,
-                     "rank %d left the job; %s epoch %llu can never complete", r,
-                     inc_wire_stream_name(stream), (unsigned long long)epoch);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static coll_t *coll_new(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch)
-{
-    coll_t *c = calloc(1, sizeof(*c));
-    if (c != NULL) {
-        c->posted = calloc((size_t)job->nranks, 1);
-        c->bytes = calloc((size_t)job->nranks, sizeof(uint64_t));
-    }
-    if (c == NULL || c->posted == NULL || c->bytes == NULL) {
-        if (c != NULL) {
-            free(c->posted);
-            free(c->bytes);
-        }
-        free(c);
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, conn->rank, "switch out of memory");
-        return NULL;
-    }
-    c->stream = stream;
-    c->epoch = epoch;
-    c->opened = inc_now_s();
-    /* Keep the list in epoch order: retirement walks it from the front. */
-    coll_t **pp = &job->colls[stream];
-    while (*pp != NULL && (*pp)->epoch < epoch)
-        pp = &(*pp)->next;
-    c->next = *pp;
-    *pp = c;
-    return c;
-}
-
-/* The collective (stream, epoch), opened if it is new and within the window; NULL (the job
-   failed) if it cannot be. */
-coll_t *engine_coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch)
-{
-    for (coll_t *c = job->colls[stream]; c != NULL; c = c->next)
-        if (c->epoch == epoch)
-            return c;
-    if (epoch <= job->retired[stream] || epoch > job->retired[stream] + INCMOE_WIRE_OPEN_EPOCHS) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
-                "rank %d sent %s epoch %llu; open epochs are %llu..%llu", conn->rank,
-                inc_wire_stream_name(stream), (unsigned long long)epoch,
-                (unsigned long long)job->retired[stream] + 1,
-                (unsigned long long)job->retired[stream] + INCMOE_WIRE_OPEN_EPOCHS);
-        return NULL;
-    }
-    if (!job_all_present(eng, job, stream, epoch))
-        return NULL;
-    return coll_new(eng, job, conn, stream, epoch);
-}
-
-static void coll_retire(engine_t *eng, job_t *job, int stream)
-{
-    while (job->colls[stream] != NULL && job->colls[stream]->done &&
-           job->colls[stream]->epoch == job->retired[stream] + 1) {
-        coll_t *c = job->colls[stream];
-        job->colls[stream] = c->next;
-        job->retired[stream] = c->epoch;
-        coll_free(eng, c);
-    }
-}
-
-void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c)
-{
-    if (c->armed && c->remaining == 0 && !c->done && c->holds == 0) {
-        c->done = 1;
-        coll_retire(eng, job, c->stream);
-    }
+    (void)engine;
+    coll_drop_job(job);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -205,8 +123,8 @@ void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c)
 /* Each contributor of a forwarded item gets one credit back on the item's stream. */
 static void item_return_credits(engine_t *eng, item_t *it)
 {
-    job_t *job = it->job;
-    coll_t *c = it->coll;
+    job_t *job = it->ci.job;
+    coll_t *c = it->ci.coll;
     for (int r = 0; r < job->nranks; r++) {
         if (!it->arrived[r])
             continue;
@@ -220,71 +138,62 @@ static void item_return_credits(engine_t *eng, item_t *it)
     }
 }
 
-/* The forward of an item completed: free it and give the contributors their credits back. */
-static void item_sent_cb(void *arg, ucs_status_t status)
+/* Every send of the item's result completed: the contributors get their credits back and
+   the item leaves its collective, which may be done now. */
+static void item_forwarded(engine_t *eng, item_t *it)
 {
-    (void)status;
-    item_t *it = arg;
-    engine_t *eng = it->eng;
-    job_t *job = it->job;
-    it->sends_pending--;
-    job->refs--;
-    if (it->sends_pending > 0)
-        return;
-    coll_t *c = it->coll;
-    if (c != NULL && job->state == JOB_ACTIVE) {
-        item_return_credits(eng, it);
-        c->remaining -= it->length;
-        item_unlink(it);
-        if (it->nreceiving == 0) /* else on_data still holds it and frees it */
-            item_free(eng, it);
-        engine_coll_check_done(eng, job, c);
-        /* The ranks may all have left in order while this send was out: then it was the job's
-           last hold, and the job goes now (a no-op while members or holds remain). */
-        job_release(&eng->members, job);
-    } else {
-        item_unlink(it);
-        if (it->nreceiving == 0)
-            item_free_detached(eng, it);
-    }
+    job_t *job = it->ci.job;
+    coll_t *c = it->ci.coll;
+    item_return_credits(eng, it);
+    c->remaining -= it->length;
+    item_unlink(it); /* the item may be gone now */
+    coll_check_done(job, c);
 }
 
-static void item_send(engine_t *eng, item_t *it, int to, const void *payload)
+static void item_sent(coll_item_t *ci)
 {
-    job_t *job = it->job;
+    item_forwarded(((item_t *)ci)->eng, (item_t *)ci);
+}
+
+/* Send payload, the item's result, to every rank that gets it.  The sends are counted before
+   the first goes, so only the last completion finishes the forward.  A send may complete
+   before send_data returns (UCX may call back at once), and the last may then retire the
+   collective: the loop reads nothing of it. */
+static void item_forward(engine_t *eng, item_t *it, const void *payload)
+{
+    job_t *job = it->ci.job;
+    const coll_t *c = it->ci.coll;
+    const coll_stream_t *kind = &coll_streams[c->stream];
+    const int root = (int)it->root;
+    int n = 0;
+    for (int r = 0; r < job->nranks; r++)
+        n += kind->receives(r, root, job->nranks);
+    if (n == 0) { /* an AllGather of one rank */
+        item_forwarded(eng, it);
+        return;
+    }
     struct inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
-    h.stream = (uint8_t)it->coll->stream;
-    h.epoch = it->coll->epoch;
-    h.rank = (uint32_t)to;
+    h.stream = (uint8_t)c->stream;
+    h.epoch = c->epoch;
     h.root = it->root;
     h.offset = it->offset;
     h.length = it->length;
     h.total = it->total;
     h.chunk = it->chunk;
-    h.dtype = (uint8_t)it->coll->dtype;
-    h.redop = (uint8_t)it->coll->redop;
-    it->sends_pending++;
-    job->refs++;
-    eng->stats->bytes_out += it->length;
-    /* Results unblock the contributors' credits: they overtake multicast copies. */
-    eng->tx.ops->send_data(eng->tx.server, job->conns[to],
-                           it->coll->stream == INCMOE_STREAM_ALLGATHER ? EGRESS_FORWARD
-                                                                       : EGRESS_RESULT,
-                           &h, payload, it->length, item_sent_cb, it);
-}
-
-/* Send payload to every rank but skip (-1: all), holding a reference across the sends so an
-   immediate completion cannot free the item early. */
-static void item_multicast(engine_t *eng, item_t *it, int skip, const void *payload)
-{
-    job_t *job = it->job;
-    it->sends_pending++;
-    for (int r = 0; r < job->nranks; r++)
-        if (r != skip)
-            item_send(eng, it, r, payload);
-    job->refs++;
-    item_sent_cb(it, UCS_OK);
+    h.dtype = (uint8_t)c->dtype;
+    h.redop = (uint8_t)c->redop;
+    /* Reductions unblock the contributors' credits: they overtake multicast copies. */
+    egress_class_t cls = kind->reduces ? EGRESS_RESULT : EGRESS_FORWARD;
+    it->ci.sending = n;
+    coll_item_hold(&it->ci); /* and may free the item: keep it until the last is posted */
+    for (int r = 0; r < job->nranks; r++) {
+        if (!kind->receives(r, root, job->nranks))
+            continue;
+        h.rank = (uint32_t)r;
+        coll_item_send(&it->ci, job->conns[r], cls, &h, payload);
+    }
+    coll_item_put(&it->ci);
 }
 
 /* Reduce the contributions into it->out (on a reduction thread or inline). */
@@ -293,7 +202,7 @@ static void item_compute(item_t *it)
     const void *srcs[INCMOE_MAX_RANKS];
     int n = 0;
     /* Ascending rank order whatever the arrival order: bitwise reproducible. */
-    for (int r = 0; r < it->job->nranks; r++)
+    for (int r = 0; r < it->ci.job->nranks; r++)
         if (it->contrib[r] != NULL)
             srcs[n++] = it->contrib[r];
     incmoe_dtype_t dtype = (incmoe_dtype_t)it->dtype;
@@ -306,43 +215,25 @@ static void task_compute(reduce_task_t *task)
     item_compute((item_t *)((char *)task - offsetof(item_t, task)));
 }
 
-static void item_forward_result(engine_t *eng, item_t *it)
-{
-    if (it->coll->stream == INCMOE_STREAM_REDUCESCATTER) {
-        /* One send, held like a multicast's. */
-        it->sends_pending++;
-        item_send(eng, it, (int)it->root, it->out);
-        it->job->refs++;
-        item_sent_cb(it, UCS_OK);
-    } else {
-        item_multicast(eng, it, -1, it->out);
-    }
-}
-
-/* A reduction thread finished the item. */
+/* The item's reduction is done (on a thread or inline): forward it, and put the reduction's
+   hold. */
 static void item_reduced(engine_t *eng, item_t *it)
 {
-    job_t *job = it->job;
-    it->reducing = 0;
-    job->refs--;
-    if (it->coll == NULL || job->state != JOB_ACTIVE) {
-        item_free_detached(eng, it);
-        return;
-    }
-    item_forward_result(eng, it);
-    job_release(&eng->members, job); /* as in item_sent_cb */
+    if (it->ci.coll != NULL && it->ci.job->state == JOB_ACTIVE)
+        item_forward(eng, it, it->out);
+    coll_item_put(&it->ci);
 }
 
-/* Forward an item whose contributions are all here, if everyone has posted. */
-static void item_try_forward(engine_t *eng, item_t *it)
+/* Forward an item whose contributions are all here. */
+static void item_forward_complete(engine_t *eng, item_t *it)
 {
-    coll_t *c = it->coll;
-    job_t *job = it->job;
-    if (!c->armed || it->forwarded || it->narrived < it->nexpected)
+    coll_t *c = it->ci.coll;
+    job_t *job = it->ci.job;
+    if (it->forwarded || it->narrived < it->nexpected)
         return;
     it->forwarded = 1;
-    if (c->stream == INCMOE_STREAM_ALLGATHER) {
-        item_multicast(eng, it, (int)it->root, it->contrib[it->root]);
+    if (!coll_streams[c->stream].reduces) {
+        item_forward(eng, it, it->contrib[it->root]);
         return;
     }
     it->out = job_alloc(&eng->members, job, it->length);
@@ -351,22 +242,27 @@ static void item_try_forward(engine_t *eng, item_t *it)
                  "switch out of memory for a reduction");
         return;
     }
-    if (reduce_pool_submit(&eng->pool, &it->task)) {
-        it->reducing = 1;
-        job->refs++;
-        return;
-    }
+    coll_item_hold(&it->ci); /* the reduction's, put by item_reduced */
+    if (reduce_pool_submit(&eng->pool, &it->task))
+        return; /* item_reduced runs from on_wake */
     item_compute(it);
-    item_forward_result(eng, it);
+    item_reduced(eng, it);
+}
+
+/* Forward a complete item if everyone has posted (else coll_arm will). */
+static void item_try_forward(engine_t *eng, item_t *it)
+{
+    if (it->ci.coll->armed)
+        item_forward_complete(eng, it);
 }
 
 /* ------------------------------------------------------------------------ */
 /* POST                                                                      */
 
-/* Is an item consistent with what its root announced? */
+/* Is an item consistent with what its root (with a shared window, every rank) announced? */
 static int item_matches_post(engine_t *eng, job_t *job, coll_t *c, item_t *it)
 {
-    int owner = c->stream == INCMOE_STREAM_ALLREDUCE ? -1 : (int)it->root;
+    int owner = coll_streams[c->stream].shared_window ? -1 : (int)it->root;
     for (int r = 0; r < job->nranks; r++) {
         if (!c->posted[r] || (owner >= 0 && r != owner))
             continue;
@@ -382,76 +278,31 @@ static int item_matches_post(engine_t *eng, job_t *job, coll_t *c, item_t *it)
     return 1;
 }
 
-/* Everyone has posted: forward every item that is complete already. */
+/* Everyone has posted: forward every item complete already, then arm the collective (an item
+   completing later forwards at once).  Arming last keeps the collective from being done, and
+   retired, while this walks its items: their forwards may complete inline. */
 static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
 {
-    c->armed = 1;
     c->remaining = 0;
-    if (c->stream == INCMOE_STREAM_ALLREDUCE) {
+    if (coll_streams[c->stream].shared_window) {
         c->remaining = c->bytes[0];
     } else {
         for (int r = 0; r < job->nranks; r++)
             c->remaining += c->bytes[r];
     }
-    for (item_t *it = c->items; it != NULL; it = it->next)
+    for (item_t *it = c->state; it != NULL; it = it->next)
         if (!item_matches_post(eng, job, c, it))
             return;
-    /* Forwards may complete inline and free items: walk a snapshot, and hold c. */
-    c->holds++;
-    item_t *it = c->items;
+    item_t *it = c->state;
     while (it != NULL && job->state == JOB_ACTIVE) {
-        item_t *next = it->next;
-        item_try_forward(eng, it);
+        item_t *next = it->next; /* it may leave the list and go; the others stay */
+        item_forward_complete(eng, it);
         it = next;
     }
     if (job->state != JOB_ACTIVE)
-        return; /* job_fail() has freed c */
-    c->holds--;
-    engine_coll_check_done(eng, job, c);
-}
-
-/* The first POST or DATA describes the collective; the others must agree. */
-int engine_coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
-                         const struct inc_wire_hdr *h)
-{
-    if (!c->has_desc) {
-        c->has_desc = 1;
-        c->sig = h->sig;
-        c->dtype = h->dtype;
-        c->redop = h->redop;
-        return 1;
-    }
-    if (c->dtype != h->dtype || c->redop != h->redop) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
-                "ranks disagree on %s epoch %llu: rank %d has %s %s, others %s %s",
-                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
-                incmoe_dtype_name(h->dtype), incmoe_redop_name(h->redop),
-                incmoe_dtype_name(c->dtype), incmoe_redop_name(c->redop));
-        return 0;
-    }
-    if (c->sig != h->sig) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
-                "ranks disagree on %s epoch %llu: rank %d's byte counts differ from the others'",
-                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank);
-        return 0;
-    }
-    return 1;
-}
-
-/* The first message of a collective sets its form; a message of the other form is a rank
-   that describes the collective differently. */
-int engine_coll_form(engine_t *eng, job_t *job, conn_t *conn, coll_t *c, int form)
-{
-    if (c->form == COLL_FORM_NONE)
-        c->form = form;
-    if (c->form == form)
-        return 1;
-    JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, conn->rank,
-            "ranks disagree on %s epoch %llu: rank %d sent it %s, others %s",
-            inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, conn->rank,
-            form == COLL_FORM_SMALL ? "small (SMALL)" : "in chunks (POST/DATA)",
-            form == COLL_FORM_SMALL ? "in chunks (POST/DATA)" : "small (SMALL)");
-    return 0;
+        return; /* job_fail() has dropped c */
+    c->armed = 1;
+    coll_check_done(job, c);
 }
 
 /* A barrier completes when the last rank posts it: everyone hears DONE. */
@@ -460,23 +311,23 @@ static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
     for (int r = 0; r < job->nranks; r++) {
         struct inc_wire_hdr d;
         inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
-        d.stream = INCMOE_STREAM_BARRIER;
+        d.stream = (uint8_t)c->stream;
         d.epoch = c->epoch;
         send_control(eng, job->conns[r], &d);
     }
     c->armed = 1;
-    engine_coll_check_done(eng, job, c);
+    coll_check_done(job, c);
 }
 
-/* An AllReduce needs the same window from every rank. */
-static int allreduce_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
+/* A shared window (AllReduce) has the same size on every rank. */
+static int window_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
 {
     for (int r = 1; r < job->nranks; r++) {
         if (c->bytes[r] != c->bytes[0]) {
             JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, r,
-                    "allreduce epoch %llu: rank %d has %llu bytes, rank 0 has %llu",
-                    (unsigned long long)c->epoch, r, (unsigned long long)c->bytes[r],
-                    (unsigned long long)c->bytes[0]);
+                    "%s epoch %llu: rank %d has %llu bytes, rank 0 has %llu",
+                    inc_wire_stream_name(c->stream), (unsigned long long)c->epoch, r,
+                    (unsigned long long)c->bytes[r], (unsigned long long)c->bytes[0]);
             return 0;
         }
     }
@@ -485,29 +336,21 @@ static int allreduce_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
 
 static void on_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h)
 {
-    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
-    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h))
+    const coll_stream_t *kind = &coll_streams[h->stream];
+    coll_t *c = coll_get(&eng->members, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(&eng->members, job, conn, c, h))
         return;
-    if (h->stream != INCMOE_STREAM_BARRIER &&
-        !engine_coll_form(eng, job, conn, c, COLL_FORM_NORMAL))
+    if (kind->data && !coll_set_form(&eng->members, job, conn, c, &chunked_form))
         return;
-    if (c->posted[conn->rank]) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
-                "rank %d posted %s epoch %llu twice", conn->rank, inc_wire_stream_name(h->stream),
-                (unsigned long long)h->epoch);
+    if (!coll_unposted(&eng->members, job, c, conn->rank, "posted"))
         return;
-    }
-    c->posted[conn->rank] = 1;
-    c->bytes[conn->rank] = h->total;
-    c->nposted++;
-    if (c->nposted < job->nranks)
-        return;
-    job->all_posted_at[c->stream] = inc_now_s();
-    if (c->stream == INCMOE_STREAM_BARRIER) {
+    if (!coll_post(job, c, conn->rank, h->total))
+        return; /* others have yet to post */
+    if (!kind->data) {
         barrier_complete(eng, job, c);
         return;
     }
-    if (c->stream == INCMOE_STREAM_ALLREDUCE && !allreduce_sizes_agree(eng, job, c))
+    if (kind->shared_window && !window_sizes_agree(eng, job, c))
         return;
     coll_arm(eng, job, c);
 }
@@ -520,48 +363,28 @@ static void item_arrived(engine_t *eng, item_t *it, int from)
 {
     it->arrived[from] = 1;
     it->narrived++;
-    if (it->coll != NULL && it->job->state == JOB_ACTIVE)
+    if (it->ci.coll != NULL && it->ci.job->state == JOB_ACTIVE)
         item_try_forward(eng, it);
 }
 
-typedef struct {
-    switch_rx_t rx; /* first: the server hands this back */
-    engine_t *eng;
-    item_t *it;
-    int from;
-} recv_arg_t;
-
-static void data_recv_cb(switch_rx_t *rx, ucs_status_t status)
+static void item_received(coll_item_t *ci, int from)
 {
-    recv_arg_t *ra = (recv_arg_t *)rx;
-    item_t *it = ra->it;
-    job_t *job = it->job;
-    engine_t *eng = ra->eng;
-    /* Fail the job while this receive still holds the item: dropping the collectives then
-       detaches it instead of freeing it under us. */
-    if (status != UCS_OK && job->state == JOB_ACTIVE)
-        job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, ra->from,
-                 "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
-    it->nreceiving--;
-    job->refs--;
-    if (job->state == JOB_ACTIVE && it->coll != NULL) {
-        item_arrived(eng, it, ra->from);
-        job_release(&eng->members, job); /* as in item_sent_cb */
-    } else if (it->coll == NULL && item_idle(it)) {
-        item_free_detached(eng, it);
-    }
-    free(ra);
+    item_arrived(((item_t *)ci)->eng, (item_t *)ci, from);
 }
+
+static const coll_item_ops_t item_ops = {
+    .arrived = item_received,
+    .sent = item_sent,
+    .release = item_release,
+};
 
 /* May this rank send this chunk: its role for the root, the chunking, its credits? */
 static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire_hdr *h)
 {
     const int stream = h->stream;
     const uint64_t chunk = eng->set->chunk_size;
-    if ((stream == INCMOE_STREAM_ALLGATHER && h->root != (uint32_t)me) ||
-        (stream == INCMOE_STREAM_REDUCESCATTER &&
-         (h->root == (uint32_t)me || h->root >= (uint32_t)job->nranks)) ||
-        (stream == INCMOE_STREAM_ALLREDUCE && h->root != 0)) {
+    if (h->root >= (uint32_t)job->nranks ||
+        !coll_streams[stream].contributes(me, (int)h->root, job->nranks)) {
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent %s data for root %u", me,
                 inc_wire_stream_name(stream), h->root);
         return 0;
@@ -575,18 +398,7 @@ static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire
                 (unsigned long long)h->total, (unsigned long long)chunk);
         return 0;
     }
-    return engine_credit_left(eng, job, me, stream);
-}
-
-int engine_credit_left(engine_t *eng, job_t *job, int me, int stream)
-{
-    if (job->inflight[me][stream] >= eng->set->credits) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
-                "rank %d exceeded its %u credits on %s", me, eng->set->credits,
-                inc_wire_stream_name(stream));
-        return 0;
-    }
-    return 1;
+    return coll_credit_left(&eng->members, job, me, stream);
 }
 
 static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_wire_hdr *h)
@@ -606,9 +418,8 @@ static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_w
         free(it);
         return NULL;
     }
+    coll_item_init(&it->ci, &item_ops, job, c); /* the collective's hold: its list below */
     it->eng = eng;
-    it->coll = c;
-    it->job = job;
     it->root = h->root;
     it->chunk = h->chunk;
     it->offset = h->offset;
@@ -616,11 +427,10 @@ static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_w
     it->total = h->total;
     it->dtype = c->dtype;
     it->redop = c->redop;
-    it->nexpected = c->stream == INCMOE_STREAM_ALLGATHER       ? 1
-                    : c->stream == INCMOE_STREAM_REDUCESCATTER ? job->nranks - 1
-                                                               : job->nranks;
-    it->next = c->items;
-    c->items = it;
+    for (int r = 0; r < job->nranks; r++)
+        it->nexpected += coll_streams[c->stream].contributes(r, (int)h->root, job->nranks);
+    it->next = c->state;
+    c->state = it;
     return it;
 }
 
@@ -630,7 +440,7 @@ static item_t *item_for_data(engine_t *eng, job_t *job, coll_t *c, int me,
                              const struct inc_wire_hdr *h, ucs_status_t *st)
 {
     *st = UCS_ERR_INVALID_PARAM;
-    item_t *it = c->items;
+    item_t *it = c->state;
     while (it != NULL && !(it->root == h->root && it->chunk == h->chunk))
         it = it->next;
     if (it == NULL) {
@@ -660,43 +470,25 @@ static item_t *item_for_data(engine_t *eng, job_t *job, coll_t *c, int me,
 /* Eager data UCX lets us keep: hold its buffer instead of copying it. */
 static ucs_status_t data_keep_eager(engine_t *eng, item_t *it, int me, void *data, size_t length)
 {
-    job_t *job = it->job;
+    job_t *job = it->ci.job;
     it->contrib[me] = data;
     it->ucx_owned[me] = 1;
     job_account(&eng->members, job, length);
-    job->inflight[me][it->coll->stream]++;
+    job->inflight[me][it->ci.coll->stream]++;
     eng->stats->bytes_in += length;
-    it->nreceiving++; /* a failure inside may detach the item: keep it until we know */
-    job->refs++;
+    coll_item_hold(&it->ci); /* its forward, or a failure, may take the item out of the table */
     item_arrived(eng, it, me);
-    it->nreceiving--;
-    job->refs--;
-    if ((it->coll != NULL && job->state == JOB_ACTIVE) || it->sends_pending > 0 || it->reducing)
-        return UCS_INPROGRESS; /* in use: released with the item */
-    /* Detached (the job failed, or it all went out at once): UCX takes its buffer back
-       when we return, so the item must not release it. */
+    if (coll_item_shared(&it->ci)) {
+        coll_item_put(&it->ci);
+        return UCS_INPROGRESS; /* the item lives on: its release gives the buffer back */
+    }
+    /* Ours was the last hold (the job failed, or it all went out at once): UCX takes its
+       buffer back when we return, so the item must not release it. */
     it->contrib[me] = NULL;
     it->ucx_owned[me] = 0;
     job_unaccount(&eng->members, job, length);
-    if (it->nreceiving == 0)
-        item_free_detached(eng, it);
+    coll_item_put(&it->ci);
     return UCS_OK;
-}
-
-/* Rendezvous data: receive it into the buffer already reserved for it. */
-static ucs_status_t data_receive(engine_t *eng, item_t *it, int me, void *desc, size_t length)
-{
-    job_t *job = it->job;
-    recv_arg_t *ra = malloc(sizeof(*ra));
-    if (ra == NULL) {
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
-        return UCS_ERR_NO_MEMORY;
-    }
-    *ra = (recv_arg_t){.rx = {.done = data_recv_cb}, .eng = eng, .it = it, .from = me};
-    it->nreceiving++;
-    job->refs++;
-    eng->tx.ops->recv_data(eng->tx.server, desc, it->contrib[me], length, &ra->rx);
-    return UCS_INPROGRESS;
 }
 
 static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
@@ -705,9 +497,9 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
     const int me = conn->rank;
     if (!data_allowed(eng, job, me, h))
         return UCS_ERR_INVALID_PARAM;
-    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
-    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h) ||
-        !engine_coll_form(eng, job, conn, c, COLL_FORM_NORMAL))
+    coll_t *c = coll_get(&eng->members, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(&eng->members, job, conn, c, h) ||
+        !coll_set_form(&eng->members, job, conn, c, &chunked_form))
         return UCS_ERR_INVALID_PARAM;
     ucs_status_t st;
     item_t *it = item_for_data(eng, job, c, me, h, &st);
@@ -727,7 +519,7 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
     job->inflight[me][h->stream]++;
     eng->stats->bytes_in += length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
-        return data_receive(eng, it, me, data, length);
+        return coll_item_receive(&it->ci, me, data, it->contrib[me], length);
     memcpy(it->contrib[me], data, length);
     item_arrived(eng, it, me);
     return UCS_OK;
@@ -736,20 +528,10 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
 /* ------------------------------------------------------------------------ */
 /* message handling                                                         */
 
-/* A collective others have started that rank r has not posted, or NULL. */
-static const coll_t *job_collective_owed(const job_t *job, int r)
-{
-    for (int s = 0; s < INC_STREAM_COUNT; s++)
-        for (const coll_t *c = job->colls[s]; c != NULL; c = c->next)
-            if (!c->done && !c->posted[r])
-                return c;
-    return NULL;
-}
-
 /* Leaving is orderly only if nobody still waits on this rank. */
 static void on_leave(engine_t *eng, job_t *job, conn_t *conn)
 {
-    const coll_t *owed = job_collective_owed(job, conn->rank);
+    const coll_t *owed = coll_owed(job, conn->rank);
     if (owed != NULL) {
         job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, conn->rank,
                  "rank %d left the job without posting %s epoch %llu", conn->rank,
@@ -783,7 +565,7 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
     case WIRE_MSG_DATA:
         return on_data(eng, job, conn, h, data, length, param);
     case WIRE_MSG_SMALL:
-        return small_on_message(eng, job, conn, h, data, length, param);
+        return small_on_message(&eng->members, job, conn, h, data, length, param);
     default:
         JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
                 "rank %d sent %s, which ranks never send", conn->rank, inc_wire_msg_name(h->msg));
@@ -826,45 +608,6 @@ static void on_wake(void *engine)
     }
 }
 
-/*
- * The progress timeout.  Every rank posts a stream in epoch order, so the
- * stream's oldest collective still missing a POST is the one its laggards
- * owe, and they owe it only since it was opened and the collective before it
- * had every POST (a rank may post far ahead of the others; the others are
- * not late for what they could not yet reach).  Past the bound, the job
- * fails naming (up to 8 of) the ranks that did not post.
- */
-static void stream_check_progress(engine_t *eng, job_t *job, int stream, double now)
-{
-    const coll_t *c = job->colls[stream];
-    while (c != NULL && c->nposted == job->nranks)
-        c = c->next;
-    if (c == NULL)
-        return;
-    const double bound_s = job->progress_timeout_ms / 1000.0;
-    double since = c->opened > job->all_posted_at[stream] ? c->opened : job->all_posted_at[stream];
-    if (now - since <= bound_s)
-        return;
-    char ranks[96] = "";
-    size_t len = 0;
-    int missing = 0, first = -1;
-    for (int r = 0; r < job->nranks; r++) {
-        if (c->posted[r])
-            continue;
-        if (first < 0)
-            first = r;
-        if (missing < 8)
-            len +=
-                (size_t)snprintf(ranks + len, sizeof(ranks) - len, "%s%d", missing ? ", " : "", r);
-        missing++;
-    }
-    if (missing > 8)
-        snprintf(ranks + len, sizeof(ranks) - len, " and %d more", missing - 8);
-    job_fail(&eng->members, job, INCMOE_ERR_TIMEOUT, first,
-             "%s epoch %llu: rank%s %s did not post within %.1f s", inc_wire_stream_name(stream),
-             (unsigned long long)c->epoch, missing > 1 ? "s" : "", ranks, bound_s);
-}
-
 /* The progress timeouts, checked a few times a second over every active job's streams. */
 static void check_progress(engine_t *eng)
 {
@@ -875,10 +618,7 @@ static void check_progress(engine_t *eng)
     job_t *next;
     for (job_t *job = eng->members.jobs; job != NULL; job = next) {
         next = job->next; /* a failed job moves to the orphans */
-        if (job->progress_timeout_ms <= 0)
-            continue; /* 0: the job waits for ever */
-        for (int s = 0; s < INC_STREAM_COUNT && job->state == JOB_ACTIVE; s++)
-            stream_check_progress(eng, job, s, now);
+        coll_check_progress(&eng->members, job, now);
     }
 }
 

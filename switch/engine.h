@@ -8,54 +8,10 @@
 #ifndef INCMOE_SWITCH_ENGINE_H
 #define INCMOE_SWITCH_ENGINE_H
 
+#include "coll_table.h"
 #include "engine_ops.h"
 #include "membership.h"
 #include "reduce_pool.h"
-
-/* One chunk of one window of one collective, and what the switch holds of it. */
-typedef struct item {
-    struct item *next;
-    struct engine *eng;
-    struct coll *coll;
-    job_t *job;
-    uint32_t root, chunk;
-    uint64_t offset, length, total;
-    int dtype, redop;   /* the collective's, for the reduction thread */
-    void **contrib;     /* [nranks]: received payloads, NULL while missing */
-    uint8_t *arrived;   /* [nranks]: payload complete (rendezvous may still be running) */
-    uint8_t *ucx_owned; /* [nranks]: contrib is UCX's eager buffer (release_data) */
-    int narrived, nexpected, nreceiving;
-    void *out;    /* reduction result (ReduceScatter, AllReduce) */
-    int reducing; /* in a reduction thread */
-    int sends_pending;
-    int forwarded; /* the result went out */
-    reduce_task_t task;
-} item_t;
-
-struct small;
-
-/* The form a collective takes (base/wire.h): set by its first message, the same for all. */
-enum { COLL_FORM_NONE = 0, COLL_FORM_NORMAL, COLL_FORM_SMALL };
-
-typedef struct coll {
-    struct coll *next;
-    int stream;
-    uint64_t epoch;
-    uint64_t sig;
-    int dtype, redop;
-    int has_desc;    /* sig/dtype/redop set by the first POST or DATA */
-    uint8_t *posted; /* [nranks] */
-    uint64_t *bytes; /* [nranks] announced by each rank's POST */
-    int nposted;
-    int armed;          /* everyone posted: results may flow */
-    uint64_t remaining; /* bytes still to forward once armed */
-    int done;
-    int holds;     /* code still walking it: forwards may complete inline */
-    double opened; /* when the first rank's POST or DATA opened it (progress timeout) */
-    item_t *items;
-    int form;            /* COLL_FORM_* */
-    struct small *small; /* the small form's state (small.c), else NULL */
-} coll_t;
 
 typedef struct engine {
     const switch_settings_t *set;
@@ -71,17 +27,6 @@ typedef struct engine {
 int engine_init(engine_t *eng, const switch_settings_t *set, switch_stats_t *stats, switch_tx_t tx);
 /* Stop the reduction threads (after the server has stopped). */
 void engine_fini(engine_t *eng);
-
-/* For small.c: the collective (stream, epoch), opened if new (NULL: the job failed); check a
-   message's description, and its form, against the collective's (0: the job failed); retire
-   the collective if it is done; may rank me send one more message on stream (0: it has used
-   every credit, and the job failed). */
-coll_t *engine_coll_get(engine_t *eng, job_t *job, conn_t *conn, int stream, uint64_t epoch);
-int engine_coll_describe(engine_t *eng, job_t *job, conn_t *conn, coll_t *c,
-                         const struct inc_wire_hdr *h);
-int engine_coll_form(engine_t *eng, job_t *job, conn_t *conn, coll_t *c, int form);
-void engine_coll_check_done(engine_t *eng, job_t *job, coll_t *c);
-int engine_credit_left(engine_t *eng, job_t *job, int me, int stream);
 
 /* What the server calls; the engine argument is an engine_t. */
 extern const switch_engine_ops_t engine_ops;

@@ -2,8 +2,8 @@
  * membership.h - the switch's jobs: who joined, the
  * job table, memory admission against --max-memory and per-job accounting,
  * liveness (heartbeats, timeouts), failure and retirement.  The collectives
- * of a job are the engine's; membership only asks the engine to drop them
- * when the job retires.
+ * of a job are the collective table's (coll_table.c); membership only asks
+ * the engine to drop them when the job retires.
  */
 #ifndef INCMOE_SWITCH_MEMBERSHIP_H
 #define INCMOE_SWITCH_MEMBERSHIP_H
@@ -32,8 +32,9 @@ typedef struct job {
     int progress_timeout_ms;
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* ring neighbours prove they belong to the job */
     size_t mem_bound, mem_used, mem_peak;
-    int refs; /* sends (JOIN_ACK included), receives and reductions in flight */
-    /* The engine's collective state. */
+    int refs; /* JOIN_ACK sends in flight, and every hold on a collective's item but the
+                 collective's own (coll_item.c) */
+    /* The collective table's (coll_table.c). */
     uint32_t (*inflight)[INC_STREAM_COUNT]; /* [nranks][stream] DATA held */
     struct coll *colls[INC_STREAM_COUNT];
     uint64_t retired[INC_STREAM_COUNT];     /* every epoch <= this is finished */

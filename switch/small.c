@@ -23,44 +23,32 @@
  * collectives whose results are still going out.
  */
 #include "small.h"
-#include "base/clock.h"
+#include "coll_item.h"
+#include "coll_table.h"
 #include "base/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct small {
-    engine_t *eng;
-    job_t *job;
-    coll_t *coll;     /* NULL once the collective is gone */
+    coll_item_t ci;   /* first: its lifetime (coll_item.c), its job and its collective */
     uint64_t *table;  /* [nranks] window sizes, from the first checked SMALL */
     void **in;        /* [nranks] each rank's SMALL payload (job memory) */
     size_t *in_len;   /* [nranks] */
     uint8_t *arrived; /* [nranks] payload complete and checked */
     int narrived;
-    int nreceiving;    /* rendezvous receives (and checks) still using the buffers */
-    int sends_pending; /* SMALL_FWDs not yet completed */
-    void *out;         /* the results */
+    void *out; /* the results */
     size_t out_len;
 } small_t;
 
-typedef struct {
-    switch_rx_t rx; /* first: the server hands this back */
-    small_t *s;
-    int from;
-} small_recv_t;
-
-static int small_idle(const small_t *s)
+/* The state's last hold is gone (coll_item.c): the one place it is freed. */
+static void small_release(coll_item_t *ci)
 {
-    return s->nreceiving == 0 && s->sends_pending == 0;
-}
-
-static void small_free(small_t *s)
-{
-    membership_t *m = &s->eng->members;
-    for (int r = 0; r < s->job->nranks; r++)
-        job_free_mem(m, s->job, s->in[r], s->in_len[r]);
-    job_free_mem(m, s->job, s->out, s->out_len);
+    small_t *s = (small_t *)ci;
+    membership_t *m = ci->job->members;
+    for (int r = 0; r < ci->job->nranks; r++)
+        job_free_mem(m, ci->job, s->in[r], s->in_len[r]);
+    job_free_mem(m, ci->job, s->out, s->out_len);
     free(s->table);
     free(s->in);
     free(s->in_len);
@@ -68,26 +56,30 @@ static void small_free(small_t *s)
     free(s);
 }
 
-/* The last user of a detached state just finished: free it and maybe its job. */
-static void small_free_detached(small_t *s)
+/* The collective is going: its state leaves it, and lives on while a receive or a send
+   still holds it. */
+static void small_detach(coll_t *c)
 {
-    job_t *job = s->job;
-    membership_t *m = &s->eng->members;
-    small_free(s);
-    job_release(m, job);
+    small_t *s = c->state;
+    c->state = NULL;
+    coll_item_leave(&s->ci);
 }
 
-void small_detach(engine_t *eng, coll_t *c)
-{
-    (void)eng;
-    small_t *s = c->small;
-    c->small = NULL;
-    s->coll = NULL;
-    if (small_idle(s))
-        small_free(s); /* else the last receive or send frees it */
-}
+static const coll_form_t small_form = {
+    .what = "small (SMALL)",
+    .detach = small_detach,
+};
 
-static small_t *small_new(engine_t *eng, job_t *job, coll_t *c)
+static void small_received(coll_item_t *ci, int from);
+static void small_sent(coll_item_t *ci);
+
+static const coll_item_ops_t small_ops = {
+    .arrived = small_received,
+    .sent = small_sent,
+    .release = small_release,
+};
+
+static small_t *small_new(job_t *job, coll_t *c)
 {
     const size_t n = (size_t)job->nranks;
     small_t *s = calloc(1, sizeof(*s));
@@ -103,10 +95,8 @@ static small_t *small_new(engine_t *eng, job_t *job, coll_t *c)
         free(s);
         return NULL;
     }
-    s->eng = eng;
-    s->job = job;
-    s->coll = c;
-    c->small = s;
+    coll_item_init(&s->ci, &small_ops, job, c); /* the collective's hold: c->state below */
+    c->state = s;
     return s;
 }
 
@@ -124,7 +114,7 @@ static void window_offsets(const uint64_t *table, int n, uint64_t *off)
 /* Build every result into s->out (the contributions are all in and checked). */
 static int small_build(small_t *s, coll_t *c)
 {
-    const int n = s->job->nranks;
+    const int n = s->ci.job->nranks;
     const size_t hdr = 8 * (size_t)n;
     uint64_t off[INCMOE_MAX_RANKS + 1];
     window_offsets(s->table, n, off);
@@ -135,7 +125,7 @@ static int small_build(small_t *s, coll_t *c)
         s->out_len = (size_t)total;
     else
         s->out_len = (size_t)s->table[0];
-    s->out = job_alloc(&s->eng->members, s->job, s->out_len);
+    s->out = job_alloc(s->ci.job->members, s->ci.job, s->out_len);
     if (s->out == NULL) {
         s->out_len = 0;
         return 0;
@@ -180,42 +170,30 @@ static int small_build(small_t *s, coll_t *c)
 }
 
 /* Every SMALL_FWD went out: the collective is done. */
-static void small_sent_cb(void *arg, ucs_status_t status)
+static void small_sent(coll_item_t *ci)
 {
-    (void)status;
-    small_t *s = arg;
-    job_t *job = s->job;
-    engine_t *eng = s->eng;
-    s->sends_pending--;
-    job->refs--;
-    if (s->sends_pending > 0)
-        return;
-    coll_t *c = s->coll;
-    if (c != NULL && job->state == JOB_ACTIVE) {
-        job_free_mem(&eng->members, job, s->out, s->out_len);
-        s->out = NULL;
-        s->out_len = 0;
-        c->remaining = 0;
-        engine_coll_check_done(eng, job, c); /* may retire c, and free s with it */
-        job_release(&eng->members, job);     /* as in engine.c's item_sent_cb */
-    } else if (c == NULL && small_idle(s)) {
-        small_free_detached(s);
-    }
+    small_t *s = (small_t *)ci;
+    coll_t *c = ci->coll;
+    job_free_mem(ci->job->members, ci->job, s->out, s->out_len);
+    s->out = NULL;
+    s->out_len = 0;
+    c->armed = 1;
+    coll_check_done(ci->job, c); /* may retire c, and take s out of it */
 }
 
 /* All N are in: build the results, free the contributions, send each rank its slice. */
 static void small_complete(small_t *s, coll_t *c)
 {
-    engine_t *eng = s->eng;
-    job_t *job = s->job;
+    job_t *job = s->ci.job;
+    membership_t *m = job->members;
     const int n = job->nranks;
     if (!small_build(s, c)) {
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, 0,
-                 "switch memory bound reached for a small %s", inc_wire_stream_name(c->stream));
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, 0, "switch memory bound reached for a small %s",
+                 inc_wire_stream_name(c->stream));
         return;
     }
     for (int r = 0; r < n; r++) {
-        job_free_mem(&eng->members, job, s->in[r], s->in_len[r]);
+        job_free_mem(m, job, s->in[r], s->in_len[r]);
         s->in[r] = NULL;
         s->in_len[r] = 0;
         /* The SMALL_FWD below is the credit: count it back before the rank can use it. */
@@ -223,35 +201,28 @@ static void small_complete(small_t *s, coll_t *c)
     }
     uint64_t off[INCMOE_MAX_RANKS + 1];
     window_offsets(s->table, n, off);
-    c->armed = 1;
-    c->remaining = 1; /* until every SMALL_FWD completed */
-    /* Hold across the sends: one may complete inline. */
-    s->sends_pending++;
-    job->refs++;
+    const incmoe_stream_t stream = (incmoe_stream_t)c->stream;
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
+    h.stream = (uint8_t)stream;
+    h.epoch = c->epoch;
+    h.sig = c->sig;
+    h.dtype = (uint8_t)c->dtype;
+    h.redop = (uint8_t)c->redop;
+    s->ci.sending = n;
+    coll_item_hold(&s->ci); /* the sends may all complete inline, retire c and free s */
     for (int r = 0; r < n; r++) {
         /* AllGather: rank r's others start at block r+1; ReduceScatter: its own block. */
-        uint64_t at = c->stream == INCMOE_STREAM_ALLGATHER       ? off[r + 1]
-                      : c->stream == INCMOE_STREAM_REDUCESCATTER ? off[r]
-                                                                 : 0;
-        uint64_t len = inc_wire_small_result_length((incmoe_stream_t)c->stream, s->table, n, r);
-        struct inc_wire_hdr h;
-        inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
-        h.stream = (uint8_t)c->stream;
-        h.epoch = c->epoch;
+        uint64_t at = stream == INCMOE_STREAM_ALLGATHER       ? off[r + 1]
+                      : stream == INCMOE_STREAM_REDUCESCATTER ? off[r]
+                                                              : 0;
         h.rank = (uint32_t)r;
-        h.length = len;
-        h.total = len;
-        h.sig = c->sig;
-        h.dtype = (uint8_t)c->dtype;
-        h.redop = (uint8_t)c->redop;
-        s->sends_pending++;
-        job->refs++;
-        eng->stats->bytes_out += len;
+        h.length = inc_wire_small_result_length(stream, s->table, n, r);
+        h.total = h.length;
         /* It carries the rank's credit: a result, ahead of multicast copies. */
-        eng->tx.ops->send_data(eng->tx.server, job->conns[r], EGRESS_RESULT, &h,
-                               (const char *)s->out + at, (size_t)len, small_sent_cb, s);
+        coll_item_send(&s->ci, job->conns[r], EGRESS_RESULT, &h, (const char *)s->out + at);
     }
-    small_sent_cb(s, UCS_OK);
+    coll_item_put(&s->ci);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -260,56 +231,53 @@ static void small_complete(small_t *s, coll_t *c)
 /* Check rank me's payload against its header, the rule and the others; 0: the job failed. */
 static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
 {
-    engine_t *eng = s->eng;
-    job_t *job = s->job;
+    job_t *job = s->ci.job;
+    membership_t *m = job->members;
     const int n = job->nranks;
     const char *what = inc_wire_stream_name(c->stream);
     const unsigned long long epoch = (unsigned long long)c->epoch;
     uint64_t table[INCMOE_MAX_RANKS];
     memcpy(table, s->in[me], 8 * (size_t)n); /* its length was checked on arrival */
     if (table[me] != total) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "small %s epoch %llu: rank %d's table gives it %llu bytes, its header %llu", what,
                 epoch, me, (unsigned long long)table[me], (unsigned long long)total);
         return 0;
     }
     if (inc_wire_signature((incmoe_stream_t)c->stream, (incmoe_dtype_t)c->dtype,
                            (incmoe_redop_t)c->redop, table, n) != c->sig) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, me,
+        JOB_BAD(m, job, INCMOE_ERR_MISMATCH, me,
                 "small %s epoch %llu: rank %d's table of window sizes does not match its "
                 "signature",
                 what, epoch, me);
         return 0;
     }
     if (s->table != NULL && memcmp(s->table, table, 8 * (size_t)n) != 0) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_MISMATCH, me,
+        JOB_BAD(m, job, INCMOE_ERR_MISMATCH, me,
                 "small %s epoch %llu: rank %d's window sizes differ from the others'", what, epoch,
                 me);
         return 0;
     }
-    if (!inc_wire_is_small((incmoe_stream_t)c->stream, table, n, eng->set->chunk_size)) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+    if (!inc_wire_is_small((incmoe_stream_t)c->stream, table, n, m->set->chunk_size)) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "rank %d sent %s epoch %llu as SMALL, but its windows exceed what a %llu-byte "
                 "chunk allows",
-                me, what, epoch, (unsigned long long)eng->set->chunk_size);
+                me, what, epoch, (unsigned long long)m->set->chunk_size);
         return 0;
     }
-    size_t esize =
-        c->stream == INCMOE_STREAM_ALLGATHER ? 1 : incmoe_dtype_size((incmoe_dtype_t)c->dtype);
+    const coll_stream_t *kind = &coll_streams[c->stream];
+    size_t esize = kind->reduces ? incmoe_dtype_size((incmoe_dtype_t)c->dtype) : 1;
     for (int r = 0; r < n; r++) {
-        if (table[r] % esize != 0 ||
-            (c->stream == INCMOE_STREAM_ALLREDUCE && table[r] != table[0])) {
-            JOB_BAD(&eng->members, job,
-                    c->stream == INCMOE_STREAM_ALLREDUCE ? INCMOE_ERR_MISMATCH
-                                                         : INCMOE_ERR_PROTOCOL,
-                    me, "small %s epoch %llu: rank %d gives rank %d a window of %llu bytes", what,
+        if (table[r] % esize != 0 || (kind->shared_window && table[r] != table[0])) {
+            JOB_BAD(m, job, kind->shared_window ? INCMOE_ERR_MISMATCH : INCMOE_ERR_PROTOCOL, me,
+                    "small %s epoch %llu: rank %d gives rank %d a window of %llu bytes", what,
                     epoch, me, r, (unsigned long long)table[r]);
             return 0;
         }
     }
     uint64_t want = inc_wire_small_length((incmoe_stream_t)c->stream, table, n, me);
     if (s->in_len[me] != want) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "small %s epoch %llu: rank %d sent %zu bytes, its table calls for %llu", what,
                 epoch, me, s->in_len[me], (unsigned long long)want);
         return 0;
@@ -317,7 +285,7 @@ static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
     if (s->table == NULL) {
         s->table = malloc(8 * (size_t)n);
         if (s->table == NULL) {
-            job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+            job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
             return 0;
         }
         memcpy(s->table, table, 8 * (size_t)n);
@@ -328,100 +296,58 @@ static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
 /* Rank me's payload is in: check it, and complete the collective if it was the last. */
 static void small_arrived(small_t *s, int me, uint64_t total)
 {
-    coll_t *c = s->coll;
+    coll_t *c = s->ci.coll;
     if (!small_check(s, c, me, total))
         return;
     s->arrived[me] = 1;
-    if (++s->narrived == s->job->nranks)
+    if (++s->narrived == s->ci.job->nranks)
         small_complete(s, c);
 }
 
-static void small_recv_cb(switch_rx_t *rx, ucs_status_t status)
+static void small_received(coll_item_t *ci, int from)
 {
-    small_recv_t *ra = (small_recv_t *)rx;
-    small_t *s = ra->s;
-    job_t *job = s->job;
-    engine_t *eng = s->eng;
-    /* Fail while this receive still holds s: dropping the collective then detaches it. */
-    if (status != UCS_OK && job->state == JOB_ACTIVE)
-        job_fail(&eng->members, job, INCMOE_ERR_PEER_FAILED, ra->from,
-                 "receiving rank %d's data failed: %s", ra->from, ucs_status_string(status));
-    if (job->state == JOB_ACTIVE && s->coll != NULL) {
-        /* The header's total was checked against the collective's bytes on arrival. */
-        small_arrived(s, ra->from, s->coll->bytes[ra->from]);
-        job->refs--;
-        s->nreceiving--;
-        if (s->coll == NULL && small_idle(s))
-            small_free(s);
-        job_release(&eng->members, job);
-    } else {
-        job->refs--;
-        s->nreceiving--;
-        if (s->coll == NULL && small_idle(s))
-            small_free_detached(s);
-    }
-    free(ra);
+    /* The header's total was checked against the collective's bytes on arrival. */
+    small_arrived((small_t *)ci, from, ci->coll->bytes[from]);
 }
 
-ucs_status_t small_on_message(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
-                              void *data, size_t length, const ucp_am_recv_param_t *param)
+ucs_status_t small_on_message(membership_t *m, job_t *job, conn_t *conn,
+                              const struct inc_wire_hdr *h, void *data, size_t length,
+                              const ucp_am_recv_param_t *param)
 {
     const int me = conn->rank;
     const int n = job->nranks;
-    coll_t *c = engine_coll_get(eng, job, conn, h->stream, h->epoch);
-    if (c == NULL || !engine_coll_describe(eng, job, conn, c, h) ||
-        !engine_coll_form(eng, job, conn, c, COLL_FORM_SMALL))
+    coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(m, job, conn, c, h) ||
+        !coll_set_form(m, job, conn, c, &small_form) || !coll_unposted(m, job, c, me, "sent") ||
+        !coll_credit_left(m, job, me, h->stream))
         return UCS_ERR_INVALID_PARAM;
-    if (c->posted[me]) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent %s epoch %llu twice", me,
-                inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    if (!engine_credit_left(eng, job, me, h->stream))
-        return UCS_ERR_INVALID_PARAM;
-    if (length < 8 * (size_t)n || length - 8 * (size_t)n > eng->set->chunk_size) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me,
+    if (length < 8 * (size_t)n || length - 8 * (size_t)n > m->set->chunk_size) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "rank %d sent a SMALL of %zu bytes; it holds a table of %d sizes and at most "
                 "%llu bytes of data",
-                me, length, n, (unsigned long long)eng->set->chunk_size);
+                me, length, n, (unsigned long long)m->set->chunk_size);
         return UCS_ERR_INVALID_PARAM;
     }
-    small_t *s = c->small;
-    if (s == NULL && (s = small_new(eng, job, c)) == NULL) {
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+    small_t *s = c->state;
+    if (s == NULL && (s = small_new(job, c)) == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
         return UCS_ERR_NO_MEMORY;
     }
-    void *buf = job_alloc(&eng->members, job, length);
+    void *buf = job_alloc(m, job, length);
     if (buf == NULL) {
-        job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
         return UCS_ERR_NO_MEMORY;
     }
     s->in[me] = buf;
     s->in_len[me] = length;
-    c->posted[me] = 1;
-    c->bytes[me] = h->total;
-    if (++c->nposted == n)
-        job->all_posted_at[c->stream] = inc_now_s();
+    coll_post(job, c, me, h->total);
     job->inflight[me][h->stream]++;
-    eng->stats->bytes_in += length;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        small_recv_t *ra = malloc(sizeof(*ra));
-        if (ra == NULL) {
-            job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
-            return UCS_ERR_NO_MEMORY;
-        }
-        *ra = (small_recv_t){.rx = {.done = small_recv_cb}, .s = s, .from = me};
-        s->nreceiving++;
-        job->refs++;
-        eng->tx.ops->recv_data(eng->tx.server, data, buf, length, &ra->rx);
-        return UCS_INPROGRESS;
-    }
+    m->stats->bytes_in += length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        return coll_item_receive(&s->ci, me, data, buf, length);
     memcpy(buf, data, length);
-    /* A failure inside detaches s: hold it until we know. */
-    s->nreceiving++;
+    coll_item_hold(&s->ci); /* completing may retire the collective and take s out of it */
     small_arrived(s, me, h->total);
-    s->nreceiving--;
-    if (s->coll == NULL && small_idle(s))
-        small_free_detached(s);
+    coll_item_put(&s->ci);
     return UCS_OK;
 }

@@ -5,13 +5,11 @@
 #ifndef INCMOE_SWITCH_SMALL_H
 #define INCMOE_SWITCH_SMALL_H
 
-#include "engine.h"
+#include "membership.h"
 
 /* A SMALL from a member (screened; the header checked by inc_wire_hdr_check). */
-ucs_status_t small_on_message(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
-                              void *data, size_t length, const ucp_am_recv_param_t *param);
-
-/* The collective is going: free its small state now, or once its receives and sends end. */
-void small_detach(engine_t *eng, coll_t *c);
+ucs_status_t small_on_message(membership_t *m, job_t *job, conn_t *conn,
+                              const struct inc_wire_hdr *h, void *data, size_t length,
+                              const ucp_am_recv_param_t *param);
 
 #endif
