@@ -1,8 +1,9 @@
 /*
- * client.h - the communicator's internals, shared by the rooms of the client:
+ * client.h - the communicator's internals, shared by the files of the client:
  * lifecycle and proxy loop (comm.c), join handshake (join.c), registration
  * (mr.c), posting (post.c), the collectives' common life (coll.c), messages
- * out (send.c) and the two algorithms behind algo.h (innet.c, ring.c).
+ * out (send.c), the two algorithms behind algo.h (innet.c, ring.c), and the
+ * errors, wake-ups and hand-offs between the threads (notify.c).
  *
  * Threads: the caller's threads validate and queue collectives; one proxy
  * thread per communicator owns the UCX worker and does all communication,
@@ -145,24 +146,29 @@ typedef struct {
     void *payload_owned; /* freed on completion */
 } send_ctx_t;
 
-/* --- errors and the proxy (comm.c) --- */
+/* Each file's functions, under its heading (post.c's extra call is in post.h). */
 
-/* Record the communicator's first error (later ones are only logged). */
+/* --- how the threads tell each other: errors, wake-ups, work for the proxy (notify.c) --- */
+
+/* Record the communicator's first error (later ones are only logged) and wake every waiter. */
 void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A local failure the other ranks must hear about, or they would wait forever. */
 void client_fail_job(incmoe_comm_t *comm, incmoe_status_t status, const char *text);
-/* The worker's active-message handler: every message to this communicator arrives here. */
-ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, void *data,
-                          size_t length, const ucp_am_recv_param_t *param);
-/* Wake the proxy thread: new work is queued. */
-void client_wake(incmoe_comm_t *comm);
 /* The bound on closing one endpoint: short once the communicator failed, when the peer
    may be stopped and the process must not linger past the error. */
 int client_close_bound_ms(const incmoe_comm_t *comm);
+/* Wake the proxy thread: new work is queued. */
+void client_wake(incmoe_comm_t *comm);
 /* Run fn(comm, arg) on the proxy thread and return its status (the caller blocks). */
 incmoe_status_t client_proxy_call(incmoe_comm_t *comm,
                                   incmoe_status_t (*fn)(incmoe_comm_t *comm, void *arg), void *arg);
+/* Proxy thread: run what callers handed over; a call's caller may return once it is done. */
+void client_proxy_run_calls(incmoe_comm_t *comm);
+/* Under comm->lock: queue a collective for the proxy, behind those queued before. */
+void client_proxy_submit_locked(incmoe_comm_t *comm, coll_op_t *op);
+/* Proxy thread: the queued collectives in order (linked by next), the queue emptied. */
+coll_op_t *client_proxy_take_submissions(incmoe_comm_t *comm);
 
 /* --- messages out (send.c) --- */
 
@@ -181,12 +187,20 @@ void client_send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *
 /* POST of a collective to the switch. */
 void client_send_post(incmoe_comm_t *comm, coll_op_t *op);
 
+/* --- registered memory (mr.c) --- */
+
+/* Hold both regions for a collective being posted; 0 if one is not registered here. */
+int client_mr_hold(incmoe_comm_t *comm, coll_op_t *op, struct incmoe_mr *send_mr,
+                   struct incmoe_mr *recv_mr);
+/* Under comm->lock: the collective no longer uses its regions. */
+void client_mr_release_locked(coll_op_t *op);
+/* Closing, after the worker is gone: unmap and free every region. */
+void client_mr_close_all(incmoe_comm_t *comm);
+
 /* --- the collectives' common life, proxy thread (coll.c) --- */
 
 /* Append a drained submission to its stream and start it. */
 void client_op_start(incmoe_comm_t *comm, coll_op_t *op);
-/* Proxy thread: starts every collective the posting calls queued since the last turn. */
-void client_drain_submissions(incmoe_comm_t *comm);
 /* The started collective (stream, epoch), or NULL. */
 coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch);
 /* The collective finished its part of the work; retire what can be retired. */
@@ -205,14 +219,12 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
 /* JOIN_ACK: the job formed; keep the peers' addresses and the flow-control grant. */
 void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length);
 
-/* --- registered memory (mr.c) --- */
+/* --- lifecycle and the proxy loop (comm.c) --- */
 
-/* Hold both regions for a collective being posted; 0 if one is not registered here. */
-int client_mr_hold(incmoe_comm_t *comm, coll_op_t *op, struct incmoe_mr *send_mr,
-                   struct incmoe_mr *recv_mr);
-/* Under comm->lock: the collective no longer uses its regions. */
-void client_mr_release_locked(coll_op_t *op);
-/* Closing, after the worker is gone: unmap and free every region. */
-void client_mr_close_all(incmoe_comm_t *comm);
+/* The worker's active-message handler: every message to this communicator arrives here. */
+ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param);
+/* Proxy thread: start every collective the posting calls queued since the last turn. */
+void client_drain_submissions(incmoe_comm_t *comm);
 
 #endif

@@ -6,7 +6,8 @@
  * the switch's liveness.  Destroy waits (bounded) for posted collectives,
  * leaves the job in order or fails it for the other ranks, and frees
  * everything after the worker, and with it every transfer, is gone.  The
- * communicator's first error is recorded here too.
+ * first error, the wake-ups and the queues callers hand the proxy are
+ * notify.c's.
  */
 #include "algo.h"
 #include "base/clock.h"
@@ -15,7 +16,6 @@
 #include "base/text.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,38 +23,6 @@
 #include <unistd.h>
 
 #define SUBSYS "client"
-
-/* ------------------------------------------------------------------------ */
-/* errors                                                                   */
-
-void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
-{
-    char text[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&comm->lock);
-    if (atomic_load(&comm->error) == 0) {
-        snprintf(comm->error_text, sizeof(comm->error_text), "%s", text);
-        atomic_store(&comm->error, status);
-        log_error(SUBSYS, "rank %d job %llu: %s (%s)", comm->rank, (unsigned long long)comm->job_id,
-                  text, incmoe_strerror(status));
-    } else {
-        log_debug(SUBSYS, "rank %d: further error: %s", comm->rank, text);
-    }
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->lock);
-}
-
-void client_fail_job(incmoe_comm_t *comm, incmoe_status_t status, const char *text)
-{
-    client_fail(comm, status, "%s", text);
-    pthread_mutex_lock(&comm->lock);
-    comm->abort_pending = 1;
-    pthread_mutex_unlock(&comm->lock);
-    client_wake(comm);
-}
 
 /* ------------------------------------------------------------------------ */
 /* incoming messages                                                        */
@@ -110,50 +78,6 @@ ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, v
 /* ------------------------------------------------------------------------ */
 /* the proxy thread                                                         */
 
-void client_wake(incmoe_comm_t *comm)
-{
-    uint64_t one = 1;
-    if (write(comm->wake_fd, &one, sizeof(one)) < 0)
-        log_debug(SUBSYS, "wake: %s", strerror(errno));
-}
-
-incmoe_status_t client_proxy_call(incmoe_comm_t *comm,
-                                  incmoe_status_t (*fn)(incmoe_comm_t *comm, void *arg), void *arg)
-{
-    client_call_t call = {.fn = fn, .arg = arg};
-    pthread_mutex_lock(&comm->lock);
-    call.next = comm->calls;
-    comm->calls = &call;
-    pthread_mutex_unlock(&comm->lock);
-    client_wake(comm);
-    pthread_mutex_lock(&comm->lock);
-    while (!call.done) {
-        struct timespec ts = inc_realtime_after_ms(1000); /* a safety net, as in incmoe_wait */
-        pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
-    }
-    pthread_mutex_unlock(&comm->lock);
-    return call.status;
-}
-
-/* Run what callers handed over; a call's caller may return once it is marked done. */
-static void run_calls(incmoe_comm_t *comm)
-{
-    pthread_mutex_lock(&comm->lock);
-    client_call_t *list = comm->calls;
-    comm->calls = NULL;
-    pthread_mutex_unlock(&comm->lock);
-    while (list != NULL) {
-        client_call_t *call = list;
-        list = call->next;
-        incmoe_status_t st = call->fn(comm, call->arg);
-        pthread_mutex_lock(&comm->lock);
-        call->status = st;
-        call->done = 1;
-        pthread_cond_broadcast(&comm->cond);
-        pthread_mutex_unlock(&comm->lock);
-    }
-}
-
 /* Tell the switch about a local failure the other ranks must hear about. */
 static void send_pending_abort(incmoe_comm_t *comm)
 {
@@ -169,10 +93,7 @@ static void send_pending_abort(incmoe_comm_t *comm)
 
 void client_drain_submissions(incmoe_comm_t *comm)
 {
-    pthread_mutex_lock(&comm->lock);
-    coll_op_t *list = comm->submit_head;
-    comm->submit_head = comm->submit_tail = NULL;
-    pthread_mutex_unlock(&comm->lock);
+    coll_op_t *list = client_proxy_take_submissions(comm);
     while (list != NULL) {
         coll_op_t *op = list;
         list = op->next;
@@ -198,7 +119,7 @@ static void *proxy_main(void *arg)
         int did = 0;
         while (ucp_worker_progress(comm->node.worker) != 0)
             did = 1;
-        run_calls(comm);
+        client_proxy_run_calls(comm);
         send_pending_abort(comm);
         client_drain_submissions(comm);
         if (atomic_load(&comm->error) == 0) {
@@ -219,11 +140,6 @@ static void *proxy_main(void *arg)
 
 /* ------------------------------------------------------------------------ */
 /* lifecycle                                                                */
-
-int client_close_bound_ms(const incmoe_comm_t *comm)
-{
-    return atomic_load(&comm->error) != 0 || comm->releasing ? 100 : 2000;
-}
 
 static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
 {

@@ -83,11 +83,7 @@ static incmoe_status_t submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *
     }
     client_stream_t *s = &comm->streams[op->stream];
     op->epoch = ++s->posted;
-    if (comm->submit_tail != NULL)
-        comm->submit_tail->next = op;
-    else
-        comm->submit_head = op;
-    comm->submit_tail = op;
+    client_proxy_submit_locked(comm, op);
     /* Fill the request before unlocking: from then on the proxy may retire and free op. */
     req_p->stream = op->stream;
     req_p->epoch = op->epoch;
