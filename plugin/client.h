@@ -31,6 +31,19 @@ struct incmoe_mr {
     unsigned holds; /* collectives (or posting calls) using the region, under comm->lock */
 };
 
+/*
+ * How a send tells its sender it is done, as UCX's uct_completion_t: the
+ * sender hands one in with each message, the transport counts the message in
+ * (count++) when it takes it and out when UCX completes it, and calls func
+ * (when not NULL) each time count returns to zero.  A failed send still
+ * counts out; the failure itself fails the communicator (client_fail).
+ */
+typedef struct client_completion client_completion_t;
+struct client_completion {
+    void (*func)(client_completion_t *self);
+    uint32_t count; /* messages taken and not yet completed */
+};
+
 typedef struct coll_op {
     struct coll_op *next;
     incmoe_stream_t stream;
@@ -54,8 +67,9 @@ typedef struct coll_op {
     int started;
     uint64_t next_chunk; /* in-network send cursor: (chunk, root) in global order */
     int next_root;
-    int all_issued; /* every DATA of this rank was handed to UCX */
-    uint32_t sends_pending;
+    int all_issued;           /* every DATA of this rank was handed to UCX */
+    client_completion_t sent; /* its messages in flight; func retires (coll.c) */
+    incmoe_comm_t *comm;      /* for sent.func */
     uint64_t recv_expected;
     uint64_t recv_accepted; /* result bytes taken on, landed or still landing */
     uint64_t recv_done;
@@ -133,17 +147,17 @@ struct incmoe_comm {
     ucp_address_t *worker_addr;            /* this rank's, for the bootstrap and JOIN */
     size_t worker_addr_len;
 
-    double last_rx, last_tx; /* liveness, proxy thread */
-    uint32_t inflight_ctrl;  /* control sends not yet completed */
-    int freeing;             /* collectives are gone: completions only clean up */
+    double last_rx, last_tx;       /* liveness, proxy thread */
+    client_completion_t ctrl_sent; /* control sends in flight (no func: only counted) */
+    int freeing;                   /* collectives are gone: completions only clean up */
 };
 
 /* One message in flight; UCX 1.13 needs the sent header alive until completion. */
 typedef struct {
     struct inc_wire_hdr hdr;
     incmoe_comm_t *comm;
-    coll_op_t *op;       /* counted in op->sends_pending, or NULL */
-    void *payload_owned; /* freed on completion */
+    client_completion_t *comp; /* counts this message in flight */
+    void *payload_owned;       /* freed on completion */
 } send_ctx_t;
 
 /* Each file's functions, under its heading (post.c's extra call is in post.h). */
@@ -174,18 +188,19 @@ coll_op_t *client_proxy_take_submissions(incmoe_comm_t *comm);
 
 /* A message from this rank, header filled but for the per-message fields. */
 send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg);
-/* Hands one message to UCX on ep; ctx belongs to the send from here on. */
+/* Hands one message to UCX on ep, counted in comp until it completes; ctx belongs to the send
+   from here on. */
 void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
-                    size_t length, ucp_mem_h memh);
+                    size_t length, ucp_mem_h memh, client_completion_t *comp);
 /* The same, to the switch. */
 void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payload, size_t length,
-                 ucp_mem_h memh);
+                 ucp_mem_h memh, client_completion_t *comp);
 /* A message without payload to the switch (HEARTBEAT, LEAVE). */
 void client_send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg);
 /* ERROR to the switch, which ends the job for every rank with this reason. */
 void client_send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *text);
-/* POST of a collective to the switch. */
-void client_send_post(incmoe_comm_t *comm, coll_op_t *op);
+/* POST of a collective to the switch, counted in comp. */
+void client_send_post(incmoe_comm_t *comm, const coll_op_t *op, client_completion_t *comp);
 
 /* --- registered memory (mr.c) --- */
 

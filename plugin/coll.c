@@ -8,6 +8,7 @@
  */
 #include "algo.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@ coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch)
 
 static int op_finished(const coll_op_t *op)
 {
-    if (!op->started || !op->all_issued || op->sends_pending != 0 || op->holds != 0)
+    if (!op->started || !op->all_issued || op->sent.count != 0 || op->holds != 0)
         return 0;
     if (op->stream == INCMOE_STREAM_BARRIER)
         return op->barrier_done;
@@ -32,6 +33,13 @@ static int op_finished(const coll_op_t *op)
 void client_op_progressed(incmoe_comm_t *comm, coll_op_t *op)
 {
     client_stream_retire(comm, op->stream);
+}
+
+/* The last message of the collective in flight completed. */
+static void op_sent(client_completion_t *self)
+{
+    coll_op_t *op = (coll_op_t *)((char *)self - offsetof(coll_op_t, sent));
+    client_op_progressed(op->comm, op);
 }
 
 void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream)
@@ -116,6 +124,8 @@ void client_op_start(incmoe_comm_t *comm, coll_op_t *op)
         s->head = op;
     s->tail = op;
 
+    op->comm = comm;
+    op->sent = (client_completion_t){.func = op_sent};
     op->started = 1;
     op_local_part(comm, op);
     if (comm->nranks == 1) {
@@ -123,7 +133,7 @@ void client_op_start(incmoe_comm_t *comm, coll_op_t *op)
         op->barrier_done = 1;
         client_op_progressed(comm, op);
     } else if (op->stream == INCMOE_STREAM_BARRIER) {
-        client_send_post(comm, op); /* the switch answers DONE when all ranks posted */
+        client_send_post(comm, op, &op->sent); /* the switch answers DONE when all ranks posted */
     } else {
         comm->ops->start(comm, op);
     }

@@ -168,7 +168,7 @@ static void comm_free(incmoe_comm_t *comm)
         comm->ops->close(comm);
     /* Let outstanding control sends finish (or fail) before the worker goes. */
     double deadline = inc_now_s() + client_close_bound_ms(comm) / 1000.0;
-    while (comm->inflight_ctrl > 0 && inc_now_s() < deadline)
+    while (comm->ctrl_sent.count > 0 && inc_now_s() < deadline)
         inc_ucx_node_wait(&comm->node, -1, 10);
     comm->freeing = 1;
     for (int s = 0; s < INC_STREAM_COUNT; s++)

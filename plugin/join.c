@@ -147,7 +147,7 @@ static incmoe_status_t join_send(incmoe_comm_t *comm, const uint8_t *token, int 
     ctx->hdr.length = plen;
     ctx->payload_owned = payload;
     comm->last_rx = inc_now_s();
-    client_send(comm, ctx, payload, plen, NULL);
+    client_send(comm, ctx, payload, plen, NULL, &comm->ctrl_sent);
     return INCMOE_OK;
 }
 
@@ -178,7 +178,7 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
         if (inc_now_s() > deadline) {
             /* JOIN still unsent: the switch finished the bootstrap but its worker never
                answered. */
-            if (comm->inflight_ctrl > 0)
+            if (comm->ctrl_sent.count > 0)
                 client_fail(comm, INCMOE_ERR_TIMEOUT,
                             "the switch at %s did not take the JOIN within %d ms "
                             "(stopped or overloaded?)",

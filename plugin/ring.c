@@ -135,9 +135,8 @@ static void ring_send(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, in
     ctx->hdr.chunk = (uint32_t)(offset / comm->chunk_size);
     ctx->hdr.dtype = (uint8_t)op->dtype;
     ctx->hdr.redop = (uint8_t)op->redop;
-    ctx->op = op;
     ctx->payload_owned = owned;
-    client_send_ep(comm, ring->right, ctx, payload, length, memh);
+    client_send_ep(comm, ring->right, ctx, payload, length, memh, &op->sent);
 }
 
 /* Send every chunk of [base, base+bytes) of a block to the right. */
@@ -181,7 +180,7 @@ static void ring_start(incmoe_comm_t *comm, coll_op_t *op)
         client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ring->broken);
         return;
     }
-    op->all_issued = 1; /* forwards are issued as chunks arrive, counted in sends_pending */
+    op->all_issued = 1; /* forwards are issued as chunks arrive, counted in op->sent */
     op->holds++;        /* sends may complete inline: op stays until we are done here */
     switch (op->stream) {
     case INCMOE_STREAM_ALLGATHER:
@@ -442,7 +441,7 @@ static incmoe_status_t ring_connect(incmoe_comm_t *comm)
     memcpy(token, comm->ring_token, INCMOE_WIRE_TOKEN);
     ctx->hdr.length = INCMOE_WIRE_TOKEN;
     ctx->payload_owned = token;
-    client_send_ep(comm, ring->right, ctx, token, INCMOE_WIRE_TOKEN, NULL);
+    client_send_ep(comm, ring->right, ctx, token, INCMOE_WIRE_TOKEN, NULL, &comm->ctrl_sent);
     ucp_request_param_t fp = {.op_attr_mask = 0};
     ucs_status_t fst =
         inc_ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp), comm->timeout_ms);
