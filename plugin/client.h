@@ -214,8 +214,9 @@ void client_mr_close_all(incmoe_comm_t *comm);
 
 /* --- the collectives' common life, proxy thread (coll.c) --- */
 
-/* Append a drained submission to its stream and start it. */
-void client_op_start(incmoe_comm_t *comm, coll_op_t *op);
+/* Append a drained submission to its stream and do its local part; 1 when the algorithm must
+   move its data (start it), 0 when it needs no more from here (it may be freed already). */
+int client_op_start(incmoe_comm_t *comm, coll_op_t *op);
 /* The started collective (stream, epoch), or NULL. */
 coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch);
 /* The collective finished its part of the work; retire what can be retired. */

@@ -1,12 +1,12 @@
 /*
  * coll.c - the common life of a collective on the proxy thread: it joins its
  * stream, does its local part (the own block, the single-rank case, the
- * barrier's POST), hands the data movement to the algorithm, and retires in
- * epoch order once every send and receive of it is done.  Retiring releases
- * its registered regions before the stream's counter shows it complete, so a
- * caller that saw it complete may deregister them at once.
+ * barrier's POST), leaves the data movement to the algorithm (comm.c starts
+ * it), and retires in epoch order once every send and receive of it is done.
+ * Retiring releases its registered regions before the stream's counter shows
+ * it complete, so a caller that saw it complete may deregister them at once.
  */
-#include "algo.h"
+#include "client.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -114,7 +114,7 @@ static void op_local_part(incmoe_comm_t *comm, coll_op_t *op)
     }
 }
 
-void client_op_start(incmoe_comm_t *comm, coll_op_t *op)
+int client_op_start(incmoe_comm_t *comm, coll_op_t *op)
 {
     client_stream_t *s = &comm->streams[op->stream];
     op->next = NULL;
@@ -131,12 +131,14 @@ void client_op_start(incmoe_comm_t *comm, coll_op_t *op)
     if (comm->nranks == 1) {
         op->all_issued = 1;
         op->barrier_done = 1;
-        client_op_progressed(comm, op);
-    } else if (op->stream == INCMOE_STREAM_BARRIER) {
-        client_send_post(comm, op, &op->sent); /* the switch answers DONE when all ranks posted */
-    } else {
-        comm->ops->start(comm, op);
+        client_op_progressed(comm, op); /* may free op */
+        return 0;
     }
+    if (op->stream == INCMOE_STREAM_BARRIER) {
+        client_send_post(comm, op, &op->sent); /* the switch answers DONE when all ranks posted */
+        return 0;
+    }
+    return 1;
 }
 
 void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h)

@@ -97,7 +97,8 @@ void client_drain_submissions(incmoe_comm_t *comm)
     while (list != NULL) {
         coll_op_t *op = list;
         list = op->next;
-        client_op_start(comm, op);
+        if (client_op_start(comm, op))
+            comm->ops->start(comm, op);
     }
 }
 
