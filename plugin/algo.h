@@ -1,8 +1,8 @@
 /*
  * algo.h - the one table behind which an algorithm moves a communicator's
  * data: in-network through the switch (innet.c) or the ring between the
- * ranks (ring.c).  The common code (comm.c, join.c) calls only these
- * entries; the two algorithms never call each other.  The barrier, the join
+ * ranks (ring.c).  The common code calls these entries only from comm.c;
+ * the two algorithms never call each other.  The barrier, the join
  * and liveness always go through the switch and are not the algorithm's.
  */
 #ifndef INCMOE_ALGO_H

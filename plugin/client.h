@@ -230,8 +230,10 @@ void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h);
 
 /* --- the join handshake (join.c) --- */
 
-/* On the creating thread: connect to the switch, JOIN, wait (bounded) for JOIN_ACK. */
-incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params);
+/* On the creating thread, the message handler set and the algorithm open: connect to the
+   switch, JOIN (with this rank's worker address if share_addr), wait (bounded) for JOIN_ACK. */
+incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params,
+                            int share_addr);
 /* JOIN_ACK: the job formed; keep the peers' addresses and the flow-control grant. */
 void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length);
 

@@ -251,7 +251,25 @@ static incmoe_status_t read_settings(comm_settings_t *s)
     return INCMOE_OK;
 }
 
-/* The communicator before joining: settings, locks, the wake-up fd and UCX. */
+/* Every message to this communicator reaches client_am_cb: set before any endpoint exists. */
+static incmoe_status_t comm_set_handler(incmoe_comm_t *comm)
+{
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = INCMOE_AM_ID,
+        .cb = client_am_cb,
+        .arg = comm,
+    };
+    ucs_status_t us = ucp_worker_set_am_recv_handler(comm->node.worker, &hp);
+    if (us != UCS_OK) {
+        log_error(SUBSYS, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    return INCMOE_OK;
+}
+
+/* The communicator before joining: settings, locks, the wake-up fd, UCX and its handler. */
 static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_settings_t *set,
                                  incmoe_comm_t *comm)
 {
@@ -269,7 +287,10 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     comm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
-    return comm->wake_fd < 0 ? INCMOE_ERR_NO_MEMORY : inc_ucx_node_open(&comm->node);
+    if (comm->wake_fd < 0)
+        return INCMOE_ERR_NO_MEMORY;
+    incmoe_status_t st = inc_ucx_node_open(&comm->node);
+    return st == INCMOE_OK ? comm_set_handler(comm) : st;
 }
 
 incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p)
@@ -283,9 +304,12 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
     incmoe_comm_t *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return INCMOE_ERR_NO_MEMORY;
+    int share_addr = 0;
     st = comm_open(params, &set, comm);
+    if (st == INCMOE_OK) /* before JOIN: once the job forms, peers may send to this rank */
+        st = comm->ops->open(comm, &share_addr);
     if (st == INCMOE_OK)
-        st = client_join(comm, params);
+        st = client_join(comm, params, share_addr);
     if (st == INCMOE_OK)
         st = comm->ops->connect(comm);
     if (st == INCMOE_OK && pthread_create(&comm->proxy, NULL, proxy_main, comm) != 0)
