@@ -101,6 +101,12 @@ typedef struct {
     coll_op_t *head, *tail;     /* active collectives in epoch order (proxy only) */
 } client_stream_t;
 
+/* The epoch of the stream's last retired collective; what it retired is visible after. */
+static inline uint64_t client_stream_completed(const client_stream_t *s)
+{
+    return atomic_load_explicit(&s->completed, memory_order_acquire);
+}
+
 /* Work a caller hands to the proxy thread (see client_proxy_call). */
 typedef struct client_call {
     struct client_call *next;

@@ -269,7 +269,7 @@ static ucs_status_t ring_keep_early(incmoe_comm_t *comm, const struct inc_wire_h
                                     size_t length, int rndv)
 {
     ring_t *ring = comm->algo;
-    if (h->epoch <= incmoe_stream_completed(comm, (incmoe_stream_t)h->stream)) {
+    if (h->epoch <= client_stream_completed(&comm->streams[h->stream])) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "ring data for finished %s epoch %llu",
                     inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return UCS_ERR_INVALID_PARAM;
