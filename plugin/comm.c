@@ -231,7 +231,7 @@ static incmoe_status_t check_params(const incmoe_comm_params_t *params, incmoe_c
     }
     incmoe_algo_t algo =
         (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
-    if (algo != INCMOE_ALGO_INC && algo != INCMOE_ALGO_RING) {
+    if (client_algo_find(algo) == NULL) {
         log_error(SUBSYS, "unknown algorithm %d", (int)algo);
         return INCMOE_ERR_INVALID_ARG;
     }
@@ -276,8 +276,8 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     comm->rank = params->rank;
     comm->nranks = params->nranks;
     comm->job_id = params->job_id;
-    int ring = (params->field_mask & INCMOE_COMM_PARAM_ALGO) && params->algo == INCMOE_ALGO_RING;
-    comm->ops = ring ? &client_ring_ops : &client_innet_ops;
+    comm->ops = client_algo_find((params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo
+                                                                               : INCMOE_ALGO_INC);
     comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
                            ? params->timeout_ms
                            : (int)set->timeout_ms;

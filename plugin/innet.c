@@ -191,8 +191,9 @@ static void pump_stream(incmoe_comm_t *comm, incmoe_stream_t stream)
 
 static void innet_progress(incmoe_comm_t *comm)
 {
-    for (int s = 0; s < INCMOE_STREAM_BARRIER; s++)
-        pump_stream(comm, (incmoe_stream_t)s);
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
+        if (s != INCMOE_STREAM_BARRIER) /* the barrier is a POST only, sent by coll.c */
+            pump_stream(comm, (incmoe_stream_t)s);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -372,8 +372,8 @@ static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
         ep == ring->right ? ring_right(comm) : (comm->rank + comm->nranks - 1) % comm->nranks;
     snprintf(ring->broken, sizeof(ring->broken), "lost the ring connection to rank %d: %s", peer,
              ucs_status_string(status));
-    for (int s = 0; s < INCMOE_STREAM_BARRIER; s++) {
-        if (comm->streams[s].head != NULL) {
+    for (int s = 0; s < INC_STREAM_COUNT; s++) {
+        if (s != INCMOE_STREAM_BARRIER && comm->streams[s].head != NULL) {
             client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ring->broken);
             return;
         }
