@@ -1,9 +1,17 @@
 /*
- * client.h - the communicator's internals, shared by the files of the client:
- * lifecycle and proxy loop (comm.c), join handshake (join.c), registration
- * (mr.c), posting (post.c), the collectives' common life (coll.c), messages
- * out (send.c), the two algorithms behind algo.h (innet.c, ring.c), and the
- * errors, wake-ups and hand-offs between the threads (notify.c).
+ * client.h - the communicator's internals, shared by the files of the client.
+ * They form layers: a file calls by name only files below it (comm.c reaches
+ * the algorithms through their table), and what must reach up goes through a
+ * pointer it was handed (a send's completion, a call handed to the proxy).
+ *
+ *   comm.c, fifo.c   lifecycle and the proxy loop, orchestrating the rest;
+ *                    device-side posting over the public API
+ *   post.c, join.c   the posting API and its checks; the join handshake
+ *   innet.c, ring.c  the algorithms, behind algo.h (algo.c names them)
+ *   coll.c           the collectives' common life: start, local part, retire
+ *   send.c, mr.c     messages out; registered memory
+ *   notify.c         the first error, wake-ups, hand-offs between the threads;
+ *   counter.c        beside it, the counters and the sleep fifo.c waits with
  *
  * Threads: the caller's threads validate and queue collectives; one proxy
  * thread per communicator owns the UCX worker and does all communication,
@@ -166,7 +174,7 @@ typedef struct {
     void *payload_owned;       /* freed on completion */
 } send_ctx_t;
 
-/* Each file's functions, under its heading (post.c's extra call is in post.h). */
+/* Each file's functions under its heading, bottom-up; post.c's extra call is in post.h. */
 
 /* --- how the threads tell each other: errors, wake-ups, work for the proxy (notify.c) --- */
 
