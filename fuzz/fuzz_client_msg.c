@@ -14,7 +14,8 @@
  * What it replaces: UCX, by ucx_fake.c, whose requests complete when the
  * input says so; and the three things that need it to exist.  The
  * communicator is filled in the way comm_open() fills it, with fake UCX
- * handles, and joins through a JOIN_ACK this harness delivers;
+ * handles and no message handler (this harness calls client_am_cb itself),
+ * and joins through a JOIN_ACK this harness delivers;
  * incmoe_mem_register would map memory on the proxy thread, so the two
  * regions are linked in as it leaves them (no UCX mapping); and this thread
  * stands in for the proxy thread, doing what one turn of its loop does after

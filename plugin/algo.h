@@ -1,9 +1,11 @@
 /*
  * algo.h - the one table behind which an algorithm moves a communicator's
  * data: in-network through the switch (innet.c) or the ring between the
- * ranks (ring.c).  The common code (comm.c, join.c, coll.c) calls only these
- * entries; the two algorithms never call each other.  The barrier, the join
- * and liveness always go through the switch and are not the algorithm's.
+ * ranks (ring.c), found by incmoe_algo_t in algo.c.  The common code calls
+ * these entries only from comm.c; the algorithms never call each other.  The
+ * barrier, the join and liveness always go through the switch and are not the
+ * algorithm's.  An algorithm moves every data stream (every stream but the
+ * barrier), switching on op->stream inside its own entries.
  */
 #ifndef INCMOE_ALGO_H
 #define INCMOE_ALGO_H
@@ -20,8 +22,8 @@ typedef struct client_algo_ops {
     incmoe_status_t (*open)(incmoe_comm_t *comm, int *share_addr);
     /* After JOIN_ACK, on the creating thread: finish wire-up. */
     incmoe_status_t (*connect)(incmoe_comm_t *comm);
-    /* Proxy thread: a started AllGather, ReduceScatter or AllReduce of more than one rank;
-       the local part (own block, expected result bytes) is done. */
+    /* Proxy thread: a started collective of a data stream, of more than one rank; the local
+       part (own block, expected result bytes) is done. */
     void (*start)(incmoe_comm_t *comm, coll_op_t *op);
     /* Proxy thread, every loop turn while healthy: move what can move now (may be NULL). */
     void (*progress)(incmoe_comm_t *comm);
@@ -38,5 +40,8 @@ typedef struct client_algo_ops {
 
 extern const client_algo_ops_t client_innet_ops;
 extern const client_algo_ops_t client_ring_ops;
+
+/* The algorithm's table, or NULL for a value that names none. */
+const client_algo_ops_t *client_algo_find(incmoe_algo_t algo);
 
 #endif

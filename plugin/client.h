@@ -1,8 +1,17 @@
 /*
- * client.h - the communicator's internals, shared by the rooms of the client:
- * lifecycle and proxy loop (comm.c), join handshake (join.c), registration
- * (mr.c), posting (post.c), the collectives' common life (coll.c), messages
- * out (send.c) and the two algorithms behind algo.h (innet.c, ring.c).
+ * client.h - the communicator's internals, shared by the files of the client.
+ * They form layers: a file calls by name only files below it (comm.c reaches
+ * the algorithms through their table), and what must reach up goes through a
+ * pointer it was handed (a send's completion, a call handed to the proxy).
+ *
+ *   comm.c, fifo.c   lifecycle and the proxy loop, orchestrating the rest;
+ *                    device-side posting over the public API
+ *   post.c, join.c   the posting API and its checks; the join handshake
+ *   innet.c, ring.c  the algorithms, behind algo.h (algo.c names them)
+ *   coll.c           the collectives' common life: start, local part, retire
+ *   send.c, mr.c     messages out; registered memory
+ *   notify.c         the first error, wake-ups, hand-offs between the threads;
+ *   counter.c        beside it, the counters and the sleep fifo.c waits with
  *
  * Threads: the caller's threads validate and queue collectives; one proxy
  * thread per communicator owns the UCX worker and does all communication,
@@ -30,6 +39,19 @@ struct incmoe_mr {
     unsigned holds; /* collectives (or posting calls) using the region, under comm->lock */
 };
 
+/*
+ * How a send tells its sender it is done, as UCX's uct_completion_t: the
+ * sender hands one in with each message, the transport counts the message in
+ * (count++) when it takes it and out when UCX completes it, and calls func
+ * (when not NULL) each time count returns to zero.  A failed send still
+ * counts out; the failure itself fails the communicator (client_fail).
+ */
+typedef struct client_completion client_completion_t;
+struct client_completion {
+    void (*func)(client_completion_t *self);
+    uint32_t count; /* messages taken and not yet completed */
+};
+
 typedef struct coll_op {
     struct coll_op *next;
     incmoe_stream_t stream;
@@ -53,8 +75,9 @@ typedef struct coll_op {
     int started;
     uint64_t next_chunk; /* in-network send cursor: (chunk, root) in global order */
     int next_root;
-    int all_issued; /* every DATA of this rank was handed to UCX */
-    uint32_t sends_pending;
+    int all_issued;           /* every DATA of this rank was handed to UCX */
+    client_completion_t sent; /* its messages in flight; func retires (coll.c) */
+    incmoe_comm_t *comm;      /* for sent.func */
     uint64_t recv_expected;
     uint64_t recv_accepted; /* result bytes taken on, landed or still landing */
     uint64_t recv_done;
@@ -85,6 +108,12 @@ typedef struct {
     _Atomic uint64_t completed; /* epoch of the last retired collective */
     coll_op_t *head, *tail;     /* active collectives in epoch order (proxy only) */
 } client_stream_t;
+
+/* The epoch of the stream's last retired collective; what it retired is visible after. */
+static inline uint64_t client_stream_completed(const client_stream_t *s)
+{
+    return atomic_load_explicit(&s->completed, memory_order_acquire);
+}
 
 /* Work a caller hands to the proxy thread (see client_proxy_call). */
 typedef struct client_call {
@@ -132,61 +161,76 @@ struct incmoe_comm {
     ucp_address_t *worker_addr;            /* this rank's, for the bootstrap and JOIN */
     size_t worker_addr_len;
 
-    double last_rx, last_tx; /* liveness, proxy thread */
-    uint32_t inflight_ctrl;  /* control sends not yet completed */
-    int freeing;             /* collectives are gone: completions only clean up */
+    double last_rx, last_tx;       /* liveness, proxy thread */
+    client_completion_t ctrl_sent; /* control sends in flight (no func: only counted) */
+    int freeing;                   /* collectives are gone: completions only clean up */
 };
 
 /* One message in flight; UCX 1.13 needs the sent header alive until completion. */
 typedef struct {
     struct inc_wire_hdr hdr;
     incmoe_comm_t *comm;
-    coll_op_t *op;       /* counted in op->sends_pending, or NULL */
-    void *payload_owned; /* freed on completion */
+    client_completion_t *comp; /* counts this message in flight */
+    void *payload_owned;       /* freed on completion */
 } send_ctx_t;
 
-/* --- errors and the proxy (comm.c) --- */
+/* Each file's functions under its heading, bottom-up; post.c's extra call is in post.h. */
 
-/* Record the communicator's first error (later ones are only logged). */
+/* --- how the threads tell each other: errors, wake-ups, work for the proxy (notify.c) --- */
+
+/* Record the communicator's first error (later ones are only logged) and wake every waiter. */
 void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A local failure the other ranks must hear about, or they would wait forever. */
 void client_fail_job(incmoe_comm_t *comm, incmoe_status_t status, const char *text);
-/* The worker's active-message handler: every message to this communicator arrives here. */
-ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, void *data,
-                          size_t length, const ucp_am_recv_param_t *param);
-/* Wake the proxy thread: new work is queued. */
-void client_wake(incmoe_comm_t *comm);
 /* The bound on closing one endpoint: short once the communicator failed, when the peer
    may be stopped and the process must not linger past the error. */
 int client_close_bound_ms(const incmoe_comm_t *comm);
+/* Wake the proxy thread: new work is queued. */
+void client_wake(incmoe_comm_t *comm);
 /* Run fn(comm, arg) on the proxy thread and return its status (the caller blocks). */
 incmoe_status_t client_proxy_call(incmoe_comm_t *comm,
                                   incmoe_status_t (*fn)(incmoe_comm_t *comm, void *arg), void *arg);
+/* Proxy thread: run what callers handed over; a call's caller may return once it is done. */
+void client_proxy_run_calls(incmoe_comm_t *comm);
+/* Under comm->lock: queue a collective for the proxy, behind those queued before. */
+void client_proxy_submit_locked(incmoe_comm_t *comm, coll_op_t *op);
+/* Proxy thread: the queued collectives in order (linked by next), the queue emptied. */
+coll_op_t *client_proxy_take_submissions(incmoe_comm_t *comm);
 
 /* --- messages out (send.c) --- */
 
 /* A message from this rank, header filled but for the per-message fields. */
 send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg);
-/* Hands one message to UCX on ep; ctx belongs to the send from here on. */
+/* Hands one message to UCX on ep, counted in comp until it completes; ctx belongs to the send
+   from here on. */
 void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
-                    size_t length, ucp_mem_h memh);
+                    size_t length, ucp_mem_h memh, client_completion_t *comp);
 /* The same, to the switch. */
 void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payload, size_t length,
-                 ucp_mem_h memh);
+                 ucp_mem_h memh, client_completion_t *comp);
 /* A message without payload to the switch (HEARTBEAT, LEAVE). */
 void client_send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg);
 /* ERROR to the switch, which ends the job for every rank with this reason. */
 void client_send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *text);
-/* POST of a collective to the switch. */
-void client_send_post(incmoe_comm_t *comm, coll_op_t *op);
+/* POST of a collective to the switch, counted in comp. */
+void client_send_post(incmoe_comm_t *comm, const coll_op_t *op, client_completion_t *comp);
+
+/* --- registered memory (mr.c) --- */
+
+/* Hold both regions for a collective being posted; 0 if one is not registered here. */
+int client_mr_hold(incmoe_comm_t *comm, coll_op_t *op, struct incmoe_mr *send_mr,
+                   struct incmoe_mr *recv_mr);
+/* Under comm->lock: the collective no longer uses its regions. */
+void client_mr_release_locked(coll_op_t *op);
+/* Closing, after the worker is gone: unmap and free every region. */
+void client_mr_close_all(incmoe_comm_t *comm);
 
 /* --- the collectives' common life, proxy thread (coll.c) --- */
 
-/* Append a drained submission to its stream and start it. */
-void client_op_start(incmoe_comm_t *comm, coll_op_t *op);
-/* Proxy thread: starts every collective the posting calls queued since the last turn. */
-void client_drain_submissions(incmoe_comm_t *comm);
+/* Append a drained submission to its stream and do its local part; 1 when the algorithm must
+   move its data (start it), 0 when it needs no more from here (it may be freed already). */
+int client_op_start(incmoe_comm_t *comm, coll_op_t *op);
 /* The started collective (stream, epoch), or NULL. */
 coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch);
 /* The collective finished its part of the work; retire what can be retired. */
@@ -200,19 +244,19 @@ void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h);
 
 /* --- the join handshake (join.c) --- */
 
-/* On the creating thread: connect to the switch, JOIN, wait (bounded) for JOIN_ACK. */
-incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params);
+/* On the creating thread, the message handler set and the algorithm open: connect to the
+   switch, JOIN (with this rank's worker address if share_addr), wait (bounded) for JOIN_ACK. */
+incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params,
+                            int share_addr);
 /* JOIN_ACK: the job formed; keep the peers' addresses and the flow-control grant. */
 void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length);
 
-/* --- registered memory (mr.c) --- */
+/* --- lifecycle and the proxy loop (comm.c) --- */
 
-/* Hold both regions for a collective being posted; 0 if one is not registered here. */
-int client_mr_hold(incmoe_comm_t *comm, coll_op_t *op, struct incmoe_mr *send_mr,
-                   struct incmoe_mr *recv_mr);
-/* Under comm->lock: the collective no longer uses its regions. */
-void client_mr_release_locked(coll_op_t *op);
-/* Closing, after the worker is gone: unmap and free every region. */
-void client_mr_close_all(incmoe_comm_t *comm);
+/* The worker's active-message handler: every message to this communicator arrives here. */
+ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param);
+/* Proxy thread: start every collective the posting calls queued since the last turn. */
+void client_drain_submissions(incmoe_comm_t *comm);
 
 #endif

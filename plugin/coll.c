@@ -1,13 +1,14 @@
 /*
  * coll.c - the common life of a collective on the proxy thread: it joins its
  * stream, does its local part (the own block, the single-rank case, the
- * barrier's POST), hands the data movement to the algorithm, and retires in
- * epoch order once every send and receive of it is done.  Retiring releases
- * its registered regions before the stream's counter shows it complete, so a
- * caller that saw it complete may deregister them at once.
+ * barrier's POST), leaves the data movement to the algorithm (comm.c starts
+ * it), and retires in epoch order once every send and receive of it is done.
+ * Retiring releases its registered regions before the stream's counter shows
+ * it complete, so a caller that saw it complete may deregister them at once.
  */
-#include "algo.h"
+#include "client.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@ coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch)
 
 static int op_finished(const coll_op_t *op)
 {
-    if (!op->started || !op->all_issued || op->sends_pending != 0 || op->holds != 0)
+    if (!op->started || !op->all_issued || op->sent.count != 0 || op->holds != 0)
         return 0;
     if (op->stream == INCMOE_STREAM_BARRIER)
         return op->barrier_done;
@@ -32,6 +33,13 @@ static int op_finished(const coll_op_t *op)
 void client_op_progressed(incmoe_comm_t *comm, coll_op_t *op)
 {
     client_stream_retire(comm, op->stream);
+}
+
+/* The last message of the collective in flight completed. */
+static void op_sent(client_completion_t *self)
+{
+    coll_op_t *op = (coll_op_t *)((char *)self - offsetof(coll_op_t, sent));
+    client_op_progressed(op->comm, op);
 }
 
 void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream)
@@ -106,7 +114,7 @@ static void op_local_part(incmoe_comm_t *comm, coll_op_t *op)
     }
 }
 
-void client_op_start(incmoe_comm_t *comm, coll_op_t *op)
+int client_op_start(incmoe_comm_t *comm, coll_op_t *op)
 {
     client_stream_t *s = &comm->streams[op->stream];
     op->next = NULL;
@@ -116,17 +124,21 @@ void client_op_start(incmoe_comm_t *comm, coll_op_t *op)
         s->head = op;
     s->tail = op;
 
+    op->comm = comm;
+    op->sent = (client_completion_t){.func = op_sent};
     op->started = 1;
     op_local_part(comm, op);
     if (comm->nranks == 1) {
         op->all_issued = 1;
         op->barrier_done = 1;
-        client_op_progressed(comm, op);
-    } else if (op->stream == INCMOE_STREAM_BARRIER) {
-        client_send_post(comm, op); /* the switch answers DONE when all ranks posted */
-    } else {
-        comm->ops->start(comm, op);
+        client_op_progressed(comm, op); /* may free op */
+        return 0;
     }
+    if (op->stream == INCMOE_STREAM_BARRIER) {
+        client_send_post(comm, op, &op->sent); /* the switch answers DONE when all ranks posted */
+        return 0;
+    }
+    return 1;
 }
 
 void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h)

@@ -6,7 +6,8 @@
  * the switch's liveness.  Destroy waits (bounded) for posted collectives,
  * leaves the job in order or fails it for the other ranks, and frees
  * everything after the worker, and with it every transfer, is gone.  The
- * communicator's first error is recorded here too.
+ * first error, the wake-ups and the queues callers hand the proxy are
+ * notify.c's.
  */
 #include "algo.h"
 #include "base/clock.h"
@@ -15,7 +16,6 @@
 #include "base/text.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,38 +23,6 @@
 #include <unistd.h>
 
 #define SUBSYS "client"
-
-/* ------------------------------------------------------------------------ */
-/* errors                                                                   */
-
-void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
-{
-    char text[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&comm->lock);
-    if (atomic_load(&comm->error) == 0) {
-        snprintf(comm->error_text, sizeof(comm->error_text), "%s", text);
-        atomic_store(&comm->error, status);
-        log_error(SUBSYS, "rank %d job %llu: %s (%s)", comm->rank, (unsigned long long)comm->job_id,
-                  text, incmoe_strerror(status));
-    } else {
-        log_debug(SUBSYS, "rank %d: further error: %s", comm->rank, text);
-    }
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->lock);
-}
-
-void client_fail_job(incmoe_comm_t *comm, incmoe_status_t status, const char *text)
-{
-    client_fail(comm, status, "%s", text);
-    pthread_mutex_lock(&comm->lock);
-    comm->abort_pending = 1;
-    pthread_mutex_unlock(&comm->lock);
-    client_wake(comm);
-}
 
 /* ------------------------------------------------------------------------ */
 /* incoming messages                                                        */
@@ -110,50 +78,6 @@ ucs_status_t client_am_cb(void *arg, const void *header, size_t header_length, v
 /* ------------------------------------------------------------------------ */
 /* the proxy thread                                                         */
 
-void client_wake(incmoe_comm_t *comm)
-{
-    uint64_t one = 1;
-    if (write(comm->wake_fd, &one, sizeof(one)) < 0)
-        log_debug(SUBSYS, "wake: %s", strerror(errno));
-}
-
-incmoe_status_t client_proxy_call(incmoe_comm_t *comm,
-                                  incmoe_status_t (*fn)(incmoe_comm_t *comm, void *arg), void *arg)
-{
-    client_call_t call = {.fn = fn, .arg = arg};
-    pthread_mutex_lock(&comm->lock);
-    call.next = comm->calls;
-    comm->calls = &call;
-    pthread_mutex_unlock(&comm->lock);
-    client_wake(comm);
-    pthread_mutex_lock(&comm->lock);
-    while (!call.done) {
-        struct timespec ts = inc_realtime_after_ms(1000); /* a safety net, as in incmoe_wait */
-        pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
-    }
-    pthread_mutex_unlock(&comm->lock);
-    return call.status;
-}
-
-/* Run what callers handed over; a call's caller may return once it is marked done. */
-static void run_calls(incmoe_comm_t *comm)
-{
-    pthread_mutex_lock(&comm->lock);
-    client_call_t *list = comm->calls;
-    comm->calls = NULL;
-    pthread_mutex_unlock(&comm->lock);
-    while (list != NULL) {
-        client_call_t *call = list;
-        list = call->next;
-        incmoe_status_t st = call->fn(comm, call->arg);
-        pthread_mutex_lock(&comm->lock);
-        call->status = st;
-        call->done = 1;
-        pthread_cond_broadcast(&comm->cond);
-        pthread_mutex_unlock(&comm->lock);
-    }
-}
-
 /* Tell the switch about a local failure the other ranks must hear about. */
 static void send_pending_abort(incmoe_comm_t *comm)
 {
@@ -169,14 +93,12 @@ static void send_pending_abort(incmoe_comm_t *comm)
 
 void client_drain_submissions(incmoe_comm_t *comm)
 {
-    pthread_mutex_lock(&comm->lock);
-    coll_op_t *list = comm->submit_head;
-    comm->submit_head = comm->submit_tail = NULL;
-    pthread_mutex_unlock(&comm->lock);
+    coll_op_t *list = client_proxy_take_submissions(comm);
     while (list != NULL) {
         coll_op_t *op = list;
         list = op->next;
-        client_op_start(comm, op);
+        if (client_op_start(comm, op))
+            comm->ops->start(comm, op);
     }
 }
 
@@ -198,7 +120,7 @@ static void *proxy_main(void *arg)
         int did = 0;
         while (ucp_worker_progress(comm->node.worker) != 0)
             did = 1;
-        run_calls(comm);
+        client_proxy_run_calls(comm);
         send_pending_abort(comm);
         client_drain_submissions(comm);
         if (atomic_load(&comm->error) == 0) {
@@ -219,11 +141,6 @@ static void *proxy_main(void *arg)
 
 /* ------------------------------------------------------------------------ */
 /* lifecycle                                                                */
-
-int client_close_bound_ms(const incmoe_comm_t *comm)
-{
-    return atomic_load(&comm->error) != 0 || comm->releasing ? 100 : 2000;
-}
 
 static void free_ops(incmoe_comm_t *comm, coll_op_t *op)
 {
@@ -252,7 +169,7 @@ static void comm_free(incmoe_comm_t *comm)
         comm->ops->close(comm);
     /* Let outstanding control sends finish (or fail) before the worker goes. */
     double deadline = inc_now_s() + client_close_bound_ms(comm) / 1000.0;
-    while (comm->inflight_ctrl > 0 && inc_now_s() < deadline)
+    while (comm->ctrl_sent.count > 0 && inc_now_s() < deadline)
         inc_ucx_node_wait(&comm->node, -1, 10);
     comm->freeing = 1;
     for (int s = 0; s < INC_STREAM_COUNT; s++)
@@ -314,7 +231,7 @@ static incmoe_status_t check_params(const incmoe_comm_params_t *params, incmoe_c
     }
     incmoe_algo_t algo =
         (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
-    if (algo != INCMOE_ALGO_INC && algo != INCMOE_ALGO_RING) {
+    if (client_algo_find(algo) == NULL) {
         log_error(SUBSYS, "unknown algorithm %d", (int)algo);
         return INCMOE_ERR_INVALID_ARG;
     }
@@ -334,15 +251,33 @@ static incmoe_status_t read_settings(comm_settings_t *s)
     return INCMOE_OK;
 }
 
-/* The communicator before joining: settings, locks, the wake-up fd and UCX. */
+/* Every message to this communicator reaches client_am_cb: set before any endpoint exists. */
+static incmoe_status_t comm_set_handler(incmoe_comm_t *comm)
+{
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = INCMOE_AM_ID,
+        .cb = client_am_cb,
+        .arg = comm,
+    };
+    ucs_status_t us = ucp_worker_set_am_recv_handler(comm->node.worker, &hp);
+    if (us != UCS_OK) {
+        log_error(SUBSYS, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
+        return INCMOE_ERR_TRANSPORT;
+    }
+    return INCMOE_OK;
+}
+
+/* The communicator before joining: settings, locks, the wake-up fd, UCX and its handler. */
 static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_settings_t *set,
                                  incmoe_comm_t *comm)
 {
     comm->rank = params->rank;
     comm->nranks = params->nranks;
     comm->job_id = params->job_id;
-    int ring = (params->field_mask & INCMOE_COMM_PARAM_ALGO) && params->algo == INCMOE_ALGO_RING;
-    comm->ops = ring ? &client_ring_ops : &client_innet_ops;
+    comm->ops = client_algo_find((params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo
+                                                                               : INCMOE_ALGO_INC);
     comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
                            ? params->timeout_ms
                            : (int)set->timeout_ms;
@@ -352,7 +287,10 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     comm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
-    return comm->wake_fd < 0 ? INCMOE_ERR_NO_MEMORY : inc_ucx_node_open(&comm->node);
+    if (comm->wake_fd < 0)
+        return INCMOE_ERR_NO_MEMORY;
+    incmoe_status_t st = inc_ucx_node_open(&comm->node);
+    return st == INCMOE_OK ? comm_set_handler(comm) : st;
 }
 
 incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_comm_t **comm_p)
@@ -366,9 +304,12 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
     incmoe_comm_t *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return INCMOE_ERR_NO_MEMORY;
+    int share_addr = 0;
     st = comm_open(params, &set, comm);
+    if (st == INCMOE_OK) /* before JOIN: once the job forms, peers may send to this rank */
+        st = comm->ops->open(comm, &share_addr);
     if (st == INCMOE_OK)
-        st = client_join(comm, params);
+        st = client_join(comm, params, share_addr);
     if (st == INCMOE_OK)
         st = comm->ops->connect(comm);
     if (st == INCMOE_OK && pthread_create(&comm->proxy, NULL, proxy_main, comm) != 0)

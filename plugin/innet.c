@@ -86,7 +86,7 @@ static void innet_start(incmoe_comm_t *comm, coll_op_t *op)
 {
     op->small = inc_wire_is_small(op->stream, op->bytes, comm->nranks, comm->chunk_size);
     if (!op->small)
-        client_send_post(comm, op); /* the DATA follows from innet_progress */
+        client_send_post(comm, op, &op->sent); /* the DATA follows from innet_progress */
     /* else the SMALL goes from innet_progress, in its turn for a credit */
 }
 
@@ -124,9 +124,8 @@ static int send_small(incmoe_comm_t *comm, coll_op_t *op)
     ctx->hdr.sig = op->sig;
     ctx->hdr.dtype = (uint8_t)op->dtype;
     ctx->hdr.redop = (uint8_t)op->redop;
-    ctx->op = op;
     ctx->payload_owned = buf;
-    client_send(comm, ctx, buf, (size_t)len, NULL);
+    client_send(comm, ctx, buf, (size_t)len, NULL, &op->sent);
     return 1;
 }
 
@@ -149,8 +148,7 @@ static int send_chunk(incmoe_comm_t *comm, coll_op_t *op, int root, uint64_t off
     ctx->hdr.chunk = (uint32_t)(offset / comm->chunk_size);
     ctx->hdr.dtype = (uint8_t)op->dtype;
     ctx->hdr.redop = (uint8_t)op->redop;
-    ctx->op = op;
-    client_send(comm, ctx, op_send_ptr(op, root, offset), length, op->send_memh);
+    client_send(comm, ctx, op_send_ptr(op, root, offset), length, op->send_memh, &op->sent);
     return 1;
 }
 
@@ -193,8 +191,9 @@ static void pump_stream(incmoe_comm_t *comm, incmoe_stream_t stream)
 
 static void innet_progress(incmoe_comm_t *comm)
 {
-    for (int s = 0; s < INCMOE_STREAM_BARRIER; s++)
-        pump_stream(comm, (incmoe_stream_t)s);
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
+        if (s != INCMOE_STREAM_BARRIER) /* the barrier is a POST only, sent by coll.c */
+            pump_stream(comm, (incmoe_stream_t)s);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -7,7 +7,7 @@
  * joined, and the JOIN_ACK that forms the job (peers' addresses, ring token,
  * chunk size and flow-control grant).
  */
-#include "algo.h"
+#include "client.h"
 #include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/config.h"
@@ -59,22 +59,10 @@ static incmoe_status_t join_secret(const incmoe_comm_params_t *params, char *sec
     return INCMOE_OK;
 }
 
-/* The endpoint to the switch's worker, with this communicator's message handler. */
+/* The endpoint to the switch's worker (the communicator's message handler is set already). */
 static incmoe_status_t join_connect(incmoe_comm_t *comm, const void *switch_worker,
                                     const char *where)
 {
-    ucp_am_handler_param_t hp = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
-        .id = INCMOE_AM_ID,
-        .cb = client_am_cb,
-        .arg = comm,
-    };
-    ucs_status_t us = ucp_worker_set_am_recv_handler(comm->node.worker, &hp);
-    if (us != UCS_OK) {
-        log_error(SUBSYS, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
-        return INCMOE_ERR_TRANSPORT;
-    }
     ucp_ep_params_t ep_params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -82,7 +70,7 @@ static incmoe_status_t join_connect(incmoe_comm_t *comm, const void *switch_work
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = client_ep_err_cb, .arg = comm},
     };
-    us = ucp_ep_create(comm->node.worker, &ep_params, &comm->ep);
+    ucs_status_t us = ucp_ep_create(comm->node.worker, &ep_params, &comm->ep);
     if (us != UCS_OK) {
         client_fail(comm, INCMOE_ERR_UNREACHABLE, "cannot reach the worker of the switch at %s: %s",
                     where, ucs_status_string(us));
@@ -147,11 +135,11 @@ static incmoe_status_t join_send(incmoe_comm_t *comm, const uint8_t *token, int 
     ctx->hdr.length = plen;
     ctx->payload_owned = payload;
     comm->last_rx = inc_now_s();
-    client_send(comm, ctx, payload, plen, NULL);
+    client_send(comm, ctx, payload, plen, NULL, &comm->ctrl_sent);
     return INCMOE_OK;
 }
 
-incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params)
+incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params, int share_addr)
 {
     struct sockaddr_storage ss;
     socklen_t sslen;
@@ -159,11 +147,8 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
     char secret[INCMOE_MAX_SECRET];
     size_t secret_len = 0;
     uint8_t token[INCMOE_WIRE_TOKEN];
-    int share_addr = 0;
     if (st == INCMOE_OK)
         st = join_secret(params, secret, &secret_len);
-    if (st == INCMOE_OK)
-        st = comm->ops->open(comm, &share_addr);
     if (st == INCMOE_OK)
         st = join_bootstrap(comm, &ss, sslen, params->switch_addr, secret, secret_len, token);
     OPENSSL_cleanse(secret, sizeof(secret));
@@ -178,7 +163,7 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
         if (inc_now_s() > deadline) {
             /* JOIN still unsent: the switch finished the bootstrap but its worker never
                answered. */
-            if (comm->inflight_ctrl > 0)
+            if (comm->ctrl_sent.count > 0)
                 client_fail(comm, INCMOE_ERR_TIMEOUT,
                             "the switch at %s did not take the JOIN within %d ms "
                             "(stopped or overloaded?)",

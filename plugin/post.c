@@ -36,7 +36,7 @@ static int range_ok(const struct incmoe_mr *mr, size_t offset, size_t length)
 /* Collectives of the stream posted and not yet completed, under comm->lock. */
 static uint64_t stream_in_flight(const client_stream_t *s)
 {
-    return s->posted - atomic_load_explicit(&s->completed, memory_order_acquire);
+    return s->posted - client_stream_completed(s);
 }
 
 unsigned client_stream_room(incmoe_comm_t *comm, incmoe_stream_t stream)
@@ -83,11 +83,7 @@ static incmoe_status_t submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *
     }
     client_stream_t *s = &comm->streams[op->stream];
     op->epoch = ++s->posted;
-    if (comm->submit_tail != NULL)
-        comm->submit_tail->next = op;
-    else
-        comm->submit_head = op;
-    comm->submit_tail = op;
+    client_proxy_submit_locked(comm, op);
     /* Fill the request before unlocking: from then on the proxy may retire and free op. */
     req_p->stream = op->stream;
     req_p->epoch = op->epoch;
@@ -286,8 +282,7 @@ incmoe_status_t incmoe_test(incmoe_comm_t *comm, const incmoe_req_t *req)
 {
     if (comm == NULL || req == NULL || (unsigned)req->stream >= INC_STREAM_COUNT)
         return INCMOE_ERR_INVALID_ARG;
-    uint64_t done =
-        atomic_load_explicit(&comm->streams[req->stream].completed, memory_order_acquire);
+    uint64_t done = client_stream_completed(&comm->streams[req->stream]);
     if (done >= req->epoch)
         return INCMOE_OK;
     incmoe_status_t err = (incmoe_status_t)atomic_load(&comm->error);
@@ -313,5 +308,5 @@ uint64_t incmoe_stream_completed(incmoe_comm_t *comm, incmoe_stream_t stream)
 {
     if (comm == NULL || (unsigned)stream >= INC_STREAM_COUNT)
         return 0;
-    return atomic_load_explicit(&comm->streams[stream].completed, memory_order_acquire);
+    return client_stream_completed(&comm->streams[stream]);
 }

@@ -135,9 +135,8 @@ static void ring_send(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, in
     ctx->hdr.chunk = (uint32_t)(offset / comm->chunk_size);
     ctx->hdr.dtype = (uint8_t)op->dtype;
     ctx->hdr.redop = (uint8_t)op->redop;
-    ctx->op = op;
     ctx->payload_owned = owned;
-    client_send_ep(comm, ring->right, ctx, payload, length, memh);
+    client_send_ep(comm, ring->right, ctx, payload, length, memh, &op->sent);
 }
 
 /* Send every chunk of [base, base+bytes) of a block to the right. */
@@ -181,7 +180,7 @@ static void ring_start(incmoe_comm_t *comm, coll_op_t *op)
         client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ring->broken);
         return;
     }
-    op->all_issued = 1; /* forwards are issued as chunks arrive, counted in sends_pending */
+    op->all_issued = 1; /* forwards are issued as chunks arrive, counted in op->sent */
     op->holds++;        /* sends may complete inline: op stays until we are done here */
     switch (op->stream) {
     case INCMOE_STREAM_ALLGATHER:
@@ -270,7 +269,7 @@ static ucs_status_t ring_keep_early(incmoe_comm_t *comm, const struct inc_wire_h
                                     size_t length, int rndv)
 {
     ring_t *ring = comm->algo;
-    if (h->epoch <= incmoe_stream_completed(comm, (incmoe_stream_t)h->stream)) {
+    if (h->epoch <= client_stream_completed(&comm->streams[h->stream])) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "ring data for finished %s epoch %llu",
                     inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return UCS_ERR_INVALID_PARAM;
@@ -373,8 +372,8 @@ static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
         ep == ring->right ? ring_right(comm) : (comm->rank + comm->nranks - 1) % comm->nranks;
     snprintf(ring->broken, sizeof(ring->broken), "lost the ring connection to rank %d: %s", peer,
              ucs_status_string(status));
-    for (int s = 0; s < INCMOE_STREAM_BARRIER; s++) {
-        if (comm->streams[s].head != NULL) {
+    for (int s = 0; s < INC_STREAM_COUNT; s++) {
+        if (s != INCMOE_STREAM_BARRIER && comm->streams[s].head != NULL) {
             client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ring->broken);
             return;
         }
@@ -442,7 +441,7 @@ static incmoe_status_t ring_connect(incmoe_comm_t *comm)
     memcpy(token, comm->ring_token, INCMOE_WIRE_TOKEN);
     ctx->hdr.length = INCMOE_WIRE_TOKEN;
     ctx->payload_owned = token;
-    client_send_ep(comm, ring->right, ctx, token, INCMOE_WIRE_TOKEN, NULL);
+    client_send_ep(comm, ring->right, ctx, token, INCMOE_WIRE_TOKEN, NULL, &comm->ctrl_sent);
     ucp_request_param_t fp = {.op_attr_mask = 0};
     ucs_status_t fst =
         inc_ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp), comm->timeout_ms);

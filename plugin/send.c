@@ -1,9 +1,10 @@
 /*
  * send.c - messages out of this rank: a send context per message (UCX 1.13
- * needs the sent header alive until completion), the completion that accounts
- * it to its collective or to the control sends in flight, and the few control
- * messages every algorithm shares (heartbeat, leave, error, post).  Called on
- * the thread that owns the worker.
+ * needs the sent header alive until completion), counted in the completion its
+ * sender handed in until UCX completes it, and the few control messages every
+ * algorithm shares (heartbeat, leave, error, post).  It knows no collective's
+ * life: what a completion means is the sender's.  Called on the thread that
+ * owns the worker.
  */
 #include "client.h"
 #include "base/clock.h"
@@ -18,7 +19,7 @@ static void send_done_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_ctx_t *ctx = user_data;
     incmoe_comm_t *comm = ctx->comm;
-    if (comm->freeing) { /* destroying the worker purged it; its collective is gone */
+    if (comm->freeing) { /* destroying the worker purged it; its completion may be gone */
         free(ctx->payload_owned);
         free(ctx);
         if (request != NULL)
@@ -30,26 +31,21 @@ static void send_done_cb(void *request, ucs_status_t status, void *user_data)
         client_fail(comm, comm->joined ? INCMOE_ERR_PEER_FAILED : inc_ucx_status(status),
                     "sending %s failed: %s", inc_wire_msg_name(ctx->hdr.msg),
                     ucs_status_string(status));
-    if (ctx->op != NULL) {
-        ctx->op->sends_pending--;
-        client_op_progressed(comm, ctx->op);
-    } else {
-        comm->inflight_ctrl--;
-    }
+    client_completion_t *comp = ctx->comp;
     free(ctx->payload_owned);
     free(ctx);
     if (request != NULL)
         ucp_request_free(request);
+    if (--comp->count == 0 && comp->func != NULL)
+        comp->func(comp); /* last: it may free what holds comp */
 }
 
 void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
-                    size_t length, ucp_mem_h memh)
+                    size_t length, ucp_mem_h memh, client_completion_t *comp)
 {
     ctx->comm = comm;
-    if (ctx->op != NULL)
-        ctx->op->sends_pending++;
-    else
-        comm->inflight_ctrl++;
+    ctx->comp = comp;
+    comp->count++;
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
@@ -72,9 +68,9 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
 }
 
 void client_send(incmoe_comm_t *comm, send_ctx_t *ctx, const void *payload, size_t length,
-                 ucp_mem_h memh)
+                 ucp_mem_h memh, client_completion_t *comp)
 {
-    client_send_ep(comm, comm->ep, ctx, payload, length, memh);
+    client_send_ep(comm, comm->ep, ctx, payload, length, memh, comp);
 }
 
 send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg)
@@ -95,7 +91,7 @@ void client_send_ctrl(incmoe_comm_t *comm, inc_wire_msg_t msg)
                     inc_wire_msg_name(msg));
         return;
     }
-    client_send(comm, ctx, NULL, 0, NULL);
+    client_send(comm, ctx, NULL, 0, NULL, &comm->ctrl_sent);
 }
 
 void client_send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *text)
@@ -111,10 +107,10 @@ void client_send_error(incmoe_comm_t *comm, incmoe_status_t status, const char *
     ctx->hdr.status = (int16_t)status;
     ctx->hdr.length = strlen(msg) + 1;
     ctx->payload_owned = msg;
-    client_send(comm, ctx, msg, ctx->hdr.length, NULL);
+    client_send(comm, ctx, msg, ctx->hdr.length, NULL, &comm->ctrl_sent);
 }
 
-void client_send_post(incmoe_comm_t *comm, coll_op_t *op)
+void client_send_post(incmoe_comm_t *comm, const coll_op_t *op, client_completion_t *comp)
 {
     send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_POST);
     if (ctx == NULL) {
@@ -127,6 +123,5 @@ void client_send_post(incmoe_comm_t *comm, coll_op_t *op)
     ctx->hdr.sig = op->sig;
     ctx->hdr.dtype = (uint8_t)op->dtype;
     ctx->hdr.redop = (uint8_t)op->redop;
-    ctx->op = op;
-    client_send(comm, ctx, NULL, 0, NULL);
+    client_send(comm, ctx, NULL, 0, NULL, comp);
 }

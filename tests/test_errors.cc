@@ -1623,6 +1623,35 @@ TEST_F(Errors, NumberSettingsOutOfRangeFailCreateNamingTheVariable)
     EXPECT_EQ(harness::failures(res), "");
 }
 
+/* The algorithm table's bound: a value that names no algorithm fails create with a reason. */
+TEST_F(Errors, UnknownAlgorithmIsRefusedNamingIt)
+{
+    auto res = harness::run_ranks(1, [&](int) -> std::string {
+        for (int bad : {-1, 1000}) {
+            incmoe_comm_params_t p = {};
+            p.field_mask = INCMOE_COMM_PARAM_ALGO;
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = harness::unique_job_id();
+            p.rank = 0;
+            p.nranks = 1;
+            p.algo = (incmoe_algo_t)bad;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = INCMOE_OK;
+            std::string path = with_stderr_to_file([&] { st = incmoe_comm_create(&p, &comm); });
+            std::string log = file_text(path);
+            unlink(path.c_str());
+            if (st == INCMOE_OK)
+                incmoe_comm_destroy(comm);
+            if (st != INCMOE_ERR_INVALID_ARG ||
+                log.find("unknown algorithm " + std::to_string(bad)) == std::string::npos)
+                return "algo " + std::to_string(bad) + " gave " + status_text(st) +
+                       ", logged: " + log;
+        }
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+}
+
 TEST_F(Errors, KeyLongerThanTheLimitIsRefusedByTheClient)
 {
     char keyfile[] = "/tmp/incmoe-key-XXXXXX";
