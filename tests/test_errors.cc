@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -1530,6 +1531,107 @@ TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
         60);
     EXPECT_EQ(harness::failures(res), "");
     munmap(shared, 4096);
+}
+
+} // namespace
+
+/*
+ * A test hook, a slow receive path: in a rank process that sets g_ring_rx_delay_us before it
+ * creates its (one) communicator, handling each ring data message takes that much longer, as on
+ * a machine slow enough (a sanitizer build, a loaded host) that ring data keeps arriving faster
+ * than the proxy takes it in.  The library installs its message handler with
+ * ucp_worker_set_am_recv_handler; this program's own definition of that name comes first in the
+ * dynamic lookup, so libincmoe's call lands here, which wraps the handler and calls UCX's.
+ * Outside the anonymous namespace: the name must stay external.
+ */
+static unsigned g_ring_rx_delay_us;
+static ucp_am_recv_callback_t g_wrapped_cb;
+static void *g_wrapped_arg;
+
+static ucs_status_t slow_ring_rx(void *, const void *header, size_t header_length, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param)
+{
+    struct inc_wire_hdr h;
+    if (header_length >= sizeof(h)) {
+        memcpy(&h, header, sizeof(h));
+        if (h.msg == WIRE_MSG_RING_GATHER || h.msg == WIRE_MSG_RING_REDUCE)
+            usleep(g_ring_rx_delay_us);
+    }
+    return g_wrapped_cb(g_wrapped_arg, header, header_length, data, length, param);
+}
+
+extern "C" ucs_status_t ucp_worker_set_am_recv_handler(ucp_worker_h worker,
+                                                       const ucp_am_handler_param_t *param)
+{
+    using set_fn = ucs_status_t (*)(ucp_worker_h, const ucp_am_handler_param_t *);
+    static set_fn ucx_set = (set_fn)dlsym(RTLD_NEXT, "ucp_worker_set_am_recv_handler");
+    if (g_ring_rx_delay_us == 0 || !(param->field_mask & UCP_AM_HANDLER_PARAM_FIELD_CB))
+        return ucx_set(worker, param);
+    ucp_am_handler_param_t slow = *param;
+    g_wrapped_cb = param->cb;
+    g_wrapped_arg = (param->field_mask & UCP_AM_HANDLER_PARAM_FIELD_ARG) ? param->arg : nullptr;
+    slow.cb = slow_ring_rx;
+    return ucx_set(worker, &slow);
+}
+
+namespace
+{
+
+/* Ring data never passes the switch, so it proves nothing to it: a rank whose proxy is busy
+   taking in ring data must still heartbeat.  Each ring message is made slow to handle (the test
+   hook above) and there are many (256-byte chunks), so both ranks take in data without a pause
+   for twice the job's timeout or longer; the job must not lose either as silent. */
+TEST_F(Errors, RankBusyWithRingDataStillHeartbeats)
+{
+    const int n = 2, job_ms = 1000;
+    /* 20000 messages of 256 bytes, each handled in at least 100 us: 2 s, twice the timeout. */
+    const size_t block = 20000 * 256;
+    harness::switch_stop(&sw);
+    ASSERT_TRUE(harness::switch_start(
+        &sw, {"--timeout-ms", std::to_string(job_ms), "--chunk-size", "256"}));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            g_ring_rx_delay_us = 100;
+            incmoe_comm_params_t p = {};
+            p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = rank;
+            p.nranks = n;
+            p.timeout_ms = job_ms;
+            p.algo = INCMOE_ALGO_RING;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            std::vector<unsigned char> send(block), recv(block * n);
+            for (size_t i = 0; i < block; i++)
+                send[i] = (unsigned char)(rank * 101 + i % 251);
+            incmoe_mr_t *ms = nullptr, *mr = nullptr;
+            st = incmoe_mem_register(comm, send.data(), send.size(), &ms);
+            if (st == INCMOE_OK)
+                st = incmoe_mem_register(comm, recv.data(), recv.size(), &mr);
+            incmoe_layout_t l = {block, 0, block, nullptr};
+            incmoe_req_t req;
+            if (st == INCMOE_OK)
+                st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm); /* before the buffers go: after a failure they are its */
+            if (st != INCMOE_OK)
+                return "allgather: " + status_text(st) + " (" + text + ")";
+            for (int b = 0; b < n; b++)
+                for (size_t i = 0; i < block; i++)
+                    if (recv[b * block + i] != (unsigned char)(b * 101 + i % 251))
+                        return "block " + std::to_string(b) + " byte " + std::to_string(i) +
+                               " wrong";
+            return "";
+        },
+        120);
+    EXPECT_EQ(harness::failures(res), "");
 }
 
 TEST_F(Errors, UnreachableSwitchAndBadAddress)
