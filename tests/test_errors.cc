@@ -1481,12 +1481,16 @@ TEST_F(Errors, StoppedSwitchDuringACollectiveEndsEveryRankPromptly)
     munmap(shared, 4096);
 }
 
-/* One rank asks a 50 ms timeout: the switch keeps the job's timeout at its floor or above, so
-   neither it nor the ranks give up on a healthy peer that heartbeats at the job's pace, or
-   that pauses for 300 ms (rank 0 is stopped that long halfway). */
+/* One rank asks a 250 ms timeout, a quarter of the switch's floor: the switch keeps the job's
+   timeout at its floor or above, so neither it nor the ranks give up on a healthy peer that
+   heartbeats at the job's pace (400 ms of quiet after each burst of barriers), or that pauses for
+   500 ms (rank 0 is stopped that long halfway).  Rank 1 asks its timeout only once the switch has
+   rank 0's join, since the ask also bounds its own join: no wait for rank 0 falls under it. */
 TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
 {
     const int n = 2;
+    std::string log = restart_logged(&sw);
+    ASSERT_NE(log, "");
     unsigned long long job = harness::unique_job_id();
     void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(shared, MAP_FAILED);
@@ -1494,10 +1498,13 @@ TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
     auto res = harness::run_ranks(
         n,
         [&](int rank) -> std::string {
-            if (rank == 0)
+            if (rank == 0) {
                 *rank0_pid = getpid();
-            else
-                setenv("INCMOE_TIMEOUT_MS", "50", 1);
+            } else {
+                if (!switch_saw_join(log, job, 0))
+                    return "the switch did not log rank 0's join";
+                setenv("INCMOE_TIMEOUT_MS", "250", 1);
+            }
             incmoe_comm_params_t p = {};
             p.switch_addr = sw.addr.c_str();
             p.job_id = job;
@@ -1507,12 +1514,12 @@ TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
             incmoe_status_t st = incmoe_comm_create(&p, &comm);
             if (st != INCMOE_OK)
                 return "create: " + status_text(st);
-            /* 200 barriers in bursts of 20, with 150 ms of quiet after each: many times the
-               50 ms asked, ~2 s in all. */
-            for (int i = 0; i < 200 && st == INCMOE_OK; i++) {
-                if (rank == 1 && i == 100) {
+            /* 100 barriers in bursts of 20, with 400 ms of quiet after each (longer than the
+               250 ms asked), ~2.5 s in all. */
+            for (int i = 0; i < 100 && st == INCMOE_OK; i++) {
+                if (rank == 1 && i == 50) {
                     kill(*rank0_pid, SIGSTOP);
-                    usleep(300000);
+                    usleep(500000);
                     kill(*rank0_pid, SIGCONT);
                 }
                 incmoe_req_t req;
@@ -1520,7 +1527,7 @@ TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
                 if (st == INCMOE_OK)
                     st = incmoe_wait(comm, &req);
                 if (i % 20 == 19)
-                    usleep(150000);
+                    usleep(400000);
             }
             std::string text = comm_text(comm);
             incmoe_comm_destroy(comm);
@@ -1531,6 +1538,7 @@ TEST_F(Errors, ShortTimeoutOnOneRankDoesNotFailTheJob)
         60);
     EXPECT_EQ(harness::failures(res), "");
     munmap(shared, 4096);
+    unlink(log.c_str());
 }
 
 } // namespace
