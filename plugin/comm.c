@@ -113,13 +113,33 @@ static void check_liveness(incmoe_comm_t *comm)
                     now - comm->last_rx);
 }
 
+/*
+ * Progress the worker until it is idle, but for one slice at most, so the proxy's other duties
+ * (the heartbeat, callers' calls, new collectives) get their turn while data streams in and
+ * every call finds work.  Ring data never passes the switch and proves nothing to it: a proxy
+ * that only took it in would leave the heartbeat unsent and be failed as silent while busy.
+ * The slice is a clock read per call, not a count of calls, since one call can take long (many
+ * small messages, a slow machine); client_on_message reads the same clock per message.  A
+ * millisecond is far below a heartbeat interval and delays a new collective little.  Returns
+ * whether any call did something.
+ */
+static int proxy_progress(incmoe_comm_t *comm)
+{
+    const double until = inc_now_s() + 0.001;
+    int did = 0;
+    while (ucp_worker_progress(comm->node.worker) != 0) {
+        did = 1;
+        if (inc_now_s() >= until)
+            break;
+    }
+    return did;
+}
+
 static void *proxy_main(void *arg)
 {
     incmoe_comm_t *comm = arg;
     while (!atomic_load(&comm->stop)) {
-        int did = 0;
-        while (ucp_worker_progress(comm->node.worker) != 0)
-            did = 1;
+        int did = proxy_progress(comm);
         client_proxy_run_calls(comm);
         send_pending_abort(comm);
         client_drain_submissions(comm);

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -40,6 +41,30 @@ struct Variant {
 };
 
 harness::SwitchProc g_switch[2]; /* [rndv] */
+
+/*
+ * The memory a rank registers.  A body returns at its first failure, and after a failure the
+ * collectives still in flight own their ranges until incmoe_comm_destroy returns (incmoe.h,
+ * "Buffers"): a neighbour's ring data or the switch's may still land in them.  So a body takes
+ * the buffers it registers from here, and they are freed only after the communicator was
+ * destroyed (destroy_then_free).  Each rank is a process of its own: one store per rank.
+ */
+std::vector<std::shared_ptr<void>> g_registered;
+
+template <typename T> std::vector<T> &registered_buffer(size_t n, T fill = T())
+{
+    auto buf = std::make_shared<std::vector<T>>(n, fill);
+    g_registered.push_back(buf);
+    return *buf;
+}
+
+/* Destroys comm, then frees what it may have written. */
+incmoe_status_t destroy_then_free(incmoe_comm_t *comm)
+{
+    incmoe_status_t st = incmoe_comm_destroy(comm);
+    g_registered.clear();
+    return st;
+}
 
 class Collectives : public ::testing::TestWithParam<Variant>
 {
@@ -78,7 +103,7 @@ class Collectives : public ::testing::TestWithParam<Variant>
                 if (st != INCMOE_OK)
                     return std::string("comm_create: ") + incmoe_strerror(st);
                 std::string err = body(comm, rank, nranks);
-                st = incmoe_comm_destroy(comm);
+                st = destroy_then_free(comm);
                 if (err.empty() && st != INCMOE_OK)
                     err = std::string("comm_destroy: ") + incmoe_strerror(st);
                 return err;
@@ -137,8 +162,10 @@ std::string agrs_case(incmoe_comm_t *comm, int me, int n, size_t tmax, size_t ro
     std::vector<size_t> valid(n);
     for (int r = 0; r < n; r++)
         valid[r] = rows_of(r, n, tmax, shape) * rowb;
-    std::vector<float> own(tmax * row_elems), gathered(tmax * row_elems * n);
-    std::vector<float> partial(tmax * row_elems * n), reduced(tmax * row_elems);
+    auto &own = registered_buffer<float>(tmax * row_elems);
+    auto &gathered = registered_buffer<float>(tmax * row_elems * n);
+    auto &partial = registered_buffer<float>(tmax * row_elems * n);
+    auto &reduced = registered_buffer<float>(tmax * row_elems);
     const unsigned char canary = 0xA5;
     memset(gathered.data(), canary, gathered.size() * sizeof(float));
     memset(reduced.data(), canary, reduced.size() * sizeof(float));
@@ -415,8 +442,9 @@ TEST_P(Collectives, EveryDatatypeAndOperation)
                 incmoe_dtype_t dt = (incmoe_dtype_t)d;
                 size_t es = incmoe_dtype_size(dt);
                 for (int op = 0; op < INC_REDOP_COUNT; op++) {
-                    std::vector<unsigned char> send(count * es * nr), recv(count * es),
-                        ar(count * es * nr);
+                    auto &send = registered_buffer<unsigned char>(count * es * nr);
+                    auto &recv = registered_buffer<unsigned char>(count * es);
+                    auto &ar = registered_buffer<unsigned char>(count * es * nr);
                     for (int b = 0; b < nr; b++)
                         for (size_t i = 0; i < count; i++)
                             put(dt, send.data(), b * count + i, elem_val(me + b, i, op));
@@ -474,7 +502,8 @@ TEST_P(Collectives, DeregisterInFlightIsBusyThenSucceeds)
 {
     run(2, [](incmoe_comm_t *comm, int me, int n) -> std::string {
         const size_t count = 64 * 1024; /* above the rendezvous threshold */
-        std::vector<float> own(count), gathered(count * n, -1.0f);
+        auto &own = registered_buffer<float>(count);
+        auto &gathered = registered_buffer<float>(count * n, -1.0f);
         for (size_t i = 0; i < count; i++)
             own[i] = ag_val(me, i);
         incmoe_mr_t *m_own, *m_gat;
@@ -518,8 +547,10 @@ TEST_P(Collectives, ThousandBackToBackCollectives)
         4,
         [&](incmoe_comm_t *comm, int me, int n) -> std::string {
             const int iters = 1000;
-            std::vector<int32_t> send(iters), gat((size_t)iters * n), part((size_t)iters * n),
-                red(iters);
+            auto &send = registered_buffer<int32_t>(iters);
+            auto &gat = registered_buffer<int32_t>((size_t)iters * n);
+            auto &part = registered_buffer<int32_t>((size_t)iters * n);
+            auto &red = registered_buffer<int32_t>(iters);
             for (int k = 0; k < iters; k++) {
                 send[k] = me * 100000 + k;
                 for (int b = 0; b < n; b++)
@@ -579,7 +610,8 @@ TEST_P(Collectives, MoreOutstandingThanTheWindowAllComplete)
         [&](incmoe_comm_t *comm, int me, int n) -> std::string {
             const int iters = 5000;
             static_assert(iters > 4 * INCMOE_STREAM_WINDOW, "past the switch's open epochs too");
-            std::vector<int32_t> send(iters), gat((size_t)iters * n, -1);
+            auto &send = registered_buffer<int32_t>(iters);
+            auto &gat = registered_buffer<int32_t>((size_t)iters * n, -1);
             for (int k = 0; k < iters; k++)
                 send[k] = me * 100000 + k;
             incmoe_mr_t *ms, *mg;
@@ -660,7 +692,9 @@ TEST_P(Collectives, BitwiseReproducibleWhateverThePostingOrder)
         run(n, [&](incmoe_comm_t *comm, int me, int nr) -> std::string {
             std::mt19937 rng(1234 + me); /* same data every run */
             std::uniform_real_distribution<float> dist(-1, 1);
-            std::vector<float> part(count * nr), red(count), ar(count);
+            auto &part = registered_buffer<float>(count * nr);
+            auto &red = registered_buffer<float>(count);
+            auto &ar = registered_buffer<float>(count);
             for (auto &x : part)
                 x = dist(rng);
             for (auto &x : ar)
@@ -778,7 +812,7 @@ void on_own_switch(const std::vector<std::string> &switch_args,
         if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
             return "create";
         std::string e = body(comm, me);
-        incmoe_comm_destroy(comm);
+        destroy_then_free(comm);
         return e;
     });
     EXPECT_EQ(harness::failures(res), "");

@@ -294,9 +294,17 @@ TEST(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
             incmoe_mr_t *agm, *rsm;
             incmoe_mem_register(comm, ag.data(), ag.size() * 4, &agm);
             incmoe_mem_register(comm, rs.data(), rs.size() * 4, &rsm);
-            incmoe_fifo_t *f;
+            incmoe_fifo_t *f = nullptr;
+            /* A failure may leave collectives in flight, which own their ranges until
+               incmoe_comm_destroy returns: destroy before ag and rs go. */
+            auto fail = [&](const std::string &why) {
+                if (f != nullptr)
+                    incmoe_fifo_destroy(f);
+                incmoe_comm_destroy(comm);
+                return why;
+            };
             if (incmoe_fifo_create(comm, 16, &f) != INCMOE_OK)
-                return "fifo_create failed";
+                return fail("fifo_create failed");
             size_t valid[N] = {blk, blk / 2}; /* rank 1 owns half a block */
             incmoe_fifo_trigger_t t;
             memset(&t, 0, sizeof(t));
@@ -309,7 +317,7 @@ TEST(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
             t.valid = valid;
             uint64_t tk_ag, tk_rs, tk_b;
             if (incmoe_fifo_push(f, &t, &tk_ag, 5000) != INCMOE_OK)
-                return "push AG failed";
+                return fail("push AG failed");
             memset(&t, 0, sizeof(t));
             t.desc.op = INCMOE_FIFO_OP_REDUCESCATTER;
             t.desc.dtype = INCMOE_FLOAT32;
@@ -319,26 +327,28 @@ TEST(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
             t.desc.block_stride = blk;
             t.desc.length = blk;
             if (incmoe_fifo_push(f, &t, &tk_rs, 5000) != INCMOE_OK)
-                return "push RS failed";
+                return fail("push RS failed");
             memset(&t, 0, sizeof(t));
             t.desc.op = INCMOE_FIFO_OP_BARRIER;
             if (incmoe_fifo_push(f, &t, &tk_b, 5000) != INCMOE_OK)
-                return "push barrier failed";
+                return fail("push barrier failed");
             if (incmoe_fifo_wait(f, INCMOE_STREAM_ALLGATHER, tk_ag, 10000) != INCMOE_OK ||
                 incmoe_fifo_wait(f, INCMOE_STREAM_REDUCESCATTER, tk_rs, 10000) != INCMOE_OK ||
                 incmoe_fifo_wait(f, INCMOE_STREAM_BARRIER, tk_b, 10000) != INCMOE_OK)
-                return "wait failed";
+                return fail("wait failed");
             for (int s = 0; s < N; s++)
                 for (size_t i = 0; i < valid[s] / 4; i++)
                     if (ag[s * blk / 4 + i] != s * 1000.0f + i)
-                        return "AllGather block " + std::to_string(s) + " wrong at " +
-                               std::to_string(i);
+                        return fail("AllGather block " + std::to_string(s) + " wrong at " +
+                                    std::to_string(i));
             /* Rank r's shard: sum over ranks q of (q+1)*(r+1) = 3*(r+1) for N=2. */
             for (size_t i = 0; i < blk / 4; i++)
                 if (rs[rank * blk / 4 + i] != 3.0f * (rank + 1))
-                    return "ReduceScatter wrong at " + std::to_string(i);
-            if (incmoe_fifo_destroy(f) != INCMOE_OK)
-                return "fifo_destroy reported an error";
+                    return fail("ReduceScatter wrong at " + std::to_string(i));
+            incmoe_status_t fst = incmoe_fifo_destroy(f);
+            f = nullptr;
+            if (fst != INCMOE_OK)
+                return fail("fifo_destroy reported an error");
             incmoe_mem_deregister(comm, agm);
             incmoe_mem_deregister(comm, rsm);
             incmoe_comm_destroy(comm);
