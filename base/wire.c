@@ -17,7 +17,7 @@ static const char *const wire_msg_names[] = {
     [WIRE_MSG_FWD] = "FWD",
     [WIRE_MSG_CREDIT] = "CREDIT",
     [WIRE_MSG_DONE] = "DONE",
-    [WIRE_MSG_RING_HELLO] = "RING_HELLO",
+    [WIRE_MSG_PEER_HELLO] = "PEER_HELLO",
     [WIRE_MSG_RING_REDUCE] = "RING_REDUCE",
     [WIRE_MSG_RING_GATHER] = "RING_GATHER",
     [WIRE_MSG_SMALL] = "SMALL",
@@ -165,9 +165,9 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
         if (payload_length != 0)
             FAIL("%s carries %zu payload bytes", inc_wire_msg_name(h.msg), payload_length);
         break;
-    case WIRE_MSG_RING_HELLO:
+    case WIRE_MSG_PEER_HELLO:
         if (payload_length != INCMOE_WIRE_TOKEN)
-            FAIL("RING_HELLO carries %zu payload bytes, not the %d of a ring token", payload_length,
+            FAIL("PEER_HELLO carries %zu payload bytes, not the %d of a peer token", payload_length,
                  INCMOE_WIRE_TOKEN);
         break;
     }

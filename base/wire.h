@@ -12,10 +12,10 @@
  * session token.  The switch takes UCX messages only from endpoints a JOIN
  * bound to such a session.
  *   JOIN       payload: struct inc_wire_join (with the session token) + the
- *              UCX worker address where ring neighbours reach this rank (or
+ *              UCX worker address where the other ranks reach this rank (or
  *              empty).  The key itself never crosses the wire.
  *   JOIN_ACK   switch -> every rank once all N joined.  payload: struct
- *              inc_wire_join_ack (the job's liveness timeout and its ring
+ *              inc_wire_join_ack (the job's liveness timeout and its peer
  *              token among its fields) + N address records (length-prefixed).
  *   ERROR      either direction.  status in hdr.status, the failing rank in
  *              hdr.rank, payload: a NUL-terminated human-readable reason.
@@ -83,11 +83,17 @@
  *              the N-1 others' partials of this rank's block, which the rank
  *              adds to its own; AllReduce: the reduced vector.
  *
- * Ring baseline (rank -> right neighbour, no switch in the data path; ring.c):
- *   RING_HELLO   once after connecting, to finish UCX wire-up before bulk data;
- *                payload: the job's ring token from JOIN_ACK.  A rank takes ring
- *                data only from the endpoint whose HELLO named its left
- *                neighbour with the job's token.
+ * Between the ranks (no switch in the data path): each rank creates an
+ * endpoint to every rank it sends to (mesh.c: the ring's right neighbour, or
+ * every other rank) from the worker addresses of JOIN_ACK.
+ *   PEER_HELLO   the first message on every such endpoint, which also finishes
+ *                UCX wire-up before bulk data; payload: the job's peer token
+ *                from JOIN_ACK (ring_token), hdr.rank the sender.  A rank takes
+ *                messages between the ranks only from an endpoint whose HELLO
+ *                showed the job's token, and takes that endpoint's messages as
+ *                the HELLO's rank's, whatever their headers say.
+ *
+ * Ring baseline (rank -> right neighbour; ring.c):
  *   RING_REDUCE  a chunk of a running partial sum of block hdr.root (ReduceScatter,
  *                and AllReduce's first phase); the receiver adds its own partial
  *                and passes it on, or keeps it if the block is its own.
@@ -157,7 +163,7 @@ typedef enum {
     WIRE_MSG_FWD,
     WIRE_MSG_CREDIT,
     WIRE_MSG_DONE,
-    WIRE_MSG_RING_HELLO,
+    WIRE_MSG_PEER_HELLO,
     WIRE_MSG_RING_REDUCE,
     WIRE_MSG_RING_GATHER,
     WIRE_MSG_SMALL,
@@ -200,7 +206,7 @@ struct inc_wire_join_ack {
     uint64_t chunk_size;                   /* bytes of one DATA chunk */
     uint32_t timeout_ms;                   /* the job's liveness timeout (see HEARTBEAT) */
     uint32_t reserved;                     /* 0 */
-    uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ring neighbours show it */
+    uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ranks show it in PEER_HELLO */
 };
 
 /* Fill the constant fields. */

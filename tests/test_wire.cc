@@ -135,7 +135,7 @@ TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
     EXPECT_EQ(check(a, 16, &why), INCMOE_ERR_PROTOCOL);
     EXPECT_NE(why.find("truncated"), std::string::npos);
     EXPECT_EQ(check(a, 24, &why), INCMOE_ERR_PROTOCOL); /* a version-2 JOIN_ACK */
-    inc_wire_hdr_init(&a, WIRE_MSG_RING_HELLO, 1);
+    inc_wire_hdr_init(&a, WIRE_MSG_PEER_HELLO, 1);
     EXPECT_EQ(check(a, INCMOE_WIRE_TOKEN), INCMOE_OK);
     EXPECT_EQ(check(a, 0), INCMOE_ERR_PROTOCOL);
     inc_wire_hdr_init(&a, WIRE_MSG_JOIN_ACK, 1);
