@@ -93,7 +93,8 @@
  *                showed the job's token, and takes that endpoint's messages as
  *                the HELLO's rank's, whatever their headers say.
  *
- * Ring baseline (rank -> right neighbour; ring.c):
+ * Ring baseline (rank -> right neighbour; ring.c, and a2a.c's AllGather,
+ * ReduceScatter and AllReduce):
  *   RING_REDUCE  a chunk of a running partial sum of block hdr.root (ReduceScatter,
  *                and AllReduce's first phase); the receiver adds its own partial
  *                and passes it on, or keeps it if the block is its own.

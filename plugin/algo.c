@@ -7,6 +7,7 @@
 static const client_algo_ops_t *const client_algos[] = {
     [INCMOE_ALGO_INC] = &client_innet_ops,
     [INCMOE_ALGO_RING] = &client_ring_ops,
+    [INCMOE_ALGO_A2A] = &client_a2a_ops,
 };
 
 const client_algo_ops_t *client_algo_find(incmoe_algo_t algo)

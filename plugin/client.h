@@ -7,8 +7,9 @@
  *   comm.c, fifo.c   lifecycle and the proxy loop, orchestrating the rest;
  *                    device-side posting over the public API
  *   post.c, join.c   the posting API and its checks; the join handshake
- *   innet.c, ring.c  the algorithms, behind algo.h (algo.c names them)
- *   mesh.c           the connections between the ranks (the ring's)
+ *   innet.c, ring.c, the algorithms, behind algo.h (algo.c names them);
+ *   a2a.c            a2a.c runs ring.c's entries over the full mesh
+ *   mesh.c           the connections between the ranks (ring, a2a)
  *   coll.c           the collectives' common life: start, local part, retire
  *   send.c, mr.c     messages out; registered memory
  *   notify.c         the first error, wake-ups, hand-offs between the threads;

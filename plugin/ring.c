@@ -23,7 +23,8 @@
  * Data for a collective this rank has not posted yet waits: a rendezvous
  * payload stays at the sender until the collective is posted, an eager one
  * is copied.  The communicator drives the ring through client_ring_ops
- * (algo.h); the barrier and liveness stay with the switch.
+ * (algo.h), and so does the a2a algorithm (a2a.c); the barrier and liveness
+ * stay with the switch.
  */
 #include "algo.h"
 #include "base/log.h"

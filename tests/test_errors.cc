@@ -476,7 +476,8 @@ TEST_F(Errors, JoinWithoutTheSessionTokenIsRefused)
 
 /* A peer's PEER_HELLO without the job's token binds nothing: the real rank's wire-up with the
    other ranks does not finish (with the HELLO taken it would, at once), and its create fails
-   when the peer gives up and leaves the job, or at its timeout. */
+   when the peer gives up and leaves the job, or at its timeout.  The ring waits for its left
+   neighbour's HELLO, a2a for every other rank's. */
 void expect_hello_without_token_refused(const std::string &addr, incmoe_algo_t algo)
 {
     unsigned long long job = harness::unique_job_id();
@@ -526,6 +527,11 @@ void expect_hello_without_token_refused(const std::string &addr, incmoe_algo_t a
 TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
 {
     expect_hello_without_token_refused(sw.addr, INCMOE_ALGO_RING);
+}
+
+TEST_F(Errors, A2aHelloWithoutTheJobsTokenIsRefused)
+{
+    expect_hello_without_token_refused(sw.addr, INCMOE_ALGO_A2A);
 }
 
 /* Restarts the fixture's switch logging at debug level to a file of the test's, so a test can
@@ -1063,6 +1069,12 @@ TEST_F(Errors, SilentRankFailsTheOthersWithinTheBound)
     expect_dead_rank_detected(sw.addr, SIGSTOP);
 }
 
+/* On a2a every rank also holds a connection to the dead one: the first to notice names it. */
+TEST_F(Errors, A2aKilledRankFailsTheOthersWithinTheBound)
+{
+    expect_dead_rank_detected(sw.addr, SIGKILL, INCMOE_ALGO_A2A);
+}
+
 /* Rank 0 destroys its communicator with an AllGather the others never post; they wait on a
    barrier rank 0 never joins.  Destroy returns after its bound, and the others' waits fail
    with a reason naming rank 0 instead of hanging.  release: incmoe_comm_release instead,
@@ -1159,6 +1171,16 @@ TEST_F(Errors, ReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
 TEST_F(Errors, RingReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
 {
     expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING, true);
+}
+
+TEST_F(Errors, A2aDestroyWithCollectiveInFlightFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_A2A);
+}
+
+TEST_F(Errors, A2aReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_A2A, true);
 }
 
 /* With nothing in flight a release leaves in order: the others' next collective, among
@@ -1589,36 +1611,39 @@ std::string file_text(const std::string &path)
 
 /* A peer's worker address from JOIN_ACK passes inc_ucx_addr_check before UCX unpacks it (UCX
    asserts on some malformed ones): a peer that joined with one UCX cannot unpack, or with none,
-   fails the ring rank's create with a reason naming the peer, and the process lives on. */
+   fails the rank's create with a reason naming the peer (the ring's to its right neighbour,
+   a2a's to every other rank), and the process lives on. */
 TEST_F(Errors, PeerAddressUcxCannotUnpackFailsCreateNamingThePeer)
 {
-    unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(2, [&](int rank) -> std::string {
-        if (rank == 0) {
-            incmoe_comm_t *comm;
-            incmoe_status_t st = INCMOE_OK;
-            std::string path = with_stderr_to_file(
-                [&] { st = create(sw.addr, job, 0, 2, &comm, 3000, nullptr, INCMOE_ALGO_RING); });
-            std::string text = file_text(path);
-            unlink(path.c_str());
-            if (st == INCMOE_OK)
-                incmoe_comm_destroy(comm);
-            if (st != INCMOE_ERR_PROTOCOL || text.find("rank 1") == std::string::npos ||
-                text.find("address") == std::string::npos)
-                return "create gave " + status_text(st) + ": " + text;
+    for (incmoe_algo_t algo : {INCMOE_ALGO_RING, INCMOE_ALGO_A2A}) {
+        unsigned long long job = harness::unique_job_id();
+        auto res = harness::run_ranks(2, [&](int rank) -> std::string {
+            if (rank == 0) {
+                incmoe_comm_t *comm;
+                incmoe_status_t st = INCMOE_OK;
+                std::string path = with_stderr_to_file(
+                    [&] { st = create(sw.addr, job, 0, 2, &comm, 3000, nullptr, algo); });
+                std::string text = file_text(path);
+                unlink(path.c_str());
+                if (st == INCMOE_OK)
+                    incmoe_comm_destroy(comm);
+                if (st != INCMOE_ERR_PROTOCOL || text.find("rank 1") == std::string::npos ||
+                    text.find("address") == std::string::npos)
+                    return "create gave " + status_text(st) + ": " + text;
+                return "";
+            }
+            RawClient c;
+            if (!c.connect(sw.addr))
+                return "connect";
+            c.join(job, 1, 2); /* no usable worker address */
+            RawMsg ack;
+            if (!c.wait_for(WIRE_MSG_JOIN_ACK, &ack, 3000))
+                return "no JOIN_ACK";
+            c.progress(1000);
             return "";
-        }
-        RawClient c;
-        if (!c.connect(sw.addr))
-            return "connect";
-        c.join(job, 1, 2); /* no usable worker address */
-        RawMsg ack;
-        if (!c.wait_for(WIRE_MSG_JOIN_ACK, &ack, 3000))
-            return "no JOIN_ACK";
-        c.progress(1000);
-        return "";
-    });
-    EXPECT_EQ(harness::failures(res), "");
+        });
+        EXPECT_EQ(harness::failures(res), "") << "algo " << algo;
+    }
 }
 
 /* incmoe_comm_create in this (forked) rank: its status and what the library logged. */

@@ -153,6 +153,8 @@ int incmoe_reduce_supported(incmoe_dtype_t dtype, incmoe_redop_t op);
 typedef enum {
     INCMOE_ALGO_INC = 0,  /* in-network: the switch multicasts and reduces */
     INCMOE_ALGO_RING = 1, /* bandwidth-optimal ring between the ranks, no switch in the data path */
+    INCMOE_ALGO_A2A = 2,  /* point to point between the ranks (full mesh); AG/RS/AR run as on the
+                             ring */
 } incmoe_algo_t;
 
 typedef enum {
@@ -231,9 +233,9 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
  * or enter, a call on comm once destroy has started.
  *
  * First it waits, at most the job's timeout, until every collective this rank
- * posted has completed (or the communicator failed); with INCMOE_ALGO_RING it then
- * runs a barrier, bounded the same way, so no neighbour still needs this
- * rank's data.  Destroy therefore returns within about two timeouts plus a
+ * posted has completed (or the communicator failed); with INCMOE_ALGO_RING or
+ * INCMOE_ALGO_A2A it then runs a barrier, bounded the same way, so no other
+ * rank still needs this rank's data.  Destroy therefore returns within about two timeouts plus a
  * few seconds of closing, whatever the peers do.  Then:
  *   - all completed: the rank leaves in order; returns INCMOE_OK.
  *   - the communicator had failed: returns that error (the switch has already

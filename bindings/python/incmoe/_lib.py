@@ -75,7 +75,7 @@ DTYPES = {
 # incmoe_redop_t
 REDOPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
 # incmoe_algo_t
-ALGOS = {"inc": 0, "ring": 1}
+ALGOS = {"inc": 0, "ring": 1, "a2a": 2}
 # incmoe_stream_t
 STREAM_ALLGATHER, STREAM_REDUCESCATTER, STREAM_ALLREDUCE, STREAM_BARRIER = 0, 1, 2, 3
 

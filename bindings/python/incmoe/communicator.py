@@ -91,7 +91,8 @@ class Communicator:
 
     switch: "host:port" of the switch; job: the job id (the same integer on
     every rank, 0..2**64-1); rank in 0..nranks-1; nranks 1..256; algo "inc"
-    (the switch multicasts and reduces) or "ring" (ranks exchange directly).
+    (the switch multicasts and reduces), "ring" (ranks exchange directly) or
+    "a2a" (the ring's collectives, every rank connected to every other).
     auth_key: the shared secret as bytes or str, or a pathlib.Path / other
     os.PathLike naming a key file (its first line, as incmoe-switchd
     --auth-key-file reads it); None lets libincmoe read INCMOE_AUTH_KEY or
@@ -134,7 +135,7 @@ class Communicator:
         if not isinstance(rank, int) or not 0 <= rank < nranks:
             raise ValueError("rank is %r: expected 0..%d" % (rank, nranks - 1))
         if algo not in _lib.ALGOS:
-            raise ValueError("algo is %r: expected 'inc' or 'ring'" % (algo,))
+            raise ValueError("algo is %r: expected one of %s" % (algo, ", ".join(_lib.ALGOS)))
         for name, v in (("timeout_ms", timeout_ms), ("progress_timeout_ms", progress_timeout_ms)):
             if v is not None and (not isinstance(v, int) or not 1 <= v <= 86400000):
                 raise ValueError("%s is %r: expected 1..86400000" % (name, v))

@@ -6,8 +6,8 @@
 Each process group (the default one and every new_group) is one incmoe job:
 its rank 0 draws a random job id and publishes it in the group's torch store,
 the others read it there, and every rank joins the switch named by
-INCMOE_SWITCH with the algorithm named by INCMOE_ALGO ("inc", the default, or
-"ring").  The key, if the switch asks for one, comes from INCMOE_AUTH_KEY or
+INCMOE_SWITCH with the algorithm named by INCMOE_ALGO ("inc", the default,
+"ring" or "a2a").  The key, if the switch asks for one, comes from INCMOE_AUTH_KEY or
 INCMOE_AUTH_KEY_FILE as for every libincmoe program.
 
 init_process_group's timeout bounds each collective: it is the job's progress
@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import Work as _C10dWork
 
-from . import _buffers
+from . import _buffers, _lib
 from .communicator import Communicator
 
 NAME = "incmoe"
@@ -181,8 +181,8 @@ class IncmoeBackend(_C10dBackend):
                 "the incmoe backend needs INCMOE_SWITCH=host:port of a running incmoe-switchd"
             )
         algo = os.environ.get("INCMOE_ALGO", "inc")
-        if algo not in ("inc", "ring"):
-            raise ValueError("INCMOE_ALGO=%s: expected inc or ring" % algo)
+        if algo not in _lib.ALGOS:
+            raise ValueError("INCMOE_ALGO=%s: expected one of %s" % (algo, ", ".join(_lib.ALGOS)))
         self.job = _agree_job(store, rank)
         progress_ms = _progress_timeout_ms(timeout)
         self.comm = Communicator(

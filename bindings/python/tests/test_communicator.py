@@ -1,4 +1,4 @@
-"""Every incmoe.Communicator call on N = 1, 2, 4 ranks and both algorithms,
+"""Every incmoe.Communicator call on N = 1, 2, 4 ranks and every algorithm,
 each checked against the same call on PyTorch's gloo backend in the same
 processes.  Values are small integers, so every type and every reduction
 order gives the exact same result and the comparison is bit for bit."""
@@ -123,7 +123,7 @@ def comm_body(rank, n, addr, job, algo, store):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("algo", ["inc", "ring"])
+@pytest.mark.parametrize("algo", ["inc", "ring", "a2a"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_communicator_matches_gloo(switch, store_path, n, algo):
     run_ranks(comm_body, n, switch.address, new_job(), algo, store_path)

@@ -1,5 +1,5 @@
 """The torch.distributed backend "incmoe": every call it implements, on
-N = 1, 2, 4 ranks and both algorithms, checked against the same call on a
+N = 1, 2, 4 ranks and every algorithm, checked against the same call on a
 gloo group of the same processes; new_group's job id agreed through the
 store; what it does not implement raises a clear error."""
 
@@ -125,7 +125,7 @@ def dist_body(rank, n, addr, algo, store):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("algo", ["inc", "ring"])
+@pytest.mark.parametrize("algo", ["inc", "ring", "a2a"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_backend_matches_gloo(switch, store_path, n, algo):
     run_ranks(dist_body, n, switch.address, algo, store_path)
