@@ -25,7 +25,7 @@ static const char *const wire_msg_names[] = {
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
-                                                "barrier"};
+                                                "barrier",   "dispatch",      "combine"};
 
 const char *inc_wire_msg_name(unsigned msg)
 {
@@ -88,6 +88,9 @@ static incmoe_status_t check_stream_msg(const struct inc_wire_hdr *h, size_t pay
 {
     if (h->stream >= INC_STREAM_COUNT)
         FAIL("%s for unknown stream %u", inc_wire_msg_name(h->msg), h->stream);
+    if (h->stream >= INCMOE_STREAM_DISPATCH)
+        FAIL("%s on the %s stream, which no message of this version carries",
+             inc_wire_msg_name(h->msg), inc_wire_stream_name(h->stream));
     if (h->epoch == 0)
         FAIL("%s with epoch 0", inc_wire_msg_name(h->msg));
     if (h->msg == WIRE_MSG_CREDIT || h->msg == WIRE_MSG_DONE || h->msg == WIRE_MSG_POST) {

@@ -142,7 +142,7 @@
 #include "incmoe/incmoe.h"
 
 /* How many streams a job has (incmoe_stream_t). */
-#define INC_STREAM_COUNT ((int)INCMOE_STREAM_BARRIER + 1)
+#define INC_STREAM_COUNT ((int)INCMOE_STREAM_COMBINE + 1)
 
 #define INCMOE_AM_ID         7
 #define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */

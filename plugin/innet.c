@@ -499,4 +499,5 @@ const client_algo_ops_t client_innet_ops = {
     .on_message = innet_on_message,
     .close = innet_close,
     .barrier_before_leave = 0,
+    .has_dc = 0, /* not yet: dispatch and combine return INCMOE_ERR_UNSUPPORTED */
 };

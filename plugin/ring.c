@@ -382,4 +382,5 @@ const client_algo_ops_t client_ring_ops = {
     .on_message = ring_on_message,
     .close = ring_close,
     .barrier_before_leave = 1,
+    .has_dc = 0, /* not yet: dispatch and combine return INCMOE_ERR_UNSUPPORTED */
 };
