@@ -102,6 +102,35 @@
  *                the receiver stores it and passes it on unless it is the last.
  *   Same root/offset/length/total/chunk/dtype/redop fields as DATA.
  *
+ * Dispatch and combine between the ranks (the ring and a2a algorithms;
+ * dc_peer.c), every message on the mesh.  Rows are counted in rows, not
+ * bytes, in offset and total; length is payload bytes.
+ *   PEER_PLAN      every rank to every other, once per dispatch or combine,
+ *                  whether or not rows go between them: payload struct
+ *                  inc_wire_dc_post, then uint32 count[N] (dispatch: its rows
+ *                  whose set holds d; combine: that row of its dispatch), then
+ *                  for a dispatch uint32 rows[count[receiver]], the source rows
+ *                  the receiver gets, ascending; for a combine uint32 recvd[N]
+ *                  (the partials it gives each owner).  Every rank computes the
+ *                  same verdict (base/dc_plan.h) from the N plans; rows move
+ *                  only after an OK one.
+ *   PEER_ROWS      dispatch, source -> receiver: rows of the source's for the
+ *                  receiver, in order; offset = how many it sent the receiver
+ *                  before (their position in the receiver's block of that
+ *                  source), total = count[receiver], chunk = the message's
+ *                  index; at most max(1, chunk_size / row bytes) rows.
+ *   PEER_PARTIALS  combine, contributor -> owner (root): its partials of the
+ *                  owner's rows of owner chunk `chunk` (rows [chunk * k, +k),
+ *                  k = max(1, chunk_size / partial row bytes)), in row order;
+ *                  offset = the partials it sent the owner before, total = the
+ *                  rows it received from the owner; dtype/redop the combine's.
+ *                  Never empty; each consumes one of the contributor's
+ *                  credits toward that owner (JOIN_ACK's credits, for the
+ *                  stream), so an owner stages at most N - 1 times credits
+ *                  chunks.
+ *   PEER_CREDIT    combine, owner -> contributor: length = credits returned
+ *                  (the owner reduced the chunks they held).
+ *
  * Flow control: JOIN_ACK grants every rank `credits` chunks of `chunk_size`
  * bytes per data stream.  A DATA message consumes one; the switch returns it
  * when it has freed the buffer.  A rank that exceeds its credits is a
@@ -169,7 +198,11 @@ typedef enum {
     WIRE_MSG_RING_GATHER,
     WIRE_MSG_SMALL,
     WIRE_MSG_SMALL_FWD,
-    WIRE_MSG_LAST = WIRE_MSG_SMALL_FWD
+    WIRE_MSG_PEER_PLAN,
+    WIRE_MSG_PEER_ROWS,
+    WIRE_MSG_PEER_PARTIALS,
+    WIRE_MSG_PEER_CREDIT,
+    WIRE_MSG_LAST = WIRE_MSG_PEER_CREDIT
 } inc_wire_msg_t;
 
 struct inc_wire_hdr {
@@ -208,6 +241,19 @@ struct inc_wire_join_ack {
     uint32_t timeout_ms;                   /* the job's liveness timeout (see HEARTBEAT) */
     uint32_t reserved;                     /* 0 */
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ranks show it in PEER_HELLO */
+};
+
+/* What a rank says of a dispatch or combine (head of PEER_PLAN); then uint32 count[nranks],
+   and the arrays of the message (see above). */
+struct inc_wire_dc_post {
+    uint64_t rows;           /* T: this rank's rows in the dispatch */
+    uint64_t row_bytes;      /* dispatch: of a row; combine: of a partial row */
+    uint64_t capacity;       /* dispatch: rows it can receive; combine: 0 */
+    uint64_t dispatch_epoch; /* combine: the dispatch it inverts; dispatch: 0 */
+    uint64_t row_count;      /* combine: elements of a partial row; dispatch: 0 */
+    uint32_t nranks;
+    uint8_t dtype, redop; /* combine: the partials'; dispatch: 0 */
+    uint16_t reserved;    /* 0 */
 };
 
 /* Fill the constant fields. */

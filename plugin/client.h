@@ -10,6 +10,7 @@
  *   dc_post.c        the posting calls of dispatch and combine, over post.c's
  *   innet.c, ring.c, the algorithms, behind algo.h (algo.c names them);
  *   a2a.c            a2a.c runs ring.c's entries over the full mesh
+ *   dc_peer.c        dispatch and combine between the ranks (ring, a2a)
  *   mesh.c           the connections between the ranks (ring, a2a)
  *   coll.c           the collectives' common life: start, local part, retire
  *   dc.c             what dispatch and combine share: the kept dispatches,
@@ -415,6 +416,23 @@ int client_mesh_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
                            size_t length, const ucp_am_recv_param_t *param, ucs_status_t *ret_p);
 /* Closing, with the worker still alive and no proxy running: the endpoints and comm->mesh. */
 void client_mesh_close(incmoe_comm_t *comm);
+
+/* --- dispatch and combine between the ranks, over the mesh (dc_peer.c) --- */
+
+typedef struct client_dc_peer client_dc_peer_t;
+
+/* Before joining: its state (the credits are JOIN_ACK's, taken when first needed). */
+client_dc_peer_t *client_dc_peer_open(incmoe_comm_t *comm);
+/* A started dispatch or combine of more than one rank: the plans out, and what it can send. */
+void client_dc_peer_start(incmoe_comm_t *comm, client_dc_peer_t *dcp, coll_op_t *op);
+/* A PEER_* message the mesh took as from rank `from`. */
+ucs_status_t client_dc_peer_on_message(incmoe_comm_t *comm, client_dc_peer_t *dcp, int from,
+                                       const struct inc_wire_hdr *h, void *data, size_t length,
+                                       const ucp_am_recv_param_t *param);
+/* Every proxy loop turn: send what the windows and credits let go now. */
+void client_dc_peer_progress(incmoe_comm_t *comm, client_dc_peer_t *dcp);
+/* Closing, after the mesh closed: free it all (receives still landing are orphaned). */
+void client_dc_peer_close(incmoe_comm_t *comm, client_dc_peer_t *dcp);
 
 /* --- the join handshake (join.c) --- */
 

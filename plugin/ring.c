@@ -4,8 +4,9 @@
  * the same UCX transport and behind the same API as the in-network path.
  *
  * Ranks find each other through the switch and connect over mesh.c (each
- * rank's endpoint to its right neighbour at create); afterwards the switch
- * carries no data, only the barrier and liveness.  Each rank talks to its
+ * rank's endpoint to its right neighbour at create, to the other ranks at the
+ * first dispatch or combine, which go point to point: dc_peer.c); afterwards
+ * the switch carries no data, only the barrier and liveness.  Each rank talks to its
  * right neighbour (r+1) and hears from its left (r-1).  Every chunk moves on
  * as soon as it arrives, so the N-1 ring steps overlap:
  *
@@ -45,6 +46,7 @@
    (it fails the job), a lost right one the mesh's. */
 typedef struct {
     client_kept_t *pending; /* data of collectives not started here yet */
+    client_dc_peer_t *dcp;  /* dispatch and combine, point to point (dc_peer.c) */
 } ring_t;
 
 typedef struct {
@@ -151,6 +153,10 @@ static void ring_start(incmoe_comm_t *comm, coll_op_t *op)
     char *send, *recv;
     if (client_mesh_broken(comm) != NULL) {
         client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", client_mesh_broken(comm));
+        return;
+    }
+    if (op->stream == INCMOE_STREAM_DISPATCH || op->stream == INCMOE_STREAM_COMBINE) {
+        client_dc_peer_start(comm, ((ring_t *)comm->algo)->dcp, op);
         return;
     }
     op->all_issued = 1; /* forwards are issued as chunks arrive, counted in op->sent */
@@ -339,6 +345,10 @@ static ucs_status_t ring_on_message(incmoe_comm_t *comm, const struct inc_wire_h
         }
         return ring_on_data(comm, h, data, length, param);
     }
+    if (h->msg == WIRE_MSG_PEER_PLAN || h->msg == WIRE_MSG_PEER_ROWS ||
+        h->msg == WIRE_MSG_PEER_PARTIALS || h->msg == WIRE_MSG_PEER_CREDIT)
+        return client_dc_peer_on_message(comm, ((ring_t *)comm->algo)->dcp, from, h, data, length,
+                                         param);
     client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s%s from rank %d",
                 inc_wire_msg_name(h->msg), rndv ? " (rendezvous)" : "", from);
     return UCS_ERR_INVALID_PARAM;
@@ -346,9 +356,10 @@ static ucs_status_t ring_on_message(incmoe_comm_t *comm, const struct inc_wire_h
 
 static incmoe_status_t ring_open(incmoe_comm_t *comm, int *share_addr)
 {
-    comm->algo = calloc(1, sizeof(ring_t));
+    ring_t *ring = calloc(1, sizeof(ring_t));
+    comm->algo = ring;
     *share_addr = comm->nranks > 1;
-    if (comm->algo == NULL)
+    if (ring == NULL || (ring->dcp = client_dc_peer_open(comm)) == NULL)
         return INCMOE_ERR_NO_MEMORY;
     return client_mesh_open(comm, ring_on_message);
 }
@@ -356,6 +367,11 @@ static incmoe_status_t ring_open(incmoe_comm_t *comm, int *share_addr)
 static incmoe_status_t ring_connect(incmoe_comm_t *comm)
 {
     return client_mesh_connect(comm, 1);
+}
+
+static void ring_progress(incmoe_comm_t *comm)
+{
+    client_dc_peer_progress(comm, ((ring_t *)comm->algo)->dcp);
 }
 
 static void ring_close(incmoe_comm_t *comm)
@@ -369,6 +385,7 @@ static void ring_close(incmoe_comm_t *comm)
         client_kept_free(comm, k);
     }
     client_mesh_close(comm);
+    client_dc_peer_close(comm, ring->dcp);
     free(ring);
     comm->algo = NULL;
 }
@@ -378,9 +395,9 @@ const client_algo_ops_t client_ring_ops = {
     .open = ring_open,
     .connect = ring_connect,
     .start = ring_start,
-    .progress = NULL,
+    .progress = ring_progress,
     .on_message = ring_on_message,
     .close = ring_close,
     .barrier_before_leave = 1,
-    .has_dc = 0, /* not yet: dispatch and combine return INCMOE_ERR_UNSUPPORTED */
+    .has_dc = 1,
 };

@@ -1002,9 +1002,10 @@ TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
     EXPECT_EQ(harness::failures(res), "");
 }
 
-/* Ranks 0..n-2 wait on a collective; rank n-1 dies (or hangs) instead of joining it. */
+/* Ranks 0..n-2 wait on a collective (an AllGather, or a dispatch with rows for every rank);
+   rank n-1 dies (or hangs) instead of joining it. */
 void expect_dead_rank_detected(const std::string &addr, int sig,
-                               incmoe_algo_t algo = INCMOE_ALGO_INC)
+                               incmoe_algo_t algo = INCMOE_ALGO_INC, bool dispatch = false)
 {
     const int n = 3, bound_ms = 2000;
     unsigned long long job = harness::unique_job_id();
@@ -1030,7 +1031,17 @@ void expect_dead_rank_detected(const std::string &addr, int sig,
             incmoe_layout_t l = {sizeof(buf) / n / 64 * 64, 0, sizeof(buf) / n / 64 * 64, nullptr};
             incmoe_req_t req;
             double t0 = inc_now_s();
-            st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
+            uint64_t sets[4] = {7, 7, 7, 7};
+            incmoe_dispatch_params_t dp = {};
+            dp.send_mr = mr;
+            dp.nrows = 4;
+            dp.row_bytes = 4096;
+            dp.sets = sets;
+            dp.recv_mr = mr;
+            dp.recv_offset = sizeof(buf) / 2;
+            dp.capacity = 4 * (size_t)n;
+            st = dispatch ? incmoe_dispatch(comm, &dp, &req)
+                          : incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
             if (st == INCMOE_OK)
                 st = incmoe_wait(comm, &req);
             double waited = inc_now_s() - t0;
@@ -1073,6 +1084,13 @@ TEST_F(Errors, SilentRankFailsTheOthersWithinTheBound)
 TEST_F(Errors, A2aKilledRankFailsTheOthersWithinTheBound)
 {
     expect_dead_rank_detected(sw.addr, SIGKILL, INCMOE_ALGO_A2A);
+}
+
+/* A rank killed while the others dispatch to it point to point: they fail naming it. */
+TEST_F(Errors, RankKilledDuringAPointToPointDispatchFailsThePeersNamingIt)
+{
+    expect_dead_rank_detected(sw.addr, SIGKILL, INCMOE_ALGO_A2A, true);
+    expect_dead_rank_detected(sw.addr, SIGKILL, INCMOE_ALGO_RING, true);
 }
 
 /* Rank 0 destroys its communicator with an AllGather the others never post; they wait on a
