@@ -19,7 +19,8 @@ timeout (INCMOE_TIMEOUT_MS, 10 s by default), whatever this timeout is.
 In-network for CPU tensors: all_reduce (sum, max, min; product where the
 switch reduces the type), all_gather_into_tensor, reduce_scatter_tensor,
 all_gather and reduce_scatter (lists), broadcast (an AllGather in which only
-the root's block has bytes), barrier.  Every other call raises
+the root's block has bytes), barrier; all_to_all_single point to point on the
+ring and a2a algorithms (NotImplementedError on inc).  Every other call raises
 NotImplementedError naming what is supported; CUDA tensors raise ValueError
 pointing to NCCL with NCCL_NET_PLUGIN=incmoe.  async_op=True returns a
 Work whose wait() blocks until the collective is done and whose
@@ -43,7 +44,7 @@ _JOB_KEY = "incmoe/job_id"
 
 SUPPORTED = (
     "all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_gather, reduce_scatter, "
-    "broadcast, barrier"
+    "broadcast, barrier, all_to_all_single (ring, a2a)"
 )
 
 _REDOPS = {
@@ -218,6 +219,17 @@ class IncmoeBackend(_C10dBackend):
 
     reduce_scatter_single = _reduce_scatter_base
 
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        """all_to_all_single: point to point, on the ring and a2a algorithms."""
+        _cpu(output, "all_to_all_single")
+        _cpu(input, "all_to_all_single")
+        inner = self.comm.all_to_all_single(
+            output, input, output_split_sizes, input_split_sizes, async_op=True
+        )
+        return self._work(inner, [output])
+
+    all_to_all_single = alltoall_base
+
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "all_gather")
         if len(output_tensors) != 1 or len(output_tensors[0]) != self.size():
@@ -303,8 +315,6 @@ class IncmoeBackend(_C10dBackend):
     def alltoall(self, *a, **k):
         self._unsupported("all_to_all")
 
-    def alltoall_base(self, *a, **k):
-        self._unsupported("all_to_all_single")
 
     def allreduce_coalesced(self, *a, **k):
         self._unsupported("all_reduce_coalesced")
