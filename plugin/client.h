@@ -234,6 +234,7 @@ typedef struct {
     client_completion_t *comp; /* counts this message in flight */
     void *payload_owned;       /* freed on completion */
     int eager;                 /* eager whatever its size (a message the switch takes eager) */
+    int to;                    /* the rank it goes to, -1: the switch (a failure names it) */
 } send_ctx_t;
 
 /* Each file's functions under its heading, bottom-up; post.c's extra call is in post.h. */
@@ -265,7 +266,7 @@ coll_op_t *client_proxy_take_submissions(incmoe_comm_t *comm);
 /* A message from this rank, header filled but for the per-message fields. */
 send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg);
 /* Hands one message to UCX on ep, counted in comp until it completes; ctx belongs to the send
-   from here on. */
+   from here on.  ep NULL (a connection closing): it completes at once, as canceled. */
 void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const void *payload,
                     size_t length, ucp_mem_h memh, client_completion_t *comp);
 /* The same, to the switch. */
@@ -407,7 +408,8 @@ incmoe_status_t client_mesh_connect(incmoe_comm_t *comm, int span);
 /* Proxy thread: endpoints to every rank not connected yet, their HELLOs sent; an error fails
    the communicator. */
 incmoe_status_t client_mesh_open_all(incmoe_comm_t *comm);
-/* This rank's endpoint to peer, or NULL before it was opened. */
+/* This rank's endpoint to peer, or NULL before it was opened or once the mesh is closing (a
+   send on NULL completes as canceled). */
 ucp_ep_h client_mesh_ep(const incmoe_comm_t *comm, int peer);
 /* The reason of a connection lost while nothing was in flight, or NULL. */
 const char *client_mesh_broken(const incmoe_comm_t *comm);

@@ -224,6 +224,7 @@ static void send_plan(incmoe_comm_t *comm, coll_op_t *op, int peer)
     ctx->hdr.epoch = op->epoch;
     ctx->hdr.length = len;
     ctx->payload_owned = payload;
+    ctx->to = peer;
     client_send_ep(comm, client_mesh_ep(comm, peer), ctx, payload, len, NULL, &op->sent);
 }
 
@@ -391,6 +392,7 @@ static void send_piece(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, i
     ctx->hdr.dtype = (uint8_t)op->dtype;
     ctx->hdr.redop = (uint8_t)op->redop;
     ctx->payload_owned = owned;
+    ctx->to = peer;
     client_send_ep(comm, client_mesh_ep(comm, peer), ctx, payload, fields->length, memh, &op->sent);
 }
 
@@ -504,6 +506,7 @@ static void credit_back(incmoe_comm_t *comm, coll_op_t *op, int peer)
     ctx->hdr.stream = (uint8_t)op->stream;
     ctx->hdr.epoch = op->epoch;
     ctx->hdr.length = 1;
+    ctx->to = peer;
     client_send_ep(comm, client_mesh_ep(comm, peer), ctx, NULL, 0, NULL, &op->sent);
 }
 
@@ -867,7 +870,7 @@ void client_dc_peer_progress(incmoe_comm_t *comm, client_dc_peer_t *dcp)
                 int s = (comm->rank + k) % n;
                 if (blocked[s] || !rec->decided)
                     blocked[s] = 1; /* an undecided combine may still have pieces for s */
-                else
+                else if (rec->ok)   /* a failed verdict: nothing moves */
                     while (send_partials_piece(comm, dcp, rec, s))
                         ;
                 blocked[s] |= partials_left(rec, s);

@@ -110,7 +110,7 @@ static void mesh_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
  * (base/ucx_addr.h), since ucp_ep_create trusts it.  JOIN_ACK's parser left
  * INC_UCX_ADDR_SLACK zero bytes after each address, as the check asks.
  */
-static ucp_ep_h mesh_peer_ep(incmoe_comm_t *comm, int peer)
+static ucp_ep_h mesh_peer_ep(incmoe_comm_t *comm, int peer, incmoe_status_t unreachable)
 {
     char why[160], text[256];
     if (comm->peer_addr == NULL || comm->peer_addr_len[peer] == 0) {
@@ -134,15 +134,18 @@ static ucp_ep_h mesh_peer_ep(incmoe_comm_t *comm, int peer)
     ucp_ep_h ep;
     ucs_status_t ust = ucp_ep_create(comm->node.worker, &params, &ep);
     if (ust != UCS_OK) {
-        client_fail(comm, INCMOE_ERR_UNREACHABLE, "cannot reach rank %d: %s", peer,
-                    ucs_status_string(ust));
+        snprintf(text, sizeof(text), "rank %d cannot reach rank %d: %s", comm->rank, peer,
+                 ucs_status_string(ust));
+        client_fail_job(comm, unreachable, text);
         return NULL;
     }
     return ep;
 }
 
-/* An endpoint to peer with the HELLO sent on it, unless there is one. */
-static incmoe_status_t mesh_open_peer(incmoe_comm_t *comm, int peer)
+/* An endpoint to peer with the HELLO sent on it, unless there is one.  unreachable: the
+   status when UCX cannot reach the peer (before the job runs, the peer's address; after, the
+   peer is gone). */
+static incmoe_status_t mesh_open_peer(incmoe_comm_t *comm, int peer, incmoe_status_t unreachable)
 {
     client_mesh_t *mesh = comm->mesh;
     if (mesh->ep[peer] != NULL)
@@ -155,7 +158,7 @@ static incmoe_status_t mesh_open_peer(incmoe_comm_t *comm, int peer)
         client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a PEER_HELLO");
         return INCMOE_ERR_NO_MEMORY;
     }
-    mesh->ep[peer] = mesh_peer_ep(comm, peer);
+    mesh->ep[peer] = mesh_peer_ep(comm, peer, unreachable);
     if (mesh->ep[peer] == NULL) {
         free(ctx);
         free(token);
@@ -164,6 +167,7 @@ static incmoe_status_t mesh_open_peer(incmoe_comm_t *comm, int peer)
     memcpy(token, comm->peer_token, INCMOE_WIRE_TOKEN);
     ctx->hdr.length = INCMOE_WIRE_TOKEN;
     ctx->payload_owned = token;
+    ctx->to = peer;
     client_send_ep(comm, mesh->ep[peer], ctx, token, INCMOE_WIRE_TOKEN, NULL, &comm->ctrl_sent);
     return INCMOE_OK;
 }
@@ -326,6 +330,10 @@ int client_mesh_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
     client_mesh_t *mesh = comm->mesh;
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+    if (mesh == NULL) { /* closing: its endpoints' flushes progress the worker */
+        *ret_p = rndv ? UCS_ERR_CANCELED : UCS_OK;
+        return -1;
+    }
     if (comm->joined && mesh->hellos != NULL)
         mesh_check_early(comm);
     if (h->msg == WIRE_MSG_PEER_HELLO) {
@@ -352,13 +360,13 @@ incmoe_status_t client_mesh_open_all(incmoe_comm_t *comm)
     incmoe_status_t st = INCMOE_OK;
     for (int r = 0; r < comm->nranks && st == INCMOE_OK; r++)
         if (r != comm->rank)
-            st = mesh_open_peer(comm, r);
+            st = mesh_open_peer(comm, r, INCMOE_ERR_PEER_FAILED);
     return st;
 }
 
 ucp_ep_h client_mesh_ep(const incmoe_comm_t *comm, int peer)
 {
-    return comm->mesh->ep[peer];
+    return comm->mesh != NULL ? comm->mesh->ep[peer] : NULL;
 }
 
 const char *client_mesh_broken(const incmoe_comm_t *comm)
@@ -383,7 +391,7 @@ incmoe_status_t client_mesh_connect(incmoe_comm_t *comm, int span)
         return INCMOE_OK;
     incmoe_status_t st = INCMOE_OK;
     for (int k = 1; k <= span && st == INCMOE_OK; k++)
-        st = mesh_open_peer(comm, (comm->rank + k) % n);
+        st = mesh_open_peer(comm, (comm->rank + k) % n, INCMOE_ERR_UNREACHABLE);
     if (st != INCMOE_OK)
         return st;
     mesh_check_early(comm);

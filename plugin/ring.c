@@ -114,6 +114,7 @@ static void ring_send(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, in
     ctx->hdr.dtype = (uint8_t)op->dtype;
     ctx->hdr.redop = (uint8_t)op->redop;
     ctx->payload_owned = owned;
+    ctx->to = ring_right(comm);
     client_send_ep(comm, client_mesh_ep(comm, ring_right(comm)), ctx, payload, length, memh,
                    &op->sent);
 }
