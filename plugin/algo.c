@@ -4,14 +4,20 @@
  */
 #include "algo.h"
 
-static const client_algo_ops_t *const client_algos[] = {
-    [INCMOE_ALGO_INC] = &client_innet_ops,
-    [INCMOE_ALGO_RING] = &client_ring_ops,
+static const struct {
+    const char *name;
+    const client_algo_ops_t *ops; /* NULL: listed, not available yet (create refuses it) */
+} client_algos[] = {
+    [INCMOE_ALGO_INC] = {"inc", &client_innet_ops},
+    [INCMOE_ALGO_RING] = {"ring", &client_ring_ops},
+    [INCMOE_ALGO_A2A] = {"a2a", &client_a2a_ops},
 };
 
-const client_algo_ops_t *client_algo_find(incmoe_algo_t algo)
+const client_algo_ops_t *client_algo_find(incmoe_algo_t algo, const char **name_p)
 {
+    *name_p = NULL;
     if ((unsigned)algo >= sizeof(client_algos) / sizeof(client_algos[0]))
         return NULL;
-    return client_algos[algo];
+    *name_p = client_algos[algo].name;
+    return client_algos[algo].ops;
 }

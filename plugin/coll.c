@@ -20,12 +20,21 @@ coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch)
     return NULL;
 }
 
+static int op_is_dc(const coll_op_t *op)
+{
+    return op->stream == INCMOE_STREAM_DISPATCH || op->stream == INCMOE_STREAM_COMBINE;
+}
+
 static int op_finished(const coll_op_t *op)
 {
     if (!op->started || !op->all_issued || op->sent.count != 0 || op->holds != 0)
         return 0;
     if (op->stream == INCMOE_STREAM_BARRIER)
         return op->barrier_done;
+    /* A rank that receives nothing still waits for its plan, which needs every rank's post:
+       so it never runs ahead of the others (wire.h, "Epoch window"). */
+    if (op_is_dc(op))
+        return op->planned && op->recv_done == op->recv_expected;
     /* A small collective waits for its SMALL_FWD even when it receives no bytes. */
     return op->recv_done == op->recv_expected && (!op->small || op->small_landed);
 }
@@ -55,6 +64,8 @@ void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream)
         if (s->head == NULL)
             s->tail = NULL;
         client_mr_release_locked(op);
+        if (op_is_dc(op))
+            client_dc_retire_locked(comm, op);
         atomic_store_explicit(&s->completed, op->epoch, memory_order_release);
         op->next = done;
         done = op;
@@ -63,6 +74,7 @@ void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream)
     pthread_mutex_unlock(&comm->lock);
     while (done != NULL) {
         coll_op_t *next = done->next;
+        free(done->why);
         free(done->bytes);
         free(done);
         done = next;
@@ -73,7 +85,9 @@ void client_op_free(incmoe_comm_t *comm, coll_op_t *op)
 {
     pthread_mutex_lock(&comm->lock);
     client_mr_release_locked(op);
+    client_dc_drop_locked(op);
     pthread_mutex_unlock(&comm->lock);
+    free(op->why);
     free(op->bytes);
     free(op);
 }
@@ -129,6 +143,8 @@ int client_op_start(incmoe_comm_t *comm, coll_op_t *op)
     op->started = 1;
     op_local_part(comm, op);
     if (comm->nranks == 1) {
+        if (op_is_dc(op))
+            client_dc_plan_alone(comm, op);
         op->all_issued = 1;
         op->barrier_done = 1;
         client_op_progressed(comm, op); /* may free op */

@@ -195,6 +195,7 @@ static void comm_free(incmoe_comm_t *comm)
     for (int s = 0; s < INC_STREAM_COUNT; s++)
         free_ops(comm, comm->streams[s].head);
     free_ops(comm, comm->submit_head);
+    client_dc_close_all(comm);
     if (comm->node.worker != NULL) {
         if (comm->worker_addr != NULL)
             ucp_worker_release_address(comm->node.worker, comm->worker_addr);
@@ -251,9 +252,14 @@ static incmoe_status_t check_params(const incmoe_comm_params_t *params, incmoe_c
     }
     incmoe_algo_t algo =
         (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
-    if (client_algo_find(algo) == NULL) {
-        log_error(SUBSYS, "unknown algorithm %d", (int)algo);
-        return INCMOE_ERR_INVALID_ARG;
+    const char *name;
+    if (client_algo_find(algo, &name) == NULL) {
+        if (name == NULL) {
+            log_error(SUBSYS, "unknown algorithm %d", (int)algo);
+            return INCMOE_ERR_INVALID_ARG;
+        }
+        log_error(SUBSYS, "algorithm %s (%d) is not available in this build yet", name, (int)algo);
+        return INCMOE_ERR_UNSUPPORTED;
     }
     return INCMOE_OK;
 }
@@ -296,8 +302,9 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     comm->rank = params->rank;
     comm->nranks = params->nranks;
     comm->job_id = params->job_id;
-    comm->ops = client_algo_find((params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo
-                                                                               : INCMOE_ALGO_INC);
+    const char *name;
+    comm->ops = client_algo_find(
+        (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC, &name);
     comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
                            ? params->timeout_ms
                            : (int)set->timeout_ms;

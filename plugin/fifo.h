@@ -16,8 +16,9 @@
 extern "C" {
 #endif
 
-/* The streams a FIFO can carry: AllGather, ReduceScatter, barrier. */
-#define FIFO_NSTREAMS INC_STREAM_COUNT
+/* The streams a FIFO can carry: AllGather, ReduceScatter, barrier (and AllReduce's slot,
+   which no op uses). */
+#define FIFO_NSTREAMS ((int)INCMOE_STREAM_BARRIER + 1)
 
 typedef struct {
     /* Post one collective; on success *req_p identifies it. */

@@ -25,8 +25,7 @@ size_t incmoe_layout_bytes(const incmoe_layout_t *layout, int r)
     return n < layout->length ? n : layout->length;
 }
 
-/* Is [offset, offset+length) inside the region? */
-static int range_ok(const struct incmoe_mr *mr, size_t offset, size_t length)
+int client_range_ok(const struct incmoe_mr *mr, size_t offset, size_t length)
 {
     if (length == 0)
         return 1;
@@ -69,20 +68,23 @@ static incmoe_status_t wait_for_room_locked(incmoe_comm_t *comm, const client_st
     }
 }
 
-/* Queue a collective for the proxy; the epoch is fixed here, under the lock. */
-static incmoe_status_t submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *req_p)
+incmoe_status_t client_post_submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *req_p)
 {
     pthread_mutex_lock(&comm->lock);
     incmoe_status_t err = wait_for_room_locked(comm, &comm->streams[op->stream]);
+    client_stream_t *s = &comm->streams[op->stream];
+    if (err == INCMOE_OK) {
+        op->epoch = s->posted + 1;
+        /* A dispatch is kept until combined or released: no room, nothing posted. */
+        if (op->stream == INCMOE_STREAM_DISPATCH && !client_dc_keep_locked(comm, op))
+            err = INCMOE_ERR_BUSY;
+    }
     if (err != INCMOE_OK) {
-        client_mr_release_locked(op);
         pthread_mutex_unlock(&comm->lock);
-        free(op->bytes);
-        free(op);
+        client_op_free(comm, op);
         return err;
     }
-    client_stream_t *s = &comm->streams[op->stream];
-    op->epoch = ++s->posted;
+    s->posted = op->epoch;
     client_proxy_submit_locked(comm, op);
     /* Fill the request before unlocking: from then on the proxy may retire and free op. */
     req_p->stream = op->stream;
@@ -97,10 +99,8 @@ static incmoe_status_t submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *
  * they would wait for it forever: the failure goes to the switch, which ends
  * the job for everyone with this reason.
  */
-static incmoe_status_t reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_status_t st,
-                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static incmoe_status_t reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_status_t st,
-                              const char *fmt, ...)
+incmoe_status_t client_post_reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_status_t st,
+                                   const char *fmt, ...)
 {
     char text[256];
     va_list ap;
@@ -113,7 +113,7 @@ static incmoe_status_t reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_status_
     return st;
 }
 
-static coll_op_t *op_new(incmoe_comm_t *comm, incmoe_stream_t stream)
+coll_op_t *client_op_new(incmoe_comm_t *comm, incmoe_stream_t stream)
 {
     coll_op_t *op = calloc(1, sizeof(*op));
     if (op == NULL)
@@ -152,21 +152,23 @@ static incmoe_status_t check_blocks(incmoe_comm_t *comm, coll_op_t *op, size_t n
     const struct incmoe_mr *nmr = op->stream == INCMOE_STREAM_ALLGATHER ? op->recv_mr : op->send_mr;
     for (int r = 0; r < comm->nranks; r++) {
         if (layout->valid != NULL && layout->valid[r] > layout->block_stride)
-            return reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                          "%s: valid[%d] = %zu exceeds the block stride %zu", name, r,
-                          layout->valid[r], layout->block_stride);
+            return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                      "%s: valid[%d] = %zu exceeds the block stride %zu", name, r,
+                                      layout->valid[r], layout->block_stride);
         op->bytes[r] = incmoe_layout_bytes(layout, r);
         if (op->bytes[r] % esize != 0)
-            return reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                          "%s: rank %d's %llu bytes are not whole %s elements", name, r,
-                          (unsigned long long)op->bytes[r], incmoe_dtype_name(op->dtype));
+            return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                      "%s: rank %d's %llu bytes are not whole %s elements", name, r,
+                                      (unsigned long long)op->bytes[r],
+                                      incmoe_dtype_name(op->dtype));
         size_t pos = noff + (size_t)r * layout->block_stride + layout->offset;
-        if (op->bytes[r] > 0 && !range_ok(nmr, pos, op->bytes[r]))
-            return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
-                          "%s: block %d's window [%zu + %d*%zu + %zu, +%llu) is outside the "
-                          "registered %zu bytes",
-                          name, r, noff, r, layout->block_stride, layout->offset,
-                          (unsigned long long)op->bytes[r], nmr->length);
+        if (op->bytes[r] > 0 && !client_range_ok(nmr, pos, op->bytes[r]))
+            return client_post_reject(
+                comm, op, INCMOE_ERR_OUT_OF_RANGE,
+                "%s: block %d's window [%zu + %d*%zu + %zu, +%llu) is outside the "
+                "registered %zu bytes",
+                name, r, noff, r, layout->block_stride, layout->offset,
+                (unsigned long long)op->bytes[r], nmr->length);
     }
     return INCMOE_OK;
 }
@@ -182,22 +184,23 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
     const int gather = stream == INCMOE_STREAM_ALLGATHER;
     if (comm == NULL || req_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
-    coll_op_t *op = op_new(comm, stream);
+    coll_op_t *op = client_op_new(comm, stream);
     if (op == NULL)
-        return reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "%s: out of memory", name);
+        return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "%s: out of memory", name);
     if (send_mr == NULL || recv_mr == NULL || layout == NULL)
-        return reject(comm, op, INCMOE_ERR_INVALID_ARG, "%s: NULL buffer or layout", name);
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG, "%s: NULL buffer or layout",
+                                  name);
     if (!client_mr_hold(comm, op, send_mr, recv_mr))
-        return reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                      "%s: buffer not registered with this communicator", name);
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "%s: buffer not registered with this communicator", name);
     if (layout->offset > layout->block_stride ||
         layout->length > layout->block_stride - layout->offset)
-        return reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                      "%s: window [%zu,+%zu) does not fit a block of %zu bytes", name,
-                      layout->offset, layout->length, layout->block_stride);
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "%s: window [%zu,+%zu) does not fit a block of %zu bytes", name,
+                                  layout->offset, layout->length, layout->block_stride);
     if (!gather && !incmoe_reduce_supported(dtype, redop))
-        return reject(comm, op, INCMOE_ERR_UNSUPPORTED, "%s: datatype %d / operation %d", name,
-                      (int)dtype, (int)redop);
+        return client_post_reject(comm, op, INCMOE_ERR_UNSUPPORTED,
+                                  "%s: datatype %d / operation %d", name, (int)dtype, (int)redop);
     op->dtype = gather ? INCMOE_UINT8 : dtype;
     op->redop = gather ? INCMOE_SUM : redop;
     incmoe_status_t st = check_blocks(comm, op, gather ? recv_offset : send_offset, layout,
@@ -206,15 +209,16 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
         return st;
     incmoe_mr_t *omr = gather ? send_mr : recv_mr;
     size_t ooff = gather ? send_offset : recv_offset;
-    if (!range_ok(omr, ooff, op->bytes[comm->rank]))
-        return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
-                      "%s: this rank's part [%zu,+%llu) is outside the registered %zu bytes", name,
-                      ooff, (unsigned long long)op->bytes[comm->rank], omr->length);
+    if (!client_range_ok(omr, ooff, op->bytes[comm->rank]))
+        return client_post_reject(
+            comm, op, INCMOE_ERR_OUT_OF_RANGE,
+            "%s: this rank's part [%zu,+%llu) is outside the registered %zu bytes", name, ooff,
+            (unsigned long long)op->bytes[comm->rank], omr->length);
     op_set_buffers(op, send_offset, recv_offset);
     op->stride = layout->block_stride;
     op->win = layout->offset;
     op->sig = inc_wire_signature(stream, op->dtype, op->redop, op->bytes, comm->nranks);
-    return submit(comm, op, req_p);
+    return client_post_submit(comm, op, req_p);
 }
 
 incmoe_status_t incmoe_allgather(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size_t send_offset,
@@ -240,66 +244,109 @@ incmoe_status_t incmoe_allreduce(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size
 {
     if (comm == NULL || req_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
-    coll_op_t *op = op_new(comm, INCMOE_STREAM_ALLREDUCE);
+    coll_op_t *op = client_op_new(comm, INCMOE_STREAM_ALLREDUCE);
     if (op == NULL)
-        return reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "allreduce: out of memory");
+        return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "allreduce: out of memory");
     if (!incmoe_reduce_supported(dtype, redop))
-        return reject(comm, op, INCMOE_ERR_UNSUPPORTED, "allreduce: datatype %d / operation %d",
-                      (int)dtype, (int)redop);
+        return client_post_reject(comm, op, INCMOE_ERR_UNSUPPORTED,
+                                  "allreduce: datatype %d / operation %d", (int)dtype, (int)redop);
     if (send_mr == NULL || recv_mr == NULL || !client_mr_hold(comm, op, send_mr, recv_mr))
-        return reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                      "allreduce: buffer not registered with this communicator");
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "allreduce: buffer not registered with this communicator");
     size_t esize = incmoe_dtype_size(dtype);
     if (count > SIZE_MAX / esize)
-        return reject(comm, op, INCMOE_ERR_INVALID_ARG, "allreduce: %zu elements overflow", count);
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "allreduce: %zu elements overflow", count);
     size_t bytes = count * esize;
-    if (!range_ok(send_mr, send_offset, bytes) || !range_ok(recv_mr, recv_offset, bytes))
-        return reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
-                      "allreduce: %zu bytes at send %zu / recv %zu exceed the registered %zu / %zu",
-                      bytes, send_offset, recv_offset, send_mr->length, recv_mr->length);
+    if (!client_range_ok(send_mr, send_offset, bytes) ||
+        !client_range_ok(recv_mr, recv_offset, bytes))
+        return client_post_reject(
+            comm, op, INCMOE_ERR_OUT_OF_RANGE,
+            "allreduce: %zu bytes at send %zu / recv %zu exceed the registered %zu / %zu", bytes,
+            send_offset, recv_offset, send_mr->length, recv_mr->length);
     for (int r = 0; r < comm->nranks; r++)
         op->bytes[r] = bytes;
     op_set_buffers(op, send_offset, recv_offset);
     op->dtype = dtype;
     op->redop = redop;
     op->sig = inc_wire_signature(INCMOE_STREAM_ALLREDUCE, dtype, redop, op->bytes, comm->nranks);
-    return submit(comm, op, req_p);
+    return client_post_submit(comm, op, req_p);
 }
 
 incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p)
 {
     if (comm == NULL || req_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
-    coll_op_t *op = op_new(comm, INCMOE_STREAM_BARRIER);
+    coll_op_t *op = client_op_new(comm, INCMOE_STREAM_BARRIER);
     if (op == NULL)
-        return reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "barrier: out of memory");
+        return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "barrier: out of memory");
     op->all_issued = 1;
     op->sig = inc_wire_signature(INCMOE_STREAM_BARRIER, 0, 0, op->bytes, comm->nranks);
-    return submit(comm, op, req_p);
+    return client_post_submit(comm, op, req_p);
 }
 
-incmoe_status_t incmoe_test(incmoe_comm_t *comm, const incmoe_req_t *req)
+/* A request's state; have_lock: the caller holds comm->lock (a dispatch or combine's own
+   failure is read under it). */
+static incmoe_status_t req_test(incmoe_comm_t *comm, const incmoe_req_t *req, int have_lock,
+                                const char **why_p)
 {
-    if (comm == NULL || req == NULL || (unsigned)req->stream >= INC_STREAM_COUNT)
-        return INCMOE_ERR_INVALID_ARG;
+    *why_p = "";
     uint64_t done = client_stream_completed(&comm->streams[req->stream]);
-    if (done >= req->epoch)
-        return INCMOE_OK;
+    if (done >= req->epoch) {
+        if (req->stream != INCMOE_STREAM_DISPATCH && req->stream != INCMOE_STREAM_COMBINE)
+            return INCMOE_OK;
+        if (!have_lock)
+            pthread_mutex_lock(&comm->lock);
+        incmoe_status_t st = client_dc_outcome_locked(comm, req, why_p);
+        if (!have_lock)
+            pthread_mutex_unlock(&comm->lock);
+        return st;
+    }
     incmoe_status_t err = (incmoe_status_t)atomic_load(&comm->error);
     return err != INCMOE_OK ? err : INCMOE_IN_PROGRESS;
 }
 
+static int req_valid(const incmoe_comm_t *comm, const incmoe_req_t *req)
+{
+    return comm != NULL && req != NULL && (unsigned)req->stream < INC_STREAM_COUNT;
+}
+
+incmoe_status_t incmoe_test(incmoe_comm_t *comm, const incmoe_req_t *req)
+{
+    const char *why;
+    return req_valid(comm, req) ? req_test(comm, req, 0, &why) : INCMOE_ERR_INVALID_ARG;
+}
+
 incmoe_status_t incmoe_wait(incmoe_comm_t *comm, const incmoe_req_t *req)
 {
-    incmoe_status_t st = incmoe_test(comm, req);
+    if (!req_valid(comm, req))
+        return INCMOE_ERR_INVALID_ARG;
+    const char *why;
+    incmoe_status_t st = req_test(comm, req, 0, &why);
     if (st != INCMOE_IN_PROGRESS)
         return st;
     pthread_mutex_lock(&comm->lock);
-    while ((st = incmoe_test(comm, req)) == INCMOE_IN_PROGRESS) {
+    while ((st = req_test(comm, req, 1, &why)) == INCMOE_IN_PROGRESS) {
         /* The proxy broadcasts on every retirement and error; the timeout is a safety net. */
         struct timespec ts = inc_realtime_after_ms(1000);
         pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
     }
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+}
+
+incmoe_status_t incmoe_req_error(incmoe_comm_t *comm, const incmoe_req_t *req, char *msg,
+                                 size_t msg_len)
+{
+    if (!req_valid(comm, req))
+        return INCMOE_ERR_INVALID_ARG;
+    pthread_mutex_lock(&comm->lock);
+    const char *why;
+    incmoe_status_t st = req_test(comm, req, 1, &why);
+    if (st < 0 && client_stream_completed(&comm->streams[req->stream]) < req->epoch)
+        why = comm->error_text; /* the communicator failed before the request completed */
+    if (msg != NULL && msg_len > 0)
+        snprintf(msg, msg_len, "%s", st < 0 ? why : "");
     pthread_mutex_unlock(&comm->lock);
     return st;
 }

@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,11 +27,18 @@ static void send_done_cb(void *request, ucs_status_t status, void *user_data)
             ucp_request_free(request);
         return;
     }
-    if (status != UCS_OK && status != UCS_ERR_CANCELED)
+    if (status != UCS_OK && status != UCS_ERR_CANCELED && ctx->to >= 0) {
+        /* Another rank is gone: the others may wait on it too, so the job hears it. */
+        char text[160];
+        snprintf(text, sizeof(text), "rank %d: sending %s to rank %d failed: %s", comm->rank,
+                 inc_wire_msg_name(ctx->hdr.msg), ctx->to, ucs_status_string(status));
+        client_fail_job(comm, INCMOE_ERR_PEER_FAILED, text);
+    } else if (status != UCS_OK && status != UCS_ERR_CANCELED) {
         /* Once joined, a connection that cannot carry a message means the peer is gone. */
         client_fail(comm, comm->joined ? INCMOE_ERR_PEER_FAILED : inc_ucx_status(status),
                     "sending %s failed: %s", inc_wire_msg_name(ctx->hdr.msg),
                     ucs_status_string(status));
+    }
     client_completion_t *comp = ctx->comp;
     free(ctx->payload_owned);
     free(ctx);
@@ -46,6 +54,10 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
     ctx->comm = comm;
     ctx->comp = comp;
     comp->count++;
+    if (ep == NULL) { /* the peer's connection is closing (mesh.c): as a send UCX canceled */
+        send_done_cb(NULL, UCS_ERR_CANCELED, ctx);
+        return;
+    }
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
@@ -53,7 +65,8 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
         .user_data = ctx,
         /* REPLY names our endpoint at the switch, which is how it knows who sent it. */
         .flags = UCP_AM_SEND_FLAG_REPLY |
-                 (length >= comm->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER),
+                 (length >= comm->rndv_thresh && !ctx->eager ? UCP_AM_SEND_FLAG_RNDV
+                                                             : UCP_AM_SEND_FLAG_EAGER),
     };
     if (memh != NULL) {
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
@@ -80,6 +93,7 @@ send_ctx_t *client_ctx(incmoe_comm_t *comm, inc_wire_msg_t msg)
         return NULL;
     inc_wire_hdr_init(&ctx->hdr, msg, comm->job_id);
     ctx->hdr.rank = (uint32_t)comm->rank;
+    ctx->to = -1;
     return ctx;
 }
 

@@ -1,6 +1,6 @@
 /*
  * test_perf_tool.cc - incmoe-perf as a user runs it: embedded runs (a real
- * switch and N rank processes on loopback) for every --op and both algorithms
+ * switch and N rank processes on loopback) for every --op and every algorithm
  * must check every byte and report #wrong 0; the table must parse; a corrupted
  * result must be caught; bad flags must give a clear error and a non-zero exit,
  * and so must the switch's and the other tools' out-of-range numbers.
@@ -95,7 +95,7 @@ static std::string check_table(const RunResult &r, const Expect &e, const std::v
     return "";
 }
 
-/* ---- every op with both algorithms ------------------------------------------ */
+/* ---- every op with every algorithm ------------------------------------------ */
 
 class PerfOps : public ::testing::TestWithParam<std::tuple<const char *, const char *>>
 {
@@ -115,7 +115,7 @@ TEST_P(PerfOps, EmbeddedRunChecksEveryByte)
 INSTANTIATE_TEST_SUITE_P(AllOps, PerfOps,
                          ::testing::Combine(::testing::Values("allgather", "reducescatter",
                                                               "allreduce", "agrs"),
-                                            ::testing::Values("inc", "ring")),
+                                            ::testing::Values("inc", "ring", "a2a")),
                          [](const auto &info) {
                              return std::string(std::get<0>(info.param)) + "_" +
                                     std::get<1>(info.param);

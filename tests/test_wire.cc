@@ -121,7 +121,7 @@ TEST(Wire, RejectsEachKindOfDamage)
    shorter JOIN_ACK, is refused rather than misread. */
 TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
 {
-    EXPECT_EQ(INCMOE_WIRE_VERSION, 4);
+    EXPECT_EQ(INCMOE_WIRE_VERSION, 5);
     EXPECT_EQ(sizeof(inc_wire_join_ack), 40u);
     EXPECT_EQ(offsetof(inc_wire_join_ack, timeout_ms), 16u);
     EXPECT_EQ(offsetof(inc_wire_join_ack, ring_token), 24u);
@@ -135,13 +135,123 @@ TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
     EXPECT_EQ(check(a, 16, &why), INCMOE_ERR_PROTOCOL);
     EXPECT_NE(why.find("truncated"), std::string::npos);
     EXPECT_EQ(check(a, 24, &why), INCMOE_ERR_PROTOCOL); /* a version-2 JOIN_ACK */
-    inc_wire_hdr_init(&a, WIRE_MSG_RING_HELLO, 1);
+    inc_wire_hdr_init(&a, WIRE_MSG_PEER_HELLO, 1);
     EXPECT_EQ(check(a, INCMOE_WIRE_TOKEN), INCMOE_OK);
     EXPECT_EQ(check(a, 0), INCMOE_ERR_PROTOCOL);
     inc_wire_hdr_init(&a, WIRE_MSG_JOIN_ACK, 1);
     a.version = 2;
     EXPECT_EQ(check(a, sizeof(inc_wire_join_ack), &why), INCMOE_ERR_PROTOCOL);
     EXPECT_NE(why.find("version"), std::string::npos);
+}
+
+/* Dispatch and combine between the ranks: each message on its own stream, rows inside what
+   was announced, whole elements of partials, credits without payload. */
+TEST(Wire, PeerDispatchAndCombineMessages)
+{
+    std::string why;
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_PEER_PLAN, 1);
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 3;
+    h.length = sizeof(inc_wire_dc_post) + 8;
+    EXPECT_EQ(check(h, h.length), INCMOE_OK);
+    h.length = 8;
+    EXPECT_EQ(check(h, 8, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+    h.stream = INCMOE_STREAM_ALLGATHER;
+    h.length = sizeof(inc_wire_dc_post);
+    EXPECT_EQ(check(h, h.length), INCMOE_ERR_PROTOCOL);
+
+    inc_wire_hdr_init(&h, WIRE_MSG_PEER_ROWS, 1);
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 1;
+    h.offset = 4;
+    h.total = 5;
+    h.length = 100;
+    EXPECT_EQ(check(h, 100), INCMOE_OK);
+    EXPECT_EQ(check(h, 99), INCMOE_ERR_PROTOCOL); /* truncated */
+    h.offset = 5;
+    EXPECT_EQ(check(h, 100, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("row 5 of 5"), std::string::npos) << why;
+    h.offset = 0;
+    h.stream = INCMOE_STREAM_COMBINE;
+    EXPECT_EQ(check(h, 100), INCMOE_ERR_PROTOCOL); /* rows belong to a dispatch */
+
+    inc_wire_hdr_init(&h, WIRE_MSG_PEER_PARTIALS, 1);
+    h.stream = INCMOE_STREAM_COMBINE;
+    h.epoch = 2;
+    h.total = 3;
+    h.length = 12;
+    h.dtype = INCMOE_FLOAT32;
+    EXPECT_EQ(check(h, 12), INCMOE_OK);
+    h.length = 10;
+    EXPECT_EQ(check(h, 10, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("whole float"), std::string::npos) << why;
+    h.length = 12;
+    h.dtype = 200;
+    EXPECT_EQ(check(h, 12), INCMOE_ERR_PROTOCOL);
+
+    inc_wire_hdr_init(&h, WIRE_MSG_PEER_CREDIT, 1);
+    h.stream = INCMOE_STREAM_COMBINE;
+    h.epoch = 2;
+    h.length = 1;
+    EXPECT_EQ(check(h, 0), INCMOE_OK);
+    EXPECT_EQ(check(h, 4), INCMOE_ERR_PROTOCOL);
+    h.length = 0;
+    EXPECT_EQ(check(h, 0), INCMOE_ERR_PROTOCOL);
+    h.length = 1;
+    h.epoch = 0;
+    EXPECT_EQ(check(h, 0), INCMOE_ERR_PROTOCOL);
+}
+
+/* Dispatch and combine: their payload layouts, and what the header check refuses. */
+TEST(Wire, DispatchAndCombineMessages)
+{
+    EXPECT_EQ(sizeof(inc_wire_dc_post), 48u);
+    EXPECT_EQ(sizeof(inc_wire_dc_plan), 16u + INCMOE_WIRE_MAX_TEXT);
+    EXPECT_EQ(sizeof(inc_wire_dc_piece), 32u);
+    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_DISPATCH, 3), 48u + 12u);
+    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_COMBINE, 3), 48u + 24u);
+    EXPECT_EQ(inc_wire_dc_rows_per_chunk(120, 8, 4096), 32u);  /* 120 + 8 bytes a row */
+    EXPECT_EQ(inc_wire_dc_rows_per_chunk(120, 65, 4096), 30u); /* two set words */
+    EXPECT_EQ(inc_wire_dc_rows_per_chunk(9000, 2, 4096), 1u);  /* at least one */
+    EXPECT_TRUE(inc_wire_dc_is_small(2048, 4096));
+    EXPECT_FALSE(inc_wire_dc_is_small(2049, 4096));
+    EXPECT_EQ(inc_wire_dc_piece_length(1), 40u);
+
+    std::string why;
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_POST, 1);
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 1;
+    h.length = 60;
+    EXPECT_EQ(check(h, 60), INCMOE_OK);
+    h.length = 8;
+    EXPECT_EQ(check(h, 8, &why), INCMOE_ERR_PROTOCOL); /* shorter than its fields */
+    EXPECT_NE(why.find("POST"), std::string::npos);
+    inc_wire_hdr_init(&h, WIRE_MSG_PLAN, 1);
+    h.stream = INCMOE_STREAM_ALLGATHER;
+    h.epoch = 1;
+    h.length = sizeof(inc_wire_dc_plan);
+    EXPECT_EQ(check(h, sizeof(inc_wire_dc_plan), &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("neither dispatch nor combine"), std::string::npos);
+    h.stream = INCMOE_STREAM_COMBINE;
+    EXPECT_EQ(check(h, sizeof(inc_wire_dc_plan)), INCMOE_OK);
+    inc_wire_hdr_init(&h, WIRE_MSG_DATA, 1);
+    h.stream = INCMOE_STREAM_COMBINE;
+    h.epoch = 1;
+    h.dtype = 77;
+    h.length = 16;
+    EXPECT_EQ(check(h, 16, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("unknown datatype"), std::string::npos);
+    h.dtype = INCMOE_FLOAT32;
+    h.length = 0;
+    EXPECT_EQ(check(h, 0, &why), INCMOE_ERR_PROTOCOL); /* never empty */
+    inc_wire_hdr_init(&h, WIRE_MSG_DONE, 1);
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 1;
+    EXPECT_EQ(check(h, 0, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("DONE on the dispatch stream"), std::string::npos);
 }
 
 TEST(Wire, AllGatherDataNeedsNoDatatype)

@@ -1,7 +1,7 @@
 /*
  * perf.c - incmoe-perf, the collective benchmark (flags and columns as in nccl-tests).
  *
- *   incmoe-perf [-N 4] [--op agrs] [--algo inc|ring] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5]
+ *   incmoe-perf [-N 4] [--op agrs] [--algo inc|ring|a2a] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5]
  *               [-c 1] [-d float] [-o sum] [--link-mbps BW]
  *   incmoe-perf --switch HOST:PORT --rank R -N N [--job ID] ...   (one rank of a job)
  *
@@ -15,7 +15,8 @@
  * output, the ReduceScatter's input, the AllReduce's buffer.  --op agrs posts an
  * AllGather and a ReduceScatter of S bytes each at once and times both to
  * completion: eqbw = 2S / time (paper section 5.2), bound N/(N-1) BW for the
- * ring and 2 BW in the network.  Collectives go through the public API
+ * ring (and a2a, whose AllGather and ReduceScatter are the ring's) and 2 BW in
+ * the network.  Collectives go through the public API
  * (api/incmoe.h) only; embedded runs start the switch and the ranks with launch.h.
  */
 #include <inttypes.h>
@@ -69,7 +70,8 @@ static void usage(FILE *f)
                "                        bfloat16 (default float)\n"
                "  -o, --op_redop OP     sum prod max min (default sum)\n"
                "      --op OP           allgather reducescatter allreduce agrs (default agrs)\n"
-               "      --algo A          inc (in-network) or ring (default inc)\n"
+               "      --algo A          inc (in-network), ring, or a2a (the ring's collectives\n"
+               "                        over the full mesh) (default inc)\n"
                "      --link-mbps BW    link rate per direction, 0 < BW <= 1e9: report eqbw as\n"
                "                        %% of its bound\n"
                "  -N, --nranks N        ranks, 1..256 (default 4)\n"
@@ -134,12 +136,10 @@ static int op_arg(void *dst, const char *flag, const char *text)
 
 static int algo_arg(void *dst, const char *flag, const char *text)
 {
-    if (strcmp(text, "inc") == 0)
-        *(incmoe_algo_t *)dst = INCMOE_ALGO_INC;
-    else if (strcmp(text, "ring") == 0)
-        *(incmoe_algo_t *)dst = INCMOE_ALGO_RING;
-    else
-        return bad_value(flag, text, "see --help");
+    int algo = inc_arg_algo(text);
+    if (algo < 0)
+        return bad_value(flag, text, "allowed: " INC_ARG_ALGO_NAMES);
+    *(incmoe_algo_t *)dst = (incmoe_algo_t)algo;
     return 0;
 }
 
@@ -173,7 +173,7 @@ static int check_opts(const opts_t *o)
         fprintf(stderr, "incmoe-perf: --rank %d is not below -N %d\n", o->rank, o->nranks);
         return -1;
     }
-    if (o->op == OP_AGRS && o->link_mbps > 0 && o->algo == INCMOE_ALGO_RING && o->nranks < 2) {
+    if (o->op == OP_AGRS && o->link_mbps > 0 && o->algo != INCMOE_ALGO_INC && o->nranks < 2) {
         fprintf(stderr, "incmoe-perf: the ring bound N/(N-1)*BW needs -N >= 2\n");
         return -1;
     }
@@ -509,16 +509,15 @@ static int post_and_wait(rank_t *rk, size_t count, size_t blk)
 static void print_header(const opts_t *o)
 {
     printf("# incmoe-perf: op %s, algo %s, nranks %d, iters %d, warmup %d, check %d\n",
-           op_names[o->op], o->algo == INCMOE_ALGO_RING ? "ring" : "inc", o->nranks, o->iters,
-           o->warmup, o->check);
+           op_names[o->op], inc_arg_algo_name(o->algo), o->nranks, o->iters, o->warmup, o->check);
     if (o->op == OP_AGRS) {
         printf("# agrs: an AllGather and a ReduceScatter of <size> bytes each, posted together; "
                "eqbw = 2*size/time\n");
         if (o->link_mbps > 0) {
-            double bound = o->algo == INCMOE_ALGO_RING ? o->link_mbps * o->nranks / (o->nranks - 1)
-                                                       : 2 * o->link_mbps;
+            double bound = o->algo != INCMOE_ALGO_INC ? o->link_mbps * o->nranks / (o->nranks - 1)
+                                                      : 2 * o->link_mbps;
             printf("# link %.0f Mbit/s per direction; bound %s = %.1f Mbit/s\n", o->link_mbps,
-                   o->algo == INCMOE_ALGO_RING ? "N/(N-1)*BW" : "2*BW", bound);
+                   o->algo != INCMOE_ALGO_INC ? "N/(N-1)*BW" : "2*BW", bound);
         }
     }
     printf("#\n#%11s %12s %8s %6s %11s %8s %8s %8s", "size", "count", "type", "redop", "time",
@@ -560,7 +559,7 @@ static double print_row(const rank_t *rk, size_t count, uint64_t t_ns, uint64_t 
         printf(" %11.1f", eq);
         if (o->link_mbps > 0) {
             double bound =
-                o->algo == INCMOE_ALGO_RING ? o->link_mbps * rk->n / (rk->n - 1) : 2 * o->link_mbps;
+                o->algo != INCMOE_ALGO_INC ? o->link_mbps * rk->n / (rk->n - 1) : 2 * o->link_mbps;
             printf(" %7.1f", 100 * eq / bound);
         }
     }

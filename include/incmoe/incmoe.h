@@ -3,8 +3,8 @@
  *
  * A communicator joins N ranks into a job.  Buffers are registered once;
  * collectives are posted on byte ranges of registered buffers and complete
- * asynchronously.  Every collective belongs to one of four streams (AllGather,
- * ReduceScatter, AllReduce, barrier).  Each stream has its own epoch counter:
+ * asynchronously.  Every collective belongs to one of six streams (AllGather,
+ * ReduceScatter, AllReduce, barrier, dispatch, combine).  Each stream has its own epoch counter:
  * the k-th collective posted on a stream has epoch k (starting at 1) and the
  * stream's completion counter counts the collectives retired in order.  A
  * request is therefore just (stream, epoch): it is done once the counter has
@@ -44,9 +44,11 @@
  * UCX context and proxy thread), so different communicators may be used from
  * different threads freely.  On one communicator:
  *   - incmoe_allgather, incmoe_reducescatter, incmoe_allreduce, incmoe_barrier,
- *     incmoe_mem_register, incmoe_mem_deregister, incmoe_comm_error,
- *     incmoe_test, incmoe_wait, incmoe_stream_completed, incmoe_comm_rank and
- *     incmoe_comm_nranks may run concurrently from any number of threads.
+ *     incmoe_dispatch, incmoe_combine, incmoe_dispatch_result,
+ *     incmoe_dispatch_release, incmoe_mem_register, incmoe_mem_deregister,
+ *     incmoe_comm_error, incmoe_req_error, incmoe_test, incmoe_wait,
+ *     incmoe_stream_completed, incmoe_comm_rank and incmoe_comm_nranks may
+ *     run concurrently from any number of threads.
  *     Posting is serialised inside, and the epoch is fixed by the order in
  *     which posts take the communicator's lock: posts of one stream must be
  *     ordered by the caller (one thread per stream, or a lock of its own),
@@ -153,6 +155,8 @@ int incmoe_reduce_supported(incmoe_dtype_t dtype, incmoe_redop_t op);
 typedef enum {
     INCMOE_ALGO_INC = 0,  /* in-network: the switch multicasts and reduces */
     INCMOE_ALGO_RING = 1, /* bandwidth-optimal ring between the ranks, no switch in the data path */
+    INCMOE_ALGO_A2A = 2,  /* point to point between the ranks (full mesh) for dispatch and
+                             combine; AllGather, ReduceScatter and AllReduce run as on the ring */
 } incmoe_algo_t;
 
 typedef enum {
@@ -160,6 +164,8 @@ typedef enum {
     INCMOE_STREAM_REDUCESCATTER = 1,
     INCMOE_STREAM_ALLREDUCE = 2,
     INCMOE_STREAM_BARRIER = 3,
+    INCMOE_STREAM_DISPATCH = 4,
+    INCMOE_STREAM_COMBINE = 5,
 } incmoe_stream_t;
 
 /* A posted collective: done once its stream's counter reaches epoch. */
@@ -231,9 +237,9 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
  * or enter, a call on comm once destroy has started.
  *
  * First it waits, at most the job's timeout, until every collective this rank
- * posted has completed (or the communicator failed); with INCMOE_ALGO_RING it then
- * runs a barrier, bounded the same way, so no neighbour still needs this
- * rank's data.  Destroy therefore returns within about two timeouts plus a
+ * posted has completed (or the communicator failed); with INCMOE_ALGO_RING or
+ * INCMOE_ALGO_A2A it then runs a barrier, bounded the same way, so no other
+ * rank still needs this rank's data.  Destroy therefore returns within about two timeouts plus a
  * few seconds of closing, whatever the peers do.  Then:
  *   - all completed: the rank leaves in order; returns INCMOE_OK.
  *   - the communicator had failed: returns that error (the switch has already
@@ -318,12 +324,126 @@ incmoe_status_t incmoe_allreduce(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size
 
 incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p);
 
-/* INCMOE_OK when done, INCMOE_IN_PROGRESS when not yet, an error if the communicator failed. */
+/*
+ * Dispatch and combine: routing-aware exchange of rows (an MoE layer's tokens
+ * to the ranks holding their experts, and the experts' outputs back).
+ *
+ * Dispatch.  Rank s gives nrows rows of row_bytes (T_s, 0 allowed) and, per
+ * row, a destination set: INCMOE_SET_WORDS(N) uint64_t words, bit r % 64 of
+ * word r / 64 naming rank r.  Rank d receives every row whose set holds d,
+ * ordered by source rank, then by source row, its own rows whose set holds d
+ * included (those are copied locally, never sent).  Rows with an empty set go
+ * nowhere.  R, the rows rank d receives, must fit its capacity.  Once done,
+ * incmoe_dispatch_result gives R and the source (rank, row) of each received
+ * row.
+ *
+ * Combine, the inverse, names a completed dispatch.  Each rank gives one
+ * partial row per row it received, in the received order (its own rows'
+ * partials in its own source block).  The owner s of row i receives op over
+ * the partials of exactly the ranks in set(i): the others' in ascending rank
+ * order, then its own last if s is in set(i) (the ReduceScatter order, so a
+ * result is bitwise the same whatever order the data arrived in).  A row with
+ * an empty set comes back as zeros.  recv is written only (never an input).
+ *
+ * The library keeps each dispatch (its sets, plan and source table) until a
+ * combine naming it completes, or until incmoe_dispatch_release.  At most
+ * INCMOE_STREAM_WINDOW dispatches are kept per communicator: a dispatch
+ * beyond that returns INCMOE_ERR_BUSY with nothing posted.
+ *
+ * Before any row moves, every rank learns how many rows it receives from each
+ * rank, and a verdict every rank shares.  So these failures are the same on
+ * every rank and end only that collective, never the communicator:
+ *   - a rank whose R exceeds its capacity: the dispatch fails on every rank
+ *     with INCMOE_ERR_NO_MEMORY and a reason such as "dispatch epoch 7: rank 3
+ *     would receive 5000 rows, capacity 4096"; no receive buffer is written.
+ *     incmoe_dispatch_result still gives this rank's R, so the ranks can retry
+ *     with larger buffers;
+ *   - ranks that disagree on row_bytes, or a combine whose row_count, dtype,
+ *     op, dispatch or per-rank row counts disagree between ranks or with its
+ *     dispatch: INCMOE_ERR_MISMATCH and a reason.  A combine that fails so
+ *     keeps its dispatch (it may be combined again).
+ * incmoe_test and incmoe_wait return such a request's error, and
+ * incmoe_req_error its reason.  A disagreement found only after data moved
+ * fails the job as other collectives' mismatches do.  Never a wrong result.
+ *
+ * An algorithm that has no dispatch and combine yet returns
+ * INCMOE_ERR_UNSUPPORTED from both, with nothing posted.  Arguments this rank
+ * rejects (NULL pointers, ranges outside registered memory, a set naming a
+ * rank >= N, an unknown or busy dispatch) fail the job on every rank with
+ * the reason, as for the other collectives.  Buffers and the window are as
+ * for the other collectives (see "Buffers", "Window").
+ */
+#define INCMOE_SET_WORDS(nranks) (((size_t)(nranks) + 63) / 64)
+
+typedef struct {
+    uint32_t field_mask;  /* no optional fields yet: 0 */
+    incmoe_mr_t *send_mr; /* nrows rows of row_bytes, contiguous, at send_offset */
+    size_t send_offset;
+    size_t nrows;         /* T of this rank, 0 allowed */
+    size_t row_bytes;     /* > 0, the same on every rank (else INCMOE_ERR_MISMATCH) */
+    const uint64_t *sets; /* host memory, nrows x INCMOE_SET_WORDS(N) words (NULL if
+                             nrows is 0); copied at post */
+    incmoe_mr_t *recv_mr; /* capacity rows of row_bytes at recv_offset */
+    size_t recv_offset;
+    size_t capacity; /* rows this rank can receive */
+} incmoe_dispatch_params_t;
+
+incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_params_t *params,
+                                incmoe_req_t *req_p);
+
+/*
+ * Once the dispatch completed: *nrecv_p = R, and the first min(R, source_rows)
+ * (source rank, source row) pairs of the received rows into source_p
+ * (2 x source_rows uint32_t; may be NULL).  A dispatch that failed for
+ * capacity returns INCMOE_ERR_NO_MEMORY and still sets *nrecv_p (the rows
+ * this rank would have received); another failure returns its error and sets
+ * nothing.  INCMOE_IN_PROGRESS while it runs; INCMOE_ERR_INVALID_ARG for a
+ * request that is not a dispatch kept by the library.
+ */
+incmoe_status_t incmoe_dispatch_result(incmoe_comm_t *comm, const incmoe_req_t *dispatch,
+                                       size_t *nrecv_p, uint32_t *source_p, size_t source_rows);
+
+/*
+ * Frees what the library keeps of a dispatch (its sets, plan and source
+ * table).  A combine naming the dispatch that completes releases it; release
+ * one that will never be combined.  INCMOE_ERR_BUSY while the dispatch, or a
+ * combine naming it, is in flight; INCMOE_ERR_INVALID_ARG for a request that
+ * is not a kept dispatch.
+ */
+incmoe_status_t incmoe_dispatch_release(incmoe_comm_t *comm, const incmoe_req_t *dispatch);
+
+typedef struct {
+    uint32_t field_mask;   /* no optional fields yet: 0 */
+    incmoe_req_t dispatch; /* the completed dispatch this combine inverts */
+    incmoe_mr_t *send_mr;  /* R partial rows, in the dispatch's received order */
+    size_t send_offset;
+    incmoe_mr_t *recv_mr; /* T result rows, in the dispatch's source row order */
+    size_t recv_offset;
+    size_t row_count; /* elements per partial row, the same on every rank */
+    incmoe_dtype_t dtype;
+    incmoe_redop_t op;
+} incmoe_combine_params_t;
+
+incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_t *params,
+                               incmoe_req_t *req_p);
+
+/* INCMOE_OK when done, INCMOE_IN_PROGRESS when not yet, an error if the communicator failed
+   (or, for a dispatch or combine, if that collective failed alone). */
 incmoe_status_t incmoe_test(incmoe_comm_t *comm, const incmoe_req_t *req);
 /* Blocks (sleeping, not spinning) until done or failed. */
 incmoe_status_t incmoe_wait(incmoe_comm_t *comm, const incmoe_req_t *req);
 /* The number of collectives of a stream retired so far (the cumulative counter). */
 uint64_t incmoe_stream_completed(incmoe_comm_t *comm, incmoe_stream_t stream);
+/*
+ * Why a completed request failed: its error with the reason in msg, or
+ * INCMOE_OK and "" if it succeeded, INCMOE_IN_PROGRESS if it has not
+ * completed.  A dispatch or combine that failed alone keeps its reason until
+ * INCMOE_STREAM_WINDOW more collectives of its stream were posted (then it
+ * reads as succeeded); a failed communicator gives its own error and reason
+ * (incmoe_comm_error) for every request it did not complete.
+ */
+incmoe_status_t incmoe_req_error(incmoe_comm_t *comm, const incmoe_req_t *req, char *msg,
+                                 size_t msg_len);
 
 #ifdef __cplusplus
 }

@@ -75,9 +75,10 @@ DTYPES = {
 # incmoe_redop_t
 REDOPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
 # incmoe_algo_t
-ALGOS = {"inc": 0, "ring": 1}
+ALGOS = {"inc": 0, "ring": 1, "a2a": 2}
 # incmoe_stream_t
 STREAM_ALLGATHER, STREAM_REDUCESCATTER, STREAM_ALLREDUCE, STREAM_BARRIER = 0, 1, 2, 3
+STREAM_DISPATCH, STREAM_COMBINE = 4, 5
 
 COMM_PARAM_SECRET = 1 << 0
 COMM_PARAM_ALGO = 1 << 1
@@ -120,6 +121,34 @@ class layout_t(ctypes.Structure):
         ("offset", ctypes.c_size_t),
         ("length", ctypes.c_size_t),
         ("valid", ctypes.POINTER(ctypes.c_size_t)),
+    ]
+
+
+class dispatch_params_t(ctypes.Structure):
+    _fields_ = [
+        ("field_mask", ctypes.c_uint32),
+        ("send_mr", ctypes.c_void_p),
+        ("send_offset", ctypes.c_size_t),
+        ("nrows", ctypes.c_size_t),
+        ("row_bytes", ctypes.c_size_t),
+        ("sets", ctypes.POINTER(ctypes.c_uint64)),
+        ("recv_mr", ctypes.c_void_p),
+        ("recv_offset", ctypes.c_size_t),
+        ("capacity", ctypes.c_size_t),
+    ]
+
+
+class combine_params_t(ctypes.Structure):
+    _fields_ = [
+        ("field_mask", ctypes.c_uint32),
+        ("dispatch", req_t),
+        ("send_mr", ctypes.c_void_p),
+        ("send_offset", ctypes.c_size_t),
+        ("recv_mr", ctypes.c_void_p),
+        ("recv_offset", ctypes.c_size_t),
+        ("row_count", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("op", ctypes.c_int),
     ]
 
 
@@ -196,6 +225,9 @@ _PROTOS = {
     "incmoe_reducescatter": (_ST, [_P, _P, _SZ, _P, _SZ, _LAYP, _c.c_int, _c.c_int, _REQP]),
     "incmoe_allreduce": (_ST, [_P, _P, _SZ, _P, _SZ, _SZ, _c.c_int, _c.c_int, _REQP]),
     "incmoe_barrier": (_ST, [_P, _REQP]),
+    "incmoe_dispatch": (_ST, [_P, _c.POINTER(dispatch_params_t), _REQP]),
+    "incmoe_dispatch_result": (_ST, [_P, _REQP, _c.POINTER(_SZ), _c.POINTER(_c.c_uint32), _SZ]),
+    "incmoe_dispatch_release": (_ST, [_P, _REQP]),
     "incmoe_test": (_ST, [_P, _REQP]),
     "incmoe_wait": (_ST, [_P, _REQP]),
 }

@@ -1,0 +1,293 @@
+/*
+ * dc_post.c - the posting calls of dispatch and combine on the caller's
+ * threads, and the calls on a kept dispatch (its result, its release).
+ * Every argument is checked against the registered regions and the
+ * communicator before anything is queued; the sets are copied (the caller
+ * may reuse them once the call returns) and counted per destination, which
+ * is this rank's part of the plan.  What the algorithm cannot carry it says
+ * through its dc_check.  Rejections fail the job, as for the other
+ * collectives (post.c).
+ */
+#include "algo.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Do two byte ranges of registered memory overlap? */
+static int ranges_overlap(const struct incmoe_mr *a, size_t aoff, size_t alen,
+                          const struct incmoe_mr *b, size_t boff, size_t blen)
+{
+    if (alen == 0 || blen == 0)
+        return 0;
+    const char *a0 = a->base + aoff, *b0 = b->base + boff;
+    return a0 < b0 + blen && b0 < a0 + alen;
+}
+
+/* The algorithm's own limits; INCMOE_OK or a rejection (op freed). */
+static incmoe_status_t algo_check(incmoe_comm_t *comm, coll_op_t *op)
+{
+    char why[200];
+    if (comm->ops->dc_check == NULL)
+        return INCMOE_OK;
+    incmoe_status_t st = comm->ops->dc_check(comm, op, why, sizeof(why));
+    if (st != INCMOE_OK)
+        return client_post_reject(comm, op, st, "%s: %s", inc_wire_stream_name(op->stream), why);
+    return INCMOE_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* dispatch                                                                  */
+
+/* Copy the sets into the record, refusing a bit for a rank >= N, and count this rank's rows
+   for each destination; where its own rows land in its own source block. */
+static incmoe_status_t copy_sets(incmoe_comm_t *comm, coll_op_t *op, const uint64_t *sets)
+{
+    client_dc_t *dc = op->dc;
+    const int n = comm->nranks, me = comm->rank;
+    const size_t words = dc->words;
+    const uint64_t last_mask = n % 64 == 0 ? ~(uint64_t)0 : ((uint64_t)1 << (n % 64)) - 1;
+    uint32_t own = 0;
+    if (dc->nrows > 0)
+        memcpy(dc->sets, sets, dc->nrows * words * sizeof(uint64_t));
+    for (size_t i = 0; i < dc->nrows; i++) {
+        const uint64_t *set = &dc->sets[i * words];
+        if ((set[words - 1] & ~last_mask) != 0)
+            return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                      "dispatch: row %zu's set names a rank >= %d (word %zu is "
+                                      "0x%016llx)",
+                                      i, n, words - 1, (unsigned long long)set[words - 1]);
+        for (size_t w = 0; w < words; w++)
+            for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1)
+                dc->sent[w * 64 + (size_t)__builtin_ctzll(bits)]++;
+        dc->own_at[i] = client_dc_in_set(dc, i, me) ? own++ : UINT32_MAX;
+    }
+    return INCMOE_OK;
+}
+
+/* Shapes and ranges of a dispatch; INCMOE_OK or a rejection (op freed). */
+static incmoe_status_t check_dispatch(incmoe_comm_t *comm, coll_op_t *op,
+                                      const incmoe_dispatch_params_t *p)
+{
+    if (p->field_mask != 0)
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "dispatch: unknown field_mask bits 0x%x", p->field_mask);
+    if (p->row_bytes == 0 || (p->nrows > 0 && p->sets == NULL))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "dispatch: %zu rows of %zu bytes with %s sets", p->nrows,
+                                  p->row_bytes, p->sets == NULL ? "NULL" : "given");
+    if (p->nrows > UINT32_MAX || p->nrows > SIZE_MAX / p->row_bytes ||
+        p->nrows > SIZE_MAX / sizeof(uint64_t) / INCMOE_SET_WORDS(comm->nranks) ||
+        p->capacity > SIZE_MAX / p->row_bytes)
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "dispatch: %zu rows or a capacity of %zu rows of %zu bytes is "
+                                  "too large",
+                                  p->nrows, p->capacity, p->row_bytes);
+    if (p->send_mr == NULL || p->recv_mr == NULL ||
+        !client_mr_hold(comm, op, p->send_mr, p->recv_mr))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "dispatch: buffer NULL or not registered with this communicator");
+    const size_t sbytes = p->nrows * p->row_bytes, rbytes = p->capacity * p->row_bytes;
+    if (!client_range_ok(p->send_mr, p->send_offset, sbytes) ||
+        !client_range_ok(p->recv_mr, p->recv_offset, rbytes))
+        return client_post_reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
+                                  "dispatch: %zu bytes at send %zu / %zu at recv %zu exceed the "
+                                  "registered %zu / %zu",
+                                  sbytes, p->send_offset, rbytes, p->recv_offset,
+                                  p->send_mr->length, p->recv_mr->length);
+    if (ranges_overlap(p->send_mr, p->send_offset, sbytes, p->recv_mr, p->recv_offset, rbytes))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "dispatch: the send and receive ranges overlap");
+    return INCMOE_OK;
+}
+
+incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_params_t *params,
+                                incmoe_req_t *req_p)
+{
+    if (comm == NULL || params == NULL || req_p == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    if (!comm->ops->has_dc)
+        return INCMOE_ERR_UNSUPPORTED; /* the same on every rank: nothing posted anywhere */
+    coll_op_t *op = client_op_new(comm, INCMOE_STREAM_DISPATCH);
+    if (op == NULL)
+        return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "dispatch: out of memory");
+    incmoe_status_t st = check_dispatch(comm, op, params);
+    if (st != INCMOE_OK)
+        return st;
+    op->dc = client_dc_new(comm->nranks, params->nrows, params->row_bytes);
+    if (op->dc == NULL)
+        return client_post_reject(comm, op, INCMOE_ERR_NO_MEMORY,
+                                  "dispatch: out of memory for %zu rows", params->nrows);
+    if ((st = copy_sets(comm, op, params->sets)) != INCMOE_OK)
+        return st;
+    op->send_base = op->send_mr->base;
+    op->send_off = params->send_offset;
+    op->send_memh = op->send_mr->memh;
+    op->recv_base = op->recv_mr->base;
+    op->recv_off = params->recv_offset;
+    op->recv_memh = op->recv_mr->memh;
+    op->rows = params->nrows;
+    op->row_bytes = params->row_bytes;
+    op->capacity = params->capacity;
+    op->dtype = INCMOE_UINT8;
+    op->redop = INCMOE_SUM;
+    /* The shapes are the plan's to compare (a disagreement fails this dispatch alone), so the
+       signature names only the stream. */
+    op->sig =
+        inc_wire_signature(INCMOE_STREAM_DISPATCH, op->dtype, op->redop, op->bytes, comm->nranks);
+    if ((st = algo_check(comm, op)) != INCMOE_OK)
+        return st;
+    return client_post_submit(comm, op, req_p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* combine                                                                   */
+
+/* Under comm->lock: the dispatch a combine names, completed, kept and free; else NULL with
+   the reason in why. */
+static client_dc_t *named_dispatch_locked(incmoe_comm_t *comm, const incmoe_req_t *req, char *why,
+                                          size_t why_len)
+{
+    const unsigned long long e = (unsigned long long)req->epoch;
+    client_dc_t *dc =
+        req->stream == INCMOE_STREAM_DISPATCH ? client_dc_find_locked(comm, req->epoch) : NULL;
+    if (dc == NULL)
+        snprintf(why, why_len,
+                 "names dispatch epoch %llu, which is not kept (never posted, not a dispatch, "
+                 "released or combined)",
+                 e);
+    else if (!dc->complete)
+        snprintf(why, why_len, "names dispatch epoch %llu, which has not completed", e);
+    else if (dc->status != INCMOE_OK)
+        snprintf(why, why_len, "names dispatch epoch %llu, which failed (%s)", e,
+                 incmoe_strerror(dc->status));
+    else if (dc->combining)
+        snprintf(why, why_len, "names dispatch epoch %llu, which a combine in flight names", e);
+    else
+        return dc;
+    return NULL;
+}
+
+/* Shapes and ranges of a combine of a dispatch of R received and T own rows. */
+static incmoe_status_t check_combine(incmoe_comm_t *comm, coll_op_t *op,
+                                     const incmoe_combine_params_t *p, size_t nrecv, size_t nrows)
+{
+    if (p->field_mask != 0)
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "combine: unknown field_mask bits 0x%x", p->field_mask);
+    if (!incmoe_reduce_supported(p->dtype, p->op))
+        return client_post_reject(comm, op, INCMOE_ERR_UNSUPPORTED,
+                                  "combine: datatype %d / operation %d", (int)p->dtype, (int)p->op);
+    const size_t esize = incmoe_dtype_size(p->dtype);
+    const size_t most = nrecv > nrows ? nrecv : nrows;
+    if (p->row_count == 0 || p->row_count > SIZE_MAX / esize ||
+        (most > 0 && p->row_count * esize > SIZE_MAX / most))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "combine: rows of %zu %s elements", p->row_count,
+                                  incmoe_dtype_name(p->dtype));
+    if (p->send_mr == NULL || p->recv_mr == NULL ||
+        !client_mr_hold(comm, op, p->send_mr, p->recv_mr))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "combine: buffer NULL or not registered with this communicator");
+    const size_t rb = p->row_count * esize, sbytes = nrecv * rb, rbytes = nrows * rb;
+    if (!client_range_ok(p->send_mr, p->send_offset, sbytes) ||
+        !client_range_ok(p->recv_mr, p->recv_offset, rbytes))
+        return client_post_reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
+                                  "combine: %zu bytes at send %zu / %zu at recv %zu exceed the "
+                                  "registered %zu / %zu",
+                                  sbytes, p->send_offset, rbytes, p->recv_offset,
+                                  p->send_mr->length, p->recv_mr->length);
+    if (ranges_overlap(p->send_mr, p->send_offset, sbytes, p->recv_mr, p->recv_offset, rbytes))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "combine: the send and receive ranges overlap");
+    return INCMOE_OK;
+}
+
+incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_t *params,
+                               incmoe_req_t *req_p)
+{
+    if (comm == NULL || params == NULL || req_p == NULL)
+        return INCMOE_ERR_INVALID_ARG;
+    if (!comm->ops->has_dc)
+        return INCMOE_ERR_UNSUPPORTED;
+    coll_op_t *op = client_op_new(comm, INCMOE_STREAM_COMBINE);
+    if (op == NULL)
+        return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "combine: out of memory");
+    char why[200];
+    pthread_mutex_lock(&comm->lock);
+    client_dc_t *dc = named_dispatch_locked(comm, &params->dispatch, why, sizeof(why));
+    if (dc != NULL) {
+        dc->combining = 1; /* from here op->dc: a rejection below lets it go */
+        op->dc = dc;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    if (dc == NULL)
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG, "combine: %s", why);
+    incmoe_status_t st = check_combine(comm, op, params, dc->nrecv, dc->nrows);
+    if (st != INCMOE_OK)
+        return st;
+    op->send_base = op->send_mr->base;
+    op->send_off = params->send_offset;
+    op->send_memh = op->send_mr->memh;
+    op->recv_base = op->recv_mr->base;
+    op->recv_off = params->recv_offset;
+    op->recv_memh = op->recv_mr->memh;
+    op->rows = dc->nrecv;
+    op->row_bytes = params->row_count * incmoe_dtype_size(params->dtype);
+    op->dtype = params->dtype;
+    op->redop = params->op;
+    /* As for dispatch: the plan compares the shapes, dtype and op included. */
+    op->sig = inc_wire_signature(INCMOE_STREAM_COMBINE, INCMOE_UINT8, INCMOE_SUM, op->bytes,
+                                 comm->nranks);
+    if ((st = algo_check(comm, op)) != INCMOE_OK)
+        return st;
+    return client_post_submit(comm, op, req_p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* a kept dispatch                                                           */
+
+incmoe_status_t incmoe_dispatch_result(incmoe_comm_t *comm, const incmoe_req_t *dispatch,
+                                       size_t *nrecv_p, uint32_t *source_p, size_t source_rows)
+{
+    if (comm == NULL || dispatch == NULL || nrecv_p == NULL ||
+        dispatch->stream != INCMOE_STREAM_DISPATCH)
+        return INCMOE_ERR_INVALID_ARG;
+    incmoe_status_t st;
+    pthread_mutex_lock(&comm->lock);
+    const client_dc_t *dc = client_dc_find_locked(comm, dispatch->epoch);
+    if (dc == NULL) {
+        st = INCMOE_ERR_INVALID_ARG;
+    } else if (!dc->complete) {
+        st = (incmoe_status_t)atomic_load(&comm->error);
+        if (st == INCMOE_OK)
+            st = INCMOE_IN_PROGRESS;
+    } else {
+        st = dc->status;
+        if (st == INCMOE_OK || st == INCMOE_ERR_NO_MEMORY)
+            *nrecv_p = dc->nrecv;
+        if (st == INCMOE_OK && source_p != NULL) {
+            size_t n = source_rows < dc->nrecv ? source_rows : dc->nrecv;
+            if (n > 0)
+                memcpy(source_p, dc->source, 2 * n * sizeof(uint32_t));
+        }
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+}
+
+incmoe_status_t incmoe_dispatch_release(incmoe_comm_t *comm, const incmoe_req_t *dispatch)
+{
+    if (comm == NULL || dispatch == NULL || dispatch->stream != INCMOE_STREAM_DISPATCH)
+        return INCMOE_ERR_INVALID_ARG;
+    incmoe_status_t st = INCMOE_OK;
+    pthread_mutex_lock(&comm->lock);
+    client_dc_t *dc = client_dc_find_locked(comm, dispatch->epoch);
+    if (dc == NULL)
+        st = INCMOE_ERR_INVALID_ARG;
+    else if (!dc->complete || dc->combining)
+        st = INCMOE_ERR_BUSY;
+    else
+        client_dc_unkeep_locked(comm, dc);
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+}
