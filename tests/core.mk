@@ -13,8 +13,9 @@ test_collectives_LDADD = libharness.la $(TEST_LIBS)
 
 # Dispatch and combine: the plan's verdict, and the collectives on every algorithm.
 check_PROGRAMS += test_dispatch
-test_dispatch_SOURCES = test_dispatch.cc
-test_dispatch_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS)
+test_dispatch_SOURCES = test_dispatch.cc raw_client.cc raw_client.h
+test_dispatch_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_dispatch_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
 
 test_errors_SOURCES = test_errors.cc raw_client.cc raw_client.h
 test_errors_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "raw_client.h"
 
 extern "C" {
 #include "incmoe/incmoe.h"
@@ -351,6 +352,11 @@ struct Buffers {
     incmoe_mr_t *m_send = nullptr, *m_recv = nullptr, *m_part = nullptr, *m_out = nullptr;
     incmoe_comm_t *comm = nullptr;
 
+    /* The communicator went (destroy deregisters what is left): nothing to deregister. */
+    void forget()
+    {
+        m_send = m_recv = m_part = m_out = nullptr;
+    }
     ~Buffers()
     {
         for (incmoe_mr_t *m : {m_send, m_recv, m_part, m_out})
@@ -359,9 +365,9 @@ struct Buffers {
     }
 };
 
-/* Dispatch: post and wait; the status of the wait (failures alone are the caller's). */
+/* Dispatch: post and (if wait) wait; the status (failures alone are the caller's). */
 incmoe_status_t post_dispatch(incmoe_comm_t *comm, const Case &c, int me, Buffers &b,
-                              incmoe_req_t *req)
+                              incmoe_req_t *req, bool wait = true)
 {
     const size_t rb = c.row_bytes, cap = c.cap(me);
     b.comm = comm;
@@ -383,7 +389,7 @@ incmoe_status_t post_dispatch(incmoe_comm_t *comm, const Case &c, int me, Buffer
     p.recv_mr = b.m_recv;
     p.capacity = cap;
     st = incmoe_dispatch(comm, &p, req);
-    return st != INCMOE_OK ? st : incmoe_wait(comm, req);
+    return st != INCMOE_OK || !wait ? st : incmoe_wait(comm, req);
 }
 
 /* The received rows, their sources and the guard rows against the reference. */
@@ -519,7 +525,9 @@ class Dc : public ::testing::TestWithParam<Variant>
         harness::switch_stop(&g_switch[1]);
     }
 
-    /* Runs body on n ranks of a fresh job; every rank answering kUnsupported skips. */
+    /* Runs body on n ranks of a fresh job; every rank answering kUnsupported skips.  A body
+       whose collectives may fail destroys comm itself (failed: the ranges of what did not
+       complete stay the library's until then) and run expects no destroy_ok. */
     std::vector<std::string> run(int n,
                                  const std::function<std::string(incmoe_comm_t *, int)> &body,
                                  int timeout_s = 120, bool expect_destroy_ok = true)
@@ -544,8 +552,10 @@ class Dc : public ::testing::TestWithParam<Variant>
                 if (st != INCMOE_OK)
                     return std::string("comm_create: ") + incmoe_strerror(st);
                 std::string err = body(comm, rank);
+                if (!expect_destroy_ok)
+                    return err; /* the body destroyed comm */
                 st = incmoe_comm_destroy(comm);
-                if (err.empty() && expect_destroy_ok && st != INCMOE_OK)
+                if (err.empty() && st != INCMOE_OK)
                     err = std::string("comm_destroy: ") + incmoe_strerror(st);
                 return err;
             },
@@ -663,6 +673,273 @@ TEST_P(Dc, BothSidesOfTheSmallLimit)
     }));
 }
 
+/* A rank whose rows exceed its capacity fails the dispatch on every rank alike, writes
+   nothing, reports the rows it would have received, and the communicator carries on. */
+TEST_P(Dc, CapacityOverflowFailsEveryRankAlikeAndWritesNothing)
+{
+    for (bool small : {true, false}) {
+        EXPECT_RANKS(run(3, [&](incmoe_comm_t *comm, int me) -> std::string {
+            Case c = make_case(3, rows_for(3, small ? 3 : 50, 0), small ? 16 : 300, ALL_RANKS, 9);
+            const size_t want = c.received(1).size();
+            c.capacity[1] = want - 1;
+            Buffers b;
+            incmoe_req_t req;
+            incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
+            if (st == INCMOE_ERR_UNSUPPORTED)
+                return kUnsupported;
+            std::string reason = req_why(comm, &req);
+            std::string expect = "dispatch epoch 1: rank 1 would receive " + std::to_string(want) +
+                                 " rows, capacity " + std::to_string(want - 1);
+            if (st != INCMOE_ERR_NO_MEMORY || reason != expect)
+                return std::string("wait gave ") + incmoe_strerror(st) + " '" + reason +
+                       "', want '" + expect + "'";
+            if (incmoe_test(comm, &req) != INCMOE_ERR_NO_MEMORY)
+                return "test does not repeat the dispatch's failure";
+            for (unsigned char x : b.recv)
+                if (x != kCanary)
+                    return "a failed dispatch wrote into the receive buffer";
+            size_t nrecv = 0;
+            uint32_t src[2];
+            st = incmoe_dispatch_result(comm, &req, &nrecv, src, 1);
+            if (st != INCMOE_ERR_NO_MEMORY || nrecv != c.received(me).size())
+                return std::string("dispatch_result gave ") + incmoe_strerror(st) + ", " +
+                       std::to_string(nrecv) + " rows";
+            char text[64];
+            if (incmoe_comm_error(comm, text, sizeof(text)) != INCMOE_OK)
+                return std::string("the communicator failed: ") + text;
+            CHECK_OK(incmoe_dispatch_release(comm, &req));
+            /* Retry with room, as a caller would. */
+            c.capacity[1] = SIZE_MAX;
+            c.seed = 10;
+            return dc_case(comm, c, me);
+        }));
+    }
+}
+
+/* Ranks that disagree on row_bytes, or on a combine's rows or dispatch, fail that collective
+   on every rank with one reason; the communicator, and a dispatch whose combine failed, carry
+   on. */
+TEST_P(Dc, ShapesThatDisagreeFailEveryRankWithOneReason)
+{
+    EXPECT_RANKS(run(3, [&](incmoe_comm_t *comm, int me) -> std::string {
+        /* row_bytes */
+        Case c = make_case(3, rows_for(3, 6, 0), me == 2 ? 32 : 48, RANDOM, 21);
+        Buffers b;
+        incmoe_req_t d;
+        incmoe_status_t st = post_dispatch(comm, c, me, b, &d);
+        if (st == INCMOE_ERR_UNSUPPORTED)
+            return kUnsupported;
+        std::string reason = req_why(comm, &d);
+        if (st != INCMOE_ERR_MISMATCH ||
+            reason != "dispatch epoch 1: rank 2 has rows of 32 bytes, rank 0 of 48")
+            return std::string("row_bytes: ") + incmoe_strerror(st) + " '" + reason + "'";
+        CHECK_OK(incmoe_dispatch_release(comm, &d));
+        /* two good dispatches; the first combine names different ones, the second a shape of
+           its own */
+        Case c1 = make_case(3, rows_for(3, 6, 1), 40, MIXED, 22);
+        Case c2 = make_case(3, rows_for(3, 9, 0), 40, MIXED, 23);
+        Buffers b1, b2;
+        incmoe_req_t d1, d2;
+        CHECK_OK(post_dispatch(comm, c1, me, b1, &d1));
+        CHECK_OK(post_dispatch(comm, c2, me, b2, &d2));
+        std::vector<float> part(64 * 16), out(64 * 16);
+        incmoe_mr_t *mp, *mo;
+        CHECK_OK(incmoe_mem_register(comm, part.data(), part.size() * 4, &mp));
+        CHECK_OK(incmoe_mem_register(comm, out.data(), out.size() * 4, &mo));
+        incmoe_combine_params_t p = {};
+        p.send_mr = mp;
+        p.recv_mr = mo;
+        p.row_count = 8;
+        p.dtype = INCMOE_FLOAT32;
+        p.op = INCMOE_SUM;
+        p.dispatch = me == 0 ? d1 : d2;
+        incmoe_req_t r;
+        CHECK_OK(incmoe_combine(comm, &p, &r));
+        st = incmoe_wait(comm, &r);
+        reason = req_why(comm, &r);
+        if (st != INCMOE_ERR_MISMATCH ||
+            reason != "combine epoch 1: rank 1 names dispatch epoch 3, rank 0 dispatch epoch 2")
+            return std::string("dispatches: ") + incmoe_strerror(st) + " '" + reason + "'";
+        p.dispatch = d1;
+        p.row_count = me == 1 ? 4 : 8;
+        CHECK_OK(incmoe_combine(comm, &p, &r));
+        st = incmoe_wait(comm, &r);
+        reason = req_why(comm, &r);
+        if (st != INCMOE_ERR_MISMATCH ||
+            reason != "combine epoch 2: rank 1 has rows of 4 float (sum), rank 0 of 8 float (sum)")
+            return std::string("row_count: ") + incmoe_strerror(st) + " '" + reason + "'";
+        CHECK_OK(incmoe_mem_deregister(comm, mp));
+        CHECK_OK(incmoe_mem_deregister(comm, mo));
+        /* both dispatches are still kept: combine them for real */
+        std::string e = run_combine(comm, c1, me, b1, &d1);
+        if (e.empty())
+            e = run_combine(comm, c2, me, b2, &d2);
+        return e;
+    }));
+}
+
+/* The library keeps at most INCMOE_STREAM_WINDOW dispatches: one more is BUSY, with nothing
+   posted, until one is released; a released dispatch is gone for result and release. */
+TEST_P(Dc, KeptDispatchesAreBoundedAndReleased)
+{
+    EXPECT_RANKS(run(2, [&](incmoe_comm_t *comm, int me) -> std::string {
+        Case c = make_case(2, {2, 2}, 8, ALL_RANKS, 31);
+        Buffers b;
+        incmoe_req_t first;
+        incmoe_status_t st = post_dispatch(comm, c, me, b, &first);
+        if (st == INCMOE_ERR_UNSUPPORTED)
+            return kUnsupported;
+        CHECK_OK(st);
+        incmoe_dispatch_params_t p = {};
+        p.send_mr = b.m_send;
+        p.nrows = 2;
+        p.row_bytes = 8;
+        p.sets = c.sets[me].data();
+        p.recv_mr = b.m_recv;
+        p.capacity = 4;
+        incmoe_req_t req;
+        for (int k = 1; k < INCMOE_STREAM_WINDOW; k++) {
+            CHECK_OK(incmoe_dispatch(comm, &p, &req));
+            if (k % 64 == 0)
+                CHECK_OK(incmoe_wait(comm, &req));
+        }
+        CHECK_OK(incmoe_wait(comm, &req));
+        st = incmoe_dispatch(comm, &p, &req);
+        if (st != INCMOE_ERR_BUSY)
+            return std::string("dispatch past the window gave ") + incmoe_strerror(st);
+        CHECK_OK(incmoe_dispatch_release(comm, &first));
+        if (incmoe_dispatch_release(comm, &first) != INCMOE_ERR_INVALID_ARG)
+            return "a released dispatch was released again";
+        size_t n;
+        if (incmoe_dispatch_result(comm, &first, &n, nullptr, 0) != INCMOE_ERR_INVALID_ARG)
+            return "a released dispatch still had a result";
+        CHECK_OK(incmoe_dispatch(comm, &p, &req));
+        CHECK_OK(incmoe_wait(comm, &req));
+        CHECK_OK(incmoe_dispatch_result(comm, &req, &n, nullptr, 0));
+        if (n != 4)
+            return "the last dispatch received " + std::to_string(n) + " rows";
+        for (uint64_t e = 2; e <= req.epoch; e++) {
+            incmoe_req_t r = {INCMOE_STREAM_DISPATCH, e};
+            CHECK_OK(incmoe_dispatch_release(comm, &r));
+        }
+        return "";
+    }));
+}
+
+/* A set naming a rank the job does not have is refused where it is posted, and every rank
+   hears why. */
+TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
+{
+    EXPECT_RANKS(run(
+        3,
+        [&](incmoe_comm_t *comm, int me) -> std::string {
+            Case c = make_case(3, rows_for(3, 4, 0), 16, RANDOM, 41);
+            if (me == 0)
+                c.sets[0][2] |= (uint64_t)1 << 5; /* row 2 names rank 5 of 3 */
+            Buffers b;
+            incmoe_req_t req;
+            incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
+            char text[300] = "";
+            incmoe_comm_error(comm, text, sizeof(text));
+            b.forget();
+            incmoe_comm_destroy(comm);
+            if (st == INCMOE_ERR_UNSUPPORTED)
+                return kUnsupported;
+            if (st != INCMOE_ERR_INVALID_ARG || strstr(text, "names a rank >= 3") == nullptr)
+                return std::string("got ") + incmoe_strerror(st) + " '" + text + "'";
+            return "";
+        },
+        60, false));
+}
+
+/* A rank that dies in the middle of a dispatch fails its peers with a reason naming it. */
+TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
+{
+    EXPECT_RANKS(run(
+        3,
+        [&](incmoe_comm_t *comm, int me) -> std::string {
+            Case c = make_case(3, rows_for(3, 400, 0), 1000, ALL_RANKS, 51);
+            Buffers b;
+            incmoe_req_t req;
+            /* Everyone is in before rank 2 goes. */
+            incmoe_status_t st = incmoe_barrier(comm, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            if (st != INCMOE_OK)
+                return why(comm, st, "barrier");
+            if (me == 2) {
+                /* Post and vanish without a word. */
+                st = post_dispatch(comm, c, me, b, &req, false);
+                if (st == INCMOE_ERR_UNSUPPORTED)
+                    return kUnsupported;
+                _exit(0);
+            }
+            st = post_dispatch(comm, c, me, b, &req);
+            char text[300] = "";
+            incmoe_comm_error(comm, text, sizeof(text));
+            b.forget();
+            incmoe_comm_destroy(comm);
+            if (st == INCMOE_ERR_UNSUPPORTED)
+                return kUnsupported;
+            if (st != INCMOE_ERR_PEER_FAILED || strstr(text, "rank 2") == nullptr)
+                return std::string("got ") + incmoe_strerror(st) + " '" + text + "'";
+            return "";
+        },
+        60, false));
+}
+
+/* The epoch gap (base/wire.h): a rank that receives nothing still waits for every dispatch's
+   plan, so however far it posts ahead it stays inside the switch's window of open epochs. */
+TEST_P(Dc, ARankReceivingNothingForTenThousandDispatchesStaysInTheWindow)
+{
+    EXPECT_RANKS(run(
+        3,
+        [&](incmoe_comm_t *comm, int me) -> std::string {
+            /* Every row goes to rank 1 only: ranks 0 and 2 receive nothing, ever. */
+            Case c = make_case(3, {1, 1, 1}, 8, EMPTY, 61);
+            for (int s = 0; s < 3; s++)
+                c.sets[s][0] = 1u << 1;
+            Buffers b;
+            incmoe_req_t req;
+            incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
+            if (st == INCMOE_ERR_UNSUPPORTED)
+                return kUnsupported;
+            CHECK_OK(st);
+            CHECK_OK(incmoe_dispatch_release(comm, &req));
+            incmoe_dispatch_params_t p = {};
+            p.send_mr = b.m_send;
+            p.nrows = 1;
+            p.row_bytes = 8;
+            p.sets = c.sets[me].data();
+            p.recv_mr = b.m_recv;
+            p.capacity = c.cap(me);
+            std::vector<incmoe_req_t> kept;
+            for (int k = 1; k < 10000; k++) {
+                incmoe_req_t r;
+                CHECK_OK(incmoe_dispatch(comm, &p, &r));
+                kept.push_back(r);
+                /* Release the oldest half once 512 are kept: never waiting otherwise. */
+                if (kept.size() == 512) {
+                    for (size_t j = 0; j < 256; j++) {
+                        CHECK_OK(incmoe_wait(comm, &kept[j]));
+                        CHECK_OK(incmoe_dispatch_release(comm, &kept[j]));
+                    }
+                    kept.erase(kept.begin(), kept.begin() + 256);
+                }
+            }
+            for (auto &r : kept) {
+                CHECK_OK(incmoe_wait(comm, &r));
+                size_t n;
+                CHECK_OK(incmoe_dispatch_result(comm, &r, &n, nullptr, 0));
+                if (n != (me == 1 ? 3u : 0u))
+                    return "rank received " + std::to_string(n) + " rows";
+                CHECK_OK(incmoe_dispatch_release(comm, &r));
+            }
+            return "";
+        },
+        300));
+}
+
 std::string variant_name(const ::testing::TestParamInfo<Variant> &info)
 {
     static const char *const names[] = {"inc", "ring", "a2a"};
@@ -675,5 +952,183 @@ INSTANTIATE_TEST_SUITE_P(Algos, Dc,
                                            Variant{INCMOE_ALGO_RING, false},
                                            Variant{INCMOE_ALGO_A2A, false}),
                          variant_name);
+
+/* ------------------------------------------------------------------------ */
+/* malformed messages                                                        */
+
+harness::SwitchProc g_raw_switch;
+
+class DcRaw : public ::testing::Test
+{
+  protected:
+    static void SetUpTestSuite()
+    {
+        ASSERT_TRUE(harness::switch_start(&g_raw_switch));
+    }
+    static void TearDownTestSuite()
+    {
+        harness::switch_stop(&g_raw_switch);
+    }
+};
+
+/* A raw rank 1's POST of a dispatch: rows rows of 16 bytes, count[d] of them for each d. */
+void raw_post(RawClient &c, uint64_t job, uint32_t rows, std::vector<uint32_t> count,
+              uint32_t nranks = 2)
+{
+    inc_wire_dc_post p = {};
+    p.rows = rows;
+    p.row_bytes = 16;
+    p.capacity = 10;
+    p.nranks = nranks;
+    std::string payload((const char *)&p, sizeof(p));
+    payload.append((const char *)count.data(), 4 * count.size());
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_POST, job);
+    h.rank = 1;
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 1;
+    h.total = rows;
+    h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
+                               std::vector<uint64_t>(2, 0).data(), 2);
+    h.length = payload.size();
+    c.send(h, payload.data(), payload.size());
+}
+
+/* Its chunk 0: the sets of its rows, then the rows that go out (16 bytes each). */
+void raw_data(RawClient &c, uint64_t job, std::vector<uint64_t> sets, size_t rows_out)
+{
+    std::string payload((const char *)sets.data(), 8 * sets.size());
+    payload.append(16 * rows_out, 'r');
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_DATA, job);
+    h.rank = 1;
+    h.root = 1;
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 1;
+    h.total = sets.size();
+    h.length = payload.size();
+    c.send(h, payload.data(), payload.size());
+}
+
+/* A real rank 0 dispatches two rows to both ranks next to a raw rank 1 that misbehaves:
+   rank 0 fails with a reason that says what, and the switch serves the next job. */
+void expect_raw_breaks_dispatch(incmoe_status_t want, const std::string &what,
+                                const std::function<void(RawClient &, uint64_t job)> &misbehave)
+{
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            if (rank == 1) {
+                RawClient c;
+                if (!c.connect(g_raw_switch.addr))
+                    return "connect";
+                c.join(job, 1, 2);
+                if (!c.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000))
+                    return "no JOIN_ACK";
+                c.progress(300); /* let rank 0 finish joining and post */
+                misbehave(c, job);
+                RawMsg m;
+                if (!c.wait_for(WIRE_MSG_ERROR, &m, 5000))
+                    return "the misbehaving rank got no ERROR";
+                return "";
+            }
+            incmoe_comm_params_t p = {};
+            p.switch_addr = g_raw_switch.addr.c_str();
+            p.job_id = job;
+            p.rank = 0;
+            p.nranks = 2;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_OK)
+                return std::string("create: ") + incmoe_strerror(st);
+            Case c = make_case(2, {2, 0}, 16, ALL_RANKS, 71);
+            c.capacity[0] = 10; /* room for what the raw rank says it sends */
+            Buffers b;
+            incmoe_req_t req;
+            st = post_dispatch(comm, c, 0, b, &req);
+            char text[300] = "";
+            incmoe_comm_error(comm, text, sizeof(text));
+            b.forget();
+            incmoe_comm_destroy(comm);
+            if (st != want || strstr(text, what.c_str()) == nullptr)
+                return std::string("got ") + incmoe_strerror(st) + " '" + text + "', want " +
+                       incmoe_strerror(want) + " '" + what + "'";
+            return "";
+        },
+        60);
+    EXPECT_EQ(harness::failures(res), "") << what;
+    /* The switch carries on: a good job of two real ranks right after. */
+    unsigned long long next = harness::unique_job_id();
+    res = harness::run_ranks(2, [&](int rank) -> std::string {
+        incmoe_comm_params_t p = {};
+        p.switch_addr = g_raw_switch.addr.c_str();
+        p.job_id = next;
+        p.rank = rank;
+        p.nranks = 2;
+        incmoe_comm_t *comm;
+        incmoe_status_t st = incmoe_comm_create(&p, &comm);
+        if (st != INCMOE_OK)
+            return std::string("create after: ") + incmoe_strerror(st);
+        std::string e = dc_case(comm, make_case(2, {20, 30}, 200, RANDOM, 72), rank);
+        st = incmoe_comm_destroy(comm);
+        return e.empty() && st != INCMOE_OK ? std::string("destroy: ") + incmoe_strerror(st) : e;
+    });
+    EXPECT_EQ(harness::failures(res), "") << "the job after '" << what << "'";
+}
+
+TEST_F(DcRaw, MalformedDispatchMessagesAreRefusedWithAReason)
+{
+    expect_raw_breaks_dispatch(INCMOE_ERR_PROTOCOL, "plan fields say 3 ranks",
+                               [](RawClient &c, uint64_t job) {
+                                   raw_post(c, job, 0, {0, 0}, 3);
+                               });
+    expect_raw_breaks_dispatch(INCMOE_ERR_PROTOCOL, "before the switch sent an OK plan",
+                               [](RawClient &c, uint64_t job) { raw_data(c, job, {1}, 1); });
+    expect_raw_breaks_dispatch(INCMOE_ERR_PROTOCOL, "naming a rank >= 2",
+                               [](RawClient &c, uint64_t job) {
+                                   raw_post(c, job, 1, {1, 0});
+                                   c.wait_for(WIRE_MSG_PLAN, nullptr, 5000);
+                                   raw_data(c, job, {1 | 1 << 7}, 1);
+                               });
+    expect_raw_breaks_dispatch(INCMOE_ERR_MISMATCH, "more rows than the 1 of its plan",
+                               [](RawClient &c, uint64_t job) {
+                                   raw_post(c, job, 2, {1, 0});
+                                   c.wait_for(WIRE_MSG_PLAN, nullptr, 5000);
+                                   raw_data(c, job, {1, 1}, 2);
+                               });
+    expect_raw_breaks_dispatch(INCMOE_ERR_PROTOCOL, "ranks never send",
+                               [](RawClient &c, uint64_t job) {
+                                   inc_wire_hdr h;
+                                   inc_wire_hdr_init(&h, WIRE_MSG_PLAN, job);
+                                   h.rank = 1;
+                                   h.stream = INCMOE_STREAM_DISPATCH;
+                                   h.epoch = 1;
+                                   std::string plan(sizeof(inc_wire_dc_plan), '\0');
+                                   h.length = plan.size();
+                                   c.send(h, plan.data(), plan.size());
+                               });
+    expect_raw_breaks_dispatch(INCMOE_ERR_PROTOCOL, "cut piece", [](RawClient &c, uint64_t job) {
+        inc_wire_dc_post p = {};
+        p.rows = 1;
+        p.row_bytes = 16;
+        p.capacity = 10;
+        p.nranks = 2;
+        std::string payload((const char *)&p, sizeof(p));
+        uint32_t count[2] = {1, 0}; /* rank 0 waits for this row */
+        payload.append((const char *)count, sizeof(count));
+        payload.append(10, 'x'); /* not even a piece's header */
+        inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_SMALL, job);
+        h.rank = 1;
+        h.stream = INCMOE_STREAM_DISPATCH;
+        h.epoch = 1;
+        h.total = 1;
+        h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
+                                   std::vector<uint64_t>(2, 0).data(), 2);
+        h.length = payload.size();
+        c.send(h, payload.data(), payload.size());
+    });
+}
 
 } // namespace
