@@ -504,11 +504,11 @@ static ucs_status_t on_small(membership_t *m, job_t *job, conn_t *conn,
                              const ucp_am_recv_param_t *param)
 {
     const int me = conn->rank;
-    if (!inc_wire_dc_is_small(length, m->set->chunk_size)) {
+    const uint64_t fields = inc_wire_dc_post_length((incmoe_stream_t)h->stream, job->nranks);
+    if (length < fields || !inc_wire_dc_is_small(length - fields, m->set->chunk_size)) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
-                "rank %d sent a %s SMALL of %zu bytes; at most %llu are small", me,
-                inc_wire_stream_name(h->stream), length,
-                (unsigned long long)m->set->chunk_size / 2);
+                "rank %d sent a %s SMALL of %zu bytes; its pieces may take at most %llu", me,
+                inc_wire_stream_name(h->stream), length, (unsigned long long)m->set->chunk_size);
         return UCS_ERR_INVALID_PARAM;
     }
     coll_t *c = dc_open(m, job, conn, h);
