@@ -353,9 +353,9 @@ uint64_t inc_wire_dc_post_length(incmoe_stream_t stream, int nranks)
     return sizeof(struct inc_wire_dc_post) + 4 * counts * (uint64_t)nranks;
 }
 
-int inc_wire_dc_is_small(uint64_t payload_length, uint64_t chunk_size)
+int inc_wire_dc_is_small(uint64_t pieces_length, uint64_t chunk_size)
 {
-    return payload_length <= chunk_size / 2;
+    return pieces_length <= chunk_size;
 }
 
 uint64_t inc_wire_dc_piece_length(uint64_t length)

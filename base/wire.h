@@ -128,14 +128,13 @@
  *              ascending rank order) of the other contributors' partials of
  *              each row of the chunk that has one, in row order; the owner
  *              applies its own partial last.
- *   SMALL      a rank whose whole contribution is small
- *              (inc_wire_dc_is_small on the payload's length) sends its POST
- *              and every DATA of the collective in one message: payload as
- *              POST's, then per DATA a struct inc_wire_dc_piece and its bytes
- *              padded to 8.  One credit, returned by CREDIT once every piece
- *              went (its PLAN returns none).  The switch takes each piece as
- *              the DATA it stands for once the plan is OK, so ranks may mix
- *              the two forms.
+ *   SMALL      a rank whose whole contribution is small (inc_wire_dc_is_small:
+ *              its pieces, headers and padding included, take at most a
+ *              chunk) sends its POST and every DATA of the collective in one
+ *              message: payload as POST's, then per DATA a struct
+ *              inc_wire_dc_piece and its bytes padded to 8.  One credit, returned by CREDIT once
+ * every piece went (its PLAN returns none).  The switch takes each piece as the DATA it stands for
+ * once the plan is OK, so ranks may mix the two forms.
  *
  * Between the ranks (no switch in the data path): each rank creates an
  * endpoint to every rank it sends to (mesh.c: the ring's right neighbour, or
@@ -367,8 +366,9 @@ int inc_wire_is_dc(unsigned stream);
 uint64_t inc_wire_dc_rows_per_chunk(uint64_t row_bytes, int nranks, uint64_t chunk_size);
 /* Bytes of a POST payload of the stream for nranks ranks. */
 uint64_t inc_wire_dc_post_length(incmoe_stream_t stream, int nranks);
-/* Is a SMALL of this many payload bytes small enough: at most half a chunk. */
-int inc_wire_dc_is_small(uint64_t payload_length, uint64_t chunk_size);
+/* May a contribution whose pieces (after the plan fields of the SMALL) take this many bytes
+   go as one SMALL: at most a chunk. */
+int inc_wire_dc_is_small(uint64_t pieces_length, uint64_t chunk_size);
 /* A piece's bytes in a SMALL: its header and its data padded to 8. */
 uint64_t inc_wire_dc_piece_length(uint64_t length);
 

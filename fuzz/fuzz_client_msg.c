@@ -6,10 +6,12 @@
  * client_am_cb (comm.c) with every message, and under it the JOIN_ACK parser
  * (join.c), ERROR/HEARTBEAT/DONE handling (comm.c, coll.c), the in-network
  * algorithm's FWD, SMALL_FWD and CREDIT handling and its DATA and SMALL
- * pump (innet.c, send.c),
+ * pump (innet.c, send.c), dispatch and combine's PLAN and FWD handling and
+ * their POST, SMALL and DATA (innet_dc.c, dc.c),
  * the posting API (post.c: incmoe_allgather, incmoe_reducescatter,
- * incmoe_allreduce, incmoe_barrier, with their argument checks), retirement
- * (coll.c), and at the end incmoe_comm_destroy with whatever is in flight.
+ * incmoe_allreduce, incmoe_barrier; dc_post.c: incmoe_dispatch,
+ * incmoe_combine; with their argument checks), retirement (coll.c), and at
+ * the end incmoe_comm_destroy with whatever is in flight.
  *
  * What it replaces: UCX, by ucx_fake.c, whose requests complete when the
  * input says so; and the three things that need it to exist.  The
@@ -101,7 +103,15 @@ static void on_send(ucp_ep_h ep, const void *header, size_t header_length, const
     CHECK(h.msg == WIRE_MSG_POST || h.msg == WIRE_MSG_DATA || h.msg == WIRE_MSG_HEARTBEAT ||
               h.msg == WIRE_MSG_LEAVE || h.msg == WIRE_MSG_ERROR || h.msg == WIRE_MSG_SMALL,
           "the client sent %s to the switch", inc_wire_msg_name(h.msg));
-    if (h.msg == WIRE_MSG_DATA) {
+    if (h.msg == WIRE_MSG_DATA && inc_wire_is_dc(h.stream)) {
+        /* A dispatch's chunk is built, a combine's set chunk comes from the kept sets; its
+           partials come from the send region. */
+        CHECK(h.stream != INCMOE_STREAM_COMBINE || h.root == h.rank ||
+                  inside(payload, length, H.send_buf),
+              "combine partials of %zu bytes from outside the send region", length);
+        CHECK(h.length <= comm->chunk_size, "DATA of %llu bytes, chunks are %llu",
+              (unsigned long long)h.length, (unsigned long long)comm->chunk_size);
+    } else if (h.msg == WIRE_MSG_DATA) {
         CHECK(inside(payload, length, H.send_buf), "DATA of %zu bytes from outside the send region",
               length);
         CHECK(h.length <= comm->chunk_size, "DATA of %llu bytes, chunks are %llu",
@@ -109,7 +119,14 @@ static void on_send(ucp_ep_h ep, const void *header, size_t header_length, const
         CHECK(h.offset % comm->chunk_size == 0 && h.chunk == h.offset / comm->chunk_size,
               "DATA chunk %u at offset %llu", h.chunk, (unsigned long long)h.offset);
     }
-    if (h.msg == WIRE_MSG_SMALL)
+    if (h.msg == WIRE_MSG_SMALL && inc_wire_is_dc(h.stream))
+        CHECK(length >= inc_wire_dc_post_length((incmoe_stream_t)h.stream, comm->nranks) &&
+                  inc_wire_dc_is_small(
+                      length - inc_wire_dc_post_length((incmoe_stream_t)h.stream, comm->nranks),
+                      comm->chunk_size),
+              "%s SMALL of %zu bytes, chunks are %llu", inc_wire_stream_name(h.stream), length,
+              (unsigned long long)comm->chunk_size);
+    else if (h.msg == WIRE_MSG_SMALL)
         CHECK(length >= 8 * (size_t)comm->nranks &&
                   length - 8 * (size_t)comm->nranks <= comm->chunk_size,
               "SMALL of %zu bytes: a table of %d sizes and at most %llu bytes of data", length,
@@ -196,7 +213,46 @@ static void proxy_turn(void)
 }
 
 /*
- * One collective from 3 bytes: k = b0 % 4 the stream; AllGather and
+ * A dispatch from 3 bytes: nrows = b1 % 8 rows of 8 * (1 + (b1 >> 3) % 4) bytes, row i's set
+ * (b2 >> 4) + i over the ranks' bits, capacity b2 % 16 rows.  A combine: of the oldest kept
+ * dispatch (the first if none is kept, which is refused), rows of 1 + b1 % 8 elements of a
+ * dtype and op as for ReduceScatter.
+ */
+static void post_dc(const uint8_t *b, incmoe_stream_t stream, incmoe_dtype_t dtype,
+                    incmoe_redop_t redop)
+{
+    incmoe_comm_t *comm = H.comm;
+    incmoe_req_t req;
+    if (stream == INCMOE_STREAM_DISPATCH) {
+        uint64_t sets[8];
+        incmoe_dispatch_params_t p = {.send_mr = H.send_mr,
+                                      .nrows = b[1] % 8,
+                                      .row_bytes = 8 * (1 + (size_t)(b[1] >> 3) % 4),
+                                      .sets = sets,
+                                      .recv_mr = H.recv_mr,
+                                      .capacity = b[2] % 16};
+        for (size_t i = 0; i < p.nrows; i++)
+            sets[i] = ((uint64_t)(b[2] >> 4) + i) % ((uint64_t)1 << comm->nranks);
+        (void)incmoe_dispatch(comm, &p, &req);
+        return;
+    }
+    incmoe_combine_params_t p = {.send_mr = H.send_mr,
+                                 .recv_mr = H.recv_mr,
+                                 .row_count = 1 + b[1] % 8,
+                                 .dtype = dtype,
+                                 .op = redop};
+    uint64_t oldest = 0;
+    pthread_mutex_lock(&comm->lock);
+    for (const client_dc_t *dc = comm->dcs; dc != NULL; dc = dc->next)
+        if (oldest == 0 || dc->epoch < oldest)
+            oldest = dc->epoch;
+    pthread_mutex_unlock(&comm->lock);
+    p.dispatch = (incmoe_req_t){INCMOE_STREAM_DISPATCH, oldest != 0 ? oldest : 1};
+    (void)incmoe_combine(comm, &p, &req);
+}
+
+/*
+ * One collective from 3 bytes: k = b0 % 6 the stream (4, 5: post_dc); AllGather and
  * ReduceScatter: block stride 8 * (1 + b1 % 16), window offset 8 * (b2 % 4),
  * the rest of the block its length, every rank's valid bytes the whole block
  * or (b2 & 8) less for odd ranks; ReduceScatter and AllReduce: dtype from
@@ -208,11 +264,15 @@ static void post(const uint8_t *b)
                                             INCMOE_BFLOAT16, INCMOE_FLOAT64, INCMOE_UINT8,
                                             INCMOE_INT64,    INCMOE_UINT32};
     incmoe_comm_t *comm = H.comm;
-    incmoe_stream_t stream = (incmoe_stream_t)(b[0] % 4);
+    incmoe_stream_t stream = (incmoe_stream_t)(b[0] % 6);
     if (client_stream_room(comm, stream) == 0)
         return; /* a post would wait for the window */
     incmoe_dtype_t dtype = dtypes[(b[2] >> 4) % 8];
     incmoe_redop_t redop = (incmoe_redop_t)(b[1] >> 6);
+    if (inc_wire_is_dc(stream)) {
+        post_dc(b, stream, dtype, redop);
+        return;
+    }
     incmoe_req_t req;
     size_t valid[4];
     incmoe_layout_t layout = {.block_stride = 8 * (1 + b[1] % 16), .offset = 8 * (b[2] % 4)};
@@ -286,10 +346,13 @@ static void check_streams(void)
     }
 }
 
+/* Formats every message (the formatting is code under test) and prints them only when
+   FUZZ_LOG is set, for reading what an input did, as fuzz_switch_msg does. */
 static void discard_log(int level, const char *line)
 {
     (void)level;
-    (void)line;
+    if (getenv("FUZZ_LOG") != NULL)
+        fprintf(stderr, "%s\n", line);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

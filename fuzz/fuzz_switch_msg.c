@@ -4,8 +4,10 @@
  * What it drives (the product's own code, compiled with the sanitizers):
  * switch/demux.c (header check, JOIN-first rule), membership.c (join,
  * authentication, admission, failure, retirement), engine.c (POST, DATA,
- * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD), coll_item.c (their items'
- * lifetime) and the base library under them.  Each
+ * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD), dc.c,
+ * dc_dispatch.c and dc_combine.c (dispatch and combine: POST with its plan,
+ * PLAN, SMALL pieces, the filtered multicast, the masked reduction),
+ * coll_item.c (their items' lifetime) and the base library under them.  Each
  * message goes to switch_demux() exactly as server.c's UCX receive
  * callback hands it over once it has found the connection.
  *
@@ -129,12 +131,13 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
     CHECK(hdr->msg == WIRE_MSG_JOIN_ACK || hdr->msg == WIRE_MSG_ERROR ||
               hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_FWD ||
               hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
-              hdr->msg == WIRE_MSG_SMALL_FWD,
+              hdr->msg == WIRE_MSG_SMALL_FWD || hdr->msg == WIRE_MSG_PLAN,
           "the switch sent %s, which it never sends", inc_wire_msg_name(hdr->msg));
     CHECK(length == 0 || payload != NULL, "%s of %zu bytes without a payload",
           inc_wire_msg_name(hdr->msg), length);
     if (hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
-        hdr->msg == WIRE_MSG_JOIN_ACK || hdr->msg == WIRE_MSG_SMALL_FWD) {
+        hdr->msg == WIRE_MSG_JOIN_ACK || hdr->msg == WIRE_MSG_SMALL_FWD ||
+        hdr->msg == WIRE_MSG_PLAN) {
         CHECK(conn->job != NULL && conn->job->id == hdr->job,
               "%s for job %llu to a connection that is not its member", inc_wire_msg_name(hdr->msg),
               (unsigned long long)hdr->job);
@@ -146,6 +149,10 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
               "an AllGather block went back to its root %u", hdr->root);
         CHECK(hdr->stream != INCMOE_STREAM_REDUCESCATTER || hdr->root == hdr->rank,
               "a ReduceScatter result of root %u went to rank %u", hdr->root, hdr->rank);
+        CHECK(hdr->stream != INCMOE_STREAM_DISPATCH || hdr->root != hdr->rank,
+              "dispatched rows of rank %u went back to it", hdr->root);
+        CHECK(hdr->stream != INCMOE_STREAM_COMBINE || hdr->root == hdr->rank,
+              "combined rows of rank %u went to rank %u", hdr->root, hdr->rank);
         CHECK(hdr->length <= H.set.chunk_size, "FWD of %llu bytes, chunks are %llu",
               (unsigned long long)hdr->length, (unsigned long long)H.set.chunk_size);
     }
@@ -154,6 +161,13 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
               hdr->rank, conn->rank);
         CHECK(hdr->length <= H.set.chunk_size, "SMALL_FWD of %llu bytes, chunks are %llu",
               (unsigned long long)hdr->length, (unsigned long long)H.set.chunk_size);
+    }
+    if (hdr->msg == WIRE_MSG_PLAN) {
+        CHECK(hdr->rank == (uint32_t)conn->rank, "PLAN names rank %u, sent to rank %d", hdr->rank,
+              conn->rank);
+        CHECK(memchr(((const struct inc_wire_dc_plan *)payload)->reason, '\0',
+                     INCMOE_WIRE_MAX_TEXT) != NULL,
+              "PLAN reason without its NUL");
     }
     if (hdr->msg == WIRE_MSG_ERROR)
         CHECK(memchr(payload, '\0', length) != NULL, "ERROR reason without its NUL");
@@ -207,6 +221,25 @@ static void tx_send_data(void *server, conn_t *conn, egress_class_t cls,
     CHECK(hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_SMALL_FWD, "send_data of %s",
           inc_wire_msg_name(hdr->msg));
     queue_send(conn, hdr, payload, length, cb, arg, NULL);
+}
+
+/* As the server, but built at once rather than when an output queue takes it. */
+static void tx_send_built(void *server, conn_t *conn, egress_class_t cls,
+                          const struct inc_wire_hdr *hdr, switch_tx_build_t build,
+                          switch_tx_cb_t cb, void *arg)
+{
+    (void)server;
+    CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_built in class %d", (int)cls);
+    CHECK(hdr->msg == WIRE_MSG_FWD, "send_built of %s", inc_wire_msg_name(hdr->msg));
+    if (conn == NULL || conn->closed) {
+        if (cb != NULL)
+            cb(arg, UCS_ERR_NOT_CONNECTED);
+        return;
+    }
+    void *buf = malloc(hdr->length ? (size_t)hdr->length : 1);
+    CHECK(buf != NULL, "out of memory");
+    build(arg, hdr, buf);
+    queue_send(conn, hdr, buf, (size_t)hdr->length, cb, arg, buf);
 }
 
 /* The ERROR the server would build (server_send_error), checked and queued. */
@@ -269,6 +302,7 @@ static void tx_release_data(void *server, void *data)
 static const switch_tx_ops_t recorder_ops = {
     .send = tx_send,
     .send_data = tx_send_data,
+    .send_built = tx_send_built,
     .send_error = tx_send_error,
     .drop = tx_drop,
     .recv_data = tx_recv_data,
@@ -468,7 +502,7 @@ static void setup(void)
        room for a few small jobs, so admission refuses big ones. */
     H.set.chunk_size = 64;
     H.set.credits = 3;
-    H.set.max_memory = 8192;
+    H.set.max_memory = 32768; /* a job of 3 that dispatches fits */
     H.set.timeout_ms = 10000;
     H.set.progress_timeout_ms = 60000;
     memcpy(H.set.secret, "fuzz-key", 8);

@@ -9,10 +9,11 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 4
+MAGIC, VERSION = 0x4D434E49, 5
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, PEER_HELLO,
- RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD) = range(1, 16)
-AG, RS, AR, BARRIER = range(4)
+ RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD, PLAN, PEER_PLAN, PEER_ROWS, PEER_PARTIALS,
+ PEER_CREDIT) = range(1, 21)
+AG, RS, AR, BARRIER, DISPATCH, COMBINE = range(6)
 UINT8, INT32, FLOAT32 = 1, 2, 7
 SUM = 0
 
@@ -181,6 +182,179 @@ def switch_seeds():
     write("switch_msg", "inline_sends", s)
 
 
+# --- dispatch and combine (wire.h, "Dispatch and combine") ---------------------------------
+class Dc:
+    """One dispatch of n ranks and its combine, as the ranks would send them: sets[s][i] is
+    row i of rank s's set (an int, bit d for rank d), rows of row_bytes, partials of
+    row_count float32."""
+
+    def __init__(self, n, sets, row_bytes, row_count, chunk):
+        self.n, self.sets, self.rb, self.rc, self.chunk = n, sets, row_bytes, row_count, chunk
+        self.words = (n + 63) // 64
+
+    def count(self, s):
+        return [sum(1 for st in self.sets[s] if st >> d & 1) for d in range(self.n)]
+
+    def recvd(self, d):
+        return [self.count(s)[d] for s in range(self.n)]
+
+    def per(self, row_bytes):
+        return max(1, self.chunk // (row_bytes + 8 * self.words))
+
+    def post(self, s, combine):
+        rows = len(self.sets[s])
+        pb = 4 * self.rc
+        fields = struct.pack("<QQQQQIBBH", rows, pb if combine else self.rb,
+                             0 if combine else sum(self.recvd(s)), 1 if combine else 0,
+                             self.rc if combine else 0, self.n, FLOAT32 if combine else 0, 0, 0)
+        counts = struct.pack("<%dI" % self.n, *self.count(s))
+        if combine:
+            counts += struct.pack("<%dI" % self.n, *self.recvd(s))
+        return fields + counts
+
+    def sets_bytes(self, s, first, k):
+        return b"".join(struct.pack("<Q", st) for st in self.sets[s][first:first + k])
+
+    def pieces(self, s, combine):
+        """[(root, chunk, offset, total, bytes)] in (chunk, root) order."""
+        out = []
+        per = self.per(4 * self.rc if combine else self.rb)
+        own_chunks = (len(self.sets[s]) + per - 1) // per
+        last = own_chunks
+        if combine:
+            for o in range(self.n):
+                rows = [i for i, st in enumerate(self.sets[o]) if o != s and st >> s & 1]
+                if rows:
+                    last = max(last, rows[-1] // per + 1)
+        for c in range(last):
+            for root in range(self.n):
+                first = c * per
+                if root == s and c < own_chunks:
+                    k = min(per, len(self.sets[s]) - first)
+                    data = self.sets_bytes(s, first, k)
+                    if not combine:
+                        for i in range(first, first + k):
+                            if self.sets[s][i] & ~(1 << s):
+                                data += bytes((s * 16 + i + j) & 0xFF for j in range(self.rb))
+                    out.append((root, c, first, len(self.sets[s]), data))
+                elif combine and root != s:
+                    rows = [i for i, st in enumerate(self.sets[root])
+                            if st >> s & 1 and first <= i < first + per]
+                    if rows:
+                        data = b"".join(struct.pack("<%df" % self.rc, *([float(s + 1)] * self.rc))
+                                        for _ in rows)
+                        out.append((root, c, first, self.recvd(s)[root], data))
+        return out
+
+    def sig(self, stream):
+        return signature(stream, UINT8, SUM, [0] * self.n)
+
+    def post_msg(self, conn, job, s, combine):
+        stream = COMBINE if combine else DISPATCH
+        payload = self.post(s, combine)
+        return smsg(conn, hdr(POST, job, rank=s, stream=stream, epoch=1, length=len(payload),
+                              total=len(self.sets[s]), sig=self.sig(stream)), payload)
+
+    def data_msgs(self, conn, job, s, combine, mode=0):
+        stream = COMBINE if combine else DISPATCH
+        out = b""
+        for root, c, first, total, data in self.pieces(s, combine):
+            out += smsg(conn, hdr(DATA, job, rank=s, stream=stream, epoch=1, root=root,
+                                  offset=first, length=len(data), total=total, chunk=c,
+                                  dtype=FLOAT32 if combine else 0), data, mode)
+        return out
+
+    def small_msg(self, conn, job, s, combine, mode=0):
+        stream = COMBINE if combine else DISPATCH
+        payload = self.post(s, combine)
+        for root, c, first, total, data in self.pieces(s, combine):
+            payload += struct.pack("<IIQQQ", root, c, first, total, len(data)) + data
+            payload += bytes(-len(data) % 8)
+        return smsg(conn, hdr(SMALL, job, rank=s, stream=stream, epoch=1, length=len(payload),
+                              total=len(self.sets[s]), sig=self.sig(stream)), payload, mode)
+
+
+def dc_switch_seeds():
+    job = 9
+    # 2 ranks, 8-byte rows (4 a chunk): rank 0 has five rows, two chunks; rank 1 two.
+    dc = Dc(2, [[0b10, 0b11, 0b01, 0b00, 0b10], [0b01, 0b11]], 8, 2, CHUNK)
+    base = join(0, job, 0, 2) + join(1, job, 1, 2)
+    # Chunked: POSTs, their PLANs, then DATA; then the combine likewise, rendezvous.
+    s = base + dc.post_msg(0, job, 0, False) + dc.post_msg(1, job, 1, False)
+    s += dc.data_msgs(0, job, 0, False) + dc.data_msgs(1, job, 1, False) + complete() + complete()
+    s += dc.post_msg(0, job, 0, True) + dc.post_msg(1, job, 1, True)
+    s += dc.data_msgs(0, job, 0, True, mode=2) + dc.data_msgs(1, job, 1, True, mode=2)
+    s += bytes([5, 15]) + complete() + complete()
+    write("switch_msg", "dispatch_combine2", s)
+    # Small (a SMALL's pieces take at most a chunk): rank 1's one row goes to rank 0, as one
+    # SMALL each (rank 0's has no piece), rendezvous; the combine likewise, then again with one
+    # rank small and the other chunked.
+    tiny = Dc(2, [[], [0b01]], 8, 1, CHUNK)
+    s = base + tiny.small_msg(0, job, 0, False) + tiny.small_msg(1, job, 1, False, mode=2)
+    s += bytes([5, 15]) + complete() + complete()
+    s += tiny.small_msg(0, job, 0, True) + tiny.small_msg(1, job, 1, True) + complete()
+    write("switch_msg", "dispatch_combine2_small", s)
+    # 3 ranks with sends completing inline; a rank's capacity too small fails the plan alone,
+    # then a dispatch whose DATA says more rows than its plan.
+    dc3 = Dc(3, [[0b111, 0b010], [0b100, 0b001, 0b110], []], 16, 1, CHUNK)
+    s = bytes([4, 64]) + join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3)
+    for r in range(3):
+        s += dc3.post_msg(r, job, r, False)
+    for r in range(3):
+        s += dc3.data_msgs(r, job, r, False)
+    for r in range(3):
+        s += dc3.post_msg(r, job, r, True)
+    for r in range(3):
+        s += dc3.data_msgs(r, job, r, True)
+    write("switch_msg", "dispatch_combine3_inline", s)
+    # Rank 1 posts one of its two rows for rank 0, then its sets send it both.
+    bad = Dc(2, [[0b10], [0b01, 0b00]], 8, 1, CHUNK)
+    s = base + bad.post_msg(0, job, 0, False) + bad.post_msg(1, job, 1, False)
+    s += bad.data_msgs(0, job, 0, False)
+    bad.sets[1] = [0b01, 0b01]
+    s += bad.data_msgs(1, job, 1, False) + complete()
+    write("switch_msg", "dispatch_more_than_planned", s)
+
+
+def dc_client_seeds():
+    job = 0x1234
+    # setup: nranks 2, rank 0, credits 2, chunk 64, eager; posts: a dispatch of 3 rows of 8
+    # bytes (b1 = 3), sets (1 + i) % 4 (b2 >> 4 = 1), capacity 15; then its combine, rows of
+    # 2 float32 (b1 = 1).  Rows 0 and 2 ({0}, {1,0} -> 0b01, 0b11) ... as the harness makes
+    # them: row i's set is (1 + i) % 4: 0b01, 0b10, 0b11.
+    setup = bytes([0, 0, 1, 7, 0])
+    posts = bytes([1]) + bytes([DISPATCH, 3, 0x1F])
+    s = setup + posts + bytes([3, 15])
+    # PLAN: OK, rank 0 receives 2 rows of its own and 1 of rank 1.
+    plan = struct.pack("<iIII", 0, 0, 2, 0) + bytes(256) + struct.pack("<2I", 2, 1)
+    s += cmsg(hdr(PLAN, job, rank=0, stream=DISPATCH, epoch=1, length=len(plan)), plan)
+    s += bytes([3, 15])
+    # Rank 1's row 4 for rank 0 at position 0: its source row, then the row.
+    fwd = struct.pack("<I", 4) + bytes(range(8))
+    s += cmsg(hdr(FWD, job, rank=0, stream=DISPATCH, epoch=1, root=1, offset=0,
+                  length=len(fwd), total=1), fwd)
+    s += cmsg(hdr(CREDIT, job, stream=DISPATCH, epoch=1, length=1))
+    # The combine: its plan, then rank 0's rows 1 and 2 reduced by rank 1.
+    s += bytes([5, COMBINE, 1, 0x00]) + bytes([3, 15])
+    plan = struct.pack("<iIII", 0, 0, 2, 0) + bytes(256)
+    s += cmsg(hdr(PLAN, job, rank=0, stream=COMBINE, epoch=1, length=len(plan)), plan)
+    s += bytes([3, 15])
+    red = struct.pack("<4f", 1, 2, 3, 4)
+    s += cmsg(hdr(FWD, job, rank=0, stream=COMBINE, epoch=1, root=0, offset=0,
+                  length=len(red), total=3, dtype=FLOAT32, redop=SUM), red, mode=2)
+    s += bytes([4, 15, 3, 15])
+    write("client_msg", "dispatch_combine", s)
+    # A plan that fails the dispatch for capacity, then a PLAN nobody awaits.
+    s = setup + bytes([1]) + bytes([DISPATCH, 3, 0x10]) + bytes([3, 15])
+    reason = b"dispatch epoch 1: rank 0 would receive 3 rows, capacity 0"
+    plan = struct.pack("<iIII", -2, 0, 2, 0) + reason + bytes(256 - len(reason))
+    plan += struct.pack("<2I", 2, 1)
+    s += cmsg(hdr(PLAN, job, rank=0, stream=DISPATCH, epoch=1, length=len(plan), status=-2),
+              plan)
+    s += cmsg(hdr(PLAN, job, rank=0, stream=DISPATCH, epoch=1, length=len(plan)), plan)
+    write("client_msg", "dispatch_capacity_plan", s)
+
+
 # --- client_msg: setup bytes, then records (see fuzz_client_msg.c) -------------------------
 def cmsg(h, payload=b"", mode=0):
     return bytes([mode]) + struct.pack("<H", len(payload)) + h + payload
@@ -242,4 +416,6 @@ def client_seeds():
 
 if __name__ == "__main__":
     switch_seeds()
+    dc_switch_seeds()
     client_seeds()
+    dc_client_seeds()

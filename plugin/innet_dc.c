@@ -294,7 +294,9 @@ incmoe_status_t innet_dc_check(incmoe_comm_t *comm, const coll_op_t *op, char *w
 
 void innet_dc_start(incmoe_comm_t *comm, coll_op_t *op)
 {
-    op->small = inc_wire_dc_is_small(small_length(comm, op), comm->chunk_size);
+    op->small = inc_wire_dc_is_small(small_length(comm, op) -
+                                         inc_wire_dc_post_length(op->stream, comm->nranks),
+                                     comm->chunk_size);
     op->next_chunk = 0;
     op->next_root = 0;
 }
@@ -313,20 +315,22 @@ int innet_dc_pump(incmoe_comm_t *comm, coll_op_t *op, uint32_t *credits)
     }
     if (op->all_issued || !op->planned)
         return 1; /* DATA goes only after an OK plan */
-    dc_cursor_t cur = {op->next_chunk, op->next_root};
-    while (*credits > 0) {
+    for (;;) {
+        /* Look for the next piece even without a credit: with none left it is all issued. */
+        dc_cursor_t cur = {op->next_chunk, op->next_root};
         dc_piece_t p;
         if (op->status != INCMOE_OK || !next_piece(comm, op, &cur, &p)) {
             op->all_issued = 1;
-            break;
+            return 1;
         }
+        if (*credits == 0)
+            return 1;
         if (!send_piece(comm, op, &p))
             return 0;
         (*credits)--;
+        op->next_chunk = cur.chunk;
+        op->next_root = cur.root;
     }
-    op->next_chunk = cur.chunk;
-    op->next_root = cur.root;
-    return 1;
 }
 
 /* ------------------------------------------------------------------------ */

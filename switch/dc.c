@@ -453,7 +453,33 @@ static ucs_status_t on_post(membership_t *m, job_t *job, conn_t *conn, const str
     return UCS_OK;
 }
 
-/* A SMALL's payload is here: its plan fields are taken now, its pieces at the plan. */
+/* The pieces after a SMALL's plan fields, each a header and its padded bytes, end where the
+   SMALL does; 0: the job failed.  What each piece says is checked at the plan. */
+static int pieces_framed(membership_t *m, job_t *job, coll_t *c, const dc_small_t *sm, size_t at)
+{
+    while (at < sm->len) {
+        struct inc_wire_dc_piece p;
+        if (sm->len - at < sizeof(p)) {
+            JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, sm->from, "rank %d's %s SMALL ends in a cut piece",
+                    sm->from, inc_wire_stream_name(c->stream));
+            return 0;
+        }
+        memcpy(&p, sm->buf + at, sizeof(p));
+        if (p.length == 0 || p.length > sm->len - at - sizeof(p) ||
+            inc_wire_dc_piece_length(p.length) > sm->len - at) {
+            JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, sm->from,
+                    "rank %d's %s SMALL has a piece of %llu bytes with %zu left", sm->from,
+                    inc_wire_stream_name(c->stream), (unsigned long long)p.length,
+                    sm->len - at - sizeof(p));
+            return 0;
+        }
+        at += (size_t)inc_wire_dc_piece_length(p.length);
+    }
+    return 1;
+}
+
+/* A SMALL's payload is here: its plan fields and framing are taken now, its pieces at the
+   plan. */
 static void small_in(dc_small_t *sm)
 {
     coll_t *c = sm->ci.coll;
@@ -461,7 +487,8 @@ static void small_in(dc_small_t *sm)
     membership_t *m = job->members;
     size_t used;
     sm->in = 1;
-    if (!take_post(m, job, c, sm->from, sm->buf, sm->len, sm->total, &used))
+    if (!take_post(m, job, c, sm->from, sm->buf, sm->len, sm->total, &used) ||
+        !pieces_framed(m, job, c, sm, used))
         return;
     posted(m, job, c, sm->from, sm->total);
 }
@@ -477,11 +504,11 @@ static ucs_status_t on_small(membership_t *m, job_t *job, conn_t *conn,
                              const ucp_am_recv_param_t *param)
 {
     const int me = conn->rank;
-    if (!inc_wire_dc_is_small(length, m->set->chunk_size)) {
+    const uint64_t fields = inc_wire_dc_post_length((incmoe_stream_t)h->stream, job->nranks);
+    if (length < fields || !inc_wire_dc_is_small(length - fields, m->set->chunk_size)) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
-                "rank %d sent a %s SMALL of %zu bytes; at most %llu are small", me,
-                inc_wire_stream_name(h->stream), length,
-                (unsigned long long)m->set->chunk_size / 2);
+                "rank %d sent a %s SMALL of %zu bytes; its pieces may take at most %llu", me,
+                inc_wire_stream_name(h->stream), length, (unsigned long long)m->set->chunk_size);
         return UCS_ERR_INVALID_PARAM;
     }
     coll_t *c = dc_open(m, job, conn, h);
@@ -594,22 +621,9 @@ static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm)
         return 0;
     }
     *cr = (dc_credit_t){.pieces = 1, .from = me, .stream = c->stream, .epoch = c->epoch};
-    while (at < sm->len) {
+    while (at < sm->len) { /* framed when it came in (pieces_framed) */
         struct inc_wire_dc_piece p;
-        if (sm->len - at < sizeof(p)) {
-            JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "rank %d's %s SMALL ends in a cut piece", me,
-                    inc_wire_stream_name(c->stream));
-            break;
-        }
         memcpy(&p, sm->buf + at, sizeof(p));
-        if (p.length == 0 || p.length > sm->len - at - sizeof(p) ||
-            inc_wire_dc_piece_length(p.length) > sm->len - at) {
-            JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
-                    "rank %d's %s SMALL has a piece of %llu bytes with %zu left", me,
-                    inc_wire_stream_name(c->stream), (unsigned long long)p.length,
-                    sm->len - at - sizeof(p));
-            break;
-        }
         if (!take_piece(m, job, c, me, cr, &p, sm->buf + at + sizeof(p)))
             break;
         at += (size_t)inc_wire_dc_piece_length(p.length);

@@ -95,19 +95,20 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
 
 /*
  * What dispatch and combine add to a job that uses them (dc.c): per stream, N ranks x
- * credits of contributions of at most a chunk each (a DATA, or a SMALL of at most half a
- * chunk); combine results, one per item of at most a chunk, and each item holds its owner's
- * set chunk, so at most N x credits of them; and the plans of the open collectives: each
- * rank's POST (fixed fields and 2 N counts), and per collective N x N counts of what went
- * where, for about credits collectives per stream.  The dispatch copies toward each rank
- * are built only as its output queue takes them (--egress-chunks bounds them per
- * connection) and are not charged here.
+ * credits of contributions of at most a chunk each (a DATA, or a SMALL's pieces, whose plan
+ * fields count with the plans below); combine results, one per item of at most a chunk, and each
+ * item holds its owner's set chunk, so at most N x credits of them; and the plans of the open
+ * collectives: each rank's POST (fixed fields and 2 N counts), and per collective N x N counts of
+ * what went where, for about credits collectives per stream.  While a plan copies the SMALLs'
+ * pieces into their items, their N buffers exist twice: one plan at a time.  The dispatch copies
+ * toward each rank are built only as its output queue takes them (--egress-chunks bounds
+ * them per connection) and are not charged here.
  */
 static size_t job_dc_memory_bound(const switch_settings_t *set, int nranks)
 {
     const size_t c = set->chunk_size, n = (size_t)nranks;
     const size_t plan = n * (sizeof(struct inc_wire_dc_post) + 8 * n) + 12 * n * n + 16 * n + 256;
-    return (size_t)set->credits * (2 * n * c + n * c + 2 * plan);
+    return (size_t)set->credits * (2 * n * c + n * c + 2 * plan) + n * c;
 }
 
 int job_admit_dc(membership_t *m, job_t *job, int rank)

@@ -654,14 +654,15 @@ TEST_P(Dc, EveryDatatypeAndOperation)
     }));
 }
 
-/* A rank's whole contribution goes as one SMALL up to half a chunk: the rows per rank sweep
-   across that limit (all-ranks sets: each row goes out), and both sides are exact. */
+/* A rank's whole contribution goes as one SMALL while its pieces take at most a chunk: the
+   rows per rank sweep across that limit (each row and its set take 128 bytes, a piece's
+   header 32: 31 rows are small, 32 not), and both sides are exact. */
 TEST_P(Dc, BothSidesOfTheSmallLimit)
 {
     EXPECT_RANKS(run(4, [&](incmoe_comm_t *comm, int me) -> std::string {
-        const size_t rb = 120; /* 128 bytes a row with its set: the limit is near 15 rows */
+        const size_t rb = 120;
         unsigned seed = 50;
-        for (size_t t = 10; t <= 20; t++) {
+        for (size_t t = 28; t <= 36; t++) {
             for (SetShape sh : {ALL_RANKS, OTHERS_ONLY}) {
                 Case c = make_case(4, rows_for(4, t, 0), rb, sh, seed++);
                 c.row_count = rb / 4; /* partials as large as the rows */

@@ -215,8 +215,8 @@ TEST(Wire, DispatchAndCombineMessages)
     EXPECT_EQ(inc_wire_dc_rows_per_chunk(120, 8, 4096), 32u);  /* 120 + 8 bytes a row */
     EXPECT_EQ(inc_wire_dc_rows_per_chunk(120, 65, 4096), 30u); /* two set words */
     EXPECT_EQ(inc_wire_dc_rows_per_chunk(9000, 2, 4096), 1u);  /* at least one */
-    EXPECT_TRUE(inc_wire_dc_is_small(2048, 4096));
-    EXPECT_FALSE(inc_wire_dc_is_small(2049, 4096));
+    EXPECT_TRUE(inc_wire_dc_is_small(4096, 4096));
+    EXPECT_FALSE(inc_wire_dc_is_small(4097, 4096));
     EXPECT_EQ(inc_wire_dc_piece_length(1), 40u);
 
     std::string why;
