@@ -69,6 +69,37 @@ TEST(DispatchPlan, RowSizesThatDisagreeAreAMismatchBeforeCapacity)
     EXPECT_STREQ(v.reason, "dispatch epoch 3: rank 1 has rows of 32 bytes, rank 0 of 16");
 }
 
+/* A rank that refused its arguments fails the dispatch on every rank with its reason, before
+   the shapes and capacities are looked at; the lowest such rank is named. */
+TEST(DispatchPlan, ARefusalComesFirstAndNamesTheLowestRefusingRank)
+{
+    DispatchPlan p({{9, 0, 0}, {0, 0, 0}, {0, 0, 0}}, {0, 0, 0}, {16, 32, 16});
+    p.in[2].refused = "mask has shape (3, 2), expected (3, 3)";
+    inc_dc_verdict_t v = p.verdict(5);
+    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(v.rank, 2);
+    EXPECT_STREQ(v.reason, "dispatch epoch 5: rank 2 refused its dispatch arguments: mask has "
+                           "shape (3, 2), expected (3, 3)");
+    p.in[1].refused = "x is not contiguous";
+    v = p.verdict(5);
+    EXPECT_EQ(v.rank, 1);
+    EXPECT_STREQ(v.reason,
+                 "dispatch epoch 5: rank 1 refused its dispatch arguments: x is not contiguous");
+}
+
+/* What every rank carries of a reason is its first INCMOE_REFUSAL_MAX - 1 bytes: the verdict
+   names no more, whatever the refusing rank held. */
+TEST(DispatchPlan, ARefusalsReasonIsBoundedAsTheRanksCarryIt)
+{
+    DispatchPlan p({{0}}, {0}, {8});
+    std::string why(3 * INCMOE_REFUSAL_MAX, 'x');
+    p.in[0].refused = why.c_str();
+    inc_dc_verdict_t v = p.verdict(1);
+    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(std::string(v.reason), "dispatch epoch 1: rank 0 refused its dispatch arguments: " +
+                                         std::string(INCMOE_REFUSAL_MAX - 1, 'x'));
+}
+
 struct CombinePlan {
     std::vector<std::vector<uint32_t>> sent, recvd;
     std::vector<inc_dc_combine_in_t> in;
@@ -120,6 +151,18 @@ TEST(CombinePlan, AnotherDispatchOrShapeIsAMismatchNamingTheRank)
     EXPECT_EQ(v.status, INCMOE_ERR_MISMATCH);
     EXPECT_STREQ(v.reason, "combine epoch 9: rank 1 has rows of 16 bfloat16 (sum), rank 0 of 16 "
                            "float (sum)");
+}
+
+TEST(CombinePlan, ARefusalComesBeforeTheDispatchAndTheShapes)
+{
+    CombinePlan p({{1, 2}, {3, 0}}, {{1, 3}, {1, 0}});
+    p.in[1].dispatch_epoch = 8;
+    p.in[1].refused = "partials have 3 rows, the dispatch delivered 4";
+    inc_dc_verdict_t v = p.verdict(6);
+    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(v.rank, 1);
+    EXPECT_STREQ(v.reason, "combine epoch 6: rank 1 refused its combine arguments: partials "
+                           "have 3 rows, the dispatch delivered 4");
 }
 
 /* ------------------------------------------------------------------------ */
