@@ -706,6 +706,117 @@ TEST_P(Dc, BothSidesOfTheSmallLimit)
     }));
 }
 
+/* A refused dispatch or combine (incmoe.h, "A refusal"): every rank's fails with
+   INCMOE_ERR_INVALID_ARG and the lowest refusing rank's reason, bounded as carried; nothing is
+   written, the refused dispatch is kept as failed (released here), a combine that failed so
+   keeps its dispatch, and the same communicator then runs both exactly. */
+std::string refuse_round(incmoe_comm_t *comm, int me, const std::vector<std::string> &reasons,
+                         bool combine, const Case &c)
+{
+    Buffers b;
+    incmoe_req_t d, req;
+    incmoe_status_t st;
+    if (combine) {
+        st = post_dispatch(comm, c, me, b, &d);
+        if (st == INCMOE_ERR_UNSUPPORTED)
+            return kUnsupported;
+        if (st != INCMOE_OK)
+            return why(comm, st, "dispatch before the refused combine") + " / " + req_why(comm, &d);
+    }
+    const bool refuses = !reasons[me].empty();
+    if (!refuses && !combine) {
+        st = post_dispatch(comm, c, me, b, &req);
+    } else if (!combine) {
+        incmoe_dispatch_params_t p = {};
+        p.field_mask = INCMOE_DISPATCH_PARAM_REFUSED;
+        p.refused = reasons[me].c_str();
+        st = incmoe_dispatch(comm, &p, &req);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &req);
+    } else {
+        std::vector<unsigned char> part(std::max<size_t>(1, c.received(me).size() * 32), 0),
+            out(c.rows[me] * 32 + 32, kCanary);
+        incmoe_mr_t *mp, *mo;
+        CHECK_OK(incmoe_mem_register(comm, part.data(), part.size(), &mp));
+        CHECK_OK(incmoe_mem_register(comm, out.data(), out.size(), &mo));
+        incmoe_combine_params_t p = {};
+        if (refuses) {
+            p.field_mask = INCMOE_COMBINE_PARAM_REFUSED;
+            p.refused = reasons[me].c_str();
+        } else {
+            p.dispatch = d;
+            p.send_mr = mp;
+            p.recv_mr = mo;
+            p.row_count = 8;
+            p.dtype = INCMOE_FLOAT32;
+            p.op = INCMOE_SUM;
+        }
+        st = incmoe_combine(comm, &p, &req);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &req);
+        for (size_t k = 0; k < out.size(); k++)
+            if (out[k] != kCanary)
+                return "a refused combine wrote its result";
+        incmoe_mem_deregister(comm, mp);
+        incmoe_mem_deregister(comm, mo);
+    }
+    if (st == INCMOE_ERR_UNSUPPORTED)
+        return kUnsupported;
+    if (st != INCMOE_ERR_INVALID_ARG)
+        return why(comm, st, "the refused collective gave") + " (wanted invalid argument)";
+    int first = 0;
+    while (reasons[first].empty())
+        first++;
+    const char *name = combine ? "combine" : "dispatch";
+    std::string want = std::string(name) + " epoch " + std::to_string(req.epoch) + ": rank " +
+                       std::to_string(first) + " refused its " + name +
+                       " arguments: " + reasons[first].substr(0, INCMOE_REFUSAL_MAX - 1);
+    if (req_why(comm, &req) != want)
+        return "reason '" + req_why(comm, &req) + "', wanted '" + want + "'";
+    if (!combine) {
+        size_t nrecv = 99;
+        if (incmoe_dispatch_result(comm, &req, &nrecv, nullptr, 0) != INCMOE_ERR_INVALID_ARG ||
+            nrecv != 99)
+            return "the refused dispatch's result is not its failure";
+        for (size_t k = 0; k < b.recv.size(); k++)
+            if (b.recv[k] != kCanary)
+                return "a refused dispatch wrote rows";
+        CHECK_OK(incmoe_dispatch_release(comm, &req));
+        return "";
+    }
+    /* The failed combine kept its dispatch: it combines now. */
+    return run_combine(comm, c, me, b, &d);
+}
+
+TEST_P(Dc, ARefusalFailsTheCollectiveOnEveryRankWithItsReason)
+{
+    const int n = 3;
+    EXPECT_RANKS(run(n, [&](incmoe_comm_t *comm, int me) -> std::string {
+        const std::string longer(3 * INCMOE_REFUSAL_MAX, 'r');
+        const std::vector<std::vector<std::string>> rounds = {
+            {"mask has shape (5, 2), expected (5, 3)", "", ""},
+            {"", "", "x is not contiguous"},
+            {"", "partials have 4 rows", longer},
+            {longer, "", ""}};
+        unsigned seed = 900;
+        for (bool combine : {false, true}) {
+            for (const auto &reasons : rounds) {
+                Case c = make_case(n, rows_for(n, 6, 1), 32, RANDOM, seed++);
+                std::string e = refuse_round(comm, me, reasons, combine, c);
+                if (e == kUnsupported)
+                    return e;
+                if (!e.empty())
+                    return std::string(combine ? "combine" : "dispatch") + ": " + e;
+                /* The communicator carries on: a whole dispatch and combine, exact. */
+                if (!(e = dc_case(comm, make_case(n, rows_for(n, 9, 0), 40, MIXED, seed++), me))
+                         .empty())
+                    return "after a refusal: " + e;
+            }
+        }
+        return "";
+    }));
+}
+
 std::string variant_name(const ::testing::TestParamInfo<Variant> &info)
 {
     static const char *const names[] = {"inc", "ring", "a2a"};
