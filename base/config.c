@@ -16,6 +16,11 @@
 const inc_config_entry_t inc_config_table[] = {
     {"INCMOE_LOG_LEVEL", "warn", "log level: error, warn, info, debug, trace", TEXT},
     {"INCMOE_SWITCH", NULL, "host:port of incmoe-switchd (NCCL plugin, tools)", TEXT},
+    {"INCMOE_ALGO", "inc",
+     "torch backend: the algorithm of its communicators: inc (in-network), ring, or a2a (the "
+     "ring's collectives, every rank connected to every other; all_to_all_single on ring and "
+     "a2a)",
+     TEXT},
     {"INCMOE_AUTH_KEY", NULL, "shared key proven to the switch, never sent (1..64 bytes)", TEXT},
     {"INCMOE_AUTH_KEY_FILE", NULL, "file holding the shared secret (first line, 1..64 bytes)",
      TEXT},

@@ -17,12 +17,16 @@ static const char *const wire_msg_names[] = {
     [WIRE_MSG_FWD] = "FWD",
     [WIRE_MSG_CREDIT] = "CREDIT",
     [WIRE_MSG_DONE] = "DONE",
-    [WIRE_MSG_RING_HELLO] = "RING_HELLO",
+    [WIRE_MSG_PEER_HELLO] = "PEER_HELLO",
     [WIRE_MSG_RING_REDUCE] = "RING_REDUCE",
     [WIRE_MSG_RING_GATHER] = "RING_GATHER",
     [WIRE_MSG_SMALL] = "SMALL",
     [WIRE_MSG_SMALL_FWD] = "SMALL_FWD",
     [WIRE_MSG_PLAN] = "PLAN",
+    [WIRE_MSG_PEER_PLAN] = "PEER_PLAN",
+    [WIRE_MSG_PEER_ROWS] = "PEER_ROWS",
+    [WIRE_MSG_PEER_PARTIALS] = "PEER_PARTIALS",
+    [WIRE_MSG_PEER_CREDIT] = "PEER_CREDIT",
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
@@ -170,6 +174,48 @@ static incmoe_status_t check_small_msg(const struct inc_wire_hdr *h, size_t payl
     return INCMOE_OK;
 }
 
+/* Dispatch and combine between the ranks: the stream each message belongs to, an epoch, and
+   for rows a range inside what the receiver was announced, whole elements of partials. */
+static incmoe_status_t check_peer_dc_msg(const struct inc_wire_hdr *h, size_t payload_length,
+                                         char *why, size_t why_len)
+{
+    const char *name = inc_wire_msg_name(h->msg);
+    int dispatch = h->stream == INCMOE_STREAM_DISPATCH,
+        combine = h->stream == INCMOE_STREAM_COMBINE;
+    if (!(dispatch || combine) || (h->msg == WIRE_MSG_PEER_ROWS && !dispatch) ||
+        ((h->msg == WIRE_MSG_PEER_PARTIALS || h->msg == WIRE_MSG_PEER_CREDIT) && !combine))
+        FAIL("%s on the %s stream", name, inc_wire_stream_name(h->stream));
+    if (h->epoch == 0)
+        FAIL("%s with epoch 0", name);
+    if (h->msg == WIRE_MSG_PEER_CREDIT) {
+        if (payload_length != 0 || h->length == 0)
+            FAIL("PEER_CREDIT of %llu credits carries %zu payload bytes",
+                 (unsigned long long)h->length, payload_length);
+        return INCMOE_OK;
+    }
+    if (h->length != payload_length)
+        FAIL("%s says %llu bytes but carries %zu: truncated or overlong", name,
+             (unsigned long long)h->length, payload_length);
+    if (h->msg == WIRE_MSG_PEER_PLAN) {
+        if (payload_length < sizeof(struct inc_wire_dc_post))
+            FAIL("PEER_PLAN payload of %zu bytes is truncated", payload_length);
+        return INCMOE_OK;
+    }
+    if (h->length == 0)
+        FAIL("empty %s", name);
+    if (h->offset >= h->total)
+        FAIL("%s at row %llu of %llu", name, (unsigned long long)h->offset,
+             (unsigned long long)h->total);
+    if (combine) {
+        if (h->dtype >= INC_DTYPE_COUNT || h->redop >= INC_REDOP_COUNT)
+            FAIL("%s with unknown datatype %u or operation %u", name, h->dtype, h->redop);
+        if (h->length % incmoe_dtype_size((incmoe_dtype_t)h->dtype) != 0)
+            FAIL("%s of %llu bytes: not whole %s elements", name, (unsigned long long)h->length,
+                 incmoe_dtype_name((incmoe_dtype_t)h->dtype));
+    }
+    return INCMOE_OK;
+}
+
 incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
                                    char *why, size_t why_len)
 {
@@ -214,14 +260,19 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
         if (!inc_wire_is_dc(h.stream))
             FAIL("PLAN for stream %u, neither dispatch nor combine", h.stream);
         return check_stream_msg(&h, payload_length, why, why_len);
+    case WIRE_MSG_PEER_PLAN:
+    case WIRE_MSG_PEER_ROWS:
+    case WIRE_MSG_PEER_PARTIALS:
+    case WIRE_MSG_PEER_CREDIT:
+        return check_peer_dc_msg(&h, payload_length, why, why_len);
     case WIRE_MSG_HEARTBEAT:
     case WIRE_MSG_LEAVE:
         if (payload_length != 0)
             FAIL("%s carries %zu payload bytes", inc_wire_msg_name(h.msg), payload_length);
         break;
-    case WIRE_MSG_RING_HELLO:
+    case WIRE_MSG_PEER_HELLO:
         if (payload_length != INCMOE_WIRE_TOKEN)
-            FAIL("RING_HELLO carries %zu payload bytes, not the %d of a ring token", payload_length,
+            FAIL("PEER_HELLO carries %zu payload bytes, not the %d of a peer token", payload_length,
                  INCMOE_WIRE_TOKEN);
         break;
     }

@@ -12,10 +12,10 @@
  * session token.  The switch takes UCX messages only from endpoints a JOIN
  * bound to such a session.
  *   JOIN       payload: struct inc_wire_join (with the session token) + the
- *              UCX worker address where ring neighbours reach this rank (or
+ *              UCX worker address where the other ranks reach this rank (or
  *              empty).  The key itself never crosses the wire.
  *   JOIN_ACK   switch -> every rank once all N joined.  payload: struct
- *              inc_wire_join_ack (the job's liveness timeout and its ring
+ *              inc_wire_join_ack (the job's liveness timeout and its peer
  *              token among its fields) + N address records (length-prefixed).
  *   ERROR      either direction.  status in hdr.status, the failing rank in
  *              hdr.rank, payload: a NUL-terminated human-readable reason.
@@ -139,17 +139,53 @@
  *              the DATA it stands for once the plan is OK, so ranks may mix
  *              the two forms.
  *
- * Ring baseline (rank -> right neighbour, no switch in the data path; ring.c):
- *   RING_HELLO   once after connecting, to finish UCX wire-up before bulk data;
- *                payload: the job's ring token from JOIN_ACK.  A rank takes ring
- *                data only from the endpoint whose HELLO named its left
- *                neighbour with the job's token.
+ * Between the ranks (no switch in the data path): each rank creates an
+ * endpoint to every rank it sends to (mesh.c: the ring's right neighbour, or
+ * every other rank) from the worker addresses of JOIN_ACK.
+ *   PEER_HELLO   the first message on every such endpoint, which also finishes
+ *                UCX wire-up before bulk data; payload: the job's peer token
+ *                from JOIN_ACK (ring_token), hdr.rank the sender.  A rank takes
+ *                messages between the ranks only from an endpoint whose HELLO
+ *                showed the job's token, and takes that endpoint's messages as
+ *                the HELLO's rank's, whatever their headers say.
+ *
+ * Ring baseline (rank -> right neighbour; ring.c, and a2a.c's AllGather,
+ * ReduceScatter and AllReduce):
  *   RING_REDUCE  a chunk of a running partial sum of block hdr.root (ReduceScatter,
  *                and AllReduce's first phase); the receiver adds its own partial
  *                and passes it on, or keeps it if the block is its own.
  *   RING_GATHER  a chunk of block hdr.root (AllGather, AllReduce's second phase);
  *                the receiver stores it and passes it on unless it is the last.
  *   Same root/offset/length/total/chunk/dtype/redop fields as DATA.
+ *
+ * Dispatch and combine between the ranks (the ring and a2a algorithms;
+ * dc_peer.c), every message on the mesh.  Rows are counted in rows, not
+ * bytes, in offset and total; length is payload bytes.
+ *   PEER_PLAN      every rank to every other, once per dispatch or combine,
+ *                  whether or not rows go between them: payload struct
+ *                  inc_wire_dc_post, then uint32 count[N] (dispatch: its rows
+ *                  whose set holds d; combine: that row of its dispatch), then
+ *                  for a dispatch uint32 rows[count[receiver]], the source rows
+ *                  the receiver gets, ascending; for a combine uint32 recvd[N]
+ *                  (the partials it gives each owner).  Every rank computes the
+ *                  same verdict (base/dc_plan.h) from the N plans; rows move
+ *                  only after an OK one.
+ *   PEER_ROWS      dispatch, source -> receiver: rows of the source's for the
+ *                  receiver, in order; offset = how many it sent the receiver
+ *                  before (their position in the receiver's block of that
+ *                  source), total = count[receiver], chunk = the message's
+ *                  index; at most max(1, chunk_size / row bytes) rows.
+ *   PEER_PARTIALS  combine, contributor -> owner (root): its partials of the
+ *                  owner's rows of owner chunk `chunk` (rows [chunk * k, +k),
+ *                  k = max(1, chunk_size / partial row bytes)), in row order;
+ *                  offset = the partials it sent the owner before, total = the
+ *                  rows it received from the owner; dtype/redop the combine's.
+ *                  Never empty; each consumes one of the contributor's
+ *                  credits toward that owner (JOIN_ACK's credits, for the
+ *                  stream), so an owner stages at most N - 1 times credits
+ *                  chunks.
+ *   PEER_CREDIT    combine, owner -> contributor: length = credits returned
+ *                  (the owner reduced the chunks they held).
  *
  * Flow control: JOIN_ACK grants every rank `credits` chunks of `chunk_size`
  * bytes per data stream.  A DATA message consumes one; the switch returns it
@@ -214,13 +250,17 @@ typedef enum {
     WIRE_MSG_FWD,
     WIRE_MSG_CREDIT,
     WIRE_MSG_DONE,
-    WIRE_MSG_RING_HELLO,
+    WIRE_MSG_PEER_HELLO,
     WIRE_MSG_RING_REDUCE,
     WIRE_MSG_RING_GATHER,
     WIRE_MSG_SMALL,
     WIRE_MSG_SMALL_FWD,
     WIRE_MSG_PLAN,
-    WIRE_MSG_LAST = WIRE_MSG_PLAN
+    WIRE_MSG_PEER_PLAN,
+    WIRE_MSG_PEER_ROWS,
+    WIRE_MSG_PEER_PARTIALS,
+    WIRE_MSG_PEER_CREDIT,
+    WIRE_MSG_LAST = WIRE_MSG_PEER_CREDIT
 } inc_wire_msg_t;
 
 struct inc_wire_hdr {
@@ -258,11 +298,12 @@ struct inc_wire_join_ack {
     uint64_t chunk_size;                   /* bytes of one DATA chunk */
     uint32_t timeout_ms;                   /* the job's liveness timeout (see HEARTBEAT) */
     uint32_t reserved;                     /* 0 */
-    uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ring neighbours show it */
+    uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ranks show it in PEER_HELLO */
 };
 
-/* Payload of POST (and head of SMALL) on the dispatch and combine streams; then uint32
-   count[nranks], and for combine uint32 recvd[nranks]. */
+/* What a rank says of a dispatch or combine: the payload of POST (and head of SMALL) on the
+   dispatch and combine streams, then uint32 count[nranks], and for combine uint32
+   recvd[nranks]; the head of PEER_PLAN, then the arrays of that message (see above). */
 struct inc_wire_dc_post {
     uint64_t rows;           /* T: this rank's rows in the dispatch */
     uint64_t row_bytes;      /* dispatch: of a row; combine: of a partial row */

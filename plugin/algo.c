@@ -10,7 +10,7 @@ static const struct {
 } client_algos[] = {
     [INCMOE_ALGO_INC] = {"inc", &client_innet_ops},
     [INCMOE_ALGO_RING] = {"ring", &client_ring_ops},
-    [INCMOE_ALGO_A2A] = {"a2a", NULL},
+    [INCMOE_ALGO_A2A] = {"a2a", &client_a2a_ops},
 };
 
 const client_algo_ops_t *client_algo_find(incmoe_algo_t algo, const char **name_p)

@@ -1,11 +1,13 @@
 /*
  * algo.h - the one table behind which an algorithm moves a communicator's
- * data: in-network through the switch (innet.c) or the ring between the
- * ranks (ring.c), found by incmoe_algo_t in algo.c.  The common code calls
- * these entries only from comm.c; the algorithms never call each other.  The
- * barrier, the join and liveness always go through the switch and are not the
- * algorithm's.  An algorithm moves every data stream (every stream but the
- * barrier), switching on op->stream inside its own entries.
+ * data: in-network through the switch (innet.c), the ring between the ranks
+ * (ring.c) or the all-to-all over the full mesh (a2a.c), found by
+ * incmoe_algo_t in algo.c.  The common code calls these entries only from
+ * comm.c; a2a.c runs the ring's entries through its table, otherwise the
+ * algorithms never call each other.  The barrier, the join and liveness
+ * always go through the switch and are not the algorithm's.  An algorithm
+ * moves every data stream (every stream but the barrier), switching on
+ * op->stream inside its own entries.
  */
 #ifndef INCMOE_ALGO_H
 #define INCMOE_ALGO_H
@@ -47,6 +49,7 @@ typedef struct client_algo_ops {
 
 extern const client_algo_ops_t client_innet_ops;
 extern const client_algo_ops_t client_ring_ops;
+extern const client_algo_ops_t client_a2a_ops;
 
 /* The algorithm's table, or NULL: for a value that names none (*name_p NULL), or one this
    build lists but does not have yet (*name_p its name). */

@@ -8,7 +8,10 @@
  *                    device-side posting over the public API
  *   post.c, join.c   the posting API and its checks; the join handshake
  *   dc_post.c        the posting calls of dispatch and combine, over post.c's
- *   innet.c, ring.c  the algorithms, behind algo.h (algo.c names them)
+ *   innet.c, ring.c, the algorithms, behind algo.h (algo.c names them);
+ *   a2a.c            a2a.c runs ring.c's entries over the full mesh
+ *   dc_peer.c        dispatch and combine between the ranks (ring, a2a)
+ *   mesh.c           the connections between the ranks (ring, a2a)
  *   coll.c           the collectives' common life: start, local part, retire
  *   dc.c             what dispatch and combine share: the kept dispatches,
  *                    the plan applied, the local rows, the outcomes
@@ -189,8 +192,9 @@ struct incmoe_comm {
     size_t rndv_thresh;
 
     inc_ucx_node_t node;
-    ucp_ep_h ep; /* to the switch */
-    int wake_fd; /* eventfd: new work for the proxy */
+    ucp_ep_h ep;              /* to the switch */
+    struct client_mesh *mesh; /* to the other ranks (mesh.c), for the algorithms that use it */
+    int wake_fd;              /* eventfd: new work for the proxy */
     pthread_t proxy;
     atomic_int stop;
 
@@ -213,9 +217,10 @@ struct incmoe_comm {
     int joined;
     uint32_t credits;
     uint64_t chunk_size;
-    void **peer_addr; /* [nranks] UCX worker addresses (ring), empty when not shared */
+    void **peer_addr; /* [nranks] UCX worker addresses (each followed by INC_UCX_ADDR_SLACK
+                         zero bytes, see base/ucx_addr.h), empty when not shared */
     size_t *peer_addr_len;
-    uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* ring neighbours show it in RING_HELLO */
+    uint8_t peer_token[INCMOE_WIRE_TOKEN]; /* the ranks show it each other in PEER_HELLO */
     ucp_address_t *worker_addr;            /* this rank's, for the bootstrap and JOIN */
     size_t worker_addr_len;
 
@@ -364,6 +369,74 @@ void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream);
 void client_op_free(incmoe_comm_t *comm, coll_op_t *op);
 /* DONE from the switch: a barrier completed. */
 void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h);
+
+/* --- the connections between the ranks (mesh.c) --- */
+
+typedef struct client_mesh client_mesh_t;
+
+/* An algorithm's message handler (as client_algo_ops_t.on_message): the mesh hands it what
+   arrived from a peer before the token was known, once the peer's HELLO was checked. */
+typedef ucs_status_t (*client_mesh_deliver_t)(incmoe_comm_t *comm, const struct inc_wire_hdr *h,
+                                              void *data, size_t length,
+                                              const ucp_am_recv_param_t *param);
+
+/* A message from another rank kept until it can be handled: an eager payload copied, a
+   rendezvous one's descriptor held. */
+typedef struct client_kept {
+    struct client_kept *next; /* the keeper's list */
+    struct inc_wire_hdr hdr;
+    ucp_ep_h from; /* the endpoint it arrived from, or NULL */
+    void *desc;    /* rendezvous descriptor, or */
+    void *copy;    /* the eager payload */
+    size_t length;
+} client_kept_t;
+
+/* Keep a message as its handler was given it; NULL when out of memory. */
+client_kept_t *client_kept_new(const struct inc_wire_hdr *h, void *data, size_t length,
+                               const ucp_am_recv_param_t *param);
+/* Hand a kept message to deliver as UCX would have, then free it (releasing a descriptor the
+   handler did not take). */
+void client_kept_deliver(incmoe_comm_t *comm, client_kept_t *k, client_mesh_deliver_t deliver);
+/* Free a kept message unhandled. */
+void client_kept_free(incmoe_comm_t *comm, client_kept_t *k);
+
+/* Before joining (peers may send before the JOIN_ACK is read): comm->mesh, no endpoint yet. */
+incmoe_status_t client_mesh_open(incmoe_comm_t *comm, client_mesh_deliver_t deliver);
+/* On the creating thread, after JOIN_ACK: endpoints to the span ranks after this one, and a
+   bounded wait until the span ranks before it bound theirs (span 1: the ring's neighbours;
+   nranks - 1: every rank). */
+incmoe_status_t client_mesh_connect(incmoe_comm_t *comm, int span);
+/* Proxy thread: endpoints to every rank not connected yet, their HELLOs sent; an error fails
+   the communicator. */
+incmoe_status_t client_mesh_open_all(incmoe_comm_t *comm);
+/* This rank's endpoint to peer, or NULL before it was opened. */
+ucp_ep_h client_mesh_ep(const incmoe_comm_t *comm, int peer);
+/* The reason of a connection lost while nothing was in flight, or NULL. */
+const char *client_mesh_broken(const incmoe_comm_t *comm);
+/* Every message from another rank first: the sender's rank (>= 0) when the algorithm is to
+   handle it, or -1 when the mesh took it (a HELLO, one held or dropped; *ret_p is the answer
+   to UCX). */
+int client_mesh_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                           size_t length, const ucp_am_recv_param_t *param, ucs_status_t *ret_p);
+/* Closing, with the worker still alive and no proxy running: the endpoints and comm->mesh. */
+void client_mesh_close(incmoe_comm_t *comm);
+
+/* --- dispatch and combine between the ranks, over the mesh (dc_peer.c) --- */
+
+typedef struct client_dc_peer client_dc_peer_t;
+
+/* Before joining: its state (the credits are JOIN_ACK's, taken when first needed). */
+client_dc_peer_t *client_dc_peer_open(incmoe_comm_t *comm);
+/* A started dispatch or combine of more than one rank: the plans out, and what it can send. */
+void client_dc_peer_start(incmoe_comm_t *comm, client_dc_peer_t *dcp, coll_op_t *op);
+/* A PEER_* message the mesh took as from rank `from`. */
+ucs_status_t client_dc_peer_on_message(incmoe_comm_t *comm, client_dc_peer_t *dcp, int from,
+                                       const struct inc_wire_hdr *h, void *data, size_t length,
+                                       const ucp_am_recv_param_t *param);
+/* Every proxy loop turn: send what the windows and credits let go now. */
+void client_dc_peer_progress(incmoe_comm_t *comm, client_dc_peer_t *dcp);
+/* Closing, after the mesh closed: free it all (receives still landing are orphaned). */
+void client_dc_peer_close(incmoe_comm_t *comm, client_dc_peer_t *dcp);
 
 /* --- the join handshake (join.c) --- */
 

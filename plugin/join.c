@@ -4,7 +4,7 @@
  * base/bootstrap.h), the UCX endpoint to the worker address the switch sent
  * back, the JOIN message (the session token, and this rank's worker address
  * when the algorithm's peers need it), the bounded wait until every rank
- * joined, and the JOIN_ACK that forms the job (peers' addresses, ring token,
+ * joined, and the JOIN_ACK that forms the job (peers' addresses, peer token,
  * chunk size and flow-control grant).
  */
 #include "client.h"
@@ -13,6 +13,7 @@
 #include "base/config.h"
 #include "base/keyfile.h"
 #include "base/log.h"
+#include "base/ucx_addr.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -201,7 +202,8 @@ static int parse_addresses(incmoe_comm_t *comm, const char *data, size_t length,
             client_fail(comm, INCMOE_ERR_PROTOCOL, "JOIN_ACK: rank %d's address is truncated", r);
             return 0;
         }
-        comm->peer_addr[r] = malloc(len ? len : 1);
+        /* Zeroed slack after it: what a UCX transport may read past a malformed field. */
+        comm->peer_addr[r] = calloc(1, (size_t)len + INC_UCX_ADDR_SLACK);
         if (comm->peer_addr[r] == NULL) {
             client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for the address table");
             return 0;
@@ -231,7 +233,7 @@ void client_on_join_ack(incmoe_comm_t *comm, const char *data, size_t length)
     }
     if (!parse_addresses(comm, data, length, sizeof(ack)))
         return;
-    memcpy(comm->ring_token, ack.ring_token, sizeof(comm->ring_token));
+    memcpy(comm->peer_token, ack.ring_token, sizeof(comm->peer_token));
     comm->credits = ack.credits;
     comm->chunk_size = ack.chunk_size;
     /* The switch owns the job's timeout: heartbeats and the switch's silence follow it. */

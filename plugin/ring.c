@@ -3,10 +3,12 @@
  * AllGather, ReduceScatter and AllReduce between the ranks themselves, over
  * the same UCX transport and behind the same API as the in-network path.
  *
- * Ranks find each other through the switch (JOIN_ACK carries each rank's UCX
- * worker address and a random ring token of the job); afterwards the switch carries no data, only
- * the barrier and liveness.  Each rank talks to its right neighbour (r+1) and hears from its left
- * (r-1).  Every chunk moves on as soon as it arrives, so the N-1 ring steps overlap:
+ * Ranks find each other through the switch and connect over mesh.c (each
+ * rank's endpoint to its right neighbour at create, to the other ranks at the
+ * first dispatch or combine, which go point to point: dc_peer.c); afterwards
+ * the switch carries no data, only the barrier and liveness.  Each rank talks to its
+ * right neighbour (r+1) and hears from its left (r-1).  Every chunk moves on
+ * as soon as it arrives, so the N-1 ring steps overlap:
  *
  *   AllGather      rank r injects its block; a receiver stores a chunk of
  *                  block b and forwards it unless it is the last one to get it
@@ -22,14 +24,13 @@
  * Data for a collective this rank has not posted yet waits: a rendezvous
  * payload stays at the sender until the collective is posted, an eager one
  * is copied.  The communicator drives the ring through client_ring_ops
- * (algo.h); the barrier and liveness stay with the switch.
+ * (algo.h), and so does the a2a algorithm (a2a.c); the barrier and liveness
+ * stay with the switch.
  */
 #include "algo.h"
 #include "base/log.h"
 #include "base/reduce.h"
 #include "base/text.h"
-
-#include <openssl/crypto.h>
 
 #include <netinet/in.h>
 #include <stdio.h>
@@ -41,33 +42,11 @@
 
 #define SUBSYS "ring"
 
-typedef struct ring_pending {
-    struct ring_pending *next;
-    struct inc_wire_hdr hdr;
-    void *desc; /* rendezvous descriptor, or */
-    void *copy; /* the eager payload */
-    size_t length;
-} ring_pending_t;
-
-/*
- * Each rank creates an endpoint to its right neighbour's worker address, so
- * nothing listens.  The left neighbour's RING_HELLO, carrying the job's ring
- * token, binds the endpoint its messages arrive from (UCX names it with
- * UCP_AM_SEND_FLAG_REPLY); ring data from any other endpoint is refused.  A
- * dead left neighbour is the switch's to report (it fails the job).
- */
+/* The connections are the mesh's (comm->mesh): a dead left neighbour is the switch's to report
+   (it fails the job), a lost right one the mesh's. */
 typedef struct {
-    ucp_ep_h right;   /* we connected to it */
-    ucp_ep_h left_rx; /* the endpoint the left neighbour's HELLO arrived from */
-    int hello_from_left;
-    /* A HELLO that came before this rank's JOIN_ACK (which holds the token): checked by
-       ring_connect.  Data from its endpoint meanwhile can only wait as pending, since no
-       collective is posted before ring_connect returns. */
-    int hello_pending;
-    uint32_t hello_rank;
-    uint8_t hello_token[INCMOE_WIRE_TOKEN];
-    ring_pending_t *pending;
-    char broken[160]; /* a neighbour connection failed while nothing was in flight */
+    client_kept_t *pending; /* data of collectives not started here yet */
+    client_dc_peer_t *dcp;  /* dispatch and combine, point to point (dc_peer.c) */
 } ring_t;
 
 typedef struct {
@@ -119,7 +98,6 @@ static void ring_send(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, in
                       uint64_t offset, uint64_t length, uint64_t total, const void *payload,
                       ucp_mem_h memh, void *owned)
 {
-    ring_t *ring = comm->algo;
     send_ctx_t *ctx = client_ctx(comm, msg);
     if (ctx == NULL) {
         free(owned);
@@ -136,7 +114,8 @@ static void ring_send(incmoe_comm_t *comm, coll_op_t *op, inc_wire_msg_t msg, in
     ctx->hdr.dtype = (uint8_t)op->dtype;
     ctx->hdr.redop = (uint8_t)op->redop;
     ctx->payload_owned = owned;
-    client_send_ep(comm, ring->right, ctx, payload, length, memh, &op->sent);
+    client_send_ep(comm, client_mesh_ep(comm, ring_right(comm)), ctx, payload, length, memh,
+                   &op->sent);
 }
 
 /* Send every chunk of [base, base+bytes) of a block to the right. */
@@ -156,17 +135,14 @@ static ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr 
 static void ring_replay_pending(incmoe_comm_t *comm, incmoe_stream_t stream, uint64_t epoch)
 {
     ring_t *ring = comm->algo;
-    ring_pending_t **pp = &ring->pending;
+    client_kept_t **pp = &ring->pending;
     while (*pp != NULL) {
-        ring_pending_t *p = *pp;
-        if (p->hdr.stream == stream && p->hdr.epoch == epoch) {
-            *pp = p->next;
-            ucp_am_recv_param_t param = {.recv_attr = p->desc ? UCP_AM_RECV_ATTR_FLAG_RNDV : 0};
-            ring_on_data(comm, &p->hdr, p->desc ? p->desc : p->copy, p->length, &param);
-            free(p->copy);
-            free(p);
+        client_kept_t *k = *pp;
+        if (k->hdr.stream == stream && k->hdr.epoch == epoch) {
+            *pp = k->next;
+            client_kept_deliver(comm, k, ring_on_data);
         } else {
-            pp = &p->next;
+            pp = &k->next;
         }
     }
 }
@@ -175,9 +151,12 @@ static void ring_start(incmoe_comm_t *comm, coll_op_t *op)
 {
     const int me = comm->rank, n = comm->nranks;
     char *send, *recv;
-    ring_t *ring = comm->algo;
-    if (ring->broken[0] != '\0') {
-        client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ring->broken);
+    if (client_mesh_broken(comm) != NULL) {
+        client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", client_mesh_broken(comm));
+        return;
+    }
+    if (op->stream == INCMOE_STREAM_DISPATCH || op->stream == INCMOE_STREAM_COMBINE) {
+        client_dc_peer_start(comm, ((ring_t *)comm->algo)->dcp, op);
         return;
     }
     op->all_issued = 1; /* forwards are issued as chunks arrive, counted in op->sent */
@@ -266,7 +245,7 @@ static void ring_recv_cb(void *request, ucs_status_t status, size_t length, void
 
 /* Data for a collective this rank has not posted yet: keep it until ring_start replays it. */
 static ucs_status_t ring_keep_early(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
-                                    size_t length, int rndv)
+                                    size_t length, const ucp_am_recv_param_t *param)
 {
     ring_t *ring = comm->algo;
     if (h->epoch <= client_stream_completed(&comm->streams[h->stream])) {
@@ -274,21 +253,14 @@ static ucs_status_t ring_keep_early(incmoe_comm_t *comm, const struct inc_wire_h
                     inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
         return UCS_ERR_INVALID_PARAM;
     }
-    ring_pending_t *p = calloc(1, sizeof(*p));
-    if (p == NULL || (!rndv && (p->copy = malloc(length ? length : 1)) == NULL)) {
-        free(p);
+    client_kept_t *k = client_kept_new(h, data, length, param);
+    if (k == NULL) {
         client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for early ring data");
         return UCS_ERR_NO_MEMORY;
     }
-    p->hdr = *h;
-    p->length = length;
-    if (rndv)
-        p->desc = data;
-    else
-        memcpy(p->copy, data, length);
-    p->next = ring->pending;
-    ring->pending = p;
-    return rndv ? UCS_INPROGRESS : UCS_OK;
+    k->next = ring->pending;
+    ring->pending = k;
+    return k->desc != NULL ? UCS_INPROGRESS : UCS_OK;
 }
 
 static ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
@@ -302,7 +274,7 @@ static ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr 
     }
     coll_op_t *op = client_find_op(comm, h->stream, h->epoch);
     if (op == NULL || !op->started)
-        return ring_keep_early(comm, h, data, length, rndv);
+        return ring_keep_early(comm, h, data, length, param);
     /* Which blocks may come from the left: every block but our own passes by in a gather;
        in a reduction every block but the one we inject (r-1) comes by, our own last. */
     const int n = comm->nranks;
@@ -357,141 +329,49 @@ static ucs_status_t ring_on_data(incmoe_comm_t *comm, const struct inc_wire_hdr 
     return UCS_INPROGRESS;
 }
 
-/*
- * A neighbour's connection failed.  With ring collectives in flight that fails
- * the communicator now.  With none, it is usually a neighbour that finished and
- * closed first; the next ring collective fails with this reason instead.
- */
-static void ring_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+static ucs_status_t ring_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
+                                    size_t length, const ucp_am_recv_param_t *param)
 {
-    incmoe_comm_t *comm = arg;
-    ring_t *ring = comm->algo;
-    if (ring == NULL) /* closed already: nothing is in flight on it */
-        return;
-    int peer =
-        ep == ring->right ? ring_right(comm) : (comm->rank + comm->nranks - 1) % comm->nranks;
-    snprintf(ring->broken, sizeof(ring->broken), "lost the ring connection to rank %d: %s", peer,
-             ucs_status_string(status));
-    for (int s = 0; s < INC_STREAM_COUNT; s++) {
-        if (s != INCMOE_STREAM_BARRIER && comm->streams[s].head != NULL) {
-            client_fail(comm, INCMOE_ERR_PEER_FAILED, "%s", ring->broken);
-            return;
+    ucs_status_t ret;
+    int from = client_mesh_on_message(comm, h, data, length, param, &ret);
+    if (from < 0)
+        return ret;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (h->msg == WIRE_MSG_RING_REDUCE || h->msg == WIRE_MSG_RING_GATHER) {
+        if (from != (comm->rank + comm->nranks - 1) % comm->nranks) {
+            client_fail(comm, INCMOE_ERR_PROTOCOL, "%s from rank %d, not the left neighbour",
+                        inc_wire_msg_name(h->msg), from);
+            return UCS_ERR_INVALID_PARAM;
         }
+        return ring_on_data(comm, h, data, length, param);
     }
-    log_debug(SUBSYS, "rank %d: %s (no ring collective in flight)", comm->rank, ring->broken);
+    if (h->msg == WIRE_MSG_PEER_PLAN || h->msg == WIRE_MSG_PEER_ROWS ||
+        h->msg == WIRE_MSG_PEER_PARTIALS || h->msg == WIRE_MSG_PEER_CREDIT)
+        return client_dc_peer_on_message(comm, ((ring_t *)comm->algo)->dcp, from, h, data, length,
+                                         param);
+    client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s%s from rank %d",
+                inc_wire_msg_name(h->msg), rndv ? " (rendezvous)" : "", from);
+    return UCS_ERR_INVALID_PARAM;
 }
 
 static incmoe_status_t ring_open(incmoe_comm_t *comm, int *share_addr)
 {
-    comm->algo = calloc(1, sizeof(ring_t));
+    ring_t *ring = calloc(1, sizeof(ring_t));
+    comm->algo = ring;
     *share_addr = comm->nranks > 1;
-    return comm->algo != NULL ? INCMOE_OK : INCMOE_ERR_NO_MEMORY;
-}
-
-/* The pending HELLO must name the left neighbour and show the job's ring token. */
-static void ring_check_hello(incmoe_comm_t *comm)
-{
-    ring_t *ring = comm->algo;
-    uint32_t left = (uint32_t)((comm->rank + comm->nranks - 1) % comm->nranks);
-    ring->hello_pending = 0;
-    if (ring->hello_rank != left ||
-        CRYPTO_memcmp(ring->hello_token, comm->ring_token, INCMOE_WIRE_TOKEN) != 0) {
-        log_warn(SUBSYS,
-                 "rank %d: refused a RING_HELLO claiming rank %u without the job's ring "
-                 "token",
-                 comm->rank, ring->hello_rank);
-        ring->left_rx = NULL;
-        return;
-    }
-    ring->hello_from_left = 1;
+    if (ring == NULL || (ring->dcp = client_dc_peer_open(comm)) == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    return client_mesh_open(comm, ring_on_message);
 }
 
 static incmoe_status_t ring_connect(incmoe_comm_t *comm)
 {
-    if (comm->nranks == 1)
-        return INCMOE_OK;
-    ring_t *ring = comm->algo;
-    int peer = ring_right(comm);
-    if (comm->peer_addr_len[peer] == 0) {
-        client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d sent no worker address for the ring", peer);
-        return INCMOE_ERR_PROTOCOL;
-    }
-    ucp_ep_params_t params = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = (const ucp_address_t *)comm->peer_addr[peer],
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = ring_ep_err_cb, .arg = comm},
-    };
-    ucs_status_t ust = ucp_ep_create(comm->node.worker, &params, &ring->right);
-    if (ust != UCS_OK) {
-        client_fail(comm, INCMOE_ERR_UNREACHABLE, "cannot reach ring neighbour %d: %s", peer,
-                    ucs_status_string(ust));
-        return INCMOE_ERR_UNREACHABLE;
-    }
-    /* One small round before bulk data (sends posted before wire-up ends go eager); it
-       shows the right neighbour this rank belongs to the job. */
-    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_RING_HELLO);
-    void *token = malloc(INCMOE_WIRE_TOKEN);
-    if (ctx == NULL || token == NULL) {
-        free(ctx);
-        free(token);
-        return INCMOE_ERR_NO_MEMORY;
-    }
-    memcpy(token, comm->ring_token, INCMOE_WIRE_TOKEN);
-    ctx->hdr.length = INCMOE_WIRE_TOKEN;
-    ctx->payload_owned = token;
-    client_send_ep(comm, ring->right, ctx, token, INCMOE_WIRE_TOKEN, NULL, &comm->ctrl_sent);
-    ucp_request_param_t fp = {.op_attr_mask = 0};
-    ucs_status_t fst =
-        inc_ucx_request_wait(&comm->node, ucp_ep_flush_nbx(ring->right, &fp), comm->timeout_ms);
-    if (ring->hello_pending)
-        ring_check_hello(comm);
-    double deadline = inc_now_s() + comm->timeout_ms / 1000.0;
-    while (fst == UCS_OK && !ring->hello_from_left && atomic_load(&comm->error) == 0 &&
-           inc_now_s() < deadline)
-        inc_ucx_node_wait(&comm->node, -1, 20);
-    if (atomic_load(&comm->error) != 0)
-        return (incmoe_status_t)atomic_load(&comm->error);
-    if (fst != UCS_OK || !ring->hello_from_left) {
-        client_fail(comm, INCMOE_ERR_TIMEOUT, "ring wire-up with ranks %d and %d did not finish",
-                    (comm->rank + comm->nranks - 1) % comm->nranks, ring_right(comm));
-        return INCMOE_ERR_TIMEOUT;
-    }
-    return INCMOE_OK;
+    return client_mesh_connect(comm, 1);
 }
 
-static ucs_status_t ring_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
-                                    size_t length, const ucp_am_recv_param_t *param)
+static void ring_progress(incmoe_comm_t *comm)
 {
-    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    ring_t *ring = comm->algo;
-    ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
-    if (h->msg == WIRE_MSG_RING_REDUCE || h->msg == WIRE_MSG_RING_GATHER) {
-        if (!(ring->hello_from_left || ring->hello_pending) || from == NULL ||
-            from != ring->left_rx) {
-            log_warn(SUBSYS, "rank %d: dropped ring data from an endpoint no RING_HELLO bound",
-                     comm->rank);
-            return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
-        }
-        return ring_on_data(comm, h, data, length, param);
-    }
-    if (h->msg == WIRE_MSG_RING_HELLO && !rndv && !ring->hello_from_left && !ring->hello_pending) {
-        if (from == NULL || length != INCMOE_WIRE_TOKEN) {
-            log_warn(SUBSYS, "rank %d: refused a RING_HELLO of %zu bytes", comm->rank, length);
-            return UCS_OK;
-        }
-        ring->left_rx = from;
-        ring->hello_rank = h->rank;
-        memcpy(ring->hello_token, data, INCMOE_WIRE_TOKEN);
-        ring->hello_pending = 1;
-        if (comm->joined)
-            ring_check_hello(comm);
-        return UCS_OK;
-    }
-    client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s%s", inc_wire_msg_name(h->msg),
-                rndv ? " (rendezvous)" : "");
-    return UCS_ERR_INVALID_PARAM;
+    client_dc_peer_progress(comm, ((ring_t *)comm->algo)->dcp);
 }
 
 static void ring_close(incmoe_comm_t *comm)
@@ -500,15 +380,12 @@ static void ring_close(incmoe_comm_t *comm)
     if (ring == NULL)
         return;
     while (ring->pending != NULL) {
-        ring_pending_t *p = ring->pending;
-        ring->pending = p->next;
-        if (p->desc != NULL)
-            ucp_am_data_release(comm->node.worker, p->desc);
-        free(p->copy);
-        free(p);
+        client_kept_t *k = ring->pending;
+        ring->pending = k->next;
+        client_kept_free(comm, k);
     }
-    if (ring->right != NULL)
-        inc_ucx_ep_close(&comm->node, ring->right, 0, client_close_bound_ms(comm));
+    client_mesh_close(comm);
+    client_dc_peer_close(comm, ring->dcp);
     free(ring);
     comm->algo = NULL;
 }
@@ -518,9 +395,9 @@ const client_algo_ops_t client_ring_ops = {
     .open = ring_open,
     .connect = ring_connect,
     .start = ring_start,
-    .progress = NULL,
+    .progress = ring_progress,
     .on_message = ring_on_message,
     .close = ring_close,
     .barrier_before_leave = 1,
-    .has_dc = 0, /* not yet: dispatch and combine return INCMOE_ERR_UNSUPPORTED */
+    .has_dc = 1,
 };

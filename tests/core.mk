@@ -11,6 +11,12 @@ test_wire_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 test_collectives_SOURCES = test_collectives.cc
 test_collectives_LDADD = libharness.la $(TEST_LIBS)
 
+# A peer's UCX worker address, checked before UCX sees it (base/ucx_addr.c).
+check_PROGRAMS += test_ucx_addr
+test_ucx_addr_SOURCES = test_ucx_addr.cc
+test_ucx_addr_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
+test_ucx_addr_LDADD = $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
+
 # Dispatch and combine: the plan's verdict, and the collectives on every algorithm.
 check_PROGRAMS += test_dispatch
 test_dispatch_SOURCES = test_dispatch.cc

@@ -31,7 +31,7 @@ extern "C" {
 namespace
 {
 
-/* Each case runs on both algorithms and both ways of moving bulk data: eager
+/* Each case runs on every algorithm and both ways of moving bulk data: eager
    (copied out of UCX's buffers; the TCP default) and rendezvous (received
    straight into the registered buffer; the RDMA choice). */
 struct Variant {
@@ -705,7 +705,7 @@ TEST_P(Collectives, BitwiseReproducibleWhateverThePostingOrder)
             };
             for (size_t i = 0; i < count; i++) {
                 float want_rs, want_ar;
-                if (GetParam().algo == INCMOE_ALGO_RING) {
+                if (GetParam().algo != INCMOE_ALGO_INC) { /* the ring's, a2a's too */
                     want_rs = ring_sum([&](int r) { return all_part[r][me * count + i]; }, me);
                     want_ar = ring_sum([&](int r) { return all_ar[r][i]; }, ar_block(i));
                 } else {
@@ -810,14 +810,18 @@ TEST(SmallCollectives, BothSidesOfTheLimitAreExact)
     });
 }
 
-/* Every test runs on both algorithms: the switch, and the ring baseline between the ranks. */
+/* Every test runs on every algorithm: the switch, the ring baseline between the ranks, and a2a
+   (the ring's collectives over the full mesh). */
 INSTANTIATE_TEST_SUITE_P(
     Algo, Collectives,
     ::testing::Values(Variant{INCMOE_ALGO_INC, false}, Variant{INCMOE_ALGO_RING, false},
-                      Variant{INCMOE_ALGO_INC, true}, Variant{INCMOE_ALGO_RING, true}),
+                      Variant{INCMOE_ALGO_A2A, false}, Variant{INCMOE_ALGO_INC, true},
+                      Variant{INCMOE_ALGO_RING, true}, Variant{INCMOE_ALGO_A2A, true}),
     [](const ::testing::TestParamInfo<Variant> &info) {
-        return std::string(info.param.algo == INCMOE_ALGO_INC ? "inc" : "ring") +
-               (info.param.rndv ? "_rndv" : "_eager");
+        const char *name = info.param.algo == INCMOE_ALGO_INC    ? "inc"
+                           : info.param.algo == INCMOE_ALGO_RING ? "ring"
+                                                                 : "a2a";
+        return std::string(name) + (info.param.rndv ? "_rndv" : "_eager");
     });
 
 } // namespace

@@ -43,10 +43,12 @@ std::string status_text(incmoe_status_t st)
 }
 
 incmoe_status_t create(const std::string &addr, unsigned long long job, int rank, int n,
-                       incmoe_comm_t **comm, int timeout_ms = 3000, const char *secret = nullptr)
+                       incmoe_comm_t **comm, int timeout_ms = 3000, const char *secret = nullptr,
+                       incmoe_algo_t algo = INCMOE_ALGO_INC)
 {
     incmoe_comm_params_t p = {};
-    p.field_mask = INCMOE_COMM_PARAM_TIMEOUT;
+    p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
+    p.algo = algo;
     p.switch_addr = addr.c_str();
     p.job_id = job;
     p.rank = rank;
@@ -472,32 +474,33 @@ TEST_F(Errors, JoinWithoutTheSessionTokenIsRefused)
     EXPECT_EQ(harness::failures(res), "");
 }
 
-/* A ring peer's RING_HELLO without the job's ring token binds nothing: the real rank's ring
-   wire-up does not finish (with the HELLO taken it would, at once), and its create fails
-   when the peer gives up and leaves the job, or at its timeout. */
-TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
+/* A peer's PEER_HELLO without the job's token binds nothing: the real rank's wire-up with the
+   other ranks does not finish (with the HELLO taken it would, at once), and its create fails
+   when the peer gives up and leaves the job, or at its timeout.  The ring waits for its left
+   neighbour's HELLO, a2a for every other rank's. */
+void expect_hello_without_token_refused(const std::string &addr, incmoe_algo_t algo)
 {
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(2, [&](int rank) -> std::string {
         if (rank == 0) {
             incmoe_comm_params_t p = {};
             p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
-            p.switch_addr = sw.addr.c_str();
+            p.switch_addr = addr.c_str();
             p.job_id = job;
             p.rank = 0;
             p.nranks = 2;
             p.timeout_ms = 2000;
-            p.algo = INCMOE_ALGO_RING;
+            p.algo = algo;
             incmoe_comm_t *comm;
             incmoe_status_t st = incmoe_comm_create(&p, &comm);
             if (st == INCMOE_OK)
                 incmoe_comm_destroy(comm);
             return st == INCMOE_ERR_TIMEOUT || st == INCMOE_ERR_PEER_FAILED
                        ? ""
-                       : "ring rank 0 gave " + status_text(st);
+                       : "rank 0 gave " + status_text(st);
         }
         RawClient c;
-        if (!c.connect(sw.addr))
+        if (!c.connect(addr))
             return "connect";
         c.join(job, 1, 2, nullptr, true);
         RawMsg ack;
@@ -509,7 +512,7 @@ TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
         memcpy(&len, ack.payload.data() + pos, sizeof(len));
         std::string rank0 = ack.payload.substr(pos + sizeof(len), len);
         inc_wire_hdr h;
-        inc_wire_hdr_init(&h, WIRE_MSG_RING_HELLO, job);
+        inc_wire_hdr_init(&h, WIRE_MSG_PEER_HELLO, job);
         h.rank = 1;
         h.length = INCMOE_WIRE_TOKEN;
         uint8_t wrong[INCMOE_WIRE_TOKEN] = {};
@@ -519,6 +522,16 @@ TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
         return "";
     });
     EXPECT_EQ(harness::failures(res), "");
+}
+
+TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
+{
+    expect_hello_without_token_refused(sw.addr, INCMOE_ALGO_RING);
+}
+
+TEST_F(Errors, A2aHelloWithoutTheJobsTokenIsRefused)
+{
+    expect_hello_without_token_refused(sw.addr, INCMOE_ALGO_A2A);
 }
 
 /* Restarts the fixture's switch logging at debug level to a file of the test's, so a test can
@@ -989,8 +1002,10 @@ TEST_F(Errors, JobsThatWouldExceedTheMemoryBoundAreRefused)
     EXPECT_EQ(harness::failures(res), "");
 }
 
-/* Ranks 0..n-2 wait on a collective; rank n-1 dies (or hangs) instead of joining it. */
-void expect_dead_rank_detected(const std::string &addr, int sig)
+/* Ranks 0..n-2 wait on a collective (an AllGather, or a dispatch with rows for every rank);
+   rank n-1 dies (or hangs) instead of joining it. */
+void expect_dead_rank_detected(const std::string &addr, int sig,
+                               incmoe_algo_t algo = INCMOE_ALGO_INC, bool dispatch = false)
 {
     const int n = 3, bound_ms = 2000;
     unsigned long long job = harness::unique_job_id();
@@ -998,7 +1013,7 @@ void expect_dead_rank_detected(const std::string &addr, int sig)
         n,
         [&](int rank) -> std::string {
             incmoe_comm_t *comm;
-            incmoe_status_t st = create(addr, job, rank, n, &comm, bound_ms);
+            incmoe_status_t st = create(addr, job, rank, n, &comm, bound_ms, nullptr, algo);
             if (st != INCMOE_OK)
                 return "create: " + status_text(st);
             std::string pidfile = "/tmp/incmoe-stopped-" + std::to_string(job);
@@ -1016,7 +1031,17 @@ void expect_dead_rank_detected(const std::string &addr, int sig)
             incmoe_layout_t l = {sizeof(buf) / n / 64 * 64, 0, sizeof(buf) / n / 64 * 64, nullptr};
             incmoe_req_t req;
             double t0 = inc_now_s();
-            st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
+            uint64_t sets[4] = {7, 7, 7, 7};
+            incmoe_dispatch_params_t dp = {};
+            dp.send_mr = mr;
+            dp.nrows = 4;
+            dp.row_bytes = 4096;
+            dp.sets = sets;
+            dp.recv_mr = mr;
+            dp.recv_offset = sizeof(buf) / 2;
+            dp.capacity = 4 * (size_t)n;
+            st = dispatch ? incmoe_dispatch(comm, &dp, &req)
+                          : incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
             if (st == INCMOE_OK)
                 st = incmoe_wait(comm, &req);
             double waited = inc_now_s() - t0;
@@ -1053,6 +1078,19 @@ TEST_F(Errors, KilledRankFailsTheOthersWithinTheBound)
 TEST_F(Errors, SilentRankFailsTheOthersWithinTheBound)
 {
     expect_dead_rank_detected(sw.addr, SIGSTOP);
+}
+
+/* On a2a every rank also holds a connection to the dead one: the first to notice names it. */
+TEST_F(Errors, A2aKilledRankFailsTheOthersWithinTheBound)
+{
+    expect_dead_rank_detected(sw.addr, SIGKILL, INCMOE_ALGO_A2A);
+}
+
+/* A rank killed while the others dispatch to it point to point: they fail naming it. */
+TEST_F(Errors, RankKilledDuringAPointToPointDispatchFailsThePeersNamingIt)
+{
+    expect_dead_rank_detected(sw.addr, SIGKILL, INCMOE_ALGO_A2A, true);
+    expect_dead_rank_detected(sw.addr, SIGKILL, INCMOE_ALGO_RING, true);
 }
 
 /* Rank 0 destroys its communicator with an AllGather the others never post; they wait on a
@@ -1151,6 +1189,16 @@ TEST_F(Errors, ReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
 TEST_F(Errors, RingReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
 {
     expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING, true);
+}
+
+TEST_F(Errors, A2aDestroyWithCollectiveInFlightFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_A2A);
+}
+
+TEST_F(Errors, A2aReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
+{
+    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_A2A, true);
 }
 
 /* With nothing in flight a release leaves in order: the others' next collective, among
@@ -1577,6 +1625,43 @@ std::string file_text(const std::string &path)
     if (f != nullptr)
         fclose(f);
     return s;
+}
+
+/* A peer's worker address from JOIN_ACK passes inc_ucx_addr_check before UCX unpacks it (UCX
+   asserts on some malformed ones): a peer that joined with one UCX cannot unpack, or with none,
+   fails the rank's create with a reason naming the peer (the ring's to its right neighbour,
+   a2a's to every other rank), and the process lives on. */
+TEST_F(Errors, PeerAddressUcxCannotUnpackFailsCreateNamingThePeer)
+{
+    for (incmoe_algo_t algo : {INCMOE_ALGO_RING, INCMOE_ALGO_A2A}) {
+        unsigned long long job = harness::unique_job_id();
+        auto res = harness::run_ranks(2, [&](int rank) -> std::string {
+            if (rank == 0) {
+                incmoe_comm_t *comm;
+                incmoe_status_t st = INCMOE_OK;
+                std::string path = with_stderr_to_file(
+                    [&] { st = create(sw.addr, job, 0, 2, &comm, 3000, nullptr, algo); });
+                std::string text = file_text(path);
+                unlink(path.c_str());
+                if (st == INCMOE_OK)
+                    incmoe_comm_destroy(comm);
+                if (st != INCMOE_ERR_PROTOCOL || text.find("rank 1") == std::string::npos ||
+                    text.find("address") == std::string::npos)
+                    return "create gave " + status_text(st) + ": " + text;
+                return "";
+            }
+            RawClient c;
+            if (!c.connect(sw.addr))
+                return "connect";
+            c.join(job, 1, 2); /* no usable worker address */
+            RawMsg ack;
+            if (!c.wait_for(WIRE_MSG_JOIN_ACK, &ack, 3000))
+                return "no JOIN_ACK";
+            c.progress(1000);
+            return "";
+        });
+        EXPECT_EQ(harness::failures(res), "") << "algo " << algo;
+    }
 }
 
 /* incmoe_comm_create in this (forked) rank: its status and what the library logged. */

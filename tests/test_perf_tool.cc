@@ -114,7 +114,7 @@ static std::string check_table(const RunResult &r, const Expect &e, const std::v
     return "";
 }
 
-/* ---- every op with both algorithms ------------------------------------------ */
+/* ---- every op with every algorithm ------------------------------------------ */
 
 class PerfOps : public ::testing::TestWithParam<std::tuple<const char *, const char *>>
 {

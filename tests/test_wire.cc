@@ -135,7 +135,7 @@ TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
     EXPECT_EQ(check(a, 16, &why), INCMOE_ERR_PROTOCOL);
     EXPECT_NE(why.find("truncated"), std::string::npos);
     EXPECT_EQ(check(a, 24, &why), INCMOE_ERR_PROTOCOL); /* a version-2 JOIN_ACK */
-    inc_wire_hdr_init(&a, WIRE_MSG_RING_HELLO, 1);
+    inc_wire_hdr_init(&a, WIRE_MSG_PEER_HELLO, 1);
     EXPECT_EQ(check(a, INCMOE_WIRE_TOKEN), INCMOE_OK);
     EXPECT_EQ(check(a, 0), INCMOE_ERR_PROTOCOL);
     inc_wire_hdr_init(&a, WIRE_MSG_JOIN_ACK, 1);
@@ -193,6 +193,66 @@ TEST(Wire, DispatchAndCombineMessages)
     h.epoch = 1;
     EXPECT_EQ(check(h, 0, &why), INCMOE_ERR_PROTOCOL);
     EXPECT_NE(why.find("DONE on the dispatch stream"), std::string::npos);
+}
+
+/* Dispatch and combine between the ranks: each message on its own stream, rows inside what
+   was announced, whole elements of partials, credits without payload. */
+TEST(Wire, PeerDispatchAndCombineMessages)
+{
+    std::string why;
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_PEER_PLAN, 1);
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 3;
+    h.length = sizeof(inc_wire_dc_post) + 8;
+    EXPECT_EQ(check(h, h.length), INCMOE_OK);
+    h.length = 8;
+    EXPECT_EQ(check(h, 8, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+    h.stream = INCMOE_STREAM_ALLGATHER;
+    h.length = sizeof(inc_wire_dc_post);
+    EXPECT_EQ(check(h, h.length), INCMOE_ERR_PROTOCOL);
+
+    inc_wire_hdr_init(&h, WIRE_MSG_PEER_ROWS, 1);
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 1;
+    h.offset = 4;
+    h.total = 5;
+    h.length = 100;
+    EXPECT_EQ(check(h, 100), INCMOE_OK);
+    EXPECT_EQ(check(h, 99), INCMOE_ERR_PROTOCOL); /* truncated */
+    h.offset = 5;
+    EXPECT_EQ(check(h, 100, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("row 5 of 5"), std::string::npos) << why;
+    h.offset = 0;
+    h.stream = INCMOE_STREAM_COMBINE;
+    EXPECT_EQ(check(h, 100), INCMOE_ERR_PROTOCOL); /* rows belong to a dispatch */
+
+    inc_wire_hdr_init(&h, WIRE_MSG_PEER_PARTIALS, 1);
+    h.stream = INCMOE_STREAM_COMBINE;
+    h.epoch = 2;
+    h.total = 3;
+    h.length = 12;
+    h.dtype = INCMOE_FLOAT32;
+    EXPECT_EQ(check(h, 12), INCMOE_OK);
+    h.length = 10;
+    EXPECT_EQ(check(h, 10, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("whole float"), std::string::npos) << why;
+    h.length = 12;
+    h.dtype = 200;
+    EXPECT_EQ(check(h, 12), INCMOE_ERR_PROTOCOL);
+
+    inc_wire_hdr_init(&h, WIRE_MSG_PEER_CREDIT, 1);
+    h.stream = INCMOE_STREAM_COMBINE;
+    h.epoch = 2;
+    h.length = 1;
+    EXPECT_EQ(check(h, 0), INCMOE_OK);
+    EXPECT_EQ(check(h, 4), INCMOE_ERR_PROTOCOL);
+    h.length = 0;
+    EXPECT_EQ(check(h, 0), INCMOE_ERR_PROTOCOL);
+    h.length = 1;
+    h.epoch = 0;
+    EXPECT_EQ(check(h, 0), INCMOE_ERR_PROTOCOL);
 }
 
 TEST(Wire, AllGatherDataNeedsNoDatatype)

@@ -7,9 +7,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "incmoe/incmoe.h"
 #include "base/config.h"
 
 #define ARG_MAX 64
+
+static const char *const arg_algo_names[] = {
+    [INCMOE_ALGO_INC] = "inc",
+    [INCMOE_ALGO_RING] = "ring",
+    [INCMOE_ALGO_A2A] = "a2a",
+};
+#define ARG_NALGOS ((int)(sizeof(arg_algo_names) / sizeof(arg_algo_names[0])))
+
+int inc_arg_algo(const char *text)
+{
+    for (int a = 0; a < ARG_NALGOS; a++)
+        if (strcmp(text, arg_algo_names[a]) == 0)
+            return a;
+    return -1;
+}
+
+const char *inc_arg_algo_name(int algo)
+{
+    return algo >= 0 && algo < ARG_NALGOS ? arg_algo_names[algo] : "unknown";
+}
 
 const inc_arg_t *inc_arg_find(const inc_arg_t *args, size_t n, const char *spelling)
 {

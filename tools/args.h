@@ -39,6 +39,13 @@ const inc_arg_t *inc_arg_find(const inc_arg_t *args, size_t n, const char *spell
    "PROG: bad value 'TEXT' for FLAG: WHY" (FN: as fn says it). */
 int inc_arg_read(const char *prog, const inc_arg_t *a, const char *spelled, const char *text);
 
+/* The collective algorithms by the names every tool (and INCMOE_ALGO) gives them: the
+   incmoe_algo_t value of "inc", "ring" or "a2a", or -1 for any other text. */
+int inc_arg_algo(const char *text);
+#define INC_ARG_ALGO_NAMES "inc, ring or a2a"
+/* The name of an incmoe_algo_t value, "unknown" for another. */
+const char *inc_arg_algo_name(int algo);
+
 /* text as a whole number 0..2^64-1 (decimal, 0x hex or 0 octal, no sign): 0, or -1. */
 int inc_arg_u64(const char *text, uint64_t *out);
 

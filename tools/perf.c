@@ -17,10 +17,11 @@
  * output, the ReduceScatter's input, the AllReduce's buffer.  --op agrs posts an
  * AllGather and a ReduceScatter of S bytes each at once and times both to
  * completion: eqbw = 2S / time (paper section 5.2), bound N/(N-1) BW for the
- * ring and 2 BW in the network.  The routed collectives (dispatch, combine,
- * and dc, the two of an MoE layer's consecutive steps in flight together) are
- * perf_dc.c's.  Collectives go through the public API (incmoe/incmoe.h) only;
- * embedded runs start the switch and the ranks with launch.h.
+ * ring (and a2a, whose AllGather and ReduceScatter are the ring's) and 2 BW in
+ * the network.  The routed collectives (dispatch, combine, and dc, the two of
+ * an MoE layer's consecutive steps in flight together) are perf_dc.c's.
+ * Collectives go through the public API (incmoe/incmoe.h) only; embedded runs
+ * start the switch and the ranks with launch.h.
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -41,14 +42,6 @@
 const char *const op_names[OP_COUNT] = {"allgather", "reducescatter", "allreduce", "agrs",
                                         "dispatch",  "combine",       "dc"};
 
-static const char *const algo_names[] = {
-    [INCMOE_ALGO_INC] = "inc", [INCMOE_ALGO_RING] = "ring", [INCMOE_ALGO_A2A] = "a2a"};
-
-const char *algo_name(incmoe_algo_t algo)
-{
-    return algo_names[algo];
-}
-
 /* ------------------------------------------------------------------------- */
 /* Command line                                                               */
 /* ------------------------------------------------------------------------- */
@@ -67,8 +60,9 @@ static void usage(FILE *f)
                "  -o, --op_redop OP     sum prod max min (default sum)\n"
                "      --op OP           allgather reducescatter allreduce agrs, or the routed\n"
                "                        dispatch combine dc (default agrs)\n"
-               "      --algo A          inc (in-network), ring or a2a (point to point for\n"
-               "                        dispatch and combine, the ring's otherwise; default inc)\n"
+               "      --algo A          inc (in-network), ring, or a2a (the full mesh: point to\n"
+               "                        point for dispatch and combine, the ring's collectives\n"
+               "                        otherwise) (default inc)\n"
                "      --link-mbps BW    link rate per direction, 0 < BW <= 1e9: report eqbw as\n"
                "                        %% of its bound, and a routed op's time against its own\n"
                "  routed collectives (dispatch, combine, dc = dispatch of step i || combine of\n"
@@ -146,13 +140,11 @@ static int op_arg(void *dst, const char *flag, const char *text)
 
 static int algo_arg(void *dst, const char *flag, const char *text)
 {
-    for (size_t a = 0; a < sizeof(algo_names) / sizeof(algo_names[0]); a++) {
-        if (strcmp(text, algo_names[a]) == 0) {
-            *(incmoe_algo_t *)dst = (incmoe_algo_t)a;
-            return 0;
-        }
-    }
-    return bad_value(flag, text, "see --help");
+    int algo = inc_arg_algo(text);
+    if (algo < 0)
+        return bad_value(flag, text, "allowed: " INC_ARG_ALGO_NAMES);
+    *(incmoe_algo_t *)dst = (incmoe_algo_t)algo;
+    return 0;
 }
 
 /* --route, --placement and --seed go to opts_t.route; each one given is noted
@@ -613,7 +605,7 @@ static int post_and_wait(rank_t *rk, size_t count, size_t blk)
 static void print_header(const opts_t *o)
 {
     printf("# incmoe-perf: op %s, algo %s, nranks %d, iters %d, warmup %d, check %d\n",
-           op_names[o->op], algo_name(o->algo), o->nranks, o->iters, o->warmup, o->check);
+           op_names[o->op], inc_arg_algo_name(o->algo), o->nranks, o->iters, o->warmup, o->check);
     if (op_routed(o->op)) {
         dc_print_header(o);
         return;

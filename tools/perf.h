@@ -52,9 +52,6 @@ typedef struct {
     int routing_given; /* -E, -k, --route, --placement or --seed */
 } opts_t;
 
-/* The name of an algorithm, as --algo takes it. */
-const char *algo_name(incmoe_algo_t algo);
-
 typedef struct {
     opts_t *o;
     incmoe_comm_t *comm;

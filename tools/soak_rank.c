@@ -2,7 +2,7 @@
  * soak_rank.c - incmoe-soak-rank, one rank of a fault-injection job (tools/faultsoak).
  *
  *   incmoe-soak-rank --switch HOST:PORT --rank R -N N --job ID [--steps S] [--bytes B]
- *                    [--op mix|agrs|allreduce] [--algo inc|ring] [--seed X] [--timeout-ms MS]
+ *                    [--op mix|agrs|allreduce] [--algo inc|ring|a2a] [--seed X] [--timeout-ms MS]
  *
  * Runs S steps; each step fills fresh int32 data (a hash of seed, step, rank
  * and element, so no step can pass on a previous step's bytes), poisons every
@@ -57,7 +57,7 @@ static void usage(FILE *f)
                "  --steps S        steps to run, 1..1000000 (default 20)\n"
                "  --bytes B        bytes of the N-block buffer, 4N..1G (default 256K)\n"
                "  --op OP          agrs, allreduce or mix (default mix: one, then the other)\n"
-               "  --algo A         inc or ring (default inc)\n"
+               "  --algo A         inc, ring or a2a (default inc)\n"
                "  --seed X         data seed, 0..2^62 (default 1)\n"
                "  --timeout-ms MS  join bound and the liveness timeout asked of the switch,\n"
                "                   1..86400000 (default INCMOE_TIMEOUT_MS)\n"
@@ -77,11 +77,12 @@ static int op_arg(void *dst, const char *flag, const char *text)
 
 static int algo_arg(void *dst, const char *flag, const char *text)
 {
-    if (strcmp(text, "inc") != 0 && strcmp(text, "ring") != 0) {
-        fprintf(stderr, PROG ": --algo must be inc or ring, got '%s'\n", text);
+    int algo = inc_arg_algo(text);
+    if (algo < 0) {
+        fprintf(stderr, PROG ": --algo must be " INC_ARG_ALGO_NAMES ", got '%s'\n", text);
         return -1;
     }
-    *(incmoe_algo_t *)dst = strcmp(text, "ring") == 0 ? INCMOE_ALGO_RING : INCMOE_ALGO_INC;
+    *(incmoe_algo_t *)dst = (incmoe_algo_t)algo;
     return 0;
 }
 

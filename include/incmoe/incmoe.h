@@ -237,9 +237,9 @@ incmoe_status_t incmoe_comm_create(const incmoe_comm_params_t *params, incmoe_co
  * or enter, a call on comm once destroy has started.
  *
  * First it waits, at most the job's timeout, until every collective this rank
- * posted has completed (or the communicator failed); with INCMOE_ALGO_RING it then
- * runs a barrier, bounded the same way, so no neighbour still needs this
- * rank's data.  Destroy therefore returns within about two timeouts plus a
+ * posted has completed (or the communicator failed); with INCMOE_ALGO_RING or
+ * INCMOE_ALGO_A2A it then runs a barrier, bounded the same way, so no other
+ * rank still needs this rank's data.  Destroy therefore returns within about two timeouts plus a
  * few seconds of closing, whatever the peers do.  Then:
  *   - all completed: the rank leaves in order; returns INCMOE_OK.
  *   - the communicator had failed: returns that error (the switch has already

@@ -113,6 +113,13 @@ def as_buffer(x, what):
     )
 
 
+def blank(nbytes):
+    """nbytes zero bytes the Communicator can register: a torch tensor, else a numpy array."""
+    if torch is not None:
+        return torch.zeros(nbytes, dtype=torch.uint8)
+    return numpy.zeros(nbytes, dtype=numpy.uint8)
+
+
 def owner_alive(owner, ptr, nbytes):
     """Does the owner still hold the memory it held when it was registered?"""
     if torch is not None and isinstance(owner, torch.UntypedStorage):

@@ -230,6 +230,9 @@ _PROTOS = {
     "incmoe_reducescatter": (_ST, [_P, _P, _SZ, _P, _SZ, _LAYP, _c.c_int, _c.c_int, _REQP]),
     "incmoe_allreduce": (_ST, [_P, _P, _SZ, _P, _SZ, _SZ, _c.c_int, _c.c_int, _REQP]),
     "incmoe_barrier": (_ST, [_P, _REQP]),
+    "incmoe_dispatch": (_ST, [_P, _c.POINTER(dispatch_params_t), _REQP]),
+    "incmoe_dispatch_result": (_ST, [_P, _REQP, _c.POINTER(_SZ), _c.POINTER(_c.c_uint32), _SZ]),
+    "incmoe_dispatch_release": (_ST, [_P, _REQP]),
     "incmoe_test": (_ST, [_P, _REQP]),
     "incmoe_wait": (_ST, [_P, _REQP]),
 }

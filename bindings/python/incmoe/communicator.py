@@ -54,6 +54,73 @@ class Work:
         return True
 
 
+class _RowsWork(Work):
+    """The dispatch under an all_to_all_single: once it completed (or failed), released, and
+    the rows each source sent checked against out_splits."""
+
+    def __init__(self, comm, req, keep, out_splits):
+        super().__init__(comm, req, keep)
+        self._out_splits = out_splits
+        self._released = False
+
+    def _release(self):
+        if not self._released and self._comm._ptr is not None:
+            self._released = True
+            _lib.lib().incmoe_dispatch_release(self._comm._ptr, ctypes.byref(self._req))
+
+    def _finish(self):
+        comm = self._comm._handle()
+        rows = sum(self._out_splits)
+        nrecv = ctypes.c_size_t()
+        src = (ctypes.c_uint32 * (2 * rows + 2))()
+        st = _lib.lib().incmoe_dispatch_result(
+            comm, ctypes.byref(self._req), ctypes.byref(nrecv), src, rows
+        )
+        self._release()
+        super()._finish()
+        _errors.check("incmoe_dispatch_result", st, comm)
+        got = [0] * len(self._out_splits)
+        for k in range(min(nrecv.value, rows)):
+            got[src[2 * k]] += 1
+        if nrecv.value != rows or got != list(self._out_splits):
+            raise ValueError(
+                "all_to_all_single: received %s rows from the ranks, out_splits says %s"
+                % (got if nrecv.value <= rows else "%d" % nrecv.value, list(self._out_splits))
+            )
+
+    def is_completed(self):
+        try:
+            return super().is_completed()
+        except _errors.IncmoeError:
+            self._release()
+            raise
+
+    def wait(self, timeout=None):
+        try:
+            return super().wait(timeout)
+        except _errors.IncmoeError:
+            self._release()
+            raise
+
+
+def _splits(splits, rows, n, what):
+    """splits as a list of n row counts summing to rows; None or []: rows / n each."""
+    if splits is None or len(splits) == 0:
+        if rows % n != 0:
+            raise ValueError(
+                "all_to_all_single: %s has %d rows along dim 0, not divisible by %d ranks: give "
+                "split sizes" % (what, rows, n)
+            )
+        return [rows // n] * n
+    out = [int(k) for k in splits]
+    if len(out) != n or any(k < 0 for k in out) or sum(out) != rows:
+        raise ValueError(
+            "all_to_all_single: %s splits %s: expected %d non-negative sizes summing to its %d "
+            "rows" % (what, list(splits), n, rows)
+        )
+    return out
+
+
 def _check_op(op, dtype, what):
     if op not in _lib.REDOPS:
         raise ValueError("%s: op %r: expected one of %s" % (what, op, ", ".join(_lib.REDOPS)))
@@ -91,7 +158,8 @@ class Communicator:
 
     switch: "host:port" of the switch; job: the job id (the same integer on
     every rank, 0..2**64-1); rank in 0..nranks-1; nranks 1..256; algo "inc"
-    (the switch multicasts and reduces) or "ring" (ranks exchange directly).
+    (the switch multicasts and reduces), "ring" (ranks exchange directly) or
+    "a2a" (the ring's collectives, every rank connected to every other).
     auth_key: the shared secret as bytes or str, or a pathlib.Path / other
     os.PathLike naming a key file (its first line, as incmoe-switchd
     --auth-key-file reads it); None lets libincmoe read INCMOE_AUTH_KEY or
@@ -134,7 +202,7 @@ class Communicator:
         if not isinstance(rank, int) or not 0 <= rank < nranks:
             raise ValueError("rank is %r: expected 0..%d" % (rank, nranks - 1))
         if algo not in _lib.ALGOS:
-            raise ValueError("algo is %r: expected 'inc' or 'ring'" % (algo,))
+            raise ValueError("algo is %r: expected one of %s" % (algo, ", ".join(_lib.ALGOS)))
         for name, v in (("timeout_ms", timeout_ms), ("progress_timeout_ms", progress_timeout_ms)):
             if v is not None and (not isinstance(v, int) or not 1 <= v <= 86400000):
                 raise ValueError("%s is %r: expected 1..86400000" % (name, v))
@@ -340,6 +408,55 @@ class Communicator:
         req = _lib.req_t()
         _errors.check("incmoe_barrier", _lib.lib().incmoe_barrier(comm, ctypes.byref(req)), comm)
         return self._finish(Work(self, req), async_op)
+
+    def all_to_all_single(self, out, inp, out_splits=None, in_splits=None, async_op=False):
+        """Rows along dim 0: in_splits[d] rows of inp go to rank d, in order; out gets
+        out_splits[s] rows from each rank s, in rank order (None: equal splits).  inp and
+        out agree in dtype and in every dimension but the first.  Point to point (a dispatch
+        whose rows each go to one rank): on the ring and a2a algorithms."""
+        comm = self._handle()
+        i = _buffers.as_buffer(inp, "all_to_all_single input")
+        o = _buffers.as_buffer(out, "all_to_all_single output")
+        ishape, oshape = tuple(inp.shape), tuple(out.shape)
+        if o.dtype != i.dtype or len(ishape) < 1 or ishape[1:] != oshape[1:]:
+            raise ValueError(
+                "all_to_all_single: input %s %s and output %s %s must have one dtype and the "
+                "same shape past dim 0" % (i.dtype, ishape, o.dtype, oshape)
+            )
+        isp = _splits(in_splits, ishape[0], self.nranks, "input")
+        osp = _splits(out_splits, oshape[0], self.nranks, "output")
+        row_bytes = _lib.lib().incmoe_dtype_size(_lib.DTYPES[i.dtype])
+        for k in ishape[1:]:
+            row_bytes *= k
+        if row_bytes == 0:  # rows without bytes: nothing moves, on any rank
+            return self._finish(Work(self), async_op)
+        words = (self.nranks + 63) // 64
+        sets = (ctypes.c_uint64 * max(1, ishape[0] * words))()
+        row = 0
+        for d, k in enumerate(isp):
+            for r in range(row, row + k):
+                sets[r * words + d // 64] = 1 << (d % 64)
+            row += k
+        p = _lib.dispatch_params_t()
+        p.send_mr, p.send_offset = self._region(i if i.nbytes else self._blank())
+        p.recv_mr, p.recv_offset = self._region(o if o.nbytes else self._blank())
+        p.nrows, p.row_bytes, p.capacity = ishape[0], row_bytes, oshape[0]
+        p.sets = ctypes.cast(sets, ctypes.POINTER(ctypes.c_uint64))
+        req = _lib.req_t()
+        st = _lib.lib().incmoe_dispatch(comm, ctypes.byref(p), ctypes.byref(req))
+        if st == _lib.Status.ERR_UNSUPPORTED:
+            raise NotImplementedError(
+                "all_to_all_single: the %r algorithm has no point-to-point dispatch (use "
+                "algo='a2a' or 'ring')" % self.algo
+            )
+        _errors.check("incmoe_dispatch", st, comm)
+        return self._finish(_RowsWork(self, req, (o.obj, i.obj), osp), async_op)
+
+    def _blank(self):
+        """A registered buffer of a few bytes, for a range of none."""
+        if getattr(self, "_blank_buf", None) is None:
+            self._blank_buf = _buffers.as_buffer(_buffers.blank(8), "blank")
+        return self._blank_buf
 
     @staticmethod
     def _finish(work, async_op):

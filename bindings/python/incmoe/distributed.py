@@ -6,8 +6,8 @@
 Each process group (the default one and every new_group) is one incmoe job:
 its rank 0 draws a random job id and publishes it in the group's torch store,
 the others read it there, and every rank joins the switch named by
-INCMOE_SWITCH with the algorithm named by INCMOE_ALGO ("inc", the default, or
-"ring").  The key, if the switch asks for one, comes from INCMOE_AUTH_KEY or
+INCMOE_SWITCH with the algorithm named by INCMOE_ALGO ("inc", the default,
+"ring" or "a2a").  The key, if the switch asks for one, comes from INCMOE_AUTH_KEY or
 INCMOE_AUTH_KEY_FILE as for every libincmoe program.
 
 init_process_group's timeout bounds each collective: it is the job's progress
@@ -19,7 +19,8 @@ timeout (INCMOE_TIMEOUT_MS, 10 s by default), whatever this timeout is.
 In-network for CPU tensors: all_reduce (sum, max, min; product where the
 switch reduces the type), all_gather_into_tensor, reduce_scatter_tensor,
 all_gather and reduce_scatter (lists), broadcast (an AllGather in which only
-the root's block has bytes), barrier.  Every other call raises
+the root's block has bytes), barrier; all_to_all_single point to point on the
+ring and a2a algorithms (NotImplementedError on inc).  Every other call raises
 NotImplementedError naming what is supported; CUDA tensors raise ValueError
 pointing to NCCL with NCCL_NET_PLUGIN=incmoe.  async_op=True returns a
 Work whose wait() blocks until the collective is done and whose
@@ -35,7 +36,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import Work as _C10dWork
 
-from . import _buffers
+from . import _buffers, _lib
 from .communicator import Communicator
 
 NAME = "incmoe"
@@ -43,7 +44,7 @@ _JOB_KEY = "incmoe/job_id"
 
 SUPPORTED = (
     "all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_gather, reduce_scatter, "
-    "broadcast, barrier"
+    "broadcast, barrier, all_to_all_single (ring, a2a)"
 )
 
 _REDOPS = {
@@ -181,8 +182,8 @@ class IncmoeBackend(_C10dBackend):
                 "the incmoe backend needs INCMOE_SWITCH=host:port of a running incmoe-switchd"
             )
         algo = os.environ.get("INCMOE_ALGO", "inc")
-        if algo not in ("inc", "ring"):
-            raise ValueError("INCMOE_ALGO=%s: expected inc or ring" % algo)
+        if algo not in _lib.ALGOS:
+            raise ValueError("INCMOE_ALGO=%s: expected one of %s" % (algo, ", ".join(_lib.ALGOS)))
         self.job = _agree_job(store, rank)
         progress_ms = _progress_timeout_ms(timeout)
         self.comm = Communicator(
@@ -217,6 +218,17 @@ class IncmoeBackend(_C10dBackend):
         return self._work(self.comm.reduce_scatter(output, input, op=op, async_op=True), [output])
 
     reduce_scatter_single = _reduce_scatter_base
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        """all_to_all_single: point to point, on the ring and a2a algorithms."""
+        _cpu(output, "all_to_all_single")
+        _cpu(input, "all_to_all_single")
+        inner = self.comm.all_to_all_single(
+            output, input, output_split_sizes, input_split_sizes, async_op=True
+        )
+        return self._work(inner, [output])
+
+    all_to_all_single = alltoall_base
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "all_gather")
@@ -303,8 +315,6 @@ class IncmoeBackend(_C10dBackend):
     def alltoall(self, *a, **k):
         self._unsupported("all_to_all")
 
-    def alltoall_base(self, *a, **k):
-        self._unsupported("all_to_all_single")
 
     def allreduce_coalesced(self, *a, **k):
         self._unsupported("all_reduce_coalesced")

@@ -1,5 +1,5 @@
 """The torch.distributed backend "incmoe": every call it implements, on
-N = 1, 2, 4 ranks and both algorithms, checked against the same call on a
+N = 1, 2, 4 ranks and every algorithm, checked against the same call on a
 gloo group of the same processes; new_group's job id agreed through the
 store; what it does not implement raises a clear error."""
 
@@ -108,10 +108,30 @@ def dist_body(rank, n, addr, algo, store):
     if rank in half:
         _calls(g, rank, len(half), sub, gsub, "new_group %s" % half)
 
-    # Not implemented in-network: a clear error, and nothing posted.
+    # all_to_all_single with uneven splits (some empty, rows of [3, 2]) against gloo's, on the
+    # algorithms with point-to-point dispatch; in-network: a clear error, and nothing posted.
+    for step in range(3):
+        ins = [(rank + d + step) % 3 for d in range(n)]
+        outs = [(s + rank + step) % 3 for s in range(n)]
+        x = _vals(g, (sum(ins), 3, 2), torch.float32)
+        o = torch.full((sum(outs), 3, 2), -1.0)
+        ro = torch.full((sum(outs), 3, 2), -2.0)
+        dist.all_to_all_single(ro, x, outs, ins, group=gloo)
+        if algo == "inc":
+            with pytest.raises(NotImplementedError, match="all_to_all_single"):
+                dist.all_to_all_single(o, x, outs, ins)
+            break
+        w = dist.all_to_all_single(o, x, outs, ins, async_op=step == 1)
+        if step == 1:
+            assert w.wait()
+        _eq("all_to_all_single step %d" % step, o, ro)
     t = torch.ones(n * 2)
-    with pytest.raises((NotImplementedError, RuntimeError), match="all_to_all|does not"):
-        dist.all_to_all_single(torch.empty_like(t), t)
+    if algo != "inc":
+        o = torch.empty_like(t)
+        dist.all_to_all_single(o, t)  # equal splits
+        _eq("all_to_all_single equal splits", o, t)
+        with pytest.raises(ValueError, match="splits"):
+            dist.all_to_all_single(torch.empty(n * 2), t, [1] * n, [2] * (n + 1))
     with pytest.raises((NotImplementedError, RuntimeError), match="reduce|does not"):
         dist.reduce(torch.ones(3), dst=0)
     with pytest.raises(ValueError, match="ReduceOp|reduces with"):
@@ -125,7 +145,7 @@ def dist_body(rank, n, addr, algo, store):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("algo", ["inc", "ring"])
+@pytest.mark.parametrize("algo", ["inc", "ring", "a2a"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_backend_matches_gloo(switch, store_path, n, algo):
     run_ranks(dist_body, n, switch.address, algo, store_path)
