@@ -465,8 +465,8 @@ static int send_partials_piece(incmoe_comm_t *comm, client_dc_peer_t *dcp, dcp_r
     coll_op_t *op = rec->op;
     const client_dc_t *dc = op->dc;
     const uint64_t total = dc->recvd[s], pos = rec->cursor[s];
-    if (pos >= total || dcp->credits[s] == 0)
-        return 0;
+    if (!rec->ok || pos >= total || dcp->credits[s] == 0)
+        return 0; /* a failed verdict moves no partials */
     size_t c = owner_chunk_of(rec, s, pos);
     uint64_t end = pos + 1;
     while (end < total && owner_chunk_of(rec, s, end) == c)
