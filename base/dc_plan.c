@@ -23,6 +23,18 @@ static void verdict_ok(inc_dc_verdict_t *v)
     v->reason[0] = '\0';
 }
 
+/* Rank r refused its arguments for the reason why (NULL: it did not): the verdict names it
+   and at most INCMOE_REFUSAL_MAX - 1 bytes of why, as every rank carries them.  1 if so. */
+static int refused(inc_dc_verdict_t *v, const char *stream, uint64_t epoch, int r, const char *why)
+{
+    if (why == NULL)
+        return 0;
+    verdict_set(v, INCMOE_ERR_INVALID_ARG, r,
+                "%s epoch %llu: rank %d refused its %s arguments: %.*s", stream,
+                (unsigned long long)epoch, r, stream, INCMOE_REFUSAL_MAX - 1, why);
+    return 1;
+}
+
 uint64_t inc_dc_rows_to(int nranks, const inc_dc_dispatch_in_t *in, int d)
 {
     uint64_t rows = 0;
@@ -35,6 +47,9 @@ void inc_dc_dispatch_verdict(uint64_t epoch, int nranks, const inc_dc_dispatch_i
                              inc_dc_verdict_t *v)
 {
     const unsigned long long e = (unsigned long long)epoch;
+    for (int r = 0; r < nranks; r++)
+        if (refused(v, "dispatch", epoch, r, in[r].refused))
+            return;
     for (int r = 1; r < nranks; r++) {
         if (in[r].row_bytes != in[0].row_bytes) {
             verdict_set(v, INCMOE_ERR_MISMATCH, r,
@@ -59,6 +74,9 @@ void inc_dc_combine_verdict(uint64_t epoch, int nranks, const inc_dc_combine_in_
                             inc_dc_verdict_t *v)
 {
     const unsigned long long e = (unsigned long long)epoch;
+    for (int r = 0; r < nranks; r++)
+        if (refused(v, "combine", epoch, r, in[r].refused))
+            return;
     for (int r = 1; r < nranks; r++) {
         if (in[r].dispatch_epoch != in[0].dispatch_epoch) {
             verdict_set(v, INCMOE_ERR_MISMATCH, r,

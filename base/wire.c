@@ -86,8 +86,10 @@ static incmoe_status_t check_data_range(const struct inc_wire_hdr *h, size_t pay
     return INCMOE_OK;
 }
 
-/* Largest POST payload of a dispatch or combine: a combine's of INCMOE_MAX_RANKS ranks. */
-#define DC_POST_MAX (sizeof(struct inc_wire_dc_post) + 8 * (uint64_t)INCMOE_MAX_RANKS)
+/* Largest POST payload of a dispatch or combine: a refused combine's of INCMOE_MAX_RANKS
+   ranks. */
+#define DC_POST_MAX                                                                                \
+    (sizeof(struct inc_wire_dc_post) + 8 * (uint64_t)INCMOE_MAX_RANKS + INCMOE_REFUSAL_MAX - 1)
 
 /* The messages of dispatch and combine (wire.h, "Dispatch and combine"); the payloads' own
    fields are checked where they are read, against the collective. */
@@ -347,10 +349,20 @@ uint64_t inc_wire_dc_rows_per_chunk(uint64_t row_bytes, int nranks, uint64_t chu
     return rows > 0 ? rows : 1;
 }
 
-uint64_t inc_wire_dc_post_length(incmoe_stream_t stream, int nranks)
+uint64_t inc_wire_dc_post_length(incmoe_stream_t stream, int nranks, unsigned refused)
 {
     uint64_t counts = stream == INCMOE_STREAM_COMBINE ? 2 : 1;
-    return sizeof(struct inc_wire_dc_post) + 4 * counts * (uint64_t)nranks;
+    return sizeof(struct inc_wire_dc_post) + 4 * counts * (uint64_t)nranks + refused;
+}
+
+uint64_t inc_wire_dc_fields_length(incmoe_stream_t stream, int nranks, const void *payload,
+                                   uint64_t length)
+{
+    struct inc_wire_dc_post p;
+    if (length < sizeof(p))
+        return sizeof(p);
+    memcpy(&p, payload, sizeof(p));
+    return inc_wire_dc_post_length(stream, nranks, p.refused);
 }
 
 int inc_wire_dc_is_small(uint64_t pieces_length, uint64_t chunk_size)

@@ -96,8 +96,10 @@
  *   POST       as above, with a payload: struct inc_wire_dc_post, then uint32
  *              count[N] (dispatch: its rows whose set holds d; combine: that
  *              of its dispatch), and for combine uint32 recvd[N] (the rows it
- *              received from each s, i.e. the partials it gives).  total = T
- *              of this rank, sig = the stream's signature (shapes are the
+ *              received from each s, i.e. the partials it gives), then the
+ *              reason of a refusal (incmoe.h, "A refusal"), refused bytes, no
+ *              NUL: such a POST has no rows and the plan fails with it.  total
+ *              = T of this rank, sig = the stream's signature (shapes are the
  *              plan's to compare).  Consumes one credit, which PLAN returns.
  *   PLAN       switch -> every rank once all N posted: payload struct
  *              inc_wire_dc_plan (the verdict of base/dc_plan.h, the same for
@@ -298,9 +300,9 @@ struct inc_wire_join_ack {
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ranks show it in PEER_HELLO */
 };
 
-/* Payload of POST (and head of SMALL) on the dispatch and combine streams, and head of
-   PEER_PLAN; then uint32 count[nranks], and for combine uint32 recvd[nranks] (PEER_PLAN: see
-   above). */
+/* What a rank says of a dispatch or combine: the payload of POST (and head of SMALL) on the
+   dispatch and combine streams, then uint32 count[nranks], and for combine uint32
+   recvd[nranks]; the head of PEER_PLAN, then the arrays of that message (see above). */
 struct inc_wire_dc_post {
     uint64_t rows;           /* T: this rank's rows in the dispatch */
     uint64_t row_bytes;      /* dispatch: of a row; combine: of a partial row */
@@ -309,7 +311,8 @@ struct inc_wire_dc_post {
     uint64_t row_count;      /* combine: elements of a partial row; dispatch: 0 */
     uint32_t nranks;
     uint8_t dtype, redop; /* combine: the partials'; dispatch: 0 */
-    uint16_t reserved;    /* 0 */
+    uint16_t refused;     /* bytes of the refusal's reason after the counts, at most
+                             INCMOE_REFUSAL_MAX - 1; 0: not refused */
 };
 
 /* Payload of PLAN: the verdict; then, for a dispatch, uint32 col[nranks]. */
@@ -364,8 +367,14 @@ int inc_wire_is_dc(unsigned stream);
 /* Rows of one dispatch or combine chunk (see "Dispatch and combine"): max(1, chunk_size /
    (row_bytes + 8 W)), row_bytes > 0. */
 uint64_t inc_wire_dc_rows_per_chunk(uint64_t row_bytes, int nranks, uint64_t chunk_size);
-/* Bytes of a POST payload of the stream for nranks ranks. */
-uint64_t inc_wire_dc_post_length(incmoe_stream_t stream, int nranks);
+/* Bytes of a POST payload of the stream for nranks ranks, refused bytes of a refusal's reason
+   included. */
+uint64_t inc_wire_dc_post_length(incmoe_stream_t stream, int nranks, unsigned refused);
+/* Bytes of the plan fields at the head of a POST or SMALL payload of length bytes, the
+   refusal's reason its refused field announces included (at least the struct's size): the
+   pieces of a SMALL start there. */
+uint64_t inc_wire_dc_fields_length(incmoe_stream_t stream, int nranks, const void *payload,
+                                   uint64_t length);
 /* May a contribution whose pieces (after the plan fields of the SMALL) take this many bytes
    go as one SMALL: at most a chunk. */
 int inc_wire_dc_is_small(uint64_t pieces_length, uint64_t chunk_size);

@@ -119,11 +119,11 @@ static void on_send(ucp_ep_h ep, const void *header, size_t header_length, const
         CHECK(h.offset % comm->chunk_size == 0 && h.chunk == h.offset / comm->chunk_size,
               "DATA chunk %u at offset %llu", h.chunk, (unsigned long long)h.offset);
     }
+    uint64_t fields = 0;
     if (h.msg == WIRE_MSG_SMALL && inc_wire_is_dc(h.stream))
-        CHECK(length >= inc_wire_dc_post_length((incmoe_stream_t)h.stream, comm->nranks) &&
-                  inc_wire_dc_is_small(
-                      length - inc_wire_dc_post_length((incmoe_stream_t)h.stream, comm->nranks),
-                      comm->chunk_size),
+        fields = inc_wire_dc_fields_length((incmoe_stream_t)h.stream, comm->nranks, payload, length);
+    if (h.msg == WIRE_MSG_SMALL && inc_wire_is_dc(h.stream))
+        CHECK(length >= fields && inc_wire_dc_is_small(length - fields, comm->chunk_size),
               "%s SMALL of %zu bytes, chunks are %llu", inc_wire_stream_name(h.stream), length,
               (unsigned long long)comm->chunk_size);
     else if (h.msg == WIRE_MSG_SMALL)

@@ -103,6 +103,8 @@ typedef struct coll_op {
     int dc_posted;          /* in-network: its POST or SMALL went */
     incmoe_status_t status; /* the plan's verdict: not OK fails this collective alone */
     char *why;              /* its reason (owned), else NULL */
+    char *refused;          /* this rank refused its arguments (incmoe.h, "A refusal"): why, at most
+                               INCMOE_REFUSAL_MAX - 1 bytes (owned); its plan carries it.  Else NULL */
 } coll_op_t;
 
 /*

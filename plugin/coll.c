@@ -75,6 +75,7 @@ void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream)
     while (done != NULL) {
         coll_op_t *next = done->next;
         free(done->why);
+        free(done->refused);
         free(done->bytes);
         free(done);
         done = next;
@@ -88,6 +89,7 @@ void client_op_free(incmoe_comm_t *comm, coll_op_t *op)
     client_dc_drop_locked(op);
     pthread_mutex_unlock(&comm->lock);
     free(op->why);
+    free(op->refused);
     free(op->bytes);
     free(op);
 }

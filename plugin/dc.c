@@ -109,7 +109,8 @@ void client_dc_retire_locked(incmoe_comm_t *comm, coll_op_t *op)
         dc->status = op->status;
     } else {
         dc->combining = 0;
-        if (op->status == INCMOE_OK)
+        /* a refused combine's own empty record is never kept */
+        if (op->status == INCMOE_OK || !dc->kept)
             client_dc_unkeep_locked(comm, dc);
     }
     op->dc = NULL;
@@ -123,7 +124,7 @@ void client_dc_drop_locked(coll_op_t *op)
         return;
     if (op->stream == INCMOE_STREAM_COMBINE)
         dc->combining = 0;
-    else if (!dc->kept)
+    if (!dc->kept)
         client_dc_free(dc);
     /* a kept dispatch that never completed stays until closing frees it */
 }
@@ -281,13 +282,16 @@ void client_dc_plan_alone(incmoe_comm_t *comm, coll_op_t *op)
                                   .dtype = (uint32_t)op->dtype,
                                   .redop = (uint32_t)op->redop,
                                   .sent = op->dc->sent,
-                                  .recvd = op->dc->recvd};
+                                  .recvd = op->dc->recvd,
+                                  .refused = op->refused};
         inc_dc_combine_verdict(op->epoch, 1, &in, &v);
         client_dc_plan_combine(comm, op, &v);
         return;
     }
-    inc_dc_dispatch_in_t in = {
-        .row_bytes = op->row_bytes, .capacity = op->capacity, .count = op->dc->sent};
+    inc_dc_dispatch_in_t in = {.row_bytes = op->row_bytes,
+                               .capacity = op->capacity,
+                               .count = op->dc->sent,
+                               .refused = op->refused};
     inc_dc_dispatch_verdict(op->epoch, 1, &in, &v);
     client_dc_plan_dispatch(comm, op, op->dc->sent, &v);
 }

@@ -183,14 +183,21 @@ static const uint32_t *plan_tail(const char *plan, int nranks)
     return plan_count(plan) + nranks;
 }
 
+/* After the tail: a refusal's reason, head->refused bytes (incmoe.h, "A refusal"). */
+static const char *plan_refusal(const char *plan, int nranks, size_t tail)
+{
+    return (const char *)(plan_tail(plan, nranks) + tail);
+}
+
 /* This rank's plan for peer: its part of the plan, and for a dispatch its rows for the
-   peer. */
+   peer; a refusal's reason last. */
 static void send_plan(incmoe_comm_t *comm, coll_op_t *op, int peer)
 {
     const client_dc_t *dc = op->dc;
     const int n = comm->nranks;
     size_t tail = is_dispatch(op) ? dc->sent[peer] : (size_t)n;
-    size_t len = sizeof(struct inc_wire_dc_post) + ((size_t)n + tail) * sizeof(uint32_t);
+    size_t refused = op->refused != NULL ? strlen(op->refused) : 0;
+    size_t len = sizeof(struct inc_wire_dc_post) + ((size_t)n + tail) * sizeof(uint32_t) + refused;
     char *payload = malloc(len);
     send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_PEER_PLAN);
     if (payload == NULL || ctx == NULL) {
@@ -199,8 +206,10 @@ static void send_plan(incmoe_comm_t *comm, coll_op_t *op, int peer)
         dcp_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a PEER_PLAN");
         return;
     }
-    struct inc_wire_dc_post head = {
-        .rows = dc->nrows, .row_bytes = op->row_bytes, .nranks = (uint32_t)n};
+    struct inc_wire_dc_post head = {.rows = dc->nrows,
+                                    .row_bytes = op->row_bytes,
+                                    .nranks = (uint32_t)n,
+                                    .refused = (uint16_t)refused};
     if (is_dispatch(op)) {
         head.capacity = op->capacity;
     } else {
@@ -220,6 +229,8 @@ static void send_plan(incmoe_comm_t *comm, coll_op_t *op, int peer)
     } else {
         memcpy(rows, dc->recvd, (size_t)n * sizeof(uint32_t));
     }
+    if (refused > 0)
+        memcpy((char *)(rows + tail), op->refused, refused);
     ctx->hdr.stream = (uint8_t)op->stream;
     ctx->hdr.epoch = op->epoch;
     ctx->hdr.length = len;
@@ -242,7 +253,13 @@ static const char *check_plan(const incmoe_comm_t *comm, const coll_op_t *op, co
         return why;
     }
     const uint32_t *count = plan_count(plan), *tail = plan_tail(plan, n);
-    size_t want = fixed + (is_dispatch(op) ? (size_t)count[me] : (size_t)n) * sizeof(uint32_t);
+    if (head->refused >= INCMOE_REFUSAL_MAX || (head->refused > 0 && head->rows != 0)) {
+        snprintf(why, why_len, "a refusal of %u bytes with %llu rows", head->refused,
+                 (unsigned long long)head->rows);
+        return why;
+    }
+    size_t want = fixed + (is_dispatch(op) ? (size_t)count[me] : (size_t)n) * sizeof(uint32_t) +
+                  head->refused;
     if (len != want) {
         snprintf(why, why_len, "a plan of %zu bytes, its counts make it %zu", len, want);
         return why;
@@ -284,6 +301,29 @@ static int owner_chunks(incmoe_comm_t *comm, dcp_rec_t *rec)
 static void replay_early(incmoe_comm_t *comm, client_dc_peer_t *dcp, unsigned stream,
                          uint64_t epoch);
 
+/* The lowest rank that refused its arguments (this one's op->refused, the others' from their
+   plans), its reason into buf: the verdict names no other.  -1 when none did. */
+static int first_refusal(const incmoe_comm_t *comm, const dcp_rec_t *rec, char *buf)
+{
+    const int n = comm->nranks, me = comm->rank;
+    for (int r = 0; r < n; r++) {
+        if (r == me) {
+            if (rec->op->refused == NULL)
+                continue;
+            snprintf(buf, INCMOE_REFUSAL_MAX, "%s", rec->op->refused);
+            return r;
+        }
+        const struct inc_wire_dc_post *head = plan_head(rec->plan[r]);
+        if (head->refused == 0)
+            continue;
+        size_t tail = is_dispatch(rec->op) ? plan_count(rec->plan[r])[me] : (size_t)n;
+        memcpy(buf, plan_refusal(rec->plan[r], n, tail), head->refused);
+        buf[head->refused] = '\0';
+        return r;
+    }
+    return -1;
+}
+
 /* The dispatch's verdict from the N plans, applied (dc.c); the sources of the rows to come. */
 static int decide_dispatch(incmoe_comm_t *comm, dcp_rec_t *rec)
 {
@@ -293,6 +333,8 @@ static int decide_dispatch(incmoe_comm_t *comm, dcp_rec_t *rec)
     inc_dc_dispatch_in_t in[INCMOE_MAX_RANKS] = {{0}};
     uint32_t recvd[INCMOE_MAX_RANKS];
     inc_dc_verdict_t v;
+    char refused[INCMOE_REFUSAL_MAX];
+    int refuser = first_refusal(comm, rec, refused);
     for (int s = 0; s < n; s++) {
         if (s == me) {
             in[s] = (inc_dc_dispatch_in_t){op->row_bytes, op->capacity, dc->sent};
@@ -303,6 +345,8 @@ static int decide_dispatch(incmoe_comm_t *comm, dcp_rec_t *rec)
         }
         recvd[s] = in[s].count[me];
     }
+    if (refuser >= 0)
+        in[refuser].refused = refused;
     inc_dc_dispatch_verdict(op->epoch, n, in, &v);
     if (client_dc_plan_dispatch(comm, op, recvd, &v) != INCMOE_OK)
         return 0;
@@ -321,6 +365,8 @@ static int decide_combine(incmoe_comm_t *comm, dcp_rec_t *rec)
     const int n = comm->nranks, me = comm->rank;
     inc_dc_combine_in_t in[INCMOE_MAX_RANKS] = {{0}};
     inc_dc_verdict_t v;
+    char refused[INCMOE_REFUSAL_MAX];
+    int refuser = first_refusal(comm, rec, refused);
     for (int r = 0; r < n; r++) {
         if (r == me) {
             in[r] = (inc_dc_combine_in_t){dc->epoch,
@@ -336,6 +382,8 @@ static int decide_combine(incmoe_comm_t *comm, dcp_rec_t *rec)
                 head->redop,          plan_count(rec->plan[r]), plan_tail(rec->plan[r], n)};
         }
     }
+    if (refuser >= 0)
+        in[refuser].refused = refused;
     inc_dc_combine_verdict(op->epoch, n, in, &v);
     client_dc_plan_combine(comm, op, &v);
     rec->ok = v.status == INCMOE_OK;
@@ -467,8 +515,8 @@ static int send_partials_piece(incmoe_comm_t *comm, client_dc_peer_t *dcp, dcp_r
     coll_op_t *op = rec->op;
     const client_dc_t *dc = op->dc;
     const uint64_t total = dc->recvd[s], pos = rec->cursor[s];
-    if (pos >= total || dcp->credits[s] == 0)
-        return 0;
+    if (!rec->ok || pos >= total || dcp->credits[s] == 0)
+        return 0; /* a failed verdict moves no partials */
     size_t c = owner_chunk_of(rec, s, pos);
     uint64_t end = pos + 1;
     while (end < total && owner_chunk_of(rec, s, end) == c)
@@ -842,7 +890,9 @@ void client_dc_peer_start(incmoe_comm_t *comm, client_dc_peer_t *dcp, coll_op_t 
         return;
     }
     rec->op = op;
-    rec->rpc = comm->chunk_size / op->row_bytes > 0 ? comm->chunk_size / op->row_bytes : 1;
+    /* A refusal has no rows, and rows of 0 bytes: it moves none. */
+    const size_t rb = op->row_bytes > 0 ? op->row_bytes : 1;
+    rec->rpc = comm->chunk_size / rb > 0 ? comm->chunk_size / rb : 1;
     op->holds++;
     dcp_rec_t **tail = &dcp->recs;
     while (*tail != NULL)

@@ -6,7 +6,8 @@
  * may reuse them once the call returns) and counted per destination, which
  * is this rank's part of the plan.  What the algorithm cannot carry it says
  * through its dc_check.  Rejections fail the job, as for the other
- * collectives (post.c).
+ * collectives (post.c); a refusal the caller asks for fails only the
+ * collective, through its plan.
  */
 #include "algo.h"
 
@@ -33,6 +34,26 @@ static incmoe_status_t algo_check(incmoe_comm_t *comm, coll_op_t *op)
     if (st != INCMOE_OK)
         return client_post_reject(comm, op, st, "%s: %s", inc_wire_stream_name(op->stream), why);
     return INCMOE_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* a refusal (incmoe.h, "A refusal")                                         */
+
+/* Post op (a dispatch or combine) as this rank's refusal: no rows, no buffers, an empty record
+   of its own (a combine names no dispatch), and the reason its plan carries, which fails the
+   collective on every rank.  Nothing of the caller's is read but the reason. */
+static incmoe_status_t post_refused(incmoe_comm_t *comm, coll_op_t *op, const char *why,
+                                    incmoe_req_t *req_p)
+{
+    const char *name = inc_wire_stream_name(op->stream);
+    op->refused = strndup(why != NULL ? why : "(no reason given)", INCMOE_REFUSAL_MAX - 1);
+    op->dc = client_dc_new(comm->nranks, 0, 1);
+    if (op->refused == NULL || op->dc == NULL)
+        return client_post_reject(comm, op, INCMOE_ERR_NO_MEMORY, "%s: out of memory", name);
+    op->dtype = INCMOE_UINT8;
+    op->redop = INCMOE_SUM;
+    op->sig = inc_wire_signature(op->stream, INCMOE_UINT8, INCMOE_SUM, op->bytes, comm->nranks);
+    return client_post_submit(comm, op, req_p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -68,9 +89,6 @@ static incmoe_status_t copy_sets(incmoe_comm_t *comm, coll_op_t *op, const uint6
 static incmoe_status_t check_dispatch(incmoe_comm_t *comm, coll_op_t *op,
                                       const incmoe_dispatch_params_t *p)
 {
-    if (p->field_mask != 0)
-        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                  "dispatch: unknown field_mask bits 0x%x", p->field_mask);
     if (p->row_bytes == 0 || (p->nrows > 0 && p->sets == NULL))
         return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
                                   "dispatch: %zu rows of %zu bytes with %s sets", p->nrows,
@@ -110,6 +128,11 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
     coll_op_t *op = client_op_new(comm, INCMOE_STREAM_DISPATCH);
     if (op == NULL)
         return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "dispatch: out of memory");
+    if ((params->field_mask & ~(uint32_t)INCMOE_DISPATCH_PARAM_REFUSED) != 0)
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "dispatch: unknown field_mask bits 0x%x", params->field_mask);
+    if (params->field_mask & INCMOE_DISPATCH_PARAM_REFUSED)
+        return post_refused(comm, op, params->refused, req_p);
     incmoe_status_t st = check_dispatch(comm, op, params);
     if (st != INCMOE_OK)
         return st;
@@ -171,9 +194,6 @@ static client_dc_t *named_dispatch_locked(incmoe_comm_t *comm, const incmoe_req_
 static incmoe_status_t check_combine(incmoe_comm_t *comm, coll_op_t *op,
                                      const incmoe_combine_params_t *p, size_t nrecv, size_t nrows)
 {
-    if (p->field_mask != 0)
-        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                  "combine: unknown field_mask bits 0x%x", p->field_mask);
     if (!incmoe_reduce_supported(p->dtype, p->op))
         return client_post_reject(comm, op, INCMOE_ERR_UNSUPPORTED,
                                   "combine: datatype %d / operation %d", (int)p->dtype, (int)p->op);
@@ -212,6 +232,11 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
     coll_op_t *op = client_op_new(comm, INCMOE_STREAM_COMBINE);
     if (op == NULL)
         return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "combine: out of memory");
+    if ((params->field_mask & ~(uint32_t)INCMOE_COMBINE_PARAM_REFUSED) != 0)
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "combine: unknown field_mask bits 0x%x", params->field_mask);
+    if (params->field_mask & INCMOE_COMBINE_PARAM_REFUSED)
+        return post_refused(comm, op, params->refused, req_p);
     char why[200];
     pthread_mutex_lock(&comm->lock);
     client_dc_t *dc = named_dispatch_locked(comm, &params->dispatch, why, sizeof(why));

@@ -184,7 +184,16 @@ static void piece_fill(const incmoe_comm_t *comm, const coll_op_t *op, const dc_
 /* ------------------------------------------------------------------------ */
 /* POST, SMALL, DATA                                                         */
 
-/* The plan fields (struct inc_wire_dc_post and the counts) into dst; their length. */
+/* Bytes of the plan fields: a refusal carries its reason (dc_post.c made it at most
+   INCMOE_REFUSAL_MAX - 1 bytes, never empty). */
+static uint64_t post_length(const incmoe_comm_t *comm, const coll_op_t *op)
+{
+    unsigned refused = op->refused != NULL ? (unsigned)strlen(op->refused) : 0;
+    return inc_wire_dc_post_length(op->stream, comm->nranks, refused);
+}
+
+/* The plan fields (struct inc_wire_dc_post, the counts, a refusal's reason) into dst; their
+   length. */
 static size_t write_post(const incmoe_comm_t *comm, const coll_op_t *op, char *dst)
 {
     const client_dc_t *dc = op->dc;
@@ -198,18 +207,21 @@ static size_t write_post(const incmoe_comm_t *comm, const coll_op_t *op, char *d
         .nranks = (uint32_t)n,
         .dtype = (uint8_t)(combine ? op->dtype : 0),
         .redop = (uint8_t)(combine ? op->redop : 0),
+        .refused = (uint16_t)(op->refused != NULL ? strlen(op->refused) : 0),
     };
     memcpy(dst, &p, sizeof(p));
     memcpy(dst + sizeof(p), dc->sent, 4 * (size_t)n);
     if (combine)
         memcpy(dst + sizeof(p) + 4 * (size_t)n, dc->recvd, 4 * (size_t)n);
-    return (size_t)inc_wire_dc_post_length(op->stream, n);
+    if (p.refused > 0)
+        memcpy(dst + sizeof(p) + 4 * (size_t)n * (combine ? 2 : 1), op->refused, p.refused);
+    return (size_t)post_length(comm, op);
 }
 
 /* Bytes of the SMALL that would carry the whole contribution. */
 static uint64_t small_length(const incmoe_comm_t *comm, const coll_op_t *op)
 {
-    uint64_t len = inc_wire_dc_post_length(op->stream, comm->nranks);
+    uint64_t len = post_length(comm, op);
     dc_cursor_t cur = {0, 0};
     dc_piece_t p;
     while (next_piece(comm, op, &cur, &p))
@@ -220,8 +232,7 @@ static uint64_t small_length(const incmoe_comm_t *comm, const coll_op_t *op)
 /* POST or SMALL: the plan fields, and for a SMALL every piece.  0: out of memory. */
 static int send_post(incmoe_comm_t *comm, coll_op_t *op)
 {
-    const uint64_t len =
-        op->small ? small_length(comm, op) : inc_wire_dc_post_length(op->stream, comm->nranks);
+    const uint64_t len = op->small ? small_length(comm, op) : post_length(comm, op);
     send_ctx_t *ctx = client_ctx(comm, op->small ? WIRE_MSG_SMALL : WIRE_MSG_POST);
     char *buf = ctx != NULL ? calloc(1, (size_t)len) : NULL;
     if (buf == NULL) {
@@ -294,9 +305,8 @@ incmoe_status_t innet_dc_check(incmoe_comm_t *comm, const coll_op_t *op, char *w
 
 void innet_dc_start(incmoe_comm_t *comm, coll_op_t *op)
 {
-    op->small = inc_wire_dc_is_small(small_length(comm, op) -
-                                         inc_wire_dc_post_length(op->stream, comm->nranks),
-                                     comm->chunk_size);
+    op->small =
+        inc_wire_dc_is_small(small_length(comm, op) - post_length(comm, op), comm->chunk_size);
     op->next_chunk = 0;
     op->next_root = 0;
 }

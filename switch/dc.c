@@ -282,6 +282,12 @@ static void send_plans(membership_t *m, job_t *job, coll_t *c, const inc_dc_verd
     }
 }
 
+/* Rank r's refusal as the verdict reads it: the lowest refusing rank's reason, else NULL. */
+static const char *refused_of(const dc_coll_t *dc, int r)
+{
+    return dc->refused_by == r + 1 ? dc->refused_why : NULL;
+}
+
 /* The verdict every rank shares, from what they posted. */
 static void make_verdict(job_t *job, coll_t *c, inc_dc_verdict_t *v)
 {
@@ -292,7 +298,8 @@ static void make_verdict(job_t *job, coll_t *c, inc_dc_verdict_t *v)
         for (int r = 0; r < n; r++)
             in[r] = (inc_dc_dispatch_in_t){.row_bytes = dc->post[r].row_bytes,
                                            .capacity = dc->post[r].capacity,
-                                           .count = &dc->count[(size_t)r * n]};
+                                           .count = &dc->count[(size_t)r * n],
+                                           .refused = refused_of(dc, r)};
         inc_dc_dispatch_verdict(c->epoch, n, in, v);
         return;
     }
@@ -303,7 +310,8 @@ static void make_verdict(job_t *job, coll_t *c, inc_dc_verdict_t *v)
                                       .dtype = dc->post[r].dtype,
                                       .redop = dc->post[r].redop,
                                       .sent = &dc->count[(size_t)r * n],
-                                      .recvd = &dc->recvd[(size_t)r * n]};
+                                      .recvd = &dc->recvd[(size_t)r * n],
+                                      .refused = refused_of(dc, r)};
     inc_dc_combine_verdict(c->epoch, n, in, v);
 }
 
@@ -364,18 +372,22 @@ static int take_post(membership_t *m, job_t *job, coll_t *c, int me, const char 
     const unsigned long long e = (unsigned long long)c->epoch;
     const char *what = inc_wire_stream_name(c->stream);
     const int combine = c->stream == INCMOE_STREAM_COMBINE;
-    const size_t want = (size_t)inc_wire_dc_post_length((incmoe_stream_t)c->stream, n);
     struct inc_wire_dc_post p;
     memcpy(&p, payload, sizeof(p)); /* the wire check saw that much */
-    if (p.nranks != (uint32_t)n || p.reserved != 0 || length < want) {
+    const size_t want = (size_t)inc_wire_dc_post_length((incmoe_stream_t)c->stream, n, p.refused);
+    if (p.nranks != (uint32_t)n || p.refused >= INCMOE_REFUSAL_MAX || length < want) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
-                "%s epoch %llu: rank %d's plan fields say %u ranks in %zu bytes; the job has %d",
-                what, e, me, p.nranks, length, n);
+                "%s epoch %llu: rank %d's plan fields say %u ranks and a %u-byte refusal in %zu "
+                "bytes; the job has %d",
+                what, e, me, p.nranks, p.refused, length, n);
         return 0;
     }
     const uint64_t row_max = m->set->chunk_size - 8 * (uint64_t)dc->words;
     int bad = p.rows != total || p.rows > UINT32_MAX || p.row_bytes == 0 || p.row_bytes > row_max;
-    if (combine) {
+    if (p.refused > 0) {
+        /* A refusal has no rows; its other fields are not looked at (the verdict fails). */
+        bad = p.rows != 0 || total != 0;
+    } else if (combine) {
         size_t esize = p.dtype < INC_DTYPE_COUNT ? incmoe_dtype_size(p.dtype) : 0;
         bad = bad || p.capacity != 0 || esize == 0 || p.redop >= INC_REDOP_COUNT ||
               !incmoe_reduce_supported(p.dtype, p.redop) || p.row_count == 0 ||
@@ -402,6 +414,11 @@ static int take_post(membership_t *m, job_t *job, coll_t *c, int me, const char 
                     count[d], (unsigned long long)p.rows, d);
             return 0;
         }
+    }
+    if (p.refused > 0 && (dc->refused_by == 0 || me < dc->refused_by - 1)) {
+        dc->refused_by = me + 1;
+        memcpy(dc->refused_why, payload + want - p.refused, p.refused);
+        dc->refused_why[p.refused] = '\0';
     }
     dc->post[me] = p;
     *used_p = want;
@@ -504,7 +521,8 @@ static ucs_status_t on_small(membership_t *m, job_t *job, conn_t *conn,
                              const ucp_am_recv_param_t *param)
 {
     const int me = conn->rank;
-    const uint64_t fields = inc_wire_dc_post_length((incmoe_stream_t)h->stream, job->nranks);
+    const uint64_t fields =
+        inc_wire_dc_fields_length((incmoe_stream_t)h->stream, job->nranks, data, length);
     if (length < fields || !inc_wire_dc_is_small(length - fields, m->set->chunk_size)) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "rank %d sent a %s SMALL of %zu bytes; its pieces may take at most %llu", me,
@@ -614,7 +632,8 @@ static int take_piece(membership_t *m, job_t *job, coll_t *c, int me, dc_credit_
 static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm)
 {
     const int me = sm->from;
-    size_t at = (size_t)inc_wire_dc_post_length((incmoe_stream_t)c->stream, job->nranks);
+    size_t at = (size_t)inc_wire_dc_post_length((incmoe_stream_t)c->stream, job->nranks,
+                                                ((const dc_coll_t *)c->state)->post[me].refused);
     dc_credit_t *cr = calloc(1, sizeof(*cr));
     if (cr == NULL) {
         job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");

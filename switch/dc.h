@@ -81,6 +81,10 @@ typedef struct dc_coll {
     uint64_t rows_per_chunk, row_bytes;
     size_t words; /* W */
     dc_item_t *items;
+    /* The lowest rank that refused its arguments so far (incmoe.h, "A refusal"), plus one (0:
+       none), and its reason: the verdict names no other. */
+    int refused_by;
+    char refused_why[INCMOE_REFUSAL_MAX];
 } dc_coll_t;
 
 /* The form (coll_table.h) of a dispatch or combine. */

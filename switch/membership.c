@@ -107,7 +107,8 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
 static size_t job_dc_memory_bound(const switch_settings_t *set, int nranks)
 {
     const size_t c = set->chunk_size, n = (size_t)nranks;
-    const size_t plan = n * (sizeof(struct inc_wire_dc_post) + 8 * n) + 12 * n * n + 16 * n + 256;
+    const size_t plan = n * (sizeof(struct inc_wire_dc_post) + 8 * n) + 12 * n * n + 16 * n + 256 +
+                        INCMOE_REFUSAL_MAX; /* + the lowest refusal's reason */
     return (size_t)set->credits * (2 * n * c + n * c + 2 * plan) + n * c;
 }
 

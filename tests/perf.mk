@@ -5,6 +5,12 @@ check_PROGRAMS += test_perf_tool test_perf_testbed
 test_perf_tool_SOURCES = test_perf_tool.cc test_perf_run.cc perf_run.h
 test_perf_tool_LDADD = $(GTEST_LIBS) -lpthread
 
+# The routing of incmoe-perf's dispatch, combine and dc (tools/route.h).
+check_PROGRAMS += test_route
+test_route_SOURCES = test_route.cc
+test_route_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+test_route_LDADD = $(top_builddir)/tools/libincmoe_tools.la $(GTEST_LIBS) -lpthread
+
 test_perf_testbed_SOURCES = test_perf_testbed.cc test_perf_run.cc testbed_probe.cc testbed_probe.h
 test_perf_testbed_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 if HAVE_MPI

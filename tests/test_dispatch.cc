@@ -82,6 +82,37 @@ TEST(DispatchPlan, RowSizesThatDisagreeAreAMismatchBeforeCapacity)
     EXPECT_STREQ(v.reason, "dispatch epoch 3: rank 1 has rows of 32 bytes, rank 0 of 16");
 }
 
+/* A rank that refused its arguments fails the dispatch on every rank with its reason, before
+   the shapes and capacities are looked at; the lowest such rank is named. */
+TEST(DispatchPlan, ARefusalComesFirstAndNamesTheLowestRefusingRank)
+{
+    DispatchPlan p({{9, 0, 0}, {0, 0, 0}, {0, 0, 0}}, {0, 0, 0}, {16, 32, 16});
+    p.in[2].refused = "mask has shape (3, 2), expected (3, 3)";
+    inc_dc_verdict_t v = p.verdict(5);
+    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(v.rank, 2);
+    EXPECT_STREQ(v.reason, "dispatch epoch 5: rank 2 refused its dispatch arguments: mask has "
+                           "shape (3, 2), expected (3, 3)");
+    p.in[1].refused = "x is not contiguous";
+    v = p.verdict(5);
+    EXPECT_EQ(v.rank, 1);
+    EXPECT_STREQ(v.reason,
+                 "dispatch epoch 5: rank 1 refused its dispatch arguments: x is not contiguous");
+}
+
+/* What every rank carries of a reason is its first INCMOE_REFUSAL_MAX - 1 bytes: the verdict
+   names no more, whatever the refusing rank held. */
+TEST(DispatchPlan, ARefusalsReasonIsBoundedAsTheRanksCarryIt)
+{
+    DispatchPlan p({{0}}, {0}, {8});
+    std::string why(3 * INCMOE_REFUSAL_MAX, 'x');
+    p.in[0].refused = why.c_str();
+    inc_dc_verdict_t v = p.verdict(1);
+    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(std::string(v.reason), "dispatch epoch 1: rank 0 refused its dispatch arguments: " +
+                                         std::string(INCMOE_REFUSAL_MAX - 1, 'x'));
+}
+
 struct CombinePlan {
     std::vector<std::vector<uint32_t>> sent, recvd;
     std::vector<inc_dc_combine_in_t> in;
@@ -133,6 +164,18 @@ TEST(CombinePlan, AnotherDispatchOrShapeIsAMismatchNamingTheRank)
     EXPECT_EQ(v.status, INCMOE_ERR_MISMATCH);
     EXPECT_STREQ(v.reason, "combine epoch 9: rank 1 has rows of 16 bfloat16 (sum), rank 0 of 16 "
                            "float (sum)");
+}
+
+TEST(CombinePlan, ARefusalComesBeforeTheDispatchAndTheShapes)
+{
+    CombinePlan p({{1, 2}, {3, 0}}, {{1, 3}, {1, 0}});
+    p.in[1].dispatch_epoch = 8;
+    p.in[1].refused = "partials have 3 rows, the dispatch delivered 4";
+    inc_dc_verdict_t v = p.verdict(6);
+    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(v.rank, 1);
+    EXPECT_STREQ(v.reason, "combine epoch 6: rank 1 refused its combine arguments: partials "
+                           "have 3 rows, the dispatch delivered 4");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -828,6 +871,117 @@ TEST_P(Dc, KeptDispatchesAreBoundedAndReleased)
     }));
 }
 
+/* A refused dispatch or combine (incmoe.h, "A refusal"): every rank's fails with
+   INCMOE_ERR_INVALID_ARG and the lowest refusing rank's reason, bounded as carried; nothing is
+   written, the refused dispatch is kept as failed (released here), a combine that failed so
+   keeps its dispatch, and the same communicator then runs both exactly. */
+std::string refuse_round(incmoe_comm_t *comm, int me, const std::vector<std::string> &reasons,
+                         bool combine, const Case &c)
+{
+    Buffers b;
+    incmoe_req_t d, req;
+    incmoe_status_t st;
+    if (combine) {
+        st = post_dispatch(comm, c, me, b, &d);
+        if (st == INCMOE_ERR_UNSUPPORTED)
+            return kUnsupported;
+        if (st != INCMOE_OK)
+            return why(comm, st, "dispatch before the refused combine") + " / " + req_why(comm, &d);
+    }
+    const bool refuses = !reasons[me].empty();
+    if (!refuses && !combine) {
+        st = post_dispatch(comm, c, me, b, &req);
+    } else if (!combine) {
+        incmoe_dispatch_params_t p = {};
+        p.field_mask = INCMOE_DISPATCH_PARAM_REFUSED;
+        p.refused = reasons[me].c_str();
+        st = incmoe_dispatch(comm, &p, &req);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &req);
+    } else {
+        std::vector<unsigned char> part(std::max<size_t>(1, c.received(me).size() * 32), 0),
+            out(c.rows[me] * 32 + 32, kCanary);
+        incmoe_mr_t *mp, *mo;
+        CHECK_OK(incmoe_mem_register(comm, part.data(), part.size(), &mp));
+        CHECK_OK(incmoe_mem_register(comm, out.data(), out.size(), &mo));
+        incmoe_combine_params_t p = {};
+        if (refuses) {
+            p.field_mask = INCMOE_COMBINE_PARAM_REFUSED;
+            p.refused = reasons[me].c_str();
+        } else {
+            p.dispatch = d;
+            p.send_mr = mp;
+            p.recv_mr = mo;
+            p.row_count = 8;
+            p.dtype = INCMOE_FLOAT32;
+            p.op = INCMOE_SUM;
+        }
+        st = incmoe_combine(comm, &p, &req);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(comm, &req);
+        for (size_t k = 0; k < out.size(); k++)
+            if (out[k] != kCanary)
+                return "a refused combine wrote its result";
+        incmoe_mem_deregister(comm, mp);
+        incmoe_mem_deregister(comm, mo);
+    }
+    if (st == INCMOE_ERR_UNSUPPORTED)
+        return kUnsupported;
+    if (st != INCMOE_ERR_INVALID_ARG)
+        return why(comm, st, "the refused collective gave") + " (wanted invalid argument)";
+    int first = 0;
+    while (reasons[first].empty())
+        first++;
+    const char *name = combine ? "combine" : "dispatch";
+    std::string want = std::string(name) + " epoch " + std::to_string(req.epoch) + ": rank " +
+                       std::to_string(first) + " refused its " + name +
+                       " arguments: " + reasons[first].substr(0, INCMOE_REFUSAL_MAX - 1);
+    if (req_why(comm, &req) != want)
+        return "reason '" + req_why(comm, &req) + "', wanted '" + want + "'";
+    if (!combine) {
+        size_t nrecv = 99;
+        if (incmoe_dispatch_result(comm, &req, &nrecv, nullptr, 0) != INCMOE_ERR_INVALID_ARG ||
+            nrecv != 99)
+            return "the refused dispatch's result is not its failure";
+        for (size_t k = 0; k < b.recv.size(); k++)
+            if (b.recv[k] != kCanary)
+                return "a refused dispatch wrote rows";
+        CHECK_OK(incmoe_dispatch_release(comm, &req));
+        return "";
+    }
+    /* The failed combine kept its dispatch: it combines now. */
+    return run_combine(comm, c, me, b, &d);
+}
+
+TEST_P(Dc, ARefusalFailsTheCollectiveOnEveryRankWithItsReason)
+{
+    const int n = 3;
+    EXPECT_RANKS(run(n, [&](incmoe_comm_t *comm, int me) -> std::string {
+        const std::string longer(3 * INCMOE_REFUSAL_MAX, 'r');
+        const std::vector<std::vector<std::string>> rounds = {
+            {"mask has shape (5, 2), expected (5, 3)", "", ""},
+            {"", "", "x is not contiguous"},
+            {"", "partials have 4 rows", longer},
+            {longer, "", ""}};
+        unsigned seed = 900;
+        for (bool combine : {false, true}) {
+            for (const auto &reasons : rounds) {
+                Case c = make_case(n, rows_for(n, 6, 1), 32, RANDOM, seed++);
+                std::string e = refuse_round(comm, me, reasons, combine, c);
+                if (e == kUnsupported)
+                    return e;
+                if (!e.empty())
+                    return std::string(combine ? "combine" : "dispatch") + ": " + e;
+                /* The communicator carries on: a whole dispatch and combine, exact. */
+                if (!(e = dc_case(comm, make_case(n, rows_for(n, 9, 0), 40, MIXED, seed++), me))
+                         .empty())
+                    return "after a refusal: " + e;
+            }
+        }
+        return "";
+    }));
+}
+
 /* A set naming a rank the job does not have is refused where it is posted, and every rank
    hears why. */
 TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
@@ -1446,5 +1600,6 @@ TEST_F(DcRaw, MalformedDispatchMessagesAreRefusedWithAReason)
         c.send(h, payload.data(), payload.size());
     });
 }
+
 
 } // namespace

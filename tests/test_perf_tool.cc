@@ -1,16 +1,22 @@
 /*
  * test_perf_tool.cc - incmoe-perf as a user runs it: embedded runs (a real
  * switch and N rank processes on loopback) for every --op and every algorithm
- * must check every byte and report #wrong 0; the table must parse; a corrupted
- * result must be caught; bad flags must give a clear error and a non-zero exit,
- * and so must the switch's and the other tools' out-of-range numbers.
+ * must check every byte and report #wrong 0; the table must parse, and the
+ * routed ops' traffic columns must follow from their rows; a corrupted result
+ * must be caught; bad flags must give a clear error and a non-zero exit, and
+ * so must the switch's and the other tools' out-of-range numbers.  A run on an
+ * algorithm this build does not have yet (or without dispatch and combine) is
+ * skipped, saying so.
  */
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +37,19 @@ static std::string describe(const RunResult &r)
     return "exit " + std::to_string(r.status) + (r.timed_out ? " (timed out)" : "") +
            "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
 }
+
+/* The algorithm of the run is not in this build, or has no dispatch and combine yet: the
+   tool says so and exits 2 (incmoe_strerror(INCMOE_ERR_UNSUPPORTED)). */
+static bool unavailable(const RunResult &r)
+{
+    return r.status == 2 && r.err.find("failed: unsupported") != std::string::npos;
+}
+
+#define SKIP_IF_UNAVAILABLE(r, what)                                                               \
+    do {                                                                                           \
+        if (unavailable(r))                                                                        \
+            GTEST_SKIP() << what << " is not in this build yet:\n" << (r).err;                     \
+    } while (0)
 
 /* The sizes incmoe-perf must print for -b lo -e hi -f f: lo, lo*f, ... <= hi. */
 static std::vector<size_t> sizes(size_t lo, size_t hi, size_t f)
@@ -106,6 +125,7 @@ TEST_P(PerfOps, EmbeddedRunChecksEveryByte)
     std::string op = std::get<0>(GetParam()), algo = std::get<1>(GetParam());
     RunResult r = perf({"-N", "4", "--op", op,  "--algo", algo, "-b", "1K", "-e",          "64K",
                         "-f", "8", "-n",   "3", "-w",     "1",  "-c", "1",  "--link-mbps", "1000"});
+    SKIP_IF_UNAVAILABLE(r, "--algo " + algo);
     ASSERT_EQ(r.status, 0) << describe(r);
     Expect e{op, algo, "float", "sum", 4, 4, true};
     EXPECT_EQ(check_table(r, e, sizes(1024, 65536, 8)), "") << describe(r);
@@ -120,6 +140,214 @@ INSTANTIATE_TEST_SUITE_P(AllOps, PerfOps,
                              return std::string(std::get<0>(info.param)) + "_" +
                                     std::get<1>(info.param);
                          });
+
+/* --tokens and --hidden size a full collective as the gathered buffer of every rank's tokens:
+   the AllGather || ReduceScatter that moves the same tokens as a dispatch || combine. */
+TEST(PerfOps, TokensAndHiddenSizeTheFullCollectivesOfTheSameTokens)
+{
+    RunResult r =
+        perf({"-N", "2", "--op", "agrs", "--tokens", "6", "--hidden", "16", "-n", "2", "-w", "0"});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    Expect e{"agrs", "inc", "float", "sum", 4, 2, false};
+    EXPECT_EQ(check_table(r, e, {2 * 6 * 16 * 4}), "") << describe(r);
+}
+
+/* ---- the routed collectives: dispatch, combine, dc ------------------------------ */
+
+/* One rank's line under a routed row: "#   rank r: sent A rows, B B; received C rows, D B". */
+struct RankTraffic {
+    unsigned long long rows_up = 0, up = 0, rows_down = 0, down = 0;
+};
+
+static std::vector<RankTraffic> rank_lines(const std::string &out)
+{
+    std::vector<RankTraffic> v;
+    std::istringstream lines(out);
+    std::string line;
+    while (std::getline(lines, line)) {
+        RankTraffic t;
+        int r;
+        if (std::sscanf(line.c_str(),
+                        "#   rank %d: sent %llu rows, %llu B; received %llu rows, %llu B", &r,
+                        &t.rows_up, &t.up, &t.rows_down, &t.down) == 5) {
+            if (r != (int)v.size())
+                return {};
+            v.push_back(t);
+        }
+    }
+    return v;
+}
+
+struct Routed {
+    std::string op, algo, dtype, redop;
+    size_t esize;
+    int nranks, tokens, hidden;
+    double link_mbps; /* 0: not given */
+};
+
+/* The row and the ranks' lines against what the arguments imply: sizes, bandwidths from the
+   time, the maxima of the ranks' traffic, the bytes of the rows each algorithm carries (inc:
+   a set of 8 x ceil(N/64) bytes with a row up and, in dispatch, down; the owner's sets again
+   up in combine), what p2p sends arriving somewhere, and the bound. */
+static std::string check_routed(const RunResult &r, const Routed &e)
+{
+    auto rows = perf_test::table_rows(r.out);
+    if (rows.size() != 1)
+        return "expected 1 row, got " + std::to_string(rows.size());
+    auto &row = rows[0];
+    if (row.size() != (e.link_mbps > 0 ? 14u : 12u))
+        return "expected " + std::to_string(e.link_mbps > 0 ? 14 : 12) + " columns, got " +
+               std::to_string(row.size());
+    const unsigned long long rb = (unsigned long long)e.hidden * e.esize,
+                             set = 8 * (((unsigned long long)e.nranks + 63) / 64);
+    if (std::stoull(row[0]) != e.tokens * rb || std::stoull(row[1]) != (size_t)e.tokens * e.hidden)
+        return "size " + row[0] + " / count " + row[1] + " are not the tokens' rows";
+    if (row[2] != e.dtype || row[3] != (e.op == "dispatch" ? "none" : e.redop))
+        return "type " + row[2] + " / redop " + row[3];
+    double t = std::stod(row[4]), algbw = std::stod(row[5]), busbw = std::stod(row[6]);
+    if (!(t > 0))
+        return "time " + row[4] + " is not positive";
+    if (std::fabs(algbw - e.tokens * rb / t / 1e3) > 1e-4 + 0.01 * algbw)
+        return "algbw " + row[5] + " is not size/time";
+    if (row[7] != "0")
+        return "#wrong " + row[7];
+    auto ranks = rank_lines(r.out);
+    if (ranks.size() != (size_t)e.nranks)
+        return "expected a line for each of " + std::to_string(e.nranks) + " ranks, got " +
+               std::to_string(ranks.size());
+    RankTraffic most, sum;
+    for (size_t k = 0; k < ranks.size(); k++) {
+        const RankTraffic &q = ranks[k];
+        std::string who = "rank " + std::to_string(k) + ": ";
+        most.rows_up = std::max(most.rows_up, q.rows_up);
+        most.rows_down = std::max(most.rows_down, q.rows_down);
+        most.up = std::max(most.up, q.up);
+        most.down = std::max(most.down, q.down);
+        sum.rows_up += q.rows_up;
+        sum.rows_down += q.rows_down;
+        bool inc = e.algo == "inc";
+        unsigned long long up_want, down_want;
+        if (e.op == "dispatch") {
+            up_want = q.rows_up * (rb + (inc ? set : 0));
+            down_want = q.rows_down * (rb + (inc ? set : 0));
+        } else if (e.op == "combine") {
+            up_want = q.rows_up * rb + (inc ? q.rows_down * set : 0);
+            down_want = q.rows_down * rb;
+        } else {
+            /* dc: a step sends as many rows as it receives (dispatch out = combine in and the
+               reverse) */
+            if (q.rows_up != q.rows_down)
+                return who + "dc sends " + std::to_string(q.rows_up) + " rows but receives " +
+                       std::to_string(q.rows_down);
+            up_want = inc ? q.up : q.rows_up * rb;
+            down_want = inc ? q.down : q.rows_down * rb;
+        }
+        if (q.up != up_want || q.down != down_want)
+            return who + "bytes " + std::to_string(q.up) + " up / " + std::to_string(q.down) +
+                   " down do not follow from its rows (want " + std::to_string(up_want) + " / " +
+                   std::to_string(down_want) + ")";
+    }
+    if (e.algo != "inc" && sum.rows_up != sum.rows_down)
+        return "point to point: " + std::to_string(sum.rows_up) + " rows sent but " +
+               std::to_string(sum.rows_down) + " received";
+    if (e.algo == "inc" && e.op == "dispatch" && sum.rows_down < sum.rows_up)
+        return "in-network dispatch delivers fewer rows than go up";
+    if (std::stoull(row[8]) != most.rows_up || std::stoull(row[9]) != most.rows_down ||
+        std::stoull(row[10]) != most.up || std::stoull(row[11]) != most.down)
+        return "the max columns are not the ranks' maxima";
+    double busiest = (double)std::max(most.up, most.down);
+    if (std::fabs(busbw - busiest / t / 1e3) > 1e-4 + 0.01 * busbw)
+        return "busbw " + row[6] + " is not the busiest direction's bytes / time";
+    if (e.link_mbps > 0) {
+        double bound = busiest * 8 / e.link_mbps;
+        if (std::fabs(std::stod(row[12]) - bound) > 0.1 + 0.001 * bound)
+            return "bound " + row[12] + ", expected " + std::to_string(bound) + " us";
+        if (bound > 0 && std::fabs(std::stod(row[13]) - t / bound) > 0.002 + 0.001 * t / bound)
+            return "t/bound " + row[13] + " is not time / bound";
+    }
+    if (r.out.find("# Out of bounds values : 0 OK") == std::string::npos)
+        return "no '# Out of bounds values : 0 OK' line";
+    return "";
+}
+
+class PerfRouted : public ::testing::TestWithParam<std::tuple<const char *, const char *>>
+{
+};
+
+TEST_P(PerfRouted, EmbeddedRunChecksEveryRowAndCountsItsTraffic)
+{
+    std::string op = std::get<0>(GetParam()), algo = std::get<1>(GetParam());
+    RunResult r =
+        perf({"-N", "3", "--op", op,  "--algo", algo, "--tokens", "50", "--hidden",    "7",
+              "-E", "9", "-k",   "3", "-n",     "3",  "-w",       "1",  "--link-mbps", "100"});
+    SKIP_IF_UNAVAILABLE(r, "--op " + op + " on --algo " + algo);
+    ASSERT_EQ(r.status, 0) << describe(r);
+    EXPECT_EQ(check_routed(r, {op, algo, "float", "sum", 4, 3, 50, 7, 100}), "") << describe(r);
+    EXPECT_NE(r.out.find("# tokens 50, hidden 7, row 28 B, E 9, k 3, route uniform, placement "
+                         "contiguous, seed 1"),
+              std::string::npos)
+        << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, PerfRouted,
+                         ::testing::Combine(::testing::Values("dispatch", "combine", "dc"),
+                                            ::testing::Values("inc", "ring", "a2a")),
+                         [](const auto &info) {
+                             return std::string(std::get<0>(info.param)) + "_" +
+                                    std::get<1>(info.param);
+                         });
+
+/* Other types and reductions, skewed and strided routing, sets that stay home (one expert
+   per rank, k = 1: half the tokens' only expert is their owner's) and a bitmap of two words. */
+struct RoutedCase {
+    std::vector<std::string> args;
+    Routed want;
+};
+
+class PerfRoutedCases : public ::testing::TestWithParam<std::tuple<RoutedCase, const char *>>
+{
+};
+
+TEST_P(PerfRoutedCases, ExactResults)
+{
+    RoutedCase c = std::get<0>(GetParam());
+    c.want.algo = std::get<1>(GetParam());
+    std::vector<std::string> args = {"--algo", c.want.algo, "-n", "2", "-w", "0"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    RunResult r = perf(args);
+    SKIP_IF_UNAVAILABLE(r, "--op " + c.want.op + " on --algo " + c.want.algo);
+    ASSERT_EQ(r.status, 0) << describe(r);
+    auto rows = perf_test::table_rows(r.out);
+    ASSERT_FALSE(rows.empty()) << describe(r);
+    c.want.dtype = rows[0][2]; /* the library's name for -d */
+    EXPECT_EQ(check_routed(r, c.want), "") << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PerfRoutedCases,
+    ::testing::Combine(
+        ::testing::Values(
+            RoutedCase{{"--op", "combine", "-N", "4", "-d", "bfloat16", "-o", "max", "--tokens",
+                        "33", "--hidden", "5", "-E", "8", "-k", "2", "--route", "zipf:1"},
+                       {"combine", "", "", "max", 2, 4, 33, 5, 0}},
+            RoutedCase{{"--op", "dc", "-N", "2", "-d", "int8", "-o", "min", "--tokens", "40",
+                        "--hidden", "3", "-E", "2", "-k", "1", "--placement", "strided"},
+                       {"dc", "", "", "min", 1, 2, 40, 3, 0}},
+            RoutedCase{{"--op", "dc", "-N", "3", "-d", "half", "-o", "prod", "--tokens", "20",
+                        "--hidden", "4", "-E", "6", "-k", "6", "--seed", "9"},
+                       {"dc", "", "", "prod", 2, 3, 20, 4, 0}},
+            RoutedCase{{"--op", "dispatch", "-N", "66", "--tokens", "3", "--hidden", "2", "-E",
+                        "66", "-k", "4", "--route", "zipf:0.5", "--placement", "strided"},
+                       {"dispatch", "", "", "sum", 4, 66, 3, 2, 0}},
+            RoutedCase{{"--op", "dc", "-N", "1", "--tokens", "9", "--hidden", "16", "-E", "4", "-k",
+                        "2", "--link-mbps", "10"},
+                       {"dc", "", "", "sum", 4, 1, 9, 16, 10}}),
+        ::testing::Values("inc", "ring", "a2a")),
+    [](const auto &info) {
+        const RoutedCase &c = std::get<0>(info.param);
+        return c.want.op + "_N" + std::to_string(c.want.nranks) + "_" + c.want.redop + "_" +
+               std::get<1>(info.param);
+    });
 
 /* ---- data types and reductions ----------------------------------------------- */
 
@@ -173,6 +401,29 @@ TEST(PerfCheck, CorruptedResultIsCountedAndFails)
     }
 }
 
+/* A routed op's check finds one wrong byte of a received row (dispatch) or of a reduced one
+   (combine, dc), on whichever algorithm has them. */
+TEST(PerfCheck, CorruptedRoutedResultIsCountedAndFails)
+{
+    int ran = 0;
+    for (const char *algo : {"inc", "ring", "a2a"}) {
+        for (const char *op : {"dispatch", "combine", "dc"}) {
+            RunResult r = perf({"-N", "2", "--op", op, "--algo", algo, "--tokens", "16", "--hidden",
+                                "8", "-n", "1", "-w", "0", "--inject-error"});
+            if (unavailable(r))
+                continue;
+            ran++;
+            EXPECT_EQ(r.status, 1) << op << " " << algo << ": " << describe(r);
+            auto rows = perf_test::table_rows(r.out);
+            ASSERT_EQ(rows.size(), 1u) << describe(r);
+            EXPECT_EQ(rows[0][7], "1") << op << " " << algo << ": " << describe(r);
+            EXPECT_NE(r.out.find("FAILED"), std::string::npos) << describe(r);
+        }
+    }
+    if (ran == 0)
+        GTEST_SKIP() << "no algorithm of this build has dispatch and combine yet";
+}
+
 TEST(PerfOutput, HeaderNamesTheColumns)
 {
     RunResult r = perf({"-N", "2", "--op", "agrs", "-b", "64", "-e", "64", "-n", "1", "-w", "0",
@@ -183,6 +434,41 @@ TEST(PerfOutput, HeaderNamesTheColumns)
         EXPECT_NE(r.out.find(col), std::string::npos) << col << "\n" << describe(r);
     /* --link-mbps 100, N=2, inc: bound 2*BW = 200 Mbit/s is stated */
     EXPECT_NE(r.out.find("bound 2*BW = 200.0 Mbit/s"), std::string::npos) << describe(r);
+}
+
+/* A routed op's header: what a step is, the routing as incmoe-model reads it, what the
+   traffic columns count, the link and bound, and the columns' names. */
+TEST(PerfOutput, RoutedHeaderStatesTheRoutingAndTheColumns)
+{
+    int ran = 0;
+    for (const char *algo : {"inc", "ring", "a2a"}) {
+        RunResult r =
+            perf({"-N",      "2",         "--op",        "dc",          "--algo", algo, "--tokens",
+                  "8",       "--hidden",  "2",           "-E",          "4",      "-k", "2",
+                  "--route", "zipf:1.50", "--placement", "strided",     "--seed", "12", "-n",
+                  "1",       "-w",        "0",           "--link-mbps", "50"});
+        if (unavailable(r))
+            continue;
+        ran++;
+        ASSERT_EQ(r.status, 0) << describe(r);
+        for (const char *line :
+             {"# incmoe-perf: op dc, algo ",
+              "# dc: the dispatch of step i in flight with the "
+              "combine of step i-1, per step",
+              "# tokens 8, hidden 2, row 8 B, E 4, k 2, route zipf:1.5, placement strided, "
+              "seed 12",
+              "as\n# incmoe-model counts it; busbw = the busiest rank and direction's bytes / "
+              "time",
+              "# link 50 Mbit/s per direction; bound = the busiest rank and direction's bytes / "
+              "link rate"})
+            EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << describe(r);
+        for (const char *col :
+             {"size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "rows-out",
+              "rows-in", "up", "down", "bound", "t/bound", "(B, max)"})
+            EXPECT_NE(r.out.find(col), std::string::npos) << col << "\n" << describe(r);
+    }
+    if (ran == 0)
+        GTEST_SKIP() << "no algorithm of this build has dispatch and combine yet";
 }
 
 /* ---- bad command lines ------------------------------------------------------ */
@@ -229,7 +515,35 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{{"--timeout", "0"}, "bad value '0' for --timeout: out of range"},
         BadArgs{{"--link-mbps", "1e12"},
                 "bad value '1e12' for --link-mbps (allowed: 0 < BW <= 1e9 Mbit/s)"},
-        BadArgs{{"--job", "-1"}, "bad value '-1' for --job (allowed: 0..2^64-1)"}));
+        BadArgs{{"--job", "-1"}, "bad value '-1' for --job (allowed: 0..2^64-1)"},
+        BadArgs{{"--op", "dc", "-b", "1K"},
+                "-b, -e and -f size the full collectives; --op dc runs --tokens rows of --hidden "
+                "elements"},
+        BadArgs{{"--op", "combine", "-f", "4"}, "-b, -e and -f size the full collectives"},
+        BadArgs{{"--op", "dc", "-N", "8", "-E", "4"},
+                "-N 8 ranks but -E 4 experts: every rank must hold one (N <= E)"},
+        BadArgs{{"--op", "dispatch", "-N", "2", "-E", "4", "-k", "5"},
+                "-k 5 is more than the -E 4 experts"},
+        BadArgs{{"--op", "dc", "--tokens", "16777216", "--hidden", "16777216"},
+                "--tokens 16777216 x --hidden 16777216 float is more than 1T bytes"},
+        BadArgs{{"--route", "zipf"},
+                "bad value 'zipf' for --route (allowed: uniform or zipf:S with 0 <= S <= 100)"},
+        BadArgs{{"--route", "zipf:-1"}, "bad value 'zipf:-1' for --route"},
+        BadArgs{{"--placement", "random"},
+                "bad value 'random' for --placement (allowed: contiguous or strided)"},
+        BadArgs{{"--seed", "x"}, "bad value 'x' for --seed (allowed: 0..2^62)"},
+        BadArgs{{"--tokens", "0"}, "bad value '0' for --tokens: out of range"},
+        BadArgs{{"--hidden", "99999999"}, "bad value '99999999' for --hidden: out of range"},
+        BadArgs{{"-k", "0"}, "bad value '0' for -k: out of range (allowed: 1..65536)"},
+        BadArgs{{"--op", "agrs", "-E", "8"},
+                "-E, -k, --route, --placement and --seed route dispatch, combine and dc, not "
+                "--op agrs"},
+        BadArgs{{"--op", "allgather", "--route", "uniform"}, "not --op allgather"},
+        BadArgs{{"--op", "agrs", "--tokens", "8"},
+                "--op agrs takes --tokens and --hidden together, instead of -b and -e"},
+        BadArgs{{"--op", "agrs", "--tokens", "8", "--hidden", "4", "-b", "1K"},
+                "takes --tokens and --hidden together, instead of -b and -e"},
+        BadArgs{{"--op", "dc", "-d", "float", "-o", "avg"}, "bad value 'avg' for -o"}));
 
 /* ---- the other tools' numbers: range-checked, exit 2, nothing started -------------------------
  */

@@ -210,8 +210,9 @@ TEST(Wire, DispatchAndCombineMessages)
     EXPECT_EQ(sizeof(inc_wire_dc_post), 48u);
     EXPECT_EQ(sizeof(inc_wire_dc_plan), 16u + INCMOE_WIRE_MAX_TEXT);
     EXPECT_EQ(sizeof(inc_wire_dc_piece), 32u);
-    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_DISPATCH, 3), 48u + 12u);
-    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_COMBINE, 3), 48u + 24u);
+    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_DISPATCH, 3, 0), 48u + 12u);
+    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_COMBINE, 3, 0), 48u + 24u);
+    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_COMBINE, 3, 5), 48u + 24u + 5u);
     EXPECT_EQ(inc_wire_dc_rows_per_chunk(120, 8, 4096), 32u);  /* 120 + 8 bytes a row */
     EXPECT_EQ(inc_wire_dc_rows_per_chunk(120, 65, 4096), 30u); /* two set words */
     EXPECT_EQ(inc_wire_dc_rows_per_chunk(9000, 2, 4096), 1u);  /* at least one */

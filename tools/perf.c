@@ -3,6 +3,8 @@
  *
  *   incmoe-perf [-N 4] [--op agrs] [--algo inc|ring|a2a] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5]
  *               [-c 1] [-d float] [-o sum] [--link-mbps BW]
+ *   incmoe-perf --op dispatch|combine|dc [--tokens 2048] [--hidden 1024] [-E 64] [-k 8]
+ *               [--route uniform|zipf:S] [--placement contiguous|strided] [--seed 1] ...
  *   incmoe-perf --switch HOST:PORT --rank R -N N [--job ID] ...   (one rank of a job)
  *
  * Without --rank it runs embedded: it starts incmoe-switchd on loopback (unless
@@ -16,8 +18,10 @@
  * AllGather and a ReduceScatter of S bytes each at once and times both to
  * completion: eqbw = 2S / time (paper section 5.2), bound N/(N-1) BW for the
  * ring (and a2a, whose AllGather and ReduceScatter are the ring's) and 2 BW in
- * the network.  Collectives go through the public API
- * (api/incmoe.h) only; embedded runs start the switch and the ranks with launch.h.
+ * the network.  The routed collectives (dispatch, combine, and dc, the two of
+ * an MoE layer's consecutive steps in flight together) are perf_dc.c's.
+ * Collectives go through the public API (incmoe/incmoe.h) only; embedded runs
+ * start the switch and the ranks with launch.h.
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -31,27 +35,12 @@
 #include "incmoe/incmoe.h"
 #include "args.h"
 #include "launch.h"
+#include "perf.h"
 #include "switchd_find.h"
 #include "base/clock.h"
 
-typedef enum { OP_ALLGATHER, OP_REDUCESCATTER, OP_ALLREDUCE, OP_AGRS, OP_COUNT } op_t;
-
-static const char *const op_names[OP_COUNT] = {"allgather", "reducescatter", "allreduce", "agrs"};
-
-typedef struct {
-    size_t min_bytes, max_bytes;
-    int factor, iters, warmup, check;
-    incmoe_dtype_t dtype;
-    incmoe_redop_t redop;
-    incmoe_algo_t algo;
-    op_t op;
-    double link_mbps;
-    int nranks, rank; /* rank -1: embedded */
-    const char *switch_addr;
-    uint64_t job_id;
-    int timeout_s;
-    int inject_error;
-} opts_t;
+const char *const op_names[OP_COUNT] = {"allgather", "reducescatter", "allreduce", "agrs",
+                                        "dispatch",  "combine",       "dc"};
 
 /* ------------------------------------------------------------------------- */
 /* Command line                                                               */
@@ -69,11 +58,26 @@ static void usage(FILE *f)
                "  -d, --datatype T      int8 uint8 int32 uint32 int64 uint64 half float double\n"
                "                        bfloat16 (default float)\n"
                "  -o, --op_redop OP     sum prod max min (default sum)\n"
-               "      --op OP           allgather reducescatter allreduce agrs (default agrs)\n"
-               "      --algo A          inc (in-network), ring, or a2a (the ring's collectives\n"
-               "                        over the full mesh) (default inc)\n"
+               "      --op OP           allgather reducescatter allreduce agrs, or the routed\n"
+               "                        dispatch combine dc (default agrs)\n"
+               "      --algo A          inc (in-network), ring, or a2a (the full mesh: point to\n"
+               "                        point for dispatch and combine, the ring's collectives\n"
+               "                        otherwise) (default inc)\n"
                "      --link-mbps BW    link rate per direction, 0 < BW <= 1e9: report eqbw as\n"
-               "                        %% of its bound\n"
+               "                        %% of its bound, and a routed op's time against its own\n"
+               "  routed collectives (dispatch, combine, dc = dispatch of step i || combine of\n"
+               "  step i-1), one size; with agrs & co, --tokens and --hidden set -b = -e to\n"
+               "  N x tokens x hidden elements (the full collectives of the same tokens):\n"
+               "      --tokens T        rows per rank, 1..16777216 (default 2048)\n"
+               "      --hidden H        elements of -d per row, 1..16777216 (default 1024)\n"
+               "  -E, --experts E       experts, N..65536 (default 64)\n"
+               "  -k, --topk K          experts per token, 1..E (default 8)\n"
+               "      --route R         uniform, or zipf:S (expert e drawn in proportion to\n"
+               "                        (e+1)^-S, 0 <= S <= 100; default uniform)\n"
+               "      --placement P     contiguous (rank r holds a block, rank 0 the most\n"
+               "                        popular) or strided (expert e on rank e %% N); default\n"
+               "                        contiguous, as incmoe-model's\n"
+               "      --seed S          the routing's seed, 0..2^62 (default 1)\n"
                "  -N, --nranks N        ranks, 1..256 (default 4)\n"
                "      --switch H:P      incmoe-switchd address (embedded mode starts one)\n"
                "      --rank R          run only rank R of the job (needs --switch)\n"
@@ -143,6 +147,35 @@ static int algo_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
+/* --route, --placement and --seed go to opts_t.route; each one given is noted
+   (routing_given), as -E and -k are by leaving 0. */
+static int route_arg(void *dst, const char *flag, const char *text)
+{
+    opts_t *o = dst;
+    o->routing_given = 1;
+    if (inc_route_parse(text, &o->route) != 0)
+        return bad_value(flag, text, "allowed: uniform or zipf:S with 0 <= S <= 100");
+    return 0;
+}
+
+static int placement_arg(void *dst, const char *flag, const char *text)
+{
+    opts_t *o = dst;
+    o->routing_given = 1;
+    if (inc_placement_parse(text, &o->route.placement) != 0)
+        return bad_value(flag, text, "allowed: contiguous or strided");
+    return 0;
+}
+
+static int seed_arg(void *dst, const char *flag, const char *text)
+{
+    opts_t *o = dst;
+    o->routing_given = 1;
+    if (inc_arg_u64(text, &o->route.seed) != 0 || o->route.seed > (1ull << 62))
+        return bad_value(flag, text, "allowed: 0..2^62");
+    return 0;
+}
+
 static int job_arg(void *dst, const char *flag, const char *text)
 {
     if (inc_arg_u64(text, dst) != 0)
@@ -157,14 +190,88 @@ static int link_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
-/* What no single option can check: the options against each other. */
-static int check_opts(const opts_t *o)
+/* A routed op: one size, --tokens rows of --hidden elements, and its routing (defaults
+   filled in). */
+static int check_routed(opts_t *o)
 {
-    if (o->min_bytes == 0 || o->min_bytes > o->max_bytes) {
+    if (o->min_bytes != 0 || o->max_bytes != 0 || o->factor != 0) {
+        fprintf(stderr,
+                "incmoe-perf: -b, -e and -f size the full collectives; --op %s runs --tokens "
+                "rows of --hidden elements\n",
+                op_names[o->op]);
+        return -1;
+    }
+    o->tokens = o->tokens ? o->tokens : 2048;
+    o->hidden = o->hidden ? o->hidden : 1024;
+    o->route.experts = o->route.experts ? o->route.experts : 64;
+    o->route.k = o->route.k ? o->route.k : 8;
+    o->route.nranks = o->nranks;
+    if (o->route.experts < o->nranks) {
+        fprintf(stderr,
+                "incmoe-perf: -N %d ranks but -E %d experts: every rank must hold one "
+                "(N <= E)\n",
+                o->nranks, o->route.experts);
+        return -1;
+    }
+    if (o->route.k > o->route.experts) {
+        fprintf(stderr, "incmoe-perf: -k %d is more than the -E %d experts\n", o->route.k,
+                o->route.experts);
+        return -1;
+    }
+    if ((uint64_t)o->tokens * (uint64_t)o->hidden * incmoe_dtype_size(o->dtype) > 1ull << 40) {
+        fprintf(stderr, "incmoe-perf: --tokens %d x --hidden %d %s is more than 1T bytes\n",
+                o->tokens, o->hidden, incmoe_dtype_name(o->dtype));
+        return -1;
+    }
+    return 0;
+}
+
+/* A full collective: -b, -e and -f (defaults filled in), or the gathered buffer of
+   --tokens x --hidden elements per rank. */
+static int check_full(opts_t *o)
+{
+    if (o->routing_given || o->route.experts != 0 || o->route.k != 0) {
+        fprintf(stderr,
+                "incmoe-perf: -E, -k, --route, --placement and --seed route dispatch, combine "
+                "and dc, not --op %s\n",
+                op_names[o->op]);
+        return -1;
+    }
+    if (o->tokens != 0 || o->hidden != 0) {
+        if (o->tokens == 0 || o->hidden == 0 || o->min_bytes != 0 || o->max_bytes != 0) {
+            fprintf(stderr,
+                    "incmoe-perf: --op %s takes --tokens and --hidden together, "
+                    "instead of -b and -e\n",
+                    op_names[o->op]);
+            return -1;
+        }
+        uint64_t bytes = (uint64_t)o->nranks * (uint64_t)o->tokens * (uint64_t)o->hidden *
+                         incmoe_dtype_size(o->dtype);
+        if (bytes > 1ull << 40) {
+            fprintf(stderr,
+                    "incmoe-perf: -N %d x --tokens %d x --hidden %d %s is more than 1T "
+                    "bytes\n",
+                    o->nranks, o->tokens, o->hidden, incmoe_dtype_name(o->dtype));
+            return -1;
+        }
+        o->min_bytes = o->max_bytes = (size_t)bytes;
+    }
+    o->min_bytes = o->min_bytes ? o->min_bytes : 8;
+    o->max_bytes = o->max_bytes ? o->max_bytes : 64u << 20;
+    o->factor = o->factor ? o->factor : 2;
+    if (o->min_bytes > o->max_bytes) {
         fprintf(stderr, "incmoe-perf: need 0 < -b <= -e, got -b %zu -e %zu\n", o->min_bytes,
                 o->max_bytes);
         return -1;
     }
+    return 0;
+}
+
+/* What no single option can check: the options against each other. */
+static int check_opts(opts_t *o)
+{
+    if (op_routed(o->op) ? check_routed(o) != 0 : check_full(o) != 0)
+        return -1;
     if (o->rank >= 0 && o->switch_addr == NULL) {
         fprintf(stderr, "incmoe-perf: --rank needs --switch HOST:PORT (the job's switch)\n");
         return -1;
@@ -177,7 +284,8 @@ static int check_opts(const opts_t *o)
         fprintf(stderr, "incmoe-perf: the ring bound N/(N-1)*BW needs -N >= 2\n");
         return -1;
     }
-    if (o->op != OP_ALLGATHER && !incmoe_reduce_supported(o->dtype, o->redop)) {
+    if (o->op != OP_ALLGATHER && o->op != OP_DISPATCH &&
+        !incmoe_reduce_supported(o->dtype, o->redop)) {
         fprintf(stderr, "incmoe-perf: reducing %s with %s is not supported\n",
                 incmoe_dtype_name(o->dtype), incmoe_redop_name(o->redop));
         return -1;
@@ -188,10 +296,9 @@ static int check_opts(const opts_t *o)
 /* Returns 0 to run, 1 after --help, -1 on a bad command line (already reported). */
 static int parse_args(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){.min_bytes = 8,
-                  .max_bytes = 64u << 20,
-                  .factor = 2,
-                  .iters = 20,
+    /* -b, -e, -f, --tokens, --hidden, -E and -k stay 0 until check_opts fills them in, so
+       that it knows which were given. */
+    *o = (opts_t){.iters = 20,
                   .warmup = 5,
                   .check = 1,
                   .dtype = INCMOE_FLOAT32,
@@ -201,7 +308,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
                   .nranks = 4,
                   .rank = -1,
                   .job_id = 1,
-                  .timeout_s = 600};
+                  .timeout_s = 600,
+                  .route = {.placement = INC_PLACE_CONTIGUOUS, .seed = 1}};
     const inc_arg_t args[] = {
         {"-b", "--minbytes", INC_ARG_SIZE, 1, 1ll << 40, &o->min_bytes},
         {"-e", "--maxbytes", INC_ARG_SIZE, 1, 1ll << 40, &o->max_bytes},
@@ -220,6 +328,13 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"--job", NULL, INC_ARG_FN, .dst = &o->job_id, .fn = job_arg},
         {"--timeout", NULL, INC_ARG_INT, 1, 86400, &o->timeout_s},
         {"--inject-error", NULL, INC_ARG_SET, 1, .dst = &o->inject_error},
+        {"--tokens", NULL, INC_ARG_INT, 1, 1 << 24, &o->tokens},
+        {"--hidden", NULL, INC_ARG_INT, 1, 1 << 24, &o->hidden},
+        {"-E", "--experts", INC_ARG_INT, 1, 65536, &o->route.experts},
+        {"-k", "--topk", INC_ARG_INT, 1, 65536, &o->route.k},
+        {"--route", NULL, INC_ARG_FN, .dst = o, .fn = route_arg},
+        {"--placement", NULL, INC_ARG_FN, .dst = o, .fn = placement_arg},
+        {"--seed", NULL, INC_ARG_FN, .dst = o, .fn = seed_arg},
         {"-h", "--help", INC_ARG_HELP},
     };
     for (int i = 1; i < argc; i++) {
@@ -250,14 +365,14 @@ static int parse_args(int argc, char **argv, opts_t *o)
 /* Data pattern: small integers, so every reduction result is exact.         */
 /* ------------------------------------------------------------------------- */
 
-static int dtype_signed(incmoe_dtype_t t)
+int dtype_signed(incmoe_dtype_t t)
 {
     return t != INCMOE_UINT8 && t != INCMOE_UINT32 && t != INCMOE_UINT64;
 }
 
 /* Element j (of the N-block buffer) of rank r's input.  Sums of N values stay
    within +-120 (exact in every type, bf16 included); products are +-1 or +-2. */
-static int64_t pattern(const opts_t *o, int r, size_t j, unsigned seed)
+int64_t pattern(const opts_t *o, int r, size_t j, unsigned seed)
 {
     int n = o->nranks;
     if (o->redop == INCMOE_PROD && o->op != OP_ALLGATHER) {
@@ -272,7 +387,7 @@ static int64_t pattern(const opts_t *o, int r, size_t j, unsigned seed)
     return dtype_signed(o->dtype) ? m - k : m / 2;
 }
 
-static int64_t combine(incmoe_redop_t op, int64_t a, int64_t b)
+int64_t combine(incmoe_redop_t op, int64_t a, int64_t b)
 {
     switch (op) {
     case INCMOE_SUM:
@@ -307,7 +422,7 @@ static uint16_t bf16_of_int(int64_t v)
     return (uint16_t)(u >> 16);
 }
 
-static void store(incmoe_dtype_t t, void *base, size_t i, int64_t v)
+void store(incmoe_dtype_t t, void *base, size_t i, int64_t v)
 {
     switch (t) {
     case INCMOE_INT8:
@@ -340,7 +455,7 @@ static void store(incmoe_dtype_t t, void *base, size_t i, int64_t v)
 }
 
 /* Whether element i of base holds exactly the encoding of v. */
-static int matches(incmoe_dtype_t t, const void *base, size_t i, int64_t v)
+int matches(incmoe_dtype_t t, const void *base, size_t i, int64_t v)
 {
     size_t es = incmoe_dtype_size(t);
     uint8_t want[8];
@@ -352,19 +467,7 @@ static int matches(incmoe_dtype_t t, const void *base, size_t i, int64_t v)
 /* One rank                                                                   */
 /* ------------------------------------------------------------------------- */
 
-typedef struct {
-    opts_t *o;
-    incmoe_comm_t *comm;
-    int rank, n;
-    size_t es;
-    /* AG: small_a -> big_a.  RS: big_b -> small_b.  AR: big_b -> big_a. */
-    void *big_a, *big_b, *small_a, *small_b;
-    incmoe_mr_t *mr_big_a, *mr_big_b, *mr_small_a, *mr_small_b;
-    uint64_t *ctl; /* 2 x nranks uint64: reduction of timings and error counts */
-    incmoe_mr_t *mr_ctl;
-} rank_t;
-
-static int fail(rank_t *rk, const char *what, incmoe_status_t st)
+int fail(rank_t *rk, const char *what, incmoe_status_t st)
 {
     char msg[256] = "";
     if (rk->comm != NULL)
@@ -374,16 +477,9 @@ static int fail(rank_t *rk, const char *what, incmoe_status_t st)
     return -1;
 }
 
-#define CHECK(rk, what, call)                                                                      \
-    do {                                                                                           \
-        incmoe_status_t st_ = (call);                                                              \
-        if (st_ != INCMOE_OK)                                                                      \
-            return fail(rk, what, st_);                                                            \
-    } while (0)
-
-static int alloc_reg(rank_t *rk, size_t bytes, void **buf_p, incmoe_mr_t **mr_p)
+int alloc_reg(rank_t *rk, size_t bytes, void **buf_p, incmoe_mr_t **mr_p)
 {
-    bytes = (bytes + 4095) & ~(size_t)4095;
+    bytes = bytes == 0 ? 4096 : (bytes + 4095) & ~(size_t)4095;
     if (posix_memalign(buf_p, 4096, bytes) != 0) {
         fprintf(stderr, "incmoe-perf: rank %d: cannot allocate %zu bytes\n", rk->rank, bytes);
         return -1;
@@ -396,7 +492,7 @@ static int alloc_reg(rank_t *rk, size_t bytes, void **buf_p, incmoe_mr_t **mr_p)
 /* AllReduce of one uint64 per rank with op (MAX for times, SUM for error
    counts); the value is replicated over nranks elements so that every rank
    owns part of the buffer, whatever the algorithm. */
-static int ctl_allreduce(rank_t *rk, uint64_t v, incmoe_redop_t op, uint64_t *out)
+int ctl_allreduce(rank_t *rk, uint64_t v, incmoe_redop_t op, uint64_t *out)
 {
     for (int i = 0; i < rk->n; i++)
         rk->ctl[i] = v;
@@ -409,7 +505,7 @@ static int ctl_allreduce(rank_t *rk, uint64_t v, incmoe_redop_t op, uint64_t *ou
     return 0;
 }
 
-static int barrier(rank_t *rk)
+int barrier(rank_t *rk)
 {
     incmoe_req_t req;
     CHECK(rk, "incmoe_barrier", incmoe_barrier(rk->comm, &req));
@@ -510,10 +606,15 @@ static void print_header(const opts_t *o)
 {
     printf("# incmoe-perf: op %s, algo %s, nranks %d, iters %d, warmup %d, check %d\n",
            op_names[o->op], inc_arg_algo_name(o->algo), o->nranks, o->iters, o->warmup, o->check);
+    if (op_routed(o->op)) {
+        dc_print_header(o);
+        return;
+    }
     if (o->op == OP_AGRS) {
         printf("# agrs: an AllGather and a ReduceScatter of <size> bytes each, posted together; "
                "eqbw = 2*size/time\n");
         if (o->link_mbps > 0) {
+            /* a2a runs the full collectives as the ring does */
             double bound = o->algo != INCMOE_ALGO_INC ? o->link_mbps * o->nranks / (o->nranks - 1)
                                                       : 2 * o->link_mbps;
             printf("# link %.0f Mbit/s per direction; bound %s = %.1f Mbit/s\n", o->link_mbps,
@@ -629,7 +730,8 @@ static int run_sizes(rank_t *rk)
     return wrong_all != 0 ? 1 : 0;
 }
 
-/* The registered buffers the op needs, sized for the largest size, and the control buffer. */
+/* The registered buffers the op needs, sized for the largest size, and the control buffer
+   (a routed op's own are dc_run's). */
 static int rank_buffers(rank_t *rk)
 {
     const opts_t *o = rk->o;
@@ -692,7 +794,7 @@ static int run_rank(opts_t *o, int rank)
     if (rank_buffers(&rk) == 0) {
         if (rank == 0)
             print_header(o);
-        rc = run_sizes(&rk);
+        rc = op_routed(o->op) ? dc_run(&rk) : run_sizes(&rk);
     }
     return rank_close(&rk, rc);
 }

@@ -2,7 +2,7 @@
 # Included by tools/Makefile.am.
 
 bin_PROGRAMS += incmoe-perf
-incmoe_perf_SOURCES = perf.c
+incmoe_perf_SOURCES = perf.c perf.h perf_dc.c
 # Embedded runs start incmoe-switchd found by inc_switchd_find() (INCMOE_SWITCHD, beside
 # the program, or the build tree relative to it).
 incmoe_perf_CPPFLAGS = $(INCMOE_CPPFLAGS)

@@ -372,11 +372,30 @@ incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p);
  * rank >= N, an unknown or busy dispatch) fail the job on every rank with
  * the reason, as for the other collectives.  Buffers and the window are as
  * for the other collectives (see "Buffers", "Window").
+ *
+ * A refusal.  A caller that finds its own arguments wrong above this API (a
+ * binding's checks) still takes part in the collective its peers post, so
+ * that they are not left waiting: field_mask INCMOE_DISPATCH_PARAM_REFUSED
+ * (INCMOE_COMBINE_PARAM_REFUSED) and refused, its reason, of which the first
+ * INCMOE_REFUSAL_MAX - 1 bytes are carried (NULL: none given).  Every other
+ * field is then ignored.  The plan's verdict fails the collective on every
+ * rank with INCMOE_ERR_INVALID_ARG and a reason such as "dispatch epoch 7:
+ * rank 2 refused its dispatch arguments: <its reason>" (the lowest rank that
+ * refused), before any row moves: nothing is written, the communicator stays
+ * usable, and a refused dispatch is kept as a failed one (release it).
  */
 #define INCMOE_SET_WORDS(nranks) (((size_t)(nranks) + 63) / 64)
 
+/* Bytes of a refusal's reason that reach the other ranks, its NUL included. */
+#define INCMOE_REFUSAL_MAX 128
+
+/* Fields of incmoe_dispatch_params_t that the caller set (the struct may grow). */
+enum {
+    INCMOE_DISPATCH_PARAM_REFUSED = 1u << 0, /* refused: see "A refusal" */
+};
+
 typedef struct {
-    uint32_t field_mask;  /* no optional fields yet: 0 */
+    uint32_t field_mask;  /* INCMOE_DISPATCH_PARAM_* of the optional fields set */
     incmoe_mr_t *send_mr; /* nrows rows of row_bytes, contiguous, at send_offset */
     size_t send_offset;
     size_t nrows;         /* T of this rank, 0 allowed */
@@ -386,6 +405,8 @@ typedef struct {
     incmoe_mr_t *recv_mr; /* capacity rows of row_bytes at recv_offset */
     size_t recv_offset;
     size_t capacity; /* rows this rank can receive */
+    /* INCMOE_DISPATCH_PARAM_REFUSED: why this rank refuses its arguments */
+    const char *refused;
 } incmoe_dispatch_params_t;
 
 incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_params_t *params,
@@ -412,8 +433,13 @@ incmoe_status_t incmoe_dispatch_result(incmoe_comm_t *comm, const incmoe_req_t *
  */
 incmoe_status_t incmoe_dispatch_release(incmoe_comm_t *comm, const incmoe_req_t *dispatch);
 
+/* Fields of incmoe_combine_params_t that the caller set (the struct may grow). */
+enum {
+    INCMOE_COMBINE_PARAM_REFUSED = 1u << 0, /* refused: see "A refusal" */
+};
+
 typedef struct {
-    uint32_t field_mask;   /* no optional fields yet: 0 */
+    uint32_t field_mask;   /* INCMOE_COMBINE_PARAM_* of the optional fields set */
     incmoe_req_t dispatch; /* the completed dispatch this combine inverts */
     incmoe_mr_t *send_mr;  /* R partial rows, in the dispatch's received order */
     size_t send_offset;
@@ -422,6 +448,8 @@ typedef struct {
     size_t row_count; /* elements per partial row, the same on every rank */
     incmoe_dtype_t dtype;
     incmoe_redop_t op;
+    /* INCMOE_COMBINE_PARAM_REFUSED: why this rank refuses its arguments */
+    const char *refused;
 } incmoe_combine_params_t;
 
 incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_t *params,

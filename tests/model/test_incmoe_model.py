@@ -425,6 +425,49 @@ def test_a_point_off_by_more_than_the_tolerance_fails_the_check(tmp_path, capsys
     assert m.main(["check", "--tolerance", "80", str(pts)]) == 0
 
 
+# incmoe-perf's output of a dc run (tools/perf_dc.c's lines; the numbers are made up).
+PERF_DC = """# incmoe-perf: op dc, algo inc, nranks 8, iters 5, warmup 1, check 1
+# dc: the dispatch of step i in flight with the combine of step i-1, per step
+# tokens 2048, hidden 1024, row 4096 B, E 64, k 8, route zipf:1, placement strided, seed 3
+# link 100 Mbit/s per direction; bound = the busiest rank and direction's bytes / link rate
+#
+#       size        count     type  redop        time    algbw    busbw   #wrong   rows-out    rows-in           up         down       bound t/bound
+#        (B)   (elements)                        (us)   (GB/s)   (GB/s)               (max)      (max)     (B, max)     (B, max)        (us)
+     8388608      2097152    float    sum   5000000.0   0.0017   0.0112        0      13900      13900     56966144     56966144   4557291.5   1.097
+#   rank 0: sent 13900 rows, 56966144 B; received 13900 rows, 56966144 B
+# Out of bounds values : 0 OK
+"""
+
+
+def test_check_reads_a_routed_incmoe_perf_output_with_its_tokens_and_routing(tmp_path, capsys):
+    out_file = tmp_path / "dc.txt"
+    out_file.write_text(PERF_DC)
+    points, _ = m.read_measurements([str(out_file)])
+    assert len(points) == 1
+    pt = points[0]
+    assert pt.measured_s == pytest.approx(5.0)
+    assert pt.label == "dc inc N=8 @100mbit, E=64 k=8 zipf:1 T=2048 H=1024"
+    ns = m.parse_point(pt.argv, "here")
+    assert (ns.op, ns.algo, ns.N, ns.E, ns.k, ns.tokens, ns.hidden, ns.route, ns.placement) == \
+        ("dc", "inc", 8, 64, 8, 2048.0, 1024, "zipf:1", "strided")
+    assert ns.bytes is None  # one size: the tokens' rows, never -b
+    assert m.main(["check", "--tolerance", "100", str(out_file)]) == 0
+    assert "5000.0 ms (1)" in capsys.readouterr().out
+
+
+def test_a_routed_output_in_other_types_is_counted_in_fp32_rows_of_its_bytes(tmp_path):
+    out_file = tmp_path / "dc.txt"
+    out_file.write_text(PERF_DC.replace("hidden 1024, row 4096 B", "hidden 2048, row 4096 B"))
+    points, _ = m.read_measurements([str(out_file)])
+    assert m.parse_point(points[0].argv, "here").hidden == 1024
+    out_file.write_text(PERF_DC.replace("row 4096 B", "row 4098 B"))
+    with pytest.raises(m.ModelError, match="rows of 4098 B: the model counts fp32 rows"):
+        m.read_measurements([str(out_file)])
+    out_file.write_text(PERF_DC.replace("# tokens", "# tok"))
+    with pytest.raises(m.ModelError, match="without its '# tokens"):
+        m.read_measurements([str(out_file)])
+
+
 def test_issue_targets_file_lists_every_point_as_to_be_measured(capsys):
     path = os.path.join(TOP, "bench", "data", "model", "issue18-targets.points")
     assert m.main(["check", path]) == 0

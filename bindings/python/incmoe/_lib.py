@@ -86,6 +86,9 @@ COMM_PARAM_TIMEOUT = 1 << 2
 COMM_PARAM_PROGRESS_TIMEOUT = 1 << 4
 MAX_RANKS = 256
 MAX_SECRET = 64
+DISPATCH_PARAM_REFUSED = 1 << 0
+COMBINE_PARAM_REFUSED = 1 << 0
+REFUSAL_MAX = 128
 
 # incmoe_moe_mode_t
 MOE_MODES = {"baseline": 0, "pipelined": 1}
@@ -135,6 +138,7 @@ class dispatch_params_t(ctypes.Structure):
         ("recv_mr", ctypes.c_void_p),
         ("recv_offset", ctypes.c_size_t),
         ("capacity", ctypes.c_size_t),
+        ("refused", ctypes.c_char_p),
     ]
 
 
@@ -149,6 +153,7 @@ class combine_params_t(ctypes.Structure):
         ("row_count", ctypes.c_size_t),
         ("dtype", ctypes.c_int),
         ("op", ctypes.c_int),
+        ("refused", ctypes.c_char_p),
     ]
 
 

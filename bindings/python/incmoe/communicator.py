@@ -412,8 +412,9 @@ class Communicator:
     def all_to_all_single(self, out, inp, out_splits=None, in_splits=None, async_op=False):
         """Rows along dim 0: in_splits[d] rows of inp go to rank d, in order; out gets
         out_splits[s] rows from each rank s, in rank order (None: equal splits).  inp and
-        out agree in dtype and in every dimension but the first.  Point to point (a dispatch
-        whose rows each go to one rank): on the ring and a2a algorithms."""
+        out agree in dtype and in every dimension but the first.  A dispatch whose rows each
+        go to one rank: point to point on the ring and a2a algorithms, through the switch on
+        inc."""
         comm = self._handle()
         i = _buffers.as_buffer(inp, "all_to_all_single input")
         o = _buffers.as_buffer(out, "all_to_all_single output")
@@ -444,11 +445,6 @@ class Communicator:
         p.sets = ctypes.cast(sets, ctypes.POINTER(ctypes.c_uint64))
         req = _lib.req_t()
         st = _lib.lib().incmoe_dispatch(comm, ctypes.byref(p), ctypes.byref(req))
-        if st == _lib.Status.ERR_UNSUPPORTED:
-            raise NotImplementedError(
-                "all_to_all_single: the %r algorithm has no point-to-point dispatch (use "
-                "algo='a2a' or 'ring')" % self.algo
-            )
         _errors.check("incmoe_dispatch", st, comm)
         return self._finish(_RowsWork(self, req, (o.obj, i.obj), osp), async_op)
 

@@ -19,8 +19,8 @@ timeout (INCMOE_TIMEOUT_MS, 10 s by default), whatever this timeout is.
 In-network for CPU tensors: all_reduce (sum, max, min; product where the
 switch reduces the type), all_gather_into_tensor, reduce_scatter_tensor,
 all_gather and reduce_scatter (lists), broadcast (an AllGather in which only
-the root's block has bytes), barrier; all_to_all_single point to point on the
-ring and a2a algorithms (NotImplementedError on inc).  Every other call raises
+the root's block has bytes), barrier; all_to_all_single (a dispatch: point to
+point on the ring and a2a algorithms, through the switch on inc).  Every other call raises
 NotImplementedError naming what is supported; CUDA tensors raise ValueError
 pointing to NCCL with NCCL_NET_PLUGIN=incmoe.  async_op=True returns a
 Work whose wait() blocks until the collective is done and whose
@@ -44,7 +44,7 @@ _JOB_KEY = "incmoe/job_id"
 
 SUPPORTED = (
     "all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_gather, reduce_scatter, "
-    "broadcast, barrier, all_to_all_single (ring, a2a)"
+    "broadcast, barrier, all_to_all_single"
 )
 
 _REDOPS = {
@@ -220,7 +220,7 @@ class IncmoeBackend(_C10dBackend):
     reduce_scatter_single = _reduce_scatter_base
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        """all_to_all_single: point to point, on the ring and a2a algorithms."""
+        """all_to_all_single: a dispatch whose rows each go to one rank."""
         _cpu(output, "all_to_all_single")
         _cpu(input, "all_to_all_single")
         inner = self.comm.all_to_all_single(

@@ -117,30 +117,29 @@ def comm_body(rank, n, addr, job, algo, store):
     _check("all_gather into a view", big[n * COUNT : 2 * n * COUNT], ref)
     assert not big[: n * COUNT].any() and not big[2 * n * COUNT :].any()
 
-    # all_to_all_single on the algorithms with point-to-point dispatch: every dtype, uneven
-    # splits (some empty), numpy too; out_splits that disagree with what came is a ValueError.
-    if algo != "inc":
-        for dt in DTYPES:
-            ins = [(rank * 3 + d) % 4 for d in range(n)]
-            outs = [(s * 3 + rank) % 4 for s in range(n)]
-            x = _values(g, sum(ins) * 5, dt).view(-1, 5)
-            o = torch.empty(sum(outs), 5, dtype=dt)
-            c.all_to_all_single(o, x, outs, ins)
-            ro = torch.empty(sum(outs), 5, dtype=dt)
-            dist.all_to_all_single(ro, x, outs, ins)
-            _check("all_to_all_single %s" % dt, o, ro)
-        a = np.arange(2 * n, dtype=np.float64) + 100 * rank
-        ao = np.empty(2 * n, dtype=np.float64)
-        c.all_to_all_single(ao, a)
-        rao = torch.empty(2 * n, dtype=torch.float64)
-        dist.all_to_all_single(rao, torch.from_numpy(a))
-        _check("all_to_all_single numpy", torch.from_numpy(ao), rao)
-        if n > 1:
-            # One row from every rank comes, out_splits says two from rank 0 and none from rank
-            # 1: a ValueError naming the counts, and the communicator carries on.
-            x = torch.zeros(n, 2)
-            with pytest.raises(ValueError, match="received"):
-                c.all_to_all_single(torch.empty(n, 2), x, [2, 0] + [1] * (n - 2))
+    # all_to_all_single (a dispatch, on every algorithm): every dtype, uneven splits (some
+    # empty), numpy too; out_splits that disagree with what came is a ValueError.
+    for dt in DTYPES:
+        ins = [(rank * 3 + d) % 4 for d in range(n)]
+        outs = [(s * 3 + rank) % 4 for s in range(n)]
+        x = _values(g, sum(ins) * 5, dt).view(-1, 5)
+        o = torch.empty(sum(outs), 5, dtype=dt)
+        c.all_to_all_single(o, x, outs, ins)
+        ro = torch.empty(sum(outs), 5, dtype=dt)
+        dist.all_to_all_single(ro, x, outs, ins)
+        _check("all_to_all_single %s" % dt, o, ro)
+    a = np.arange(2 * n, dtype=np.float64) + 100 * rank
+    ao = np.empty(2 * n, dtype=np.float64)
+    c.all_to_all_single(ao, a)
+    rao = torch.empty(2 * n, dtype=torch.float64)
+    dist.all_to_all_single(rao, torch.from_numpy(a))
+    _check("all_to_all_single numpy", torch.from_numpy(ao), rao)
+    if n > 1:
+        # One row from every rank comes, out_splits says two from rank 0 and none from rank
+        # 1: a ValueError naming the counts, and the communicator carries on.
+        x = torch.zeros(n, 2)
+        with pytest.raises(ValueError, match="received"):
+            c.all_to_all_single(torch.empty(n, 2), x, [2, 0] + [1] * (n - 2))
 
     c.barrier()
     c.close()

@@ -108,8 +108,7 @@ def dist_body(rank, n, addr, algo, store):
     if rank in half:
         _calls(g, rank, len(half), sub, gsub, "new_group %s" % half)
 
-    # all_to_all_single with uneven splits (some empty, rows of [3, 2]) against gloo's, on the
-    # algorithms with point-to-point dispatch; in-network: a clear error, and nothing posted.
+    # all_to_all_single with uneven splits (some empty, rows of [3, 2]) against gloo's.
     for step in range(3):
         ins = [(rank + d + step) % 3 for d in range(n)]
         outs = [(s + rank + step) % 3 for s in range(n)]
@@ -117,21 +116,16 @@ def dist_body(rank, n, addr, algo, store):
         o = torch.full((sum(outs), 3, 2), -1.0)
         ro = torch.full((sum(outs), 3, 2), -2.0)
         dist.all_to_all_single(ro, x, outs, ins, group=gloo)
-        if algo == "inc":
-            with pytest.raises(NotImplementedError, match="all_to_all_single"):
-                dist.all_to_all_single(o, x, outs, ins)
-            break
         w = dist.all_to_all_single(o, x, outs, ins, async_op=step == 1)
         if step == 1:
             assert w.wait()
         _eq("all_to_all_single step %d" % step, o, ro)
     t = torch.ones(n * 2)
-    if algo != "inc":
-        o = torch.empty_like(t)
-        dist.all_to_all_single(o, t)  # equal splits
-        _eq("all_to_all_single equal splits", o, t)
-        with pytest.raises(ValueError, match="splits"):
-            dist.all_to_all_single(torch.empty(n * 2), t, [1] * n, [2] * (n + 1))
+    o = torch.empty_like(t)
+    dist.all_to_all_single(o, t)  # equal splits
+    _eq("all_to_all_single equal splits", o, t)
+    with pytest.raises(ValueError, match="splits"):
+        dist.all_to_all_single(torch.empty(n * 2), t, [1] * n, [2] * (n + 1))
     with pytest.raises((NotImplementedError, RuntimeError), match="reduce|does not"):
         dist.reduce(torch.ones(3), dst=0)
     with pytest.raises(ValueError, match="ReduceOp|reduces with"):
