@@ -32,7 +32,8 @@ struct InstantNet {
     std::vector<std::vector<uint64_t>> offsets{INC_STREAM_COUNT};
     uint64_t epoch[INC_STREAM_COUNT] = {};
     int posts = 0, fail_post_at = -1;
-    static incmoe_status_t post(void *ctx, const incmoe_fifo_trigger_t *t, incmoe_req_t *req_p)
+    static incmoe_status_t post(void *ctx, const incmoe_fifo_trigger_t *t, const incmoe_req_t *,
+                                incmoe_req_t *req_p)
     {
         InstantNet *n = static_cast<InstantNet *>(ctx);
         std::lock_guard<std::mutex> lk(n->mu);
@@ -48,8 +49,15 @@ struct InstantNet {
     {
         return INCMOE_OK;
     }
+    /* No dispatch is posted here: one would receive nothing. */
+    static incmoe_status_t dispatch_result(void *, const incmoe_req_t *,
+                                           incmoe_fifo_dispatch_t *block)
+    {
+        block->nrecv = 0;
+        return INCMOE_OK;
+    }
 };
-const fifo_transport_t instant = {InstantNet::post, InstantNet::wait};
+const fifo_transport_t instant = {InstantNet::post, InstantNet::wait, InstantNet::dispatch_result};
 
 /* One producer (a thread block's thread 0): reserve, poll the slot, publish, then
    wait for the ticket; an abort word ends every wait, as in prims.cuh. */
