@@ -22,6 +22,7 @@ static const char *const wire_msg_names[] = {
     [WIRE_MSG_RING_GATHER] = "RING_GATHER",
     [WIRE_MSG_SMALL] = "SMALL",
     [WIRE_MSG_SMALL_FWD] = "SMALL_FWD",
+    [WIRE_MSG_PLAN] = "PLAN",
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
@@ -81,6 +82,49 @@ static incmoe_status_t check_data_range(const struct inc_wire_hdr *h, size_t pay
     return INCMOE_OK;
 }
 
+/* Largest POST payload of a dispatch or combine: a combine's of INCMOE_MAX_RANKS ranks. */
+#define DC_POST_MAX (sizeof(struct inc_wire_dc_post) + 8 * (uint64_t)INCMOE_MAX_RANKS)
+
+/* The messages of dispatch and combine (wire.h, "Dispatch and combine"); the payloads' own
+   fields are checked where they are read, against the collective. */
+static incmoe_status_t check_dc_msg(const struct inc_wire_hdr *h, size_t payload_length, char *why,
+                                    size_t why_len)
+{
+    const char *name = inc_wire_msg_name(h->msg);
+    switch ((inc_wire_msg_t)h->msg) {
+    case WIRE_MSG_CREDIT:
+        if (payload_length != 0)
+            FAIL("CREDIT carries %zu payload bytes", payload_length);
+        return INCMOE_OK;
+    case WIRE_MSG_POST:
+    case WIRE_MSG_SMALL:
+    case WIRE_MSG_DATA:
+    case WIRE_MSG_FWD:
+    case WIRE_MSG_PLAN:
+        break;
+    default:
+        FAIL("%s on the %s stream", name, inc_wire_stream_name(h->stream));
+    }
+    if (h->length != payload_length)
+        FAIL("%s says %llu bytes but carries %zu: truncated or overlong", name,
+             (unsigned long long)h->length, payload_length);
+    if (h->msg == WIRE_MSG_POST &&
+        (payload_length < sizeof(struct inc_wire_dc_post) || payload_length > DC_POST_MAX))
+        FAIL("%s POST of %zu payload bytes", inc_wire_stream_name(h->stream), payload_length);
+    if (h->msg == WIRE_MSG_SMALL && payload_length < sizeof(struct inc_wire_dc_post))
+        FAIL("%s SMALL of %zu payload bytes", inc_wire_stream_name(h->stream), payload_length);
+    if (h->msg == WIRE_MSG_PLAN &&
+        (payload_length < sizeof(struct inc_wire_dc_plan) ||
+         payload_length > sizeof(struct inc_wire_dc_plan) + 4 * (uint64_t)INCMOE_MAX_RANKS))
+        FAIL("PLAN of %zu payload bytes", payload_length);
+    if ((h->msg == WIRE_MSG_DATA || h->msg == WIRE_MSG_FWD) && payload_length == 0)
+        FAIL("empty %s", name);
+    if (h->stream == INCMOE_STREAM_COMBINE && h->msg != WIRE_MSG_PLAN &&
+        (h->dtype >= INC_DTYPE_COUNT || h->redop >= INC_REDOP_COUNT))
+        FAIL("%s with unknown datatype %u or operation %u", name, h->dtype, h->redop);
+    return INCMOE_OK;
+}
+
 /* The messages of a collective's stream (POST, DATA, FWD, RING_REDUCE, RING_GATHER, CREDIT,
    DONE): a known stream and an epoch; POST, CREDIT and DONE carry nothing, the others data. */
 static incmoe_status_t check_stream_msg(const struct inc_wire_hdr *h, size_t payload_length,
@@ -88,9 +132,8 @@ static incmoe_status_t check_stream_msg(const struct inc_wire_hdr *h, size_t pay
 {
     if (h->stream >= INC_STREAM_COUNT)
         FAIL("%s for unknown stream %u", inc_wire_msg_name(h->msg), h->stream);
-    if (h->stream >= INCMOE_STREAM_DISPATCH)
-        FAIL("%s on the %s stream, which no message of this version carries",
-             inc_wire_msg_name(h->msg), inc_wire_stream_name(h->stream));
+    if (inc_wire_is_dc(h->stream))
+        return check_dc_msg(h, payload_length, why, why_len);
     if (h->epoch == 0)
         FAIL("%s with epoch 0", inc_wire_msg_name(h->msg));
     if (h->msg == WIRE_MSG_CREDIT || h->msg == WIRE_MSG_DONE || h->msg == WIRE_MSG_POST) {
@@ -162,7 +205,13 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
         return check_stream_msg(&h, payload_length, why, why_len);
     case WIRE_MSG_SMALL:
     case WIRE_MSG_SMALL_FWD:
+        if (inc_wire_is_dc(h.stream))
+            return check_stream_msg(&h, payload_length, why, why_len);
         return check_small_msg(&h, payload_length, why, why_len);
+    case WIRE_MSG_PLAN:
+        if (!inc_wire_is_dc(h.stream))
+            FAIL("PLAN for stream %u, neither dispatch nor combine", h.stream);
+        return check_stream_msg(&h, payload_length, why, why_len);
     case WIRE_MSG_HEARTBEAT:
     case WIRE_MSG_LEAVE:
         if (payload_length != 0)
@@ -233,4 +282,32 @@ uint64_t inc_wire_small_result_length(incmoe_stream_t stream, const uint64_t *by
         if (r != rank)
             n += bytes[r];
     return n;
+}
+
+int inc_wire_is_dc(unsigned stream)
+{
+    return stream == INCMOE_STREAM_DISPATCH || stream == INCMOE_STREAM_COMBINE;
+}
+
+uint64_t inc_wire_dc_rows_per_chunk(uint64_t row_bytes, int nranks, uint64_t chunk_size)
+{
+    uint64_t per_row = row_bytes + 8 * (uint64_t)INCMOE_SET_WORDS(nranks);
+    uint64_t rows = chunk_size / per_row;
+    return rows > 0 ? rows : 1;
+}
+
+uint64_t inc_wire_dc_post_length(incmoe_stream_t stream, int nranks)
+{
+    uint64_t counts = stream == INCMOE_STREAM_COMBINE ? 2 : 1;
+    return sizeof(struct inc_wire_dc_post) + 4 * counts * (uint64_t)nranks;
+}
+
+int inc_wire_dc_is_small(uint64_t payload_length, uint64_t chunk_size)
+{
+    return payload_length <= chunk_size / 2;
+}
+
+uint64_t inc_wire_dc_piece_length(uint64_t length)
+{
+    return sizeof(struct inc_wire_dc_piece) + ((length + 7) & ~(uint64_t)7);
 }

@@ -83,6 +83,60 @@
  *              the N-1 others' partials of this rank's block, which the rank
  *              adds to its own; AllReduce: the reduced vector.
  *
+ * Dispatch and combine (incmoe.h, "Dispatch and combine"; the streams
+ * INCMOE_STREAM_DISPATCH and INCMOE_STREAM_COMBINE).  Rows are counted in
+ * rows, not bytes, in offset and total below.  W = INCMOE_SET_WORDS(N); a
+ * set is W uint64 words, bit r % 64 of word r / 64 naming rank r.  A row of
+ * rank s is a network row when its set holds a rank other than s: only those
+ * cross the network (a row whose set holds s itself is copied locally).
+ * rows_per_chunk = inc_wire_dc_rows_per_chunk(row bytes, N, chunk_size), the
+ * same for both streams with their own row bytes; chunk c of rank s covers
+ * its source rows [c * rows_per_chunk, +k), k = min(rows_per_chunk, T_s -
+ * c * rows_per_chunk).
+ *   POST       as above, with a payload: struct inc_wire_dc_post, then uint32
+ *              count[N] (dispatch: its rows whose set holds d; combine: that
+ *              of its dispatch), and for combine uint32 recvd[N] (the rows it
+ *              received from each s, i.e. the partials it gives).  total = T
+ *              of this rank, sig = the stream's signature (shapes are the
+ *              plan's to compare).  Consumes one credit, which PLAN returns.
+ *   PLAN       switch -> every rank once all N posted: payload struct
+ *              inc_wire_dc_plan (the verdict of base/dc_plan.h, the same for
+ *              every rank: status, the rank at fault, the reason), then for a
+ *              dispatch uint32 col[N], the rows this rank receives from each
+ *              source.  A rank sends its DATA only after its PLAN said OK; a
+ *              failed verdict ends the collective on every rank, nothing
+ *              written, the communicator intact.  So a rank never completes a
+ *              dispatch or combine before every rank posted it: these streams
+ *              have no epoch gap (see "Epoch window").
+ *   DATA       dispatch, rank s: root = s, chunk = c, offset = its first
+ *              source row, total = T_s; payload: the k sets of the chunk
+ *              (8 W k bytes), then its network rows in row order.  The switch
+ *              takes a source's chunks in chunk order; for each d != s that
+ *              some set holds it sends FWD with the rows for d.
+ *              combine, owner s (root = s = sender): its set chunk: chunk c
+ *              of its dispatch rows' sets (8 W k bytes), offset and total as
+ *              for dispatch, every chunk sent.  combine, contributor d (root =
+ *              owner s != d): its partials of the rows of s's chunk c whose
+ *              set holds d, in row order; offset = c * rows_per_chunk, total =
+ *              the rows d received from s; never empty.  dtype/redop: the
+ *              combine's.  Each consumes one credit (CREDIT returns it).
+ *   FWD        dispatch, to d: root = s, chunk = c, offset = rows of s already
+ *              sent to d (the position in d's block of s), total = count[s][d];
+ *              payload: uint32 source row of each, then the rows (4 + row
+ *              bytes each).  combine, to owner s: root = s, chunk = c, offset
+ *              = c * rows_per_chunk, total = T_s; payload: the reduction (in
+ *              ascending rank order) of the other contributors' partials of
+ *              each row of the chunk that has one, in row order; the owner
+ *              applies its own partial last.
+ *   SMALL      a rank whose whole contribution is small
+ *              (inc_wire_dc_is_small on the payload's length) sends its POST
+ *              and every DATA of the collective in one message: payload as
+ *              POST's, then per DATA a struct inc_wire_dc_piece and its bytes
+ *              padded to 8.  One credit, returned by CREDIT once every piece
+ *              went (its PLAN returns none).  The switch takes each piece as
+ *              the DATA it stands for once the plan is OK, so ranks may mix
+ *              the two forms.
+ *
  * Ring baseline (rank -> right neighbour, no switch in the data path; ring.c):
  *   RING_HELLO   once after connecting, to finish UCX wire-up before bulk data;
  *                payload: the job's ring token from JOIN_ACK.  A rank takes ring
@@ -114,7 +168,8 @@
  * at most 2W ahead of the slowest rank's completions, and the other 2W of
  * its window absorb the sends whose completion it has not yet seen.  (A
  * collective in which a rank receives nothing completes without the others;
- * only such a rank can run further ahead.)
+ * only such a rank can run further ahead.  Dispatch and combine close that
+ * gap: every rank waits for its PLAN, which needs every rank's POST.)
  *
  * Progress: a collective that some ranks posted and another live rank has not
  * posted within the job's progress timeout fails the job with
@@ -139,10 +194,10 @@
 
 #define INCMOE_AM_ID         7
 #define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION  4           /* 4: SMALL / SMALL_FWD for small collectives */
-#define INCMOE_WIRE_MAX_ADDR 4096        /* bytes of one rank address in JOIN */
-#define INCMOE_WIRE_TOKEN    16          /* bytes of a session or ring token */
-#define INCMOE_WIRE_MAX_TEXT 256         /* bytes of an ERROR reason */
+#define INCMOE_WIRE_VERSION  5    /* 5: dispatch and combine (POST payloads, PLAN, their DATA) */
+#define INCMOE_WIRE_MAX_ADDR 4096 /* bytes of one rank address in JOIN */
+#define INCMOE_WIRE_TOKEN    16   /* bytes of a session or ring token */
+#define INCMOE_WIRE_MAX_TEXT 256  /* bytes of an ERROR reason */
 /* Epochs of one stream the switch keeps open per job (see "Epoch window" above). */
 #define INCMOE_WIRE_OPEN_EPOCHS (4 * INCMOE_STREAM_WINDOW)
 
@@ -162,7 +217,8 @@ typedef enum {
     WIRE_MSG_RING_GATHER,
     WIRE_MSG_SMALL,
     WIRE_MSG_SMALL_FWD,
-    WIRE_MSG_LAST = WIRE_MSG_SMALL_FWD
+    WIRE_MSG_PLAN,
+    WIRE_MSG_LAST = WIRE_MSG_PLAN
 } inc_wire_msg_t;
 
 struct inc_wire_hdr {
@@ -203,6 +259,35 @@ struct inc_wire_join_ack {
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ring neighbours show it */
 };
 
+/* Payload of POST (and head of SMALL) on the dispatch and combine streams; then uint32
+   count[nranks], and for combine uint32 recvd[nranks]. */
+struct inc_wire_dc_post {
+    uint64_t rows;           /* T: this rank's rows in the dispatch */
+    uint64_t row_bytes;      /* dispatch: of a row; combine: of a partial row */
+    uint64_t capacity;       /* dispatch: rows it can receive; combine: 0 */
+    uint64_t dispatch_epoch; /* combine: the dispatch it inverts; dispatch: 0 */
+    uint64_t row_count;      /* combine: elements of a partial row; dispatch: 0 */
+    uint32_t nranks;
+    uint8_t dtype, redop; /* combine: the partials'; dispatch: 0 */
+    uint16_t reserved;    /* 0 */
+};
+
+/* Payload of PLAN: the verdict; then, for a dispatch, uint32 col[nranks]. */
+struct inc_wire_dc_plan {
+    int32_t status; /* incmoe_status_t: 0, or the failure every rank shares */
+    uint32_t rank;  /* the rank at fault */
+    uint32_t nranks;
+    uint32_t reserved;                 /* 0 */
+    char reason[INCMOE_WIRE_MAX_TEXT]; /* NUL-terminated */
+};
+
+/* One DATA inside a SMALL: the header fields it would have carried, then length bytes
+   (padded to a multiple of 8). */
+struct inc_wire_dc_piece {
+    uint32_t root, chunk;
+    uint64_t offset, total, length;
+};
+
 /* Fill the constant fields. */
 void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t job);
 
@@ -233,5 +318,17 @@ uint64_t inc_wire_small_length(incmoe_stream_t stream, const uint64_t *bytes, in
    window (ReduceScatter) or the vector (AllReduce). */
 uint64_t inc_wire_small_result_length(incmoe_stream_t stream, const uint64_t *bytes, int nranks,
                                       int rank);
+
+/* Is the stream dispatch or combine? */
+int inc_wire_is_dc(unsigned stream);
+/* Rows of one dispatch or combine chunk (see "Dispatch and combine"): max(1, chunk_size /
+   (row_bytes + 8 W)), row_bytes > 0. */
+uint64_t inc_wire_dc_rows_per_chunk(uint64_t row_bytes, int nranks, uint64_t chunk_size);
+/* Bytes of a POST payload of the stream for nranks ranks. */
+uint64_t inc_wire_dc_post_length(incmoe_stream_t stream, int nranks);
+/* Is a SMALL of this many payload bytes small enough: at most half a chunk. */
+int inc_wire_dc_is_small(uint64_t payload_length, uint64_t chunk_size);
+/* A piece's bytes in a SMALL: its header and its data padded to 8. */
+uint64_t inc_wire_dc_piece_length(uint64_t length);
 
 #endif

@@ -97,6 +97,7 @@ typedef struct coll_op {
     size_t row_bytes;       /* bytes of one row (combine: of one partial row) */
     size_t capacity;        /* dispatch: rows the receive range holds */
     int planned;            /* the plan arrived (counts, verdict): it may complete */
+    int dc_posted;          /* in-network: its POST or SMALL went */
     incmoe_status_t status; /* the plan's verdict: not OK fails this collective alone */
     char *why;              /* its reason (owned), else NULL */
 } coll_op_t;
@@ -227,6 +228,7 @@ typedef struct {
     incmoe_comm_t *comm;
     client_completion_t *comp; /* counts this message in flight */
     void *payload_owned;       /* freed on completion */
+    int eager;                 /* eager whatever its size (a message the switch takes eager) */
 } send_ctx_t;
 
 /* Each file's functions under its heading, bottom-up; post.c's extra call is in post.h. */

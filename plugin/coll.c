@@ -33,8 +33,8 @@ static int op_finished(const coll_op_t *op)
         return op->barrier_done;
     /* A rank that receives nothing still waits for its plan, which needs every rank's post:
        so it never runs ahead of the others (wire.h, "Epoch window"). */
-    if (op_is_dc(op) && !op->planned)
-        return 0;
+    if (op_is_dc(op))
+        return op->planned && op->recv_done == op->recv_expected;
     /* A small collective waits for its SMALL_FWD even when it receives no bytes. */
     return op->recv_done == op->recv_expected && (!op->small || op->small_landed);
 }

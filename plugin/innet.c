@@ -9,18 +9,16 @@
  * A small collective (inc_wire_is_small) instead goes out as one SMALL
  * carrying the POST and the whole contribution, for one credit, and its
  * results come back in one SMALL_FWD that also returns the credit.
- * The wire protocol is described in base/wire.h.
+ * Dispatch and combine are innet_dc.c's, in the same stream order and
+ * credits.  The wire protocol is described in base/wire.h.
  */
 #include "algo.h"
+#include "innet.h"
 #include "base/log.h"
 #include "base/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    uint32_t credits[INC_STREAM_COUNT]; /* DATA messages this rank may still send */
-} innet_t;
 
 typedef struct {
     incmoe_comm_t *comm;
@@ -84,6 +82,10 @@ static const char *op_send_ptr(coll_op_t *op, int root, uint64_t offset)
 
 static void innet_start(incmoe_comm_t *comm, coll_op_t *op)
 {
+    if (inc_wire_is_dc(op->stream)) {
+        innet_dc_start(comm, op);
+        return;
+    }
     op->small = inc_wire_is_small(op->stream, op->bytes, comm->nranks, comm->chunk_size);
     if (!op->small)
         client_send_post(comm, op, &op->sent); /* the DATA follows from innet_progress */
@@ -160,6 +162,13 @@ static void pump_stream(incmoe_comm_t *comm, incmoe_stream_t stream)
         if (op->all_issued)
             continue;
         op->holds++;
+        if (inc_wire_is_dc(stream)) {
+            int ok = innet_dc_pump(comm, op, credits);
+            op->holds--;
+            if (!ok || !op->all_issued)
+                break; /* its plan, or credits, come first */
+            continue;
+        }
         if (op->small && *credits > 0) {
             if (!send_small(comm, op)) {
                 op->holds--;
@@ -452,6 +461,8 @@ static void on_credit(incmoe_comm_t *comm, const struct inc_wire_hdr *h)
 static ucs_status_t innet_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
                                      size_t length, const ucp_am_recv_param_t *param)
 {
+    if ((h->msg == WIRE_MSG_FWD || h->msg == WIRE_MSG_PLAN) && inc_wire_is_dc(h->stream))
+        return innet_dc_on_message(comm, h, data, length, param);
     if (h->msg == WIRE_MSG_FWD)
         return on_fwd(comm, h, data, length, param);
     if (h->msg == WIRE_MSG_SMALL_FWD)
@@ -499,5 +510,6 @@ const client_algo_ops_t client_innet_ops = {
     .on_message = innet_on_message,
     .close = innet_close,
     .barrier_before_leave = 0,
-    .has_dc = 0, /* not yet: dispatch and combine return INCMOE_ERR_UNSUPPORTED */
+    .has_dc = 1,
+    .dc_check = innet_dc_check,
 };

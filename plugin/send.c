@@ -53,7 +53,8 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
         .user_data = ctx,
         /* REPLY names our endpoint at the switch, which is how it knows who sent it. */
         .flags = UCP_AM_SEND_FLAG_REPLY |
-                 (length >= comm->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER),
+                 (length >= comm->rndv_thresh && !ctx->eager ? UCP_AM_SEND_FLAG_RNDV
+                                                             : UCP_AM_SEND_FLAG_EAGER),
     };
     if (memh != NULL) {
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;

@@ -99,8 +99,13 @@ ucs_status_t coll_item_receive(coll_item_t *item, int from, void *desc, void *bu
 
 static void item_sent(void *arg, ucs_status_t status)
 {
-    (void)status; /* done either way: UCX no longer reads the payload */
+    /* Done either way: UCX no longer reads the payload.  The switch failing to build one (out
+       of memory) means a rank will never get its data: the job fails, while this send still
+       holds the item. */
     coll_item_t *item = arg;
+    if (status == UCS_ERR_NO_MEMORY && item->job->state == JOB_ACTIVE)
+        job_fail(item->job->members, item->job, INCMOE_ERR_NO_MEMORY, 0,
+                 "switch out of memory for a message to a rank");
     if (--item->sending == 0 && item->coll != NULL && item->job->state == JOB_ACTIVE)
         item->ops->sent(item);
     coll_item_put(item);
@@ -114,4 +119,13 @@ void coll_item_send(coll_item_t *item, conn_t *conn, egress_class_t cls,
     m->stats->bytes_out += hdr->length;
     m->tx.ops->send_data(m->tx.server, conn, cls, hdr, payload, (size_t)hdr->length, item_sent,
                          item);
+}
+
+void coll_item_send_built(coll_item_t *item, conn_t *conn, egress_class_t cls,
+                          const struct inc_wire_hdr *hdr, switch_tx_build_t build)
+{
+    membership_t *m = item->job->members;
+    coll_item_hold(item);
+    m->stats->bytes_out += hdr->length;
+    m->tx.ops->send_built(m->tx.server, conn, cls, hdr, build, item_sent, item);
 }

@@ -51,5 +51,9 @@ ucs_status_t coll_item_receive(coll_item_t *item, int from, void *desc, void *bu
    lives) through conn's output queue in class cls, holding the item until it completes. */
 void coll_item_send(coll_item_t *item, conn_t *conn, egress_class_t cls,
                     const struct inc_wire_hdr *hdr, const void *payload);
+/* The same with a payload that build(item, hdr, buf) writes from the item when the queue
+   takes the send (tx.h, send_built). */
+void coll_item_send_built(coll_item_t *item, conn_t *conn, egress_class_t cls,
+                          const struct inc_wire_hdr *hdr, switch_tx_build_t build);
 
 #endif

@@ -63,6 +63,10 @@ const coll_stream_t coll_streams[INC_STREAM_COUNT] = {
                                  .reduces = 1,
                                  .shared_window = 1},
     [INCMOE_STREAM_BARRIER] = {.data = 0},
+    /* Each row of a rank goes once to the switch and on to the ranks its set names. */
+    [INCMOE_STREAM_DISPATCH] = {.data = 1, .planned = 1},
+    /* The partials of the ranks in a row's set, reduced, go to the row's owner. */
+    [INCMOE_STREAM_COMBINE] = {.data = 1, .planned = 1, .reduces = 1},
 };
 
 /* ------------------------------------------------------------------------ */

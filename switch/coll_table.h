@@ -23,11 +23,13 @@ typedef struct {
  * What a stream kind does, whatever the form: one row per stream in
  * coll_streams.  A new kind of stream is a new row (with its functions), and
  * in each form what it builds differently; the table itself is the same for
- * every stream.  A kind whose destinations differ chunk by chunk (a set
- * carried with the rows) would give receives the chunk to read them from.
+ * every stream.  Dispatch and combine, whose destinations differ row by row
+ * (the sets travel with the rows), are planned: their messages go to dc.c,
+ * which reads who contributes and who receives from the chunks themselves.
  */
 typedef struct {
-    int data; /* carries data: DATA or SMALL, credits, a form (the barrier carries none) */
+    int data;    /* carries data: DATA or SMALL, credits, a form (the barrier carries none) */
+    int planned; /* POST carries a plan and PLAN answers it: dc.c's, not the two forms' */
     /* Does rank r send data toward root's window? */
     int (*contributes)(int r, int root, int nranks);
     /* Does rank r get the result of root's window? */

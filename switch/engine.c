@@ -15,7 +15,8 @@
  * each send, receive and reduction hold it.
  *
  * Small collectives (one SMALL in per rank, one SMALL_FWD out) are small.c's,
- * the other form of a collective; on_message below hands it their messages.
+ * the other form of a collective; dispatch and combine are dc.c's; on_message
+ * below hands each its messages.
  *
  * Anything malformed, out of range or inconsistent fails the job with a
  * reason sent to every rank, never the switch: other jobs carry on.
@@ -23,6 +24,7 @@
 #include "engine.h"
 #include "coll_item.h"
 #include "coll_table.h"
+#include "dc.h"
 #include "small.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -550,6 +552,10 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
     ucs_status_t st = member_screen(&eng->members, conn, h, rndv);
     if (st != UCS_OK)
         return st;
+    /* The header check bounded the stream of these three. */
+    if ((h->msg == WIRE_MSG_POST || h->msg == WIRE_MSG_DATA || h->msg == WIRE_MSG_SMALL) &&
+        coll_streams[h->stream].planned)
+        return dc_on_message(&eng->members, job, conn, h, data, length, param);
     switch ((inc_wire_msg_t)h->msg) {
     case WIRE_MSG_HEARTBEAT:
         return UCS_OK;

@@ -93,6 +93,41 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
     return (size_t)set->credits * ((c + 8 * n) * n * 3 + c * 3 + c * 3);
 }
 
+/*
+ * What dispatch and combine add to a job that uses them (dc.c): per stream, N ranks x
+ * credits of contributions of at most a chunk each (a DATA, or a SMALL of at most half a
+ * chunk); combine results, one per item of at most a chunk, and each item holds its owner's
+ * set chunk, so at most N x credits of them; and the plans of the open collectives: each
+ * rank's POST (fixed fields and 2 N counts), and per collective N x N counts of what went
+ * where, for about credits collectives per stream.  The dispatch copies toward each rank
+ * are built only as its output queue takes them (--egress-chunks bounds them per
+ * connection) and are not charged here.
+ */
+static size_t job_dc_memory_bound(const switch_settings_t *set, int nranks)
+{
+    const size_t c = set->chunk_size, n = (size_t)nranks;
+    const size_t plan = n * (sizeof(struct inc_wire_dc_post) + 8 * n) + 12 * n * n + 16 * n + 256;
+    return (size_t)set->credits * (2 * n * c + n * c + 2 * plan);
+}
+
+int job_admit_dc(membership_t *m, job_t *job, int rank)
+{
+    if (job->dc_admitted)
+        return 1;
+    size_t more = job_dc_memory_bound(m->set, job->nranks);
+    if (m->mem_reserved + more > m->set->max_memory) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, rank,
+                 "switch memory: dispatch and combine need %zu more bytes, %zu of %zu already "
+                 "reserved",
+                 more, m->mem_reserved, m->set->max_memory);
+        return 0;
+    }
+    job->dc_admitted = 1;
+    job->mem_bound += more;
+    m->mem_reserved += more;
+    return 1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* failure and retirement                                                    */
 

@@ -32,8 +32,9 @@ typedef struct job {
     int progress_timeout_ms;
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* ring neighbours prove they belong to the job */
     size_t mem_bound, mem_used, mem_peak;
-    int refs; /* JOIN_ACK sends in flight, and every hold on a collective's item but the
-                 collective's own (coll_item.c) */
+    int dc_admitted; /* its bound includes dispatch and combine (job_admit_dc) */
+    int refs;        /* JOIN_ACK sends in flight, and every hold on a collective's item but the
+                        collective's own (coll_item.c) */
     /* The collective table's (coll_table.c). */
     uint32_t (*inflight)[INC_STREAM_COUNT]; /* [nranks][stream] DATA held */
     struct coll *colls[INC_STREAM_COUNT];
@@ -88,6 +89,10 @@ void job_fail(membership_t *m, job_t *job, incmoe_status_t status, int rank, con
     } while (0)
 /* Free a job once no connection, send, receive or reduction refers to it. */
 void job_release(membership_t *m, job_t *job);
+
+/* The job's first dispatch or combine: its bound grows by what they may hold, admitted
+   against --max-memory now; 0: refused, the job failed (rank: whose message asked). */
+int job_admit_dc(membership_t *m, job_t *job, int rank);
 
 /* Memory the job buffers, counted against its bound and the switch's. */
 void job_account(membership_t *m, job_t *job, size_t n);

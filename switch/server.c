@@ -38,6 +38,7 @@ typedef struct queued_send {
     struct inc_wire_hdr hdr;
     const void *payload;
     size_t length;
+    switch_tx_build_t build; /* the payload is built when the send goes (send_built) */
     switch_tx_cb_t cb;
     void *arg;
 } queued_send_t;
@@ -229,8 +230,19 @@ static void egress_drain(server_t *srv, conn_t *conn)
             conn->queue_head[cls] = q->next;
             if (q->next == NULL)
                 conn->queue_tail[cls] = NULL;
-            server_send_owned(srv, conn, &q->hdr, q->payload, q->length, q->cb, q->arg, NULL,
-                              q->length);
+            void *built = NULL;
+            if (q->build != NULL && (built = malloc(q->length ? q->length : 1)) == NULL) {
+                log_error(SUBSYS, "out of memory for a %zu-byte message to rank %d", q->length,
+                          conn->rank);
+                if (q->cb != NULL)
+                    q->cb(q->arg, UCS_ERR_NO_MEMORY);
+                free(q);
+                continue;
+            }
+            if (built != NULL)
+                q->build(q->arg, &q->hdr, built);
+            server_send_owned(srv, conn, &q->hdr, built != NULL ? built : q->payload, q->length,
+                              q->cb, q->arg, built, q->length);
             free(q);
         }
         if (conn->queue_head[cls] != NULL)
@@ -238,26 +250,34 @@ static void egress_drain(server_t *srv, conn_t *conn)
     }
 }
 
-static void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
-                             const struct inc_wire_hdr *hdr, const void *payload, size_t length,
-                             switch_tx_cb_t cb, void *arg)
+static void server_queue(server_t *srv, conn_t *conn, egress_class_t cls,
+                         const struct inc_wire_hdr *hdr, const void *payload, size_t length,
+                         switch_tx_build_t build, switch_tx_cb_t cb, void *arg)
 {
     queued_send_t *q = malloc(sizeof(*q));
     if (conn == NULL || conn->closed || q == NULL || cls == EGRESS_CONTROL) {
         free(q);
-        if (cls == EGRESS_CONTROL)
+        if (cls == EGRESS_CONTROL && build == NULL)
             server_send(srv, conn, hdr, payload, length, cb, arg);
         else if (cb != NULL)
             cb(arg, UCS_ERR_NOT_CONNECTED);
         return;
     }
-    *q = (queued_send_t){.hdr = *hdr, .payload = payload, .length = length, .cb = cb, .arg = arg};
+    *q = (queued_send_t){
+        .hdr = *hdr, .payload = payload, .length = length, .build = build, .cb = cb, .arg = arg};
     if (conn->queue_tail[cls] != NULL)
         conn->queue_tail[cls]->next = q;
     else
         conn->queue_head[cls] = q;
     conn->queue_tail[cls] = q;
     egress_drain(srv, conn);
+}
+
+static void server_send_data(server_t *srv, conn_t *conn, egress_class_t cls,
+                             const struct inc_wire_hdr *hdr, const void *payload, size_t length,
+                             switch_tx_cb_t cb, void *arg)
+{
+    server_queue(srv, conn, cls, hdr, payload, length, NULL, cb, arg);
 }
 
 static void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_status_t status,
@@ -366,6 +386,13 @@ static void tx_send(void *server, conn_t *conn, const struct inc_wire_hdr *hdr, 
     server_send(server, conn, hdr, payload, length, cb, arg);
 }
 
+static void tx_send_built(void *server, conn_t *conn, egress_class_t cls,
+                          const struct inc_wire_hdr *hdr, switch_tx_build_t build,
+                          switch_tx_cb_t cb, void *arg)
+{
+    server_queue(server, conn, cls, hdr, NULL, (size_t)hdr->length, build, cb, arg);
+}
+
 static void tx_send_data(void *server, conn_t *conn, egress_class_t cls,
                          const struct inc_wire_hdr *hdr, const void *payload, size_t length,
                          switch_tx_cb_t cb, void *arg)
@@ -398,6 +425,7 @@ static void tx_release_data(void *server, void *data)
 static const switch_tx_ops_t server_tx_ops = {
     .send = tx_send,
     .send_data = tx_send_data,
+    .send_built = tx_send_built,
     .send_error = tx_send_error,
     .drop = tx_drop,
     .recv_data = tx_recv_data,

@@ -55,6 +55,9 @@ typedef struct conn {
 /* A send completed (status UCS_OK or an error). */
 typedef void (*switch_tx_cb_t)(void *arg, ucs_status_t status);
 
+/* Writes a message's payload (hdr->length bytes) into buf when its output queue takes it. */
+typedef void (*switch_tx_build_t)(void *arg, const struct inc_wire_hdr *hdr, void *buf);
+
 /* A rendezvous receive; the caller embeds it and owns it until done runs. */
 typedef struct switch_rx {
     void (*done)(struct switch_rx *rx, ucs_status_t status);
@@ -68,6 +71,13 @@ typedef struct {
     void (*send_data)(void *server, conn_t *conn, egress_class_t cls,
                       const struct inc_wire_hdr *hdr, const void *payload, size_t length,
                       switch_tx_cb_t cb, void *arg);
+    /* send_data of a payload built only when the queue hands it to UCX: build writes it into
+       a buffer the server owns until the send completes, so the copies toward a destination
+       are bounded by its queue, not by what waits in it.  Out of memory there completes the
+       send with UCS_ERR_NO_MEMORY. */
+    void (*send_built)(void *server, conn_t *conn, egress_class_t cls,
+                       const struct inc_wire_hdr *hdr, switch_tx_build_t build, switch_tx_cb_t cb,
+                       void *arg);
     /* ERROR with a reason; used for refusals and job failures. */
     void (*send_error)(void *server, conn_t *conn, uint64_t job, incmoe_status_t status,
                        uint32_t rank, const char *text);

@@ -121,7 +121,7 @@ TEST(Wire, RejectsEachKindOfDamage)
    shorter JOIN_ACK, is refused rather than misread. */
 TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
 {
-    EXPECT_EQ(INCMOE_WIRE_VERSION, 4);
+    EXPECT_EQ(INCMOE_WIRE_VERSION, 5);
     EXPECT_EQ(sizeof(inc_wire_join_ack), 40u);
     EXPECT_EQ(offsetof(inc_wire_join_ack, timeout_ms), 16u);
     EXPECT_EQ(offsetof(inc_wire_join_ack, ring_token), 24u);
@@ -142,6 +142,56 @@ TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
     a.version = 2;
     EXPECT_EQ(check(a, sizeof(inc_wire_join_ack), &why), INCMOE_ERR_PROTOCOL);
     EXPECT_NE(why.find("version"), std::string::npos);
+}
+
+/* Dispatch and combine: their payload layouts, and what the header check refuses. */
+TEST(Wire, DispatchAndCombineMessages)
+{
+    EXPECT_EQ(sizeof(inc_wire_dc_post), 48u);
+    EXPECT_EQ(sizeof(inc_wire_dc_plan), 16u + INCMOE_WIRE_MAX_TEXT);
+    EXPECT_EQ(sizeof(inc_wire_dc_piece), 32u);
+    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_DISPATCH, 3), 48u + 12u);
+    EXPECT_EQ(inc_wire_dc_post_length(INCMOE_STREAM_COMBINE, 3), 48u + 24u);
+    EXPECT_EQ(inc_wire_dc_rows_per_chunk(120, 8, 4096), 32u);  /* 120 + 8 bytes a row */
+    EXPECT_EQ(inc_wire_dc_rows_per_chunk(120, 65, 4096), 30u); /* two set words */
+    EXPECT_EQ(inc_wire_dc_rows_per_chunk(9000, 2, 4096), 1u);  /* at least one */
+    EXPECT_TRUE(inc_wire_dc_is_small(2048, 4096));
+    EXPECT_FALSE(inc_wire_dc_is_small(2049, 4096));
+    EXPECT_EQ(inc_wire_dc_piece_length(1), 40u);
+
+    std::string why;
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_POST, 1);
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 1;
+    h.length = 60;
+    EXPECT_EQ(check(h, 60), INCMOE_OK);
+    h.length = 8;
+    EXPECT_EQ(check(h, 8, &why), INCMOE_ERR_PROTOCOL); /* shorter than its fields */
+    EXPECT_NE(why.find("POST"), std::string::npos);
+    inc_wire_hdr_init(&h, WIRE_MSG_PLAN, 1);
+    h.stream = INCMOE_STREAM_ALLGATHER;
+    h.epoch = 1;
+    h.length = sizeof(inc_wire_dc_plan);
+    EXPECT_EQ(check(h, sizeof(inc_wire_dc_plan), &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("neither dispatch nor combine"), std::string::npos);
+    h.stream = INCMOE_STREAM_COMBINE;
+    EXPECT_EQ(check(h, sizeof(inc_wire_dc_plan)), INCMOE_OK);
+    inc_wire_hdr_init(&h, WIRE_MSG_DATA, 1);
+    h.stream = INCMOE_STREAM_COMBINE;
+    h.epoch = 1;
+    h.dtype = 77;
+    h.length = 16;
+    EXPECT_EQ(check(h, 16, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("unknown datatype"), std::string::npos);
+    h.dtype = INCMOE_FLOAT32;
+    h.length = 0;
+    EXPECT_EQ(check(h, 0, &why), INCMOE_ERR_PROTOCOL); /* never empty */
+    inc_wire_hdr_init(&h, WIRE_MSG_DONE, 1);
+    h.stream = INCMOE_STREAM_DISPATCH;
+    h.epoch = 1;
+    EXPECT_EQ(check(h, 0, &why), INCMOE_ERR_PROTOCOL);
+    EXPECT_NE(why.find("DONE on the dispatch stream"), std::string::npos);
 }
 
 TEST(Wire, AllGatherDataNeedsNoDatatype)

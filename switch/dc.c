@@ -1,0 +1,673 @@
+/*
+ * dc.c - dispatch and combine on the switch: their POSTs and SMALLs, the
+ * plan made when the last rank posted (the verdict of base/dc_plan.c and each
+ * rank's PLAN), their DATA taken in (checked against the plan before anything
+ * is allocated), and what the items of both kinds share (dc.h).
+ *
+ * Credits: a POST takes one, which its PLAN returns; a DATA one, which a
+ * CREDIT returns once its item is done; a SMALL one, which a CREDIT returns
+ * once the last item holding one of its pieces is done (or at the plan, if
+ * none does).  Memory: the first dispatch or combine of a job grows its bound
+ * (membership.c, job_admit_dc); everything here is job memory.
+ */
+#include "dc.h"
+#include "base/dtype.h"
+#include "base/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SUBSYS "switch"
+
+/* ------------------------------------------------------------------------ */
+/* small helpers                                                             */
+
+uint64_t dc_nchunks(const dc_coll_t *dc, uint64_t rows)
+{
+    return (rows + dc->rows_per_chunk - 1) / dc->rows_per_chunk;
+}
+
+int dc_read_set(const char *sets, uint64_t row, size_t words, int nranks, uint64_t *set)
+{
+    memcpy(set, sets + row * words * 8, words * 8);
+    const unsigned tail = (unsigned)nranks % 64;
+    return tail == 0 || (set[words - 1] >> tail) == 0;
+}
+
+static void send_credit(membership_t *m, job_t *job, int r, int stream, uint64_t epoch)
+{
+    if (job->state != JOB_ACTIVE)
+        return;
+    job->inflight[r][stream]--;
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_CREDIT, job->id);
+    h.stream = (uint8_t)stream;
+    h.epoch = epoch;
+    h.length = 1;
+    m->tx.ops->send(m->tx.server, job->conns[r], &h, NULL, 0, NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* items                                                                     */
+
+static void item_release(coll_item_t *ci);
+static void item_arrived(coll_item_t *ci, int from);
+static void item_sent(coll_item_t *ci);
+
+static const coll_item_ops_t item_ops = {
+    .arrived = item_arrived,
+    .sent = item_sent,
+    .release = item_release,
+};
+
+/* A piece's item is done with it: the SMALL's credit goes back with its last piece. */
+static void credit_put(membership_t *m, job_t *job, dc_credit_t *cr)
+{
+    if (--cr->pieces > 0)
+        return;
+    send_credit(m, job, cr->from, cr->stream, cr->epoch);
+    free(cr);
+}
+
+/* The item's last hold is gone (coll_item.c): the one place it is freed. */
+static void item_release(coll_item_t *ci)
+{
+    dc_item_t *it = (dc_item_t *)ci;
+    job_t *job = ci->job;
+    membership_t *m = job->members;
+    for (int r = 0; r < job->nranks; r++) {
+        dc_contrib_t *k = &it->contrib[r];
+        job_free_mem(m, job, k->data, k->length);
+        if (k->credit != NULL)
+            credit_put(m, job, k->credit); /* without a CREDIT unless its job is active */
+    }
+    job_free_mem(m, job, it->out, it->out_len);
+    free(it->contrib);
+    free(it->kd);
+    free(it);
+}
+
+static void item_arrived(coll_item_t *ci, int from)
+{
+    dc_item_t *it = (dc_item_t *)ci;
+    it->contrib[from].in = 1;
+    if (ci->coll->stream == INCMOE_STREAM_DISPATCH)
+        dc_dispatch_in(ci->coll, it);
+    else
+        dc_combine_in(ci->coll, it, from);
+}
+
+static void item_sent(coll_item_t *ci)
+{
+    dc_item_finish((dc_item_t *)ci);
+}
+
+dc_item_t *dc_item_find(dc_coll_t *dc, uint32_t root, uint32_t chunk)
+{
+    for (dc_item_t *it = dc->items; it != NULL; it = it->next)
+        if (it->root == root && it->chunk == chunk)
+            return it;
+    return NULL;
+}
+
+static dc_item_t *item_new(job_t *job, coll_t *c, uint32_t root, uint32_t chunk)
+{
+    dc_coll_t *dc = c->state;
+    dc_item_t *it = calloc(1, sizeof(*it));
+    if (it != NULL) {
+        it->contrib = calloc((size_t)job->nranks, sizeof(dc_contrib_t));
+        it->kd = calloc((size_t)job->nranks, sizeof(uint32_t));
+    }
+    if (it == NULL || it->contrib == NULL || it->kd == NULL) {
+        if (it != NULL) {
+            free(it->contrib);
+            free(it->kd);
+        }
+        free(it);
+        return NULL;
+    }
+    coll_item_init(&it->ci, &item_ops, job, c); /* the collective's hold: the list below */
+    it->root = root;
+    it->chunk = chunk;
+    uint64_t first = (uint64_t)chunk * dc->rows_per_chunk, rows = dc->post[root].rows;
+    it->first = first;
+    it->k = rows - first < dc->rows_per_chunk ? rows - first : dc->rows_per_chunk;
+    it->row_bytes = dc->row_bytes;
+    it->words = dc->words;
+    it->next = dc->items;
+    dc->items = it;
+    return it;
+}
+
+void dc_item_finish(dc_item_t *it)
+{
+    coll_t *c = it->ci.coll;
+    job_t *job = it->ci.job;
+    membership_t *m = job->members;
+    dc_coll_t *dc = c->state;
+    for (int r = 0; r < job->nranks; r++)
+        if (it->contrib[r].data != NULL && it->contrib[r].credit == NULL)
+            send_credit(m, job, r, c->stream, c->epoch);
+    for (dc_item_t **pp = &dc->items; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == it) {
+            *pp = it->next;
+            break;
+        }
+    }
+    coll_item_leave(&it->ci); /* it may be gone now */
+    c->remaining--;
+    coll_check_done(job, c); /* c may be gone now */
+}
+
+/* ------------------------------------------------------------------------ */
+/* the collective's state                                                    */
+
+static void small_release(coll_item_t *ci)
+{
+    dc_small_t *s = (dc_small_t *)ci;
+    job_free_mem(ci->job->members, ci->job, s->buf, s->len);
+    free(s);
+}
+
+static void small_arrived(coll_item_t *ci, int from);
+
+static const coll_item_ops_t small_ops = {
+    .arrived = small_arrived,
+    .sent = NULL, /* a SMALL sends nothing */
+    .release = small_release,
+};
+
+/* The collective is going: its items and SMALLs leave it (living on while a send or a
+   receive holds them), and its plan goes. */
+static void dc_detach(coll_t *c)
+{
+    dc_coll_t *dc = c->state;
+    job_t *job = dc->job;
+    c->state = NULL;
+    while (dc->items != NULL) {
+        dc_item_t *it = dc->items;
+        dc->items = it->next;
+        coll_item_leave(&it->ci);
+    }
+    for (int r = 0; r < job->nranks; r++) {
+        if (dc->small[r] != NULL) {
+            dc_small_t *sm = dc->small[r];
+            dc->small[r] = NULL;
+            coll_item_leave(&sm->ci);
+        }
+    }
+    job_free_mem(job->members, job, dc, dc->mem);
+}
+
+const coll_form_t dc_form = {
+    .what = "as dispatch or combine (POST or SMALL, then a plan)",
+    .detach = dc_detach,
+};
+
+/* The collective's state, made by its first message: one block of job memory. */
+static dc_coll_t *dc_state(membership_t *m, job_t *job, conn_t *conn, coll_t *c)
+{
+    if (c->state != NULL)
+        return c->state;
+    const size_t n = (size_t)job->nranks;
+    const size_t mem = sizeof(dc_coll_t) + n * sizeof(struct inc_wire_dc_post) +
+                       3 * n * n * sizeof(uint32_t) + 2 * n * sizeof(uint64_t) +
+                       n * sizeof(dc_small_t *);
+    char *p = job_alloc(m, job, mem);
+    if (p == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, conn->rank, "switch memory bound reached");
+        return NULL;
+    }
+    memset(p, 0, mem);
+    dc_coll_t *dc = (dc_coll_t *)p;
+    p += sizeof(*dc);
+    dc->job = job;
+    dc->mem = mem;
+    dc->post = (struct inc_wire_dc_post *)p;
+    p += n * sizeof(struct inc_wire_dc_post);
+    dc->next = (uint64_t *)p;
+    p += n * sizeof(uint64_t);
+    dc->taken = (uint64_t *)p;
+    p += n * sizeof(uint64_t);
+    dc->small = (dc_small_t **)p;
+    p += n * sizeof(dc_small_t *);
+    dc->count = (uint32_t *)p;
+    p += n * n * sizeof(uint32_t);
+    dc->recvd = (uint32_t *)p;
+    p += n * n * sizeof(uint32_t);
+    dc->track = (uint32_t *)p;
+    dc->words = INCMOE_SET_WORDS(job->nranks);
+    c->state = dc;
+    return dc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the plan                                                                  */
+
+static void plan_sent(void *arg, ucs_status_t status)
+{
+    (void)status;
+    free(arg);
+}
+
+/* Every rank's PLAN: the verdict, and a dispatch's column of this rank. */
+static void send_plans(membership_t *m, job_t *job, coll_t *c, const inc_dc_verdict_t *v)
+{
+    const dc_coll_t *dc = c->state;
+    const int n = job->nranks;
+    const size_t len =
+        sizeof(struct inc_wire_dc_plan) + (c->stream == INCMOE_STREAM_DISPATCH ? 4 * (size_t)n : 0);
+    for (int r = 0; r < n; r++) {
+        char *buf = calloc(1, len);
+        if (buf == NULL) {
+            job_fail(m, job, INCMOE_ERR_NO_MEMORY, r, "switch out of memory for a plan");
+            return;
+        }
+        struct inc_wire_dc_plan plan = {.status = v->status,
+                                        .rank = (uint32_t)(v->rank < 0 ? 0 : v->rank),
+                                        .nranks = (uint32_t)n};
+        snprintf(plan.reason, sizeof(plan.reason), "%s", v->reason);
+        memcpy(buf, &plan, sizeof(plan));
+        if (c->stream == INCMOE_STREAM_DISPATCH)
+            for (int s = 0; s < n; s++)
+                memcpy(buf + sizeof(plan) + 4 * (size_t)s, &dc->count[(size_t)s * n + r], 4);
+        struct inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_PLAN, job->id);
+        h.stream = (uint8_t)c->stream;
+        h.epoch = c->epoch;
+        h.rank = (uint32_t)r;
+        h.length = len;
+        h.status = (int16_t)v->status;
+        m->tx.ops->send(m->tx.server, job->conns[r], &h, buf, len, plan_sent, buf);
+    }
+}
+
+/* The verdict every rank shares, from what they posted. */
+static void make_verdict(job_t *job, coll_t *c, inc_dc_verdict_t *v)
+{
+    const dc_coll_t *dc = c->state;
+    const int n = job->nranks;
+    if (c->stream == INCMOE_STREAM_DISPATCH) {
+        inc_dc_dispatch_in_t in[INCMOE_MAX_RANKS];
+        for (int r = 0; r < n; r++)
+            in[r] = (inc_dc_dispatch_in_t){.row_bytes = dc->post[r].row_bytes,
+                                           .capacity = dc->post[r].capacity,
+                                           .count = &dc->count[(size_t)r * n]};
+        inc_dc_dispatch_verdict(c->epoch, n, in, v);
+        return;
+    }
+    inc_dc_combine_in_t in[INCMOE_MAX_RANKS];
+    for (int r = 0; r < n; r++)
+        in[r] = (inc_dc_combine_in_t){.dispatch_epoch = dc->post[r].dispatch_epoch,
+                                      .row_count = dc->post[r].row_count,
+                                      .dtype = dc->post[r].dtype,
+                                      .redop = dc->post[r].redop,
+                                      .sent = &dc->count[(size_t)r * n],
+                                      .recvd = &dc->recvd[(size_t)r * n]};
+    inc_dc_combine_verdict(c->epoch, n, in, v);
+}
+
+static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm);
+
+/* The last rank posted: the verdict goes to every rank with its PLAN, the SMALLs' pieces
+   become the items' contributions, and the collective is armed.  While the pieces are taken
+   one chunk more is counted, so it cannot be done (and freed) in between. */
+static void dc_plan(membership_t *m, job_t *job, coll_t *c)
+{
+    dc_coll_t *dc = c->state;
+    const int n = job->nranks;
+    inc_dc_verdict_t v;
+    make_verdict(job, c, &v);
+    dc->planned = 1;
+    dc->ok = v.status == INCMOE_OK;
+    if (!dc->ok)
+        log_info(SUBSYS, "job %llu: %s (%s)", (unsigned long long)job->id, v.reason,
+                 incmoe_strerror(v.status));
+    dc->row_bytes = dc->post[0].row_bytes; /* the same on every rank when the verdict is OK */
+    dc->rows_per_chunk = inc_wire_dc_rows_per_chunk(dc->row_bytes, n, m->set->chunk_size);
+    c->remaining = 1;
+    if (dc->ok)
+        for (int r = 0; r < n; r++)
+            c->remaining += dc_nchunks(dc, dc->post[r].rows);
+    send_plans(m, job, c, &v);
+    if (job->state != JOB_ACTIVE)
+        return; /* job_fail() has dropped c */
+    for (int r = 0; r < n; r++)
+        if (dc->small[r] == NULL)
+            job->inflight[r][c->stream]--; /* its POST's credit, returned by the PLAN */
+    for (int r = 0; r < n; r++) {
+        dc_small_t *sm = dc->small[r];
+        if (sm == NULL)
+            continue;
+        if (dc->ok && !take_pieces(m, job, c, sm))
+            return; /* the job failed, c is gone */
+        if (!dc->ok)
+            send_credit(m, job, r, c->stream, c->epoch); /* nothing of it is kept */
+        dc->small[r] = NULL;
+        coll_item_leave(&sm->ci); /* its pieces are copied: its buffer goes */
+    }
+    c->remaining--;
+    c->armed = 1;
+    coll_check_done(job, c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* POST and SMALL                                                            */
+
+/* Rank me's plan fields (the head of its POST or SMALL payload): in range, then kept;
+ *used_p the bytes they took.  0: the job failed. */
+static int take_post(membership_t *m, job_t *job, coll_t *c, int me, const char *payload,
+                     size_t length, uint64_t total, size_t *used_p)
+{
+    dc_coll_t *dc = c->state;
+    const int n = job->nranks;
+    const unsigned long long e = (unsigned long long)c->epoch;
+    const char *what = inc_wire_stream_name(c->stream);
+    const int combine = c->stream == INCMOE_STREAM_COMBINE;
+    const size_t want = (size_t)inc_wire_dc_post_length((incmoe_stream_t)c->stream, n);
+    struct inc_wire_dc_post p;
+    memcpy(&p, payload, sizeof(p)); /* the wire check saw that much */
+    if (p.nranks != (uint32_t)n || p.reserved != 0 || length < want) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                "%s epoch %llu: rank %d's plan fields say %u ranks in %zu bytes; the job has %d",
+                what, e, me, p.nranks, length, n);
+        return 0;
+    }
+    const uint64_t row_max = m->set->chunk_size - 8 * (uint64_t)dc->words;
+    int bad = p.rows != total || p.rows > UINT32_MAX || p.row_bytes == 0 || p.row_bytes > row_max;
+    if (combine) {
+        size_t esize = p.dtype < INC_DTYPE_COUNT ? incmoe_dtype_size(p.dtype) : 0;
+        bad = bad || p.capacity != 0 || esize == 0 || p.redop >= INC_REDOP_COUNT ||
+              !incmoe_reduce_supported(p.dtype, p.redop) || p.row_count == 0 ||
+              p.row_count > p.row_bytes || p.row_count * esize != p.row_bytes;
+    } else {
+        bad = bad || p.dispatch_epoch != 0 || p.row_count != 0 || p.dtype != 0 || p.redop != 0;
+    }
+    if (bad) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                "%s epoch %llu: rank %d posts %llu rows of %llu bytes (header: %llu rows), "
+                "fields out of range for a %llu-byte chunk",
+                what, e, me, (unsigned long long)p.rows, (unsigned long long)p.row_bytes,
+                (unsigned long long)total, (unsigned long long)m->set->chunk_size);
+        return 0;
+    }
+    uint32_t *count = &dc->count[(size_t)me * n];
+    memcpy(count, payload + sizeof(p), 4 * (size_t)n);
+    if (combine)
+        memcpy(&dc->recvd[(size_t)me * n], payload + sizeof(p) + 4 * (size_t)n, 4 * (size_t)n);
+    for (int d = 0; d < n; d++) {
+        if (count[d] > p.rows) {
+            JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                    "%s epoch %llu: rank %d says %u of its %llu rows go to rank %d", what, e, me,
+                    count[d], (unsigned long long)p.rows, d);
+            return 0;
+        }
+    }
+    dc->post[me] = p;
+    *used_p = want;
+    return 1;
+}
+
+/* Rank me posted (its plan fields in hand): the plan, if it was the last. */
+static void posted(membership_t *m, job_t *job, coll_t *c, int me, uint64_t total)
+{
+    if (coll_post(job, c, me, total))
+        dc_plan(m, job, c);
+}
+
+/* The collective a POST or SMALL names, its form and state; NULL: the job failed. */
+static coll_t *dc_open(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h)
+{
+    const int me = conn->rank;
+    if (!job_admit_dc(m, job, me))
+        return NULL;
+    coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(m, job, conn, c, h) ||
+        !coll_set_form(m, job, conn, c, &dc_form) || !coll_unposted(m, job, c, me, "posted") ||
+        !coll_credit_left(m, job, me, h->stream) || dc_state(m, job, conn, c) == NULL)
+        return NULL;
+    const dc_coll_t *dc = c->state;
+    if (dc->small[me] != NULL) { /* a rendezvous SMALL posts once it landed */
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "rank %d posted %s epoch %llu twice", me,
+                inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
+        return NULL;
+    }
+    return c;
+}
+
+static ucs_status_t on_post(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
+                            const void *data, size_t length)
+{
+    const int me = conn->rank;
+    coll_t *c = dc_open(m, job, conn, h);
+    size_t used;
+    if (c == NULL || !take_post(m, job, c, me, data, length, h->total, &used))
+        return UCS_ERR_INVALID_PARAM;
+    if (used != length) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "%s POST of %zu bytes, its fields take %zu",
+                inc_wire_stream_name(h->stream), length, used);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    job->inflight[me][h->stream]++;
+    posted(m, job, c, me, h->total);
+    return UCS_OK;
+}
+
+/* A SMALL's payload is here: its plan fields are taken now, its pieces at the plan. */
+static void small_in(dc_small_t *sm)
+{
+    coll_t *c = sm->ci.coll;
+    job_t *job = sm->ci.job;
+    membership_t *m = job->members;
+    size_t used;
+    sm->in = 1;
+    if (!take_post(m, job, c, sm->from, sm->buf, sm->len, sm->total, &used))
+        return;
+    posted(m, job, c, sm->from, sm->total);
+}
+
+static void small_arrived(coll_item_t *ci, int from)
+{
+    (void)from;
+    small_in((dc_small_t *)ci);
+}
+
+static ucs_status_t on_small(membership_t *m, job_t *job, conn_t *conn,
+                             const struct inc_wire_hdr *h, void *data, size_t length,
+                             const ucp_am_recv_param_t *param)
+{
+    const int me = conn->rank;
+    if (!inc_wire_dc_is_small(length, m->set->chunk_size)) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d sent a %s SMALL of %zu bytes; at most %llu are small", me,
+                inc_wire_stream_name(h->stream), length,
+                (unsigned long long)m->set->chunk_size / 2);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    coll_t *c = dc_open(m, job, conn, h);
+    if (c == NULL)
+        return UCS_ERR_INVALID_PARAM;
+    dc_coll_t *dc = c->state;
+    dc_small_t *sm = calloc(1, sizeof(*sm));
+    char *buf = sm != NULL ? job_alloc(m, job, length) : NULL;
+    if (buf == NULL) {
+        free(sm);
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        return UCS_ERR_NO_MEMORY;
+    }
+    coll_item_init(&sm->ci, &small_ops, job, c); /* the collective's hold: dc->small */
+    *sm = (dc_small_t){.ci = sm->ci, .from = me, .buf = buf, .len = length, .total = h->total};
+    dc->small[me] = sm;
+    job->inflight[me][h->stream]++;
+    m->stats->bytes_in += length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        return coll_item_receive(&sm->ci, me, data, buf, length);
+    memcpy(buf, data, length);
+    small_in(sm);
+    return UCS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* DATA and pieces                                                           */
+
+/* A contribution's header against the plan (each kind's admit); 0: the job failed. */
+static int admit(membership_t *m, job_t *job, coll_t *c, int me, const struct inc_wire_dc_piece *p,
+                 int dtype, int redop)
+{
+    const dc_coll_t *dc = c->state;
+    if (c->form != &dc_form || dc == NULL || !dc->planned || !dc->ok) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d sent %s epoch %llu data before the switch sent an OK plan", me,
+                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch);
+        return 0;
+    }
+    if (p->root >= (uint32_t)job->nranks || p->length > m->set->chunk_size) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                "rank %d sent %s epoch %llu data of %llu bytes for root %u", me,
+                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch,
+                (unsigned long long)p->length, p->root);
+        return 0;
+    }
+    if (c->stream == INCMOE_STREAM_DISPATCH)
+        return dc_dispatch_admit(m, job, c, me, p);
+    return dc_combine_admit(m, job, c, me, p, dtype, redop);
+}
+
+/* The item a contribution goes to, made if it is the first; NULL: the job failed. */
+static dc_item_t *item_for(membership_t *m, job_t *job, coll_t *c, int me,
+                           const struct inc_wire_dc_piece *p)
+{
+    dc_coll_t *dc = c->state;
+    dc_item_t *it = dc_item_find(dc, p->root, p->chunk);
+    if (it == NULL && (it = item_new(job, c, p->root, p->chunk)) == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+        return NULL;
+    }
+    if (it->contrib[me].data != NULL) { /* admit keeps each sender in order: cannot happen */
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent chunk %u of root %u twice", me,
+                p->chunk, p->root);
+        return NULL;
+    }
+    return it;
+}
+
+/* The contribution is in: the kind checks it and moves on; the item is held across, as that
+   may finish it. */
+static void contribution_in(coll_t *c, dc_item_t *it, int from)
+{
+    coll_item_hold(&it->ci);
+    item_arrived(&it->ci, from);
+    coll_item_put(&it->ci);
+}
+
+/* One piece of rank me's SMALL, copied into its item (the SMALL's buffer goes after the
+   plan); 0: the job failed. */
+static int take_piece(membership_t *m, job_t *job, coll_t *c, int me, dc_credit_t *cr,
+                      const struct inc_wire_dc_piece *p, const char *data)
+{
+    const dc_coll_t *dc = c->state;
+    if (!admit(m, job, c, me, p, dc->post[me].dtype, dc->post[me].redop))
+        return 0;
+    dc_item_t *it = item_for(m, job, c, me, p);
+    char *buf = it != NULL ? job_alloc(m, job, (size_t)p->length) : NULL;
+    if (buf == NULL) {
+        if (it != NULL)
+            job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        return 0;
+    }
+    memcpy(buf, data, (size_t)p->length);
+    cr->pieces++;
+    it->contrib[me] = (dc_contrib_t){.data = buf, .length = (size_t)p->length, .credit = cr};
+    contribution_in(c, it, me);
+    return job->state == JOB_ACTIVE;
+}
+
+/* Every piece of a SMALL: the DATA it stands for, in its order.  The SMALL's credit goes
+   back with the last item holding a piece (at once if none does). */
+static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm)
+{
+    const int me = sm->from;
+    size_t at = (size_t)inc_wire_dc_post_length((incmoe_stream_t)c->stream, job->nranks);
+    dc_credit_t *cr = calloc(1, sizeof(*cr));
+    if (cr == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
+        return 0;
+    }
+    *cr = (dc_credit_t){.pieces = 1, .from = me, .stream = c->stream, .epoch = c->epoch};
+    while (at < sm->len) {
+        struct inc_wire_dc_piece p;
+        if (sm->len - at < sizeof(p)) {
+            JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "rank %d's %s SMALL ends in a cut piece", me,
+                    inc_wire_stream_name(c->stream));
+            break;
+        }
+        memcpy(&p, sm->buf + at, sizeof(p));
+        if (p.length == 0 || p.length > sm->len - at - sizeof(p) ||
+            inc_wire_dc_piece_length(p.length) > sm->len - at) {
+            JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                    "rank %d's %s SMALL has a piece of %llu bytes with %zu left", me,
+                    inc_wire_stream_name(c->stream), (unsigned long long)p.length,
+                    sm->len - at - sizeof(p));
+            break;
+        }
+        if (!take_piece(m, job, c, me, cr, &p, sm->buf + at + sizeof(p)))
+            break;
+        at += (size_t)inc_wire_dc_piece_length(p.length);
+    }
+    int ok = job->state == JOB_ACTIVE;
+    credit_put(m, job, cr); /* the loop's own hold */
+    return ok;
+}
+
+static ucs_status_t on_data(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
+                            void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    const int me = conn->rank;
+    coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
+    const struct inc_wire_dc_piece p = {.root = h->root,
+                                        .chunk = h->chunk,
+                                        .offset = h->offset,
+                                        .total = h->total,
+                                        .length = length};
+    if (c == NULL || !admit(m, job, c, me, &p, h->dtype, h->redop) ||
+        !coll_credit_left(m, job, me, h->stream))
+        return UCS_ERR_INVALID_PARAM;
+    dc_item_t *it = item_for(m, job, c, me, &p);
+    if (it == NULL)
+        return UCS_ERR_INVALID_PARAM;
+    char *buf = job_alloc(m, job, length);
+    if (buf == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
+        return UCS_ERR_NO_MEMORY;
+    }
+    it->contrib[me] = (dc_contrib_t){.data = buf, .length = length};
+    job->inflight[me][h->stream]++;
+    m->stats->bytes_in += length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        return coll_item_receive(&it->ci, me, data, buf, length);
+    memcpy(buf, data, length);
+    contribution_in(c, it, me);
+    return UCS_OK;
+}
+
+ucs_status_t dc_on_message(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
+                           void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    switch ((inc_wire_msg_t)h->msg) {
+    case WIRE_MSG_POST:
+        if (!rndv)
+            return on_post(m, job, conn, h, data, length);
+        break;
+    case WIRE_MSG_SMALL:
+        return on_small(m, job, conn, h, data, length, param);
+    case WIRE_MSG_DATA:
+        return on_data(m, job, conn, h, data, length, param);
+    default:
+        break;
+    }
+    JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s%s on the %s stream",
+            conn->rank, inc_wire_msg_name(h->msg), rndv ? " rendezvous" : "",
+            inc_wire_stream_name(h->stream));
+    return UCS_ERR_INVALID_PARAM;
+}
