@@ -49,6 +49,10 @@ const inc_config_entry_t inc_config_table[] = {
      TEXT},
     {"INCMOE_MOE_TAIL", NULL, "MoE layer: last bands the gather workers help reduce (0 = off)",
      INC_CONFIG_INT, 0, 1 << 20},
+    {"INCMOE_MOE_ROUTING", "full",
+     "MoE layer: routing of a forward that does not name one: full (AllGather and "
+     "ReduceScatter), masked (dispatch and combine) or auto",
+     TEXT},
     {"INCMOE_MOE_DEPTH", "4",
      "MoE layer: collectives each poster keeps in flight (AllGathers, each reduce worker's "
      "ReduceScatters)",

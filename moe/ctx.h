@@ -60,11 +60,12 @@ typedef struct {
 
     /* the plan of this forward, fixed before any role starts */
     int pipelined;
-    int G, C, R, tail;     /* gather / compute / reduce workers, tail bands */
-    size_t tmax;           /* rows per block */
-    size_t nb;             /* bands (1 in baseline mode) */
-    int depth;             /* 1..MOE_MAX_DEPTH collectives in flight per poster */
-    size_t sync_every;     /* a band barrier before bands k * sync_every; 0 = none */
+    int masked;        /* routing: dispatch and combine rather than AllGather and ReduceScatter */
+    int G, C, R, tail; /* gather / compute / reduce workers, tail bands */
+    size_t tmax;       /* rows per block */
+    size_t nb;         /* bands (1 in baseline mode) */
+    int depth;         /* 1..MOE_MAX_DEPTH collectives in flight per poster */
+    size_t sync_every; /* a band barrier before bands k * sync_every; 0 = none */
     const size_t *counts;  /* [N] tokens per rank */
     const size_t *valid_g; /* [N] bytes of data per gather block (read by the proxy) */
     const size_t *valid_z; /* [N] bytes of data per reduce block (read by the proxy) */
@@ -73,12 +74,32 @@ typedef struct {
     const float *w;
     uint64_t band_base; /* bands finished by earlier forwards */
     uint64_t rs_base;   /* ReduceScatter parts posted by earlier forwards */
+    uint64_t dc_base;   /* dispatches pushed on the FIFO by earlier forwards (their tickets) */
 
     /* buffers */
     uint8_t *xg;          /* gather buffer: N blocks of tmax rows (this forward's layout) */
     uint8_t *z;           /* reduce buffer, same shape with zrow rows */
     float *own;           /* [tmax][H] this rank's own partial (pipelined mode) */
     uint64_t xg_mr, z_mr; /* (incmoe_mr_t *) of xg and z */
+
+    /* Masked routing.  Band j's rows received land at rows [N * start_j, ...) of xg in
+       received order, their partials at the same rows of z (plan.h: recv_row). */
+    int E;
+    size_t words;          /* INCMOE_SET_WORDS(N) */
+    const int32_t *owner;  /* [E] the rank hosting each expert */
+    uint8_t *xs;           /* [tmax][grow] this rank's rows to dispatch */
+    uint64_t *sets;        /* [tmax][words] their destination sets */
+    uint8_t *zo;           /* [tmax][zrow] the combined outputs, this rank's tokens */
+    uint64_t xs_mr, zo_mr; /* (incmoe_mr_t *) of xs and zo */
+    /* [nb] band j's FIFO dispatch block: its sets (host address) in, R out.  dcb is where
+       the roles read it; dcb_host the host's address of the same array, for the trigger. */
+    incmoe_fifo_dispatch_t *dcb;
+    uint64_t dcb_host;
+    uint64_t sets_host; /* the host's address of sets (what the dispatch blocks name) */
+    /* [N * tmax][2] the source (rank, row) of each received row, at its row of xg; src_host
+       is the host's address of the same table. */
+    const uint32_t *src;
+    uint64_t src_host;
 
     moe_counters_t *cnt;
     incmoe_fifo_device_t fifo;

@@ -2,7 +2,8 @@
  * exchange.c - the small AllGather every create and forward starts with.
  *
  * Each rank contributes a header (the shape, the token counts, the chosen
- * configuration, and whether the rank's own arguments passed its checks).
+ * configuration, the routing asked for and what its tokens need of the
+ * others, and whether the rank's own arguments passed its checks).
  * Each rank then judges all headers alike, so a bad argument on one rank
  * becomes the same clear error on every rank instead of a hang.  It is posted
  * directly, not through the FIFO: it runs on the host before any role starts
@@ -88,19 +89,22 @@ incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
         if (h.seq != mine->seq || h.hash != mine->hash || h.E != mine->E || h.k != mine->k ||
             h.H != mine->H || h.I != mine->I || h.dtype != mine->dtype ||
             h.max_tokens != mine->max_tokens || h.mode != mine->mode || h.nb != mine->nb ||
-            h.gather != mine->gather || h.reduce != mine->reduce || h.tail != mine->tail) {
+            h.gather != mine->gather || h.reduce != mine->reduce || h.tail != mine->tail ||
+            h.routing != mine->routing) {
             log_error(SUBSYS,
                       "rank %d: %s: rank %d disagrees: it has call %llu, %s hash %016llx, "
                       "E=%d k=%d H=%d I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d "
-                      "tail=%d; this rank has call %llu, hash %016llx, E=%d k=%d H=%d I=%d "
-                      "dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d tail=%d",
+                      "tail=%d routing=%s; this rank has call %llu, hash %016llx, E=%d k=%d H=%d "
+                      "I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d tail=%d routing=%s",
                       L->rank, what, s, (unsigned long long)h.seq,
                       mine->phase == HDR_CREATE ? "placement" : "token counts",
                       (unsigned long long)h.hash, h.E, h.k, h.H, h.I, h.dtype, h.max_tokens, h.mode,
-                      h.nb, h.gather, h.reduce, h.tail, (unsigned long long)mine->seq,
-                      (unsigned long long)mine->hash, mine->E, mine->k, mine->H, mine->I,
-                      mine->dtype, mine->max_tokens, mine->mode, mine->nb, mine->gather,
-                      mine->reduce, mine->tail);
+                      h.nb, h.gather, h.reduce, h.tail,
+                      incmoe_moe_routing_name((incmoe_moe_routing_t)h.routing),
+                      (unsigned long long)mine->seq, (unsigned long long)mine->hash, mine->E,
+                      mine->k, mine->H, mine->I, mine->dtype, mine->max_tokens, mine->mode,
+                      mine->nb, mine->gather, mine->reduce, mine->tail,
+                      incmoe_moe_routing_name((incmoe_moe_routing_t)mine->routing));
             return INCMOE_ERR_MISMATCH;
         }
     }

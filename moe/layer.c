@@ -1,11 +1,13 @@
 /*
- * layer.c - the public API: creation, the forward pass in both modes, and
- * the argument checks every rank agrees on (through exchange.c).  Where the
+ * layer.c - the public API: creation, the forward pass in both modes and
+ * both routings, and the argument checks every rank agrees on (through
+ * exchange.c).  Where the
  * weights and buffers live and who runs the role loops is the backend's
  * (backend.h); this file names no backend internals.
  */
 #include "layer.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "base/log.h"
 #include "base/hash.h"
 #include "plan.h"
+#include "routing.h"
 
 #define SUBSYS "moe"
 
@@ -38,6 +41,19 @@ const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode)
         return "baseline";
     case INCMOE_MOE_PIPELINED:
         return "pipelined";
+    }
+    return "unknown";
+}
+
+const char *incmoe_moe_routing_name(incmoe_moe_routing_t routing)
+{
+    switch (routing) {
+    case INCMOE_MOE_ROUTING_FULL:
+        return "full";
+    case INCMOE_MOE_ROUTING_MASKED:
+        return "masked";
+    case INCMOE_MOE_ROUTING_AUTO:
+        return "auto";
     }
     return "unknown";
 }
@@ -153,6 +169,7 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
     L->comm = p->comm;
     L->N = incmoe_comm_nranks(p->comm);
     L->rank = incmoe_comm_rank(p->comm);
+    L->dc_support = -1;
     L->hdr = calloc((size_t)L->N, MOE_HDR_BYTES);
     incmoe_status_t st = L->hdr ? INCMOE_OK : INCMOE_ERR_NO_MEMORY;
     if (st == INCMOE_OK)
@@ -207,6 +224,7 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *L)
         incmoe_mem_deregister(L->comm, L->hdr_mr);
     free(L->hdr);
     free(L->local_ids);
+    free(L->owner);
     free(L);
     return st;
 }
@@ -219,9 +237,18 @@ static void *fwd_stream(const incmoe_moe_forward_params_t *f)
     return (f->field_mask & INCMOE_MOE_FWD_STREAM) ? f->stream : NULL;
 }
 
+/* The routing the forward asks for: its field, else the setting. */
+static incmoe_moe_routing_t fwd_routing(const incmoe_moe_forward_params_t *f)
+{
+    return (f->field_mask & INCMOE_MOE_FWD_ROUTING) ? f->routing : routing_setting();
+}
+
+/* This rank's arguments; with them, what its tokens need of the others (hdr->pairs,
+   hdr->routed). */
 static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
                                      incmoe_moe_mode_t mode, const void *x, const int32_t *ids,
-                                     const float *w, const int *counts, void **out_p)
+                                     const float *w, const int *counts, void **out_p,
+                                     moe_hdr_t *hdr)
 {
 #define BAD(fmt, ...)                                                                              \
     do {                                                                                           \
@@ -230,6 +257,9 @@ static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_p
     } while (0)
     if (mode != INCMOE_MOE_BASELINE && mode != INCMOE_MOE_PIPELINED)
         BAD("mode %d is neither baseline nor pipelined", (int)mode);
+    if (hdr->routing != INCMOE_MOE_ROUTING_FULL && hdr->routing != INCMOE_MOE_ROUTING_MASKED &&
+        hdr->routing != INCMOE_MOE_ROUTING_AUTO)
+        BAD("routing %d is not full, masked or auto", (int)hdr->routing);
     if (counts == NULL || out_p == NULL)
         BAD("counts and out_p are required");
     for (int s = 0; s < L->N; s++)
@@ -257,8 +287,77 @@ static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_p
                     BAD("token %d lists expert %d twice (choices %d and %d)", t, id[a], b, a);
         }
     }
+    routing_count(L->owner, L->N, L->rank, ids, L->k, (size_t)T, &hdr->pairs, &hdr->routed);
     return INCMOE_OK;
 #undef BAD
+}
+
+/* Whether the communicator's algorithm has dispatch and combine, asked once (collective: a
+   dispatch of no rows on every rank, or INCMOE_ERR_UNSUPPORTED from each alike).  Called
+   between forwards, when nothing of the FIFO is in flight, as the header exchange is. */
+static incmoe_status_t dc_probe(incmoe_moe_t *L)
+{
+    if (L->dc_support >= 0)
+        return INCMOE_OK;
+    incmoe_dispatch_params_t p = {
+        .send_mr = L->hdr_mr, .row_bytes = 1, .recv_mr = L->hdr_mr, .capacity = 0};
+    incmoe_req_t req;
+    incmoe_status_t st = incmoe_dispatch(L->comm, &p, &req);
+    if (st == INCMOE_ERR_UNSUPPORTED) {
+        L->dc_support = 0;
+        return INCMOE_OK;
+    }
+    if (st == INCMOE_OK)
+        st = moe_wait_bounded(L, &req);
+    if (st == INCMOE_OK)
+        st = incmoe_dispatch_release(L->comm, &req);
+    if (st != INCMOE_OK) {
+        char why[256] = "";
+        incmoe_comm_error(L->comm, why, sizeof(why));
+        log_error(SUBSYS, "rank %d: forward: asking for dispatch and combine failed: %s (%s)",
+                  L->rank, incmoe_strerror(st), why);
+        return st;
+    }
+    L->dc_support = 1;
+    return INCMOE_OK;
+}
+
+/* The routing this forward runs, from what every rank asked for and what every header says
+   its tokens need: the same on every rank.  A masked forward on an algorithm without
+   dispatch and combine fails alike on every rank before anything is posted. */
+static incmoe_status_t resolve_routing(incmoe_moe_t *L, const moe_hdr_t *mine,
+                                       incmoe_moe_routing_t *used_p)
+{
+    incmoe_moe_routing_t asked = (incmoe_moe_routing_t)mine->routing;
+    *used_p = INCMOE_MOE_ROUTING_FULL;
+    if (asked == INCMOE_MOE_ROUTING_FULL)
+        return INCMOE_OK;
+    if (asked == INCMOE_MOE_ROUTING_AUTO) {
+        routing_load_t load = {.N = L->N, .grow = L->grow, .zrow = L->zrow};
+        for (int s = 0; s < L->N; s++) {
+            moe_hdr_t h;
+            memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+            load.tokens += L->counts[s];
+            load.pairs += h.pairs;
+            load.routed += h.routed;
+        }
+        if (routing_choose(&load) == INCMOE_MOE_ROUTING_FULL)
+            return INCMOE_OK;
+    }
+    incmoe_status_t st = dc_probe(L);
+    if (st != INCMOE_OK)
+        return st;
+    if (L->dc_support == 0) {
+        if (asked == INCMOE_MOE_ROUTING_AUTO)
+            return INCMOE_OK;
+        log_error(SUBSYS,
+                  "rank %d: forward: routing masked needs dispatch and combine, which the "
+                  "communicator's algorithm does not have",
+                  L->rank);
+        return INCMOE_ERR_UNSUPPORTED;
+    }
+    *used_p = INCMOE_MOE_ROUTING_MASKED;
+    return INCMOE_OK;
 }
 
 incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *L, const int *counts,
@@ -274,8 +373,20 @@ incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *L, const int *counts,
     return INCMOE_OK;
 }
 
-static const char *fail_name(int32_t what)
+static const char *fail_name(int32_t what, int masked)
 {
+    static const char *const masked_names[] = {
+        [MOE_FAIL_GATHER_COPY] = "gather copy",
+        [MOE_FAIL_AG_POST] = "dispatch post",
+        [MOE_FAIL_AG] = "dispatch",
+        [MOE_FAIL_WAIT_AG] = "wait for the dispatch",
+        [MOE_FAIL_WAIT_FFN] = "wait for expert FFNs",
+        [MOE_FAIL_BARRIER] = "band barrier",
+        [MOE_FAIL_WAIT_RS_READY] = "wait for the band's partials",
+        [MOE_FAIL_WAIT_RS_TURN] = "wait for the combine's turn",
+        [MOE_FAIL_RS_POST] = "combine post",
+        [MOE_FAIL_RS] = "combine",
+    };
     static const char *const names[] = {
         [MOE_FAIL_GATHER_COPY] = "gather copy",
         [MOE_FAIL_AG_POST] = "AllGather post",
@@ -288,9 +399,10 @@ static const char *fail_name(int32_t what)
         [MOE_FAIL_RS_POST] = "ReduceScatter post",
         [MOE_FAIL_RS] = "ReduceScatter",
     };
+    _Static_assert(sizeof(names) == sizeof(masked_names), "a name for every failure");
     if (what < 0 || (size_t)what >= sizeof(names) / sizeof(names[0]))
         return "role";
-    return names[what];
+    return masked ? masked_names[what] : names[what];
 }
 
 /* The first failure inside the role loops, reported once the loops returned. */
@@ -302,8 +414,8 @@ static incmoe_status_t loops_status(const incmoe_moe_t *L)
         char why[256] = "";
         incmoe_comm_error(L->comm, why, sizeof(why));
         log_error(SUBSYS, "rank %d: %s of band %llu failed: %s (%s)", L->rank,
-                  fail_name(k->fail_what), (unsigned long long)k->fail_band, incmoe_strerror(st),
-                  why);
+                  fail_name(k->fail_what, L->ctx.masked), (unsigned long long)k->fail_band,
+                  incmoe_strerror(st), why);
     }
     return st;
 }
@@ -329,7 +441,12 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
     const int32_t *ids = (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL;
     const float *w = (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL;
     const int *counts = (m & INCMOE_MOE_FWD_COUNTS) ? f->counts : NULL;
-    incmoe_status_t local = check_forward(L, f, mode, x, ids, w, counts, out_p);
+    moe_hdr_t mine = {.phase = HDR_FORWARD,
+                      .nranks = (uint32_t)L->N,
+                      .seq = L->band_total,
+                      .mode = (int32_t)mode,
+                      .routing = (int32_t)fwd_routing(f)};
+    incmoe_status_t local = check_forward(L, f, mode, x, ids, w, counts, out_p, &mine);
     incmoe_moe_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
     uint64_t hash = 1469598103934665603ull;
@@ -344,23 +461,27 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
         if (mode == INCMOE_MOE_BASELINE) /* one band, one gather and one reduce worker */
             cfg.nbands = 1, cfg.gather_workers = 1, cfg.reduce_workers = 1, cfg.tail_bands = 0;
     }
-    moe_hdr_t mine = {.status = local,
-                      .phase = HDR_FORWARD,
-                      .nranks = (uint32_t)L->N,
-                      .seq = L->band_total,
-                      .hash = hash,
-                      .mode = (int32_t)mode,
-                      .nb = cfg.nbands,
-                      .gather = cfg.gather_workers,
-                      .reduce = cfg.reduce_workers,
-                      .tail = cfg.tail_bands};
+    mine.status = local;
+    mine.hash = hash;
+    mine.nb = cfg.nbands;
+    mine.gather = cfg.gather_workers;
+    mine.reduce = cfg.reduce_workers;
+    mine.tail = cfg.tail_bands;
     memset(&L->timing, 0, sizeof(L->timing));
     incmoe_status_t st = exchange(L, &mine, "forward");
     if (st != INCMOE_OK)
         return st;
+    for (int s = 0; s < L->N; s++)
+        L->counts[s] = (size_t)counts[s];
+    incmoe_moe_routing_t routing;
+    if ((st = resolve_routing(L, &mine, &routing)) != INCMOE_OK)
+        return st;
+    /* A band's combine is one collective: one reduce worker, no tail assistance. */
+    if (routing == INCMOE_MOE_ROUTING_MASKED)
+        cfg.reduce_workers = 1, cfg.tail_bands = 0;
     double t_exchanged = inc_now_ms();
 
-    plan_forward(L, mode, &cfg, tmax, counts, x, ids, w);
+    plan_forward(L, mode, routing == INCMOE_MOE_ROUTING_MASKED, &cfg, tmax, counts, x, ids, w);
     st = L->ops->forward(L, f);
     if (st == INCMOE_OK)
         st = loops_status(L);
@@ -370,9 +491,10 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
         memset(&L->timing, 0, sizeof(L->timing));
         return st;
     }
-    *out_p = z_row(&L->ctx, (size_t)L->rank, 0);
+    *out_p = L->ctx.masked ? (void *)L->ctx.zo : (void *)z_row(&L->ctx, (size_t)L->rank, 0);
     L->timing.exchange_ms = t_exchanged - t_start;
     L->timing.total_ms = inc_now_ms() - t_start;
+    L->timing.routing = routing;
     return INCMOE_OK;
 }
 
@@ -400,10 +522,17 @@ int incmoe_moe_backend_str(const incmoe_moe_t *L, char *buf, size_t len)
     return L->ops->describe(L, buf, len);
 }
 
-incmoe_status_t incmoe_moe_last_timing(const incmoe_moe_t *L, incmoe_moe_timing_t *timing_p)
+incmoe_status_t incmoe_moe_last_timing_ex(const incmoe_moe_t *L, incmoe_moe_timing_t *timing_p,
+                                          size_t timing_size)
 {
     if (L == NULL || timing_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
-    *timing_p = L->timing;
+    memcpy(timing_p, &L->timing, timing_size < sizeof(L->timing) ? timing_size : sizeof(L->timing));
     return INCMOE_OK;
+}
+
+incmoe_status_t incmoe_moe_last_timing(const incmoe_moe_t *L, incmoe_moe_timing_t *timing_p)
+{
+    /* The fields a program built before routing allocated. */
+    return incmoe_moe_last_timing_ex(L, timing_p, offsetof(incmoe_moe_timing_t, dispatch_ms));
 }

@@ -26,6 +26,9 @@ struct incmoe_moe {
 
     int n_local;
     int *local_ids; /* [n_local] global ids, ascending */
+    int32_t *owner; /* [E] the rank hosting each expert */
+    int dc_support; /* the communicator's algorithm has dispatch and combine: 1, 0 not, -1
+                       not asked yet (the first forward that may route masked asks) */
     size_t grow;    /* bytes of a gather row: H elements, k ids, k weights (16-byte multiple) */
     size_t zrow;    /* bytes of a reduce row: H elements */
 
@@ -52,6 +55,7 @@ struct incmoe_moe {
     incmoe_moe_timing_t timing; /* of the last successful forward */
     uint64_t band_total;        /* bands finished so far, all forwards */
     uint64_t rs_total;          /* ReduceScatter parts posted so far */
+    uint64_t dc_total;          /* dispatches pushed on the FIFO so far */
 };
 
 /* --- autotune.c --- */
@@ -69,10 +73,11 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs);
 int plan_owner(const int *placement, int E, int N, int e);
 /* Fills L->local_ids / n_local and L->placement_hash from the placement. */
 incmoe_status_t plan_place_experts(incmoe_moe_t *L, const int *placement);
-/* Fills the plan fields of L->ctx for one forward of the given counts. */
-void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const incmoe_moe_config_t *cfg,
-                  size_t tmax, const int *counts, const void *x, const int32_t *ids,
-                  const float *w);
+/* Fills the plan fields of L->ctx for one forward of the given counts (and with masked
+   routing its dispatch blocks). */
+void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, int masked,
+                  const incmoe_moe_config_t *cfg, size_t tmax, const int *counts, const void *x,
+                  const int32_t *ids, const float *w);
 /* Advances the never-reset bases past the forward just run. */
 void plan_retire(incmoe_moe_t *L);
 
@@ -90,7 +95,10 @@ typedef struct {
     uint64_t hash; /* create: placement; forward: token counts */
     int32_t E, k, H, I, dtype, max_tokens;
     int32_t mode, nb, gather, reduce, tail;
-    int32_t calib; /* create: this rank asks for the model's costs to be measured */
+    int32_t calib;   /* create: this rank asks for the model's costs to be measured */
+    int32_t routing; /* forward: the routing asked for (the same on every rank) */
+    uint64_t pairs;  /* forward: this rank's (token, other rank) pairs (routing.h) */
+    uint64_t routed; /* forward: this rank's tokens some other rank needs */
 } moe_hdr_t;
 
 /* AllGathers every rank's header (bounded by L->timeout_ms) and judges them

@@ -15,6 +15,7 @@ libincmoe_moe_la_SOURCES = \
 	layer.c layer.h \
 	exchange.c \
 	plan.c \
+	routing.c routing.h \
 	autotune.c \
 	calibrate.c \
 	cpu/cpu.h cpu/prims.h cpu/elem.h \

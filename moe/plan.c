@@ -18,12 +18,14 @@ int plan_owner(const int *placement, int E, int N, int e)
 incmoe_status_t plan_place_experts(incmoe_moe_t *L, const int *placement)
 {
     L->local_ids = malloc((size_t)L->E * sizeof(int));
-    if (L->local_ids == NULL)
+    L->owner = malloc((size_t)L->E * sizeof(int32_t));
+    if (L->local_ids == NULL || L->owner == NULL)
         return INCMOE_ERR_NO_MEMORY;
     uint64_t h = 1469598103934665603ull;
     for (int e = 0; e < L->E; e++) {
         int owner = plan_owner(placement, L->E, L->N, e);
         h = inc_fnv1a(h, &owner, sizeof(owner));
+        L->owner[e] = owner;
         if (owner == L->rank)
             L->local_ids[L->n_local++] = e;
     }
@@ -69,8 +71,23 @@ static int plan_depth(void)
     return d < 1 ? 1 : d > MOE_MAX_DEPTH ? MOE_MAX_DEPTH : (int)d;
 }
 
-void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const incmoe_moe_config_t *cfg,
-                  size_t tmax, const int *counts, const void *x, const int32_t *ids, const float *w)
+/* Masked routing: band j's dispatch block names the sets of its rows; R and the source table
+   (at the band's received rows) come back in it. */
+static void plan_dispatch_blocks(moe_ctx_t *c)
+{
+    incmoe_fifo_dispatch_t *dcb = (incmoe_fifo_dispatch_t *)(uintptr_t)c->dcb_host;
+    for (size_t j = 0; j < c->nb; j++) {
+        band_t b = band_get(c->tmax, c->nb, j);
+        dcb[j] = (incmoe_fifo_dispatch_t){
+            .sets = (const uint64_t *)(uintptr_t)c->sets_host + b.start * c->words,
+            .source = (uint32_t *)(uintptr_t)c->src_host + 2 * (size_t)c->N * b.start,
+            .source_rows = plan_band_rows(c, b)};
+    }
+}
+
+void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, int masked,
+                  const incmoe_moe_config_t *cfg, size_t tmax, const int *counts, const void *x,
+                  const int32_t *ids, const float *w)
 {
     moe_ctx_t *c = &L->ctx;
     L->cfg = *cfg;
@@ -88,6 +105,7 @@ void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const incmoe_moe_conf
     c->grow = L->grow;
     c->zrow = L->zrow;
     c->pipelined = mode == INCMOE_MOE_PIPELINED;
+    c->masked = masked;
     c->G = cfg->gather_workers;
     c->C = cfg->compute_workers;
     c->R = cfg->reduce_workers;
@@ -104,11 +122,16 @@ void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const incmoe_moe_conf
     c->w = w;
     c->band_base = L->band_total;
     c->rs_base = L->rs_total;
+    c->dc_base = L->dc_total;
     c->timeout_ms = L->timeout_ms;
+    if (masked)
+        plan_dispatch_blocks(c);
 }
 
 void plan_retire(incmoe_moe_t *L)
 {
     L->band_total += L->ctx.nb;
     L->rs_total += plan_rs_parts_before(&L->ctx, L->ctx.nb);
+    if (L->ctx.masked)
+        L->dc_total += L->ctx.nb;
 }

@@ -22,6 +22,28 @@ BAND_FN uint8_t *z_row(const moe_ctx_t *x, size_t s, size_t r)
     return x->z + (s * x->tmax + r) * x->zrow;
 }
 
+/* Masked routing: received row i of band b in xg, and the row of its partial in z. */
+BAND_FN uint8_t *recv_row(const moe_ctx_t *x, band_t b, size_t i)
+{
+    return x->xg + ((size_t)x->N * b.start + i) * x->grow;
+}
+BAND_FN uint8_t *partial_row(const moe_ctx_t *x, band_t b, size_t i)
+{
+    return x->z + ((size_t)x->N * b.start + i) * x->zrow;
+}
+
+/* The destination set of a token: the ranks hosting its k experts, set[0..words). */
+BAND_FN void plan_token_set(const int32_t *owner, const int32_t *ids, int k, uint64_t *set,
+                            size_t words)
+{
+    for (size_t w = 0; w < words; w++)
+        set[w] = 0;
+    for (int a = 0; a < k; a++) {
+        int r = owner[ids[a]];
+        set[r / 64] |= (uint64_t)1 << (r % 64);
+    }
+}
+
 /* First band whose reduction the gather workers help with. */
 BAND_FN size_t plan_tail_from(const moe_ctx_t *x)
 {
@@ -44,13 +66,48 @@ BAND_FN uint64_t plan_rs_parts_before(const moe_ctx_t *x, size_t j)
     return n;
 }
 
-/* Rows in band b over all blocks (the compute roles' work list). */
+/* Rows in band b over all blocks (full routing: the compute roles' work list; masked: the
+   most a rank can receive of the band). */
 BAND_FN size_t plan_band_rows(const moe_ctx_t *x, band_t b)
 {
     size_t n = 0;
     for (int s = 0; s < x->N; s++)
         n += band_valid_rows(b, x->counts[s]);
     return n;
+}
+
+/*
+ * Masked routing: the compute roles split band j by positions of the full
+ * routing's row list (plan_band_rows: block after block) and take, of each
+ * tile of positions, the rows this rank received.  Those are exactly the rows
+ * of the tile routed to a local expert, so every expert's GEMM gets the same
+ * rows, in the same order, as with full routing, and the outputs are bitwise
+ * the same whatever the worker split.  Read once the band's dispatch
+ * completed (its R and source table).
+ */
+
+/* The list position of received row i of band b (its source rank's block, then its row). */
+BAND_FN size_t plan_recv_pos(const moe_ctx_t *x, band_t b, size_t i)
+{
+    const uint32_t *src = x->src + 2 * ((size_t)x->N * b.start + i);
+    size_t pos = src[1]; /* the row within the source's dispatch of the band */
+    for (uint32_t s = 0; s < src[0]; s++)
+        pos += band_valid_rows(b, x->counts[s]);
+    return pos;
+}
+
+/* The first received row of band j (of rows b) at list position p or later (R if none). */
+BAND_FN size_t plan_recv_lower(const moe_ctx_t *x, size_t j, band_t b, size_t p)
+{
+    size_t lo = 0, hi = (size_t)x->dcb[j].nrecv;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (plan_recv_pos(x, b, mid) < p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 BAND_FN void plan_trigger_clear(incmoe_fifo_trigger_t *t)
@@ -96,6 +153,39 @@ BAND_FN void plan_rs_trigger(const moe_ctx_t *x, band_t b, incmoe_fifo_trigger_t
     t->desc.offset = b.start * x->zrow;
     t->desc.length = b.rows * x->zrow;
     t->valid = x->valid_z;
+}
+
+/* Band j's dispatch: this rank's rows of band b with their sets, into xg at the band's
+   received rows, as many as every rank's rows of the band (so it never runs short). */
+BAND_FN void plan_dispatch_trigger(const moe_ctx_t *x, size_t j, band_t b, incmoe_fifo_trigger_t *t)
+{
+    plan_trigger_clear(t);
+    t->desc.op = INCMOE_FIFO_OP_DISPATCH;
+    t->desc.send_mr = x->xs_mr;
+    t->desc.send_offset = b.start * x->grow;
+    t->desc.recv_mr = x->xg_mr;
+    t->desc.recv_offset = (size_t)x->N * b.start * x->grow;
+    t->desc.block_stride = x->grow;                          /* row bytes */
+    t->desc.length = band_valid_rows(b, x->counts[x->rank]); /* rows */
+    t->desc.offset = plan_band_rows(x, b);                   /* capacity */
+    t->dispatch =
+        (incmoe_fifo_dispatch_t *)(uintptr_t)(x->dcb_host + j * sizeof(incmoe_fifo_dispatch_t));
+}
+
+/* Band j's combine: the partials of its received rows back to their owners; this rank's
+   outputs of the band into zo. */
+BAND_FN void plan_combine_trigger(const moe_ctx_t *x, size_t j, band_t b, incmoe_fifo_trigger_t *t)
+{
+    plan_trigger_clear(t);
+    t->desc.op = INCMOE_FIFO_OP_COMBINE;
+    t->desc.dtype = (uint16_t)x->dtype;
+    t->desc.redop = (uint16_t)INCMOE_SUM;
+    t->desc.send_mr = x->z_mr;
+    t->desc.send_offset = (size_t)x->N * b.start * x->zrow;
+    t->desc.recv_mr = x->zo_mr;
+    t->desc.recv_offset = b.start * x->zrow;
+    t->desc.block_stride = (uint64_t)x->H; /* elements of a row */
+    t->desc.offset = x->dc_base + j + 1;   /* the band's dispatch, by its ticket */
 }
 
 /* Whether band j's ReduceScatter waits for a barrier of every rank (ctx.h: sync_every). */

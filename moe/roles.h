@@ -14,9 +14,11 @@
  *   void prim_abort(x, incmoe_status_t, moe_fail_t what, size_t band)
  *       record the first failure in x->cnt and wake every waiter
  *   void prim_pack_rows(x, band_t rows)      this rank's rows into its gather block
- *   void prim_ffn_rows(x, int c, band_t b, size_t first, size_t n)
+ *       (masked: into xs, with their destination sets)
+ *   void prim_ffn_rows(x, int c, size_t j, band_t b, size_t first, size_t n)
  *       compute worker c: the local experts over positions [first, first + n)
- *       of band b's row list, router-weighted, into Z (or x->own)
+ *       of band j's row list (masked: the received rows among them, plan.h),
+ *       router-weighted, into Z (or x->own)
  *   void prim_local_reduce(x, band_t part)   own rows of Z += own partial
  *
  * Rules every loop keeps:
@@ -28,6 +30,10 @@
  * - each collective stream has one poster at a time, in band order: the
  *   AllGather from gather worker 0, the barrier from reduce worker 0, the
  *   ReduceScatter parts from the reduce workers in turn (the rs_turn ticket);
+ * - masked routing swaps the AllGather for the band's dispatch and the
+ *   ReduceScatter for its combine, one per band (a band's combine has one
+ *   part: the plan runs one reduce worker and no tail), and leaves the own
+ *   rows' reduction to the combine;
  * - a poster keeps at most x->depth of its collectives posted and not yet
  *   waited for, so a completion travelling back never idles its link while
  *   it still has data to send;
@@ -45,7 +51,8 @@
  *
  * Baseline mode is the same loops with one band, no band barrier and no
  * local reduction (its own rows go through the ReduceScatter like the
- * others'), so both modes post through the FIFO.
+ * others'), so both modes post through the FIFO.  With masked routing the
+ * baseline is dispatch, FFN, combine in sequence.
  */
 #ifndef INCMOE_MOE_ROLES_H
 #define INCMOE_MOE_ROLES_H
@@ -81,7 +88,10 @@ ROLE_FN int role_gather_bands(const moe_ctx_t *x, int g)
                 }
             }
             incmoe_fifo_trigger_t t;
-            plan_ag_trigger(x, b, &t);
+            if (x->masked)
+                plan_dispatch_trigger(x, j, b, &t);
+            else
+                plan_ag_trigger(x, b, &t);
             incmoe_status_t st = prim_post(x, &t, &tickets[j % MOE_MAX_DEPTH]);
             if (st != INCMOE_OK) {
                 prim_abort(x, st, MOE_FAIL_AG_POST, j);
@@ -96,7 +106,12 @@ ROLE_FN int role_gather_bands(const moe_ctx_t *x, int g)
             continue;
         size_t w = j + 1 - D;
         incmoe_status_t st =
-            prim_wait_ticket(x, INCMOE_STREAM_ALLGATHER, tickets[w % MOE_MAX_DEPTH]);
+            prim_wait_ticket(x, x->masked ? INCMOE_STREAM_DISPATCH : INCMOE_STREAM_ALLGATHER,
+                             tickets[w % MOE_MAX_DEPTH]);
+        /* A dispatch may fail alone (a rank short of capacity; the plan sizes the receive
+           range so that none is). */
+        if (st == INCMOE_OK && x->masked)
+            st = (incmoe_status_t)x->dcb[w].status;
         if (st != INCMOE_OK) {
             prim_abort(x, st, MOE_FAIL_AG, w);
             return -1;
@@ -119,7 +134,7 @@ ROLE_FN void role_compute(const moe_ctx_t *x, int c)
         band_t b = band_get(x->tmax, x->nb, j);
         size_t n = plan_band_rows(x, b);
         size_t first = n * (size_t)c / C, last = n * ((size_t)c + 1) / C;
-        prim_ffn_rows(x, c, b, first, last - first);
+        prim_ffn_rows(x, c, j, b, first, last - first);
         prim_publish(x, &x->cnt->compute_done[c], x->band_base + j + 1);
     }
 }
@@ -174,7 +189,10 @@ ROLE_FN int role_reduce_post(const moe_ctx_t *x, size_t j, int q, rs_pending_t *
         return -1;
     }
     incmoe_fifo_trigger_t t;
-    plan_rs_trigger(x, part, &t);
+    if (x->masked)
+        plan_combine_trigger(x, j, b, &t);
+    else
+        plan_rs_trigger(x, part, &t);
     st = prim_post(x, &t, &out->ticket);
     prim_publish(x, &k->rs_turn, turn + 1);
     if (st != INCMOE_OK) {
@@ -193,12 +211,13 @@ ROLE_FN int role_reduce_finish(const moe_ctx_t *x, rs_pending_t *pd)
     if (!pd->live)
         return 0;
     pd->live = 0;
-    incmoe_status_t st = prim_wait_ticket(x, INCMOE_STREAM_REDUCESCATTER, pd->ticket);
+    incmoe_status_t st = prim_wait_ticket(
+        x, x->masked ? INCMOE_STREAM_COMBINE : INCMOE_STREAM_REDUCESCATTER, pd->ticket);
     if (st != INCMOE_OK) {
         prim_abort(x, st, MOE_FAIL_RS, pd->band);
         return -1;
     }
-    if (x->pipelined)
+    if (x->pipelined && !x->masked)
         prim_local_reduce(x, pd->part);
     return 0;
 }

@@ -6,7 +6,10 @@
  * consumer when seq == p + 1, and is handed back with seq = p + capacity.
  * Producers race only on the tail (compare-and-swap); the single consumer is
  * the proxy thread.  Completions are tracked by one thread per stream that
- * blocks in the transport's wait, so nothing here spins for long.  The
+ * blocks in the transport's wait, so nothing here spins for long.  A
+ * dispatch's completer also writes its result into the producer's block
+ * before it publishes the completion; a combine names its dispatch by ticket,
+ * which the proxy turns into the dispatch's request.  The
  * shared block holds plain integers accessed only through the atomic helpers
  * of incmoe_fifo.h, so a device producer can use the same words.  Its sleeps and wake-ups
  * are counter.h's.
@@ -65,6 +68,12 @@ struct incmoe_fifo {
     uint64_t head;
     uint64_t posted[FIFO_NSTREAMS]; /* atomics: proxy publishes, completers read */
     incmoe_req_t reqs[FIFO_NSTREAMS][FIFO_REQ_RING];
+    /* The dispatch of ticket t, beside reqs[DISPATCH][(t - 1) % FIFO_REQ_RING]: its block
+       (the proxy writes it before publishing posted, the completer reads it) and how it ended
+       (the completer writes it before publishing the completion, the proxy reads it when a
+       combine names the dispatch). */
+    incmoe_fifo_dispatch_t *blocks[FIFO_REQ_RING];
+    int32_t dispatch_status[FIFO_REQ_RING];
     int stop; /* atomic fifo_stop_t */
     pthread_t proxy;
     pthread_t completer[FIFO_NSTREAMS];
@@ -72,7 +81,8 @@ struct incmoe_fifo {
 };
 
 static const int fifo_streams[] = {INCMOE_STREAM_ALLGATHER, INCMOE_STREAM_REDUCESCATTER,
-                                   INCMOE_STREAM_BARRIER};
+                                   INCMOE_STREAM_BARRIER, INCMOE_STREAM_DISPATCH,
+                                   INCMOE_STREAM_COMBINE};
 
 /* ------------------------------------------------------------ proxy sleeps */
 
@@ -129,9 +139,14 @@ static void fifo_fail(incmoe_fifo_t *fifo, incmoe_status_t status)
 incmoe_status_t incmoe_fifo_push(incmoe_fifo_t *fifo, const incmoe_fifo_trigger_t *trigger,
                                  uint64_t *ticket_p, int timeout_ms)
 {
-    if (incmoe_fifo_dev_stream(trigger->desc.op) < 0) {
-        log_error("fifo", "descriptor op %u is not an AllGather, ReduceScatter or barrier",
-                  trigger->desc.op);
+    if (incmoe_fifo_dev_trigger_stream(trigger) < 0) {
+        if (trigger->desc.op == INCMOE_FIFO_OP_DISPATCH)
+            log_error("fifo", "a dispatch trigger without its dispatch block");
+        else
+            log_error("fifo",
+                      "descriptor op %u is not an AllGather, ReduceScatter, barrier, dispatch or "
+                      "combine",
+                      trigger->desc.op);
         return INCMOE_ERR_INVALID_ARG;
     }
     double deadline = -1;
@@ -203,6 +218,39 @@ static void proxy_wait_room(incmoe_fifo_t *fifo, int s, uint64_t n)
         ;
 }
 
+/* A combine's dispatch, by the ticket its descriptor names: once that dispatch completed, its
+   request; NULL (logged) when this FIFO never posted it, no longer knows it, it failed, or the
+   FIFO failed meanwhile. */
+static const incmoe_req_t *proxy_named_dispatch(incmoe_fifo_t *fifo, uint64_t ticket)
+{
+    fifo_shared_t *sh = fifo->sh;
+    const int s = INCMOE_STREAM_DISPATCH;
+    uint64_t posted = __atomic_load_n(&fifo->posted[s], __ATOMIC_RELAXED);
+    if (ticket == 0 || ticket > posted || posted - ticket >= FIFO_REQ_RING) {
+        log_error("fifo",
+                  "a combine names dispatch ticket %llu; this FIFO posted %llu dispatches "
+                  "before it and knows the last %d",
+                  (unsigned long long)ticket, (unsigned long long)posted, FIFO_REQ_RING);
+        return NULL;
+    }
+    /* The library takes a combine only of a completed dispatch: wait for it here (a
+       completion or a failure wakes this). */
+    while (incmoe_counter_wait(&sh->completed[s], ticket, &sh->bell, &sh->error, NULL,
+                               FIFO_ROOM_WAIT_MS) == INCMOE_ERR_TIMEOUT)
+        ;
+    if (fifo_err(fifo) != 0)
+        return NULL;
+    size_t i = (size_t)((ticket - 1) % FIFO_REQ_RING);
+    incmoe_status_t st =
+        (incmoe_status_t)__atomic_load_n(&fifo->dispatch_status[i], __ATOMIC_RELAXED);
+    if (st != INCMOE_OK) {
+        log_error("fifo", "a combine names dispatch ticket %llu, which failed (%s)",
+                  (unsigned long long)ticket, incmoe_strerror(st));
+        return NULL;
+    }
+    return &fifo->reqs[s][i];
+}
+
 static void *proxy_main(void *arg)
 {
     incmoe_fifo_t *fifo = arg;
@@ -225,22 +273,30 @@ static void *proxy_main(void *arg)
         incmoe_atomic_store_release64(&slot->seq, fifo->head + fifo->capacity);
         fifo->head++;
 
-        int s = incmoe_fifo_dev_stream(trig.desc.op);
+        int s = incmoe_fifo_dev_trigger_stream(&trig);
         if (s < 0) {
             fifo_fail(fifo, INCMOE_ERR_INVALID_ARG); /* a device producer wrote garbage */
             continue;
         }
         if (fifo_err(fifo) != 0)
             continue; /* failed: drain without posting; waiters see the error */
+        const incmoe_req_t *named = NULL;
+        if (s == INCMOE_STREAM_COMBINE &&
+            (named = proxy_named_dispatch(fifo, trig.desc.offset)) == NULL) {
+            fifo_fail(fifo, INCMOE_ERR_INVALID_ARG);
+            continue;
+        }
         uint64_t n = __atomic_load_n(&fifo->posted[s], __ATOMIC_RELAXED);
         proxy_wait_room(fifo, s, n);
         incmoe_req_t req;
-        incmoe_status_t st = fifo->transport->post(fifo->ctx, &trig, &req);
+        incmoe_status_t st = fifo->transport->post(fifo->ctx, &trig, named, &req);
         if (st != INCMOE_OK) {
             fifo_fail(fifo, st);
             continue;
         }
         fifo->reqs[s][n % FIFO_REQ_RING] = req;
+        if (s == INCMOE_STREAM_DISPATCH)
+            fifo->blocks[n % FIFO_REQ_RING] = trig.dispatch;
         /* release: the completer that sees n + 1 sees reqs[s][n] */
         __atomic_store_n(&fifo->posted[s], n + 1, __ATOMIC_RELEASE);
         counter_wake(low_word(&fifo->posted[s]), COUNTER_WAKE_ALL);
@@ -252,6 +308,23 @@ typedef struct {
     incmoe_fifo_t *fifo;
     int stream;
 } completer_arg_t;
+
+/* Dispatch n (0-based) completed with OK or a capacity failure: its result into the
+   producer's block, before the completion is published.  INCMOE_OK, or the error that fails
+   the FIFO. */
+static incmoe_status_t completer_dispatch_result(incmoe_fifo_t *fifo, uint64_t n,
+                                                 const incmoe_req_t *req)
+{
+    size_t i = (size_t)(n % FIFO_REQ_RING);
+    incmoe_fifo_dispatch_t *block = fifo->blocks[i];
+    incmoe_status_t st = fifo->transport->dispatch_result(fifo->ctx, req, block);
+    if (st != INCMOE_OK && st != INCMOE_ERR_NO_MEMORY)
+        return st;
+    /* Plain stores: the release of the completion that follows publishes them. */
+    block->status = (int32_t)st;
+    __atomic_store_n(&fifo->dispatch_status[i], (int32_t)st, __ATOMIC_RELAXED);
+    return INCMOE_OK;
+}
 
 static void *completer_main(void *arg)
 {
@@ -269,6 +342,8 @@ static void *completer_main(void *arg)
         }
         incmoe_req_t req = fifo->reqs[s][done % FIFO_REQ_RING];
         incmoe_status_t st = fifo->transport->wait(fifo->ctx, &req);
+        if (s == INCMOE_STREAM_DISPATCH && (st == INCMOE_OK || st == INCMOE_ERR_NO_MEMORY))
+            st = completer_dispatch_result(fifo, done, &req);
         if (st != INCMOE_OK) {
             fifo_fail(fifo, st);
             break;
@@ -405,7 +480,38 @@ incmoe_status_t incmoe_fifo_destroy(incmoe_fifo_t *fifo)
 
 /* ------------------------------------------------- the communicator's side */
 
-static incmoe_status_t comm_post(void *ctx, const incmoe_fifo_trigger_t *t, incmoe_req_t *req_p)
+static incmoe_status_t comm_dispatch(incmoe_comm_t *comm, const incmoe_fifo_trigger_t *t,
+                                     incmoe_req_t *req_p)
+{
+    const incmoe_fifo_desc_t *d = &t->desc;
+    incmoe_dispatch_params_t p = {.send_mr = (incmoe_mr_t *)(uintptr_t)d->send_mr,
+                                  .send_offset = d->send_offset,
+                                  .nrows = d->length,
+                                  .row_bytes = d->block_stride,
+                                  .sets = t->dispatch->sets,
+                                  .recv_mr = (incmoe_mr_t *)(uintptr_t)d->recv_mr,
+                                  .recv_offset = d->recv_offset,
+                                  .capacity = d->offset};
+    return incmoe_dispatch(comm, &p, req_p);
+}
+
+static incmoe_status_t comm_combine(incmoe_comm_t *comm, const incmoe_fifo_trigger_t *t,
+                                    const incmoe_req_t *dispatch, incmoe_req_t *req_p)
+{
+    const incmoe_fifo_desc_t *d = &t->desc;
+    incmoe_combine_params_t p = {.dispatch = *dispatch,
+                                 .send_mr = (incmoe_mr_t *)(uintptr_t)d->send_mr,
+                                 .send_offset = d->send_offset,
+                                 .recv_mr = (incmoe_mr_t *)(uintptr_t)d->recv_mr,
+                                 .recv_offset = d->recv_offset,
+                                 .row_count = d->block_stride,
+                                 .dtype = (incmoe_dtype_t)d->dtype,
+                                 .op = (incmoe_redop_t)d->redop};
+    return incmoe_combine(comm, &p, req_p);
+}
+
+static incmoe_status_t comm_post(void *ctx, const incmoe_fifo_trigger_t *t,
+                                 const incmoe_req_t *dispatch, incmoe_req_t *req_p)
 {
     incmoe_comm_t *comm = ctx;
     const incmoe_fifo_desc_t *d = &t->desc;
@@ -424,6 +530,10 @@ static incmoe_status_t comm_post(void *ctx, const incmoe_fifo_trigger_t *t, incm
                                     (incmoe_dtype_t)d->dtype, (incmoe_redop_t)d->redop, req_p);
     case INCMOE_FIFO_OP_BARRIER:
         return incmoe_barrier(comm, req_p);
+    case INCMOE_FIFO_OP_DISPATCH:
+        return comm_dispatch(comm, t, req_p);
+    case INCMOE_FIFO_OP_COMBINE:
+        return comm_combine(comm, t, dispatch, req_p);
     }
     return INCMOE_ERR_INVALID_ARG;
 }
@@ -433,7 +543,21 @@ static incmoe_status_t comm_wait(void *ctx, const incmoe_req_t *req)
     return incmoe_wait((incmoe_comm_t *)ctx, req);
 }
 
-const fifo_transport_t fifo_comm_transport = {comm_post, comm_wait};
+static incmoe_status_t comm_dispatch_result(void *ctx, const incmoe_req_t *req,
+                                            incmoe_fifo_dispatch_t *block)
+{
+    incmoe_comm_t *comm = ctx;
+    size_t nrecv = 0;
+    incmoe_status_t st =
+        incmoe_dispatch_result(comm, req, &nrecv, block->source, (size_t)block->source_rows);
+    if (st == INCMOE_OK || st == INCMOE_ERR_NO_MEMORY)
+        block->nrecv = nrecv;
+    if (st == INCMOE_ERR_NO_MEMORY)
+        (void)incmoe_dispatch_release(comm, req); /* nothing can combine it */
+    return st;
+}
+
+const fifo_transport_t fifo_comm_transport = {comm_post, comm_wait, comm_dispatch_result};
 
 incmoe_status_t incmoe_fifo_create_ex(incmoe_comm_t *comm, const incmoe_fifo_params_t *params,
                                       incmoe_fifo_t **fifo_p)

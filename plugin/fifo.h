@@ -16,15 +16,22 @@
 extern "C" {
 #endif
 
-/* The streams a FIFO can carry: AllGather, ReduceScatter, barrier (and AllReduce's slot,
-   which no op uses). */
-#define FIFO_NSTREAMS ((int)INCMOE_STREAM_BARRIER + 1)
+/* The streams a FIFO can carry: AllGather, ReduceScatter, barrier, dispatch, combine (and
+   AllReduce's slot, which no op uses). */
+#define FIFO_NSTREAMS ((int)INCMOE_STREAM_COMBINE + 1)
 
 typedef struct {
-    /* Post one collective; on success *req_p identifies it. */
-    incmoe_status_t (*post)(void *ctx, const incmoe_fifo_trigger_t *trigger, incmoe_req_t *req_p);
+    /* Post one collective; on success *req_p identifies it.  dispatch: for a combine, the
+       request of the dispatch it names (completed); NULL otherwise. */
+    incmoe_status_t (*post)(void *ctx, const incmoe_fifo_trigger_t *trigger,
+                            const incmoe_req_t *dispatch, incmoe_req_t *req_p);
     /* Block (sleeping) until req completed or failed. */
     incmoe_status_t (*wait)(void *ctx, const incmoe_req_t *req);
+    /* A dispatch whose wait returned INCMOE_OK or INCMOE_ERR_NO_MEMORY: its R and source
+       table into the block (incmoe_dispatch_result), and one that failed released (nothing
+       will combine it).  Returns incmoe_dispatch_result's status. */
+    incmoe_status_t (*dispatch_result)(void *ctx, const incmoe_req_t *req,
+                                       incmoe_fifo_dispatch_t *block);
 } fifo_transport_t;
 
 /* The transport of a real communicator (ctx is the incmoe_comm_t). */

@@ -1,12 +1,13 @@
-# The INC-MoE layer: the FIFO, band arithmetic, the layer against an
-# fp64 reference, bad arguments, a randomised stress test, the role loops
-# compiled as CUDA device code and the CUDA backend run on a device.
+# The INC-MoE layer: the FIFO, band arithmetic, routing's pure functions, the
+# layer against an fp64 reference, bad arguments, a randomised stress test,
+# the role loops compiled as CUDA device code and the CUDA backend run on a
+# device.
 if HAVE_OPENBLAS
 MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/moe
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
-check_PROGRAMS += test_moe_fifo test_moe_band test_moe_layer test_moe_errors test_moe_stress \
-	test_moe_cuda_proto
+check_PROGRAMS += test_moe_fifo test_moe_band test_moe_routing test_moe_layer test_moe_errors \
+	test_moe_stress test_moe_cuda_proto
 test_moe_fifo_SOURCES = test_moe_fifo.cc
 test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 # The FIFO suite drives the FIFO's internal transport seam, so it links the
@@ -15,6 +16,10 @@ test_moe_fifo_LDADD = libharness.la $(top_builddir)/plugin/libincmoe_client.la $
 test_moe_band_SOURCES = test_moe_band.cc
 test_moe_band_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_band_LDADD = $(MOE_TEST_LIBS)
+# The routing's pure functions, compiled in (the library hides them).
+test_moe_routing_SOURCES = test_moe_routing.cc ../moe/routing.c
+test_moe_routing_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_routing_LDADD = $(MOE_TEST_LIBS)
 test_moe_layer_SOURCES = test_moe_layer.cc moe_ref.cc moe_ref.h
 test_moe_layer_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_layer_LDADD = $(MOE_TEST_LIBS)

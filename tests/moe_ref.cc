@@ -227,7 +227,10 @@ incmoe_comm_t *comm_create(const std::string &addr, unsigned long long job, int 
     incmoe_comm_t *comm = nullptr;
     incmoe_status_t st = incmoe_comm_create(&p, &comm);
     if (st != INCMOE_OK) {
-        *err = std::string("comm_create (") + (algo == INCMOE_ALGO_INC ? "inc" : "ring") +
+        *err = std::string("comm_create (") +
+               (algo == INCMOE_ALGO_INC    ? "inc"
+                : algo == INCMOE_ALGO_RING ? "ring"
+                                           : "a2a") +
                "): " + incmoe_strerror(st);
         return nullptr;
     }

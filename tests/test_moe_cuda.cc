@@ -215,15 +215,19 @@ moeref::Shape shape(int N, int E, int k, incmoe_dtype_t dt, int H, int I)
     return s;
 }
 
-/* One forward with device inputs; the output copied to host memory. */
+/* One forward with device inputs; the output copied to host memory.  *st_p (if given) gets
+   the forward's status. */
 std::string forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const DeviceInputs &in,
-                    const moeref::Problem &p, int rank, std::vector<uint8_t> *out)
+                    const moeref::Problem &p, int rank, std::vector<uint8_t> *out,
+                    incmoe_moe_routing_t routing = INCMOE_MOE_ROUTING_FULL,
+                    incmoe_status_t *st_p = nullptr)
 {
     incmoe_moe_forward_params_t f = {};
     f.field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
-                   INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS |
+                   INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS | INCMOE_MOE_FWD_ROUTING |
                    (in.stream != nullptr ? INCMOE_MOE_FWD_STREAM : 0u);
     f.mode = mode;
+    f.routing = routing;
     f.x = in.x;
     f.topk_ids = in.ids;
     f.topk_weights = in.w;
@@ -231,8 +235,11 @@ std::string forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const DeviceInputs 
     f.stream = in.stream;
     void *view = nullptr;
     incmoe_status_t st = incmoe_moe_forward_ex(L, &f, &view);
+    if (st_p != nullptr)
+        *st_p = st;
     if (st != INCMOE_OK)
-        return std::string("forward (") + incmoe_moe_mode_name(mode) + "): " + incmoe_strerror(st);
+        return std::string("forward (") + incmoe_moe_mode_name(mode) + " " +
+               incmoe_moe_routing_name(routing) + "): " + incmoe_strerror(st);
     size_t bytes = (size_t)p.counts[rank] * p.s.H * incmoe_dtype_size(p.s.dtype);
     out->assign(bytes, 0);
     cudaError_t e = cudaMemcpy(out->data(), view, bytes, cudaMemcpyDefault);
@@ -261,7 +268,8 @@ incmoe_moe_params_t layer_params(const moeref::Shape &s, incmoe_comm_t *comm,
 }
 
 /* Rank `rank`'s part of one case: a baseline forward, then each pipelined
-   configuration twice (the second checks the counters carry over).  The
+   configuration twice (the second checks the counters carry over), then with
+   masked routing where the algorithm has dispatch and combine.  The
    barrier keeps the ranks' host-side CUDA calls (allocations, frees: they
    may wait for the whole device) out of each other's forwards. */
 std::string run_case(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed, bool own_stream,
@@ -308,6 +316,18 @@ std::string run_case(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed
                     err = moeref::check_cosine(out.data(), base.data(), T, c.shape.H, c.shape.dtype,
                                                0.99999, "pipelined vs baseline");
             }
+            incmoe_status_t mst = INCMOE_OK;
+            std::vector<uint8_t> masked;
+            if (err.empty())
+                err = forward(L, INCMOE_MOE_PIPELINED, in, p, rank, &masked,
+                              INCMOE_MOE_ROUTING_MASKED, &mst);
+            if (mst == INCMOE_ERR_UNSUPPORTED) /* refused alike on every rank */
+                err.clear();
+            else if (err.empty())
+                err = check_ref(masked, ref, c.shape.dtype, "pipelined masked");
+            if (err.empty() && mst == INCMOE_OK)
+                err = moeref::check_cosine(masked.data(), out.data(), T, c.shape.H, c.shape.dtype,
+                                           0.99999, "masked vs full");
         }
         if (bar != nullptr && !bar->wait() && err.empty())
             err = "the other ranks never finished their forwards";

@@ -32,7 +32,10 @@ struct InstantNet {
     std::vector<std::vector<uint64_t>> offsets{INC_STREAM_COUNT};
     uint64_t epoch[INC_STREAM_COUNT] = {};
     int posts = 0, fail_post_at = -1;
-    static incmoe_status_t post(void *ctx, const incmoe_fifo_trigger_t *t, incmoe_req_t *req_p)
+    std::vector<uint64_t> rows;     /* per dispatch epoch - 1: its rows */
+    std::vector<uint64_t> combined; /* per combine: the dispatch epoch it named */
+    static incmoe_status_t post(void *ctx, const incmoe_fifo_trigger_t *t,
+                                const incmoe_req_t *dispatch, incmoe_req_t *req_p)
     {
         InstantNet *n = static_cast<InstantNet *>(ctx);
         std::lock_guard<std::mutex> lk(n->mu);
@@ -42,24 +45,43 @@ struct InstantNet {
         n->offsets[s].push_back(t->desc.offset);
         req_p->stream = (incmoe_stream_t)s;
         req_p->epoch = ++n->epoch[s];
+        if (s == INCMOE_STREAM_DISPATCH)
+            n->rows.push_back(t->desc.length);
+        if (s == INCMOE_STREAM_COMBINE)
+            n->combined.push_back(dispatch->epoch);
         return INCMOE_OK;
     }
     static incmoe_status_t wait(void *, const incmoe_req_t *)
     {
         return INCMOE_OK;
     }
+    /* A dispatch of m rows receives 2m + 1. */
+    static incmoe_status_t dispatch_result(void *ctx, const incmoe_req_t *req,
+                                           incmoe_fifo_dispatch_t *block)
+    {
+        InstantNet *n = static_cast<InstantNet *>(ctx);
+        std::lock_guard<std::mutex> lk(n->mu);
+        block->nrecv = 2 * n->rows[req->epoch - 1] + 1;
+        return INCMOE_OK;
+    }
 };
-const fifo_transport_t instant = {InstantNet::post, InstantNet::wait};
+const fifo_transport_t instant = {InstantNet::post, InstantNet::wait, InstantNet::dispatch_result};
 
 /* One producer (a thread block's thread 0): reserve, poll the slot, publish, then
-   wait for the ticket; an abort word ends every wait, as in prims.cuh. */
+   wait for the ticket; an abort word ends every wait, as in prims.cuh.  A dispatch names
+   its block, and offset rows. */
 incmoe_status_t post_and_wait(const devfifo_t *f, incmoe_fifo_op_t op, uint64_t offset,
-                              const std::atomic<int> *abort_word)
+                              const std::atomic<int> *abort_word,
+                              incmoe_fifo_dispatch_t *block = nullptr)
 {
     incmoe_fifo_trigger_t t;
     memset(&t, 0, sizeof(t));
     t.desc.op = op;
     t.desc.offset = offset;
+    if (op == INCMOE_FIFO_OP_DISPATCH) {
+        t.desc.length = offset;
+        t.dispatch = block;
+    }
     uint64_t pos = devfifo_reserve(f);
     incmoe_status_t st;
     while ((st = devfifo_slot_free(f, pos)) == INCMOE_IN_PROGRESS) {
@@ -176,6 +198,47 @@ TEST(MoeCudaProto, TurnTakingProducersKeepOneStreamInOrder)
     ASSERT_EQ(got.size(), (size_t)(blocks * per));
     for (size_t i = 0; i < got.size(); i++)
         EXPECT_EQ(got[i], (uint64_t)i);
+    EXPECT_EQ(incmoe_fifo_destroy(rig.fifo), INCMOE_OK);
+}
+
+/* The masked pipeline's posts on the device path: a "gather block" dispatches band after band
+   and reads R from the band's dispatch block once its ticket is reached; a "reduce block"
+   combines each band by its dispatch's ticket.  Each R is in its block by the ticket, each
+   combine names its band's dispatch. */
+TEST(MoeCudaProto, DispatchesAndCombinesOnTheDevicePath)
+{
+    Rig rig(4);
+    const int bands = 300;
+    std::vector<incmoe_fifo_dispatch_t> blocks(bands);
+    std::atomic<uint64_t> dispatched{0};
+    std::atomic<int> abort_word{0}, failures{0};
+    std::thread gather([&] {
+        for (int j = 0; j < bands; j++) {
+            blocks[j] = {};
+            if (post_and_wait(&rig.f, INCMOE_FIFO_OP_DISPATCH, (uint64_t)(j % 9), &abort_word,
+                              &blocks[j]) != INCMOE_OK ||
+                blocks[j].nrecv != 2 * (uint64_t)(j % 9) + 1 || blocks[j].status != INCMOE_OK)
+                failures++;
+            dispatched.store((uint64_t)j + 1, std::memory_order_release);
+        }
+    });
+    std::thread reduce([&] {
+        for (int j = 0; j < bands; j++) {
+            while (dispatched.load(std::memory_order_acquire) < (uint64_t)j + 1)
+                std::this_thread::yield();
+            if (post_and_wait(&rig.f, INCMOE_FIFO_OP_COMBINE, (uint64_t)j + 1, &abort_word) !=
+                INCMOE_OK)
+                failures++;
+        }
+    });
+    gather.join();
+    reduce.join();
+    EXPECT_EQ(failures.load(), 0);
+    ASSERT_EQ(rig.net.combined.size(), (size_t)bands);
+    for (int j = 0; j < bands; j++)
+        EXPECT_EQ(rig.net.combined[j], (uint64_t)j + 1);
+    EXPECT_EQ(rig.words.pushed[INCMOE_STREAM_DISPATCH], (uint64_t)bands);
+    EXPECT_EQ(rig.words.pushed[INCMOE_STREAM_COMBINE], (uint64_t)bands);
     EXPECT_EQ(incmoe_fifo_destroy(rig.fifo), INCMOE_OK);
 }
 

@@ -258,6 +258,88 @@ TEST(MoeErrors, BandCountDisagreesAcrossRanks)
     });
 }
 
+namespace
+{
+
+/* A forward asking for `routing` (the field when field is set, else INCMOE_MOE_ROUTING as
+   set by the caller); its status, and the routing it ran in *used. */
+incmoe_status_t routed_forward(Ctx &c, incmoe_moe_t *L, bool field, int routing,
+                               incmoe_moe_routing_t *used)
+{
+    incmoe_moe_forward_params_t f = {};
+    f.field_mask = INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS | INCMOE_MOE_FWD_TOPK_WEIGHTS |
+                   INCMOE_MOE_FWD_COUNTS | (field ? INCMOE_MOE_FWD_ROUTING : 0);
+    f.x = c.p.x[c.rank].data();
+    f.topk_ids = c.p.ids[c.rank].data();
+    f.topk_weights = c.p.w[c.rank].data();
+    f.counts = c.p.counts.data();
+    f.routing = (incmoe_moe_routing_t)routing;
+    void *out;
+    incmoe_status_t st = incmoe_moe_forward_ex(L, &f, &out);
+    incmoe_moe_timing_t tm;
+    incmoe_moe_last_timing_ex(L, &tm, sizeof(tm));
+    *used = tm.routing;
+    return st;
+}
+
+} // namespace
+
+/* A routing no rank knows, on one rank: refused on every rank; the layer carries on. */
+TEST(MoeErrors, RoutingOutOfRangeOnOneRank)
+{
+    run([](Ctx &c) {
+        incmoe_moe_t *L;
+        if (incmoe_moe_create(&c.prm, &L) != INCMOE_OK)
+            return std::string("create failed");
+        incmoe_moe_routing_t used;
+        std::string e = expect("forward", routed_forward(c, L, true, c.rank == 0 ? 7 : 0, &used),
+                               INCMOE_ERR_INVALID_ARG);
+        if (e.empty())
+            e = good_forward(c, L);
+        incmoe_moe_destroy(L);
+        return e;
+    });
+}
+
+/* Ranks asking for different routings (one through the setting, which a forward without the
+   field follows): a mismatch on every rank; the layer carries on. */
+TEST(MoeErrors, RoutingDisagreesAcrossRanks)
+{
+    run([](Ctx &c) {
+        incmoe_moe_t *L;
+        if (incmoe_moe_create(&c.prm, &L) != INCMOE_OK)
+            return std::string("create failed");
+        incmoe_moe_routing_t used;
+        if (c.rank == 2)
+            setenv("INCMOE_MOE_ROUTING", "masked", 1);
+        std::string e =
+            expect("forward", routed_forward(c, L, false, 0, &used), INCMOE_ERR_MISMATCH);
+        unsetenv("INCMOE_MOE_ROUTING");
+        if (e.empty())
+            e = good_forward(c, L);
+        incmoe_moe_destroy(L);
+        return e;
+    });
+}
+
+/* A setting that names no routing is logged and full routing used. */
+TEST(MoeErrors, RoutingSettingThatIsNoRoutingRunsFull)
+{
+    run([](Ctx &c) {
+        incmoe_moe_t *L;
+        if (incmoe_moe_create(&c.prm, &L) != INCMOE_OK)
+            return std::string("create failed");
+        setenv("INCMOE_MOE_ROUTING", "sideways", 1);
+        incmoe_moe_routing_t used = INCMOE_MOE_ROUTING_AUTO;
+        std::string e = expect("forward", routed_forward(c, L, false, 0, &used), INCMOE_OK);
+        unsetenv("INCMOE_MOE_ROUTING");
+        if (e.empty() && used != INCMOE_MOE_ROUTING_FULL)
+            e = std::string("ran ") + incmoe_moe_routing_name(used);
+        incmoe_moe_destroy(L);
+        return e;
+    });
+}
+
 TEST(MoeErrors, NullArgumentsAreRejectedLocally)
 {
     EXPECT_EQ(incmoe_moe_create(nullptr, nullptr), INCMOE_ERR_INVALID_ARG);

@@ -1,19 +1,23 @@
 /*
  * test_moe_fifo.cc - the device-side posting FIFO: ordering, counters and
  * error propagation under contention, with a fake transport that completes
- * collectives from its own thread after random delays; then through a real
- * communicator and switch.
+ * collectives from its own thread after random delays; dispatch and combine
+ * (the result in the producer's block before its ticket, a combine's
+ * dispatch by ticket); then through a real communicator and switch.
  */
 #include <gtest/gtest.h>
 
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -38,6 +42,12 @@ struct FakeNet {
     int posts = 0;
     bool stop = false;
     std::thread retirer;
+    /* Dispatch and combine. */
+    std::map<uint64_t, uint64_t> dispatch_rows; /* dispatch epoch -> its nrows */
+    uint64_t short_dispatch = 0;    /* this dispatch epoch fails for capacity (0: none) */
+    std::vector<uint64_t> released; /* dispatch epochs released */
+    std::vector<uint64_t> combined; /* per combine: the dispatch epoch it named */
+    int combines_too_early = 0;     /* combines posted before their dispatch retired */
 
     FakeNet()
     {
@@ -72,7 +82,8 @@ struct FakeNet {
         retirer.join();
     }
 
-    static incmoe_status_t post(void *ctx, const incmoe_fifo_trigger_t *t, incmoe_req_t *req_p)
+    static incmoe_status_t post(void *ctx, const incmoe_fifo_trigger_t *t,
+                                const incmoe_req_t *dispatch, incmoe_req_t *req_p)
     {
         FakeNet *n = static_cast<FakeNet *>(ctx);
         std::lock_guard<std::mutex> lk(n->mu);
@@ -82,6 +93,13 @@ struct FakeNet {
         n->posted_offsets[s].push_back(t->desc.offset);
         req_p->stream = (incmoe_stream_t)s;
         req_p->epoch = ++n->epoch[s];
+        if (s == INCMOE_STREAM_DISPATCH)
+            n->dispatch_rows[req_p->epoch] = t->desc.length;
+        if (s == INCMOE_STREAM_COMBINE) {
+            n->combined.push_back(dispatch->epoch);
+            if (n->retired[INCMOE_STREAM_DISPATCH] < dispatch->epoch)
+                n->combines_too_early++;
+        }
         return INCMOE_OK;
     }
     static incmoe_status_t wait(void *ctx, const incmoe_req_t *req)
@@ -91,11 +109,31 @@ struct FakeNet {
         if (n->fail_wait_at >= 0 && (int)req->epoch == n->fail_wait_at)
             return INCMOE_ERR_PEER_FAILED;
         n->cv.wait(lk, [&] { return n->retired[req->stream] >= req->epoch; });
+        if (req->stream == INCMOE_STREAM_DISPATCH && req->epoch == n->short_dispatch)
+            return INCMOE_ERR_NO_MEMORY;
+        return INCMOE_OK;
+    }
+    /* A dispatch of m rows receives 3m + 1; received row i comes from (rank i % 5, row i). */
+    static incmoe_status_t dispatch_result(void *ctx, const incmoe_req_t *req,
+                                           incmoe_fifo_dispatch_t *block)
+    {
+        FakeNet *n = static_cast<FakeNet *>(ctx);
+        std::lock_guard<std::mutex> lk(n->mu);
+        uint64_t r = 3 * n->dispatch_rows[req->epoch] + 1;
+        block->nrecv = r;
+        if (req->epoch == n->short_dispatch) {
+            n->released.push_back(req->epoch);
+            return INCMOE_ERR_NO_MEMORY;
+        }
+        for (uint64_t i = 0; i < r && i < block->source_rows; i++) {
+            block->source[2 * i] = (uint32_t)(i % 5);
+            block->source[2 * i + 1] = (uint32_t)i;
+        }
         return INCMOE_OK;
     }
 };
 
-const fifo_transport_t fake_transport = {FakeNet::post, FakeNet::wait};
+const fifo_transport_t fake_transport = {FakeNet::post, FakeNet::wait, FakeNet::dispatch_result};
 
 incmoe_fifo_trigger_t trig(incmoe_fifo_op_t op, uint64_t offset)
 {
@@ -111,9 +149,16 @@ const incmoe_fifo_op_t kOps[3] = {INCMOE_FIFO_OP_ALLGATHER, INCMOE_FIFO_OP_REDUC
 
 } // namespace
 
-TEST(MoeFifo, DescriptorIs64Bytes)
+/* The descriptor is 64 bytes, and the trigger and the slot keep the layout programs built
+   before dispatch and combine use: the dispatch block shares valid[]'s word. */
+TEST(MoeFifo, DescriptorIs64BytesAndTheSlotKeepsItsLayout)
 {
     EXPECT_EQ(sizeof(incmoe_fifo_desc_t), 64u);
+    EXPECT_EQ(sizeof(incmoe_fifo_trigger_t), 72u);
+    EXPECT_EQ(offsetof(incmoe_fifo_trigger_t, valid), 64u);
+    EXPECT_EQ(offsetof(incmoe_fifo_trigger_t, dispatch), 64u);
+    EXPECT_EQ(sizeof(incmoe_fifo_slot_t), 88u);
+    EXPECT_EQ(offsetof(incmoe_fifo_slot_t, trigger), 16u);
 }
 
 TEST(MoeFifo, RejectsBadCapacityAndOp)
@@ -126,8 +171,154 @@ TEST(MoeFifo, RejectsBadCapacityAndOp)
     uint64_t ticket = 0;
     auto bad = trig((incmoe_fifo_op_t)99, 0);
     EXPECT_EQ(incmoe_fifo_push(f, &bad, &ticket, 1000), INCMOE_ERR_INVALID_ARG);
+    auto blockless = trig(INCMOE_FIFO_OP_DISPATCH, 0); /* a dispatch needs its block */
+    EXPECT_EQ(incmoe_fifo_push(f, &blockless, &ticket, 1000), INCMOE_ERR_INVALID_ARG);
+    incmoe_fifo_device_t dev;
+    ASSERT_EQ(incmoe_fifo_device(f, &dev), INCMOE_OK);
+    EXPECT_EQ(incmoe_fifo_dev_try_push(&dev, &blockless, &ticket), INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(incmoe_fifo_completed(f, INCMOE_STREAM_DISPATCH), 0u);
     EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
     EXPECT_EQ(incmoe_fifo_create(nullptr, 4, &f), INCMOE_ERR_INVALID_ARG);
+}
+
+namespace
+{
+
+/* A dispatch of nrows rows whose result goes to *block. */
+incmoe_fifo_trigger_t dispatch_trig(uint64_t nrows, incmoe_fifo_dispatch_t *block)
+{
+    auto t = trig(INCMOE_FIFO_OP_DISPATCH, 0);
+    t.desc.length = nrows;
+    t.dispatch = block;
+    return t;
+}
+
+/* A combine of the dispatch of that ticket. */
+incmoe_fifo_trigger_t combine_trig(uint64_t dispatch_ticket)
+{
+    auto t = trig(INCMOE_FIFO_OP_COMBINE, dispatch_ticket);
+    t.desc.dtype = INCMOE_FLOAT32;
+    t.desc.block_stride = 4;
+    return t;
+}
+
+} // namespace
+
+/* Each dispatch's R and source table are in its block once its ticket is reached (the
+   producer reads them after its wait and nothing else: TSan sees a late write), and a combine
+   pushed at once behind its dispatch names that dispatch's request and is posted only after
+   it completed. */
+TEST(MoeFifo, DispatchResultAndCombineByTicket)
+{
+    const int M = 300;
+    FakeNet net;
+    incmoe_fifo_t *f = nullptr;
+    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    std::vector<incmoe_fifo_dispatch_t> blocks(M);
+    std::vector<std::vector<uint32_t>> sources(M);
+    int errors = 0;
+    uint64_t last_combine = 0;
+    for (int i = 0; i < M; i++) {
+        uint64_t nrows = (uint64_t)(i % 7);
+        sources[i].assign(2 * 8, UINT32_MAX);
+        blocks[i] = {};
+        blocks[i].source = sources[i].data();
+        blocks[i].source_rows = 8;
+        blocks[i].status = -12345;
+        auto d = dispatch_trig(nrows, &blocks[i]);
+        auto c = combine_trig((uint64_t)i + 1);
+        uint64_t td = 0;
+        if (incmoe_fifo_push(f, &d, &td, 10000) != INCMOE_OK || td != (uint64_t)i + 1 ||
+            incmoe_fifo_push(f, &c, &last_combine, 10000) != INCMOE_OK)
+            errors++;
+        /* Every third dispatch: its result once its ticket is reached. */
+        if (i % 3 != 0)
+            continue;
+        if (incmoe_fifo_wait(f, INCMOE_STREAM_DISPATCH, td, 10000) != INCMOE_OK) {
+            errors++;
+            continue;
+        }
+        uint64_t r = 3 * nrows + 1;
+        if (blocks[i].status != INCMOE_OK || blocks[i].nrecv != r)
+            errors++;
+        for (uint64_t k = 0; k < 8; k++) {
+            uint32_t want_rank = k < r ? (uint32_t)(k % 5) : UINT32_MAX;
+            uint32_t want_row = k < r ? (uint32_t)k : UINT32_MAX;
+            if (sources[i][2 * k] != want_rank || sources[i][2 * k + 1] != want_row)
+                errors++;
+        }
+    }
+    EXPECT_EQ(errors, 0);
+    EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_COMBINE, last_combine, 10000), INCMOE_OK);
+    EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_DISPATCH, M, 10000), INCMOE_OK);
+    for (int i = 0; i < M; i++)
+        ASSERT_EQ(blocks[i].nrecv, 3 * (uint64_t)(i % 7) + 1) << "dispatch " << i;
+    {
+        std::lock_guard<std::mutex> lk(net.mu);
+        EXPECT_EQ(net.combines_too_early, 0);
+        ASSERT_EQ(net.combined.size(), (size_t)M);
+        for (int i = 0; i < M; i++)
+            ASSERT_EQ(net.combined[i], (uint64_t)i + 1) << "combine " << i;
+        EXPECT_TRUE(net.released.empty());
+    }
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
+}
+
+/* A dispatch short of capacity completes with its status and R, is released, and leaves the
+   FIFO usable; a combine naming it then fails the FIFO. */
+TEST(MoeFifo, DispatchShortOfCapacityCompletesWithItsStatus)
+{
+    FakeNet net;
+    net.short_dispatch = 2;
+    incmoe_fifo_t *f = nullptr;
+    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    incmoe_fifo_dispatch_t blocks[3] = {};
+    uint64_t t = 0;
+    for (int i = 0; i < 3; i++) {
+        auto d = dispatch_trig(4, &blocks[i]);
+        ASSERT_EQ(incmoe_fifo_push(f, &d, &t, 10000), INCMOE_OK);
+    }
+    ASSERT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_DISPATCH, 3, 10000), INCMOE_OK);
+    EXPECT_EQ(blocks[0].status, INCMOE_OK);
+    EXPECT_EQ(blocks[1].status, INCMOE_ERR_NO_MEMORY);
+    EXPECT_EQ(blocks[1].nrecv, 13u); /* what this rank would have received */
+    EXPECT_EQ(blocks[2].status, INCMOE_OK);
+    EXPECT_EQ(incmoe_fifo_error(f), INCMOE_OK);
+    auto c1 = combine_trig(1), c3 = combine_trig(3);
+    ASSERT_EQ(incmoe_fifo_push(f, &c1, &t, 10000), INCMOE_OK);
+    ASSERT_EQ(incmoe_fifo_push(f, &c3, &t, 10000), INCMOE_OK);
+    EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_COMBINE, 2, 10000), INCMOE_OK);
+    {
+        std::lock_guard<std::mutex> lk(net.mu);
+        EXPECT_EQ(net.released, std::vector<uint64_t>{2});
+    }
+    auto c2 = combine_trig(2);
+    ASSERT_EQ(incmoe_fifo_push(f, &c2, &t, 10000), INCMOE_OK);
+    EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_COMBINE, 3, 10000), INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_ERR_INVALID_ARG);
+}
+
+/* A combine naming a dispatch this FIFO never posted fails the FIFO, posting nothing. */
+TEST(MoeFifo, CombineOfAnUnknownDispatchFailsTheFifo)
+{
+    for (uint64_t ticket : {0ull, 2ull}) {
+        FakeNet net;
+        incmoe_fifo_t *f = nullptr;
+        ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+        incmoe_fifo_dispatch_t block = {};
+        auto d = dispatch_trig(1, &block);
+        auto c = combine_trig(ticket);
+        uint64_t t;
+        ASSERT_EQ(incmoe_fifo_push(f, &d, &t, 10000), INCMOE_OK);
+        ASSERT_EQ(incmoe_fifo_push(f, &c, &t, 10000), INCMOE_OK);
+        EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_COMBINE, 1, 10000), INCMOE_ERR_INVALID_ARG)
+            << "ticket " << ticket;
+        {
+            std::lock_guard<std::mutex> lk(net.mu);
+            EXPECT_TRUE(net.combined.empty());
+        }
+        EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_ERR_INVALID_ARG);
+    }
 }
 
 /* Three producers, one per stream, on a FIFO much smaller than the work, so
@@ -358,6 +549,165 @@ TEST(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
     harness::switch_stop(&sw);
     EXPECT_EQ(harness::failures(res), "");
 }
+
+namespace
+{
+
+/* The sets of rank s's rows in DispatchAndCombineThroughTheFifo: every rank derives them
+   alike.  Some rows go nowhere, some only to their owner, some everywhere. */
+std::vector<uint64_t> fifo_test_sets(int s, int N, int T)
+{
+    std::mt19937 rng(99 + s);
+    std::vector<uint64_t> sets(T);
+    for (int i = 0; i < T; i++) {
+        int kind = (int)(rng() % 4);
+        sets[i] = kind == 0 ? 0 : kind == 1 ? (1ull << s) : kind == 2 ? (1ull << N) - 1 : rng();
+        sets[i] &= (1ull << N) - 1;
+    }
+    return sets;
+}
+
+class MoeFifoDc : public ::testing::TestWithParam<incmoe_algo_t>
+{
+};
+
+} // namespace
+
+/* Through a real communicator: a dispatch and its combine pushed back to back on the FIFO.
+   Each rank's received rows, source table and combined results against what every rank
+   derives from the others' sets (the sums are of small integers: exact).  An algorithm
+   without dispatch and combine fails the FIFO with INCMOE_ERR_UNSUPPORTED on every rank: the
+   test is then skipped, saying so. */
+TEST_P(MoeFifoDc, DispatchAndCombineThroughTheFifo)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    const int N = 3, T = 9, W = 4; /* W floats a row */
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        N,
+        [&](int rank) -> std::string {
+            incmoe_comm_params_t p;
+            memset(&p, 0, sizeof(p));
+            p.field_mask = INCMOE_COMM_PARAM_ALGO;
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = rank;
+            p.nranks = N;
+            p.algo = GetParam();
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st == INCMOE_ERR_UNSUPPORTED)
+                return "SKIP: this build has no such algorithm";
+            if (st != INCMOE_OK)
+                return std::string("comm_create: ") + incmoe_strerror(st);
+            std::vector<float> rows(T * W), recv(N * T * W, -1.0f), partial(N * T * W),
+                out(T * W, -1.0f);
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < W; j++)
+                    rows[i * W + j] = (float)(rank * 100 + i * 10 + j);
+            std::vector<uint64_t> mine = fifo_test_sets(rank, N, T);
+            incmoe_mr_t *rows_mr, *recv_mr, *part_mr, *out_mr;
+            incmoe_mem_register(comm, rows.data(), rows.size() * 4, &rows_mr);
+            incmoe_mem_register(comm, recv.data(), recv.size() * 4, &recv_mr);
+            incmoe_mem_register(comm, partial.data(), partial.size() * 4, &part_mr);
+            incmoe_mem_register(comm, out.data(), out.size() * 4, &out_mr);
+            incmoe_fifo_t *f;
+            if (incmoe_fifo_create(comm, 16, &f) != INCMOE_OK)
+                return "fifo_create failed";
+            std::vector<uint32_t> source(2 * N * T, UINT32_MAX);
+            incmoe_fifo_dispatch_t block = {};
+            block.sets = mine.data();
+            block.source = source.data();
+            block.source_rows = N * T;
+            incmoe_fifo_trigger_t t;
+            memset(&t, 0, sizeof(t));
+            t.desc.op = INCMOE_FIFO_OP_DISPATCH;
+            t.desc.send_mr = (uint64_t)(uintptr_t)rows_mr;
+            t.desc.recv_mr = (uint64_t)(uintptr_t)recv_mr;
+            t.desc.block_stride = W * 4;
+            t.desc.length = T;
+            t.desc.offset = N * T; /* capacity */
+            t.dispatch = &block;
+            uint64_t td = 0, tc = 0;
+            std::string err;
+            if (incmoe_fifo_push(f, &t, &td, 5000) != INCMOE_OK)
+                err = "push dispatch failed";
+            st = incmoe_fifo_wait(f, INCMOE_STREAM_DISPATCH, td, 20000);
+            if (err.empty() && st == INCMOE_ERR_UNSUPPORTED)
+                err = "SKIP: the algorithm has no dispatch and combine yet";
+            else if (err.empty() && st != INCMOE_OK)
+                err = std::string("dispatch: ") + incmoe_strerror(st);
+            /* The expected received rows: every rank's rows whose set holds this rank. */
+            size_t R = 0;
+            for (int s = 0; s < N && err.empty(); s++) {
+                std::vector<uint64_t> sets = fifo_test_sets(s, N, T);
+                for (int i = 0; i < T && err.empty(); i++) {
+                    if (!((sets[i] >> rank) & 1))
+                        continue;
+                    if (source[2 * R] != (uint32_t)s || source[2 * R + 1] != (uint32_t)i)
+                        err = "source table wrong at " + std::to_string(R);
+                    for (int j = 0; j < W && err.empty(); j++)
+                        if (recv[R * W + j] != (float)(s * 100 + i * 10 + j))
+                            err = "received row " + std::to_string(R) + " wrong";
+                    R++;
+                }
+            }
+            if (err.empty() && (block.status != INCMOE_OK || block.nrecv != R))
+                err = "block: status " + std::to_string(block.status) + ", R " +
+                      std::to_string(block.nrecv) + " (expected " + std::to_string(R) + ")";
+            if (err.empty()) {
+                /* This rank's partial of a received row: the row times (rank + 1). */
+                for (size_t i = 0; i < R * W; i++)
+                    partial[i] = recv[i] * (float)(rank + 1);
+                memset(&t, 0, sizeof(t));
+                t.desc.op = INCMOE_FIFO_OP_COMBINE;
+                t.desc.dtype = INCMOE_FLOAT32;
+                t.desc.redop = INCMOE_SUM;
+                t.desc.send_mr = (uint64_t)(uintptr_t)part_mr;
+                t.desc.recv_mr = (uint64_t)(uintptr_t)out_mr;
+                t.desc.block_stride = W;
+                t.desc.offset = td;
+                if (incmoe_fifo_push(f, &t, &tc, 5000) != INCMOE_OK ||
+                    (st = incmoe_fifo_wait(f, INCMOE_STREAM_COMBINE, tc, 20000)) != INCMOE_OK)
+                    err = std::string("combine: ") + incmoe_strerror(st);
+            }
+            for (int i = 0; i < T && err.empty(); i++) {
+                float factor = 0; /* sum over the set of (d + 1) */
+                for (int d = 0; d < N; d++)
+                    if ((mine[i] >> d) & 1)
+                        factor += (float)(d + 1);
+                for (int j = 0; j < W && err.empty(); j++)
+                    if (out[i * W + j] != rows[i * W + j] * factor)
+                        err = "combined row " + std::to_string(i) + " is " +
+                              std::to_string(out[i * W + j]) + ", expected " +
+                              std::to_string(rows[i * W + j] * factor);
+            }
+            incmoe_status_t fst = incmoe_fifo_destroy(f);
+            if (err.empty() && fst != INCMOE_OK)
+                err = std::string("fifo_destroy: ") + incmoe_strerror(fst);
+            incmoe_mem_deregister(comm, rows_mr);
+            incmoe_mem_deregister(comm, recv_mr);
+            incmoe_mem_deregister(comm, part_mr);
+            incmoe_mem_deregister(comm, out_mr);
+            incmoe_comm_destroy(comm);
+            return err;
+        },
+        60);
+    harness::switch_stop(&sw);
+    if (res.size() == (size_t)N && res[0].rfind("SKIP: ", 0) == 0 &&
+        std::count(res.begin(), res.end(), res[0]) == N)
+        GTEST_SKIP() << res[0].substr(6);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Algos, MoeFifoDc,
+                         ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING, INCMOE_ALGO_A2A),
+                         [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
+                             return std::string(i.param == INCMOE_ALGO_INC    ? "inc"
+                                                : i.param == INCMOE_ALGO_RING ? "ring"
+                                                                              : "a2a");
+                         });
 
 /* The shared block comes from the allocator hook, and a producer pushing
    through the plain-old-data device handle (the code a GPU block runs) is

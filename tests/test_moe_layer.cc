@@ -10,11 +10,18 @@
  * magnitudes of the token's expert contributions and b = 2e-5 (fp32), 4e-3
  * (fp16), 2.5e-2 (bf16) (see moe_ref.cc); pipelined against baseline,
  * per-token cosine similarity >= 0.99999.
+ *
+ * Routing: masked forwards (dispatch and combine) against the same reference
+ * and against full routing's outputs, bitwise in fp32 in-network with the same
+ * band plan, on every algorithm that has dispatch and combine (the others
+ * refuse masked alike on every rank and fall back to full with auto).
  */
 #include <gtest/gtest.h>
 
+#include <stddef.h>
 #include <string.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "harness.h"
@@ -291,6 +298,281 @@ TEST_P(MoeLayer, DepthKeepsResultsBitwise)
 INSTANTIATE_TEST_SUITE_P(Algos, MoeLayer, ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING),
                          [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
                              return std::string(i.param == INCMOE_ALGO_INC ? "inc" : "ring");
+                         });
+
+namespace
+{
+
+/* One forward with a routing; the output copied, the timings (all of them) into *tm. */
+std::string forward_routed(incmoe_moe_t *L, incmoe_moe_mode_t mode, incmoe_moe_routing_t routing,
+                           const moeref::Problem &p, int rank, std::vector<uint8_t> *out,
+                           incmoe_moe_timing_t *tm, incmoe_status_t *st_p = nullptr)
+{
+    incmoe_moe_forward_params_t f = {};
+    f.field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
+                   INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS | INCMOE_MOE_FWD_ROUTING;
+    f.mode = mode;
+    f.x = p.x[rank].data();
+    f.topk_ids = p.ids[rank].data();
+    f.topk_weights = p.w[rank].data();
+    f.counts = p.counts.data();
+    f.routing = routing;
+    void *view = nullptr;
+    incmoe_status_t st = incmoe_moe_forward_ex(L, &f, &view);
+    if (st_p != nullptr)
+        *st_p = st;
+    std::string what =
+        std::string(incmoe_moe_mode_name(mode)) + " " + incmoe_moe_routing_name(routing);
+    if (st != INCMOE_OK)
+        return "forward (" + what + "): " + incmoe_strerror(st);
+    size_t bytes = (size_t)p.counts[rank] * p.s.H * incmoe_dtype_size(p.s.dtype);
+    out->assign(static_cast<uint8_t *>(view), static_cast<uint8_t *>(view) + bytes);
+    if (incmoe_moe_last_timing_ex(L, tm, sizeof(*tm)) != INCMOE_OK)
+        return "last_timing_ex failed";
+    return "";
+}
+
+incmoe_moe_t *layer_for(incmoe_comm_t *comm, const moeref::Shape &s, const moeref::Problem &p,
+                        int rank, incmoe_moe_config_t config, std::vector<uint8_t> w[3])
+{
+    moeref::local_weights(p, rank, &w[0], &w[1], &w[2]);
+    incmoe_moe_params_t prm;
+    incmoe_moe_params_init(&prm);
+    prm.num_experts = s.E, prm.top_k = s.k, prm.hidden = s.H, prm.intermediate = s.I;
+    int most = *std::max_element(p.counts.begin(), p.counts.end());
+    prm.dtype = s.dtype, prm.comm = comm, prm.max_tokens = most > 64 ? most : 64;
+    prm.timeout_ms = 20000, prm.config = config;
+    prm.w_gate = w[0].data(), prm.w_up = w[1].data(), prm.w_down = w[2].data();
+    incmoe_moe_t *L = nullptr;
+    if (incmoe_moe_create(&prm, &L) != INCMOE_OK)
+        return nullptr;
+    return L;
+}
+
+/* A case run with both routings: "" (passed), "SKIP" where the algorithm has no dispatch and
+   combine (after checking that it refuses masked and that auto falls back to full), or a
+   reason. */
+std::string run_routing_case(incmoe_comm_t *comm, int rank, incmoe_algo_t algo, const Case &c,
+                             uint64_t seed)
+{
+    moeref::Problem p = moeref::make_problem(c.shape, c.counts, seed);
+    std::vector<double> mag, ref = moeref::reference(p, rank, &mag);
+    const int T = c.counts[rank], H = c.shape.H;
+    const incmoe_dtype_t dt = c.shape.dtype;
+    std::string tag = std::string(incmoe_dtype_name(dt)) + " N=" + std::to_string(c.shape.N) +
+                      " seed=" + std::to_string(seed);
+    for (const incmoe_moe_config_t &config : c.configs) {
+        std::vector<uint8_t> w[3];
+        incmoe_moe_t *L = layer_for(comm, c.shape, p, rank, config, w);
+        if (L == nullptr)
+            return tag + ": create failed";
+        char cs[128];
+        incmoe_moe_config_str(&config, cs, sizeof(cs));
+        std::string err;
+        std::vector<uint8_t> full, full_base, masked, out;
+        incmoe_moe_timing_t tm;
+        incmoe_status_t st = INCMOE_OK;
+        err = forward_routed(L, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL, p, rank, &full_base,
+                             &tm);
+        if (err.empty())
+            err = forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_FULL, p, rank, &full,
+                                 &tm);
+        if (err.empty())
+            err = forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_MASKED, p, rank,
+                                 &masked, &tm, &st);
+        if (st == INCMOE_ERR_UNSUPPORTED) {
+            /* Refused alike before anything moved: the layer carries on, auto runs full. */
+            err = forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_AUTO, p, rank, &out,
+                                 &tm);
+            if (err.empty() && (tm.routing != INCMOE_MOE_ROUTING_FULL || out != full))
+                err = "auto without dispatch and combine did not run full routing";
+            incmoe_moe_destroy(L);
+            return err.empty() ? "SKIP" : tag + " [" + cs + "]: " + err;
+        }
+        if (err.empty() && tm.routing != INCMOE_MOE_ROUTING_MASKED)
+            err = "a masked forward reports routing " +
+                  std::string(incmoe_moe_routing_name(tm.routing));
+        if (err.empty())
+            err = moeref::check_against_ref(masked.data(), ref, mag, T, H, dt, "masked");
+        /* In the network both routings add the same partials in the same order, and every
+           expert's GEMM sees the same rows (plan.h): bitwise alike with the same band plan. */
+        if (err.empty() && algo == INCMOE_ALGO_INC && dt == INCMOE_FLOAT32 && masked != full)
+            err = "masked output differs from full routing's (fp32, in-network, same band plan)";
+        if (err.empty())
+            err = moeref::check_cosine(masked.data(), full.data(), T, H, dt, 0.99999,
+                                       "masked vs full");
+        /* The baseline: dispatch, FFN, combine in sequence, timed as such. */
+        if (err.empty())
+            err = forward_routed(L, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_MASKED, p, rank, &out,
+                                 &tm);
+        if (err.empty())
+            err = moeref::check_against_ref(out.data(), ref, mag, T, H, dt, "masked baseline");
+        if (err.empty() && algo == INCMOE_ALGO_INC && dt == INCMOE_FLOAT32 && out != full_base)
+            err = "masked baseline differs from full routing's baseline (fp32, in-network)";
+        if (err.empty() && (tm.routing != INCMOE_MOE_ROUTING_MASKED || tm.allgather_ms != 0 ||
+                            tm.reducescatter_ms != 0 || tm.dispatch_ms <= 0 || tm.combine_ms <= 0))
+            err = "masked baseline timings: dispatch " + std::to_string(tm.dispatch_ms) +
+                  " combine " + std::to_string(tm.combine_ms) + " allgather " +
+                  std::to_string(tm.allgather_ms);
+        /* Masked again, after a full forward: the FIFO's tickets carry over. */
+        if (err.empty())
+            err = forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_MASKED, p, rank, &out,
+                                 &tm);
+        if (err.empty() && out != masked)
+            err = "a second masked forward differs from the first";
+        incmoe_status_t dst = incmoe_moe_destroy(L);
+        if (err.empty() && dst != INCMOE_OK)
+            err = std::string("destroy: ") + incmoe_strerror(dst);
+        if (!err.empty())
+            return tag + " [" + cs + "]: " + err;
+    }
+    return "";
+}
+
+/* Runs cases on N ranks with both routings; skipped (saying so) where the algorithm has no
+   dispatch and combine. */
+void run_routing_cases(int N, incmoe_algo_t algo, const std::vector<Case> &cases)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        N,
+        [&](int rank) -> std::string {
+            setenv("OPENBLAS_NUM_THREADS", "1", 1);
+            std::string err;
+            incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
+            if (comm == nullptr)
+                return err.find("unsupported") != std::string::npos ? "SKIP" : err;
+            for (size_t i = 0; i < cases.size() && err.empty(); i++)
+                err = run_routing_case(comm, rank, algo, cases[i], 2000 + i);
+            incmoe_comm_destroy(comm);
+            return err;
+        },
+        150);
+    harness::switch_stop(&sw);
+    if (std::count(res.begin(), res.end(), std::string("SKIP")) == (long)res.size())
+        GTEST_SKIP() << "the algorithm has no dispatch and combine in this build";
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+class MoeLayerRouting : public ::testing::TestWithParam<incmoe_algo_t>
+{
+};
+
+} // namespace
+
+/* Masked routing against the reference and full routing: every datatype, ranks without
+   tokens, tokens whose experts are all remote (all_remote_every), bands empty on some ranks,
+   several band counts and worker splits (tail assistance asked for is dropped). */
+TEST_P(MoeLayerRouting, MaskedEqualsFull)
+{
+    std::vector<Case> cases;
+    for (auto dt : kDtypes)
+        cases.push_back(Case{
+            shape(4, 8, 3, dt), {5, 0, 3, 7}, {cfg(1), cfg(3, 1, 1, 1, 1), cfg(3, 1, 2, 1, 1)}});
+    cases.push_back(Case{shape(4, 8, 2, INCMOE_FLOAT32),
+                         {9, 4, 0, 6},
+                         {cfg(2, 2, 2, 2, 2), cfg(4, 1, 1, 3, 0), cfg(9, 2, 3, 1, 4)}});
+    cases.push_back(Case{shape(2, 4, 2, INCMOE_FLOAT32), {0, 0}, {cfg(1), cfg(3)}});
+    run_routing_cases(4, GetParam(), std::vector<Case>(cases.begin(), cases.end() - 1));
+    run_routing_cases(2, GetParam(), {cases.back()});
+}
+
+/* Bands of more rows than one FFN tile (512): tiles of positions keep every GEMM's rows as
+   full routing's, so the outputs stay bitwise alike whatever the worker split. */
+TEST_P(MoeLayerRouting, BandsLongerThanATile)
+{
+    run_routing_cases(2, GetParam(),
+                      {Case{shape(2, 4, 2, INCMOE_FLOAT32, 8, 4),
+                            {300, 280},
+                            {cfg(1), cfg(1, 1, 3, 1, 0), cfg(2, 2, 2, 1, 0)}}});
+}
+
+/* One rank (every row its own, copied locally) and eight (one expert each: most of a token's
+   experts are remote). */
+TEST_P(MoeLayerRouting, OneAndEightRanks)
+{
+    run_routing_cases(1, GetParam(), {Case{shape(1, 4, 2, INCMOE_FLOAT32), {9}, {cfg(1), cfg(4)}}});
+    run_routing_cases(8, GetParam(),
+                      {Case{shape(8, 8, 2, INCMOE_FLOAT32),
+                            {3, 0, 1, 4, 0, 2, 5, 1},
+                            {cfg(1), cfg(2), cfg(5, 1, 1, 2, 2)}},
+                       Case{shape(8, 16, 3, INCMOE_BFLOAT16), {2, 2, 0, 3, 1, 0, 4, 2}, {cfg(3)}}});
+}
+
+/* Auto picks masked where it moves far fewer bytes (one expert a token: each token to at most
+   one other rank) and full where every token goes to every rank (k = E), the same on every
+   rank, with the chosen routing's outputs; the pre-routing timing call writes only the fields
+   it had. */
+TEST_P(MoeLayerRouting, AutoPicksByBytes)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    const incmoe_algo_t algo = GetParam();
+    const int N = 4;
+    auto res = harness::run_ranks(N, [&](int rank) -> std::string {
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        std::string err;
+        incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
+        if (comm == nullptr)
+            return err.find("unsupported") != std::string::npos ? "SKIP" : err;
+        int has_dc = -1;
+        for (int k : {1, 8}) {
+            moeref::Problem p =
+                moeref::make_problem(shape(N, 8, k, INCMOE_FLOAT32), {7, 5, 0, 9}, 31 + k, 0);
+            std::vector<uint8_t> w[3], a, b;
+            incmoe_moe_t *L = layer_for(comm, p.s, p, rank, cfg(2), w);
+            if (L == nullptr) {
+                err = "create failed";
+                break;
+            }
+            incmoe_moe_timing_t tm;
+            incmoe_status_t st = INCMOE_OK;
+            err =
+                forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_AUTO, p, rank, &a, &tm);
+            incmoe_moe_routing_t chose = tm.routing;
+            if (err.empty())
+                err = forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_MASKED, p, rank,
+                                     &b, &tm, &st);
+            if (has_dc < 0)
+                has_dc = st != INCMOE_ERR_UNSUPPORTED;
+            if (!has_dc)
+                err = chose == INCMOE_MOE_ROUTING_FULL ? "" : "auto chose masked without them";
+            incmoe_moe_routing_t want =
+                k == 1 ? INCMOE_MOE_ROUTING_MASKED : INCMOE_MOE_ROUTING_FULL;
+            if (err.empty() && has_dc && chose != want)
+                err = "k=" + std::to_string(k) + ": auto chose " + incmoe_moe_routing_name(chose);
+            if (err.empty() && has_dc && chose == INCMOE_MOE_ROUTING_MASKED && a != b)
+                err = "auto's masked forward differs from masked";
+            /* The call from before routing fills the first five fields only. */
+            incmoe_moe_timing_t old;
+            memset(&old, 0xab, sizeof(old));
+            incmoe_moe_timing_t guard = old;
+            if (err.empty() && (incmoe_moe_last_timing(L, &old) != INCMOE_OK ||
+                                memcmp(&old.dispatch_ms, &guard.dispatch_ms,
+                                       sizeof(old) - offsetof(incmoe_moe_timing_t, dispatch_ms))))
+                err = "incmoe_moe_last_timing wrote past the fields it had";
+            incmoe_moe_destroy(L);
+            if (!err.empty())
+                break;
+        }
+        incmoe_comm_destroy(comm);
+        return err.empty() && has_dc == 0 ? "SKIP" : err;
+    });
+    harness::switch_stop(&sw);
+    if (std::count(res.begin(), res.end(), std::string("SKIP")) == (long)res.size())
+        GTEST_SKIP() << "the algorithm has no dispatch and combine in this build (auto ran full)";
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Algos, MoeLayerRouting,
+                         ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING, INCMOE_ALGO_A2A),
+                         [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
+                             return std::string(i.param == INCMOE_ALGO_INC    ? "inc"
+                                                : i.param == INCMOE_ALGO_RING ? "ring"
+                                                                              : "a2a");
                          });
 
 /* The automatic choice follows the token count, obeys the settings and the

@@ -1,7 +1,9 @@
 /*
  * test_moe_stress.cc - many random shapes, token counts, datatypes and
  * pipeline configurations through one communicator, each pipelined forward
- * checked against the fp64 reference and against the baseline.
+ * checked against the fp64 reference and against the baseline; then a forward
+ * with masked or auto routing in either mode against the reference and the
+ * pipelined full forward (bitwise in fp32 in-network, with the same bands).
  */
 #include <gtest/gtest.h>
 
@@ -17,7 +19,8 @@
 namespace
 {
 
-std::string one(incmoe_comm_t *comm, int rank, int N, std::mt19937 &rng, int iter)
+std::string one(incmoe_comm_t *comm, int rank, int N, incmoe_algo_t algo, std::mt19937 &rng,
+                int iter)
 {
     auto rnd = [&](int lo, int hi) { return lo + (int)(rng() % (unsigned)(hi - lo + 1)); };
     moeref::Shape s;
@@ -64,8 +67,12 @@ std::string one(incmoe_comm_t *comm, int rank, int N, std::mt19937 &rng, int ite
     if (st != INCMOE_OK)
         return std::string(desc) + ": create: " + incmoe_strerror(st);
     std::vector<double> mag, ref = moeref::reference(p, rank, &mag);
-    std::vector<uint8_t> base;
+    std::vector<uint8_t> base, piped;
     std::string err;
+    size_t bytes = (size_t)counts[rank] * s.H * incmoe_dtype_size(s.dtype);
+    incmoe_moe_routing_t routing =
+        rnd(0, 2) == 0 ? INCMOE_MOE_ROUTING_AUTO : INCMOE_MOE_ROUTING_MASKED;
+    incmoe_moe_mode_t routed_mode = rnd(0, 3) == 0 ? INCMOE_MOE_BASELINE : INCMOE_MOE_PIPELINED;
     for (int m = 0; m < 2 && err.empty(); m++) {
         incmoe_moe_mode_t mode = m == 0 ? INCMOE_MOE_BASELINE : INCMOE_MOE_PIPELINED;
         void *out;
@@ -77,12 +84,44 @@ std::string one(incmoe_comm_t *comm, int rank, int N, std::mt19937 &rng, int ite
         }
         err = moeref::check_against_ref(out, ref, mag, counts[rank], s.H, s.dtype,
                                         incmoe_moe_mode_name(mode));
-        size_t bytes = (size_t)counts[rank] * s.H * incmoe_dtype_size(s.dtype);
         if (m == 0)
             base.assign((uint8_t *)out, (uint8_t *)out + bytes);
         else if (err.empty())
             err = moeref::check_cosine(out, base.data(), counts[rank], s.H, s.dtype, 0.99999,
                                        "pipelined vs baseline");
+        if (m == 1)
+            piped.assign((uint8_t *)out, (uint8_t *)out + bytes);
+    }
+    if (err.empty()) {
+        incmoe_moe_forward_params_t f = {};
+        f.field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
+                       INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS | INCMOE_MOE_FWD_ROUTING;
+        f.mode = routed_mode;
+        f.x = p.x[rank].data(), f.topk_ids = p.ids[rank].data(), f.topk_weights = p.w[rank].data();
+        f.counts = counts.data();
+        f.routing = routing;
+        void *out;
+        incmoe_moe_timing_t tm;
+        std::string what =
+            std::string(incmoe_moe_routing_name(routing)) + " " + incmoe_moe_mode_name(routed_mode);
+        st = incmoe_moe_forward_ex(L, &f, &out);
+        incmoe_moe_last_timing_ex(L, &tm, sizeof(tm));
+        /* Where the algorithm has no dispatch and combine, masked is refused on every rank. */
+        if (st == INCMOE_ERR_UNSUPPORTED && algo != INCMOE_ALGO_INC &&
+            routing == INCMOE_MOE_ROUTING_MASKED)
+            st = INCMOE_OK, out = nullptr;
+        if (st != INCMOE_OK)
+            err = what + ": " + incmoe_strerror(st);
+        else if (out != nullptr)
+            err =
+                moeref::check_against_ref(out, ref, mag, counts[rank], s.H, s.dtype, what.c_str());
+        const std::vector<uint8_t> &same = routed_mode == INCMOE_MOE_BASELINE ? base : piped;
+        if (err.empty() && out != nullptr && algo == INCMOE_ALGO_INC && s.dtype == INCMOE_FLOAT32 &&
+            memcmp(out, same.data(), bytes) != 0)
+            err = what + " differs from full routing with the same bands (fp32, in-network)";
+        if (err.empty() && out != nullptr)
+            err = moeref::check_cosine(out, same.data(), counts[rank], s.H, s.dtype, 0.99999,
+                                       (what + " vs full").c_str());
     }
     incmoe_moe_destroy(L);
     return err.empty() ? "" : std::string(desc) + ": " + err;
@@ -111,7 +150,7 @@ TEST_P(MoeStress, RandomShapesAndConfigurations)
                 return err;
             std::mt19937 rng(424242 + N);
             for (int it = 0; it < 40 && err.empty(); it++)
-                err = one(comm, rank, N, rng, it);
+                err = one(comm, rank, N, algo, rng, it);
             incmoe_comm_destroy(comm);
             return err;
         },

@@ -651,10 +651,20 @@ INSTANTIATE_TEST_SUITE_P(
                     {},
                     "bad value '99999999999' for -N: out of range (allowed: 1..64)"},
         ToolBadArgs{"tools/incmoe-moe-bench", {"-H", "abc"}, {}, "bad value 'abc' for -H"},
+        ToolBadArgs{
+            "tools/incmoe-moe-bench", {"--link-mbps", "-3"}, {}, "bad value '-3' for --link-mbps"},
         ToolBadArgs{"tools/incmoe-moe-bench",
-                    {"--link-mbps", "-3"},
+                    {"--routing", "full,sideways"},
                     {},
-                    "bad value '-3' for --link-mbps"}));
+                    "--routing takes a list of full, masked and auto"},
+        ToolBadArgs{"tools/incmoe-moe-bench",
+                    {"--route", "zipf:0"},
+                    {},
+                    "bad value 'zipf:0' for --route: want uniform or zipf:S with 0 < S <= 100"},
+        ToolBadArgs{"tools/incmoe-moe-bench",
+                    {"--algo", "inc,mesh"},
+                    {},
+                    "--algo takes a list of inc, ring and a2a"}));
 
 /* A key file whose first line is past INCMOE_MAX_SECRET: refused, naming the file and the limit. */
 TEST(SwitchKey, LongerThanTheLimitIsRefused)

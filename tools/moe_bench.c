@@ -2,20 +2,28 @@
  * moe_bench.c - incmoe-moe-bench, the INC-MoE layer benchmark (paper Figures 1 and 7).
  *
  *   incmoe-moe-bench [-N 4] [-t 64,256,1024] [-E 16] [-k 4] [-H 512] [-I 256] [-d float]
- *                    [-b BANDS] [--model olmoe] [--algo inc,ring] [-n 5] [-w 2]
- *                    [--link-mbps BW] [--depth D] [--no-verify] [--backend cpu|cuda]
- *                    [--ranks-in-process]
+ *                    [-b BANDS] [--model olmoe] [--algo inc,ring,a2a] [--routing full,masked]
+ *                    [--route uniform|zipf:S] [--seed S] [-n 5] [-w 2] [--link-mbps BW]
+ *                    [--depth D] [--no-verify] [--backend cpu|cuda] [--ranks-in-process]
  *   incmoe-moe-bench --switch HOST:PORT --rank R -N N [--job ID] ...  (one rank of a job)
  *
- * For each collective algorithm and each token count per rank it runs the MoE
- * layer in baseline mode (AllGather, every expert, ReduceScatter: vLLM's
- * default expert-parallel path) and in pipelined mode (INC-MoE's band
- * pipeline), checks the outputs (per-token cosine similarity between the modes
- * and a relative error against an fp64 evaluation of Equation (1) on sample
- * tokens), and prints the layer time, tokens/s per rank and the speedup over
- * the ring baseline.  Embedded (no --rank) it starts incmoe-switchd on loopback
- * and N rank processes itself; with --rank it is one rank of a job whose ranks
- * all run the same command (tools/testbed run), and rank 0 prints the table.
+ * For each collective algorithm, routing and token count per rank it runs the
+ * MoE layer in baseline mode (AllGather, every expert, ReduceScatter: vLLM's
+ * default expert-parallel path; with masked routing dispatch, every expert,
+ * combine: the all-to-all baseline on the a2a algorithm) and in pipelined mode
+ * (INC-MoE's band pipeline), checks the outputs (per-token cosine similarity
+ * between the modes and a relative error against an fp64 evaluation of
+ * Equation (1) on sample tokens), and prints the layer time, tokens/s per rank
+ * and the speedup over the ring baseline, then the ratios the MoE targets of
+ * issue 18 name.  Embedded (no --rank) it starts incmoe-switchd on loopback and
+ * N rank processes itself; with --rank it is one rank of a job whose ranks all
+ * run the same command (tools/testbed run), and rank 0 prints the table.
+ *
+ * Routing (--route, seeded by --seed): uniform draws a token's k distinct
+ * experts uniformly; zipf:S draws them without replacement in proportion to
+ * expert e's popularity (e+1)^-S.  The experts are placed contiguously (rank r
+ * holds experts r*E/N ... (r+1)*E/N - 1, so rank 0 holds the most popular):
+ * tools/incmoe-model's --placement contiguous.
  *
  * Layer time is the median over the timed forwards of the slowest rank.
  *
@@ -54,7 +62,8 @@
 
 #define MAX_T     32
 #define MAX_RANKS 64
-#define NALGO     2 /* results are indexed by incmoe_algo_t: inc, ring */
+#define NALGO     3 /* results are indexed by incmoe_algo_t: inc, ring, a2a */
+#define NROUTING  3 /* and by incmoe_moe_routing_t: full, masked, auto */
 
 typedef struct {
     int nranks, rank; /* rank -1: embedded */
@@ -63,7 +72,10 @@ typedef struct {
     int tokens[MAX_T], ntokens;
     int bands, iters, warmup, verify;
     int depth; /* INCMOE_MOE_DEPTH, 0: the setting's */
-    int algos[2], nalgos;
+    int algos[NALGO], nalgos;
+    int routings[NROUTING], nroutings;
+    double zipf;   /* --route zipf:S: S; 0 uniform */
+    uint64_t seed; /* --seed: 0 draws the tokens as before routing existed */
     const char *switch_addr;
     uint64_t job;
     double link_mbps;
@@ -72,14 +84,18 @@ typedef struct {
     int in_process; /* ranks as threads of this process */
 } opts_t;
 
-/* One measurement: an algorithm, a token count, a mode. */
+/* One measurement: an algorithm, a routing, a token count, a mode. */
 typedef struct {
-    int algo, ti, mode;
-    double ms;      /* median layer time */
+    int algo, routing, ti, mode;
+    int used;       /* the routing the forwards ran (auto resolved) */
+    double ms;      /* median layer time; -1: the algorithm has no dispatch and combine */
     double cos_min; /* pipelined vs baseline (pipelined rows only) */
     double ref_err; /* worst sample-token relative error against fp64 */
-    /* Baseline phases (medians): header exchange, AllGather, FFN, ReduceScatter. */
-    double ex_ms, ag_ms, ffn_ms, rs_ms;
+    /* Baseline phases (medians): header exchange, AllGather or dispatch, FFN, ReduceScatter
+       or combine. */
+    double ex_ms, out_ms, ffn_ms, back_ms;
+    /* This rank's tokens: other ranks a token goes to (k-bar), share needed elsewhere (u). */
+    double kbar, ufrac;
     char cfg[96];
 } result_t;
 
@@ -138,31 +154,86 @@ static void fill_weights(const opts_t *o, int e, int which, void *dst)
         put(dst, i, uval(wstream(e, which), i) * s, o->dtype);
 }
 
-/* Token inputs and routing of rank r at token count T (deterministic). */
+/* Token t's k distinct experts by popularity (e+1)^-S, without replacement, into id[]. */
+static void zipf_experts(const opts_t *o, uint64_t sx, int t, int32_t *id)
+{
+    double total = 0;
+    for (int e = 0; e < o->E; e++)
+        total += pow(e + 1, -o->zipf);
+    for (int a = 0; a < o->k; a++) {
+        double left = total * (0.5 + 0.5 * uval(sx + 2, (uint64_t)t * o->k + a));
+        int32_t pick = -1;
+        for (int e = 0; e < o->E; e++) {
+            int taken = 0;
+            for (int b = 0; b < a; b++)
+                taken |= id[b] == e;
+            if (taken)
+                continue;
+            pick = e; /* the last one left, should rounding leave some weight over */
+            if ((left -= pow(e + 1, -o->zipf)) < 0)
+                break;
+        }
+        id[a] = pick;
+        total -= pow(pick + 1, -o->zipf);
+    }
+}
+
+/* Token t's k distinct experts uniformly, into id[]. */
+static void uniform_experts(const opts_t *o, uint64_t sx, int t, int32_t *id)
+{
+    for (int a = 0; a < o->k; a++) {
+        int32_t e;
+        int dup;
+        uint64_t c = 0;
+        do {
+            e = (int32_t)(mix(sx ^ mix(((uint64_t)t << 8 | (uint64_t)a) + (c++ << 40))) %
+                          (uint64_t)o->E);
+            dup = 0;
+            for (int b = 0; b < a; b++)
+                dup |= id[b] == e;
+        } while (dup);
+        id[a] = e;
+    }
+}
+
+/* Token inputs and routing of rank r at token count T (deterministic for the seed). */
 static void make_tokens(const opts_t *o, int r, int T, void *x, int32_t *ids, float *w)
 {
-    uint64_t sx = mix(77 + (uint64_t)r * 1315423911u + (uint64_t)T);
+    uint64_t sx = mix(77 + (uint64_t)r * 1315423911u + (uint64_t)T + o->seed * 0x9e3779b9u);
     for (size_t i = 0; i < (size_t)T * o->H; i++)
         put(x, i, uval(sx, i), o->dtype);
     for (int t = 0; t < T; t++) {
-        /* k distinct experts, uniformly; weights as a router's softmax would give (not renormalised
-         * here). */
-        for (int a = 0; a < o->k; a++) {
-            int32_t e;
-            int dup;
-            uint64_t c = 0;
-            do {
-                e = (int32_t)(mix(sx ^ mix(((uint64_t)t << 8 | (uint64_t)a) + (c++ << 40))) %
-                              (uint64_t)o->E);
-                dup = 0;
-                for (int b = 0; b < a; b++)
-                    dup |= ids[(size_t)t * o->k + b] == e;
-            } while (dup);
-            ids[(size_t)t * o->k + a] = e;
+        if (o->zipf > 0)
+            zipf_experts(o, sx, t, ids + (size_t)t * o->k);
+        else
+            uniform_experts(o, sx, t, ids + (size_t)t * o->k);
+        /* Weights as a router's softmax would give (not renormalised here). */
+        for (int a = 0; a < o->k; a++)
             w[(size_t)t * o->k + a] =
                 (float)(0.5 + 0.5 * uval(sx + 1, (uint64_t)t * o->k + a)) / (float)o->k;
-        }
     }
+}
+
+/* This rank's T tokens under the contiguous placement: the other ranks a token goes to, on
+   average (k-bar), and the share of tokens some other rank needs (u). */
+static void routing_stats(const opts_t *o, int rank, int T, const int32_t *ids, double *kbar_p,
+                          double *ufrac_p)
+{
+    uint64_t pairs = 0, routed = 0;
+    int per = o->E / o->nranks;
+    for (int t = 0; t < T; t++) {
+        char seen[MAX_RANKS] = {0};
+        int others = 0;
+        for (int a = 0; a < o->k; a++) {
+            int r = ids[(size_t)t * o->k + a] / per;
+            if (r != rank && !seen[r])
+                seen[r] = 1, others++;
+        }
+        pairs += (uint64_t)others;
+        routed += others > 0;
+    }
+    *kbar_p = T > 0 ? (double)pairs / T : 0;
+    *ufrac_p = T > 0 ? (double)routed / T : 0;
 }
 
 /* What reference_token computes in: an expert's matrix and its SwiGLU rows. */
@@ -225,7 +296,7 @@ static incmoe_comm_t *join(const opts_t *o, int rank, int algo)
     incmoe_comm_params_t p;
     memset(&p, 0, sizeof(p));
     p.switch_addr = o->switch_addr;
-    p.job_id = o->job * 2 + (uint64_t)algo;
+    p.job_id = o->job * NALGO + (uint64_t)algo;
     p.rank = rank;
     p.nranks = o->nranks;
     p.field_mask = INCMOE_COMM_PARAM_ALGO;
@@ -234,7 +305,10 @@ static incmoe_comm_t *join(const opts_t *o, int rank, int algo)
     incmoe_status_t st = incmoe_comm_create(&p, &comm);
     if (st != INCMOE_OK) {
         fprintf(stderr, "rank %d: joining the %s job failed: %s\n", rank,
-                algo == INCMOE_ALGO_INC ? "in-network" : "ring", incmoe_strerror(st));
+                algo == INCMOE_ALGO_INC    ? "in-network"
+                : algo == INCMOE_ALGO_RING ? "ring"
+                                           : "a2a",
+                incmoe_strerror(st));
         return NULL;
     }
     return comm;
@@ -458,7 +532,9 @@ static incmoe_moe_t *layer_create(const bench_t *b, incmoe_comm_t *comm)
 }
 
 /* The warm-up and timed forwards of one mode: the medians of the layer time and of the
-   baseline's phases into res, the last output's view into *out_p. */
+   baseline's phases into res, the routing they ran, the last output's view into *out_p.  0;
+   2 when the algorithm has no dispatch and combine for masked routing (refused on every rank
+   before anything moved); 1 on a failure (said). */
 static int time_forwards(bench_t *b, incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
                          result_t *res, void **out_p)
 {
@@ -467,25 +543,30 @@ static int time_forwards(bench_t *b, incmoe_moe_t *L, const incmoe_moe_forward_p
         double t0 = inc_now_s();
         incmoe_status_t st = incmoe_moe_forward_ex(L, f, out_p);
         double dt = inc_now_s() - t0;
+        if (st == INCMOE_ERR_UNSUPPORTED && f->routing == INCMOE_MOE_ROUTING_MASKED)
+            return 2;
         if (st != INCMOE_OK) {
-            fprintf(stderr, "rank %d: forward failed: %s\n", b->rank, incmoe_strerror(st));
+            fprintf(stderr, "rank %d: forward (%s routing) failed: %s\n", b->rank,
+                    incmoe_moe_routing_name(f->routing), incmoe_strerror(st));
             return 1;
         }
+        incmoe_moe_timing_t tm;
+        incmoe_moe_last_timing_ex(L, &tm, sizeof(tm));
+        res->used = (int)tm.routing;
         if (it < o->warmup)
             continue;
-        incmoe_moe_timing_t tm;
-        incmoe_moe_last_timing(L, &tm);
+        int masked = tm.routing == INCMOE_MOE_ROUTING_MASKED;
         b->times[it - o->warmup] = dt;
         b->ph[0][it - o->warmup] = tm.exchange_ms;
-        b->ph[1][it - o->warmup] = tm.allgather_ms;
+        b->ph[1][it - o->warmup] = masked ? tm.dispatch_ms : tm.allgather_ms;
         b->ph[2][it - o->warmup] = tm.ffn_ms;
-        b->ph[3][it - o->warmup] = tm.reducescatter_ms;
+        b->ph[3][it - o->warmup] = masked ? tm.combine_ms : tm.reducescatter_ms;
     }
     res->ms = median(b->times, o->iters) * 1e3;
     res->ex_ms = median(b->ph[0], o->iters);
-    res->ag_ms = median(b->ph[1], o->iters);
+    res->out_ms = median(b->ph[1], o->iters);
     res->ffn_ms = median(b->ph[2], o->iters);
-    res->rs_ms = median(b->ph[3], o->iters);
+    res->back_ms = median(b->ph[3], o->iters);
     return 0;
 }
 
@@ -528,40 +609,52 @@ static double reference_error(const bench_t *b, int T)
 
 static void result_write(FILE *out, const result_t *res)
 {
-    fprintf(out, "result %d %d %d %.6f %.9f %.3e %.6f %.6f %.6f %.6f %s\n", res->algo, res->ti,
-            res->mode, res->ms, res->cos_min, res->ref_err, res->ex_ms, res->ag_ms, res->ffn_ms,
-            res->rs_ms, res->cfg);
+    fprintf(out, "result %d %d %d %d %d %.6f %.9f %.3e %.6f %.6f %.6f %.6f %.6f %.6f %s\n",
+            res->algo, res->routing, res->used, res->ti, res->mode, res->ms, res->cos_min,
+            res->ref_err, res->ex_ms, res->out_ms, res->ffn_ms, res->back_ms, res->kbar, res->ufrac,
+            res->cfg);
     fflush(out);
 }
 
-/* One token count (index ti) in both modes: timed, then checked, then written out. */
-static int run_point(bench_t *b, incmoe_moe_t *L, int algo, int ti)
+/* One token count (index ti) with one routing in both modes: timed, then checked, then
+   written out. */
+static int run_routing(bench_t *b, incmoe_moe_t *L, int algo, int routing, int ti)
 {
     const opts_t *o = b->o;
     int T = o->tokens[ti], counts[MAX_RANKS];
     for (int r = 0; r < o->nranks; r++)
         counts[r] = T;
-    make_tokens(o, b->rank, T, b->x, b->ids, b->w);
-    if (inputs_stage(b, T) != 0)
-        return 1;
     incmoe_moe_forward_params_t f = {
         .field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
-                      INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS |
+                      INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS | INCMOE_MOE_FWD_ROUTING |
                       (b->in.stream ? INCMOE_MOE_FWD_STREAM : 0),
         .x = b->in.x,
         .topk_ids = b->in.ids,
         .topk_weights = b->in.w,
         .counts = counts,
-        .stream = b->in.stream};
+        .stream = b->in.stream,
+        .routing = (incmoe_moe_routing_t)routing};
     for (int mode = INCMOE_MOE_BASELINE; mode <= INCMOE_MOE_PIPELINED; mode++) {
-        result_t res = {.algo = algo, .ti = ti, .mode = mode, .cos_min = 1, .ref_err = 0};
+        result_t res = {
+            .algo = algo, .routing = routing, .ti = ti, .mode = mode, .cos_min = 1, .ref_err = 0};
+        routing_stats(o, b->rank, T, b->ids, &res.kbar, &res.ufrac);
         void *out_p = NULL;
         f.mode = (incmoe_moe_mode_t)mode;
-        if (time_forwards(b, L, &f, &res, &out_p) != 0)
+        int rc = time_forwards(b, L, &f, &res, &out_p);
+        if (rc == 2) { /* no dispatch and combine: the row says so */
+            res.ms = -1;
+            snprintf(res.cfg, sizeof(res.cfg), "-");
+            for (res.mode = INCMOE_MOE_BASELINE; res.mode <= INCMOE_MOE_PIPELINED; res.mode++)
+                result_write(b->out, &res);
+            return 0;
+        }
+        if (rc != 0)
             return 1;
         if (mode == INCMOE_MOE_PIPELINED) {
             incmoe_moe_config_t c;
             incmoe_moe_config_for(L, counts, &c);
+            if (res.used == INCMOE_MOE_ROUTING_MASKED) /* one combine a band (incmoe_moe.h) */
+                c.reduce_workers = 1, c.tail_bands = 0;
             incmoe_moe_config_str(&c, res.cfg, sizeof(res.cfg));
         } else {
             snprintf(res.cfg, sizeof(res.cfg), "-");
@@ -577,6 +670,18 @@ static int run_point(bench_t *b, incmoe_moe_t *L, int algo, int ti)
         result_write(b->out, &res);
     }
     return 0;
+}
+
+/* One token count (index ti) with every routing. */
+static int run_point(bench_t *b, incmoe_moe_t *L, int algo, int ti)
+{
+    make_tokens(b->o, b->rank, b->o->tokens[ti], b->x, b->ids, b->w);
+    if (inputs_stage(b, b->o->tokens[ti]) != 0)
+        return 1;
+    int rc = 0;
+    for (int i = 0; i < b->o->nroutings && rc == 0; i++)
+        rc = run_routing(b, L, algo, b->o->routings[i], ti);
+    return rc;
 }
 
 /* Every token count on one algorithm's communicator and layer. */
@@ -631,106 +736,185 @@ static double tol_of(incmoe_dtype_t dt)
 
 static const char *algo_name(int algo)
 {
-    return algo == INCMOE_ALGO_RING ? "ring" : "inc";
+    return algo == INCMOE_ALGO_RING ? "ring" : algo == INCMOE_ALGO_A2A ? "a2a" : "inc";
 }
 
-/* Every rank's results folded per (algorithm, token count): the slowest rank's times and the
-   worst rank's checks, as the table prints them. */
+/* Every rank's results folded per (algorithm, routing, token count): the slowest rank's times
+   and the worst rank's checks, as the table prints them. */
 typedef struct {
-    int have[NALGO][MAX_T][2];     /* per mode: some rank reported it */
-    double ms[NALGO][MAX_T][2];    /* per mode: layer time */
-    double phase[NALGO][MAX_T][4]; /* baseline: exchange, AllGather, FFN, ReduceScatter */
-    double cos[NALGO][MAX_T], err[NALGO][MAX_T]; /* pipelined: min_cos, ref_err */
-    char cfg[NALGO][MAX_T][96];
+    int have[NALGO][NROUTING][MAX_T][2];  /* per mode: some rank reported it */
+    double ms[NALGO][NROUTING][MAX_T][2]; /* per mode: layer time (-1: no dispatch/combine) */
+    /* baseline: exchange, AllGather or dispatch, FFN, ReduceScatter or combine */
+    double phase[NALGO][NROUTING][MAX_T][4];
+    double cos[NALGO][NROUTING][MAX_T], err[NALGO][NROUTING][MAX_T];    /* pipelined */
+    double kbar[NALGO][NROUTING][MAX_T], ufrac[NALGO][NROUTING][MAX_T]; /* mean over ranks */
+    int nranks[NALGO][NROUTING][MAX_T];                                 /* that reported them */
+    int used[NALGO][NROUTING][MAX_T];                                   /* the routing run */
+    char cfg[NALGO][NROUTING][MAX_T][96];
 } table_t;
 
 static void table_fold(table_t *tb, const result_t *all, int n)
 {
     memset(tb, 0, sizeof(*tb));
     for (int a = 0; a < NALGO; a++)
-        for (int t = 0; t < MAX_T; t++)
-            tb->cos[a][t] = 1;
+        for (int g = 0; g < NROUTING; g++)
+            for (int t = 0; t < MAX_T; t++)
+                tb->cos[a][g][t] = 1;
     for (int i = 0; i < n; i++) {
         const result_t *r = &all[i];
+        const int a = r->algo, g = r->routing, t = r->ti;
         /* The slowest rank sets the layer time. */
-        if (!tb->have[r->algo][r->ti][r->mode] || r->ms > tb->ms[r->algo][r->ti][r->mode])
-            tb->ms[r->algo][r->ti][r->mode] = r->ms;
-        tb->have[r->algo][r->ti][r->mode] = 1;
+        if (!tb->have[a][g][t][r->mode] || r->ms > tb->ms[a][g][t][r->mode])
+            tb->ms[a][g][t][r->mode] = r->ms;
+        tb->have[a][g][t][r->mode] = 1;
+        tb->used[a][g][t] = r->used;
         if (r->mode == INCMOE_MOE_BASELINE) {
-            double v[4] = {r->ex_ms, r->ag_ms, r->ffn_ms, r->rs_ms};
+            double v[4] = {r->ex_ms, r->out_ms, r->ffn_ms, r->back_ms};
             for (int k = 0; k < 4; k++)
-                tb->phase[r->algo][r->ti][k] = fmax(tb->phase[r->algo][r->ti][k], v[k]);
+                tb->phase[a][g][t][k] = fmax(tb->phase[a][g][t][k], v[k]);
+            tb->kbar[a][g][t] += r->kbar;
+            tb->ufrac[a][g][t] += r->ufrac;
+            tb->nranks[a][g][t]++;
         } else {
-            tb->cos[r->algo][r->ti] = fmin(tb->cos[r->algo][r->ti], r->cos_min);
-            tb->err[r->algo][r->ti] = fmax(tb->err[r->algo][r->ti], r->ref_err);
-            snprintf(tb->cfg[r->algo][r->ti], sizeof(tb->cfg[0][0]), "%s", r->cfg);
+            tb->cos[a][g][t] = fmin(tb->cos[a][g][t], r->cos_min);
+            tb->err[a][g][t] = fmax(tb->err[a][g][t], r->ref_err);
+            snprintf(tb->cfg[a][g][t], sizeof(tb->cfg[0][0][0]), "%s", r->cfg);
         }
     }
+    for (int a = 0; a < NALGO; a++)
+        for (int g = 0; g < NROUTING; g++)
+            for (int t = 0; t < MAX_T; t++)
+                if (tb->nranks[a][g][t] > 0) {
+                    tb->kbar[a][g][t] /= tb->nranks[a][g][t];
+                    tb->ufrac[a][g][t] /= tb->nranks[a][g][t];
+                }
 }
 
 /* The ideal pipeline: max(communication, FFN) plus the header exchange, from the baseline's
-   phases ph.  In the network an AllGather and a ReduceScatter in flight together take N/(N-1)
-   of the longer one alone (paper section 3.2: S/BW against (N-1)/N S/BW each); ring ones share
-   both link directions, so they add up. */
-static double ideal_ms(const opts_t *o, int algo, const double *ph)
+   phases ph.  In the network the outbound collective (AllGather or dispatch) and the inbound
+   one (ReduceScatter or combine) in flight together share each link direction: the one alone
+   moves max(u, k) rows on its busier direction, the two together u + k (u: rows a rank sends
+   up once, k: rows it receives, per token; full routing u = 1, k = N - 1, so N/(N-1) of the
+   longer one alone, paper section 3.2).  Point to point (ring, a2a) each already loads both
+   directions, so they add up. */
+static double ideal_ms(int algo, int masked, int N, double kbar, double ufrac, const double *ph)
 {
-    double comm =
-        algo == INCMOE_ALGO_INC
-            ? fmax(ph[1], ph[3]) * (o->nranks > 1 ? (double)o->nranks / (o->nranks - 1) : 1)
-            : ph[1] + ph[3];
+    double u = masked ? ufrac : 1, k = masked ? kbar : N - 1;
+    double comm = algo == INCMOE_ALGO_INC && fmax(u, k) > 0
+                      ? fmax(ph[1], ph[3]) * (u + k) / fmax(u, k)
+                      : ph[1] + ph[3];
     return fmax(comm, ph[2]) + ph[0];
 }
 
 static void table_header(const opts_t *o)
 {
-    printf("\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, %s backend%s, median of %d "
-           "forwards (slowest rank)\n",
-           o->nranks, o->E, o->k, o->H, o->I, incmoe_dtype_name(o->dtype),
-           o->model ? ", model " : "", o->model ? o->model : "",
-           o->backend == INCMOE_MOE_BACKEND_CUDA ? "cuda" : "cpu",
-           o->in_process ? ", ranks in one process" : "", o->iters);
-    printf("%8s %-5s %10s %10s %11s %11s %9s %9s %9s %10s %10s %9s  %s\n", "tok/rank", "algo",
-           "base_ms", "pipe_ms", "base_tok/s", "pipe_tok/s", "pipe/base", "vs_ring_b", "ideal_ms",
-           "pipe/ideal", "min_cos", "ref_err", "pipelined config");
+    printf(
+        "\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, %s backend%s, route %s (experts "
+        "placed contiguously), median of %d forwards (slowest rank)\n",
+        o->nranks, o->E, o->k, o->H, o->I, incmoe_dtype_name(o->dtype), o->model ? ", model " : "",
+        o->model ? o->model : "", o->backend == INCMOE_MOE_BACKEND_CUDA ? "cuda" : "cpu",
+        o->in_process ? ", ranks in one process" : "", o->zipf > 0 ? "zipf" : "uniform", o->iters);
+    if (o->zipf > 0)
+        printf("route zipf:%g, seed %llu\n", o->zipf, (unsigned long long)o->seed);
+    printf("%8s %-5s %-13s %10s %10s %11s %11s %9s %9s %6s %9s %10s %10s %9s  %s\n", "tok/rank",
+           "algo", "routing", "base_ms", "pipe_ms", "base_tok/s", "pipe_tok/s", "pipe/base",
+           "vs_ring_b", "k-bar", "ideal_ms", "pipe/ideal", "min_cos", "ref_err",
+           "pipelined config");
 }
 
-/* The row of algorithm a at token count index t: 1 when its outputs passed the checks. */
-static int table_row(const opts_t *o, const table_t *tb, int t, int a)
+/* The routing column: the one asked for, and for auto the one it ran. */
+static void routing_label(int asked, int used, char *buf, size_t len)
+{
+    if (asked == INCMOE_MOE_ROUTING_AUTO)
+        snprintf(buf, len, "auto>%s", incmoe_moe_routing_name((incmoe_moe_routing_t)used));
+    else
+        snprintf(buf, len, "%s", incmoe_moe_routing_name((incmoe_moe_routing_t)asked));
+}
+
+/* The row of algorithm a with routing g at token count index t: 1 when its outputs passed the
+   checks (or the algorithm has no dispatch and combine, which the row says). */
+static int table_row(const opts_t *o, const table_t *tb, int t, int a, int g)
 {
     int T = o->tokens[t];
-    if (!tb->have[a][t][0] || !tb->have[a][t][1]) {
-        printf("%8d %-5s   (missing results)\n", T, algo_name(a));
+    char route[24];
+    routing_label(g, tb->used[a][g][t], route, sizeof(route));
+    if (!tb->have[a][g][t][0] || !tb->have[a][g][t][1]) {
+        printf("%8d %-5s %-13s   (missing results)\n", T, algo_name(a), route);
         return 0;
     }
-    double b = tb->ms[a][t][0], p = tb->ms[a][t][1];
-    int good = o->verify ? (tb->cos[a][t] >= 0.99999 && tb->err[a][t] <= tol_of(o->dtype)) : 1;
+    double b = tb->ms[a][g][t][0], p = tb->ms[a][g][t][1];
+    if (b < 0 || p < 0) {
+        printf("%8d %-5s %-13s   (the algorithm has no dispatch and combine in this build)\n", T,
+               algo_name(a), route);
+        return 1;
+    }
+    int good =
+        o->verify ? (tb->cos[a][g][t] >= 0.99999 && tb->err[a][g][t] <= tol_of(o->dtype)) : 1;
     char vs[32] = "-";
-    double ringb = tb->have[INCMOE_ALGO_RING][t][0] ? tb->ms[INCMOE_ALGO_RING][t][0] : 0;
+    const int full = INCMOE_MOE_ROUTING_FULL;
+    double ringb =
+        tb->have[INCMOE_ALGO_RING][full][t][0] ? tb->ms[INCMOE_ALGO_RING][full][t][0] : 0;
     if (ringb > 0)
         snprintf(vs, sizeof(vs), "%.2fx", ringb / p);
-    double ideal = ideal_ms(o, a, tb->phase[a][t]);
-    printf("%8d %-5s %10.3f %10.3f %11.0f %11.0f %8.2fx %9s %9.3f %9.2fx %10.7f %9.2e  %s%s\n", T,
-           algo_name(a), b, p, T / (b * 1e-3), T / (p * 1e-3), b / p, vs, ideal, p / ideal,
-           tb->cos[a][t], tb->err[a][t], tb->cfg[a][t], good ? "" : "  VERIFY FAILED");
+    int masked = tb->used[a][g][t] == INCMOE_MOE_ROUTING_MASKED;
+    double ideal =
+        ideal_ms(a, masked, o->nranks, tb->kbar[a][g][t], tb->ufrac[a][g][t], tb->phase[a][g][t]);
+    printf("%8d %-5s %-13s %10.3f %10.3f %11.0f %11.0f %8.2fx %9s %6.2f %9.3f %9.2fx %10.7f "
+           "%9.2e  %s%s\n",
+           T, algo_name(a), route, b, p, T / (b * 1e-3), T / (p * 1e-3), b / p, vs,
+           tb->kbar[a][g][t], ideal, p / ideal, tb->cos[a][g][t], tb->err[a][g][t],
+           tb->cfg[a][g][t], good ? "" : "  VERIFY FAILED");
     return good;
+}
+
+/* A time of the table, or -1 where it has none (not run, or no dispatch and combine). */
+static double table_ms(const table_t *tb, int a, int g, int t, int mode)
+{
+    return tb->have[a][g][t][mode] ? tb->ms[a][g][t][mode] : -1;
+}
+
+/* The MoE targets of issue 18 that this run's rows give: pipelined masked in-network against
+   the a2a baseline (dispatch, FFN, combine in sequence) and against pipelined full
+   in-network. */
+static void print_targets(const opts_t *o, const table_t *tb)
+{
+    const int inc = INCMOE_ALGO_INC, a2a = INCMOE_ALGO_A2A;
+    const int masked = INCMOE_MOE_ROUTING_MASKED, full = INCMOE_MOE_ROUTING_FULL;
+    for (int t = 0; t < o->ntokens; t++) {
+        double mp = table_ms(tb, inc, masked, t, 1), ab = table_ms(tb, a2a, masked, t, 0);
+        double fp = table_ms(tb, inc, full, t, 1);
+        if (mp > 0 && ab > 0)
+            printf("%8d tok/rank: pipelined masked inc / a2a baseline (masked) = %.3f\n",
+                   o->tokens[t], mp / ab);
+        if (mp > 0 && fp > 0)
+            printf("%8d tok/rank: pipelined masked inc / pipelined full inc = %.3f\n", o->tokens[t],
+                   mp / fp);
+    }
 }
 
 /* The table of every rank's results: 0 when every row is there and passed its checks. */
 static int print_table(const opts_t *o, const result_t *all, int n)
 {
-    table_t tb;
+    table_t *tb = calloc(1, sizeof(*tb));
     int ok = 1;
-    table_fold(&tb, all, n);
+    if (tb == NULL) {
+        fprintf(stderr, "incmoe-moe-bench: out of memory for the table\n");
+        return 1;
+    }
+    table_fold(tb, all, n);
     table_header(o);
     for (int t = 0; t < o->ntokens; t++)
         for (int ai = 0; ai < o->nalgos; ai++)
-            ok &= table_row(o, &tb, t, o->algos[ai]);
+            for (int gi = 0; gi < o->nroutings; gi++)
+                ok &= table_row(o, tb, t, o->algos[ai], o->routings[gi]);
     printf("pipe/base: speedup of the band pipeline over the same algorithm's baseline; "
-           "vs_ring_b: pipelined layer time of this row against the ring baseline "
-           "(vLLM's default path); ideal_ms: max(AllGather || ReduceScatter, FFN) + header "
-           "exchange from the baseline's measured phases; pipe/ideal: how far the pipeline is "
-           "from it.\n");
+           "vs_ring_b: pipelined layer time of this row against the ring baseline with full "
+           "routing (vLLM's default path); k-bar: the other ranks a token goes to (mean over "
+           "ranks); ideal_ms: max(outbound || inbound collective, FFN) + header exchange from "
+           "the baseline's measured phases; pipe/ideal: how far the pipeline is from it.\n");
+    print_targets(o, tb);
     printf("incmoe-moe-bench: %s\n", ok ? "outputs verified" : "VERIFICATION FAILED");
+    free(tb);
     return ok ? 0 : 1;
 }
 
@@ -744,10 +928,11 @@ static int parse_results(const opts_t *o, FILE *f, result_t *all, int *n, int ma
         result_t r;
         int off = 0;
         if (*n < max &&
-            sscanf(line, "result %d %d %d %lf %lf %le %lf %lf %lf %lf %n", &r.algo, &r.ti, &r.mode,
-                   &r.ms, &r.cos_min, &r.ref_err, &r.ex_ms, &r.ag_ms, &r.ffn_ms, &r.rs_ms,
-                   &off) == 10 &&
-            r.algo >= 0 && r.algo < NALGO && r.ti >= 0 && r.ti < o->ntokens && r.mode >= 0 &&
+            sscanf(line, "result %d %d %d %d %d %lf %lf %le %lf %lf %lf %lf %lf %lf %n", &r.algo,
+                   &r.routing, &r.used, &r.ti, &r.mode, &r.ms, &r.cos_min, &r.ref_err, &r.ex_ms,
+                   &r.out_ms, &r.ffn_ms, &r.back_ms, &r.kbar, &r.ufrac, &off) == 14 &&
+            r.algo >= 0 && r.algo < NALGO && r.routing >= 0 && r.routing < NROUTING &&
+            r.used >= 0 && r.used < NROUTING && r.ti >= 0 && r.ti < o->ntokens && r.mode >= 0 &&
             r.mode < 2) {
             snprintf(r.cfg, sizeof(r.cfg), "%s", line + off);
             r.cfg[strcspn(r.cfg, "\n")] = '\0';
@@ -764,7 +949,7 @@ static int parse_results(const opts_t *o, FILE *f, result_t *all, int *n, int ma
    missing or failed its checks. */
 static int report(const opts_t *o, FILE *const *in, int nin)
 {
-    int max = 4 * MAX_T * (nin > 0 ? nin : 1), n = 0, rc = 0;
+    int max = 2 * NALGO * NROUTING * MAX_T * (nin > 0 ? nin : 1), n = 0, rc = 0;
     result_t *all = calloc((size_t)max, sizeof(result_t));
     if (all == NULL) {
         fprintf(stderr, "incmoe-moe-bench: out of memory for %d results\n", max);
@@ -926,7 +1111,12 @@ static void usage(void)
            "  -d TYPE            float, half or bfloat16 (default float)\n"
            "  -b BANDS           bands of the pipeline, 1..256 (default 0: chosen automatically)\n"
            "  --model olmoe      OLMoE-1B-7B's shape: E=64 k=8 H=2048 I=1024\n"
-           "  --algo inc,ring    collective algorithms to run (default both)\n"
+           "  --algo LIST        collective algorithms to run, of inc, ring, a2a (default\n"
+           "                     inc,ring)\n"
+           "  --routing LIST     the layer's routings, of full, masked, auto (default full)\n"
+           "  --route R          expert choice: uniform, or zipf:S (popularity (e+1)^-S);\n"
+           "                     experts placed contiguously, rank 0 holding the most popular\n"
+           "  --seed S           seed of the tokens and their routing (default 0)\n"
            "  -n ITERS, -w WARM  timed and warm-up forwards per point (default 5, 2)\n"
            "  --link-mbps BW     per-rank link rate for the configuration model (default:\n"
            "                     measured when the layer is created, INCMOE_MOE_CALIBRATE)\n"
@@ -994,16 +1184,76 @@ static int model_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
+/* A comma-separated list of names into out[] (the index of each name in names[], each at most
+   once, in the order given): how many, or -1 for a word that is none of them. */
+static int name_list(const char *text, const char *const *names, int nnames, int *out)
+{
+    int n = 0;
+    for (const char *p = text; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int i = 0; i < nnames; i++)
+            if (strlen(names[i]) == len && strncmp(p, names[i], len) == 0)
+                found = i;
+        for (int i = 0; i < n && found >= 0; i++)
+            if (out[i] == found)
+                found = -1;
+        if (found < 0)
+            return -1;
+        out[n++] = found;
+        p += len + (p[len] == ',');
+    }
+    return n;
+}
+
 static int algo_arg(void *dst, const char *flag, const char *text)
 {
     opts_t *o = dst;
-    o->nalgos = 0;
-    if (strstr(text, "ring"))
-        o->algos[o->nalgos++] = INCMOE_ALGO_RING;
-    if (strstr(text, "inc"))
-        o->algos[o->nalgos++] = INCMOE_ALGO_INC;
-    if (o->nalgos == 0) {
-        fprintf(stderr, "incmoe-moe-bench: --algo takes inc, ring or inc,ring\n");
+    /* By incmoe_algo_t. */
+    static const char *const names[NALGO] = {"inc", "ring", "a2a"};
+    o->nalgos = name_list(text, names, NALGO, o->algos);
+    if (o->nalgos <= 0) {
+        fprintf(stderr, "incmoe-moe-bench: --algo takes a list of inc, ring and a2a, e.g. "
+                        "inc,a2a\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int routing_arg(void *dst, const char *flag, const char *text)
+{
+    opts_t *o = dst;
+    /* By incmoe_moe_routing_t. */
+    static const char *const names[NROUTING] = {"full", "masked", "auto"};
+    o->nroutings = name_list(text, names, NROUTING, o->routings);
+    if (o->nroutings <= 0) {
+        fprintf(stderr, "incmoe-moe-bench: --routing takes a list of full, masked and auto, e.g. "
+                        "full,masked\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int route_arg(void *dst, const char *flag, const char *text)
+{
+    double *zipf = dst;
+    if (strcmp(text, "uniform") == 0) {
+        *zipf = 0;
+        return 0;
+    }
+    if (strncmp(text, "zipf:", 5) == 0 && inc_arg_double(text + 5, 0, 100, zipf) == 0)
+        return 0;
+    fprintf(stderr,
+            "incmoe-moe-bench: bad value '%s' for --route: want uniform or zipf:S with "
+            "0 < S <= 100\n",
+            text);
+    return -1;
+}
+
+static int seed_arg(void *dst, const char *flag, const char *text)
+{
+    if (inc_arg_u64(text, dst) != 0) {
+        fprintf(stderr, "incmoe-moe-bench: bad value '%s' for --seed: want 0..2^64-1\n", text);
         return -1;
     }
     return 0;
@@ -1058,7 +1308,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
                   .warmup = 2,
                   .verify = 1,
                   .algos = {INCMOE_ALGO_RING, INCMOE_ALGO_INC},
-                  .nalgos = 2};
+                  .nalgos = 2,
+                  .routings = {INCMOE_MOE_ROUTING_FULL},
+                  .nroutings = 1};
     const inc_arg_t args[] = {
         {"-N", NULL, INC_ARG_INT, 1, MAX_RANKS, &o->nranks},
         {"-t", NULL, INC_ARG_FN, .dst = o, .fn = tokens_arg},
@@ -1072,6 +1324,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"-w", NULL, INC_ARG_INT, 0, 1 << 20, &o->warmup},
         {"--model", NULL, INC_ARG_FN, .dst = o, .fn = model_arg},
         {"--algo", NULL, INC_ARG_FN, .dst = o, .fn = algo_arg},
+        {"--routing", NULL, INC_ARG_FN, .dst = o, .fn = routing_arg},
+        {"--route", NULL, INC_ARG_FN, .dst = &o->zipf, .fn = route_arg},
+        {"--seed", NULL, INC_ARG_FN, .dst = &o->seed, .fn = seed_arg},
         {"--switch", NULL, INC_ARG_TEXT, .dst = &o->switch_addr},
         {"--rank", NULL, INC_ARG_INT, 0, MAX_RANKS - 1, &o->rank},
         {"--job", NULL, INC_ARG_FN, .dst = &o->job, .fn = job_arg},

@@ -4,8 +4,8 @@
  *
  * A producer (a CPU role worker, or a GPU thread block through the device
  * handle below) writes a fixed-size descriptor "post an AllGather /
- * ReduceScatter / barrier of this byte range and layout" into the FIFO and
- * gets back a ticket; it later waits until the completion counter of that
+ * ReduceScatter / barrier / dispatch / combine of this byte range and
+ * layout" into the FIFO and gets back a ticket; it later waits until the completion counter of that
  * stream reaches the ticket.  A proxy thread owning the communicator drains
  * the FIFO in order, posts each collective through the public client API and
  * publishes, with release semantics, how many collectives of each stream have
@@ -23,11 +23,11 @@
  * rank has to post a stream in the same order); different streams may be
  * pushed concurrently from different threads.
  *
- * Ownership: while a FIFO exists, its proxy posts AllGathers, ReduceScatters
- * and barriers on the communicator whenever a producer asks; the caller must
- * not post collectives of those streams on the same communicator itself
- * while any pushed collective is incomplete, or the ranks' stream orders
- * diverge.  Registration handles named in a descriptor, and the buffers
+ * Ownership: while a FIFO exists, its proxy posts AllGathers, ReduceScatters,
+ * barriers, dispatches and combines on the communicator whenever a producer
+ * asks; the caller must not post collectives of those streams on the same
+ * communicator itself while any pushed collective is incomplete, or the
+ * ranks' stream orders diverge.  Registration handles named in a descriptor, and the buffers
  * behind them, stay the caller's and must stay registered and untouched
  * (except by the collective) until the collective's ticket is reached.
  *
@@ -56,15 +56,32 @@ typedef enum {
     INCMOE_FIFO_OP_ALLGATHER = 1,
     INCMOE_FIFO_OP_REDUCESCATTER = 2,
     INCMOE_FIFO_OP_BARRIER = 3,
+    INCMOE_FIFO_OP_DISPATCH = 4, /* incmoe_dispatch (incmoe.h, "Dispatch and combine") */
+    INCMOE_FIFO_OP_COMBINE = 5,  /* incmoe_combine of a dispatch pushed on this FIFO */
 } incmoe_fifo_op_t;
 
 /*
- * One trigger, 64 bytes, no pointers that need fixing up across address
- * spaces except the registration handles and the valid[] array, which must
- * stay alive (unchanged) until the collective has been posted (the client
- * copies valid[] at post time; waiting for the ticket is always enough).
- * valid[] is read by the proxy on the host: a device producer passes a host
- * (or host-mapped) address.
+ * One descriptor, 64 bytes, no pointers that need fixing up across address
+ * spaces except the registration handles and the trigger's pointer beside it
+ * (valid[] or the dispatch block), which must stay alive (unchanged) until
+ * the collective has been posted (the client copies valid[] and the sets at
+ * post time; waiting for the ticket is always enough).  What the trigger's
+ * pointer names is read (and a dispatch block written) by the proxy on the
+ * host: a device producer passes a host (or host-mapped) address.
+ *
+ * AllGather and ReduceScatter: the byte ranges of the posting calls, and
+ * block_stride, offset and length of their incmoe_layout_t.  Dispatch and
+ * combine carry their shapes in the same words:
+ *   DISPATCH  send_mr, send_offset: the rows; recv_mr, recv_offset: the
+ *             receive range; block_stride = row_bytes, length = nrows,
+ *             offset = capacity (rows); the trigger's dispatch block holds
+ *             the sets and receives the result.
+ *   COMBINE   send_mr, send_offset: the partial rows; recv_mr, recv_offset:
+ *             the results; dtype, redop; block_stride = row_count (elements
+ *             of a row); offset = the ticket of the dispatch it inverts, one
+ *             of the last INCMOE_STREAM_WINDOW pushed on this FIFO.  It may
+ *             be pushed before that dispatch completed: the proxy posts it
+ *             once it did.
  */
 typedef struct {
     uint32_t op;      /* incmoe_fifo_op_t */
@@ -79,10 +96,42 @@ typedef struct {
     uint64_t length;
 } incmoe_fifo_desc_t;
 
-/* valid[] is carried beside the descriptor so the descriptor stays 64 bytes. */
+/*
+ * What a DISPATCH trigger points to: the sets (incmoe_dispatch_params_t.sets)
+ * and where the result lands (what incmoe_dispatch_result gives).  Host or
+ * host-mapped memory, host addresses in it; the producer fills sets, source
+ * and source_rows before the push and must keep the block (and the sets)
+ * alive and unchanged until the dispatch's ticket is reached.  The proxy
+ * writes nrecv, the source table and status before it publishes the
+ * completion, so a producer that sees the ticket reached (acquire) reads
+ * them.  A dispatch that failed because some rank's capacity was short
+ * (INCMOE_ERR_NO_MEMORY, the same on every rank) completes its ticket with
+ * that status and leaves the FIFO and the communicator usable; the proxy
+ * releases it (it has nothing to combine).  Every other failure fails the
+ * FIFO.  A dispatch that succeeded is kept by the library until a combine
+ * naming it completes: push one for each.
+ */
+typedef struct {
+    const uint64_t *sets; /* nrows x INCMOE_SET_WORDS(N) words, read when the proxy posts */
+    uint32_t *source;     /* NULL, or room for source_rows (source rank, source row) pairs */
+    uint64_t source_rows;
+    uint64_t nrecv; /* out: R (INCMOE_ERR_NO_MEMORY: the rows this rank would have received) */
+    int32_t status; /* out: INCMOE_OK or INCMOE_ERR_NO_MEMORY */
+    uint32_t reserved_;
+} incmoe_fifo_dispatch_t;
+
+/*
+ * The descriptor and, beside it so that it stays 64 bytes, one pointer: an
+ * AllGather's or ReduceScatter's valid[], or a dispatch's block.  No op uses
+ * both, so they share the word and the trigger keeps the layout (and the
+ * FIFO slot its size) that programs built against earlier versions use.
+ */
 typedef struct {
     incmoe_fifo_desc_t desc;
-    const size_t *valid; /* incmoe_layout_t.valid, may be NULL */
+    union {
+        const size_t *valid;              /* incmoe_layout_t.valid, may be NULL */
+        incmoe_fifo_dispatch_t *dispatch; /* DISPATCH: required */
+    };
 } incmoe_fifo_trigger_t;
 
 typedef struct incmoe_fifo incmoe_fifo_t;
@@ -162,8 +211,9 @@ incmoe_status_t incmoe_fifo_error(incmoe_fifo_t *fifo);
 
 /* ------------------------------------------------------- device handle */
 
-/* Completion counters per stream, indexed by incmoe_stream_t. */
-#define INCMOE_FIFO_MAX_STREAMS 4
+/* Completion counters per stream, indexed by incmoe_stream_t (4 before dispatch and
+   combine: a program built then indexes only the first four, which keep their places). */
+#define INCMOE_FIFO_MAX_STREAMS 6
 
 /* One slot: the producer owns it while seq == its position, the proxy once
    seq == position + 1; the proxy hands it back with seq = position + capacity. */
@@ -301,13 +351,25 @@ INCMOE_FIFO_FN int incmoe_fifo_dev_stream(uint32_t op)
     return op == INCMOE_FIFO_OP_ALLGATHER       ? (int)INCMOE_STREAM_ALLGATHER
            : op == INCMOE_FIFO_OP_REDUCESCATTER ? (int)INCMOE_STREAM_REDUCESCATTER
            : op == INCMOE_FIFO_OP_BARRIER       ? (int)INCMOE_STREAM_BARRIER
+           : op == INCMOE_FIFO_OP_DISPATCH      ? (int)INCMOE_STREAM_DISPATCH
+           : op == INCMOE_FIFO_OP_COMBINE       ? (int)INCMOE_STREAM_COMBINE
                                                 : -1;
+}
+
+/* The stream of a trigger, or -1 for one no stream carries (an unknown op, or a dispatch
+   without its block). */
+INCMOE_FIFO_FN int incmoe_fifo_dev_trigger_stream(const incmoe_fifo_trigger_t *t)
+{
+    if (t->desc.op == INCMOE_FIFO_OP_DISPATCH && t->dispatch == NULL)
+        return -1;
+    return incmoe_fifo_dev_stream(t->desc.op);
 }
 
 /*
  * One attempt to push; never blocks.  INCMOE_OK with *ticket_p set,
  * INCMOE_IN_PROGRESS when the FIFO is full (try again), the proxy's error once
- * it failed, INCMOE_ERR_INVALID_ARG for an op no stream carries.  The same
+ * it failed, INCMOE_ERR_INVALID_ARG for an op no stream carries (or a
+ * dispatch without its block).  The same
  * rules as incmoe_fifo_push; a device producer calls it from one thread of a
  * block.  It bumps the doorbell but cannot wake a sleeping proxy (host code
  * calls incmoe_fifo_push, which does).
@@ -316,7 +378,7 @@ INCMOE_FIFO_FN incmoe_status_t incmoe_fifo_dev_try_push(const incmoe_fifo_device
                                                         const incmoe_fifo_trigger_t *trigger,
                                                         uint64_t *ticket_p)
 {
-    int s = incmoe_fifo_dev_stream(trigger->desc.op);
+    int s = incmoe_fifo_dev_trigger_stream(trigger);
     if (s < 0)
         return INCMOE_ERR_INVALID_ARG;
     /* relaxed: the slot's seq (acquire) orders everything the slot hands over */

@@ -14,7 +14,31 @@
  * then ReduceScatter: vLLM's default expert-parallel path) and
  * INCMOE_MOE_PIPELINED (bands of tokens flow through gather, compute and
  * reduce workers, so an AllGather and a ReduceScatter are in flight together).
- * The collective algorithm (in-network or ring) is the communicator's.
+ * The collective algorithm (in-network, ring or a2a) is the communicator's.
+ *
+ * Routing, per forward (INCMOE_MOE_FWD_ROUTING, else the INCMOE_MOE_ROUTING
+ * setting; every rank must ask for the same):
+ * - INCMOE_MOE_ROUTING_FULL: every token goes to every rank (AllGather) and
+ *   every rank's partial of it comes back (ReduceScatter), as above.
+ * - INCMOE_MOE_ROUTING_MASKED: each token goes only to the ranks hosting one
+ *   of its experts (incmoe_dispatch, its set from topk_ids and the
+ *   placement), as one row of its hidden state, expert ids and weights, so
+ *   the receiver needs nothing else; those ranks' partials come back summed
+ *   (incmoe_combine: the others' in ascending rank order, the owner's own
+ *   last, as the ReduceScatter adds them).  A rank's rows for its own experts
+ *   never leave it.  Bands are over each rank's own tokens, as in full
+ *   routing; a band's combine is one collective, so a masked forward runs one
+ *   reduce worker and no tail assistance.  The outputs equal full routing's:
+ *   bitwise in-network (the same band plan), within rounding on the
+ *   point-to-point algorithms, whose ReduceScatter adds in ring order.  An
+ *   algorithm without dispatch and combine fails a masked forward with
+ *   INCMOE_ERR_UNSUPPORTED on every rank (the layer stays usable).
+ * - INCMOE_MOE_ROUTING_AUTO: masked when it moves fewer bytes by a margin,
+ *   judged alike on every rank from the header exchange (each rank gives
+ *   how many (token, other rank) pairs its tokens need): masked when the
+ *   bytes per rank and link direction, averaged over the ranks, are at most
+ *   90% of full routing's, and the algorithm has dispatch and combine.
+ *   incmoe_moe_last_timing_ex says which routing a forward used.
  *
  * Every rank must call create, forward and destroy collectively, with the same
  * shape and the same token counts; disagreements and bad arguments are
@@ -49,9 +73,10 @@
  * Thread safety: a layer is used by one thread at a time (every call on it is
  * collective and runs in order on every rank); different layers may be used
  * concurrently on different communicators.  While a forward runs, the layer's
- * FIFO proxy owns the communicator's AllGather, ReduceScatter and barrier
- * streams: post no collective on that communicator from elsewhere until the
- * forward returned (both backends return once the forward is complete).
+ * FIFO proxy owns the communicator's AllGather, ReduceScatter, barrier,
+ * dispatch and combine streams: post no collective on that communicator from
+ * elsewhere until the forward returned (both backends return once the
+ * forward is complete).
  */
 #ifndef INCMOE_MOE_H
 #define INCMOE_MOE_H
@@ -130,6 +155,12 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_
    the last forward are invalid afterwards. */
 incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *layer);
 
+typedef enum {
+    INCMOE_MOE_ROUTING_FULL = 0,   /* AllGather and ReduceScatter: every token to every rank */
+    INCMOE_MOE_ROUTING_MASKED = 1, /* dispatch and combine: each token to its experts' ranks */
+    INCMOE_MOE_ROUTING_AUTO = 2,   /* masked where it moves fewer bytes (see the top) */
+} incmoe_moe_routing_t;
+
 /* Fields of incmoe_moe_forward_params_t a caller set (others: absent). */
 #define INCMOE_MOE_FWD_MODE         (1u << 0) /* absent: pipelined */
 #define INCMOE_MOE_FWD_X            (1u << 1)
@@ -137,6 +168,7 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *layer);
 #define INCMOE_MOE_FWD_TOPK_WEIGHTS (1u << 3)
 #define INCMOE_MOE_FWD_COUNTS       (1u << 4) /* required */
 #define INCMOE_MOE_FWD_STREAM       (1u << 5) /* CUDA backend only */
+#define INCMOE_MOE_FWD_ROUTING      (1u << 6) /* absent: the INCMOE_MOE_ROUTING setting (full) */
 
 /*
  * One forward.  x, topk_ids and topk_weights are in the backend's memory
@@ -147,11 +179,12 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *layer);
 typedef struct {
     uint32_t field_mask; /* INCMOE_MOE_FWD_* */
     incmoe_moe_mode_t mode;
-    const void *x;             /* [counts[rank]][H] hidden states (dtype) */
-    const int32_t *topk_ids;   /* [counts[rank]][k] distinct expert ids in [0, E) */
-    const float *topk_weights; /* [counts[rank]][k] routing weights, used as given */
-    const int *counts;         /* [N] every rank's token count (must agree across ranks) */
-    void *stream;              /* cudaStream_t (CUDA backend); NULL or absent for the CPU */
+    const void *x;                /* [counts[rank]][H] hidden states (dtype) */
+    const int32_t *topk_ids;      /* [counts[rank]][k] distinct expert ids in [0, E) */
+    const float *topk_weights;    /* [counts[rank]][k] routing weights, used as given */
+    const int *counts;            /* [N] every rank's token count (must agree across ranks) */
+    void *stream;                 /* cudaStream_t (CUDA backend); NULL or absent for the CPU */
+    incmoe_moe_routing_t routing; /* the same on every rank */
 } incmoe_moe_forward_params_t;
 
 /*
@@ -184,20 +217,35 @@ int incmoe_moe_config_str(const incmoe_moe_config_t *config, char *buf, size_t l
 int incmoe_moe_backend_str(const incmoe_moe_t *layer, char *buf, size_t len);
 
 /* Wall-clock breakdown of this rank's last forward, in milliseconds: all zero
-   after a forward that failed (also one rejected by the argument checks). */
+   after a forward that failed (also one rejected by the argument checks).
+   Fields are only ever added at the end (incmoe_moe_last_timing_ex). */
 typedef struct {
     double total_ms;         /* the whole call */
     double exchange_ms;      /* the header exchange every forward starts with */
-    double allgather_ms;     /* baseline mode: the AllGather (0 in pipelined mode) */
+    double allgather_ms;     /* baseline mode, full routing: the AllGather (0 in pipelined mode) */
     double ffn_ms;           /* baseline mode: the expert FFNs */
-    double reducescatter_ms; /* baseline mode: the ReduceScatter */
+    double reducescatter_ms; /* baseline mode, full routing: the ReduceScatter */
+    /* added with routing (read through incmoe_moe_last_timing_ex): */
+    double dispatch_ms;           /* baseline mode, masked routing: the dispatch */
+    double combine_ms;            /* baseline mode, masked routing: the combine */
+    incmoe_moe_routing_t routing; /* what the forward used: full or masked (auto resolved) */
 } incmoe_moe_timing_t;
 
-/* Copies the last forward's timings (same thread rules as the layer). */
+/* Copies the last forward's timings as they were before routing: the first five fields
+   only, so a program built then gets what it allocated (same thread rules as the layer). */
 incmoe_status_t incmoe_moe_last_timing(const incmoe_moe_t *layer, incmoe_moe_timing_t *timing_p);
+
+/* Copies the first timing_size bytes of the last forward's timings (at most this version's
+   whole struct); pass sizeof(incmoe_moe_timing_t).  A program built against an older
+   version gets the fields it knows. */
+incmoe_status_t incmoe_moe_last_timing_ex(const incmoe_moe_t *layer, incmoe_moe_timing_t *timing_p,
+                                          size_t timing_size);
 
 /* "baseline", "pipelined" or "unknown".  Pure. */
 const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode);
+
+/* "full", "masked", "auto" or "unknown".  Pure. */
+const char *incmoe_moe_routing_name(incmoe_moe_routing_t routing);
 
 #ifdef __cplusplus
 }

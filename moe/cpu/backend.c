@@ -32,15 +32,26 @@ static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
     size_t tokens = L->max_tokens > 0 ? L->max_tokens : 1;
     size_t rows = (size_t)L->N * tokens;
     size_t gsize = rows * L->grow, zsize = rows * L->zrow;
+    size_t words = INCMOE_SET_WORDS(L->N);
     cs->xg = aligned_alloc(64, (gsize + 63) & ~(size_t)63);
     cs->z = aligned_alloc(64, (zsize + 63) & ~(size_t)63);
     cs->own = malloc(tokens * (size_t)L->H * sizeof(float));
-    if (cs->xg == NULL || cs->z == NULL || cs->own == NULL)
+    cs->xs = calloc(tokens, L->grow);
+    cs->zo = calloc(tokens, L->zrow);
+    cs->sets = calloc(tokens * words, sizeof(uint64_t));
+    cs->dcb = calloc(INCMOE_MOE_MAX_BANDS, sizeof(incmoe_fifo_dispatch_t));
+    cs->src = calloc(rows * 2, sizeof(uint32_t));
+    cs->owner = malloc((size_t)L->E * sizeof(int32_t));
+    if (cs->xg == NULL || cs->z == NULL || cs->own == NULL || cs->xs == NULL || cs->zo == NULL ||
+        cs->sets == NULL || cs->dcb == NULL || cs->src == NULL || cs->owner == NULL)
         return INCMOE_ERR_NO_MEMORY;
     memset(cs->xg, 0, gsize);
     memset(cs->z, 0, zsize);
+    memcpy(cs->owner, L->owner, (size_t)L->E * sizeof(int32_t));
     if ((st = incmoe_mem_register(L->comm, cs->xg, gsize, &cs->xg_mr)) != INCMOE_OK ||
-        (st = incmoe_mem_register(L->comm, cs->z, zsize, &cs->z_mr)) != INCMOE_OK)
+        (st = incmoe_mem_register(L->comm, cs->z, zsize, &cs->z_mr)) != INCMOE_OK ||
+        (st = incmoe_mem_register(L->comm, cs->xs, tokens * L->grow, &cs->xs_mr)) != INCMOE_OK ||
+        (st = incmoe_mem_register(L->comm, cs->zo, tokens * L->zrow, &cs->zo_mr)) != INCMOE_OK)
         return st;
     for (int i = 0; i < INCMOE_MOE_MAX_WORKERS; i++)
         if ((st = ffn_scratch_alloc(cs, &cs->scratch[i])) != INCMOE_OK)
@@ -53,6 +64,19 @@ static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
     x->own = cs->own;
     x->xg_mr = (uint64_t)(uintptr_t)cs->xg_mr;
     x->z_mr = (uint64_t)(uintptr_t)cs->z_mr;
+    x->E = L->E;
+    x->words = words;
+    x->owner = cs->owner;
+    x->xs = cs->xs;
+    x->sets = cs->sets;
+    x->zo = cs->zo;
+    x->xs_mr = (uint64_t)(uintptr_t)cs->xs_mr;
+    x->zo_mr = (uint64_t)(uintptr_t)cs->zo_mr;
+    x->dcb = cs->dcb;
+    x->dcb_host = (uint64_t)(uintptr_t)cs->dcb;
+    x->sets_host = (uint64_t)(uintptr_t)cs->sets;
+    x->src = cs->src;
+    x->src_host = (uint64_t)(uintptr_t)cs->src;
     x->cnt = &cs->cnt;
     incmoe_fifo_device(cs->fifo, &x->fifo);
     x->host_fifo = cs->fifo;
@@ -73,9 +97,19 @@ static incmoe_status_t cpu_destroy(incmoe_moe_t *L)
         incmoe_mem_deregister(cs->comm, cs->xg_mr);
     if (cs->z_mr)
         incmoe_mem_deregister(cs->comm, cs->z_mr);
+    if (cs->xs_mr)
+        incmoe_mem_deregister(cs->comm, cs->xs_mr);
+    if (cs->zo_mr)
+        incmoe_mem_deregister(cs->comm, cs->zo_mr);
     free(cs->xg);
     free(cs->z);
     free(cs->own);
+    free(cs->xs);
+    free(cs->zo);
+    free(cs->sets);
+    free(cs->dcb);
+    free(cs->src);
+    free(cs->owner);
     free(cs->w_gu);
     free(cs->w_down);
     free(cs);
@@ -95,9 +129,10 @@ static incmoe_status_t cpu_forward_baseline(incmoe_moe_t *L)
         return st;
     double t2 = inc_now_ms();
     role_reduce(x, 0);
-    L->timing.allgather_ms = t1 - t0;
+    double t3 = inc_now_ms();
+    *(x->masked ? &L->timing.dispatch_ms : &L->timing.allgather_ms) = t1 - t0;
     L->timing.ffn_ms = t2 - t1;
-    L->timing.reducescatter_ms = inc_now_ms() - t2;
+    *(x->masked ? &L->timing.combine_ms : &L->timing.reducescatter_ms) = t3 - t2;
     return INCMOE_OK;
 }
 
@@ -109,8 +144,10 @@ static incmoe_status_t cpu_forward(incmoe_moe_t *L, const incmoe_moe_forward_par
     if (!x->pipelined)
         return cpu_forward_baseline(L);
     /* This rank's block of Z is what it contributes to its own shard: zero,
-       since its own partial waits in x->own for the local reduction. */
-    memset(z_row(x, (size_t)x->rank, 0), 0, x->counts[x->rank] * x->zrow);
+       since its own partial waits in x->own for the local reduction (a
+       combine adds the own partial itself). */
+    if (!x->masked)
+        memset(z_row(x, (size_t)x->rank, 0), 0, x->counts[x->rank] * x->zrow);
     return cpu_pool_run(cs->pool, 1);
 }
 

@@ -36,6 +36,14 @@ typedef struct {
     uint8_t *xg, *z;
     float *own;
     incmoe_mr_t *xg_mr, *z_mr;
+    /* Masked routing (ctx.h): the rows to dispatch, their sets, the combined outputs, the
+       dispatch blocks, the placement. */
+    uint8_t *xs, *zo;
+    uint64_t *sets;
+    incmoe_mr_t *xs_mr, *zo_mr;
+    incmoe_fifo_dispatch_t *dcb;
+    uint32_t *src;
+    int32_t *owner;
     cpu_pool_t *pool;
 } cpu_state_t;
 
@@ -45,12 +53,13 @@ void ffn_scratch_free(ffn_scratch_t *s);
 /* Converts the local experts' weights (dtype, layout of incmoe_moe_params_t) to fp32. */
 incmoe_status_t ffn_weights_load(cpu_state_t *cs, const incmoe_moe_params_t *p, size_t esize);
 /*
- * The FFNs of every local expert over rows [first, first + n) of the band's
- * row list (rows of all blocks in band b, block after block), written as
- * router-weighted sums: into the reduce buffer, or for this rank's own rows in
- * pipelined mode into x->own (fp32) for the local reduction.
+ * The FFNs of every local expert over rows [first, first + n) of band j's
+ * row list (rows of all blocks in band b, block after block; masked routing:
+ * the received rows among them, plan.h), written as router-weighted sums: into
+ * the reduce buffer, or for this rank's own rows in pipelined mode with full
+ * routing into x->own (fp32) for the local reduction.
  */
-void ffn_band_rows(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *s, band_t b,
+void ffn_band_rows(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *s, size_t j, band_t b,
                    size_t first, size_t n);
 
 /* --- pool.c --- */

@@ -98,7 +98,37 @@ static void ffn_expert(const cpu_state_t *cs, incmoe_dtype_t dtype, ffn_scratch_
     }
 }
 
-void ffn_band_rows(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *s, band_t b,
+/* The rows of list positions [p, p + tile) of band j: full routing, every one (from block
+   *sblk, row *pos on); masked, the received ones (from received row *ri on).  Their rows,
+   blocks (-1: received) and indices (row in the block, or received row) into the arrays;
+   returns how many. */
+static size_t tile_rows(const moe_ctx_t *x, size_t j, band_t b, size_t p, size_t tile, int *sblk,
+                        size_t *pos, size_t *ri, uint8_t **rows, int *blk, size_t *idx)
+{
+    if (x->masked) {
+        size_t end = plan_recv_lower(x, j, b, p + tile), m = end - *ri;
+        for (size_t i = 0; i < m; i++) {
+            blk[i] = -1;
+            idx[i] = *ri + i;
+            rows[i] = recv_row(x, b, idx[i]);
+        }
+        *ri = end;
+        return m;
+    }
+    for (size_t i = 0; i < tile; i++) {
+        while (*pos >= band_valid_rows(b, x->counts[*sblk])) {
+            *pos = 0;
+            (*sblk)++;
+        }
+        blk[i] = *sblk;
+        idx[i] = b.start + *pos;
+        rows[i] = xg_row(x, (size_t)*sblk, b.start + *pos);
+        (*pos)++;
+    }
+    return tile;
+}
+
+void ffn_band_rows(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *s, size_t j, band_t b,
                    size_t first, size_t n)
 {
     const size_t H = (size_t)x->H;
@@ -108,29 +138,24 @@ void ffn_band_rows(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *s, 
     int blk[MOE_FFN_TILE_ROWS];
     size_t idx[MOE_FFN_TILE_ROWS];
 
-    /* Find the block and row of list position `first`. */
+    /* Where list position `first` is: its block and row (full routing), or the first received
+       row at or after it (masked). */
     int sblk = 0;
-    size_t pos = first;
-    while (sblk < x->N && pos >= band_valid_rows(b, x->counts[sblk]))
-        pos -= band_valid_rows(b, x->counts[sblk++]);
+    size_t pos = first, ri = 0;
+    if (x->masked)
+        ri = plan_recv_lower(x, j, b, first);
+    else
+        while (sblk < x->N && pos >= band_valid_rows(b, x->counts[sblk]))
+            pos -= band_valid_rows(b, x->counts[sblk++]);
 
     for (size_t done = 0; done < n;) {
         size_t tile = n - done < MOE_FFN_TILE_ROWS ? n - done : MOE_FFN_TILE_ROWS;
-        for (size_t i = 0; i < tile; i++) {
-            while (pos >= band_valid_rows(b, x->counts[sblk])) {
-                pos = 0;
-                sblk++;
-            }
-            blk[i] = sblk;
-            idx[i] = b.start + pos;
-            rows[i] = xg_row(x, (size_t)sblk, b.start + pos);
-            pos++;
-        }
-        memset(s->acc, 0, tile * H * sizeof(float));
+        size_t m_rows = tile_rows(x, j, b, first + done, tile, &sblk, &pos, &ri, rows, blk, idx);
+        memset(s->acc, 0, m_rows * H * sizeof(float));
         for (int le = 0; le < cs->n_local; le++) {
             const int32_t gid = cs->local_ids[le];
             size_t m = 0;
-            for (size_t i = 0; i < tile; i++) {
+            for (size_t i = 0; i < m_rows; i++) {
                 int32_t ids[64];
                 float w[64];
                 memcpy(ids, rows[i] + hb, (size_t)x->k * 4);
@@ -147,9 +172,12 @@ void ffn_band_rows(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *s, 
             if (m > 0)
                 ffn_expert(cs, dtype, s, le, rows, m);
         }
-        for (size_t i = 0; i < tile; i++) {
+        for (size_t i = 0; i < m_rows; i++) {
             const float *acc = s->acc + i * H;
-            if (x->pipelined && blk[i] == x->rank) {
+            if (x->masked) {
+                /* Its own rows too: the combine adds this rank's partial last. */
+                inc_dtype_from_float(partial_row(x, b, idx[i]), acc, H, dtype);
+            } else if (x->pipelined && blk[i] == x->rank) {
                 /* Rounded to the datatype as the baseline's own partial is, so
                    both modes reduce the same numbers (bitwise alike in-network). */
                 elem_round(x->own + idx[i] * H, acc, H, dtype);

@@ -51,23 +51,28 @@ static inline void prim_abort(const moe_ctx_t *x, incmoe_status_t st, moe_fail_t
     incmoe_counter_ring_all(x->fifo.bell);
 }
 
-/* Copies this rank's rows b of x, ids and weights into its gather block:
-   hidden state, then the routing (ids, weights) the other ranks need. */
+/* Copies this rank's rows b of x, ids and weights into its gather block (masked: into xs,
+   and their destination sets): hidden state, then the routing (ids, weights) the other ranks
+   need. */
 static inline void prim_pack_rows(const moe_ctx_t *x, band_t b)
 {
     size_t hb = (size_t)x->H * x->esize, kb = (size_t)x->k * 4;
     for (size_t t = b.start; t < b.start + b.rows; t++) {
-        uint8_t *dst = xg_row(x, (size_t)x->rank, t);
+        const int32_t *ids = x->ids + t * (size_t)x->k;
+        uint8_t *dst = x->masked ? x->xs + t * x->grow : xg_row(x, (size_t)x->rank, t);
         memcpy(dst, (const uint8_t *)x->x + t * hb, hb);
-        memcpy(dst + hb, x->ids + t * (size_t)x->k, kb);
+        memcpy(dst + hb, ids, kb);
         memcpy(dst + hb + kb, x->w + t * (size_t)x->k, kb);
+        if (x->masked)
+            plan_token_set(x->owner, ids, x->k, x->sets + t * x->words, x->words);
     }
 }
 
-static inline void prim_ffn_rows(const moe_ctx_t *x, int c, band_t b, size_t first, size_t n)
+static inline void prim_ffn_rows(const moe_ctx_t *x, int c, size_t j, band_t b, size_t first,
+                                 size_t n)
 {
     cpu_state_t *cs = (cpu_state_t *)x->be;
-    ffn_band_rows(x, cs, &cs->scratch[c], b, first, n);
+    ffn_band_rows(x, cs, &cs->scratch[c], j, b, first, n);
 }
 
 /* The root's local reduction: own rows of part += own partial (fp32), in place in Z. */

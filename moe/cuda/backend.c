@@ -44,6 +44,15 @@ typedef struct {
     uint8_t *xg, *z; /* the buffers as registered (host pointers when host-mapped) */
     size_t gsize, zsize;
     incmoe_mr_t *xg_mr, *z_mr;
+    /* Masked routing (ctx.h): the rows to dispatch and the combined outputs (registered, as
+       xg and z), their sets and the dispatch blocks (host-mapped: the proxy reads the sets
+       and writes R), the placement (device memory). */
+    uint8_t *xs, *zo;
+    incmoe_mr_t *xs_mr, *zo_mr;
+    uint64_t *sets_h;
+    incmoe_fifo_dispatch_t *dcb_h;
+    uint32_t *src_h;
+    int32_t *owner_d;
     incmoe_comm_t *comm;
     incmoe_fifo_t *fifo;
     void *fifo_h, *fifo_d; /* the FIFO's shared block: host and device addresses */
@@ -142,6 +151,50 @@ static incmoe_status_t buffer_alloc(cuda_be_t *cb, size_t bytes, uint8_t **host_
     return INCMOE_OK;
 }
 
+/* Host-mapped pinned memory, zeroed: its host address and the device's. */
+static incmoe_status_t mapped_pair_alloc(size_t bytes, void **host_p, void **dev_p)
+{
+    CU(cudaHostAlloc(host_p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    memset(*host_p, 0, bytes);
+    CU(cudaHostGetDevicePointer(dev_p, *host_p, 0));
+    return INCMOE_OK;
+}
+
+/* What masked routing adds: xs and zo where xg and z are (registered), the sets and the
+   dispatch blocks host-mapped, the placement on the device. */
+static incmoe_status_t masked_setup(cuda_be_t *cb, incmoe_moe_t *L, size_t tokens)
+{
+    moe_ctx_t *x = &L->ctx;
+    size_t words = INCMOE_SET_WORDS(L->N);
+    void *sets_d = NULL, *dcb_d = NULL, *src_d = NULL;
+    incmoe_status_t st;
+    if ((st = buffer_alloc(cb, tokens * L->grow, &cb->xs, &x->xs)) != INCMOE_OK ||
+        (st = buffer_alloc(cb, tokens * L->zrow, &cb->zo, &x->zo)) != INCMOE_OK ||
+        (st = incmoe_mem_register(L->comm, cb->xs, tokens * L->grow, &cb->xs_mr)) != INCMOE_OK ||
+        (st = incmoe_mem_register(L->comm, cb->zo, tokens * L->zrow, &cb->zo_mr)) != INCMOE_OK ||
+        (st = mapped_pair_alloc(tokens * words * sizeof(uint64_t), (void **)&cb->sets_h,
+                                &sets_d)) != INCMOE_OK ||
+        (st = mapped_pair_alloc(INCMOE_MOE_MAX_BANDS * sizeof(incmoe_fifo_dispatch_t),
+                                (void **)&cb->dcb_h, &dcb_d)) != INCMOE_OK ||
+        (st = mapped_pair_alloc((size_t)L->N * tokens * 2 * sizeof(uint32_t), (void **)&cb->src_h,
+                                &src_d)) != INCMOE_OK)
+        return st;
+    CU(cudaMalloc((void **)&cb->owner_d, (size_t)L->E * sizeof(int32_t)));
+    CU(cudaMemcpy(cb->owner_d, L->owner, (size_t)L->E * sizeof(int32_t), cudaMemcpyHostToDevice));
+    x->E = L->E;
+    x->words = words;
+    x->owner = cb->owner_d;
+    x->sets = sets_d;
+    x->sets_host = (uint64_t)(uintptr_t)cb->sets_h;
+    x->dcb = dcb_d;
+    x->dcb_host = (uint64_t)(uintptr_t)cb->dcb_h;
+    x->src = src_d;
+    x->src_host = (uint64_t)(uintptr_t)cb->src_h;
+    x->xs_mr = (uint64_t)(uintptr_t)cb->xs_mr;
+    x->zo_mr = (uint64_t)(uintptr_t)cb->zo_mr;
+    return INCMOE_OK;
+}
+
 static incmoe_status_t weights_load(cuda_be_t *cb, const incmoe_moe_t *L,
                                     const incmoe_moe_params_t *p)
 {
@@ -209,7 +262,8 @@ static incmoe_status_t cuda_create(incmoe_moe_t *L, const incmoe_moe_params_t *p
         (st = buffer_alloc(cb, cb->zsize, &cb->z, &x->z)) != INCMOE_OK)
         return st;
     if ((st = incmoe_mem_register(L->comm, cb->xg, cb->gsize, &cb->xg_mr)) != INCMOE_OK ||
-        (st = incmoe_mem_register(L->comm, cb->z, cb->zsize, &cb->z_mr)) != INCMOE_OK)
+        (st = incmoe_mem_register(L->comm, cb->z, cb->zsize, &cb->z_mr)) != INCMOE_OK ||
+        (st = masked_setup(cb, L, tokens)) != INCMOE_OK)
         return st;
     size_t sf = cuda_scratch_floats(L->H, L->I);
     CU(cudaMalloc((void **)&cb->own_d, tokens * (size_t)L->H * sizeof(float)));
@@ -254,13 +308,25 @@ static incmoe_status_t cuda_destroy(incmoe_moe_t *L)
         incmoe_mem_deregister(cb->comm, cb->xg_mr);
     if (cb->z_mr)
         incmoe_mem_deregister(cb->comm, cb->z_mr);
+    if (cb->xs_mr)
+        incmoe_mem_deregister(cb->comm, cb->xs_mr);
+    if (cb->zo_mr)
+        incmoe_mem_deregister(cb->comm, cb->zo_mr);
     if (cb->placement == MOE_CUDA_BUF_DEVICE) {
         cudaFree(cb->xg);
         cudaFree(cb->z);
+        cudaFree(cb->xs);
+        cudaFree(cb->zo);
     } else {
         cudaFreeHost(cb->xg);
         cudaFreeHost(cb->z);
+        cudaFreeHost(cb->xs);
+        cudaFreeHost(cb->zo);
     }
+    cudaFreeHost(cb->sets_h);
+    cudaFreeHost(cb->dcb_h);
+    cudaFreeHost(cb->src_h);
+    cudaFree(cb->owner_d);
     cudaFree(cb->w_gu_d);
     cudaFree(cb->w_down_d);
     cudaFree(cb->ids_d);
@@ -316,8 +382,8 @@ static incmoe_status_t cuda_forward(incmoe_moe_t *L, const incmoe_moe_forward_pa
     CU(cudaSetDevice(cb->device));
     CU(cudaMemcpyAsync(cb->counts_d, x->counts, (size_t)L->N * sizeof(size_t),
                        cudaMemcpyHostToDevice, s));
-    /* Pipelined: this rank's block of Z is zero (its partial waits in own). */
-    if (x->pipelined && x->counts[x->rank] > 0)
+    /* Pipelined, full routing: this rank's block of Z is zero (its partial waits in own). */
+    if (x->pipelined && !x->masked && x->counts[x->rank] > 0)
         CU(cudaMemsetAsync(z_row(x, (size_t)x->rank, 0), 0, x->counts[x->rank] * x->zrow, s));
     moe_ctx_t k = *x;
     k.cnt = cb->cnt_d;

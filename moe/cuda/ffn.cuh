@@ -7,7 +7,9 @@
  * gate and up weights, SwiGLU, [m x I] against the down weights, and the
  * router-weighted sum (Equation (1), the weights used as given) in fp32.  A
  * row is rounded to the datatype once, when it is stored into the reduce
- * buffer (or kept as this rank's own partial), as on the CPU.
+ * buffer (or kept as this rank's own partial), as on the CPU.  With masked
+ * routing a tile of positions holds the received rows among them (plan.h) and
+ * every partial goes to the reduce buffer in received order.
  *
  * fp16 and bf16 run on tensor cores (WMMA 16x16x16, fp32 accumulation) when
  * H and I are multiples of 16; the SwiGLU rows between the two GEMMs are then
@@ -179,20 +181,37 @@ static __device__ void ffn_chunk_wmma(const moe_ctx_t *x, const cuda_state_t *cs
     __syncthreads();
 }
 
-/* Compute worker c: the local experts over positions [first, first + n) of band b's row list. */
-static __device__ inline void prim_ffn_rows(const moe_ctx_t *x, int c, band_t b, size_t first,
-                                            size_t n)
+/* Compute worker c: the local experts over positions [first, first + n) of band j's row list
+   (masked routing: the received rows among them, plan.h). */
+static __device__ inline void prim_ffn_rows(const moe_ctx_t *x, int c, size_t j, band_t b,
+                                            size_t first, size_t n)
 {
     __shared__ ffn_smem_t sm;
     const cuda_state_t *cs = (const cuda_state_t *)x->be;
     const size_t H = (size_t)x->H, hb = H * x->esize;
     float *acc = cs->scratch + (size_t)c * cs->scratch_floats; /* [TILE][H] */
     float *act = acc + (size_t)MOE_CUDA_FFN_TILE * H;          /* [M][I] */
+    /* Masked: the received rows of the tile's positions, [rows_at[0], rows_at[1]) (thread 0
+       finds them in the source table, host-mapped; the others read them here). */
+    __shared__ size_t rows_at[2];
     for (size_t done = 0; done < n; done += MOE_CUDA_FFN_TILE) {
-        const int tile = (int)(n - done < MOE_CUDA_FFN_TILE ? n - done : MOE_CUDA_FFN_TILE);
+        const size_t span = n - done < MOE_CUDA_FFN_TILE ? n - done : MOE_CUDA_FFN_TILE;
+        if (x->masked && threadIdx.x == 0) {
+            rows_at[0] = done == 0 ? plan_recv_lower(x, j, b, first) : rows_at[1];
+            rows_at[1] = plan_recv_lower(x, j, b, first + done + span);
+        }
+        __syncthreads();
+        const size_t ri = rows_at[0];
+        const int tile = (int)(x->masked ? rows_at[1] - ri : span);
         for (int i = threadIdx.x; i < tile; i += blockDim.x) {
-            /* The block and row of list position first + done + i. */
             size_t pos = first + done + (size_t)i, s = 0;
+            if (x->masked) { /* the received rows of these positions, in order */
+                sm.blk[i] = -1;
+                sm.r[i] = (int32_t)(ri + (size_t)i);
+                sm.row[i] = recv_row(x, b, ri + (size_t)i);
+                continue;
+            }
+            /* The block and row of list position first + done + i. */
             while (s < (size_t)x->N && pos >= band_valid_rows(b, x->counts[s]))
                 pos -= band_valid_rows(b, x->counts[s++]);
             sm.blk[i] = (int32_t)s;
@@ -235,7 +254,9 @@ static __device__ inline void prim_ffn_rows(const moe_ctx_t *x, int c, band_t b,
         for (size_t e = threadIdx.x; e < (size_t)tile * H; e += blockDim.x) {
             int i = (int)(e / H);
             size_t h = e % H;
-            if (x->pipelined && sm.blk[i] == x->rank)
+            if (x->masked) /* its own rows too: the combine adds this rank's partial last */
+                cuda_store(partial_row(x, b, (size_t)sm.r[i]), h, acc[e], x->dtype);
+            else if (x->pipelined && sm.blk[i] == x->rank)
                 x->own[(size_t)sm.r[i] * H + h] = cuda_round(acc[e], x->dtype);
             else
                 cuda_store(z_row(x, (size_t)sm.blk[i], (size_t)sm.r[i]), h, acc[e], x->dtype);

@@ -222,15 +222,20 @@ static __device__ inline float cuda_round(float v, int32_t dtype)
     return v;
 }
 
-/* This rank's rows b of x, ids and weights into its gather block (byte copies:
-   a row is H elements, then k ids, then k weights). */
+/* This rank's rows b of x, ids and weights into its gather block (masked: into xs, and one
+   thread per row writes its destination set; byte copies: a row is H elements, then k ids,
+   then k weights). */
 static __device__ inline void prim_pack_rows(const moe_ctx_t *x, band_t b)
 {
     size_t hb = (size_t)x->H * x->esize, kb = (size_t)x->k * 4;
     size_t rowb = hb + 2 * kb;
+    if (x->masked)
+        for (size_t t = b.start + threadIdx.x; t < b.start + b.rows; t += blockDim.x)
+            plan_token_set(x->owner, x->ids + t * (size_t)x->k, x->k, x->sets + t * x->words,
+                           x->words);
     for (size_t i = threadIdx.x; i < b.rows * rowb; i += blockDim.x) {
         size_t t = b.start + i / rowb, o = i % rowb;
-        uint8_t *dst = xg_row(x, (size_t)x->rank, t);
+        uint8_t *dst = x->masked ? x->xs + t * x->grow : xg_row(x, (size_t)x->rank, t);
         const uint8_t *src = o < hb ? (const uint8_t *)x->x + t * hb + o
                              : o < hb + kb
                                  ? (const uint8_t *)(x->ids + t * (size_t)x->k) + o - hb

@@ -97,6 +97,8 @@ MOE_FWD_X = 1 << 1
 MOE_FWD_TOPK_IDS = 1 << 2
 MOE_FWD_TOPK_WEIGHTS = 1 << 3
 MOE_FWD_COUNTS = 1 << 4
+MOE_FWD_ROUTING = 1 << 6
+MOE_ROUTINGS = {"full": 0, "masked": 1, "auto": 2}
 
 
 class comm_params_t(ctypes.Structure):
@@ -195,6 +197,7 @@ class moe_forward_params_t(ctypes.Structure):
         ("topk_weights", ctypes.c_void_p),
         ("counts", ctypes.POINTER(ctypes.c_int)),
         ("stream", ctypes.c_void_p),
+        ("routing", ctypes.c_int),
     ]
 
 
@@ -205,6 +208,9 @@ class moe_timing_t(ctypes.Structure):
         ("allgather_ms", ctypes.c_double),
         ("ffn_ms", ctypes.c_double),
         ("reducescatter_ms", ctypes.c_double),
+        ("dispatch_ms", ctypes.c_double),
+        ("combine_ms", ctypes.c_double),
+        ("routing", ctypes.c_int),
     ]
 
 
@@ -244,7 +250,7 @@ _MOE_PROTOS = {
     "incmoe_moe_forward_ex": (_ST, [_P, _c.POINTER(moe_forward_params_t), _c.POINTER(_P)]),
     "incmoe_moe_config_for": (_ST, [_P, _c.POINTER(_c.c_int), _c.POINTER(moe_config_t)]),
     "incmoe_moe_config_str": (_c.c_int, [_c.POINTER(moe_config_t), _c.c_char_p, _SZ]),
-    "incmoe_moe_last_timing": (_ST, [_P, _c.POINTER(moe_timing_t)]),
+    "incmoe_moe_last_timing_ex": (_ST, [_P, _c.POINTER(moe_timing_t), _SZ]),
 }
 
 

@@ -35,6 +35,12 @@ class MoEConfig:
         return self.text
 
 
+def _check_routing(routing):
+    if routing is not None and routing not in _lib.MOE_ROUTINGS:
+        raise ValueError("routing is %r: expected 'full', 'masked', 'auto' or None" % (routing,))
+    return routing
+
+
 def _cpu_tensor(x, what):
     if not isinstance(x, torch.Tensor):
         raise ValueError("%s is a %s: expected a torch.Tensor" % (what, type(x).__name__))
@@ -47,10 +53,13 @@ def _cpu_tensor(x, what):
 
 class MoE(torch.nn.Module):
     """An expert-parallel SwiGLU MoE layer whose dispatch and combine are
-    in-network AllGather and ReduceScatter (or the ring, as comm's algo).
+    in-network AllGather and ReduceScatter (or the ring, as comm's algo), or
+    with routing="masked" the routing-aware dispatch and combine: each token
+    only to the ranks hosting one of its experts.
 
     comm: an incmoe.Communicator (must outlive the layer; while a forward
-    runs the layer owns comm's AllGather, ReduceScatter and barrier streams).
+    runs the layer owns comm's AllGather, ReduceScatter, barrier, dispatch
+    and combine streams).
     Rank r hosts experts [r*E/N, (r+1)*E/N); E must be divisible by N.
     w13 [E/N, 2I, H] (gate rows, then up rows), w2 [E/N, H, I]: CPU tensors,
     converted to dtype (default w13's) once.  mode: "pipelined" (bands of
@@ -59,7 +68,13 @@ class MoE(torch.nn.Module):
     tokens per forward and sizes the layer's buffers.  config: optional
     overrides {nbands, gather_workers, compute_workers, reduce_workers,
     tail_bands}; timeout_ms bounds every wait inside a forward (None: twice
-    INCMOE_TIMEOUT_MS).
+    INCMOE_TIMEOUT_MS).  routing: "full" (every token to every rank),
+    "masked" (dispatch and combine; the same outputs, bitwise in fp32
+    in-network; an algorithm without them refuses it on every rank with
+    IncmoeError) or "auto" (masked where it moves at most 90% of full's
+    bytes and the algorithm has it, judged alike on every rank); None: the
+    INCMOE_MOE_ROUTING setting (default full).  last_timing()["routing"]
+    says which a forward ran.
 
     Construction and every forward are collective: all ranks call them in
     the same order.  A rank whose arguments are refused raises ValueError,
@@ -80,6 +95,7 @@ class MoE(torch.nn.Module):
         max_tokens=1024,
         config=None,
         timeout_ms=None,
+        routing=None,
     ):
         super().__init__()
         lib = _lib.moe_lib()
@@ -89,6 +105,7 @@ class MoE(torch.nn.Module):
         self.max_tokens = max_tokens
         self._layer = None
         self._last_counts = None
+        self.routing = None
         p = _lib.moe_params_t()
         lib.incmoe_moe_params_init(ctypes.byref(p))
         problem = None
@@ -96,6 +113,7 @@ class MoE(torch.nn.Module):
             weights = self._check_init(
                 num_experts, top_k, hidden_size, intermediate_size, w13, w2, dtype, mode, max_tokens
             )
+            self.routing = _check_routing(routing)
         except ValueError as e:
             problem, weights = e, None
         if problem is None:
@@ -170,10 +188,11 @@ class MoE(torch.nn.Module):
 
     # ---------------------------------------------------------------- forward
 
-    def _check_forward(self, hidden, topk_ids, topk_weights, counts, out, mode):
+    def _check_forward(self, hidden, topk_ids, topk_weights, counts, out, mode, routing):
         H, k, E = self.hidden_size, self.top_k, self.num_experts
         if mode not in _lib.MOE_MODES:
             raise ValueError("mode is %r: expected 'pipelined' or 'baseline'" % (mode,))
+        _check_routing(routing)
         _cpu_tensor(hidden, "hidden")
         if hidden.dim() != 2 or hidden.shape[1] != H:
             raise ValueError("hidden has shape %s, expected [T, %d]" % (tuple(hidden.shape), H))
@@ -231,21 +250,24 @@ class MoE(torch.nn.Module):
         got = self._count_recv.view(-1, 2).tolist()
         return [c for c, _ in got], [r for r, (_, bad) in enumerate(got) if bad]
 
-    def forward(self, hidden, topk_ids, topk_weights, counts=None, out=None, mode=None):
+    def forward(self, hidden, topk_ids, topk_weights, counts=None, out=None, mode=None,
+                routing=None):
         """[T_r, H] = sum over k of topk_weights * SwiGLU expert(hidden), per token.
 
         counts: every rank's token count (list of N ints, the same on every
         rank); None gathers them (one small AllGather).  out: a contiguous
         [T_r, H] tensor of the layer's dtype to write into; None: a new one.
-        mode: override the layer's mode for this call.
+        mode, routing: override the layer's for this call.
         """
         if self._layer is None:
             raise _errors.IncmoeError("incmoe_moe_forward_ex", _lib.ERR_CLOSED, "layer closed")
         mode = self.mode if mode is None else mode
+        routing = self.routing if routing is None else routing
         lib = _lib.moe_lib()
         problem = None
         try:
-            ids, w, counts = self._check_forward(hidden, topk_ids, topk_weights, counts, out, mode)
+            ids, w, counts = self._check_forward(hidden, topk_ids, topk_weights, counts, out, mode,
+                                                 routing)
         except ValueError as e:
             problem = e
         T = hidden.shape[0] if problem is None else 0
@@ -272,6 +294,9 @@ class MoE(torch.nn.Module):
             self._counts[r] = c
         f.mode = _lib.MOE_MODES[mode]
         f.counts = self._counts
+        if routing is not None:
+            f.field_mask |= _lib.MOE_FWD_ROUTING
+            f.routing = _lib.MOE_ROUTINGS[routing]
         f.field_mask |= _lib.MOE_FWD_X | _lib.MOE_FWD_TOPK_IDS | _lib.MOE_FWD_TOPK_WEIGHTS
         f.x = hidden.data_ptr()
         f.topk_ids = ids.data_ptr()
@@ -311,10 +336,14 @@ class MoE(torch.nn.Module):
         return self.config_for(counts)
 
     def last_timing(self):
-        """This rank's last forward, in milliseconds (libincmoe_moe's breakdown)."""
+        """This rank's last forward, in milliseconds (libincmoe_moe's breakdown),
+        and "routing": the one it ran ("full" or "masked")."""
         t = _lib.moe_timing_t()
-        _errors.check("incmoe_moe_last_timing", _lib.moe_lib().incmoe_moe_last_timing(self._layer, ctypes.byref(t)))
-        return {name: getattr(t, name) for name, _ in t._fields_}
+        _errors.check("incmoe_moe_last_timing_ex", _lib.moe_lib().incmoe_moe_last_timing_ex(
+            self._layer, ctypes.byref(t), ctypes.sizeof(t)))
+        names = {v: k for k, v in _lib.MOE_ROUTINGS.items()}
+        return {name: names.get(t.routing, "unknown") if name == "routing" else getattr(t, name)
+                for name, _ in t._fields_}
 
     def close(self):
         """Free the layer (not collective)."""
@@ -329,6 +358,8 @@ class MoE(torch.nn.Module):
             pass
 
     def extra_repr(self):
-        return "E=%d, top_k=%d, H=%d, I=%d, dtype=%s, mode=%s, max_tokens=%d, rank %d/%d" % (
-            self.num_experts, self.top_k, self.hidden_size, self.intermediate_size,
-            self.dtype, self.mode, self.max_tokens, self.comm.rank, self.comm.nranks)
+        return ("E=%d, top_k=%d, H=%d, I=%d, dtype=%s, mode=%s, routing=%s, max_tokens=%d, "
+                "rank %d/%d" % (
+                    self.num_experts, self.top_k, self.hidden_size, self.intermediate_size,
+                    self.dtype, self.mode, self.routing or "setting", self.max_tokens,
+                    self.comm.rank, self.comm.nranks))

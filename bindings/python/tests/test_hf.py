@@ -153,6 +153,30 @@ def eos_body(rank, n, addr, job, seed, eos):
     comm.close()
 
 
+def routing_body(rank, n, addr, job, name, routing):
+    cfg = models.config(name, "tiny")
+    x = _prompts(cfg, rank)
+    model = models.build(cfg, seed=2)
+    with torch.no_grad():
+        ref = model(x).logits
+        ref_gen = model.generate(x, eos_token_id=None, **GEN)
+    comm = incmoe.Communicator(addr, job, rank, n)
+    incmoe.hf.expert_parallel(model, comm, routing=routing)
+    with torch.no_grad():
+        assert _rel(model(x).logits, ref) <= FP32_TOL
+        assert torch.equal(model.generate(x, eos_token_id=None, **GEN), ref_gen)
+    del model
+    comm.close()
+
+
+@pytest.mark.parametrize("routing", ["masked", "auto"])
+def test_routing(switch, routing):
+    """routing="masked" / "auto" (incmoe.MoE's routing-aware dispatch and combine) give the
+    single-process model's logits and tokens."""
+    assert incmoe.hf.routing_available(routing)
+    run_ranks(routing_body, 4, switch.address, new_job(), "olmoe", routing)
+
+
 def test_generate_one_rank_hits_eos_first(switch):
     seed, eos, step = _eos_setup()
     run_ranks(eos_body, 4, switch.address, new_job(), seed, eos)

@@ -1,6 +1,8 @@
 """incmoe.MoE against a plain PyTorch MoE layer (written here, evaluated in
 float64 on the same rounded inputs): N = 1, 2, 4 ranks, both modes, fp32,
-fp16 and bf16, unequal and zero token counts, counts= and out=.
+fp16 and bf16, unequal and zero token counts, counts= and out=; routing=
+masked and auto against full (bitwise in fp32 in-network), and a routing
+refused on one rank failing the others' forward too.
 
 Tolerances, as max |incmoe - reference| / max |reference| over a rank's
 outputs: fp32 1e-5; fp16 2e-3 and bf16 1.5e-2, about three times the worst
@@ -105,3 +107,68 @@ def module_body(rank, n, addr, job):
 
 def test_moe_module(switch):
     run_ranks(module_body, 2, switch.address, new_job())
+
+
+def routing_body(rank, n, addr, job, algo):
+    g = torch.Generator().manual_seed(7)
+    W13 = torch.randn(E, 2 * I, H, generator=g) / H**0.5
+    W2 = torch.randn(E, H, I, generator=g) / I**0.5
+    el = E // n
+    counts = [5, 0, 17, 3][:n]
+    comm = incmoe.Communicator(addr, job, rank, n, algo=algo)
+    for dt in (torch.float32, torch.bfloat16):
+        w13 = W13[rank * el : (rank + 1) * el].to(dt)
+        w2 = W2[rank * el : (rank + 1) * el].to(dt)
+        layer = incmoe.MoE(comm, E, K, H, I, w13, w2, max_tokens=32, routing="masked",
+                           config={"nbands": 3})
+        assert layer.routing == "masked" and "routing=masked" in repr(layer)
+        T = counts[rank]
+        x, ids, w = _inputs(77 + rank, T)
+        x = x.to(dt)
+        full = layer(x, ids, w, counts=counts, routing="full")
+        assert layer.last_timing()["routing"] == "full"
+        try:
+            masked = layer(x, ids, w, counts=counts)
+        except incmoe.IncmoeError as e:
+            # An algorithm without dispatch and combine: refused alike on every rank, the
+            # layer carries on, and auto runs full routing.
+            assert algo != "inc" and "unsupported" in str(e).lower(), e
+            assert torch.equal(layer(x, ids, w, counts=counts, routing="auto"), full)
+            assert layer.last_timing()["routing"] == "full"
+            layer.close()
+            continue
+        assert layer.last_timing()["routing"] == "masked"
+        ref = reference_moe(x, ids, w, W13.to(dt), W2.to(dt))
+        scale = max(ref.abs().max().item(), 1e-30) if T else 1.0
+        err = (masked.double() - ref).abs().max().item() if T else 0.0
+        assert err <= TOL[dt] * scale, (dt, err, scale)
+        if dt == torch.float32 and algo == "inc":
+            assert torch.equal(masked, full)
+        base = layer(x, ids, w, counts=counts, mode="baseline")
+        t = layer.last_timing()
+        assert t["routing"] == "masked" and t["dispatch_ms"] > 0 and t["allgather_ms"] == 0
+        if dt == torch.float32 and algo == "inc":
+            assert torch.equal(base, layer(x, ids, w, counts=counts, mode="baseline",
+                                           routing="full"))
+        layer.close()
+    # A routing no one knows, on rank 0: a ValueError there, the others' forward fails.
+    layer = incmoe.MoE(comm, E, K, H, I, W13[rank * el : (rank + 1) * el],
+                       W2[rank * el : (rank + 1) * el], max_tokens=32)
+    x, ids, w = _inputs(rank, counts[rank])
+    if rank == 0:
+        with pytest.raises(ValueError, match="routing is 'sideways'"):
+            layer(x, ids, w, counts=counts, routing="sideways")
+    else:
+        with pytest.raises((ValueError, incmoe.IncmoeError)):
+            layer(x, ids, w, counts=counts)
+    layer.close()
+    with pytest.raises(ValueError, match="routing is 'x'"):
+        incmoe.MoE(comm, E, K, H, I, W13[rank * el : (rank + 1) * el],
+                   W2[rank * el : (rank + 1) * el], routing="x")
+    comm.close()
+
+
+@pytest.mark.parametrize("algo", ["inc", "ring"])
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_moe_routing(switch, n, algo):
+    run_ranks(routing_body, n, switch.address, new_job(), algo)

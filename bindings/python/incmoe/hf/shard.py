@@ -36,7 +36,7 @@ def routing_available(routing):
 def _routing_kwargs(routing):
     if routing not in ROUTINGS:
         raise ValueError("routing is %r: expected one of %s" % (routing, ", ".join(ROUTINGS)))
-    if routing == "full":
+    if routing == "full" and not routing_available("masked"):
         return {}
     if not routing_available(routing):
         raise NotImplementedError(
@@ -172,9 +172,11 @@ def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_toke
     [r*E/N, (r+1)*E/N) of every sparse block, in an incmoe.MoE layer
     (mode "pipelined" or "baseline", max_tokens per rank per layer call;
     longer forwards run as several calls); the others are freed.  routing:
-    "full" (every token to every rank), or "masked" / "auto" where the
-    routing-aware collectives are built in.  Attention stays data-parallel:
-    each rank runs its own prompts.
+    "full" (every token to every rank), "masked" (each token only to the
+    ranks of its experts: incmoe.MoE's routing-aware dispatch and combine;
+    an algorithm without them fails the forwards on every rank) or "auto"
+    (masked where it moves fewer bytes; see incmoe.MoE).  Attention stays
+    data-parallel: each rank runs its own prompts.
 
     Collective: every rank calls it with the same arguments, and every
     forward after it.  model.generate() then finishes (see incmoe.hf.finish)

@@ -1,0 +1,155 @@
+/*
+ * test_moe_routing.cc - the pure functions behind masked routing: a token's
+ * destination set, what a rank's tokens need of the others, the bytes of
+ * each routing and auto's choice (moe/routing.c), and where the compute roles
+ * find a band's received rows by list position (moe/plan.h).  Each against
+ * an independent count.
+ */
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <vector>
+
+extern "C" {
+#include "plan.h"
+#include "routing.h"
+}
+
+namespace
+{
+
+/* Contiguous placement, E/N experts a rank. */
+std::vector<int32_t> contiguous(int E, int N)
+{
+    std::vector<int32_t> owner(E);
+    for (int e = 0; e < E; e++)
+        owner[e] = e / (E / N);
+    return owner;
+}
+
+} // namespace
+
+/* The set holds exactly the owners of the token's experts, across word boundaries. */
+TEST(MoeRouting, TokenSetIsTheOwnersOfItsExperts)
+{
+    const int N = 200, E = 400, k = 6;
+    std::vector<int32_t> owner = contiguous(E, N);
+    std::mt19937 rng(5);
+    const size_t words = INCMOE_SET_WORDS(N);
+    for (int it = 0; it < 1000; it++) {
+        std::vector<int32_t> ids(k);
+        std::set<int> want;
+        for (auto &id : ids) {
+            id = (int32_t)(rng() % E);
+            want.insert(owner[id]);
+        }
+        std::vector<uint64_t> set(words, ~0ull);
+        plan_token_set(owner.data(), ids.data(), k, set.data(), words);
+        std::set<int> got;
+        for (int r = 0; r < N; r++)
+            if ((set[r / 64] >> (r % 64)) & 1)
+                got.insert(r);
+        ASSERT_EQ(got, want) << "iteration " << it;
+    }
+}
+
+/* Pairs count the other ranks a token goes to; routed counts tokens with at least one. */
+TEST(MoeRouting, CountsWhatTheTokensNeedOfTheOthers)
+{
+    const int N = 4, E = 8, k = 2;
+    std::vector<int32_t> owner = contiguous(E, N); /* rank r: experts 2r, 2r + 1 */
+    /* Rank 1's tokens: its own two experts; one remote; two remote ranks; own and remote. */
+    std::vector<int32_t> ids = {2, 3, 0, 1, 4, 7, 2, 6};
+    uint64_t pairs = 99, routed = 99;
+    routing_count(owner.data(), N, 1, ids.data(), k, 4, &pairs, &routed);
+    EXPECT_EQ(pairs, 0u + 1u + 2u + 1u);
+    EXPECT_EQ(routed, 3u);
+    routing_count(owner.data(), N, 1, ids.data(), k, 0, &pairs, &routed);
+    EXPECT_EQ(pairs, 0u);
+    EXPECT_EQ(routed, 0u);
+}
+
+/* With rows of one size and every token needed elsewhere, the bytes per direction are the
+   issue's rows: N * T for full, (1 + k-bar) * T for masked (plus the bitmaps). */
+TEST(MoeRouting, BytesFollowTheRowsOfEachPath)
+{
+    routing_load_t l = {8, 8 * 1000, 8 * 4753, 8 * 1000, 4096, 4096};
+    double full, masked;
+    routing_bytes(&l, &full, &masked);
+    EXPECT_DOUBLE_EQ(full, 8.0 * 1000 * 4096);
+    /* Up: each row once with its bitmap twice (8 bytes at N = 8), each pair's partial. */
+    EXPECT_DOUBLE_EQ(masked, (1000.0 * (4096 + 16) + 4753.0 * 4096));
+    EXPECT_NEAR(masked / full, 5.753 / 8, 0.001);
+}
+
+/* Masked at or below 90% of full's bytes, full above; full with one rank or no tokens. */
+TEST(MoeRouting, AutoChoosesByTheShareOfBytes)
+{
+    /* N = 4, 400 tokens, rows of 1000 bytes, every token needed elsewhere: full moves
+       4 * 400 * 1000 / 4 = 400000 bytes per direction; masked's busier direction is up,
+       (400 * (1000 + 2 * 8) + 1000 * pairs) / 4, at most 360000 up to 1033 pairs. */
+    routing_load_t at = {4, 400, 1033, 400, 1000, 1000}, over = at;
+    over.pairs = 1034;
+    EXPECT_EQ(routing_choose(&at), INCMOE_MOE_ROUTING_MASKED);
+    EXPECT_EQ(routing_choose(&over), INCMOE_MOE_ROUTING_FULL);
+    routing_load_t one = {1, 400, 0, 0, 1000, 1000}, none = {4, 0, 0, 0, 1000, 1000};
+    EXPECT_EQ(routing_choose(&one), INCMOE_MOE_ROUTING_FULL);
+    EXPECT_EQ(routing_choose(&none), INCMOE_MOE_ROUTING_FULL);
+}
+
+namespace
+{
+
+/* A band's received rows as the dispatch lands them: every source's rows whose set holds
+   `me`, in (source, row) order, with the source table. */
+struct Landed {
+    std::vector<size_t> counts;
+    std::vector<uint32_t> src;
+    std::vector<size_t> pos; /* each received row's list position, counted independently */
+    incmoe_fifo_dispatch_t block[1] = {};
+    moe_ctx_t x = {};
+};
+
+} // namespace
+
+/* plan_recv_lower finds the first received row at or after each list position. */
+TEST(MoeRouting, ReceivedRowsByListPosition)
+{
+    std::mt19937 rng(11);
+    for (int it = 0; it < 200; it++) {
+        Landed l;
+        const int N = 1 + (int)(rng() % 6);
+        const size_t tmax = 1 + rng() % 20;
+        for (int s = 0; s < N; s++)
+            l.counts.push_back(rng() % (tmax + 1));
+        l.x.N = N;
+        l.x.counts = l.counts.data();
+        /* One band covering every row. */
+        band_t b = band_get(tmax, 1, 0);
+        size_t list = 0;
+        l.src.assign(2 * (size_t)N * tmax, 0);
+        size_t R = 0;
+        for (int s = 0; s < N; s++) {
+            for (size_t i = 0; i < l.counts[s]; i++, list++) {
+                if (rng() % 3 == 0)
+                    continue;
+                l.src[2 * R] = (uint32_t)s;
+                l.src[2 * R + 1] = (uint32_t)i;
+                l.pos.push_back(list);
+                R++;
+            }
+        }
+        l.block[0].nrecv = R;
+        l.x.src = l.src.data();
+        l.x.dcb = l.block;
+        for (size_t i = 0; i < R; i++)
+            ASSERT_EQ(plan_recv_pos(&l.x, b, i), l.pos[i]);
+        for (size_t p = 0; p <= list + 1; p++) {
+            size_t want = 0;
+            while (want < R && l.pos[want] < p)
+                want++;
+            ASSERT_EQ(plan_recv_lower(&l.x, 0, b, p), want) << "iteration " << it << " p " << p;
+        }
+    }
+}
