@@ -533,12 +533,21 @@ static void server_wait(server_t *srv, int wake_fd, int timeout_ms)
         listener_service(&srv->boot, fds + 2, rc > 0 ? nboot : 0);
 }
 
+/* Progress the worker for a millisecond at most: under a flood of messages the loop must
+   still come round to the reductions, the heartbeats, the liveness checks and the progress
+   timeouts (on_wake, on_tick), as the client's proxy does. */
+static void server_progress(server_t *srv)
+{
+    const double until = inc_now_s() + 0.001;
+    while (ucp_worker_progress(srv->node.worker) != 0 && inc_now_s() < until) {
+    }
+}
+
 void server_run(server_t *srv)
 {
     const switch_engine_ops_t *ops = srv->engine_ops;
     while (!atomic_load(&srv->stop)) {
-        while (ucp_worker_progress(srv->node.worker) != 0) {
-        }
+        server_progress(srv);
         ops->on_wake(srv->engine);
         reap_conns(srv);
         ops->on_tick(srv->engine, srv->conns);
