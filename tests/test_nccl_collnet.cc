@@ -198,6 +198,25 @@ struct Rank {
     Plugin pl;
     int rank = 0, n = 0;
     void *lc = nullptr, *cc = nullptr;
+    bool inited = false, finalized = false;
+
+    Rank() = default;
+    Rank(const Rank &) = delete;
+    Rank &operator=(const Rank &) = delete;
+    /* A body that returned early (a failed check) still closes what it opened before ~Plugin
+       unloads the library: the CollNet's proxy thread must not outlive its code.  The buffers
+       a body registered are declared before its Rank, so they outlive the close too. */
+    ~Rank()
+    {
+        if (!inited || finalized)
+            return;
+        if (cc != nullptr)
+            pl.coll_close(cc);
+        if (lc != nullptr)
+            pl.coll_close_listen(lc);
+        pl.coll_finalize();
+        pl.net_finalize();
+    }
 };
 
 std::string setup(Rank *c, int version, int rank, int n, Exchange *ex, uint64_t comm_id)
@@ -206,6 +225,7 @@ std::string setup(Rank *c, int version, int rank, int n, Exchange *ex, uint64_t 
     c->n = n;
     TRY(c->pl.load(version));
     REQUIRE(c->pl.net_init(comm_id) == ncclSuccess, nccltest::warnings());
+    c->inited = true; /* the net is up: ~Rank finalizes it */
     REQUIRE(c->pl.coll_init(comm_id) == ncclSuccess, nccltest::warnings());
     int nd = 0, cd = 0;
     REQUIRE(c->pl.net_devices(&nd) == ncclSuccess && c->pl.coll_devices(&cd) == ncclSuccess);
@@ -238,6 +258,7 @@ std::string setup(Rank *c, int version, int rank, int n, Exchange *ex, uint64_t 
 
 std::string teardown(Rank *c)
 {
+    c->finalized = true; /* whatever fails below, ~Rank does not close twice */
     REQUIRE(c->pl.coll_close(c->cc) == ncclSuccess, nccltest::warnings());
     REQUIRE(c->pl.coll_close_listen(c->lc) == ncclSuccess);
     REQUIRE(c->pl.coll_finalize() == ncclSuccess);
@@ -249,6 +270,7 @@ std::string teardown(Rank *c)
    failure again, everything else must still succeed and release what it holds. */
 std::string teardown_after_failure(Rank *c)
 {
+    c->finalized = true;
     if (c->cc != nullptr)
         c->pl.coll_close(c->cc); /* bounded even though the job is dead */
     REQUIRE(c->pl.coll_close_listen(c->lc) == ncclSuccess);
@@ -550,11 +572,12 @@ std::string check_bad_arguments(Rank *c)
  */
 std::string collnet_rank(int version, int rank, int n, Exchange *ex, bool staging)
 {
+    Batch b{nullptr, 10, {}, {}, {}};
     Rank c;
+    b.c = &c;
     TRY(setup(&c, version, rank, n, ex, 0xC0FFEEull + n * 2 + staging));
     TRY(check_reduce_support(&c));
     TRY(check_bad_arguments(&c));
-    Batch b{&c, 10, {}, {}, {}};
 
     /* AllGather: every window shape. */
     for (Window w : windows(n, 1000)) {
@@ -661,12 +684,12 @@ TEST_F(NcclCollNetBehaviour, DeadRankFailsTheOthersTest)
     auto res = harness::run_ranks(
         n,
         [&](int rank) -> std::string {
-            Rank c;
-            TRY(setup(&c, 11, rank, n, ex, 0xDEADull));
             std::deque<std::vector<char>> keep;
             std::vector<void *> mhs;
-            std::vector<Pending> ps; /* The others post and wait for it; the last rank dies instead
-    of posting, so the collective is in flight and can never complete. */
+            std::vector<Pending> ps;
+            Rank c;
+            TRY(setup(&c, 11, rank, n, ex, 0xDEADull)); /* The others post and wait for it; the last
+    rank dies instead of posting, so the collective is in flight and can never complete. */
             if (rank != n - 1)
                 TRY(post_allgather(&c, &ps, 1 << 20, {0, (size_t)n << 20}, false, &keep, &mhs));
             REQUIRE(ex->barrier(1, rank, n, 60));
@@ -706,9 +729,9 @@ TEST_F(NcclCollNetBehaviour, FullWindowAnswersNoRequestYetAndRetriesComplete)
     auto res = harness::run_ranks(
         n,
         [&](int rank) -> std::string {
+            std::vector<unsigned char> own(iters * B), recv(iters * n * B, 0xEE);
             Rank c;
             TRY(setup(&c, 11, rank, n, ex, 0x5EEDull));
-            std::vector<unsigned char> own(iters * B), recv(iters * n * B, 0xEE);
             for (size_t j = 0; j < own.size(); j++)
                 own[j] = ag_byte(rank, j);
             void *smh = nullptr, *rmh = nullptr;
@@ -782,6 +805,7 @@ void expect_connect_falls_back(const std::string &addr)
             Rank c;
             TRY(c.pl.load(11));
             REQUIRE(c.pl.net_init(7) == ncclSuccess && c.pl.coll_init(7) == ncclSuccess);
+            c.inited = true;
             char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
             REQUIRE(c.pl.coll_listen(0, handle, &c.lc) == ncclSuccess);
             ex->publish(0, rank, handle, sizeof(handle));
@@ -870,6 +894,7 @@ std::string connect_only(Rank *c, int version, int rank, int n, Exchange *ex, nc
     c->n = n;
     TRY(c->pl.load(version));
     REQUIRE(c->pl.net_init(9) == ncclSuccess && c->pl.coll_init(9) == ncclSuccess);
+    c->inited = true;
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
     REQUIRE(c->pl.coll_listen(0, handle, &c->lc) == ncclSuccess);
     ex->publish(0, rank, handle, sizeof(handle));
@@ -904,7 +929,9 @@ TEST_F(NcclCollNetBehaviour, SecretFromKeyFileAndJobIdOverride)
         auto res = harness::run_ranks(
             2,
             [&](int rank) -> std::string {
+                Batch b{nullptr, 10, {}, {}, {}};
                 Rank c;
+                b.c = &c;
                 ncclResult_t r = ncclInternalError;
                 TRY(connect_only(&c, 10, rank, 2, ex, &r));
                 if (!right) {
@@ -915,7 +942,6 @@ TEST_F(NcclCollNetBehaviour, SecretFromKeyFileAndJobIdOverride)
                     return teardown_after_failure(&c);
                 }
                 REQUIRE(r == ncclSuccess, nccltest::warnings());
-                Batch b{&c, 10, {}, {}, {}};
                 TRY(post_allreduce(&c, &b.ps, 1000, ncclFloat32, ncclSum, &b.keep, &b.mhs));
                 TRY(b.flush());
                 return teardown(&c);
