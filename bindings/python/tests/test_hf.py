@@ -173,7 +173,6 @@ def routing_body(rank, n, addr, job, name, routing):
 def test_routing(switch, routing):
     """routing="masked" / "auto" (incmoe.MoE's routing-aware dispatch and combine) give the
     single-process model's logits and tokens."""
-    assert incmoe.hf.routing_available(routing)
     run_ranks(routing_body, 4, switch.address, new_job(), "olmoe", routing)
 
 
@@ -197,10 +196,8 @@ def refusals_body(rank, n, addr, job):
     other = models.config("olmoe", "tiny", hidden=48 if rank == 1 else None)
     with pytest.raises(ValueError, match="differ.*ranks grouped.*0 \\| 1"):
         incmoe.hf.expert_parallel(models.build(other), comm)
-    # An option not built yet fails alike everywhere.
-    if not incmoe.hf.routing_available("masked"):
-        with pytest.raises(NotImplementedError, match="not available yet"):
-            incmoe.hf.expert_parallel(models.build(tiny), comm, routing="masked")
+    with pytest.raises(ValueError, match="routing is 'sparse'"):
+        incmoe.hf.expert_parallel(models.build(tiny), comm, routing="sparse")
     with pytest.raises(ValueError, match="mode is 'fast'"):
         incmoe.hf.expert_parallel(models.build(tiny), comm, mode="fast")
     # Nothing was changed by the refusals, and the communicator still works.
@@ -301,28 +298,21 @@ def test_from_pretrained_local_directory(switch, tmp_path, store_path):
     run_ranks(pretrained_body, 2, switch.address, str(tmp_path), store_path)
 
 
-def test_prefill_benchmark_runs(capsys):
+def test_prefill_benchmark_runs():
     """python -m incmoe.bench.prefill, embedded, as its README shows it: a
-    row per variant, the same logits as the AgRs baseline's in fp32; the
-    variants not built yet are refused by name before anything starts."""
-    from incmoe.bench import prefill
-
+    row per variant, every one (masked routing and the a2a baseline too)
+    with the same logits as the AgRs baseline's in fp32."""
     env = dict(os.environ)
     env.pop("INCMOE_SWITCH", None)  # embedded: it starts its own switch
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     cmd = [sys.executable, "-m", "incmoe.bench.prefill", "--size", "tiny", "-N", "2", "-B", "2",
-           "-L", "8", "-n", "1", "-w", "0", "--generate", "2"]
+           "-L", "8", "-n", "1", "-w", "0", "--generate", "2",
+           "--variants", "agrs,baseline,pipelined,masked,a2a"]
     r = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = {line.split("|")[1].strip(): line.split("|") for line in r.stdout.splitlines()
             if line.startswith("| ") and not line.startswith("| variant")}
-    assert set(rows) == {"agrs", "baseline", "pipelined"}, r.stdout
+    assert set(rows) == {"agrs", "baseline", "pipelined", "masked", "a2a"}, r.stdout
     for name, cols in rows.items():
         assert float(cols[10]) <= FP32_TOL, (name, r.stdout)  # max rel. logit diff vs agrs
     assert "olmoe-tiny" in r.stdout and "N=2 ranks x B=2 prompts x L=8 tokens" in r.stdout
-    for variant in ("masked", "a2a"):
-        if not prefill.unavailable(prefill.VARIANTS[variant]):
-            continue
-        with pytest.raises(SystemExit) as exit_:
-            prefill.parse(["--variants", variant])
-        assert exit_.value.code == 2 and "not available yet" in capsys.readouterr().err

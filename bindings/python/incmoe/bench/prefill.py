@@ -17,9 +17,9 @@ tokens, once per variant:
                top-k weights and ids, local experts on every token, reduce-scatter
     baseline   incmoe.MoE, mode baseline: in-network AllGather, experts, ReduceScatter
     pipelined  incmoe.MoE, mode pipelined: bands, AllGather and ReduceScatter in flight together
-    masked     pipelined with routing-aware dispatch and combine (when built)
+    masked     pipelined with routing-aware dispatch and combine
     a2a        routing-aware dispatch and combine over the ranks' own links, the
-               "a2a" algorithm, mode baseline (when built)
+               "a2a" algorithm, mode baseline
 
 It reports, per variant, TTFT (one prefill of the batch, the slowest rank's,
 median and p90 over the timed iterations), prefill tokens/s (N*B*L over the
@@ -46,8 +46,7 @@ import torch
 import torch.distributed as dist
 
 import incmoe
-from incmoe import _lib
-from incmoe.hf import expert_parallel, models, routing_available
+from incmoe.hf import expert_parallel, models
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,16 +71,6 @@ VARIANTS = {
     )
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def unavailable(v):
-    """Why variant v cannot run with this build, or None."""
-    if v.routing is not None and not routing_available(v.routing):
-        return ("not available yet: this incmoe.MoE has no routing-aware dispatch and combine "
-                "(routing=%r)" % v.routing)
-    if v.algo is not None and v.algo not in _lib.ALGOS:
-        return "not available yet: this incmoe has no %r algorithm" % v.algo
-    return None
 
 
 # ------------------------------------------------------------------ one rank
@@ -322,9 +311,6 @@ def parse(argv=None):
     for v in args.variants:
         if v not in VARIANTS:
             ap.error("variant %r: expected one of %s" % (v, ", ".join(VARIANTS)))
-        why = unavailable(VARIANTS[v])
-        if why:
-            ap.error("variant %s: %s" % (v, why))
     if not args.variants:
         ap.error("no variant")
     for name in ("nranks", "batch", "length", "iters"):

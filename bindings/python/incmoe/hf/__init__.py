@@ -14,14 +14,12 @@ Inference only.
 
     expert_parallel(model, comm, routing, mode, max_tokens)   shard, in place
     finish(model)          a rank with no forward left serves the others' until all are done
-    routing_available(r)   whether routing="masked"/"auto" is built in
     FAMILIES               the model types known, and what each one's router does
     models                 the four families' configs built in code, seeded models
 """
 
 from . import models
 from .families import FAMILIES
-from .shard import MODES, ROUTINGS, expert_parallel, finish, routing_available
+from .shard import MODES, ROUTINGS, expert_parallel, finish
 
-__all__ = ["FAMILIES", "MODES", "ROUTINGS", "expert_parallel", "finish", "models",
-           "routing_available"]
+__all__ = ["FAMILIES", "MODES", "ROUTINGS", "expert_parallel", "finish", "models"]

@@ -3,8 +3,8 @@ the ranks of an incmoe Communicator.
 
 Sharding is collective.  Before any call whose shapes depend on the model,
 the ranks swap one row of two integers: whether this rank refused (a family
-incmoe.hf does not know, E not divisible by N, a model sharded already, an
-option not available) and a hash of what every rank must agree on (family,
+incmoe.hf does not know, E not divisible by N, a model sharded already, a
+setting it does not know) and a hash of what every rank must agree on (family,
 sparse blocks, E, k, H, I, dtype, N, mode, routing, max_tokens, algorithm).
 A refusal or a difference is then an error on every rank, and none of them
 has changed its model or waits for the others.
@@ -12,7 +12,6 @@ has changed its model or waits for the others.
 
 import functools
 import hashlib
-import inspect
 import json
 import weakref
 
@@ -27,22 +26,9 @@ MODES = ("pipelined", "baseline")
 ROUTINGS = ("full", "masked", "auto")
 
 
-def routing_available(routing):
-    """Whether this build's incmoe.MoE takes routing= (the routing-aware
-    dispatch and combine); "full" always works."""
-    return routing == "full" or "routing" in inspect.signature(MoE.__init__).parameters
-
-
 def _routing_kwargs(routing):
     if routing not in ROUTINGS:
         raise ValueError("routing is %r: expected one of %s" % (routing, ", ".join(ROUTINGS)))
-    if routing == "full" and not routing_available("masked"):
-        return {}
-    if not routing_available(routing):
-        raise NotImplementedError(
-            "routing=%r is not available yet: this incmoe.MoE has no routing-aware dispatch "
-            "and combine; use routing='full'" % routing
-        )
     return {"routing": routing}
 
 
