@@ -16,7 +16,11 @@ R this communicator received); when any rank's guess is short, the library
 fails the dispatch on every rank alike with INCMOE_ERR_NO_MEMORY and tells
 each rank its exact R, so every rank retries once, together, with what it
 needs (Dispatch.attempts is 2 then).  A rank whose out= is short takes part
-in the retry as a refusal: a ValueError there, IncmoeError elsewhere.
+in the retry as a refusal: a ValueError there, IncmoeError elsewhere.  The
+retry is posted from inside the first post's wait(), so a dispatch (or
+all_to_all_single) posted while another is in flight first completes that
+one (Communicator._settle_dispatch): every rank then posts the retry in the
+same place of the dispatch stream.
 
 Bad input (a mask of the wrong shape or dtype, partials whose rows do not
 match the dispatch, ...) is a ValueError on that rank, raised after the rank
@@ -228,6 +232,11 @@ class DispatchWork(_Call):
         self._keep = (self._x.obj, self._out, self._buf)
         self.handle.attempts += 1
 
+    def _finish(self):
+        super()._finish()
+        if self._comm._dc_pending is self:
+            self._comm._dc_pending = None
+
     def _release_failed(self):
         _lib.lib().incmoe_dispatch_release(self._comm._handle(), ctypes.byref(self._req))
 
@@ -351,6 +360,7 @@ def _check_dispatch(comm, x, mask, out):
 
 def dispatch(comm, x, mask, out=None, async_op=False):
     comm._handle()
+    comm._settle_dispatch()
     try:
         xb, T, row_shape, row_bytes = _check_dispatch(comm, x, mask, out)
         sets = _sets_of(mask, comm.nranks)
@@ -371,6 +381,7 @@ def dispatch(comm, x, mask, out=None, async_op=False):
     else:
         capacity = max(T, comm._dc_capacity)
     work._post(capacity)
+    comm._dc_pending = work  # also keeps x and out alive should the caller drop the work
     if async_op:
         return work
     work.wait()

@@ -311,6 +311,42 @@ def test_out_and_the_capacity_retry(switch, algo, n):
     run_ranks(capacity_body, n, switch.address, new_job(), algo)
 
 
+def async_retry_body(rank, n, addr, job, algo):
+    """An async dispatch whose guess is short retries inside is_completed() or wait(), and a
+    dispatch posted meanwhile waits for it, so every rank posts the retry in the same place
+    whoever polled first: rank 0 polls the first to the end before posting the second, the
+    others post the second at once."""
+    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
+    dt = torch.float32
+    a = _x(rank, 60, dt)
+    b = _ints(_gen("b", rank), (4,) + ROW, dt)
+    wa = c.dispatch(a, torch.ones(a.shape[0], n, dtype=torch.bool), async_op=True)
+    if rank == 0:
+        while not wa.is_completed():
+            pass
+    wb = c.dispatch(b, torch.ones(4, n, dtype=torch.bool), async_op=True)
+    assert wa.is_completed()  # the second post waited for it
+    wb.wait()
+    want_a = torch.cat([_x(s, 60, dt) for s in range(n)])
+    want_b = torch.cat([_ints(_gen("b", s), (4,) + ROW, dt) for s in range(n)])
+    _eq("first rows", wa.handle.rows, want_a)
+    _eq("second rows", wb.handle.rows, want_b)
+    # The first guessed T rows (and no rank has them all when some have rows); the second
+    # guessed the first's R, short when it received fewer than N x 4.
+    assert wa.handle.attempts == (2 if want_a.shape[0] > a.shape[0] else 1)
+    assert wb.handle.attempts == (2 if want_b.shape[0] > want_a.shape[0] else 1)
+    y = c.combine(wb.handle, torch.ones_like(wb.handle.rows))
+    _eq("second combine", y, torch.full_like(b, n))
+    wa.handle.release()
+    c.close()
+
+
+@pytest.mark.parametrize("n", NRANKS)
+@pytest.mark.parametrize("algo", ALGOS)
+def test_an_async_capacity_retry_keeps_every_ranks_order(switch, algo, n):
+    run_ranks(async_retry_body, n, switch.address, new_job(), algo)
+
+
 def dropped_body(rank, n, addr, job, algo):
     """Dispatches never combined are freed when their handle is dropped: more than the
     library's window of them (1024 kept per communicator) and the next still posts."""
