@@ -2,7 +2,9 @@
 libincmoe_moe (the band-pipelined expert-parallel MoE layer).
 
     incmoe.Communicator   a rank of a job on incmoe-switchd: all_gather,
-                          reduce_scatter, all_reduce, broadcast, barrier
+                          reduce_scatter, all_reduce, broadcast, barrier,
+                          dispatch and combine (routed rows), all_to_all_single
+    incmoe.Dispatch       what Communicator.dispatch returns (needs torch)
     incmoe.MoE            torch.nn.Module over libincmoe_moe (needs torch)
     incmoe.Switch         starts an incmoe-switchd on this machine
     incmoe.IncmoeError    what a failed C call raises
@@ -19,6 +21,7 @@ from .switch import Switch, find_switchd
 
 __all__ = [
     "Communicator",
+    "Dispatch",
     "IncmoeError",
     "LibraryNotFound",
     "MoE",
@@ -36,6 +39,7 @@ except ImportError:
     torch = None
 
 if torch is not None:
+    from .dispatch import Dispatch
     from .moe import MoE
 
     if torch.distributed.is_available():

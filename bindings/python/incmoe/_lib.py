@@ -239,6 +239,8 @@ _PROTOS = {
     "incmoe_dispatch": (_ST, [_P, _c.POINTER(dispatch_params_t), _REQP]),
     "incmoe_dispatch_result": (_ST, [_P, _REQP, _c.POINTER(_SZ), _c.POINTER(_c.c_uint32), _SZ]),
     "incmoe_dispatch_release": (_ST, [_P, _REQP]),
+    "incmoe_combine": (_ST, [_P, _c.POINTER(combine_params_t), _REQP]),
+    "incmoe_req_error": (_ST, [_P, _REQP, _c.c_char_p, _SZ]),
     "incmoe_test": (_ST, [_P, _REQP]),
     "incmoe_wait": (_ST, [_P, _REQP]),
 }

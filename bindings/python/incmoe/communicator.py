@@ -234,6 +234,8 @@ class Communicator:
         self._ptr = ptr
         self.switch, self.job, self.rank, self.nranks, self.algo = switch, job, rank, nranks, algo
         self._mrs = _registry.Registry(ptr, mr_cache)
+        self._dc_capacity = 0  # the rows the last dispatch delivered: the next one's guess
+        self._dc_pending = None  # the dispatch (incmoe.dispatch) in flight, if any
 
     # ------------------------------------------------------------ lifecycle
 
@@ -409,6 +411,44 @@ class Communicator:
         _errors.check("incmoe_barrier", _lib.lib().incmoe_barrier(comm, ctypes.byref(req)), comm)
         return self._finish(Work(self, req), async_op)
 
+    def _settle_dispatch(self):
+        """Complete the dispatch of this communicator still in flight, if any, before another
+        dispatch (or all_to_all_single) is posted: a capacity retry posts again from inside
+        its wait(), and that post must take the same place in every rank's order of the
+        dispatch stream, which a wait one rank makes before its next post and another after
+        it would not give."""
+        w, self._dc_pending = self._dc_pending, None
+        if w is not None:
+            try:
+                w.wait()
+            except Exception:
+                pass  # w keeps it: its own wait() raises it
+
+    def dispatch(self, x, mask, out=None, async_op=False):
+        """Row i of x ([T, ...], a CPU tensor) goes to every rank r with mask[i, r] (a bool
+        [T, N] tensor), this rank included; returns an incmoe.Dispatch: .rows, the [R, ...]
+        rows this rank received (by source rank, then source row; a view of out= when
+        given, whose rows are the capacity), and .source, int64 [R, 2] (source rank, source
+        row).  Without out= the capacity is guessed and, when any rank's is short, every
+        rank retries once with its exact R.  async_op=True returns a DispatchWork whose
+        .handle is complete once wait() returned; a dispatch posted while another is in
+        flight first waits for that one.  Bad input is a ValueError here and fails the
+        others' dispatch with this rank's reason (see incmoe.dispatch)."""
+        from . import dispatch as _dc
+
+        return _dc.dispatch(self, x, mask, out, async_op)
+
+    def combine(self, h, partials, op="sum", out=None, async_op=False):
+        """The inverse of dispatch h: partials holds one row per row h received ([R, ...],
+        in h.rows' order); returns the [T, ...] tensor (out= if given) in which each of this
+        rank's rows of the dispatch is op over the partials of exactly the ranks its mask
+        row named, the others' in ascending rank order and this rank's own last (zeros for
+        a row that went nowhere).  A completed combine frees h.  async_op=True returns a
+        CombineWork whose .result is complete once wait() returned."""
+        from . import dispatch as _dc
+
+        return _dc.combine(self, h, partials, op, out, async_op)
+
     def all_to_all_single(self, out, inp, out_splits=None, in_splits=None, async_op=False):
         """Rows along dim 0: in_splits[d] rows of inp go to rank d, in order; out gets
         out_splits[s] rows from each rank s, in rank order (None: equal splits).  inp and
@@ -431,6 +471,7 @@ class Communicator:
             row_bytes *= k
         if row_bytes == 0:  # rows without bytes: nothing moves, on any rank
             return self._finish(Work(self), async_op)
+        self._settle_dispatch()
         words = (self.nranks + 63) // 64
         sets = (ctypes.c_uint64 * max(1, ishape[0] * words))()
         row = 0
