@@ -11,6 +11,12 @@ test_wire_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 test_collectives_SOURCES = test_collectives.cc
 test_collectives_LDADD = libharness.la $(TEST_LIBS)
 
+# A peer's UCX worker address, checked before UCX sees it (base/ucx_addr.c).
+check_PROGRAMS += test_ucx_addr
+test_ucx_addr_SOURCES = test_ucx_addr.cc
+test_ucx_addr_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
+test_ucx_addr_LDADD = $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
+
 test_errors_SOURCES = test_errors.cc raw_client.cc raw_client.h
 test_errors_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
 test_errors_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
