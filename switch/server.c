@@ -62,8 +62,9 @@ static void conn_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
  * for its JOIN.  The endpoint is the switch's own (its error callback reports
  * a dead rank at once); UCX pairs it with the rank's endpoint to this worker,
  * which then names it in every message.  Only a peer that passed the
- * handshake gets here: UCX 1.13 aborts on a malformed worker address, so with
- * a key only key holders can make it parse one, and without a key anyone can.
+ * handshake gets here, and with an address the handshake held to
+ * inc_ucx_addr_check against this worker's own: UCX aborts on, or reads past,
+ * a malformed one, and a key proves only who sent it.
  */
 static void server_on_session(void *arg, const inc_boot_t *boot, const char *peer)
 {

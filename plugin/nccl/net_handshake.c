@@ -15,7 +15,8 @@
  * before the first real send.
  *
  * This file is the one place where a peer's worker address is received (the
- * bootstrap) and handed to UCX (comm_create).
+ * bootstrap, which holds it to inc_ucx_addr_check against this worker's own
+ * and fails on one UCX could not unpack) and handed to UCX (comm_create).
  */
 #define _GNU_SOURCE /* accept4 */
 #include "net.h"
@@ -97,8 +98,8 @@ static void net_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     }
 }
 
-/* An endpoint to the worker address a bootstrap received, with the new comm's error handler:
-   the one place a peer's address reaches UCX.  NULL: logged. */
+/* An endpoint to the worker address a bootstrap received (and checked), with the new comm's
+   error handler: the one place a peer's address reaches UCX.  NULL: logged. */
 static net_comm_t *comm_create(int is_send, uint32_t data_id, const inc_boot_t *b, const char *what)
 {
     net_comm_t *c = calloc(1, sizeof(*c));
