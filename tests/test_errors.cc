@@ -474,6 +474,30 @@ TEST_F(Errors, JoinWithoutTheSessionTokenIsRefused)
     EXPECT_EQ(harness::failures(res), "");
 }
 
+/* A key holder's JOIN whose worker address UCX could not unpack (version field 14: UCX 1.13
+   asserts on it) is refused with a reason, before any rank of the job would receive it; the
+   switch serves the next job. */
+TEST_F(Errors, JoinWithAnAddressUcxCannotUnpackIsRefused)
+{
+    auto res = harness::run_ranks(1, [&](int) -> std::string {
+        RawClient c;
+        if (!c.connect(sw.addr))
+            return "connect";
+        std::string addr = "\x0e"
+                           "12345678\xff";
+        c.join(harness::unique_job_id(), 0, 2, nullptr, false, &addr);
+        RawMsg m;
+        if (!c.wait_for(WIRE_MSG_ERROR, &m, 3000) || m.hdr.status != INCMOE_ERR_PROTOCOL)
+            return "a JOIN with a malformed worker address was not refused";
+        if (m.payload.find("JOIN: UCX worker address") == std::string::npos ||
+            m.payload.find("version field 14") == std::string::npos)
+            return "reason: " + m.payload;
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    expect_switch_serves(sw.addr);
+}
+
 /* A ring peer's RING_HELLO without the job's ring token binds nothing: the real rank's ring
    wire-up does not finish (with the HELLO taken it would, at once), and its create fails
    when the peer gives up and leaves the job, or at its timeout. */
