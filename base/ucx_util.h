@@ -14,16 +14,31 @@ typedef struct {
     int event_fd; /* the worker's wakeup fd; -1 when opened without UCP_FEATURE_WAKEUP */
 } inc_ucx_node_t;
 
-/* The client's and the switch's node: active messages and wakeup, one single-threaded worker. */
+/*
+ * The client's and the switch's node: active messages and wakeup, one single-threaded worker.
+ * served: the address this process serves on (the switch's --listen), or NULL; UCX's network
+ * devices are then those inc_ucx_served_devices names, so that UCX's own TCP ports open on
+ * that interface only, unless the user set UCX_NET_DEVICES.
+ */
+incmoe_status_t inc_ucx_node_open_served(inc_ucx_node_t *node, const struct sockaddr *served);
+/* inc_ucx_node_open_served with served NULL: every network device UCX finds. */
 incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node);
 /*
  * A node with other UCP_FEATURE_* features and another worker thread mode (the NCCL net's:
  * tags, a worker its callers serialize).  Without UCP_FEATURE_WAKEUP, which also narrows
  * UCX's choice of transports, the node has no event fd and inc_ucx_node_wait naps instead.
- * Both come from the environment's UCX_* settings; on failure logs why.
+ * Both come from the environment's UCX_* settings (served as above); on failure logs why.
  */
 incmoe_status_t inc_ucx_node_open_with(inc_ucx_node_t *node, uint64_t features,
-                                       ucs_thread_mode_t thread_mode);
+                                       ucs_thread_mode_t thread_mode,
+                                       const struct sockaddr *served);
+
+/*
+ * UCX_NET_DEVICES for a process serving on `served`: the interface holding that address and
+ * every RDMA port (so verbs stay on a fabric); "" for a wildcard address or one no interface
+ * holds (UCX's default: every device).
+ */
+void inc_ucx_served_devices(const struct sockaddr *served, char *out, size_t out_len);
 
 /* The memory types (UCS_BIT(UCS_MEMORY_TYPE_*)) the UCX found at run time can move, from a
    throwaway context: the answer depends on the library and its UCX_* settings only.  On

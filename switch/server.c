@@ -5,7 +5,9 @@
  * the sends with one egress queue per destination, the receive callback that
  * finds a message's connection and hands it to demux.c, and the event loop,
  * which sleeps on the worker's event fd, the engine's wake fd and the bootstrap
- * listener's sockets when idle.  UCX itself listens on nothing public.
+ * listener's sockets when idle.  UCX's own TCP port, which the ranks'
+ * endpoints connect to after the bootstrap, is on --listen's interface only
+ * (all of them for a wildcard address) unless UCX_NET_DEVICES says otherwise.
  */
 #include "server.h"
 #include "base/log.h"
@@ -464,7 +466,9 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
     incmoe_status_t st = inc_ucx_parse_hostport(listen_addr, &ss, &sslen, 1);
     if (st != INCMOE_OK)
         return st;
-    st = inc_ucx_node_open(&srv->node);
+    /* UCX's own TCP port on --listen's interface only (unless UCX_NET_DEVICES says otherwise):
+       a switch told 127.0.0.1 is not reachable from outside through UCX either. */
+    st = inc_ucx_node_open_served(&srv->node, (struct sockaddr *)&ss);
     if (st != INCMOE_OK)
         return st;
     ucp_am_handler_param_t hp = {

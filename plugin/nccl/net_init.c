@@ -2,7 +2,9 @@
  * net_init.c - the NCCL net's process-wide state: one UCX context and worker
  * (separate from the client library's) shared by every comm, the key both
  * ends of a connection prove, process-unique ids, and listen()'s TCP
- * bootstrap socket, the only port the net opens (UCX listens on nothing).
+ * bootstrap socket.  UCX opens a TCP port of its own for worker-address
+ * connections, on the interface of the net's address (INCMOE_NCCL_ADDR, else
+ * the one toward INCMOE_SWITCH) unless UCX_NET_DEVICES says otherwise.
  */
 #include "net.h"
 #include "base/config.h"
@@ -79,8 +81,9 @@ ncclResult_t net_init(void)
         goto out;
     }
     /* Serialized by net_proc.lock: NCCL calls from more than one proxy thread. */
-    if (inc_ucx_node_open_with(&net_proc.node, UCP_FEATURE_TAG, UCS_THREAD_MODE_SERIALIZED) !=
-        INCMOE_OK) {
+    /* UCX's own TCP port on the interface the bootstrap socket serves, as listen() does. */
+    if (inc_ucx_node_open_with(&net_proc.node, UCP_FEATURE_TAG, UCS_THREAD_MODE_SERIALIZED,
+                               (struct sockaddr *)&net_proc.addr) != INCMOE_OK) {
         res = ncclSystemError;
         goto out;
     }
