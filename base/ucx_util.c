@@ -152,6 +152,53 @@ static void config_served(ucp_config_t *config, const struct sockaddr *served)
                   devices, where);
 }
 
+/*
+ * TCP transport settings every incmoe context takes unless the user set them:
+ *   MAX_POLL 1: Debian's 1.13.1, built with assertions, aborts in uct_tcp_iface_handle_events
+ *     when an event of one epoll batch names an endpoint an earlier event closed, as when a
+ *     peer dies or a stopped process resumes; one event per poll stopped it (RELIABILITY.md,
+ *     "UCX 1.13 vs 1.22").
+ *   CONN_NB y: UCX connects a worker-address endpoint with a blocking connect() inside
+ *     ucp_ep_create by default, so an address naming a host that does not answer holds the
+ *     caller (the switch's event loop, NCCL's proxy thread) for the kernel's SYN timeout, and
+ *     a connect that fails at once leaves its socket open until the worker goes.
+ * ucp_config_modify reaches a transport's setting on this context alone: 1.13 takes the name
+ * without the transport's prefix ("MAX_POLL"; "TCP_MAX_POLL" it keeps and never applies), 1.22
+ * only the prefixed one, refusing the other.  A context without TCP would warn that the key
+ * went unused, so a UCX_TLS without tcp skips them.
+ */
+static const struct {
+    const char *name, *value;
+} tcp_settings[] = {{"MAX_POLL", "1"}, {"CONN_NB", "y"}};
+
+static int tls_has_tcp(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (tls == NULL)
+        return 1;
+    if (tls[0] == '^')
+        return strstr(tls, "tcp") == NULL;
+    return strstr(tls, "tcp") != NULL || strstr(tls, "all") != NULL;
+}
+
+static void config_tcp(ucp_config_t *config)
+{
+    if (!tls_has_tcp())
+        return;
+    for (size_t i = 0; i < sizeof(tcp_settings) / sizeof(tcp_settings[0]); i++) {
+        char env[64], prefixed[64];
+        snprintf(env, sizeof(env), "UCX_TCP_%s", tcp_settings[i].name);
+        snprintf(prefixed, sizeof(prefixed), "TCP_%s", tcp_settings[i].name);
+        if (getenv(env) != NULL)
+            continue;
+        ucs_status_t st = ucp_config_modify(config, tcp_settings[i].name, tcp_settings[i].value);
+        if (st == UCS_ERR_INVALID_PARAM)
+            st = ucp_config_modify(config, prefixed, tcp_settings[i].value);
+        if (st != UCS_OK)
+            log_warn("ucx", "%s=%s refused: %s", env, tcp_settings[i].value, ucs_status_string(st));
+    }
+}
+
 /* A UCX context from the environment's UCX_* configuration, its network devices those serving
    `served` (NULL: UCX's own choice); why names it in errors. */
 static incmoe_status_t context_open(const ucp_params_t *params, const char *why,
@@ -164,6 +211,7 @@ static incmoe_status_t context_open(const ucp_params_t *params, const char *why,
         return INCMOE_ERR_TRANSPORT;
     }
     config_served(config, served);
+    config_tcp(config);
     st = ucp_init(params, config, ctx);
     ucp_config_release(config);
     if (st != UCS_OK) {
