@@ -1,10 +1,10 @@
 /*
  * test_probes.cc - the reliability probes of tools/, at a size the suite can
  * afford: ranks SIGKILLed mid-collective never take the switch down and every
- * survivor gets an error, and junk on the public port leaves the switch
- * serving.  The full-size runs (1,000 of each) and their figures are in
- * RELIABILITY.md; deadlines here are generous bounds against a hang, not
- * speed checks.
+ * survivor gets an error, junk on the public port leaves the switch serving,
+ * and so do a key holder's handshakes carrying mutated UCX worker addresses.  The full-size runs
+ * (1,000 of each) and their figures are in RELIABILITY.md; deadlines here are generous bounds
+ * against a hang, not speed checks.
  */
 #include <gtest/gtest.h>
 
@@ -36,4 +36,19 @@ TEST(Probes, JunkConnectionsLeaveTheSwitchServing)
                      300);
     ASSERT_FALSE(r.timed_out) << r.out << r.err;
     EXPECT_EQ(r.status, 0) << r.out << r.err;
+}
+
+/* A key holder's handshakes whose PROOF carries a mutated copy of the switch's own worker
+   address: each is refused with a reason or handed to UCX, and the switch serves on with its
+   descriptors and memory back at the baseline (the probe checks both and a job after). */
+TEST(Probes, MutatedWorkerAddressesLeaveTheSwitchServing)
+{
+    auto r = run_cmd({"python3", kTools + "probe-junk", "--case", "addr", "--conns", "100",
+                      "--seed", "5", "--cpu-max", "50", "--build", TOP_BUILDDIR},
+                     300);
+    ASSERT_FALSE(r.timed_out) << r.out << r.err;
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("100 handshakes"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("reject"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("welcome"), std::string::npos) << r.out;
 }
