@@ -256,6 +256,12 @@ incmoe_status_t inc_boot_init(inc_boot_t *b, inc_boot_role_t role, const void *k
     return INCMOE_IN_PROGRESS;
 }
 
+void inc_boot_choose_token(inc_boot_t *b, const uint8_t token[INC_BOOT_TOKEN])
+{
+    memcpy(b->token, token, INC_BOOT_TOKEN);
+    b->token_chosen = 1;
+}
+
 void inc_boot_clear(inc_boot_t *b)
 {
     OPENSSL_cleanse(b->key, sizeof(b->key));
@@ -317,7 +323,7 @@ static incmoe_status_t server_on_proof(inc_boot_t *b, const inc_boot_msg_t *m)
     }
     memcpy(b->peer_addr, m->addr, m->addr_len);
     b->peer_addr_len = m->addr_len;
-    if (RAND_bytes(b->token, INC_BOOT_TOKEN) != 1)
+    if (!b->token_chosen && RAND_bytes(b->token, INC_BOOT_TOKEN) != 1)
         return fail(b, INCMOE_ERR_TRANSPORT, "no random bytes for the session token");
     uint8_t *p = queue_msg(b, INC_BOOT_WELCOME, INC_BOOT_TOKEN + 2 + b->local_addr_len);
     memcpy(p, b->token, INC_BOOT_TOKEN);

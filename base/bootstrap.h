@@ -98,6 +98,7 @@ typedef struct {
     size_t in_len;
     uint8_t out[2 * (INC_BOOT_HDR + INC_BOOT_MAX_PAYLOAD)]; /* a pipelined peer: two replies */
     size_t out_len, out_pos;
+    int token_chosen; /* server: inc_boot_choose_token set token, WELCOME sends it */
     /* Results, once done. */
     uint8_t token[INC_BOOT_TOKEN];
     uint8_t peer_addr[INC_BOOT_MAX_ADDR]; /* the fields after it: UCX's read slack (bootstrap.c) */
@@ -113,6 +114,9 @@ incmoe_status_t inc_boot_init(inc_boot_t *b, inc_boot_role_t role, const void *k
                               const void *local_addr, size_t local_addr_len);
 /* Wipe the key and nonces. */
 void inc_boot_clear(inc_boot_t *b);
+/* Server, before the handshake is done: WELCOME sends this session token (the caller's own
+   random bytes, chosen under a constraint of its own) instead of a fresh one. */
+void inc_boot_choose_token(inc_boot_t *b, const uint8_t token[INC_BOOT_TOKEN]);
 /* How many more bytes the machine wants before it can act (0 when done or failed). */
 size_t inc_boot_want(const inc_boot_t *b);
 /* Feed up to len bytes (at most inc_boot_want() are taken); returns the status. */

@@ -533,6 +533,14 @@ TEST(Bootstrap, MutualProofSwapsAddressesAndAToken)
     boot_pump(a.c, a.s);
     boot_pump(b.c, b.s);
     EXPECT_NE(memcmp(a.c->token, b.c->token, INC_BOOT_TOKEN), 0); /* fresh per session */
+    /* A server that chose its token (the NCCL net's accept: one whose data id is free) sends
+       that one. */
+    BootPair chosen("k", "k");
+    const uint8_t token[INC_BOOT_TOKEN] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
+    inc_boot_choose_token(chosen.s, token);
+    boot_pump(chosen.c, chosen.s);
+    ASSERT_EQ(chosen.c->status, INCMOE_OK) << chosen.c->why;
+    EXPECT_EQ(memcmp(chosen.c->token, token, INC_BOOT_TOKEN), 0);
 }
 
 TEST(Bootstrap, WrongKeyAndMismatchFailWithAuth)
