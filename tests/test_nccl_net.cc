@@ -17,6 +17,7 @@ extern "C" {
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -438,6 +439,120 @@ TEST_P(NcclNet, KeyMismatchOrWrongKeyFailsConnect)
         ex->destroy();
         EXPECT_EQ(harness::failures(res), "") << "other key '" << other << "'";
     }
+}
+
+/* The TCP ports this process listens on, as (address, port): /proc/self/net/tcp's LISTEN
+   sockets whose inode is one of this process's descriptors. */
+std::vector<std::pair<std::string, int>> own_listeners()
+{
+    std::vector<std::string> inodes;
+    if (DIR *d = opendir("/proc/self/fd")) {
+        while (struct dirent *e = readdir(d)) {
+            char link[64] = "", path[300];
+            snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+            ssize_t n = readlink(path, link, sizeof(link) - 1);
+            if (n > 8 && strncmp(link, "socket:[", 8) == 0)
+                inodes.push_back(std::string(link + 8, (size_t)n - 9));
+        }
+        closedir(d);
+    }
+    std::vector<std::pair<std::string, int>> out;
+    FILE *f = fopen("/proc/self/net/tcp", "r");
+    char line[512];
+    while (f != nullptr && fgets(line, sizeof(line), f) != nullptr) {
+        unsigned ip, port, state;
+        char inode[32];
+        if (sscanf(line, " %*d: %x:%x %*x:%*x %x %*s %*s %*s %*s %*s %31s", &ip, &port, &state,
+                   inode) != 4 ||
+            state != 0x0a || std::find(inodes.begin(), inodes.end(), inode) == inodes.end())
+            continue;
+        struct in_addr a = {ip}; /* the kernel prints the address in host order */
+        out.emplace_back(inet_ntoa(a), (int)port);
+    }
+    if (f != nullptr)
+        fclose(f);
+    return out;
+}
+
+/* Junk at a TCP port: bursts of 17 zeros, 16 of 0xFF and 64 KiB of noise, a half close, and
+   a connection that says nothing for a second. */
+void junk_at(const std::string &ip, int port)
+{
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, ip.c_str(), &sa.sin_addr);
+    std::string noise(64 * 1024, '\0');
+    unsigned x = 11;
+    for (auto &ch : noise) {
+        x = x * 1103515245u + 12345u;
+        ch = (char)(x >> 16);
+    }
+    std::vector<std::string> junk = {std::string(17, '\0'), std::string(16, '\xff'), noise};
+    std::vector<int> open_fds;
+    for (int k = 0; k < 5; k++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        if (k < 3) {
+            ssize_t w = send(fd, junk[k].data(), junk[k].size(), MSG_NOSIGNAL);
+            (void)w;
+        }
+        if (k == 3)
+            shutdown(fd, SHUT_WR);
+        open_fds.push_back(fd);
+    }
+    usleep(1000 * 1000);
+    for (int fd : open_fds)
+        close(fd);
+}
+
+/* Junk at UCX's own TCP ports of each rank's net (found from the process's listening sockets,
+   the bootstrap's listener closed once it made its connection): the connection still carries
+   data, and UCX listens on loopback alone, the interface of INCMOE_NCCL_ADDR. */
+TEST_P(NcclNet, JunkAtUcxsOwnPortsLeavesTheConnectionWorking)
+{
+    int version = GetParam();
+    Exchange *ex = Exchange::create(2);
+    ASSERT_NE(ex, nullptr);
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            Conn c;
+            std::string err = setup(&c, version, rank, ex);
+            if (!err.empty())
+                return err;
+            auto ports = own_listeners();
+            REQUIRE(!ports.empty(), "no UCX port found");
+            for (auto &[ip, port] : ports) {
+                REQUIRE(ip.rfind("127.", 0) == 0, "UCX listens on " + ip);
+                junk_at(ip, port);
+            }
+            REQUIRE(ex->barrier(1, rank, 2, 30));
+            char sbuf[4096], rbuf[4096];
+            for (size_t j = 0; j < sizeof(sbuf); j++)
+                sbuf[j] = (char)pattern(rank, 9, j);
+            void *data[1] = {rbuf};
+            size_t sz[1] = {sizeof(rbuf)};
+            int tag[1] = {4};
+            void *sreq = nullptr, *rreq = nullptr;
+            REQUIRE(c.pl.net_irecv(c.rc, 1, data, sz, tag, nullptr, &rreq) == ncclSuccess);
+            REQUIRE(c.pl.net_isend(c.sc, sbuf, sizeof(sbuf), 4, nullptr, &sreq) == ncclSuccess);
+            int n = 0;
+            REQUIRE((err = wait_req(c.pl, sreq, &n)).empty(), err);
+            REQUIRE((err = wait_req(c.pl, rreq, &n)).empty(), err);
+            for (size_t j = 0; j < sizeof(rbuf); j++)
+                REQUIRE((unsigned char)rbuf[j] == pattern(1 - rank, 9, j),
+                        "byte " + std::to_string(j));
+            REQUIRE(ex->barrier(2, rank, 2, 30));
+            return teardown(&c);
+        },
+        100);
+    ex->destroy();
+    EXPECT_EQ(harness::failures(res), "");
 }
 
 /* A stranger's UCX worker: it learns a plugin worker's address from a bootstrap on a listener

@@ -2,9 +2,10 @@
  * test_probes.cc - the reliability probes of tools/, at a size the suite can
  * afford: ranks SIGKILLed mid-collective never take the switch down and every
  * survivor gets an error, junk on the public port leaves the switch serving,
- * and so do a key holder's handshakes carrying mutated UCX worker addresses.  The full-size runs
- * (1,000 of each) and their figures are in RELIABILITY.md; deadlines here are generous bounds
- * against a hang, not speed checks.
+ * and so do a key holder's handshakes carrying mutated UCX worker addresses
+ * and junk at the TCP ports UCX itself opens.  The full-size runs (1,000 of
+ * each) and their figures are in RELIABILITY.md; deadlines here are generous
+ * bounds against a hang, not speed checks.
  */
 #include <gtest/gtest.h>
 
@@ -51,4 +52,17 @@ TEST(Probes, MutatedWorkerAddressesLeaveTheSwitchServing)
     EXPECT_NE(r.out.find("100 handshakes"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("reject"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("welcome"), std::string::npos) << r.out;
+}
+
+/* Junk at the TCP port UCX itself opens in the switch (found from its listening sockets): the
+   switch serves on, descriptors back at the baseline, and UCX listens on loopback alone for a
+   switch told 127.0.0.1. */
+TEST(Probes, JunkAtUcxsOwnPortLeavesTheSwitchServing)
+{
+    auto r = run_cmd({"python3", kTools + "probe-junk", "--case", "ucx-ports", "--conns", "100",
+                      "--seed", "5", "--hold-s", "5", "--cpu-max", "50", "--build", TOP_BUILDDIR},
+                     300);
+    ASSERT_FALSE(r.timed_out) << r.out << r.err;
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("the switch's UCX ports: 127.0.0.1:"), std::string::npos) << r.out;
 }
