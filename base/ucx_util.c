@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "clock.h"
 
 /* How long a node without an event fd sleeps between two progress calls. */
@@ -275,16 +276,11 @@ err_cleanup_context:
     return INCMOE_ERR_TRANSPORT;
 }
 
-incmoe_status_t inc_ucx_node_open_served(inc_ucx_node_t *node, const struct sockaddr *served)
+incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node, const struct sockaddr *served)
 {
     /* One single-threaded worker per progress thread: shared MULTI workers are far slower. */
     return inc_ucx_node_open_with(node, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, UCS_THREAD_MODE_SINGLE,
                                   served);
-}
-
-incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
-{
-    return inc_ucx_node_open_served(node, NULL);
 }
 
 void inc_ucx_node_close(inc_ucx_node_t *node)
@@ -341,6 +337,28 @@ incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage
     else
         ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)port);
     return INCMOE_OK;
+}
+
+int inc_ucx_local_toward(const struct sockaddr *peer, socklen_t peer_len,
+                         struct sockaddr_storage *local, socklen_t *local_len)
+{
+    int fd = socket(peer->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    socklen_t len = sizeof(*local);
+    int rc =
+        connect(fd, peer, peer_len) == 0 && getsockname(fd, (struct sockaddr *)local, &len) == 0
+            ? 0
+            : -1;
+    close(fd);
+    if (rc != 0)
+        return -1;
+    if (local->ss_family == AF_INET)
+        ((struct sockaddr_in *)local)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)local)->sin6_port = 0;
+    *local_len = len;
+    return 0;
 }
 
 void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len)

@@ -16,13 +16,12 @@ typedef struct {
 
 /*
  * The client's and the switch's node: active messages and wakeup, one single-threaded worker.
- * served: the address this process serves on (the switch's --listen), or NULL; UCX's network
- * devices are then those inc_ucx_served_devices names, so that UCX's own TCP ports open on
- * that interface only, unless the user set UCX_NET_DEVICES.
+ * served: the address this process serves on (the switch's --listen, the one a rank reaches
+ * the switch from), or NULL; UCX's network devices are then those inc_ucx_served_devices
+ * names, so that UCX's own TCP ports open on that interface only, unless the user set
+ * UCX_NET_DEVICES.
  */
-incmoe_status_t inc_ucx_node_open_served(inc_ucx_node_t *node, const struct sockaddr *served);
-/* inc_ucx_node_open_served with served NULL: every network device UCX finds. */
-incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node);
+incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node, const struct sockaddr *served);
 /*
  * A node with other UCP_FEATURE_* features and another worker thread mode (the NCCL net's:
  * tags, a worker its callers serialize).  Without UCP_FEATURE_WAKEUP, which also narrows
@@ -51,6 +50,10 @@ incmoe_status_t inc_ucx_status(ucs_status_t status);
 /* "host:port" -> sockaddr; port 0 allowed only when allow_any_port. */
 incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
                                        socklen_t *addr_len, int allow_any_port);
+/* The local address this host sends from toward peer (a connected UDP socket's own name: no
+   packet leaves); port 0.  0, or -1 when there is no route. */
+int inc_ucx_local_toward(const struct sockaddr *peer, socklen_t peer_len,
+                         struct sockaddr_storage *local, socklen_t *local_len);
 /* sockaddr -> "host:port" */
 void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len);
 

@@ -141,16 +141,13 @@ static incmoe_status_t join_send(incmoe_comm_t *comm, const uint8_t *token, int 
 
 incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params, int share_addr)
 {
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    incmoe_status_t st = inc_ucx_parse_hostport(params->switch_addr, &ss, &sslen, 0);
     char secret[INCMOE_MAX_SECRET];
     size_t secret_len = 0;
     uint8_t token[INCMOE_WIRE_TOKEN];
+    incmoe_status_t st = join_secret(params, secret, &secret_len);
     if (st == INCMOE_OK)
-        st = join_secret(params, secret, &secret_len);
-    if (st == INCMOE_OK)
-        st = join_bootstrap(comm, &ss, sslen, params->switch_addr, secret, secret_len, token);
+        st = join_bootstrap(comm, &comm->switch_ss, comm->switch_ss_len, params->switch_addr,
+                            secret, secret_len, token);
     OPENSSL_cleanse(secret, sizeof(secret));
     if (st == INCMOE_OK)
         st = join_send(comm, token, share_addr);

@@ -468,7 +468,7 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
         return st;
     /* UCX's own TCP port on --listen's interface only (unless UCX_NET_DEVICES says otherwise):
        a switch told 127.0.0.1 is not reachable from outside through UCX either. */
-    st = inc_ucx_node_open_served(&srv->node, (struct sockaddr *)&ss);
+    st = inc_ucx_node_open(&srv->node, (struct sockaddr *)&ss);
     if (st != INCMOE_OK)
         return st;
     ucp_am_handler_param_t hp = {

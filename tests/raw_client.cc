@@ -32,7 +32,7 @@ ucs_status_t RawClient::on_am(void *arg, const void *header, size_t header_lengt
 
 bool RawClient::connect(const std::string &addr, const std::string &key)
 {
-    if (inc_ucx_node_open(&node_) != INCMOE_OK)
+    if (inc_ucx_node_open(&node_, nullptr) != INCMOE_OK)
         return false;
     ucp_am_handler_param_t hp = {};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |

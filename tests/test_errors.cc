@@ -225,7 +225,7 @@ incmoe_status_t boot_recorded(const std::string &addr, const std::string &key, s
     inc_ucx_node_t node = {};
     ucp_address_t *worker = nullptr;
     size_t worker_len = 0;
-    if (inc_ucx_node_open(&node) != INCMOE_OK ||
+    if (inc_ucx_node_open(&node, nullptr) != INCMOE_OK ||
         ucp_worker_get_address(node.worker, &worker, &worker_len) != UCS_OK) {
         close(fd);
         return INCMOE_ERR_TRANSPORT;
