@@ -13,6 +13,7 @@
 #include "base/config.h"
 #include "base/keyfile.h"
 #include "base/log.h"
+#include "base/ucx_addr.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -198,7 +199,9 @@ static int parse_addresses(incmoe_comm_t *comm, const char *data, size_t length,
             client_fail(comm, INCMOE_ERR_PROTOCOL, "JOIN_ACK: rank %d's address is truncated", r);
             return 0;
         }
-        comm->peer_addr[r] = malloc(len ? len : 1);
+        /* Zeroed slack after each: UCX's transports may read a malformed address that far
+           past its fields (base/ucx_addr.h), and the ring hands these to UCX. */
+        comm->peer_addr[r] = calloc(1, len + INC_UCX_ADDR_SLACK);
         if (comm->peer_addr[r] == NULL) {
             client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for the address table");
             return 0;

@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/reduce.h"
 #include "base/text.h"
+#include "base/ucx_addr.h"
 
 #include <openssl/crypto.h>
 
@@ -414,6 +415,14 @@ static incmoe_status_t ring_connect(incmoe_comm_t *comm)
     int peer = ring_right(comm);
     if (comm->peer_addr_len[peer] == 0) {
         client_fail(comm, INCMOE_ERR_PROTOCOL, "rank %d sent no worker address for the ring", peer);
+        return INCMOE_ERR_PROTOCOL;
+    }
+    /* The address came from a key holder through the switch: UCX aborts on, or reads past, one
+       it cannot unpack, so it is held to this rank's own first. */
+    char why[200];
+    if (inc_ucx_addr_check(comm->peer_addr[peer], comm->peer_addr_len[peer], comm->worker_addr,
+                           comm->worker_addr_len, why, sizeof(why)) != INCMOE_OK) {
+        client_fail(comm, INCMOE_ERR_PROTOCOL, "ring neighbour %d's %s", peer, why);
         return INCMOE_ERR_PROTOCOL;
     }
     ucp_ep_params_t params = {

@@ -299,7 +299,8 @@ static int join_valid(membership_t *m, conn_t *conn, const struct inc_wire_hdr *
     }
     /* The address goes to every rank of the job, whose ring hands it to UCX: one that UCX
        could not unpack is refused here, before the others see it.  The layout only, with no
-       local reference: the transports are the ranks', not this switch's. */
+       local reference: the transports are the ranks', and each rank holds the address to its
+       own before its ring uses it. */
     char why[160];
     if (join->addr_len > 0 &&
         inc_ucx_addr_check(addr, join->addr_len, NULL, 0, why, sizeof(why)) != INCMOE_OK) {

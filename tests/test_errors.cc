@@ -498,6 +498,47 @@ TEST_F(Errors, JoinWithAnAddressUcxCannotUnpackIsRefused)
     expect_switch_serves(sw.addr);
 }
 
+/* A ring neighbour's worker address in UCX's layout (the switch relays it) whose TCP entry has
+   an empty device address, which UCX would hand TCP as NULL: the rank that would connect to it
+   refuses it against its own address and its communicator fails naming why. */
+TEST_F(Errors, RingNeighbourAddressUcxWouldHandAsNullIsRefused)
+{
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(2, [&](int rank) -> std::string {
+        if (rank == 0) {
+            incmoe_comm_params_t p = {};
+            p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = 0;
+            p.nranks = 2;
+            p.timeout_ms = 3000;
+            p.algo = INCMOE_ALGO_RING;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st == INCMOE_OK) {
+                incmoe_comm_destroy(comm);
+                return "the ring connected to a neighbour address UCX would hand TCP as NULL";
+            }
+            return st == INCMOE_ERR_PROTOCOL ? "" : "ring rank 0 gave " + status_text(st);
+        }
+        RawClient c;
+        if (!c.connect(sw.addr))
+            return "connect";
+        /* v2, a uuid; one device with an empty address; the tcp transport (name checksum
+           0x19cf in 1.13 and 1.22), 8 bytes of attributes, a 2-byte interface address. */
+        std::string addr = std::string("\x01\x02", 2) + "uuid-8by" + std::string("\x00\x80", 2) +
+                           std::string("\xcf\x19", 2) + std::string(8, '\x10') + "\x82" + "ab";
+        c.join(job, 1, 2, nullptr, false, &addr);
+        RawMsg ack;
+        if (!c.wait_for(WIRE_MSG_JOIN_ACK, &ack, 3000))
+            return "no JOIN_ACK (the switch refused the address's layout?)";
+        c.progress(2000);
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+}
+
 /* A ring peer's RING_HELLO without the job's ring token binds nothing: the real rank's ring
    wire-up does not finish (with the HELLO taken it would, at once), and its create fails
    when the peer gives up and leaves the job, or at its timeout. */
