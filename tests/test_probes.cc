@@ -66,3 +66,16 @@ TEST(Probes, JunkAtUcxsOwnPortLeavesTheSwitchServing)
     EXPECT_EQ(r.status, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("the switch's UCX ports: 127.0.0.1:"), std::string::npos) << r.out;
 }
+
+/* The same at each rank's UCX port while the job's collectives run: every byte of the job is
+   right, and the ranks listen on loopback alone (the interface toward the switch). */
+TEST(Probes, JunkAtARanksUcxPortLeavesItsJobCorrect)
+{
+    auto r = run_cmd({"python3", kTools + "probe-junk", "--case", "ucx-ports", "--target", "rank",
+                      "--conns", "100", "--seed", "5", "--hold-s", "5", "--cpu-max", "50",
+                      "--build", TOP_BUILDDIR},
+                     300);
+    ASSERT_FALSE(r.timed_out) << r.out << r.err;
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("the job under the junk"), std::string::npos) << r.out;
+}
