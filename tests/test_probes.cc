@@ -29,6 +29,19 @@ TEST(Probes, KilledRanksNeverTakeTheSwitchDown)
     EXPECT_NE(r.out.find("survivors with no error      0"), std::string::npos) << r.out;
 }
 
+/* Ranks SIGSTOPped past the job's timeout and resumed: the others fail with an error, and the
+   resumed rank exits with one of its own, never by UCX's assertion. */
+TEST(Probes, RanksResumedAfterALongStopExitWithAnError)
+{
+    auto r =
+        run_cmd({"python3", kTools + "probe-killloop", "--fault", "stop", "--kills", "10", "--seed",
+                 "5", "--deadline-ms", "10000", "--settle-s", "20", "--build", TOP_BUILDDIR},
+                300);
+    ASSERT_FALSE(r.timed_out) << r.out << r.err;
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("victims dead by a signal     0"), std::string::npos) << r.out;
+}
+
 TEST(Probes, JunkConnectionsLeaveTheSwitchServing)
 {
     /* Idle CPU is measured by the probe; the bound here is loose (a spin uses ~100%). */
