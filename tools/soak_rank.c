@@ -58,6 +58,7 @@ static void usage(FILE *f)
                "  --bytes B        bytes of the N-block buffer, 4N..1G (default 256K)\n"
                "  --op OP          agrs, allreduce or mix (default mix: one, then the other)\n"
                "  --algo A         inc or ring (default inc)\n"
+               "  --algos          print every --algo name, one a line, and exit\n"
                "  --seed X         data seed, 0..2^62 (default 1)\n"
                "  --timeout-ms MS  join bound and the liveness timeout asked of the switch,\n"
                "                   1..86400000 (default INCMOE_TIMEOUT_MS)\n"
@@ -75,14 +76,22 @@ static int op_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
+/* Every algorithm by its --algo name; tools/faultsoak's --algo mix draws from --algos. */
+static const struct {
+    const char *name;
+    incmoe_algo_t algo;
+} algos[] = {{"inc", INCMOE_ALGO_INC}, {"ring", INCMOE_ALGO_RING}};
+#define NALGOS (sizeof(algos) / sizeof(algos[0]))
+
 static int algo_arg(void *dst, const char *flag, const char *text)
 {
-    if (strcmp(text, "inc") != 0 && strcmp(text, "ring") != 0) {
-        fprintf(stderr, PROG ": --algo must be inc or ring, got '%s'\n", text);
-        return -1;
-    }
-    *(incmoe_algo_t *)dst = strcmp(text, "ring") == 0 ? INCMOE_ALGO_RING : INCMOE_ALGO_INC;
-    return 0;
+    for (size_t i = 0; i < NALGOS; i++)
+        if (strcmp(text, algos[i].name) == 0) {
+            *(incmoe_algo_t *)dst = algos[i].algo;
+            return 0;
+        }
+    fprintf(stderr, PROG ": --algo must be one of --algos' names, got '%s'\n", text);
+    return -1;
 }
 
 /* What no single option can check: the required ones, and the options against each other. */
@@ -130,6 +139,11 @@ static int parse_args(int argc, char **argv, opts_t *o)
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
+            return 1;
+        }
+        if (strcmp(a, "--algos") == 0) {
+            for (size_t k = 0; k < NALGOS; k++)
+                printf("%s\n", algos[k].name);
             return 1;
         }
         const char *v = i + 1 < argc ? argv[++i] : NULL;
