@@ -1,11 +1,13 @@
 /* bootstrap.c - the bootstrap handshake's messages and state machine (no sockets). */
 #include "bootstrap.h"
+#include "ucx_addr.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +19,12 @@ enum {
     BOOT_DONE,
     BOOT_FAILED,
 };
+
+/* UCX reads a malformed transport address up to INC_UCX_ADDR_SLACK bytes past its field: what
+   follows peer_addr in the machine is that slack, so the address can go to UCX where it lies. */
+_Static_assert(sizeof(inc_boot_t) - offsetof(inc_boot_t, peer_addr) - INC_BOOT_MAX_ADDR >=
+                   INC_UCX_ADDR_SLACK,
+               "inc_boot_t keeps no slack after peer_addr");
 
 static const char label_server[] = "incmoe-boot-1 server";
 static const char label_client[] = "incmoe-boot-1 client";
@@ -226,6 +234,11 @@ incmoe_status_t inc_boot_init(inc_boot_t *b, inc_boot_role_t role, const void *k
     if (key_len > sizeof(b->key) || local_addr_len == 0 || local_addr_len > INC_BOOT_MAX_ADDR)
         return fail(b, INCMOE_ERR_INVALID_ARG, "key of %zu bytes (0..%d), address of %zu (1..%d)",
                     key_len, INCMOE_MAX_SECRET, local_addr_len, INC_BOOT_MAX_ADDR);
+    /* The peer's address is checked against this one: it must pass the check itself. */
+    char why[200];
+    if (inc_ucx_addr_check(local_addr, local_addr_len, NULL, 0, why, sizeof(why)) != INCMOE_OK)
+        return fail(b, INCMOE_ERR_INVALID_ARG,
+                    "this side's %s (UCX_UNIFIED_MODE=y packs a form incmoe cannot check)", why);
     if (key_len > 0)
         memcpy(b->key, key, key_len);
     b->key_len = key_len;
@@ -241,6 +254,12 @@ incmoe_status_t inc_boot_init(inc_boot_t *b, inc_boot_role_t role, const void *k
     memcpy(p + 1, b->nonce_c, INC_BOOT_NONCE);
     b->state = CLIENT_WAIT_CHALLENGE;
     return INCMOE_IN_PROGRESS;
+}
+
+void inc_boot_choose_token(inc_boot_t *b, const uint8_t token[INC_BOOT_TOKEN])
+{
+    memcpy(b->token, token, INC_BOOT_TOKEN);
+    b->token_chosen = 1;
 }
 
 void inc_boot_clear(inc_boot_t *b)
@@ -294,9 +313,17 @@ static incmoe_status_t server_on_proof(inc_boot_t *b, const inc_boot_msg_t *m)
         inc_boot_reject(b, INCMOE_ERR_AUTH, mismatch_text(1));
         return b->status;
     }
+    /* The reason goes back in REJECT, whose text is at most INC_BOOT_MAX_TEXT. */
+    char why[INC_BOOT_MAX_TEXT - 24], text[INC_BOOT_MAX_TEXT];
+    if (inc_ucx_addr_check(m->addr, m->addr_len, b->local_addr, b->local_addr_len, why,
+                           sizeof(why)) != INCMOE_OK) {
+        snprintf(text, sizeof(text), "the connecting side's %s", why);
+        inc_boot_reject(b, INCMOE_ERR_PROTOCOL, text);
+        return b->status;
+    }
     memcpy(b->peer_addr, m->addr, m->addr_len);
     b->peer_addr_len = m->addr_len;
-    if (RAND_bytes(b->token, INC_BOOT_TOKEN) != 1)
+    if (!b->token_chosen && RAND_bytes(b->token, INC_BOOT_TOKEN) != 1)
         return fail(b, INCMOE_ERR_TRANSPORT, "no random bytes for the session token");
     uint8_t *p = queue_msg(b, INC_BOOT_WELCOME, INC_BOOT_TOKEN + 2 + b->local_addr_len);
     memcpy(p, b->token, INC_BOOT_TOKEN);
@@ -340,6 +367,10 @@ static incmoe_status_t client_on_challenge(inc_boot_t *b, const inc_boot_msg_t *
 
 static incmoe_status_t client_on_welcome(inc_boot_t *b, const inc_boot_msg_t *m)
 {
+    char why[200];
+    if (inc_ucx_addr_check(m->addr, m->addr_len, b->local_addr, b->local_addr_len, why,
+                           sizeof(why)) != INCMOE_OK)
+        return fail(b, INCMOE_ERR_PROTOCOL, "the accepting side's %s", why);
     memcpy(b->token, m->token, INC_BOOT_TOKEN);
     memcpy(b->peer_addr, m->addr, m->addr_len);
     b->peer_addr_len = m->addr_len;

@@ -22,6 +22,13 @@
  * sends no proof (flags say so); a keyed side talking to a keyless one fails
  * with INCMOE_ERR_AUTH naming the mismatch, on both ends.
  *
+ * A key proves who sent an address, not that UCX can take it: each side holds
+ * the other's worker address to inc_ucx_addr_check() (base/ucx_addr.h), with
+ * its own as the reference, before the handshake succeeds.  The server
+ * REJECTs a bad one (INCMOE_ERR_PROTOCOL, naming what is wrong) instead of
+ * sending WELCOME; the client fails on a bad WELCOME.  So whatever a
+ * handshake hands its caller UCX can unpack.
+ *
  * Every message: an 8-byte header (magic "INCB", version, type, 16-bit
  * payload length) and at most INC_BOOT_MAX_PAYLOAD bytes; each type's payload
  * length is checked exactly.  The machine is pure (no sockets): feed it the
@@ -91,20 +98,25 @@ typedef struct {
     size_t in_len;
     uint8_t out[2 * (INC_BOOT_HDR + INC_BOOT_MAX_PAYLOAD)]; /* a pipelined peer: two replies */
     size_t out_len, out_pos;
+    int token_chosen; /* server: inc_boot_choose_token set token, WELCOME sends it */
     /* Results, once done. */
     uint8_t token[INC_BOOT_TOKEN];
-    uint8_t peer_addr[INC_BOOT_MAX_ADDR];
+    uint8_t peer_addr[INC_BOOT_MAX_ADDR]; /* the fields after it: UCX's read slack (bootstrap.c) */
     size_t peer_addr_len;
     incmoe_status_t status; /* INCMOE_IN_PROGRESS, INCMOE_OK or the error */
     char why[INC_BOOT_MAX_TEXT + 64];
 } inc_boot_t;
 
-/* key_len 0: keyless.  local_addr: this side's worker address (1..INC_BOOT_MAX_ADDR bytes).
+/* key_len 0: keyless.  local_addr: this side's worker address (1..INC_BOOT_MAX_ADDR bytes,
+   passing inc_ucx_addr_check, else INCMOE_ERR_INVALID_ARG).
    A client queues its HELLO at once; INCMOE_ERR_* if the randomness source fails. */
 incmoe_status_t inc_boot_init(inc_boot_t *b, inc_boot_role_t role, const void *key, size_t key_len,
                               const void *local_addr, size_t local_addr_len);
 /* Wipe the key and nonces. */
 void inc_boot_clear(inc_boot_t *b);
+/* Server, before the handshake is done: WELCOME sends this session token (the caller's own
+   random bytes, chosen under a constraint of its own) instead of a fresh one. */
+void inc_boot_choose_token(inc_boot_t *b, const uint8_t token[INC_BOOT_TOKEN]);
 /* How many more bytes the machine wants before it can act (0 when done or failed). */
 size_t inc_boot_want(const inc_boot_t *b);
 /* Feed up to len bytes (at most inc_boot_want() are taken); returns the status. */

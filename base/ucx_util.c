@@ -3,13 +3,17 @@
 #include "log.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <limits.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "clock.h"
 
 /* How long a node without an event fd sleeps between two progress calls. */
@@ -41,8 +45,165 @@ incmoe_status_t inc_ucx_status(ucs_status_t status)
     }
 }
 
-/* A UCX context from the environment's UCX_* configuration; why names it in errors. */
-static incmoe_status_t context_open(const ucp_params_t *params, const char *why, ucp_context_h *ctx)
+/* Is addr one of the wildcard addresses (0.0.0.0, ::)? */
+static int is_wildcard(const struct sockaddr *addr)
+{
+    static const struct in6_addr any6 = IN6ADDR_ANY_INIT;
+    if (addr->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)addr)->sin_addr.s_addr == htonl(INADDR_ANY);
+    return memcmp(&((const struct sockaddr_in6 *)addr)->sin6_addr, &any6, sizeof(any6)) == 0;
+}
+
+static int same_ip(const struct sockaddr *a, const struct sockaddr *b)
+{
+    if (a->sa_family != b->sa_family)
+        return 0;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return a->sa_family == AF_INET6 &&
+           memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+/* Append ",item" (or "item" first) to out; 0 when it does not fit. */
+static int list_add(char *out, size_t out_len, const char *item)
+{
+    size_t n = strlen(out);
+    int w = snprintf(out + n, out_len - n, "%s%s", n > 0 ? "," : "", item);
+    if (w < 0 || (size_t)w >= out_len - n) {
+        out[n] = '\0';
+        return 0;
+    }
+    return 1;
+}
+
+void inc_ucx_served_devices(const struct sockaddr *served, char *out, size_t out_len)
+{
+    out[0] = '\0';
+    if (served == NULL || (served->sa_family != AF_INET && served->sa_family != AF_INET6) ||
+        is_wildcard(served))
+        return;
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) != 0)
+        return;
+    /* The interface holding the address, else one whose IPv4 network holds it (127.0.0.2 is
+       lo's though lo holds 127.0.0.1/8). */
+    for (struct ifaddrs *i = ifs; i != NULL && out[0] == '\0'; i = i->ifa_next)
+        if (i->ifa_addr != NULL && same_ip(i->ifa_addr, served))
+            list_add(out, out_len, i->ifa_name);
+    for (struct ifaddrs *i = ifs; i != NULL && out[0] == '\0'; i = i->ifa_next)
+        if (i->ifa_addr != NULL && i->ifa_netmask != NULL && served->sa_family == AF_INET &&
+            i->ifa_addr->sa_family == AF_INET) {
+            uint32_t mask = ((const struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr;
+            if ((((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr & mask) ==
+                (((const struct sockaddr_in *)served)->sin_addr.s_addr & mask))
+                list_add(out, out_len, i->ifa_name);
+        }
+    freeifaddrs(ifs);
+    if (out[0] == '\0')
+        return;
+    /* RDMA ports ("mlx5_0:1") are network devices too: every one stays, so restricting UCX's
+       TCP to the served interface never takes verbs away from a fabric. */
+    DIR *d = opendir("/sys/class/infiniband");
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports", e->d_name);
+        DIR *p = opendir(path);
+        for (struct dirent *q; p != NULL && (q = readdir(p)) != NULL;) {
+            char item[NAME_MAX + 16];
+            if (q->d_name[0] != '.' &&
+                snprintf(item, sizeof(item), "%s:%s", e->d_name, q->d_name) < (int)sizeof(item))
+                list_add(out, out_len, item);
+        }
+        if (p != NULL)
+            closedir(p);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
+/*
+ * Restrict the context's network devices to those serving `served` (see
+ * inc_ucx_served_devices) unless the user chose them (UCX_NET_DEVICES).  On
+ * this context alone, through ucp_config_modify: the process's environment
+ * is not the library's to change.
+ */
+static void config_served(ucp_config_t *config, const struct sockaddr *served)
+{
+    if (served == NULL || getenv("UCX_NET_DEVICES") != NULL)
+        return;
+    char devices[512], where[96];
+    inc_ucx_served_devices(served, devices, sizeof(devices));
+    inc_ucx_format_sockaddr(served, where, sizeof(where));
+    if (devices[0] == '\0') {
+        log_debug("ucx", "%s is no single interface's: UCX uses every network device", where);
+        return;
+    }
+    ucs_status_t st = ucp_config_modify(config, "NET_DEVICES", devices);
+    if (st != UCS_OK)
+        log_warn("ucx", "UCX_NET_DEVICES=%s (the devices serving %s) refused: %s", devices, where,
+                 ucs_status_string(st));
+    else
+        log_debug("ucx",
+                  "UCX's network devices: %s (those serving %s; UCX_NET_DEVICES "
+                  "overrides)",
+                  devices, where);
+}
+
+/*
+ * TCP transport settings every incmoe context takes unless the user set them:
+ *   MAX_POLL 1: Debian's 1.13.1, built with assertions, aborts in uct_tcp_iface_handle_events
+ *     when an event of one epoll batch names an endpoint an earlier event closed, as when a
+ *     peer dies or a stopped process resumes; one event per poll stopped it (RELIABILITY.md,
+ *     "UCX 1.13 vs 1.22").
+ *   CONN_NB y: UCX connects a worker-address endpoint with a blocking connect() inside
+ *     ucp_ep_create by default, so an address naming a host that does not answer holds the
+ *     caller (the switch's event loop, NCCL's proxy thread) for the kernel's SYN timeout, and
+ *     a connect that fails at once leaves its socket open until the worker goes.
+ * ucp_config_modify reaches a transport's setting on this context alone: 1.13 takes the name
+ * without the transport's prefix ("MAX_POLL"; "TCP_MAX_POLL" it keeps and never applies), 1.22
+ * only the prefixed one, refusing the other.  A context without TCP would warn that the key
+ * went unused, so a UCX_TLS without tcp skips them.
+ */
+static const struct {
+    const char *name, *value;
+} tcp_settings[] = {{"MAX_POLL", "1"}, {"CONN_NB", "y"}};
+
+static int tls_has_tcp(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (tls == NULL)
+        return 1;
+    if (tls[0] == '^')
+        return strstr(tls, "tcp") == NULL;
+    return strstr(tls, "tcp") != NULL || strstr(tls, "all") != NULL;
+}
+
+static void config_tcp(ucp_config_t *config)
+{
+    if (!tls_has_tcp())
+        return;
+    for (size_t i = 0; i < sizeof(tcp_settings) / sizeof(tcp_settings[0]); i++) {
+        char env[64], prefixed[64];
+        snprintf(env, sizeof(env), "UCX_TCP_%s", tcp_settings[i].name);
+        snprintf(prefixed, sizeof(prefixed), "TCP_%s", tcp_settings[i].name);
+        if (getenv(env) != NULL)
+            continue;
+        ucs_status_t st = ucp_config_modify(config, tcp_settings[i].name, tcp_settings[i].value);
+        if (st == UCS_ERR_INVALID_PARAM)
+            st = ucp_config_modify(config, prefixed, tcp_settings[i].value);
+        if (st != UCS_OK)
+            log_warn("ucx", "%s=%s refused: %s", env, tcp_settings[i].value, ucs_status_string(st));
+    }
+}
+
+/* A UCX context from the environment's UCX_* configuration, its network devices those serving
+   `served` (NULL: UCX's own choice); why names it in errors. */
+static incmoe_status_t context_open(const ucp_params_t *params, const char *why,
+                                    const struct sockaddr *served, ucp_context_h *ctx)
 {
     ucp_config_t *config;
     ucs_status_t st = ucp_config_read(NULL, NULL, &config);
@@ -50,6 +211,8 @@ static incmoe_status_t context_open(const ucp_params_t *params, const char *why,
         log_error("ucx", "ucp_config_read: %s", ucs_status_string(st));
         return INCMOE_ERR_TRANSPORT;
     }
+    config_served(config, served);
+    config_tcp(config);
     st = ucp_init(params, config, ctx);
     ucp_config_release(config);
     if (st != UCS_OK) {
@@ -64,7 +227,7 @@ incmoe_status_t inc_ucx_memory_types(uint64_t *types)
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_TAG | UCP_FEATURE_AM};
     ucp_context_h ctx;
-    if (context_open(&params, " (to ask UCX's memory types)", &ctx) != INCMOE_OK)
+    if (context_open(&params, " (to ask UCX's memory types)", NULL, &ctx) != INCMOE_OK)
         return INCMOE_ERR_TRANSPORT;
     ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
     ucs_status_t st = ucp_context_query(ctx, &attr);
@@ -78,14 +241,14 @@ incmoe_status_t inc_ucx_memory_types(uint64_t *types)
 }
 
 incmoe_status_t inc_ucx_node_open_with(inc_ucx_node_t *node, uint64_t features,
-                                       ucs_thread_mode_t thread_mode)
+                                       ucs_thread_mode_t thread_mode, const struct sockaddr *served)
 {
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
         .features = features,
         .mt_workers_shared = 0,
     };
-    if (context_open(&params, "", &node->context) != INCMOE_OK)
+    if (context_open(&params, "", served, &node->context) != INCMOE_OK)
         return INCMOE_ERR_TRANSPORT;
     ucp_worker_params_t wparams = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
@@ -113,11 +276,11 @@ err_cleanup_context:
     return INCMOE_ERR_TRANSPORT;
 }
 
-incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node)
+incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node, const struct sockaddr *served)
 {
     /* One single-threaded worker per progress thread: shared MULTI workers are far slower. */
-    return inc_ucx_node_open_with(node, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-                                  UCS_THREAD_MODE_SINGLE);
+    return inc_ucx_node_open_with(node, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, UCS_THREAD_MODE_SINGLE,
+                                  served);
 }
 
 void inc_ucx_node_close(inc_ucx_node_t *node)
@@ -174,6 +337,28 @@ incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage
     else
         ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)port);
     return INCMOE_OK;
+}
+
+int inc_ucx_local_toward(const struct sockaddr *peer, socklen_t peer_len,
+                         struct sockaddr_storage *local, socklen_t *local_len)
+{
+    int fd = socket(peer->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    socklen_t len = sizeof(*local);
+    int rc =
+        connect(fd, peer, peer_len) == 0 && getsockname(fd, (struct sockaddr *)local, &len) == 0
+            ? 0
+            : -1;
+    close(fd);
+    if (rc != 0)
+        return -1;
+    if (local->ss_family == AF_INET)
+        ((struct sockaddr_in *)local)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)local)->sin6_port = 0;
+    *local_len = len;
+    return 0;
 }
 
 void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len)

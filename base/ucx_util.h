@@ -14,16 +14,30 @@ typedef struct {
     int event_fd; /* the worker's wakeup fd; -1 when opened without UCP_FEATURE_WAKEUP */
 } inc_ucx_node_t;
 
-/* The client's and the switch's node: active messages and wakeup, one single-threaded worker. */
-incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node);
+/*
+ * The client's and the switch's node: active messages and wakeup, one single-threaded worker.
+ * served: the address this process serves on (the switch's --listen, the one a rank reaches
+ * the switch from), or NULL; UCX's network devices are then those inc_ucx_served_devices
+ * names, so that UCX's own TCP ports open on that interface only, unless the user set
+ * UCX_NET_DEVICES.
+ */
+incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node, const struct sockaddr *served);
 /*
  * A node with other UCP_FEATURE_* features and another worker thread mode (the NCCL net's:
  * tags, a worker its callers serialize).  Without UCP_FEATURE_WAKEUP, which also narrows
  * UCX's choice of transports, the node has no event fd and inc_ucx_node_wait naps instead.
- * Both come from the environment's UCX_* settings; on failure logs why.
+ * Both come from the environment's UCX_* settings (served as above); on failure logs why.
  */
 incmoe_status_t inc_ucx_node_open_with(inc_ucx_node_t *node, uint64_t features,
-                                       ucs_thread_mode_t thread_mode);
+                                       ucs_thread_mode_t thread_mode,
+                                       const struct sockaddr *served);
+
+/*
+ * UCX_NET_DEVICES for a process serving on `served`: the interface holding that address and
+ * every RDMA port (so verbs stay on a fabric); "" for a wildcard address or one no interface
+ * holds (UCX's default: every device).
+ */
+void inc_ucx_served_devices(const struct sockaddr *served, char *out, size_t out_len);
 
 /* The memory types (UCS_BIT(UCS_MEMORY_TYPE_*)) the UCX found at run time can move, from a
    throwaway context: the answer depends on the library and its UCX_* settings only.  On
@@ -36,6 +50,10 @@ incmoe_status_t inc_ucx_status(ucs_status_t status);
 /* "host:port" -> sockaddr; port 0 allowed only when allow_any_port. */
 incmoe_status_t inc_ucx_parse_hostport(const char *text, struct sockaddr_storage *addr,
                                        socklen_t *addr_len, int allow_any_port);
+/* The local address this host sends from toward peer (a connected UDP socket's own name: no
+   packet leaves); port 0.  0, or -1 when there is no route. */
+int inc_ucx_local_toward(const struct sockaddr *peer, socklen_t peer_len,
+                         struct sockaddr_storage *local, socklen_t *local_len);
 /* sockaddr -> "host:port" */
 void inc_ucx_format_sockaddr(const struct sockaddr *sa, char *out, size_t out_len);
 

@@ -15,7 +15,8 @@
 
 static void drive(const uint8_t *data, size_t size, const char *key, size_t key_len)
 {
-    static const uint8_t worker[] = "fuzz-worker-address";
+    /* A packed UCX worker address without transports: the peer's is checked against it. */
+    static const uint8_t worker[] = {0x01, 0x02, 'f', 'u', 'z', 'z', 'w', 'o', 'r', 'k', 0xff};
     inc_boot_t *b = malloc(sizeof(*b));
     if (b == NULL)
         return;

@@ -49,6 +49,11 @@ def smsg(conn, h, payload=b"", mode=0):
     return bytes([conn * 8 + mode]) + struct.pack("<H", len(payload)) + h + payload
 
 
+# The smallest packed UCX worker address (v2, a uuid, no transports): the switch checks a
+# JOIN's address with inc_ucx_addr_check.
+WORKER_ADDR = b"\x01\x02" + b"rank-adr" + b"\xff"
+
+
 def join(conn, job, rank, nranks, addr=b"", token=bytes(16)):
     # struct inc_wire_join: nranks, addr_len, timeout_ms and progress_timeout_ms (0: the
     # switch's), token;
@@ -135,7 +140,7 @@ def switch_seeds():
     # Two jobs at once, one rank lost mid-collective, a JOIN with an address, liveness ages.
     s = join(0, 1, 0, 2) + join(1, 1, 1, 2) + join(2, 2, 0, 2) + join(3, 2, 1, 2)
     s += post(0, 1, 0, AG, 1, 64) + data(0, 1, 0, AG, 1, 0, 64)
-    s += bytes([1 * 8 + 6]) + join(4, 3, 0, 2, addr=bytes(range(8)))
+    s += bytes([1 * 8 + 6]) + join(4, 3, 0, 2, addr=WORKER_ADDR)
     s += post(2, 2, 0, AR, 1, 64, dtype=FLOAT32) + bytes([7, 3]) + complete()
     write("switch_msg", "two_jobs_lost", s)
     # Both ranks fall silent before their JOIN_ACKs complete: the job goes, its payload must

@@ -191,6 +191,8 @@ struct incmoe_comm {
     int releasing;           /* incmoe_comm_release: closing waits for no one */
     size_t rndv_thresh;
 
+    struct sockaddr_storage switch_ss; /* params->switch_addr, parsed once */
+    socklen_t switch_ss_len;
     inc_ucx_node_t node;
     ucp_ep_h ep;              /* to the switch */
     struct client_mesh *mesh; /* to the other ranks (mesh.c), for the algorithms that use it */

@@ -316,7 +316,17 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     pthread_cond_init(&comm->cond, NULL);
     if (comm->wake_fd < 0)
         return INCMOE_ERR_NO_MEMORY;
-    incmoe_status_t st = inc_ucx_node_open(&comm->node);
+    incmoe_status_t st =
+        inc_ucx_parse_hostport(params->switch_addr, &comm->switch_ss, &comm->switch_ss_len, 0);
+    if (st != INCMOE_OK)
+        return st;
+    /* UCX's own TCP port on the interface this rank reaches the switch through, where the
+       switch and the ring neighbours connect to it; every interface when there is no route. */
+    struct sockaddr_storage local;
+    socklen_t local_len;
+    int toward = inc_ucx_local_toward((struct sockaddr *)&comm->switch_ss, comm->switch_ss_len,
+                                      &local, &local_len) == 0;
+    st = inc_ucx_node_open(&comm->node, toward ? (struct sockaddr *)&local : NULL);
     return st == INCMOE_OK ? comm_set_handler(comm) : st;
 }
 

@@ -142,16 +142,13 @@ static incmoe_status_t join_send(incmoe_comm_t *comm, const uint8_t *token, int 
 
 incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *params, int share_addr)
 {
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    incmoe_status_t st = inc_ucx_parse_hostport(params->switch_addr, &ss, &sslen, 0);
     char secret[INCMOE_MAX_SECRET];
     size_t secret_len = 0;
     uint8_t token[INCMOE_WIRE_TOKEN];
+    incmoe_status_t st = join_secret(params, secret, &secret_len);
     if (st == INCMOE_OK)
-        st = join_secret(params, secret, &secret_len);
-    if (st == INCMOE_OK)
-        st = join_bootstrap(comm, &ss, sslen, params->switch_addr, secret, secret_len, token);
+        st = join_bootstrap(comm, &comm->switch_ss, comm->switch_ss_len, params->switch_addr,
+                            secret, secret_len, token);
     OPENSSL_cleanse(secret, sizeof(secret));
     if (st == INCMOE_OK)
         st = join_send(comm, token, share_addr);
@@ -202,7 +199,8 @@ static int parse_addresses(incmoe_comm_t *comm, const char *data, size_t length,
             client_fail(comm, INCMOE_ERR_PROTOCOL, "JOIN_ACK: rank %d's address is truncated", r);
             return 0;
         }
-        /* Zeroed slack after it: what a UCX transport may read past a malformed field. */
+        /* Zeroed slack after each: UCX's transports may read a malformed address that far
+           past its fields (base/ucx_addr.h), and the ring hands these to UCX. */
         comm->peer_addr[r] = calloc(1, (size_t)len + INC_UCX_ADDR_SLACK);
         if (comm->peer_addr[r] == NULL) {
             client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for the address table");

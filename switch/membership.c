@@ -16,6 +16,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/text.h"
+#include "base/ucx_addr.h"
 
 #include <openssl/rand.h>
 
@@ -325,12 +326,24 @@ static void job_send_ack(membership_t *m, job_t *job)
 
 /* Is the JOIN well formed and in range?  Refuses the connection if not. */
 static int join_valid(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
-                      const struct inc_wire_join *join, size_t length)
+                      const struct inc_wire_join *join, const char *addr, size_t length)
 {
     char text[200];
     if (join->addr_len > INCMOE_WIRE_MAX_ADDR || sizeof(*join) + join->addr_len != length) {
         m->stats->bad_messages++;
         refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, "malformed JOIN");
+        return 0;
+    }
+    /* The address goes to every rank of the job, whose ring hands it to UCX: one that UCX
+       could not unpack is refused here, before the others see it.  The layout only, with no
+       local reference: the transports are the ranks', and each rank holds the address to its
+       own before its ring uses it. */
+    char why[160];
+    if (join->addr_len > 0 &&
+        inc_ucx_addr_check(addr, join->addr_len, NULL, 0, why, sizeof(why)) != INCMOE_OK) {
+        m->stats->bad_messages++;
+        snprintf(text, sizeof(text), "rank %u's JOIN: %s", hdr->rank, why);
+        refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, text);
         return 0;
     }
     if (join->nranks < 1 || join->nranks > INCMOE_MAX_RANKS) {
@@ -419,7 +432,7 @@ void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, 
     struct inc_wire_join join;
     memcpy(&join, payload, sizeof(join));
     const char *addr = payload + sizeof(join);
-    if (!join_valid(m, conn, hdr, &join, length))
+    if (!join_valid(m, conn, hdr, &join, addr, length))
         return;
     job_t *job = join_admit(m, conn, hdr, join.nranks);
     if (job == NULL)

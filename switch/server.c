@@ -5,7 +5,9 @@
  * the sends with one egress queue per destination, the receive callback that
  * finds a message's connection and hands it to demux.c, and the event loop,
  * which sleeps on the worker's event fd, the engine's wake fd and the bootstrap
- * listener's sockets when idle.  UCX itself listens on nothing public.
+ * listener's sockets when idle.  UCX's own TCP port, which the ranks'
+ * endpoints connect to after the bootstrap, is on --listen's interface only
+ * (all of them for a wildcard address) unless UCX_NET_DEVICES says otherwise.
  */
 #include "server.h"
 #include "base/log.h"
@@ -63,8 +65,9 @@ static void conn_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
  * for its JOIN.  The endpoint is the switch's own (its error callback reports
  * a dead rank at once); UCX pairs it with the rank's endpoint to this worker,
  * which then names it in every message.  Only a peer that passed the
- * handshake gets here: UCX 1.13 aborts on a malformed worker address, so with
- * a key only key holders can make it parse one, and without a key anyone can.
+ * handshake gets here, and with an address the handshake held to
+ * inc_ucx_addr_check against this worker's own: UCX aborts on, or reads past,
+ * a malformed one, and a key proves only who sent it.
  */
 static void server_on_session(void *arg, const inc_boot_t *boot, const char *peer)
 {
@@ -491,7 +494,9 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
     incmoe_status_t st = inc_ucx_parse_hostport(listen_addr, &ss, &sslen, 1);
     if (st != INCMOE_OK)
         return st;
-    st = inc_ucx_node_open(&srv->node);
+    /* UCX's own TCP port on --listen's interface only (unless UCX_NET_DEVICES says otherwise):
+       a switch told 127.0.0.1 is not reachable from outside through UCX either. */
+    st = inc_ucx_node_open(&srv->node, (struct sockaddr *)&ss);
     if (st != INCMOE_OK)
         return st;
     ucp_am_handler_param_t hp = {

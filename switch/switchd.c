@@ -326,11 +326,5 @@ int main(int argc, char **argv)
     set.egress_limit = (size_t)args.egress_chunks * set.chunk_size;
     inc_log_set_ident("switchd");
     heap_keep(args.heap_keep);
-    /* UCX built with debug assertions (Debian's 1.13.1) aborts in its TCP
-     * transport when a polled event names an endpoint already closed, as an
-     * earlier event of the same epoll batch can when ranks die; taking one
-     * event per poll stopped it (RELIABILITY.md, "UCX 1.13 vs 1.22").  A
-     * value the user set wins. */
-    setenv("UCX_TCP_MAX_POLL", "1", 0);
     return serve(&set, args.listen);
 }

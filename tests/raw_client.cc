@@ -32,7 +32,7 @@ ucs_status_t RawClient::on_am(void *arg, const void *header, size_t header_lengt
 
 bool RawClient::connect(const std::string &addr, const std::string &key)
 {
-    if (inc_ucx_node_open(&node_) != INCMOE_OK)
+    if (inc_ucx_node_open(&node_, nullptr) != INCMOE_OK)
         return false;
     ucp_am_handler_param_t hp = {};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -78,21 +78,21 @@ void RawClient::send(const void *hdr, size_t header_len, const void *payload, si
 }
 
 void RawClient::join(uint64_t job, uint32_t rank, uint32_t nranks, const uint8_t *token,
-                     bool with_addr)
+                     bool with_addr, const std::string *addr)
 {
     inc_wire_hdr h;
     inc_wire_hdr_init(&h, WIRE_MSG_JOIN, job);
     h.rank = rank;
     inc_wire_join j = {};
     j.nranks = nranks;
-    j.addr_len = with_addr ? (uint32_t)addr_len_ : 4;
+    std::string a = addr != nullptr ? *addr
+                    : with_addr     ? std::string((const char *)addr_, addr_len_)
+                                    : std::string();
+    j.addr_len = (uint32_t)a.size();
     j.timeout_ms = 10000;
     memcpy(j.token, token != nullptr ? token : token_, sizeof(j.token));
     std::string payload((const char *)&j, sizeof(j));
-    if (with_addr)
-        payload.append((const char *)addr_, addr_len_);
-    else
-        payload += "addr";
+    payload += a;
     h.length = payload.size();
     send(h, payload.data(), payload.size());
 }

@@ -33,9 +33,9 @@ class RawClient
         send(&hdr, sizeof(hdr), payload, len);
     }
     /* JOIN as rank of an nranks job, with the bootstrap's session token (or another); with_addr:
-       this client's real worker address for ring peers, else 4 bytes no peer will use. */
+       this client's real worker address for ring peers, else none; addr: these bytes instead. */
     void join(uint64_t job, uint32_t rank, uint32_t nranks, const uint8_t *token = nullptr,
-              bool with_addr = false);
+              bool with_addr = false, const std::string *addr = nullptr);
     /* A message to another worker (a ring peer), by its address from JOIN_ACK. */
     bool send_to_worker(const std::string &worker_addr, const inc_wire_hdr &hdr,
                         const void *payload, size_t len);

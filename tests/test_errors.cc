@@ -227,7 +227,7 @@ incmoe_status_t boot_recorded(const std::string &addr, const std::string &key, s
     inc_ucx_node_t node = {};
     ucp_address_t *worker = nullptr;
     size_t worker_len = 0;
-    if (inc_ucx_node_open(&node) != INCMOE_OK ||
+    if (inc_ucx_node_open(&node, nullptr) != INCMOE_OK ||
         ucp_worker_get_address(node.worker, &worker, &worker_len) != UCS_OK) {
         close(fd);
         return INCMOE_ERR_TRANSPORT;
@@ -363,7 +363,8 @@ TEST_F(Errors, JunkOnThePublicPortIsSurvived)
     std::string hello;
     {
         auto *b = new inc_boot_t;
-        inc_boot_init(b, INC_BOOT_CLIENT, nullptr, 0, "w", 1);
+        static const char worker[] = "\x01\x00\xff"; /* a worker address without transports */
+        inc_boot_init(b, INC_BOOT_CLIENT, nullptr, 0, worker, 3);
         const uint8_t *out;
         size_t n = inc_boot_output(b, &out);
         hello.assign((const char *)out, n);
@@ -470,6 +471,71 @@ TEST_F(Errors, JoinWithoutTheSessionTokenIsRefused)
             return "a JOIN with a forged token was not refused";
         if (m.payload.find("bootstrap token") == std::string::npos)
             return "reason: " + m.payload;
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+/* A key holder's JOIN whose worker address UCX could not unpack (version field 14: UCX 1.13
+   asserts on it) is refused with a reason, before any rank of the job would receive it; the
+   switch serves the next job. */
+TEST_F(Errors, JoinWithAnAddressUcxCannotUnpackIsRefused)
+{
+    auto res = harness::run_ranks(1, [&](int) -> std::string {
+        RawClient c;
+        if (!c.connect(sw.addr))
+            return "connect";
+        std::string addr = "\x0e"
+                           "12345678\xff";
+        c.join(harness::unique_job_id(), 0, 2, nullptr, false, &addr);
+        RawMsg m;
+        if (!c.wait_for(WIRE_MSG_ERROR, &m, 3000) || m.hdr.status != INCMOE_ERR_PROTOCOL)
+            return "a JOIN with a malformed worker address was not refused";
+        if (m.payload.find("JOIN: UCX worker address") == std::string::npos ||
+            m.payload.find("version field 14") == std::string::npos)
+            return "reason: " + m.payload;
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    expect_switch_serves(sw.addr);
+}
+
+/* A ring neighbour's worker address in UCX's layout (the switch relays it) whose TCP entry has
+   an empty device address, which UCX would hand TCP as NULL: the rank that would connect to it
+   refuses it against its own address and its communicator fails naming why. */
+TEST_F(Errors, RingNeighbourAddressUcxWouldHandAsNullIsRefused)
+{
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(2, [&](int rank) -> std::string {
+        if (rank == 0) {
+            incmoe_comm_params_t p = {};
+            p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
+            p.switch_addr = sw.addr.c_str();
+            p.job_id = job;
+            p.rank = 0;
+            p.nranks = 2;
+            p.timeout_ms = 3000;
+            p.algo = INCMOE_ALGO_RING;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st == INCMOE_OK) {
+                incmoe_comm_destroy(comm);
+                return "the ring connected to a neighbour address UCX would hand TCP as NULL";
+            }
+            return st == INCMOE_ERR_PROTOCOL ? "" : "ring rank 0 gave " + status_text(st);
+        }
+        RawClient c;
+        if (!c.connect(sw.addr))
+            return "connect";
+        /* v2, a uuid; one device with an empty address; the tcp transport (name checksum
+           0x19cf in 1.13 and 1.22), 8 bytes of attributes, a 2-byte interface address. */
+        std::string addr = std::string("\x01\x02", 2) + "uuid-8by" + std::string("\x00\x80", 2) +
+                           std::string("\xcf\x19", 2) + std::string(8, '\x10') + "\x82" + "ab";
+        c.join(job, 1, 2, nullptr, false, &addr);
+        RawMsg ack;
+        if (!c.wait_for(WIRE_MSG_JOIN_ACK, &ack, 3000))
+            return "no JOIN_ACK (the switch refused the address's layout?)";
+        c.progress(2000);
         return "";
     });
     EXPECT_EQ(harness::failures(res), "");

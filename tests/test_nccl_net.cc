@@ -9,12 +9,15 @@
 #include "nccl_loader.h"
 
 extern "C" {
+#include "base/bootstrap.h"
+#include "base/ucx_util.h"
 #include "plugin/nccl/ptr_support.h"
 }
 
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -436,6 +439,252 @@ TEST_P(NcclNet, KeyMismatchOrWrongKeyFailsConnect)
         ex->destroy();
         EXPECT_EQ(harness::failures(res), "") << "other key '" << other << "'";
     }
+}
+
+/* The TCP ports this process listens on, as (address, port): /proc/self/net/tcp's LISTEN
+   sockets whose inode is one of this process's descriptors. */
+std::vector<std::pair<std::string, int>> own_listeners()
+{
+    std::vector<std::string> inodes;
+    if (DIR *d = opendir("/proc/self/fd")) {
+        while (struct dirent *e = readdir(d)) {
+            char link[64] = "", path[300];
+            snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+            ssize_t n = readlink(path, link, sizeof(link) - 1);
+            if (n > 8 && strncmp(link, "socket:[", 8) == 0)
+                inodes.push_back(std::string(link + 8, (size_t)n - 9));
+        }
+        closedir(d);
+    }
+    std::vector<std::pair<std::string, int>> out;
+    FILE *f = fopen("/proc/self/net/tcp", "r");
+    char line[512];
+    while (f != nullptr && fgets(line, sizeof(line), f) != nullptr) {
+        unsigned ip, port, state;
+        char inode[32];
+        if (sscanf(line, " %*d: %x:%x %*x:%*x %x %*s %*s %*s %*s %*s %31s", &ip, &port, &state,
+                   inode) != 4 ||
+            state != 0x0a || std::find(inodes.begin(), inodes.end(), inode) == inodes.end())
+            continue;
+        struct in_addr a = {ip}; /* the kernel prints the address in host order */
+        out.emplace_back(inet_ntoa(a), (int)port);
+    }
+    if (f != nullptr)
+        fclose(f);
+    return out;
+}
+
+/* Junk at a TCP port: bursts of 17 zeros, 16 of 0xFF and 64 KiB of noise, a half close, and
+   a connection that says nothing for a second. */
+void junk_at(const std::string &ip, int port)
+{
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, ip.c_str(), &sa.sin_addr);
+    std::string noise(64 * 1024, '\0');
+    unsigned x = 11;
+    for (auto &ch : noise) {
+        x = x * 1103515245u + 12345u;
+        ch = (char)(x >> 16);
+    }
+    std::vector<std::string> junk = {std::string(17, '\0'), std::string(16, '\xff'), noise};
+    std::vector<int> open_fds;
+    for (int k = 0; k < 5; k++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        if (k < 3) {
+            ssize_t w = send(fd, junk[k].data(), junk[k].size(), MSG_NOSIGNAL);
+            (void)w;
+        }
+        if (k == 3)
+            shutdown(fd, SHUT_WR);
+        open_fds.push_back(fd);
+    }
+    usleep(1000 * 1000);
+    for (int fd : open_fds)
+        close(fd);
+}
+
+/* Junk at UCX's own TCP ports of each rank's net (found from the process's listening sockets,
+   the bootstrap's listener closed once it made its connection): the connection still carries
+   data, and UCX listens on loopback alone, the interface of INCMOE_NCCL_ADDR. */
+TEST_P(NcclNet, JunkAtUcxsOwnPortsLeavesTheConnectionWorking)
+{
+    int version = GetParam();
+    Exchange *ex = Exchange::create(2);
+    ASSERT_NE(ex, nullptr);
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            Conn c;
+            std::string err = setup(&c, version, rank, ex);
+            if (!err.empty())
+                return err;
+            auto ports = own_listeners();
+            REQUIRE(!ports.empty(), "no UCX port found");
+            for (auto &[ip, port] : ports) {
+                REQUIRE(ip.rfind("127.", 0) == 0, "UCX listens on " + ip);
+                junk_at(ip, port);
+            }
+            REQUIRE(ex->barrier(1, rank, 2, 30));
+            char sbuf[4096], rbuf[4096];
+            for (size_t j = 0; j < sizeof(sbuf); j++)
+                sbuf[j] = (char)pattern(rank, 9, j);
+            void *data[1] = {rbuf};
+            size_t sz[1] = {sizeof(rbuf)};
+            int tag[1] = {4};
+            void *sreq = nullptr, *rreq = nullptr;
+            REQUIRE(c.pl.net_irecv(c.rc, 1, data, sz, tag, nullptr, &rreq) == ncclSuccess);
+            REQUIRE(c.pl.net_isend(c.sc, sbuf, sizeof(sbuf), 4, nullptr, &sreq) == ncclSuccess);
+            int n = 0;
+            REQUIRE((err = wait_req(c.pl, sreq, &n)).empty(), err);
+            REQUIRE((err = wait_req(c.pl, rreq, &n)).empty(), err);
+            for (size_t j = 0; j < sizeof(rbuf); j++)
+                REQUIRE((unsigned char)rbuf[j] == pattern(1 - rank, 9, j),
+                        "byte " + std::to_string(j));
+            REQUIRE(ex->barrier(2, rank, 2, 30));
+            return teardown(&c);
+        },
+        100);
+    ex->destroy();
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+/* A stranger's UCX worker: it learns a plugin worker's address from a bootstrap on a listener
+   it may use (keyless here, as a key holder could), then sends tagged messages there. */
+struct Stranger {
+    inc_ucx_node_t node = {};
+    ucp_ep_h ep = nullptr;
+    std::string open(const char *handle)
+    {
+        REQUIRE(inc_ucx_node_open_with(&node, UCP_FEATURE_TAG, UCS_THREAD_MODE_SINGLE, nullptr) ==
+                INCMOE_OK);
+        ucp_address_t *mine;
+        size_t mine_len;
+        REQUIRE(ucp_worker_get_address(node.worker, &mine, &mine_len) == UCS_OK);
+        struct sockaddr_in sa = {};
+        sa.sin_family = AF_INET;
+        memcpy(&sa.sin_port, handle + 10, 2);
+        memcpy(&sa.sin_addr, handle + 12, 4);
+        auto *b = new inc_boot_t;
+        incmoe_status_t st = inc_boot_init(b, INC_BOOT_CLIENT, nullptr, 0, mine, mine_len);
+        if (st == INCMOE_IN_PROGRESS)
+            st = inc_boot_run_client(b, (struct sockaddr *)&sa, sizeof(sa), 10000);
+        std::string why = b->why;
+        ucp_ep_params_t ep_params = {};
+        ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep_params.address = (const ucp_address_t *)b->peer_addr;
+        ucs_status_t us =
+            st == INCMOE_OK ? ucp_ep_create(node.worker, &ep_params, &ep) : UCS_ERR_UNREACHABLE;
+        delete b;
+        ucp_worker_release_address(node.worker, mine);
+        REQUIRE(st == INCMOE_OK, "bootstrap: " + why);
+        REQUIRE(us == UCS_OK);
+        return "";
+    }
+    /* Each message sent and flushed: it is in the peer's worker, matched or queued. */
+    std::string send(uint64_t tag, const void *buf, size_t len)
+    {
+        ucp_request_param_t p = {};
+        REQUIRE(inc_ucx_request_wait(&node, ucp_tag_send_nbx(ep, buf, len, tag, &p), 10000) ==
+                UCS_OK);
+        REQUIRE(inc_ucx_request_wait(&node, ucp_ep_flush_nbx(ep, &p), 10000) == UCS_OK);
+        return "";
+    }
+    ~Stranger()
+    {
+        if (ep != nullptr)
+            inc_ucx_ep_close(&node, ep, 1, 1000);
+        if (node.worker != nullptr)
+            inc_ucx_node_close(&node);
+    }
+};
+
+/*
+ * Rank 1 posts a receive on its connection; a stranger that learnt rank 1's worker address
+ * sends it messages under the tags it can guess (the connection's listen id from NCCL's
+ * handle, which the data tags carried before they came from the bootstrap's token, the other
+ * listen id, and the first 64 ids), then rank 0 sends the real message: the receive gets the
+ * real bytes.
+ */
+TEST_P(NcclNet, GuessedTagsNeverReachALiveReceive)
+{
+    int version = GetParam();
+    Exchange *ex = Exchange::create(2);
+    ASSERT_NE(ex, nullptr);
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            Conn c;
+            std::string err = setup(&c, version, rank, ex);
+            if (!err.empty())
+                return err;
+            /* The listen handles of the real connection (round 0) and a second listener that
+               only lets the stranger learn the worker's address. */
+            void *lc2 = nullptr;
+            char h2[NCCL_NET_HANDLE_MAXSIZE] = {};
+            REQUIRE(c.pl.net_listen(0, h2, &lc2) == ncclSuccess);
+            ex->publish(5, rank, h2, sizeof(h2));
+            std::vector<std::vector<char>> h0, hs;
+            REQUIRE(ex->gather(0, 2, &h0, 30) && ex->gather(5, 2, &hs, 30));
+            char real[64], got[64];
+            memset(real, 'R', sizeof(real));
+            if (rank == 0) {
+                Stranger st;
+                REQUIRE((err = st.open(hs[1].data())).empty(), err);
+                char fake[64];
+                memset(fake, 'X', sizeof(fake));
+                uint32_t ids[2];
+                memcpy(&ids[0], h0[1].data() + 4, 4); /* net_handle_t: magic, listen id, ... */
+                memcpy(&ids[1], hs[1].data() + 4, 4);
+                std::vector<uint64_t> guesses = {(uint64_t)ids[0] << 32 | 3,
+                                                 (uint64_t)ids[1] << 32 | 3};
+                for (uint64_t id = 1; id <= 64; id++)
+                    guesses.push_back(id << 32 | 3);
+                for (uint64_t tag : guesses)
+                    REQUIRE((err = st.send(tag, fake, sizeof(fake))).empty(), err);
+                ex->publish(6, 0, "done", 4);
+                REQUIRE(ex->barrier(7, rank, 2, 30));
+                void *sreq = nullptr;
+                REQUIRE(c.pl.net_isend(c.sc, real, sizeof(real), 3, nullptr, &sreq) == ncclSuccess);
+                REQUIRE((err = wait_req(c.pl, sreq, nullptr)).empty(), err);
+            } else {
+                void *data[1] = {got};
+                size_t sz[1] = {sizeof(got)};
+                int tag[1] = {3};
+                void *rreq = nullptr;
+                REQUIRE(c.pl.net_irecv(c.rc, 1, data, sz, tag, nullptr, &rreq) == ncclSuccess);
+                /* Serve the stranger's bootstrap and take its messages in, until it is done. */
+                std::vector<std::vector<char>> done;
+                void *never = nullptr;
+                int finished = 0;
+                while (!ex->gather(6, 1, &done, 0.01)) {
+                    REQUIRE(c.pl.net_accept(lc2, &never) == ncclSuccess && never == nullptr);
+                    REQUIRE(c.pl.net_test(rreq, &finished, nullptr) == ncclSuccess);
+                    REQUIRE(!finished, "the receive completed with the stranger's message");
+                }
+                for (int i = 0; i < 100; i++) {
+                    REQUIRE(c.pl.net_test(rreq, &finished, nullptr) == ncclSuccess);
+                    REQUIRE(!finished, "the receive completed with the stranger's message");
+                }
+                REQUIRE(ex->barrier(7, rank, 2, 30));
+                int n = 0;
+                REQUIRE((err = wait_req(c.pl, rreq, &n)).empty(), err);
+                REQUIRE(n == (int)sizeof(real) && memcmp(got, real, sizeof(real)) == 0,
+                        "the receive got " + std::string(got, 8) + "...");
+            }
+            REQUIRE(ex->barrier(8, rank, 2, 30));
+            REQUIRE(c.pl.net_close_listen(lc2) == ncclSuccess);
+            return teardown(&c);
+        },
+        100);
+    ex->destroy();
+    EXPECT_EQ(harness::failures(res), "");
 }
 
 /* The peer dies with a receive pending: test() reports an error instead of hanging. */

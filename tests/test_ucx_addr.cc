@@ -73,7 +73,7 @@ TEST(UcxAddr, RealAddressesOfBothVersionsPass)
 TEST(UcxAddr, ThisUcxsOwnAddressPasses)
 {
     inc_ucx_node_t node = {};
-    ASSERT_EQ(inc_ucx_node_open(&node), INCMOE_OK);
+    ASSERT_EQ(inc_ucx_node_open(&node, nullptr), INCMOE_OK);
     ucp_address_t *addr;
     size_t len;
     ASSERT_EQ(ucp_worker_get_address(node.worker, &addr, &len), UCS_OK);

@@ -601,13 +601,25 @@ static int boot_pump(inc_boot_t *c, inc_boot_t *s, std::string *c_sent = nullptr
     return rounds;
 }
 
+/* The smallest packed UCX worker address (v2 layout, a uuid, no transports): the handshake
+   takes only addresses that inc_ucx_addr_check passes. */
+static std::string worker_addr(const char uuid[8])
+{
+    return std::string("\x01\x02", 2) + std::string(uuid, 8) + "\xff";
+}
+static const std::string kClientWorker = worker_addr("client-w"),
+                         kSwitchWorker = worker_addr("switch-w");
+
 struct BootPair {
     inc_boot_t *c = new inc_boot_t, *s = new inc_boot_t;
-    BootPair(const std::string &ckey, const std::string &skey)
+    BootPair(const std::string &ckey, const std::string &skey,
+             const std::string &caddr = kClientWorker)
     {
-        EXPECT_EQ(inc_boot_init(c, INC_BOOT_CLIENT, ckey.data(), ckey.size(), "client-worker", 13),
-                  INCMOE_IN_PROGRESS);
-        EXPECT_EQ(inc_boot_init(s, INC_BOOT_SERVER, skey.data(), skey.size(), "switch-worker!", 14),
+        EXPECT_EQ(
+            inc_boot_init(c, INC_BOOT_CLIENT, ckey.data(), ckey.size(), caddr.data(), caddr.size()),
+            INCMOE_IN_PROGRESS);
+        EXPECT_EQ(inc_boot_init(s, INC_BOOT_SERVER, skey.data(), skey.size(), kSwitchWorker.data(),
+                                kSwitchWorker.size()),
                   INCMOE_IN_PROGRESS);
     }
     ~BootPair()
@@ -625,13 +637,21 @@ TEST(Bootstrap, MutualProofSwapsAddressesAndAToken)
         ASSERT_EQ(p.c->status, INCMOE_OK) << key << ": " << p.c->why;
         ASSERT_EQ(p.s->status, INCMOE_OK) << key << ": " << p.s->why;
         EXPECT_EQ(memcmp(p.c->token, p.s->token, INC_BOOT_TOKEN), 0);
-        EXPECT_EQ(std::string((char *)p.c->peer_addr, p.c->peer_addr_len), "switch-worker!");
-        EXPECT_EQ(std::string((char *)p.s->peer_addr, p.s->peer_addr_len), "client-worker");
+        EXPECT_EQ(std::string((char *)p.c->peer_addr, p.c->peer_addr_len), kSwitchWorker);
+        EXPECT_EQ(std::string((char *)p.s->peer_addr, p.s->peer_addr_len), kClientWorker);
     }
     BootPair a("k", "k"), b("k", "k");
     boot_pump(a.c, a.s);
     boot_pump(b.c, b.s);
     EXPECT_NE(memcmp(a.c->token, b.c->token, INC_BOOT_TOKEN), 0); /* fresh per session */
+    /* A server that chose its token (the NCCL net's accept: one whose data id is free) sends
+       that one. */
+    BootPair chosen("k", "k");
+    const uint8_t token[INC_BOOT_TOKEN] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
+    inc_boot_choose_token(chosen.s, token);
+    boot_pump(chosen.c, chosen.s);
+    ASSERT_EQ(chosen.c->status, INCMOE_OK) << chosen.c->why;
+    EXPECT_EQ(memcmp(chosen.c->token, token, INC_BOOT_TOKEN), 0);
 }
 
 TEST(Bootstrap, WrongKeyAndMismatchFailWithAuth)
@@ -657,6 +677,60 @@ TEST(Bootstrap, WrongKeyAndMismatchFailWithAuth)
         << keyless_switch.c->why;
 }
 
+/* A key holder's malformed worker address never leaves the handshake: the server refuses it
+   with a reason naming it, and the client's side of the refusal says so. */
+TEST(Bootstrap, MalformedWorkerAddressIsRefusedNotHandedOn)
+{
+    std::string bad_version = kClientWorker;
+    bad_version[0] = '\x0e'; /* version field 14: UCX 1.13 asserts on it */
+    std::string trailing = kClientWorker + "x";
+    for (const std::string &addr : {bad_version, trailing}) {
+        BootPair p("s3cret", "s3cret");
+        /* The client's own address passed init; what goes into PROOF is this one. */
+        p.c->local_addr = addr.data();
+        p.c->local_addr_len = addr.size();
+        boot_pump(p.c, p.s);
+        EXPECT_EQ(p.s->status, INCMOE_ERR_PROTOCOL);
+        EXPECT_EQ(p.s->peer_addr_len, 0u);
+        EXPECT_NE(std::string(p.s->why).find("connecting side's UCX worker address"),
+                  std::string::npos)
+            << p.s->why;
+        EXPECT_EQ(p.c->status, INCMOE_ERR_PROTOCOL);
+        EXPECT_NE(std::string(p.c->why).find("refused by the accepting side"), std::string::npos)
+            << p.c->why;
+    }
+    /* And a (keyless) server whose WELCOME carries one: the client fails and keeps nothing. */
+    inc_boot_t *c = new inc_boot_t;
+    ASSERT_EQ(
+        inc_boot_init(c, INC_BOOT_CLIENT, nullptr, 0, kClientWorker.data(), kClientWorker.size()),
+        INCMOE_IN_PROGRESS);
+    auto msg = [](int type, const std::string &payload) {
+        std::string m = "INCB";
+        m += (char)INC_BOOT_VERSION;
+        m += (char)type;
+        m += (char)(payload.size() & 0xff);
+        m += (char)(payload.size() >> 8);
+        return m + payload;
+    };
+    std::string challenge = msg(INC_BOOT_CHALLENGE, std::string(1 + INC_BOOT_NONCE, '\0'));
+    std::string welcome = msg(INC_BOOT_WELCOME, std::string(INC_BOOT_TOKEN, 't') +
+                                                    (char)bad_version.size() + '\0' + bad_version);
+    inc_boot_feed(c, challenge.data(), challenge.size(), nullptr);
+    ASSERT_EQ(c->status, INCMOE_IN_PROGRESS) << c->why;
+    inc_boot_feed(c, welcome.data(), welcome.size(), nullptr);
+    EXPECT_EQ(c->status, INCMOE_ERR_PROTOCOL);
+    EXPECT_EQ(c->peer_addr_len, 0u);
+    EXPECT_NE(std::string(c->why).find("accepting side's UCX worker address"), std::string::npos)
+        << c->why;
+    delete c;
+    /* A side whose own address fails the check cannot start (UCX_UNIFIED_MODE=y). */
+    inc_boot_t *b = new inc_boot_t;
+    EXPECT_EQ(inc_boot_init(b, INC_BOOT_CLIENT, nullptr, 0, "w", 1), INCMOE_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(b->why).find("this side's UCX worker address"), std::string::npos)
+        << b->why;
+    delete b;
+}
+
 /* A captured client side (HELLO, PROOF) replayed to a fresh server: its nonce is new, so the
    old proof fails and no session is made. */
 TEST(Bootstrap, ReplayedClientMessagesFail)
@@ -666,7 +740,7 @@ TEST(Bootstrap, ReplayedClientMessagesFail)
     boot_pump(p.c, p.s, &captured);
     ASSERT_EQ(p.s->status, INCMOE_OK);
     inc_boot_t *s = new inc_boot_t;
-    inc_boot_init(s, INC_BOOT_SERVER, "s3cret", 6, "switch", 6);
+    inc_boot_init(s, INC_BOOT_SERVER, "s3cret", 6, kSwitchWorker.data(), kSwitchWorker.size());
     inc_boot_feed(s, captured.data(), captured.size(), nullptr);
     EXPECT_EQ(s->status, INCMOE_ERR_AUTH);
     EXPECT_NE(std::string(s->why).find("wrong key"), std::string::npos) << s->why;

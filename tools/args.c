@@ -32,6 +32,11 @@ const char *inc_arg_algo_name(int algo)
     return algo >= 0 && algo < ARG_NALGOS ? arg_algo_names[algo] : "unknown";
 }
 
+int inc_arg_algo_count(void)
+{
+    return ARG_NALGOS;
+}
+
 const inc_arg_t *inc_arg_find(const inc_arg_t *args, size_t n, const char *spelling)
 {
     for (size_t i = 0; i < n; i++)

@@ -45,6 +45,8 @@ int inc_arg_algo(const char *text);
 #define INC_ARG_ALGO_NAMES "inc, ring or a2a"
 /* The name of an incmoe_algo_t value, "unknown" for another. */
 const char *inc_arg_algo_name(int algo);
+/* The algorithms inc_arg_algo knows: the values 0 .. count - 1. */
+int inc_arg_algo_count(void);
 
 /* text as a whole number 0..2^64-1 (decimal, 0x hex or 0 octal, no sign): 0, or -1. */
 int inc_arg_u64(const char *text, uint64_t *out);

@@ -58,6 +58,7 @@ static void usage(FILE *f)
                "  --bytes B        bytes of the N-block buffer, 4N..1G (default 256K)\n"
                "  --op OP          agrs, allreduce or mix (default mix: one, then the other)\n"
                "  --algo A         inc, ring or a2a (default inc)\n"
+               "  --algos          print every --algo name, one a line, and exit\n"
                "  --seed X         data seed, 0..2^62 (default 1)\n"
                "  --timeout-ms MS  join bound and the liveness timeout asked of the switch,\n"
                "                   1..86400000 (default INCMOE_TIMEOUT_MS)\n"
@@ -131,6 +132,11 @@ static int parse_args(int argc, char **argv, opts_t *o)
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
+            return 1;
+        }
+        if (strcmp(a, "--algos") == 0) { /* tools/faultsoak's --algo mix draws from these */
+            for (int k = 0; k < inc_arg_algo_count(); k++)
+                printf("%s\n", inc_arg_algo_name(k));
             return 1;
         }
         const char *v = i + 1 < argc ? argv[++i] : NULL;

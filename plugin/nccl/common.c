@@ -88,21 +88,12 @@ ncclResult_t plugin_result(incmoe_status_t status)
 static int addr_toward(const char *hostport, struct sockaddr_storage *addr, unsigned *addr_len)
 {
     struct sockaddr_storage peer;
-    socklen_t peer_len;
-    if (inc_ucx_parse_hostport(hostport, &peer, &peer_len, 0) != INCMOE_OK)
+    socklen_t peer_len, len;
+    if (inc_ucx_parse_hostport(hostport, &peer, &peer_len, 0) != INCMOE_OK ||
+        inc_ucx_local_toward((struct sockaddr *)&peer, peer_len, addr, &len) != 0)
         return -1;
-    int fd = socket(peer.ss_family, SOCK_DGRAM, 0);
-    if (fd < 0)
-        return -1;
-    socklen_t len = sizeof(*addr);
-    int rc = connect(fd, (struct sockaddr *)&peer, peer_len) == 0 &&
-                     getsockname(fd, (struct sockaddr *)addr, &len) == 0
-                 ? 0
-                 : -1;
-    close(fd);
-    if (rc == 0)
-        *addr_len = len;
-    return rc;
+    *addr_len = len;
+    return 0;
 }
 
 static int addr_parse_ip(const char *text, struct sockaddr_storage *addr, unsigned *addr_len)

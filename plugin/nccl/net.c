@@ -2,9 +2,10 @@
  * net.c - the NCCL net's data path: tagged sends and receives on the comms
  * the handshake (net_handshake.c) made, their completion, and a comm's end.
  *
- * A data tag carries the receiver's listen id in its upper half and NCCL's
+ * A data tag carries the connection's data id in its upper half and NCCL's
  * tag in the lower (net.h), so every comm's receives match on the one
- * process-wide worker without mixing two connections.  Nothing here blocks:
+ * process-wide worker without mixing two connections, and a sender without
+ * the connection's bootstrap token hits one only by chance.  Nothing here blocks:
  * test() only progresses the worker.
  */
 #include "net.h"
@@ -165,6 +166,8 @@ static void req_release(net_req_t *r)
 void net_comm_destroy(net_comm_t *c, int force)
 {
     inc_ucx_ep_close(&net_proc.node, c->ep, force || c->failed, net_proc.timeout_ms);
+    if (!c->is_send)
+        net_data_id_release(c->data_id);
     while (c->reqs != NULL) {
         for (int i = 0; i < c->reqs->n; i++)
             net_slot_cancel(&c->reqs->slot[i]);

@@ -23,14 +23,24 @@
 #include "base/ucx_util.h"
 
 /*
- * A tag: bit 63 set for the handshake's messages, clear for data; bits 32..62
- * the id of the side that receives (a listen id, or a connector's own id for
- * the ACK); bits 0..31 NCCL's tag (data) or the message kind (handshake).
+ * A tag: bit 63 set for the handshake's messages, clear for data.  Handshake:
+ * bits 32..62 the id of the side that receives (a listen id, or a connector's
+ * own id for the ACK), bits 0..31 the message kind.  Data: bits 32..62 the
+ * connection's data id, bits 0..31 NCCL's tag.  A data id is 31 bits of the
+ * session token accept()'s bootstrap chose (unique among the connections its
+ * process receives on) and sent in WELCOME: only the two ends of the keyed
+ * handshake learn it.  A process that knows a worker's address and a listen
+ * id (NCCL's handle carries both, and ids count up) can still send to the
+ * worker, but its data reaches a live receive only by guessing 31 random bits
+ * per message and receiving connection; the handshake's own messages each
+ * carry the token and are checked.
  */
 #define NET_TAG_CTRL (1ull << 63)
 #define NET_ID_LIMIT 0x7fffffffu
 
-#define NET_HANDLE_MAGIC 0x4e434e49u /* "INCN" */
+/* "ICN2": the handle of a net whose data tags come from the bootstrap's token; an older
+   plugin's ("INCN") is refused as foreign rather than left to mismatch every tag. */
+#define NET_HANDLE_MAGIC 0x324e4349u
 
 /* Lives in NCCL's handle: listen() writes it, connect() reads it; `stage` keeps connect()'s
    handshake between calls. */
@@ -57,7 +67,9 @@ typedef struct {
     ucp_address_t *worker_addr; /* handed to peers by the bootstrap */
     size_t worker_addr_len;
     char key[INCMOE_MAX_SECRET];
-    size_t key_len; /* 0: keyless */
+    size_t key_len;     /* 0: keyless */
+    uint32_t *data_ids; /* reserved by accept() for its connections (net_token_reserve) */
+    size_t ndata_ids, data_ids_cap;
 } net_proc_t;
 extern net_proc_t net_proc;
 
@@ -65,6 +77,12 @@ extern net_proc_t net_proc;
 int net_ready(const char *what);
 /* A process-unique id, 1..NET_ID_LIMIT. */
 uint32_t net_new_id(void);
+/* A connection's data id (net.h's tags): 31 bits of its bootstrap token, 1..NET_ID_LIMIT. */
+uint32_t net_data_id(const uint8_t token[INC_BOOT_TOKEN]);
+/* accept(): random token bytes whose data id no connection of this process receives on,
+   reserved until net_data_id_release.  -1: no randomness or no memory. */
+int net_token_reserve(uint8_t token[INC_BOOT_TOKEN]);
+void net_data_id_release(uint32_t id);
 /* Progress the worker while it has work, a bounded number of rounds. */
 void net_progress(void);
 
@@ -96,7 +114,8 @@ typedef struct {
 /* A connection, made by the handshake and then NCCL's until it closes it. */
 typedef struct net_comm {
     int is_send;
-    uint32_t data_id; /* the receiver's listen id: upper half of every data tag */
+    uint32_t data_id; /* net_data_id of the bootstrap's token: upper half of every data tag;
+                         reserved while a receiving comm lives */
     ucp_ep_h ep;
     int failed; /* set by the endpoint error callback */
     ucs_status_t fail_status;

@@ -6,16 +6,20 @@
  * id travel in the handle.  connect() and accept() run the bootstrap handshake
  * (base/bootstrap.h) over it: both prove INCMOE_AUTH_KEY (or
  * INCMOE_AUTH_KEY_FILE's key) when one is set, swap UCX worker addresses, and
- * the connector learns a session token.  Each side then creates an endpoint
- * from the other's worker address; connect() receives on its own unique id and
- * sends HELLO(its id, the token) on the listen id; accept() takes only a HELLO
- * with its session's token and answers ACK.  From then on the sender tags data
- * with the listen id (net.h), so the receiver matches on its own worker without
- * ever mixing two connections.  The round trip also finishes UCX's wire-up
- * before the first real send.
+ * the connector learns a session token, which accept() chose so that its 31
+ * bits of data id (net.h) name no other connection its process receives on.
+ * Each side then creates an endpoint from the other's worker address;
+ * connect() receives on its own unique id and sends HELLO(its id, the token)
+ * on the listen id; accept() takes only a HELLO with its session's token and
+ * answers ACK(the token), which connect() takes only with that token too.
+ * From then on the sender tags data with the token's data id, so the receiver
+ * matches on its own worker without ever mixing two connections, and nobody
+ * outside the handshake knows the tag.  The round trip also finishes UCX's
+ * wire-up before the first real send.
  *
  * This file is the one place where a peer's worker address is received (the
- * bootstrap) and handed to UCX (comm_create).
+ * bootstrap, which holds it to inc_ucx_addr_check against this worker's own
+ * and fails on one UCX could not unpack) and handed to UCX (comm_create).
  */
 #define _GNU_SOURCE /* accept4 */
 #include "net.h"
@@ -47,14 +51,15 @@ typedef enum {
 
 struct net_connect {
     connect_state_t state;
-    uint32_t listen_id, own_id; /* where HELLO goes, where the ACK comes */
-    double deadline;            /* TCP and BOOT's: the bootstrap's bound */
-    int fd;                     /* TCP and BOOT: the bootstrap connection */
-    inc_boot_t boot;            /* BOOT */
-    net_comm_t *comm;           /* HELLO */
+    uint32_t listen_id, own_id;    /* where HELLO goes, where the ACK comes */
+    double deadline;               /* TCP and BOOT's: the bootstrap's bound */
+    int fd;                        /* TCP and BOOT: the bootstrap connection */
+    inc_boot_t boot;               /* BOOT */
+    net_comm_t *comm;              /* HELLO */
+    uint8_t token[INC_BOOT_TOKEN]; /* HELLO: the bootstrap's, which the ACK must show */
     net_slot_t hello, ack;
     net_hello_t hello_buf;
-    uint64_t ack_buf;
+    uint8_t ack_buf[INC_BOOT_TOKEN];
 };
 
 /* One connection to listen()'s socket, bootstrapping. */
@@ -62,6 +67,7 @@ typedef struct {
     int fd; /* -1: a free place */
     double deadline;
     inc_boot_t *boot;
+    uint32_t data_id; /* reserved for the token its WELCOME sends; 0: none (handed on) */
 } net_pending_t;
 
 /* accept()'s handshake, one per listen comm. */
@@ -79,7 +85,7 @@ struct net_accept {
     net_comm_t *comm;                   /* HELLO, ACK */
     net_slot_t hello, ack;
     net_hello_t hello_buf;
-    uint64_t ack_buf;
+    uint8_t ack_buf[INC_BOOT_TOKEN];
 };
 
 static uint64_t ctrl_tag(uint32_t id, uint32_t what)
@@ -97,8 +103,8 @@ static void net_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     }
 }
 
-/* An endpoint to the worker address a bootstrap received, with the new comm's error handler:
-   the one place a peer's address reaches UCX.  NULL: logged. */
+/* An endpoint to the worker address a bootstrap received (and checked), with the new comm's
+   error handler: the one place a peer's address reaches UCX.  NULL: logged. */
 static net_comm_t *comm_create(int is_send, uint32_t data_id, const inc_boot_t *b, const char *what)
 {
     net_comm_t *c = calloc(1, sizeof(*c));
@@ -207,10 +213,11 @@ static ncclResult_t connect_boot(struct net_connect *s)
         PWARN("connect: bootstrap: %s (%s)", s->boot.why, incmoe_strerror(st));
         return ncclRemoteError;
     }
-    s->comm = comm_create(1, s->listen_id, &s->boot, "connect");
+    s->comm = comm_create(1, net_data_id(s->boot.token), &s->boot, "connect");
     if (s->comm == NULL)
         return ncclRemoteError;
-    net_slot_recv(ctrl_tag(s->own_id, TAG_ACK), &s->ack_buf, sizeof(s->ack_buf), &s->ack);
+    memcpy(s->token, s->boot.token, INC_BOOT_TOKEN);
+    net_slot_recv(ctrl_tag(s->own_id, TAG_ACK), s->ack_buf, sizeof(s->ack_buf), &s->ack);
     s->hello_buf.id = s->own_id;
     memcpy(s->hello_buf.token, s->boot.token, INC_BOOT_TOKEN);
     net_slot_send(s->comm->ep, ctrl_tag(s->listen_id, TAG_HELLO), &s->hello_buf,
@@ -232,6 +239,13 @@ static ncclResult_t connect_hello(struct net_connect *s)
         PWARN("connect: handshake with the listener failed: %s",
               ucs_status_string(s->comm->failed ? s->comm->fail_status : bad));
         return ncclRemoteError;
+    }
+    if (s->ack.done && (s->ack.length != sizeof(s->ack_buf) ||
+                        CRYPTO_memcmp(s->ack_buf, s->token, INC_BOOT_TOKEN) != 0)) {
+        /* Not the listener that bootstrapped: wait on for the one that did. */
+        PWARN("connect: ignored an ACK without this connection's bootstrap token");
+        net_slot_recv(ctrl_tag(s->own_id, TAG_ACK), s->ack_buf, sizeof(s->ack_buf), &s->ack);
+        return ncclSuccess;
     }
     if (s->hello.done && s->ack.done)
         s->state = CONNECT_DONE;
@@ -265,7 +279,9 @@ ncclResult_t net_connect(int dev, void *handle, void **send_comm)
     if (plugin_check_dev(dev) != ncclSuccess || h == NULL || send_comm == NULL)
         return ncclInvalidArgument;
     if (h->magic != NET_HANDLE_MAGIC || (h->family != AF_INET && h->family != AF_INET6)) {
-        PWARN("connect: the handle is not one of ours (magic %#x, family %u)", h->magic, h->family);
+        PWARN("connect: the handle is not one of ours (magic %#x, family %u): another plugin's, "
+              "or one from before the token's data tags",
+              h->magic, h->family);
         return ncclInvalidArgument;
     }
     pthread_mutex_lock(&net_proc.lock);
@@ -313,6 +329,9 @@ struct net_accept *net_accept_new(void)
 
 static void pending_drop(net_pending_t *p)
 {
+    if (p->data_id != 0)
+        net_data_id_release(p->data_id);
+    p->data_id = 0;
     close(p->fd);
     p->fd = -1;
     inc_boot_clear(p->boot);
@@ -359,8 +378,11 @@ static void accept_tcp(net_listen_t *l)
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
+        uint8_t token[INC_BOOT_TOKEN];
         p->boot = malloc(sizeof(*p->boot));
-        if (p->boot == NULL) {
+        if (p->boot == NULL || net_token_reserve(token) != 0) {
+            free(p->boot);
+            p->boot = NULL;
             close(fd);
             return;
         }
@@ -368,6 +390,8 @@ static void accept_tcp(net_listen_t *l)
         p->deadline = now + net_proc.timeout_ms / 1000.0;
         inc_boot_init(p->boot, INC_BOOT_SERVER, net_proc.key, net_proc.key_len,
                       net_proc.worker_addr, net_proc.worker_addr_len);
+        inc_boot_choose_token(p->boot, token);
+        p->data_id = net_data_id(token);
     }
 }
 
@@ -390,9 +414,11 @@ static ncclResult_t accept_boot(net_listen_t *l)
             pending_drop(p);
             continue;
         }
-        a->comm = comm_create(0, l->id, p->boot, "accept");
-        if (a->comm != NULL)
+        a->comm = comm_create(0, p->data_id, p->boot, "accept");
+        if (a->comm != NULL) {
             memcpy(a->token, p->boot->token, INC_BOOT_TOKEN);
+            p->data_id = 0; /* the comm's now: released when it is destroyed */
+        }
         pending_drop(p);
         if (a->comm == NULL)
             return ncclSystemError;
@@ -424,8 +450,8 @@ static ncclResult_t accept_hello(net_listen_t *l)
         net_slot_recv(ctrl_tag(l->id, TAG_HELLO), &a->hello_buf, sizeof(a->hello_buf), &a->hello);
         return ncclSuccess;
     }
-    a->ack_buf = a->hello_buf.id;
-    net_slot_send(a->comm->ep, ctrl_tag((uint32_t)a->hello_buf.id, TAG_ACK), &a->ack_buf,
+    memcpy(a->ack_buf, a->token, INC_BOOT_TOKEN);
+    net_slot_send(a->comm->ep, ctrl_tag((uint32_t)a->hello_buf.id, TAG_ACK), a->ack_buf,
                   sizeof(a->ack_buf), &a->ack);
     a->state = ACCEPT_ACK;
     return ncclSuccess;

@@ -2,7 +2,9 @@
  * net_init.c - the NCCL net's process-wide state: one UCX context and worker
  * (separate from the client library's) shared by every comm, the key both
  * ends of a connection prove, process-unique ids, and listen()'s TCP
- * bootstrap socket, the only port the net opens (UCX listens on nothing).
+ * bootstrap socket.  UCX opens a TCP port of its own for worker-address
+ * connections, on the interface of the net's address (INCMOE_NCCL_ADDR, else
+ * the one toward INCMOE_SWITCH) unless UCX_NET_DEVICES says otherwise.
  */
 #include "net.h"
 #include "base/config.h"
@@ -11,6 +13,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,6 +24,49 @@ uint32_t net_new_id(void)
 {
     net_proc.next_id = net_proc.next_id % NET_ID_LIMIT + 1;
     return net_proc.next_id;
+}
+
+uint32_t net_data_id(const uint8_t token[INC_BOOT_TOKEN])
+{
+    uint32_t id = ((uint32_t)token[0] | (uint32_t)token[1] << 8 | (uint32_t)token[2] << 16 |
+                   (uint32_t)token[3] << 24) &
+                  NET_ID_LIMIT;
+    return id != 0 ? id : 1;
+}
+
+static int data_id_reserved(uint32_t id)
+{
+    for (size_t i = 0; i < net_proc.ndata_ids; i++)
+        if (net_proc.data_ids[i] == id)
+            return 1;
+    return 0;
+}
+
+int net_token_reserve(uint8_t token[INC_BOOT_TOKEN])
+{
+    if (net_proc.ndata_ids == net_proc.data_ids_cap) {
+        size_t cap = net_proc.data_ids_cap ? 2 * net_proc.data_ids_cap : 16;
+        uint32_t *ids = realloc(net_proc.data_ids, cap * sizeof(*ids));
+        if (ids == NULL)
+            return -1;
+        net_proc.data_ids = ids;
+        net_proc.data_ids_cap = cap;
+    }
+    do {
+        if (RAND_bytes(token, INC_BOOT_TOKEN) != 1)
+            return -1;
+    } while (data_id_reserved(net_data_id(token)));
+    net_proc.data_ids[net_proc.ndata_ids++] = net_data_id(token);
+    return 0;
+}
+
+void net_data_id_release(uint32_t id)
+{
+    for (size_t i = 0; i < net_proc.ndata_ids; i++)
+        if (net_proc.data_ids[i] == id) {
+            net_proc.data_ids[i] = net_proc.data_ids[--net_proc.ndata_ids];
+            return;
+        }
 }
 
 void net_progress(void)
@@ -79,8 +125,9 @@ ncclResult_t net_init(void)
         goto out;
     }
     /* Serialized by net_proc.lock: NCCL calls from more than one proxy thread. */
-    if (inc_ucx_node_open_with(&net_proc.node, UCP_FEATURE_TAG, UCS_THREAD_MODE_SERIALIZED) !=
-        INCMOE_OK) {
+    /* UCX's own TCP port on the interface the bootstrap socket serves, as listen() does. */
+    if (inc_ucx_node_open_with(&net_proc.node, UCP_FEATURE_TAG, UCS_THREAD_MODE_SERIALIZED,
+                               (struct sockaddr *)&net_proc.addr) != INCMOE_OK) {
         res = ncclSystemError;
         goto out;
     }
@@ -107,6 +154,9 @@ out:
 
 static void net_release_locked(void)
 {
+    free(net_proc.data_ids);
+    net_proc.data_ids = NULL;
+    net_proc.ndata_ids = net_proc.data_ids_cap = 0;
     ucp_worker_release_address(net_proc.node.worker, net_proc.worker_addr);
     net_proc.worker_addr = NULL;
     OPENSSL_cleanse(net_proc.key, sizeof(net_proc.key));
