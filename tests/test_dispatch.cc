@@ -523,16 +523,12 @@ std::string run_combine(incmoe_comm_t *comm, const Case &c, int me, Buffers &b,
     return "";
 }
 
-const char *const kUnsupported = "unsupported";
-
 /* Dispatch, check, combine, check. */
 std::string dc_case(incmoe_comm_t *comm, const Case &c, int me)
 {
     Buffers b;
     incmoe_req_t req;
     incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
-    if (st == INCMOE_ERR_UNSUPPORTED)
-        return kUnsupported;
     if (st != INCMOE_OK)
         return why(comm, st, "dispatch") + " / " + req_why(comm, &req);
     std::string e = check_dispatch(comm, c, me, b, &req);
@@ -569,7 +565,7 @@ class Dc : public ::testing::TestWithParam<Variant>
         harness::switch_stop(&g_switch[1]);
     }
 
-    /* Runs body on n ranks of a fresh job; every rank answering kUnsupported skips.  A body
+    /* Runs body on n ranks of a fresh job.  A body
        whose collectives may fail destroys comm itself (failed: the ranges of what did not
        complete stay the library's until then) and run expects no destroy_ok. */
     std::vector<std::string> run(int n,
@@ -591,8 +587,6 @@ class Dc : public ::testing::TestWithParam<Variant>
                 p.algo = v.algo;
                 incmoe_comm_t *comm;
                 incmoe_status_t st = incmoe_comm_create(&p, &comm);
-                if (st == INCMOE_ERR_UNSUPPORTED)
-                    return kUnsupported;
                 if (st != INCMOE_OK)
                     return std::string("comm_create: ") + incmoe_strerror(st);
                 std::string err = body(comm, rank);
@@ -607,21 +601,7 @@ class Dc : public ::testing::TestWithParam<Variant>
     }
 };
 
-bool all_unsupported(const std::vector<std::string> &res)
-{
-    for (auto &r : res)
-        if (r != kUnsupported)
-            return false;
-    return !res.empty();
-}
-
-#define EXPECT_RANKS(res)                                                                          \
-    do {                                                                                           \
-        auto res_ = (res);                                                                         \
-        if (all_unsupported(res_))                                                                 \
-            GTEST_SKIP() << "this algorithm has no dispatch and combine yet";                      \
-        EXPECT_EQ(harness::failures(res_), "");                                                    \
-    } while (0)
+#define EXPECT_RANKS(res) EXPECT_EQ(harness::failures(res), "")
 
 std::vector<size_t> rows_for(int n, size_t t, int shape)
 {
@@ -645,9 +625,7 @@ TEST_P(Dc, RandomSetsEveryRankCountMatchTheFold)
                 Case c = make_case(n, rows_for(n, k.t, k.shape), k.rb, RANDOM, seed++);
                 std::string e = dc_case(comm, c, me);
                 if (!e.empty())
-                    return e == kUnsupported ? e
-                                             : "T " + std::to_string(k.t) + " row " +
-                                                   std::to_string(k.rb) + ": " + e;
+                    return "T " + std::to_string(k.t) + " row " + std::to_string(k.rb) + ": " + e;
             }
             return "";
         }));
@@ -664,9 +642,7 @@ TEST_P(Dc, EmptyAllRanksOwnOnlyAndMixedSets)
                     Case c = make_case(n, rows_for(n, t, 1), 48, sh, seed++);
                     std::string e = dc_case(comm, c, me);
                     if (!e.empty())
-                        return e == kUnsupported ? e
-                                                 : "shape " + std::to_string(sh) + " T " +
-                                                       std::to_string(t) + ": " + e;
+                        return "shape " + std::to_string(sh) + " T " + std::to_string(t) + ": " + e;
                 }
             }
             return "";
@@ -711,7 +687,7 @@ TEST_P(Dc, BothSidesOfTheSmallLimit)
                 c.row_count = rb / 4; /* partials as large as the rows */
                 std::string e = dc_case(comm, c, me);
                 if (!e.empty())
-                    return e == kUnsupported ? e : "T " + std::to_string(t) + ": " + e;
+                    return "T " + std::to_string(t) + ": " + e;
             }
         }
         return "";
@@ -730,8 +706,6 @@ TEST_P(Dc, CapacityOverflowFailsEveryRankAlikeAndWritesNothing)
             Buffers b;
             incmoe_req_t req;
             incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
-            if (st == INCMOE_ERR_UNSUPPORTED)
-                return kUnsupported;
             std::string reason = req_why(comm, &req);
             std::string expect = "dispatch epoch 1: rank 1 would receive " + std::to_string(want) +
                                  " rows, capacity " + std::to_string(want - 1);
@@ -772,8 +746,6 @@ TEST_P(Dc, ShapesThatDisagreeFailEveryRankWithOneReason)
         Buffers b;
         incmoe_req_t d;
         incmoe_status_t st = post_dispatch(comm, c, me, b, &d);
-        if (st == INCMOE_ERR_UNSUPPORTED)
-            return kUnsupported;
         std::string reason = req_why(comm, &d);
         if (st != INCMOE_ERR_MISMATCH ||
             reason != "dispatch epoch 1: rank 2 has rows of 32 bytes, rank 0 of 48")
@@ -832,8 +804,6 @@ TEST_P(Dc, KeptDispatchesAreBoundedAndReleased)
         Buffers b;
         incmoe_req_t first;
         incmoe_status_t st = post_dispatch(comm, c, me, b, &first);
-        if (st == INCMOE_ERR_UNSUPPORTED)
-            return kUnsupported;
         CHECK_OK(st);
         incmoe_dispatch_params_t p = {};
         p.send_mr = b.m_send;
@@ -883,8 +853,6 @@ std::string refuse_round(incmoe_comm_t *comm, int me, const std::vector<std::str
     incmoe_status_t st;
     if (combine) {
         st = post_dispatch(comm, c, me, b, &d);
-        if (st == INCMOE_ERR_UNSUPPORTED)
-            return kUnsupported;
         if (st != INCMOE_OK)
             return why(comm, st, "dispatch before the refused combine") + " / " + req_why(comm, &d);
     }
@@ -925,8 +893,6 @@ std::string refuse_round(incmoe_comm_t *comm, int me, const std::vector<std::str
         incmoe_mem_deregister(comm, mp);
         incmoe_mem_deregister(comm, mo);
     }
-    if (st == INCMOE_ERR_UNSUPPORTED)
-        return kUnsupported;
     if (st != INCMOE_ERR_INVALID_ARG)
         return why(comm, st, "the refused collective gave") + " (wanted invalid argument)";
     int first = 0;
@@ -968,8 +934,6 @@ TEST_P(Dc, ARefusalFailsTheCollectiveOnEveryRankWithItsReason)
             for (const auto &reasons : rounds) {
                 Case c = make_case(n, rows_for(n, 6, 1), 32, RANDOM, seed++);
                 std::string e = refuse_round(comm, me, reasons, combine, c);
-                if (e == kUnsupported)
-                    return e;
                 if (!e.empty())
                     return std::string(combine ? "combine" : "dispatch") + ": " + e;
                 /* The communicator carries on: a whole dispatch and combine, exact. */
@@ -1006,8 +970,6 @@ TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
             incmoe_comm_error(comm, text, sizeof(text));
             b.forget();
             incmoe_comm_destroy(comm);
-            if (st == INCMOE_ERR_UNSUPPORTED)
-                return kUnsupported;
             if (st != INCMOE_ERR_INVALID_ARG || strstr(text, "names a rank >= 3") == nullptr)
                 return std::string("got ") + incmoe_strerror(st) + " '" + text + "'";
             return "";
@@ -1033,8 +995,6 @@ TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
             if (me == 2) {
                 /* Post and vanish without a word. */
                 st = post_dispatch(comm, c, me, b, &req, false);
-                if (st == INCMOE_ERR_UNSUPPORTED)
-                    return kUnsupported;
                 _exit(0);
             }
             st = post_dispatch(comm, c, me, b, &req);
@@ -1046,8 +1006,6 @@ TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
             incmoe_comm_error(comm, text, sizeof(text));
             b.forget();
             incmoe_comm_destroy(comm);
-            if (st == INCMOE_ERR_UNSUPPORTED)
-                return kUnsupported;
             if (st != INCMOE_ERR_PEER_FAILED || strstr(text, "rank 2") == nullptr)
                 return std::string("got ") + incmoe_strerror(st) + " '" + text + "'";
             return "";
@@ -1069,8 +1027,6 @@ TEST_P(Dc, ARankReceivingNothingForTenThousandDispatchesStaysInTheWindow)
             Buffers b;
             incmoe_req_t req;
             incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
-            if (st == INCMOE_ERR_UNSUPPORTED)
-                return kUnsupported;
             CHECK_OK(st);
             CHECK_OK(incmoe_dispatch_release(comm, &req));
             incmoe_dispatch_params_t p = {};
@@ -1600,6 +1556,5 @@ TEST_F(DcRaw, MalformedDispatchMessagesAreRefusedWithAReason)
         c.send(h, payload.data(), payload.size());
     });
 }
-
 
 } // namespace
