@@ -468,12 +468,15 @@ def test_a_routed_output_in_other_types_is_counted_in_fp32_rows_of_its_bytes(tmp
         m.read_measurements([str(out_file)])
 
 
-def test_issue_targets_file_lists_every_point_as_to_be_measured(capsys):
+def test_issue_targets_file_has_every_point_measured(capsys):
+    """bench/data/model/issue18-targets.points as BENCHMARKS.md quotes it: all 22 testbed points
+    carry their measurement; check exits 1 while any bandwidth-bound point is over tolerance."""
     path = os.path.join(TOP, "bench", "data", "model", "issue18-targets.points")
-    assert m.main(["check", path]) == 0
+    rc = m.main(["check", path])
     out = capsys.readouterr().out
-    assert out.count("to be measured") == 22
-    assert "none measured yet" in out
+    assert "to be measured" not in out
+    assert "22 of 22 points measured" in out
+    assert rc == (1 if "over tolerance" in out else 0)
 
 
 # --- bad input ------------------------------------------------------------------------------
