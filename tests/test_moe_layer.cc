@@ -306,7 +306,7 @@ namespace
 /* One forward with a routing; the output copied, the timings (all of them) into *tm. */
 std::string forward_routed(incmoe_moe_t *L, incmoe_moe_mode_t mode, incmoe_moe_routing_t routing,
                            const moeref::Problem &p, int rank, std::vector<uint8_t> *out,
-                           incmoe_moe_timing_t *tm, incmoe_status_t *st_p = nullptr)
+                           incmoe_moe_timing_t *tm)
 {
     incmoe_moe_forward_params_t f = {};
     f.field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS |
@@ -319,8 +319,6 @@ std::string forward_routed(incmoe_moe_t *L, incmoe_moe_mode_t mode, incmoe_moe_r
     f.routing = routing;
     void *view = nullptr;
     incmoe_status_t st = incmoe_moe_forward_ex(L, &f, &view);
-    if (st_p != nullptr)
-        *st_p = st;
     std::string what =
         std::string(incmoe_moe_mode_name(mode)) + " " + incmoe_moe_routing_name(routing);
     if (st != INCMOE_OK)
@@ -349,9 +347,7 @@ incmoe_moe_t *layer_for(incmoe_comm_t *comm, const moeref::Shape &s, const moere
     return L;
 }
 
-/* A case run with both routings: "" (passed), "SKIP" where the algorithm has no dispatch and
-   combine (after checking that it refuses masked and that auto falls back to full), or a
-   reason. */
+/* A case run with both routings: "" (passed) or a reason. */
 std::string run_routing_case(incmoe_comm_t *comm, int rank, incmoe_algo_t algo, const Case &c,
                              uint64_t seed)
 {
@@ -371,7 +367,6 @@ std::string run_routing_case(incmoe_comm_t *comm, int rank, incmoe_algo_t algo, 
         std::string err;
         std::vector<uint8_t> full, full_base, masked, out;
         incmoe_moe_timing_t tm;
-        incmoe_status_t st = INCMOE_OK;
         err = forward_routed(L, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL, p, rank, &full_base,
                              &tm);
         if (err.empty())
@@ -379,16 +374,7 @@ std::string run_routing_case(incmoe_comm_t *comm, int rank, incmoe_algo_t algo, 
                                  &tm);
         if (err.empty())
             err = forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_MASKED, p, rank,
-                                 &masked, &tm, &st);
-        if (st == INCMOE_ERR_UNSUPPORTED) {
-            /* Refused alike before anything moved: the layer carries on, auto runs full. */
-            err = forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_AUTO, p, rank, &out,
-                                 &tm);
-            if (err.empty() && (tm.routing != INCMOE_MOE_ROUTING_FULL || out != full))
-                err = "auto without dispatch and combine did not run full routing";
-            incmoe_moe_destroy(L);
-            return err.empty() ? "SKIP" : tag + " [" + cs + "]: " + err;
-        }
+                                 &masked, &tm);
         if (err.empty() && tm.routing != INCMOE_MOE_ROUTING_MASKED)
             err = "a masked forward reports routing " +
                   std::string(incmoe_moe_routing_name(tm.routing));
@@ -443,7 +429,7 @@ void run_routing_cases(int N, incmoe_algo_t algo, const std::vector<Case> &cases
             std::string err;
             incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
             if (comm == nullptr)
-                return err.find("unsupported") != std::string::npos ? "SKIP" : err;
+                return err;
             for (size_t i = 0; i < cases.size() && err.empty(); i++)
                 err = run_routing_case(comm, rank, algo, cases[i], 2000 + i);
             incmoe_comm_destroy(comm);
@@ -451,8 +437,6 @@ void run_routing_cases(int N, incmoe_algo_t algo, const std::vector<Case> &cases
         },
         150);
     harness::switch_stop(&sw);
-    if (std::count(res.begin(), res.end(), std::string("SKIP")) == (long)res.size())
-        GTEST_SKIP() << "the algorithm has no dispatch and combine in this build";
     EXPECT_EQ(harness::failures(res), "");
 }
 
@@ -517,8 +501,7 @@ TEST_P(MoeLayerRouting, AutoPicksByBytes)
         std::string err;
         incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
         if (comm == nullptr)
-            return err.find("unsupported") != std::string::npos ? "SKIP" : err;
-        int has_dc = -1;
+            return err;
         for (int k : {1, 8}) {
             moeref::Problem p =
                 moeref::make_problem(shape(N, 8, k, INCMOE_FLOAT32), {7, 5, 0, 9}, 31 + k, 0);
@@ -529,22 +512,17 @@ TEST_P(MoeLayerRouting, AutoPicksByBytes)
                 break;
             }
             incmoe_moe_timing_t tm;
-            incmoe_status_t st = INCMOE_OK;
             err =
                 forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_AUTO, p, rank, &a, &tm);
             incmoe_moe_routing_t chose = tm.routing;
             if (err.empty())
                 err = forward_routed(L, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_MASKED, p, rank,
-                                     &b, &tm, &st);
-            if (has_dc < 0)
-                has_dc = st != INCMOE_ERR_UNSUPPORTED;
-            if (!has_dc)
-                err = chose == INCMOE_MOE_ROUTING_FULL ? "" : "auto chose masked without them";
+                                     &b, &tm);
             incmoe_moe_routing_t want =
                 k == 1 ? INCMOE_MOE_ROUTING_MASKED : INCMOE_MOE_ROUTING_FULL;
-            if (err.empty() && has_dc && chose != want)
+            if (err.empty() && chose != want)
                 err = "k=" + std::to_string(k) + ": auto chose " + incmoe_moe_routing_name(chose);
-            if (err.empty() && has_dc && chose == INCMOE_MOE_ROUTING_MASKED && a != b)
+            if (err.empty() && chose == INCMOE_MOE_ROUTING_MASKED && a != b)
                 err = "auto's masked forward differs from masked";
             /* The call from before routing fills the first five fields only. */
             incmoe_moe_timing_t old;
@@ -559,11 +537,9 @@ TEST_P(MoeLayerRouting, AutoPicksByBytes)
                 break;
         }
         incmoe_comm_destroy(comm);
-        return err.empty() && has_dc == 0 ? "SKIP" : err;
+        return err;
     });
     harness::switch_stop(&sw);
-    if (std::count(res.begin(), res.end(), std::string("SKIP")) == (long)res.size())
-        GTEST_SKIP() << "the algorithm has no dispatch and combine in this build (auto ran full)";
     EXPECT_EQ(harness::failures(res), "");
 }
 
