@@ -121,7 +121,8 @@ static void on_send(ucp_ep_h ep, const void *header, size_t header_length, const
     }
     uint64_t fields = 0;
     if (h.msg == WIRE_MSG_SMALL && inc_wire_is_dc(h.stream))
-        fields = inc_wire_dc_fields_length((incmoe_stream_t)h.stream, comm->nranks, payload, length);
+        fields =
+            inc_wire_dc_fields_length((incmoe_stream_t)h.stream, comm->nranks, payload, length);
     if (h.msg == WIRE_MSG_SMALL && inc_wire_is_dc(h.stream))
         CHECK(length >= fields && inc_wire_dc_is_small(length - fields, comm->chunk_size),
               "%s SMALL of %zu bytes, chunks are %llu", inc_wire_stream_name(h.stream), length,
