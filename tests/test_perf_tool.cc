@@ -38,19 +38,6 @@ static std::string describe(const RunResult &r)
            "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
 }
 
-/* The algorithm of the run is not in this build, or has no dispatch and combine yet: the
-   tool says so and exits 2 (incmoe_strerror(INCMOE_ERR_UNSUPPORTED)). */
-static bool unavailable(const RunResult &r)
-{
-    return r.status == 2 && r.err.find("failed: unsupported") != std::string::npos;
-}
-
-#define SKIP_IF_UNAVAILABLE(r, what)                                                               \
-    do {                                                                                           \
-        if (unavailable(r))                                                                        \
-            GTEST_SKIP() << what << " is not in this build yet:\n" << (r).err;                     \
-    } while (0)
-
 /* The sizes incmoe-perf must print for -b lo -e hi -f f: lo, lo*f, ... <= hi. */
 static std::vector<size_t> sizes(size_t lo, size_t hi, size_t f)
 {
@@ -125,7 +112,6 @@ TEST_P(PerfOps, EmbeddedRunChecksEveryByte)
     std::string op = std::get<0>(GetParam()), algo = std::get<1>(GetParam());
     RunResult r = perf({"-N", "4", "--op", op,  "--algo", algo, "-b", "1K", "-e",          "64K",
                         "-f", "8", "-n",   "3", "-w",     "1",  "-c", "1",  "--link-mbps", "1000"});
-    SKIP_IF_UNAVAILABLE(r, "--algo " + algo);
     ASSERT_EQ(r.status, 0) << describe(r);
     Expect e{op, algo, "float", "sum", 4, 4, true};
     EXPECT_EQ(check_table(r, e, sizes(1024, 65536, 8)), "") << describe(r);
@@ -280,7 +266,6 @@ TEST_P(PerfRouted, EmbeddedRunChecksEveryRowAndCountsItsTraffic)
     RunResult r =
         perf({"-N", "3", "--op", op,  "--algo", algo, "--tokens", "50", "--hidden",    "7",
               "-E", "9", "-k",   "3", "-n",     "3",  "-w",       "1",  "--link-mbps", "100"});
-    SKIP_IF_UNAVAILABLE(r, "--op " + op + " on --algo " + algo);
     ASSERT_EQ(r.status, 0) << describe(r);
     EXPECT_EQ(check_routed(r, {op, algo, "float", "sum", 4, 3, 50, 7, 100}), "") << describe(r);
     EXPECT_NE(r.out.find("# tokens 50, hidden 7, row 28 B, E 9, k 3, route uniform, placement "
@@ -315,7 +300,6 @@ TEST_P(PerfRoutedCases, ExactResults)
     std::vector<std::string> args = {"--algo", c.want.algo, "-n", "2", "-w", "0"};
     args.insert(args.end(), c.args.begin(), c.args.end());
     RunResult r = perf(args);
-    SKIP_IF_UNAVAILABLE(r, "--op " + c.want.op + " on --algo " + c.want.algo);
     ASSERT_EQ(r.status, 0) << describe(r);
     auto rows = perf_test::table_rows(r.out);
     ASSERT_FALSE(rows.empty()) << describe(r);
@@ -402,17 +386,13 @@ TEST(PerfCheck, CorruptedResultIsCountedAndFails)
 }
 
 /* A routed op's check finds one wrong byte of a received row (dispatch) or of a reduced one
-   (combine, dc), on whichever algorithm has them. */
+   (combine, dc), on every algorithm. */
 TEST(PerfCheck, CorruptedRoutedResultIsCountedAndFails)
 {
-    int ran = 0;
     for (const char *algo : {"inc", "ring", "a2a"}) {
         for (const char *op : {"dispatch", "combine", "dc"}) {
             RunResult r = perf({"-N", "2", "--op", op, "--algo", algo, "--tokens", "16", "--hidden",
                                 "8", "-n", "1", "-w", "0", "--inject-error"});
-            if (unavailable(r))
-                continue;
-            ran++;
             EXPECT_EQ(r.status, 1) << op << " " << algo << ": " << describe(r);
             auto rows = perf_test::table_rows(r.out);
             ASSERT_EQ(rows.size(), 1u) << describe(r);
@@ -420,8 +400,6 @@ TEST(PerfCheck, CorruptedRoutedResultIsCountedAndFails)
             EXPECT_NE(r.out.find("FAILED"), std::string::npos) << describe(r);
         }
     }
-    if (ran == 0)
-        GTEST_SKIP() << "no algorithm of this build has dispatch and combine yet";
 }
 
 TEST(PerfOutput, HeaderNamesTheColumns)
@@ -440,16 +418,12 @@ TEST(PerfOutput, HeaderNamesTheColumns)
    traffic columns count, the link and bound, and the columns' names. */
 TEST(PerfOutput, RoutedHeaderStatesTheRoutingAndTheColumns)
 {
-    int ran = 0;
     for (const char *algo : {"inc", "ring", "a2a"}) {
         RunResult r =
             perf({"-N",      "2",         "--op",        "dc",          "--algo", algo, "--tokens",
                   "8",       "--hidden",  "2",           "-E",          "4",      "-k", "2",
                   "--route", "zipf:1.50", "--placement", "strided",     "--seed", "12", "-n",
                   "1",       "-w",        "0",           "--link-mbps", "50"});
-        if (unavailable(r))
-            continue;
-        ran++;
         ASSERT_EQ(r.status, 0) << describe(r);
         for (const char *line :
              {"# incmoe-perf: op dc, algo ",
@@ -467,8 +441,6 @@ TEST(PerfOutput, RoutedHeaderStatesTheRoutingAndTheColumns)
               "rows-in", "up", "down", "bound", "t/bound", "(B, max)"})
             EXPECT_NE(r.out.find(col), std::string::npos) << col << "\n" << describe(r);
     }
-    if (ran == 0)
-        GTEST_SKIP() << "no algorithm of this build has dispatch and combine yet";
 }
 
 /* ---- bad command lines ------------------------------------------------------ */
