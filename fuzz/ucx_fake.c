@@ -308,6 +308,13 @@ void ucp_config_release(ucp_config_t *config)
     unreachable(__func__);
 }
 
+ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)
+{
+    (void)config, (void)name, (void)value;
+    unreachable(__func__);
+    return UCS_ERR_UNSUPPORTED;
+}
+
 ucs_status_t ucp_init_version(unsigned api_major_version, unsigned api_minor_version,
                               const ucp_params_t *params, const ucp_config_t *config,
                               ucp_context_h *context_p)
