@@ -154,6 +154,29 @@ static int combine_piece(const incmoe_comm_t *comm, const coll_op_t *op, uint64_
     return 1;
 }
 
+/* The first chunk at or after c that holds a combine piece of any root (this rank's sets, or
+   partials of rows received from another), or last.  The received rows of a root may be few
+   and far apart in its rows, so the chunks between them are skipped, not visited: the cost of
+   a combine's pieces follows the rows it received, not the source row numbers. */
+static uint64_t next_busy_chunk(const incmoe_comm_t *comm, const coll_op_t *op, uint64_t c,
+                                uint64_t last)
+{
+    const client_dc_t *dc = op->dc;
+    const uint64_t per = rows_per_chunk(comm, op);
+    uint64_t best = c < nchunks(dc->nrows, per) ? c : last;
+    for (int s = 0; s < comm->nranks && best > c; s++) {
+        if (s == comm->rank || dc->recvd[s] == 0)
+            continue;
+        const uint64_t lo = block_lower_bound(dc, s, c * per);
+        if (lo < dc->recvd[s]) {
+            const uint64_t chunk = dc->source[2 * (dc->base[s] + lo) + 1] / per;
+            if (chunk < best)
+                best = chunk;
+        }
+    }
+    return best;
+}
+
 /* The piece at the cursor or after it, the cursor moved past it; 0 when none is left. */
 static int next_piece(const incmoe_comm_t *comm, const coll_op_t *op, dc_cursor_t *cur,
                       dc_piece_t *p)
@@ -165,10 +188,13 @@ static int next_piece(const incmoe_comm_t *comm, const coll_op_t *op, dc_cursor_
         return 1;
     }
     const uint64_t last = combine_last_chunk(comm, op);
-    for (; cur->chunk < last; cur->chunk++, cur->root = 0)
+    while (cur->chunk < last) {
         while (cur->root < comm->nranks)
             if (combine_piece(comm, op, cur->chunk, cur->root++, p))
                 return 1;
+        cur->chunk = next_busy_chunk(comm, op, cur->chunk + 1, last);
+        cur->root = 0;
+    }
     return 0;
 }
 
@@ -218,13 +244,15 @@ static size_t write_post(const incmoe_comm_t *comm, const coll_op_t *op, char *d
     return (size_t)post_length(comm, op);
 }
 
-/* Bytes of the SMALL that would carry the whole contribution. */
+/* Bytes of the SMALL that would carry the whole contribution; once its pieces pass a chunk
+   (too many for a SMALL) the count stops there, so deciding costs at most a chunk's pieces. */
 static uint64_t small_length(const incmoe_comm_t *comm, const coll_op_t *op)
 {
-    uint64_t len = post_length(comm, op);
+    const uint64_t fields = post_length(comm, op);
+    uint64_t len = fields;
     dc_cursor_t cur = {0, 0};
     dc_piece_t p;
-    while (next_piece(comm, op, &cur, &p))
+    while (len - fields <= comm->chunk_size && next_piece(comm, op, &cur, &p))
         len += inc_wire_dc_piece_length(p.h.length);
     return len;
 }
