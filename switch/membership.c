@@ -276,7 +276,11 @@ static void refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t 
     log_warn(SUBSYS, "refused a rank of job %llu: %s", (unsigned long long)job, text);
     m->stats->jobs_refused++;
     m->tx.ops->send_error(m->tx.server, conn, job, st, 0, text);
-    m->tx.ops->drop(m->tx.server, conn);
+    /* A child switch fails its job on the ERROR and closes the link itself: dropped now, its
+       link could fail before the ERROR is read, and the ranks would lose the reason.  Unjoined,
+       the connection is dropped by member_tick after the JOIN timeout at the latest. */
+    if (conn->role != CONN_CHILD)
+        m->tx.ops->drop(m->tx.server, conn);
 }
 
 static job_t *job_find(membership_t *m, uint64_t id)
@@ -560,6 +564,8 @@ void member_tree_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *
     struct inc_wire_tree_join tj;
     char text[200];
     memcpy(&tj, payload, sizeof(tj)); /* the header check bounded length below */
+    if (conn->job == NULL)
+        conn->role = CONN_CHILD; /* a refusal leaves the link to the child to close */
     if (tj.nranks < 1 || tj.nranks > INCMOE_MAX_RANKS || tj.count < 1 || tj.count > tj.nranks) {
         snprintf(text, sizeof(text), "TREE_JOIN of %u ranks for a job of %u", tj.count, tj.nranks);
         goto bad;

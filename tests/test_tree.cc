@@ -748,12 +748,12 @@ std::string as_rank(const Tree &tree, const Topology &topo, unsigned long long j
 /* Runs body on every rank of one fresh job placed by topo.at; "" per rank that passed. */
 std::vector<std::string> run_job(const Tree &tree, const Topology &topo, uint64_t chunk,
                                  const std::function<std::string(Rank &)> &body,
-                                 Board *board = nullptr, int timeout_s = 60)
+                                 Board *board = nullptr, int timeout_s = 60, bool fails = false)
 {
     unsigned long long job = harness::unique_job_id();
     TreeOrder order(topo);
     auto rank_main = [&](int me) {
-        return as_rank(tree, topo, job, me, kCreateTimeoutMs, &order, chunk, board, body);
+        return as_rank(tree, topo, job, me, kCreateTimeoutMs, &order, chunk, board, body, fails);
     };
     return harness::run_ranks((int)topo.at.size(), rank_main, timeout_s);
 }
@@ -1241,69 +1241,72 @@ TEST(Tree, FourMebibytesThroughManyChunksAndTwoCredits)
 /*
  * Dispatch and combine do not run over a tree yet: each is refused with INCMOE_ERR_UNSUPPORTED,
  * at the post (nothing posted: the communicator still runs an AllGather) or as the failure of
- * the collective or the job, whose reason names the tree.
+ * the collective or the job (what the switch does today), whose reason names the tree.
  */
 TEST(Tree, DispatchAndCombineAreRefusedNamingTheTree)
 {
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
-    auto res = run_job(tree, topo, kSmallChunk, [](Rank &r) -> std::string {
-        const size_t row = 64;
-        auto &rows = buffer<unsigned char>(2 * row, (unsigned char)r.me);
-        auto &recv = buffer<unsigned char>(2 * row * r.n);
-        incmoe_mr_t *ms, *mr;
-        CHECK_OK(incmoe_mem_register(r.comm, rows.data(), rows.size(), &ms));
-        CHECK_OK(incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr));
-        uint64_t sets[2] = {(1ull << r.n) - 1, (1ull << r.n) - 1};
-        incmoe_dispatch_params_t dp = {};
-        dp.send_mr = ms;
-        dp.nrows = 2;
-        dp.row_bytes = row;
-        dp.sets = sets;
-        dp.recv_mr = mr;
-        dp.capacity = 2 * (size_t)r.n;
-        incmoe_req_t req = {INCMOE_STREAM_DISPATCH, 1};
-        /* One verdict per call: the status, and where its reason can be read. */
-        auto refused = [&](const char *what, incmoe_status_t st, bool posted) -> std::string {
-            char text[256] = "";
-            if (posted && st != INCMOE_OK)
-                incmoe_req_error(r.comm, &req, text, sizeof(text));
-            std::string reason = text[0] != '\0' ? text : comm_text(r.comm);
-            if (st != INCMOE_ERR_UNSUPPORTED)
-                return std::string(what) + " over a tree gave " + incmoe_strerror(st) + " (" +
-                       reason + ")";
-            if ((posted || !reason.empty()) && reason.find("tree") == std::string::npos)
-                return std::string(what) + "'s refusal does not name the tree: " + reason;
-            return "";
-        };
-        incmoe_status_t st = incmoe_dispatch(r.comm, &dp, &req);
-        bool posted = st == INCMOE_OK;
-        if (posted)
-            st = incmoe_wait(r.comm, &req);
-        std::string e = refused("dispatch", st, posted);
-        if (!e.empty() || incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
-            return e; /* a refusal that failed the job ends the check here */
-        incmoe_combine_params_t cp = {};
-        cp.dispatch = req;
-        cp.send_mr = mr;
-        cp.recv_mr = ms;
-        cp.row_count = row / 4;
-        cp.dtype = INCMOE_FLOAT32;
-        cp.op = INCMOE_SUM;
-        incmoe_req_t creq;
-        st = incmoe_combine(r.comm, &cp, &creq);
-        posted = st == INCMOE_OK;
-        if (posted) {
-            req = creq;
-            st = incmoe_wait(r.comm, &req);
-        }
-        if (!(e = refused("combine", st, posted)).empty() ||
-            incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
-            return e;
-        /* Refused at the post with nothing posted: the job goes on. */
-        return check_allgather(r, 64, true, 120);
-    });
+    auto res = run_job(
+        tree, topo, kSmallChunk,
+        [](Rank &r) -> std::string {
+            const size_t row = 64;
+            auto &rows = buffer<unsigned char>(2 * row, (unsigned char)r.me);
+            auto &recv = buffer<unsigned char>(2 * row * r.n);
+            incmoe_mr_t *ms, *mr;
+            CHECK_OK(incmoe_mem_register(r.comm, rows.data(), rows.size(), &ms));
+            CHECK_OK(incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr));
+            uint64_t sets[2] = {(1ull << r.n) - 1, (1ull << r.n) - 1};
+            incmoe_dispatch_params_t dp = {};
+            dp.send_mr = ms;
+            dp.nrows = 2;
+            dp.row_bytes = row;
+            dp.sets = sets;
+            dp.recv_mr = mr;
+            dp.capacity = 2 * (size_t)r.n;
+            incmoe_req_t req = {INCMOE_STREAM_DISPATCH, 1};
+            /* One verdict per call: the status, and where its reason can be read. */
+            auto refused = [&](const char *what, incmoe_status_t st, bool posted) -> std::string {
+                char text[256] = "";
+                if (posted && st != INCMOE_OK)
+                    incmoe_req_error(r.comm, &req, text, sizeof(text));
+                std::string reason = text[0] != '\0' ? text : comm_text(r.comm);
+                if (st != INCMOE_ERR_UNSUPPORTED)
+                    return std::string(what) + " over a tree gave " + incmoe_strerror(st) + " (" +
+                           reason + ")";
+                if ((posted || !reason.empty()) && reason.find("tree") == std::string::npos)
+                    return std::string(what) + "'s refusal does not name the tree: " + reason;
+                return "";
+            };
+            incmoe_status_t st = incmoe_dispatch(r.comm, &dp, &req);
+            bool posted = st == INCMOE_OK;
+            if (posted)
+                st = incmoe_wait(r.comm, &req);
+            std::string e = refused("dispatch", st, posted);
+            if (!e.empty() || incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
+                return e; /* a refusal that failed the job ends the check here */
+            incmoe_combine_params_t cp = {};
+            cp.dispatch = req;
+            cp.send_mr = mr;
+            cp.recv_mr = ms;
+            cp.row_count = row / 4;
+            cp.dtype = INCMOE_FLOAT32;
+            cp.op = INCMOE_SUM;
+            incmoe_req_t creq;
+            st = incmoe_combine(r.comm, &cp, &creq);
+            posted = st == INCMOE_OK;
+            if (posted) {
+                req = creq;
+                st = incmoe_wait(r.comm, &req);
+            }
+            if (!(e = refused("combine", st, posted)).empty() ||
+                incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
+                return e;
+            /* Refused at the post with nothing posted: the job goes on. */
+            return check_allgather(r, 64, true, 120);
+        },
+        nullptr, 60, /* the switch fails the job: destroy reports it */ true);
     EXPECT_EQ(harness::failures(res), "");
     tree_stop(&tree);
 }
