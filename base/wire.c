@@ -27,6 +27,8 @@ static const char *const wire_msg_names[] = {
     [WIRE_MSG_PEER_ROWS] = "PEER_ROWS",
     [WIRE_MSG_PEER_PARTIALS] = "PEER_PARTIALS",
     [WIRE_MSG_PEER_CREDIT] = "PEER_CREDIT",
+    [WIRE_MSG_TREE_JOIN] = "TREE_JOIN",
+    [WIRE_MSG_TREE_POST] = "TREE_POST",
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
@@ -265,6 +267,20 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
     case WIRE_MSG_PEER_PARTIALS:
     case WIRE_MSG_PEER_CREDIT:
         return check_peer_dc_msg(&h, payload_length, why, why_len);
+    case WIRE_MSG_TREE_JOIN:
+        if (payload_length < sizeof(struct inc_wire_tree_join))
+            FAIL("TREE_JOIN payload of %zu bytes is truncated", payload_length);
+        break;
+    case WIRE_MSG_TREE_POST:
+        if (h.stream >= INC_STREAM_COUNT || inc_wire_is_dc(h.stream))
+            FAIL("TREE_POST for stream %u", h.stream);
+        if (h.epoch == 0)
+            FAIL("TREE_POST with epoch 0");
+        if (h.length != payload_length || payload_length == 0 || payload_length % 8 != 0 ||
+            payload_length > 8 * (size_t)INCMOE_MAX_RANKS)
+            FAIL("TREE_POST of %zu payload bytes (header says %llu)", payload_length,
+                 (unsigned long long)h.length);
+        break;
     case WIRE_MSG_HEARTBEAT:
     case WIRE_MSG_LEAVE:
         if (payload_length != 0)

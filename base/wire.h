@@ -214,6 +214,43 @@
  * job's progress timeout is the largest its ranks asked in JOIN, else the
  * switch's --progress-timeout-ms.
  *
+ * Switch trees (a switch started with --parent; switch/tree.c).  A switch's
+ * ports are its ranks, its child switches and, below the root, its parent; a
+ * port covers a rank it is, every rank beneath a child, and for the parent
+ * every rank not beneath this switch.  A port's key is the lowest rank it
+ * covers.  Between two switches the child speaks as a rank speaks to it, for
+ * the ranks it covers, with hdr.rank = its key at the parent; the parent
+ * answers as a switch answers a rank.
+ *   TREE_JOIN  child -> parent: ranks that joined the job below the child,
+ *              payload struct inc_wire_tree_join and count address records.
+ *              The first on a new connection carries its bootstrap session's
+ *              token, as JOIN does; later ones add ranks while the job forms.
+ *              The root answers every port with JOIN_ACK once all N joined;
+ *              a child relays it to its own ports with its own credits, the
+ *              root's chunk size, timeout and ring token.
+ *   TREE_POST  either way between two switches, header as POST: every rank
+ *              on the sender's side of the link posted the collective.
+ *              payload: uint64 bytes[N], the windows of the ranks the sender's
+ *              side covers (the others 0).  A switch sends it toward a switch
+ *              port once every rank the port does not cover has posted, so
+ *              every switch sees every rank's POST, and the barrier needs no
+ *              other message between switches.
+ *   Data follows the ports: an AllGather block goes from the port covering its
+ *   root to every other port; a ReduceScatter block's partials come from every
+ *   port but the one covering the root, are reduced in ascending key order and
+ *   go to that port (the switch where the root is a rank port ends the chain:
+ *   the root adds its own partial last); an AllReduce is reduced up (each
+ *   switch over its ports but the parent, ascending key) and the root's result
+ *   goes down unchanged.  A child sends DATA up under the credits its parent's
+ *   JOIN_ACK granted and gets FWD, CREDIT and SMALL_FWD down; a SMALL between
+ *   switches carries the sender side's contribution in the same layouts as a
+ *   rank's, over the ranks it covers (AllGather: their blocks, ascending rank;
+ *   ReduceScatter: its reduced partial of every root it does not cover,
+ *   ascending root; AllReduce: its reduced vector), and SMALL_FWD to a child
+ *   switch carries what its ports lack (AllGather: the other blocks, ascending
+ *   rank; ReduceScatter: the partial of every root it covers, ascending root;
+ *   AllReduce: the vector).  Dispatch and combine do not run over a tree yet.
+ *
  * Reductions are done in ascending rank order with fp32 accumulation for
  * 16-bit types, so results are bitwise reproducible whatever order the
  * messages arrive in.  The ReduceScatter root adds its own partial last.
@@ -231,10 +268,10 @@
 
 #define INCMOE_AM_ID         7
 #define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION  5    /* 5: dispatch and combine (POST payloads, PLAN, their DATA) */
-#define INCMOE_WIRE_MAX_ADDR 4096 /* bytes of one rank address in JOIN */
-#define INCMOE_WIRE_TOKEN    16   /* bytes of a session or ring token */
-#define INCMOE_WIRE_MAX_TEXT 256  /* bytes of an ERROR reason */
+#define INCMOE_WIRE_VERSION  6           /* 6: switch trees (TREE_JOIN, TREE_POST) */
+#define INCMOE_WIRE_MAX_ADDR 4096        /* bytes of one rank address in JOIN */
+#define INCMOE_WIRE_TOKEN    16          /* bytes of a session or ring token */
+#define INCMOE_WIRE_MAX_TEXT 256         /* bytes of an ERROR reason */
 /* Epochs of one stream the switch keeps open per job (see "Epoch window" above). */
 #define INCMOE_WIRE_OPEN_EPOCHS (4 * INCMOE_STREAM_WINDOW)
 
@@ -259,7 +296,9 @@ typedef enum {
     WIRE_MSG_PEER_ROWS,
     WIRE_MSG_PEER_PARTIALS,
     WIRE_MSG_PEER_CREDIT,
-    WIRE_MSG_LAST = WIRE_MSG_PEER_CREDIT
+    WIRE_MSG_TREE_JOIN,
+    WIRE_MSG_TREE_POST,
+    WIRE_MSG_LAST = WIRE_MSG_TREE_POST
 } inc_wire_msg_t;
 
 struct inc_wire_hdr {
@@ -298,6 +337,16 @@ struct inc_wire_join_ack {
     uint32_t timeout_ms;                   /* the job's liveness timeout (see HEARTBEAT) */
     uint32_t reserved;                     /* 0 */
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ranks show it in PEER_HELLO */
+};
+
+/* Payload of TREE_JOIN: fixed part, then count x (uint32 rank, uint32 address length, address
+   bytes).  Laid out as struct inc_wire_join up to the token, which sits at the same offset. */
+struct inc_wire_tree_join {
+    uint32_t nranks;
+    uint32_t count;               /* ranks this message adds */
+    uint32_t timeout_ms;          /* the largest liveness timeout asked below the sender */
+    uint32_t progress_timeout_ms; /* the largest progress timeout asked below the sender */
+    uint8_t token[INCMOE_WIRE_TOKEN];
 };
 
 /* What a rank says of a dispatch or combine: the payload of POST (and head of SMALL) on the

@@ -77,6 +77,7 @@ static void coll_free(coll_t *c)
     if (c->state != NULL) /* a form that set itself may have failed before making any */
         c->form->detach(c);
     free(c->posted);
+    free(c->relayed);
     free(c->bytes);
     free(c);
 }
@@ -112,10 +113,13 @@ static coll_t *coll_new(membership_t *m, job_t *job, conn_t *conn, int stream, u
     if (c != NULL) {
         c->posted = calloc((size_t)job->nranks, 1);
         c->bytes = calloc((size_t)job->nranks, sizeof(uint64_t));
+        if (job->tree)
+            c->relayed = calloc((size_t)job->nranks, 1);
     }
-    if (c == NULL || c->posted == NULL || c->bytes == NULL) {
+    if (c == NULL || c->posted == NULL || c->bytes == NULL || (job->tree && c->relayed == NULL)) {
         if (c != NULL) {
             free(c->posted);
+            free(c->relayed);
             free(c->bytes);
         }
         free(c);

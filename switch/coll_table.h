@@ -46,9 +46,11 @@ typedef struct coll {
     uint64_t epoch;
     uint64_t sig;
     int dtype, redop;
-    int has_desc;    /* sig/dtype/redop set by the first POST, DATA or SMALL */
-    uint8_t *posted; /* [nranks] */
-    uint64_t *bytes; /* [nranks] announced by each rank's POST or SMALL */
+    int has_desc;     /* sig/dtype/redop set by the first POST, DATA or SMALL */
+    uint8_t *posted;  /* [nranks] */
+    uint8_t *relayed; /* [nranks] by port key: TREE_POST sent toward it (tree.c); NULL if no
+                         tree */
+    uint64_t *bytes;  /* [nranks] announced by each rank's POST or SMALL */
     int nposted;
     /* It may be done once remaining is 0.  Chunked: set when everyone has posted and the
        items complete by then are forwarded (one completing later forwards at once); small:

@@ -62,8 +62,9 @@ ucs_status_t switch_demux(const switch_demux_t *d, conn_t *conn, const void *hea
     struct inc_wire_hdr h;
     memcpy(&h, header, sizeof(h));
     if (conn->state == CONN_NEW) {
-        if (h.msg != WIRE_MSG_JOIN || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-            refuse_conn(d, conn, h.job, "the first message must be an eager JOIN");
+        if ((h.msg != WIRE_MSG_JOIN && h.msg != WIRE_MSG_TREE_JOIN) ||
+            (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+            refuse_conn(d, conn, h.job, "the first message must be an eager JOIN or TREE_JOIN");
             return refused(param, UCS_ERR_INVALID_PARAM);
         }
         if (d->bind != NULL && !d->bind(d->bind_arg, conn, data, length, param)) {

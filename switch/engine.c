@@ -26,6 +26,7 @@
 #include "coll_table.h"
 #include "dc.h"
 #include "small.h"
+#include "tree.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/reduce.h"
@@ -42,9 +43,10 @@ typedef struct item {
     struct item *next;
     struct engine *eng;
     uint32_t root, chunk;
+    int down; /* an AllReduce result coming down from the parent (tree.c) */
     uint64_t offset, length, total;
     int dtype, redop;   /* the collective's, for the reduction thread */
-    void **contrib;     /* [nranks]: received payloads, NULL while missing */
+    void **contrib;     /* [nranks] by port key: received payloads, NULL while missing */
     uint8_t *arrived;   /* [nranks]: payload complete (rendezvous may still be running) */
     uint8_t *ucx_owned; /* [nranks]: contrib is UCX's eager buffer (release_data) */
     int narrived, nexpected;
@@ -56,6 +58,37 @@ typedef struct item {
 static void send_control(engine_t *eng, conn_t *conn, const struct inc_wire_hdr *h)
 {
     eng->tx.ops->send(eng->tx.server, conn, h, NULL, 0, NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* ports                                                                     */
+
+/*
+ * Does the port with key p send toward root's window, and does it get the
+ * result (base/wire.h, "Switch trees")?  On one switch every port is a rank and
+ * these are the stream's own rules; an AllReduce below the root goes up from
+ * every port but the parent and comes down from the parent alone.
+ */
+static int port_contributes(const job_t *job, int stream, int down, int p, int root)
+{
+    if (stream == INCMOE_STREAM_ALLGATHER)
+        return job->rep[root] == p;
+    if (stream == INCMOE_STREAM_REDUCESCATTER)
+        return job->rep[root] != p;
+    if (job->parent_rep < 0)
+        return 1;
+    return down ? p == job->parent_rep : p != job->parent_rep;
+}
+
+static int port_receives(const job_t *job, int stream, int down, int p, int root)
+{
+    if (stream == INCMOE_STREAM_ALLGATHER)
+        return job->rep[root] != p;
+    if (stream == INCMOE_STREAM_REDUCESCATTER)
+        return job->rep[root] == p;
+    if (job->parent_rep < 0)
+        return 1;
+    return down ? p != job->parent_rep : p == job->parent_rep;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -128,7 +161,7 @@ static void item_return_credits(engine_t *eng, item_t *it)
     job_t *job = it->ci.job;
     coll_t *c = it->ci.coll;
     for (int r = 0; r < job->nranks; r++) {
-        if (!it->arrived[r])
+        if (!it->arrived[r] || r == job->parent_rep) /* the parent's took no credit */
             continue;
         job->inflight[r][c->stream]--;
         struct inc_wire_hdr h;
@@ -165,11 +198,10 @@ static void item_forward(engine_t *eng, item_t *it, const void *payload)
 {
     job_t *job = it->ci.job;
     const coll_t *c = it->ci.coll;
-    const coll_stream_t *kind = &coll_streams[c->stream];
-    const int root = (int)it->root;
+    const int root = (int)it->root, stream = c->stream;
     int n = 0;
-    for (int r = 0; r < job->nranks; r++)
-        n += kind->receives(r, root, job->nranks);
+    for (int p = 0; p < job->nranks; p++)
+        n += job->rep[p] == p && port_receives(job, stream, it->down, p, root);
     if (n == 0) { /* an AllGather of one rank */
         item_forwarded(eng, it);
         return;
@@ -183,17 +215,25 @@ static void item_forward(engine_t *eng, item_t *it, const void *payload)
     h.length = it->length;
     h.total = it->total;
     h.chunk = it->chunk;
+    h.sig = c->sig; /* a child switch checks it as a rank's DATA */
     h.dtype = (uint8_t)c->dtype;
     h.redop = (uint8_t)c->redop;
     /* Reductions unblock the contributors' credits: they overtake multicast copies. */
-    egress_class_t cls = kind->reduces ? EGRESS_RESULT : EGRESS_FORWARD;
+    egress_class_t cls = coll_streams[stream].reduces ? EGRESS_RESULT : EGRESS_FORWARD;
     it->ci.sending = n;
     coll_item_hold(&it->ci); /* and may free the item: keep it until the last is posted */
-    for (int r = 0; r < job->nranks; r++) {
-        if (!kind->receives(r, root, job->nranks))
+    for (int p = 0; p < job->nranks && job->state == JOB_ACTIVE; p++) {
+        if (job->rep[p] != p || !port_receives(job, stream, it->down, p, root))
             continue;
-        h.rank = (uint32_t)r;
-        coll_item_send(&it->ci, job->conns[r], cls, &h, payload);
+        if (p == job->parent_rep) { /* up: the parent takes it as a contribution */
+            struct inc_wire_hdr up = h;
+            up.msg = WIRE_MSG_DATA;
+            up.rank = (uint32_t)job->up_rank;
+            tree_send_up(&eng->members, job, &it->ci, cls, &up, payload, NULL);
+            continue;
+        }
+        h.rank = (uint32_t)p;
+        coll_item_send(&it->ci, job->conns[p], cls, &h, payload);
     }
     coll_item_put(&it->ci);
 }
@@ -234,8 +274,11 @@ static void item_forward_complete(engine_t *eng, item_t *it)
     if (it->forwarded || it->narrived < it->nexpected)
         return;
     it->forwarded = 1;
-    if (!coll_streams[c->stream].reduces) {
-        item_forward(eng, it, it->contrib[it->root]);
+    if (!coll_streams[c->stream].reduces || it->down) {
+        int from = 0; /* the one contribution: the root's port's, or the parent's */
+        while (it->contrib[from] == NULL)
+            from++;
+        item_forward(eng, it, it->contrib[from]);
         return;
     }
     it->out = job_alloc(&eng->members, job, it->length);
@@ -287,7 +330,8 @@ static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
 {
     c->remaining = 0;
     if (coll_streams[c->stream].shared_window) {
-        c->remaining = c->bytes[0];
+        /* Below the root an AllReduce goes through this switch twice: up, then down. */
+        c->remaining = c->bytes[0] * (job->parent_rep >= 0 ? 2 : 1);
     } else {
         for (int r = 0; r < job->nranks; r++)
             c->remaining += c->bytes[r];
@@ -307,10 +351,13 @@ static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
     coll_check_done(job, c);
 }
 
-/* A barrier completes when the last rank posts it: everyone hears DONE. */
+/* A barrier completes when the last rank posts it: every rank hears DONE (a switch port knows
+   from the TREE_POSTs). */
 static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
 {
     for (int r = 0; r < job->nranks; r++) {
+        if (job->rep[r] != r || job->conns[r]->role != CONN_RANK)
+            continue;
         struct inc_wire_hdr d;
         inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
         d.stream = (uint8_t)c->stream;
@@ -336,6 +383,24 @@ static int window_sizes_agree(engine_t *eng, job_t *job, coll_t *c)
     return 1;
 }
 
+/* Ranks posted c (last: the N-th among them): tell the switch ports whose far side is now
+   complete, and once all N are in, finish a barrier or arm the collective. */
+static void after_post(engine_t *eng, job_t *job, coll_t *c, int last)
+{
+    if (job->tree)
+        tree_relay_posts(&eng->members, job, c);
+    if (!last || job->state != JOB_ACTIVE)
+        return; /* others have yet to post */
+    const coll_stream_t *kind = &coll_streams[c->stream];
+    if (!kind->data) {
+        barrier_complete(eng, job, c);
+        return;
+    }
+    if (kind->shared_window && !window_sizes_agree(eng, job, c))
+        return;
+    coll_arm(eng, job, c);
+}
+
 static void on_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h)
 {
     const coll_stream_t *kind = &coll_streams[h->stream];
@@ -346,15 +411,35 @@ static void on_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wi
         return;
     if (!coll_unposted(&eng->members, job, c, conn->rank, "posted"))
         return;
-    if (!coll_post(job, c, conn->rank, h->total))
-        return; /* others have yet to post */
-    if (!kind->data) {
-        barrier_complete(eng, job, c);
+    after_post(eng, job, c, coll_post(job, c, conn->rank, h->total));
+}
+
+/* A switch port's TREE_POST: every rank it covers posted (tree.c). */
+static void on_tree_post(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
+                         const void *data, size_t length)
+{
+    membership_t *m = &eng->members;
+    if (length != 8 * (size_t)job->nranks) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "a TREE_POST of %zu bytes for %d ranks",
+                length, job->nranks);
         return;
     }
-    if (kind->shared_window && !window_sizes_agree(eng, job, c))
+    coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
+    if (c == NULL || !coll_describe(m, job, conn, c, h))
         return;
-    coll_arm(eng, job, c);
+    if (coll_streams[h->stream].data && !coll_set_form(m, job, conn, c, &chunked_form))
+        return;
+    int last = 0;
+    for (int r = 0; r < job->nranks; r++) {
+        if (job->conns[r] != conn)
+            continue;
+        if (!coll_unposted(m, job, c, r, "posted"))
+            return;
+        uint64_t bytes;
+        memcpy(&bytes, (const char *)data + 8 * (size_t)r, sizeof(bytes));
+        last = coll_post(job, c, r, bytes);
+    }
+    after_post(eng, job, c, last);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -380,14 +465,16 @@ static const coll_item_ops_t item_ops = {
     .release = item_release,
 };
 
-/* May this rank send this chunk: its role for the root, the chunking, its credits? */
-static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire_hdr *h)
+/* May the port with key me send this chunk: its role for the root, the chunking, its credits
+   (the parent's take none)? */
+static int data_allowed(engine_t *eng, job_t *job, int me, int down, const struct inc_wire_hdr *h)
 {
     const int stream = h->stream;
     const uint64_t chunk = eng->set->chunk_size;
-    if (h->root >= (uint32_t)job->nranks ||
-        !coll_streams[stream].contributes(me, (int)h->root, job->nranks)) {
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent %s data for root %u", me,
+    if (h->root >= (uint32_t)job->nranks || (coll_streams[stream].shared_window && h->root != 0) ||
+        !port_contributes(job, stream, down, me, (int)h->root)) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, me, "%s %d sent %s data for root %u",
+                me == job->parent_rep ? "the parent port of rank" : "rank", me,
                 inc_wire_stream_name(stream), h->root);
         return 0;
     }
@@ -400,10 +487,11 @@ static int data_allowed(engine_t *eng, job_t *job, int me, const struct inc_wire
                 (unsigned long long)h->total, (unsigned long long)chunk);
         return 0;
     }
-    return coll_credit_left(&eng->members, job, me, stream);
+    return me == job->parent_rep || coll_credit_left(&eng->members, job, me, stream);
 }
 
-static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_wire_hdr *h)
+static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, int down,
+                        const struct inc_wire_hdr *h)
 {
     item_t *it = calloc(1, sizeof(*it));
     if (it != NULL) {
@@ -429,8 +517,10 @@ static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_w
     it->total = h->total;
     it->dtype = c->dtype;
     it->redop = c->redop;
-    for (int r = 0; r < job->nranks; r++)
-        it->nexpected += coll_streams[c->stream].contributes(r, (int)h->root, job->nranks);
+    it->down = down;
+    for (int p = 0; p < job->nranks; p++)
+        it->nexpected +=
+            job->rep[p] == p && port_contributes(job, c->stream, down, p, (int)h->root);
     it->next = c->state;
     c->state = it;
     return it;
@@ -438,15 +528,15 @@ static item_t *item_new(engine_t *eng, job_t *job, coll_t *c, const struct inc_w
 
 /* The item this chunk belongs to, new if it is the first contribution; NULL (the job
    failed, *st says what UCX hears) if it cannot take this one. */
-static item_t *item_for_data(engine_t *eng, job_t *job, coll_t *c, int me,
+static item_t *item_for_data(engine_t *eng, job_t *job, coll_t *c, int me, int down,
                              const struct inc_wire_hdr *h, ucs_status_t *st)
 {
     *st = UCS_ERR_INVALID_PARAM;
     item_t *it = c->state;
-    while (it != NULL && !(it->root == h->root && it->chunk == h->chunk))
+    while (it != NULL && !(it->root == h->root && it->chunk == h->chunk && it->down == down))
         it = it->next;
     if (it == NULL) {
-        it = item_new(eng, job, c, h);
+        it = item_new(eng, job, c, down, h);
         if (it == NULL) {
             job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
             *st = UCS_ERR_NO_MEMORY;
@@ -476,7 +566,8 @@ static ucs_status_t data_keep_eager(engine_t *eng, item_t *it, int me, void *dat
     it->contrib[me] = data;
     it->ucx_owned[me] = 1;
     job_account(&eng->members, job, length);
-    job->inflight[me][it->ci.coll->stream]++;
+    if (me != job->parent_rep)
+        job->inflight[me][it->ci.coll->stream]++;
     eng->stats->bytes_in += length;
     coll_item_hold(&it->ci); /* its forward, or a failure, may take the item out of the table */
     item_arrived(eng, it, me);
@@ -493,18 +584,28 @@ static ucs_status_t data_keep_eager(engine_t *eng, item_t *it, int me, void *dat
     return UCS_OK;
 }
 
+/* A DATA from a rank or a child switch, or a FWD from the parent (tree.c): a contribution of
+   the sender's port. */
 static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
                             void *data, size_t length, const ucp_am_recv_param_t *param)
 {
-    const int me = conn->rank;
-    if (!data_allowed(eng, job, me, h))
+    const int from_parent = conn->role == CONN_PARENT;
+    const int me = from_parent ? job->parent_rep : conn->rank;
+    const int down = from_parent && h->stream == INCMOE_STREAM_ALLREDUCE;
+    if (me < 0) {
+        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, 0,
+                "the parent switch sent %s data for a job wholly beneath this switch",
+                inc_wire_stream_name(h->stream));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (!data_allowed(eng, job, me, down, h))
         return UCS_ERR_INVALID_PARAM;
     coll_t *c = coll_get(&eng->members, job, conn, h->stream, h->epoch);
     if (c == NULL || !coll_describe(&eng->members, job, conn, c, h) ||
         !coll_set_form(&eng->members, job, conn, c, &chunked_form))
         return UCS_ERR_INVALID_PARAM;
     ucs_status_t st;
-    item_t *it = item_for_data(eng, job, c, me, h, &st);
+    item_t *it = item_for_data(eng, job, c, me, down, h, &st);
     if (it == NULL)
         return st;
     if (job->mem_used + length > job->mem_bound) {
@@ -518,7 +619,8 @@ static ucs_status_t on_data(engine_t *eng, job_t *job, conn_t *conn, const struc
         job_fail(&eng->members, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
         return UCS_ERR_NO_MEMORY;
     }
-    job->inflight[me][h->stream]++;
+    if (!from_parent)
+        job->inflight[me][h->stream]++;
     eng->stats->bytes_in += length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         return coll_item_receive(&it->ci, me, data, it->contrib[me], length);
@@ -543,6 +645,45 @@ static void on_leave(engine_t *eng, job_t *job, conn_t *conn)
     member_leave(&eng->members, conn);
 }
 
+/* What the parent switch sends a child: its answers for the ports beyond this switch. */
+static ucs_status_t on_parent_message(engine_t *eng, job_t *job, conn_t *conn,
+                                      const struct inc_wire_hdr *h, void *data, size_t length,
+                                      const ucp_am_recv_param_t *param)
+{
+    membership_t *m = &eng->members;
+    switch ((inc_wire_msg_t)h->msg) {
+    case WIRE_MSG_HEARTBEAT:
+        return UCS_OK;
+    case WIRE_MSG_ERROR:
+        member_on_error(m, conn, h, data, length);
+        return UCS_OK;
+    case WIRE_MSG_JOIN_ACK:
+        tree_on_parent_ack(m, job, h, data, length);
+        return UCS_OK;
+    case WIRE_MSG_CREDIT:
+        if (inc_wire_is_dc(h->stream) || h->stream == INCMOE_STREAM_BARRIER)
+            break;
+        tree_up_credit(m, job, h->stream, h->length);
+        return UCS_OK;
+    case WIRE_MSG_TREE_POST:
+        on_tree_post(eng, job, conn, h, data, length);
+        return UCS_OK;
+    case WIRE_MSG_FWD:
+        if (inc_wire_is_dc(h->stream))
+            break;
+        return on_data(eng, job, conn, h, data, length, param);
+    case WIRE_MSG_SMALL_FWD:
+        if (inc_wire_is_dc(h->stream))
+            break;
+        return small_on_parent_result(m, job, conn, h, data, length, param);
+    default:
+        break;
+    }
+    JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, 0, "the parent switch sent %s, which a child never gets",
+            inc_wire_msg_name(h->msg));
+    return UCS_ERR_INVALID_PARAM;
+}
+
 static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire_hdr *h, void *data,
                                size_t length, const ucp_am_recv_param_t *param)
 {
@@ -552,10 +693,20 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
     ucs_status_t st = member_screen(&eng->members, conn, h, rndv);
     if (st != UCS_OK)
         return st;
+    if (conn->role == CONN_PARENT)
+        return on_parent_message(eng, job, conn, h, data, length, param);
     /* The header check bounded the stream of these three. */
     if ((h->msg == WIRE_MSG_POST || h->msg == WIRE_MSG_DATA || h->msg == WIRE_MSG_SMALL) &&
-        coll_streams[h->stream].planned)
+        coll_streams[h->stream].planned) {
+        if (job->tree) {
+            job_fail(&eng->members, job, INCMOE_ERR_UNSUPPORTED, conn->rank,
+                     "%s does not run over a switch tree yet: this job's ranks are beneath "
+                     "several switches",
+                     inc_wire_stream_name(h->stream));
+            return UCS_ERR_UNSUPPORTED;
+        }
         return dc_on_message(&eng->members, job, conn, h, data, length, param);
+    }
     switch ((inc_wire_msg_t)h->msg) {
     case WIRE_MSG_HEARTBEAT:
         return UCS_OK;
@@ -572,11 +723,22 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
         return on_data(eng, job, conn, h, data, length, param);
     case WIRE_MSG_SMALL:
         return small_on_message(&eng->members, job, conn, h, data, length, param);
+    case WIRE_MSG_TREE_JOIN:
+        if (conn->role != CONN_CHILD)
+            break;
+        member_tree_join(&eng->members, conn, h, data, length);
+        return UCS_OK;
+    case WIRE_MSG_TREE_POST:
+        if (conn->role != CONN_CHILD)
+            break;
+        on_tree_post(eng, job, conn, h, data, length);
+        return UCS_OK;
     default:
-        JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
-                "rank %d sent %s, which ranks never send", conn->rank, inc_wire_msg_name(h->msg));
-        return UCS_ERR_INVALID_PARAM;
+        break;
     }
+    JOB_BAD(&eng->members, job, INCMOE_ERR_PROTOCOL, conn->rank,
+            "rank %d sent %s, which ranks never send", conn->rank, inc_wire_msg_name(h->msg));
+    return UCS_ERR_INVALID_PARAM;
 }
 
 /* A malformed message from a member fails its job as an ERROR from that rank would. */

@@ -13,6 +13,7 @@
  * once, its last buffers when the sends that carry them complete.
  */
 #include "membership.h"
+#include "tree.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/text.h"
@@ -91,7 +92,13 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
        has at most credits small collectives sending results, as a rank regains a credit only
        with its result: credits more chunks per stream. */
     const size_t c = set->chunk_size, n = (size_t)nranks;
-    return (size_t)set->credits * ((c + 8 * n) * n * 3 + c * 3 + c * 3);
+    size_t bound = (size_t)set->credits * ((c + 8 * n) * n * 3 + c * 3 + c * 3);
+    /* Below a parent (tree.c) the parent port's chunks take no credit of this switch's: what
+       the parent sends ahead of this switch's own ranks is bounded by its credits toward the
+       ranks' partials this switch owes it, counted here as N more ranks' worth. */
+    if (set->parent[0] != '\0')
+        bound += (size_t)set->credits * (c + 8 * n) * n * 3;
+    return bound;
 }
 
 /*
@@ -168,12 +175,17 @@ void job_fail(membership_t *m, job_t *job, incmoe_status_t status, int rank, con
              incmoe_strerror(status));
     m->stats->jobs_failed++;
     job->state = JOB_FAILED;
+    /* Every port hears it once, the parent too: the whole tree fails the job. */
     for (int r = 0; r < job->nranks; r++) {
         conn_t *c = job->conns[r];
-        if (c != NULL && c->state == CONN_JOINED && !c->left)
+        if (c != NULL && c->state == CONN_JOINED && !c->left && job_port_first(job, r))
             m->tx.ops->send_error(m->tx.server, c, job->id, status, (uint32_t)(rank < 0 ? 0 : rank),
                                   text);
     }
+    if (job->parent != NULL && job->parent_rep < 0 && job->parent->state == CONN_JOINED)
+        m->tx.ops->send_error(m->tx.server, job->parent, job->id, status,
+                              (uint32_t)(rank < 0 ? 0 : rank), text);
+    tree_drop_up_queue(job);
     job_retire(m, job);
     job->mem_bound = (size_t)-1; /* buffers still in flight are freed later */
 }
@@ -187,7 +199,38 @@ static void job_free(job_t *job)
     free(job->ack_payload);
     free(job->conns);
     free(job->inflight);
+    free(job->rep);
     free(job);
+}
+
+int job_port_first(const job_t *job, int r)
+{
+    if (job->rep != NULL)
+        return job->rep[r] == r;
+    for (int q = 0; q < r; q++)
+        if (job->conns[q] == job->conns[r])
+            return 0;
+    return 1;
+}
+
+/* The link to the parent goes with the last of the job's own members. */
+static void job_let_parent_go(membership_t *m, job_t *job)
+{
+    conn_t *up = job->parent;
+    if (up == NULL)
+        return;
+    for (int r = 0; r < job->nranks; r++)
+        if (job->conns[r] == up)
+            job->conns[r] = NULL;
+    job->parent = NULL;
+    up->job = NULL;
+    if (job->state == JOB_ACTIVE && !up->left) {
+        struct inc_wire_hdr h; /* everyone beneath left in order: so does this switch */
+        inc_wire_hdr_init(&h, WIRE_MSG_LEAVE, job->id);
+        h.rank = (uint32_t)(job->up_rank < 0 ? 0 : job->up_rank);
+        m->tx.ops->send(m->tx.server, up, &h, NULL, 0, NULL, NULL);
+    }
+    m->tx.ops->drop(m->tx.server, up);
 }
 
 void job_release(membership_t *m, job_t *job)
@@ -196,9 +239,10 @@ void job_release(membership_t *m, job_t *job)
         return;
     int members = 0;
     for (int r = 0; r < job->nranks; r++)
-        members += job->conns[r] != NULL;
+        members += job->conns[r] != NULL && job->conns[r] != job->parent;
     if (members > 0)
         return;
+    job_let_parent_go(m, job);
     if (job->state != JOB_FAILED) {
         /* Everyone left in order. */
         job->state = JOB_FAILED;
@@ -232,7 +276,11 @@ static void refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t 
     log_warn(SUBSYS, "refused a rank of job %llu: %s", (unsigned long long)job, text);
     m->stats->jobs_refused++;
     m->tx.ops->send_error(m->tx.server, conn, job, st, 0, text);
-    m->tx.ops->drop(m->tx.server, conn);
+    /* A child switch fails its job on the ERROR and closes the link itself: dropped now, its
+       link could fail before the ERROR is read, and the ranks would lose the reason.  Unjoined,
+       the connection is dropped by member_tick after the JOIN timeout at the latest. */
+    if (conn->role != CONN_CHILD)
+        m->tx.ops->drop(m->tx.server, conn);
 }
 
 static job_t *job_find(membership_t *m, uint64_t id)
@@ -256,6 +304,8 @@ static job_t *job_new(membership_t *m, uint64_t id, int nranks)
     job->addr_len = calloc((size_t)nranks, sizeof(uint32_t));
     job->inflight = calloc((size_t)nranks, sizeof(*job->inflight));
     job->timeout_ms = m->set->timeout_ms;
+    job->parent_rep = -1;
+    job->up_rank = -1;
     if (RAND_bytes(job->ring_token, sizeof(job->ring_token)) != 1) {
         job_free(job);
         return NULL;
@@ -281,9 +331,39 @@ static void ack_sent_cb(void *arg, ucs_status_t status)
     job_release(job->members, job);
 }
 
-/* Everyone is in: each rank learns the job size, the flow control and everyone's address. */
-static void job_send_ack(membership_t *m, job_t *job)
+/* Each port's key: the lowest rank its connection covers. */
+static int job_set_ports(job_t *job)
 {
+    if (job->rep == NULL && (job->rep = malloc((size_t)job->nranks * sizeof(int))) == NULL)
+        return 0;
+    job->nlocal = 0;
+    for (int r = 0; r < job->nranks; r++) {
+        int q = 0;
+        while (job->conns[q] != job->conns[r])
+            q++;
+        job->rep[r] = q;
+        job->nlocal += job->conns[r] != job->parent;
+        if (job->conns[r]->role == CONN_CHILD)
+            job->tree = 1;
+    }
+    job->parent_rep = -1;
+    for (int r = 0; r < job->nranks && job->parent_rep < 0; r++)
+        if (job->parent != NULL && job->conns[r] == job->parent)
+            job->parent_rep = r;
+    if (job->parent_rep >= 0)
+        job->tree = 1;
+    for (conn_t **c = job->conns; c < job->conns + job->nranks; c++)
+        if ((*c)->role == CONN_CHILD)
+            (*c)->rank = job->rep[c - job->conns];
+    return 1;
+}
+
+void job_form(membership_t *m, job_t *job)
+{
+    if (!job_set_ports(job)) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, 0, "switch out of memory");
+        return;
+    }
     size_t len = sizeof(struct inc_wire_join_ack);
     for (int r = 0; r < job->nranks; r++)
         len += sizeof(uint32_t) + job->addr_len[r];
@@ -306,22 +386,30 @@ static void job_send_ack(membership_t *m, job_t *job)
             memcpy(payload + pos, job->addr[r], job->addr_len[r]);
         pos += job->addr_len[r];
     }
-    /* One payload shared by the N sends; it lives as long as the job, and each send holds the
+    /* One payload shared by the sends; it lives as long as the job, and each send holds the
        job until it completes, so a job whose ranks all vanish keeps it while UCX reads it. */
     job->ack_payload = payload;
+    int ports = 0;
     for (int r = 0; r < job->nranks; r++) {
+        if (job->rep[r] != r || job->conns[r] == job->parent)
+            continue;
         struct inc_wire_hdr h;
         inc_wire_hdr_init(&h, WIRE_MSG_JOIN_ACK, job->id);
         h.rank = (uint32_t)r;
         h.length = len;
         job->refs++;
+        ports++;
         m->tx.ops->send(m->tx.server, job->conns[r], &h, payload, len, ack_sent_cb, job);
     }
     job->state = JOB_ACTIVE;
     if (job->progress_timeout_ms == 0)
         job->progress_timeout_ms = m->set->progress_timeout_ms;
-    log_info(SUBSYS, "job %llu formed: %d ranks, timeout %d ms, progress timeout %d ms",
-             (unsigned long long)job->id, job->nranks, job->timeout_ms, job->progress_timeout_ms);
+    log_info(SUBSYS,
+             "job %llu formed: %d ranks (%d beneath this switch, %d ports%s), timeout %d ms, "
+             "progress timeout %d ms",
+             (unsigned long long)job->id, job->nranks, job->nlocal, ports,
+             job->parent != NULL ? " and the parent" : "", job->timeout_ms,
+             job->progress_timeout_ms);
 }
 
 /* Is the JOIN well formed and in range?  Refuses the connection if not. */
@@ -429,6 +517,10 @@ static void join_timeout(membership_t *m, job_t *job, uint32_t rank,
 void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
                  size_t length)
 {
+    if (hdr->msg == WIRE_MSG_TREE_JOIN) {
+        member_tree_join(m, conn, hdr, payload, length);
+        return;
+    }
     struct inc_wire_join join;
     memcpy(&join, payload, sizeof(join));
     const char *addr = payload + sizeof(join);
@@ -452,8 +544,129 @@ void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, 
     job->njoined++;
     log_debug(SUBSYS, "job %llu: rank %u joined (%d of %d)", (unsigned long long)job->id, hdr->rank,
               job->njoined, job->nranks);
-    if (job->njoined == job->nranks)
-        job_send_ack(m, job);
+    if (m->set->parent[0] != '\0') {
+        int r = (int)hdr->rank;
+        tree_join_up(m, job, &r, 1);
+    } else if (job->njoined == job->nranks) {
+        job_form(m, job);
+    }
+}
+
+/*
+ * A child switch's TREE_JOIN: the ranks that joined beneath it.  On a new
+ * connection it admits the job like a JOIN; later ones on the child's
+ * connection add ranks while the job forms.  Every record is checked before
+ * any is taken, so a bad one refuses the whole message.
+ */
+void member_tree_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
+                      const char *payload, size_t length)
+{
+    struct inc_wire_tree_join tj;
+    char text[200];
+    memcpy(&tj, payload, sizeof(tj)); /* the header check bounded length below */
+    if (conn->job == NULL)
+        conn->role = CONN_CHILD; /* a refusal leaves the link to the child to close */
+    if (tj.nranks < 1 || tj.nranks > INCMOE_MAX_RANKS || tj.count < 1 || tj.count > tj.nranks) {
+        snprintf(text, sizeof(text), "TREE_JOIN of %u ranks for a job of %u", tj.count, tj.nranks);
+        goto bad;
+    }
+    size_t pos = sizeof(tj);
+    uint8_t seen[INCMOE_MAX_RANKS] = {0};
+    for (uint32_t i = 0; i < tj.count; i++) {
+        uint32_t rec[2];
+        if (length - pos < sizeof(rec)) {
+            snprintf(text, sizeof(text), "TREE_JOIN truncated at record %u", i);
+            goto bad;
+        }
+        memcpy(rec, payload + pos, sizeof(rec));
+        pos += sizeof(rec);
+        if (rec[0] >= tj.nranks || seen[rec[0]] || rec[1] > INCMOE_WIRE_MAX_ADDR ||
+            length - pos < rec[1]) {
+            snprintf(text, sizeof(text), "TREE_JOIN record %u (rank %u, %u address bytes) is bad",
+                     i, rec[0], rec[1]);
+            goto bad;
+        }
+        char why[160];
+        if (rec[1] > 0 &&
+            inc_ucx_addr_check(payload + pos, rec[1], NULL, 0, why, sizeof(why)) != INCMOE_OK) {
+            snprintf(text, sizeof(text), "rank %u's address in TREE_JOIN: %s", rec[0], why);
+            goto bad;
+        }
+        seen[rec[0]] = 1;
+        pos += rec[1];
+    }
+    if (pos != length) {
+        snprintf(text, sizeof(text), "TREE_JOIN has %zu bytes past its records", length - pos);
+        goto bad;
+    }
+    job_t *job = conn->job;
+    if (job == NULL) {
+        struct inc_wire_hdr first = *hdr;
+        first.rank = 0;
+        for (uint32_t r = 0; r < tj.nranks; r++)
+            if (seen[r]) {
+                first.rank = r;
+                break;
+            }
+        if ((job = join_admit(m, conn, &first, tj.nranks)) == NULL)
+            return;
+    } else if (job->state != JOB_FORMING || conn->role != CONN_CHILD || hdr->job != job->id ||
+               tj.nranks != (uint32_t)job->nranks) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
+                "a child switch sent TREE_JOIN for job %llu of %u ranks after its job formed",
+                (unsigned long long)hdr->job, tj.nranks);
+        return;
+    }
+    for (int r = 0; r < job->nranks; r++) {
+        if (seen[r] && (job->conns[r] != NULL || job->addr[r] != NULL)) {
+            snprintf(text, sizeof(text), "rank %d of job %llu has already joined", r,
+                     (unsigned long long)job->id);
+            if (conn->job == NULL)
+                refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
+            else
+                job_fail(m, job, INCMOE_ERR_JOB, r, "%s", text);
+            return;
+        }
+    }
+    struct inc_wire_join asked = {.timeout_ms = tj.timeout_ms,
+                                  .progress_timeout_ms = tj.progress_timeout_ms};
+    join_timeout(m, job, 0, &asked);
+    conn->job = job;
+    conn->role = CONN_CHILD;
+    conn->state = CONN_JOINED;
+    int added[INCMOE_MAX_RANKS], nadded = 0;
+    pos = sizeof(tj);
+    for (uint32_t i = 0; i < tj.count; i++) {
+        uint32_t rec[2];
+        memcpy(rec, payload + pos, sizeof(rec));
+        pos += sizeof(rec);
+        job->addr[rec[0]] = malloc(rec[1] ? rec[1] : 1);
+        if (job->addr[rec[0]] == NULL) {
+            job_fail(m, job, INCMOE_ERR_NO_MEMORY, (int)rec[0], "switch out of memory");
+            return;
+        }
+        memcpy(job->addr[rec[0]], payload + pos, rec[1]);
+        job->addr_len[rec[0]] = rec[1];
+        job->conns[rec[0]] = conn;
+        if (conn->rank < 0 || (int)rec[0] < conn->rank)
+            conn->rank = (int)rec[0];
+        added[nadded++] = (int)rec[0];
+        pos += rec[1];
+    }
+    job->njoined += nadded;
+    log_debug(SUBSYS, "job %llu: a child switch brought %d ranks (%d of %d)",
+              (unsigned long long)job->id, nadded, job->njoined, job->nranks);
+    if (m->set->parent[0] != '\0')
+        tree_join_up(m, job, added, nadded);
+    else if (job->njoined == job->nranks)
+        job_form(m, job);
+    return;
+bad:
+    m->stats->bad_messages++;
+    if (conn->job == NULL)
+        refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, text);
+    else
+        JOB_BAD(m, conn->job, INCMOE_ERR_PROTOCOL, conn->rank, "%s", text);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -464,18 +677,29 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
     job_t *job = conn->job;
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
-    if (h->job != job->id || h->rank != (uint32_t)conn->rank) {
+    /* A child speaks for its port (its key, once the job formed); the parent for all but this
+       switch's ranks. */
+    int rank_checked = conn->role == CONN_RANK || (conn->role == CONN_CHILD && job->rep != NULL);
+    if (h->job != job->id || (rank_checked && h->rank != (uint32_t)conn->rank)) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
-                "rank %d sent a message claiming job %llu rank %u", conn->rank,
+                "%s %d sent a message claiming job %llu rank %u",
+                conn->role == CONN_RANK ? "rank" : "the switch port of rank", conn->rank,
                 (unsigned long long)h->job, h->rank);
         return UCS_ERR_INVALID_PARAM;
     }
-    if (job->state != JOB_ACTIVE && h->msg != WIRE_MSG_HEARTBEAT && h->msg != WIRE_MSG_LEAVE) {
+    int forming_ok =
+        h->msg == WIRE_MSG_HEARTBEAT || h->msg == WIRE_MSG_LEAVE ||
+        (conn->role == CONN_CHILD && h->msg == WIRE_MSG_TREE_JOIN) ||
+        (conn->role == CONN_PARENT && (h->msg == WIRE_MSG_JOIN_ACK || h->msg == WIRE_MSG_ERROR));
+    if (job->state != JOB_ACTIVE && !forming_ok) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s before the job formed",
                 conn->rank, inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
     }
-    if (rndv && h->msg != WIRE_MSG_DATA && h->msg != WIRE_MSG_SMALL) {
+    int bulk =
+        h->msg == WIRE_MSG_DATA || h->msg == WIRE_MSG_SMALL ||
+        (conn->role == CONN_PARENT && (h->msg == WIRE_MSG_FWD || h->msg == WIRE_MSG_SMALL_FWD));
+    if (rndv && !bulk) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s rendezvous", conn->rank,
                 inc_wire_msg_name(h->msg));
         return UCS_ERR_INVALID_PARAM;
@@ -507,14 +731,28 @@ void member_conn_lost(membership_t *m, conn_t *conn, const char *why)
     job_t *job = conn->job;
     if (job == NULL)
         return;
-    job->conns[conn->rank] = NULL;
+    for (int r = 0; r < job->nranks; r++)
+        if (job->conns[r] == conn)
+            job->conns[r] = NULL;
+    if (job->parent == conn)
+        job->parent = NULL;
     conn->job = NULL;
     /* A LEAVE makes a loss orderly only once the job formed: before that the job can never
-       form, and the ranks that joined hear why now. */
-    if (job->state != JOB_FAILED && (!conn->left || job->state == JOB_FORMING)) {
+       form, and the ranks that joined hear why now.  The parent's link is never left. */
+    if (job->state != JOB_FAILED &&
+        (!conn->left || job->state == JOB_FORMING || conn->role == CONN_PARENT)) {
         m->stats->peers_lost++;
-        job_fail(m, job, INCMOE_ERR_PEER_FAILED, conn->rank, "rank %d of job %llu is gone: %s",
-                 conn->rank, (unsigned long long)job->id, why);
+        if (conn->role == CONN_PARENT)
+            job_fail(m, job, INCMOE_ERR_PEER_FAILED, 0,
+                     "the parent switch %s of job %llu is gone: %s", m->set->parent,
+                     (unsigned long long)job->id, why);
+        else if (conn->role == CONN_CHILD)
+            job_fail(m, job, INCMOE_ERR_PEER_FAILED, conn->rank,
+                     "the child switch serving rank %d of job %llu is gone: %s", conn->rank,
+                     (unsigned long long)job->id, why);
+        else
+            job_fail(m, job, INCMOE_ERR_PEER_FAILED, conn->rank, "rank %d of job %llu is gone: %s",
+                     conn->rank, (unsigned long long)job->id, why);
     }
     job_release(m, job);
 }

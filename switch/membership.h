@@ -40,6 +40,18 @@ typedef struct job {
     struct coll *colls[INC_STREAM_COUNT];
     uint64_t retired[INC_STREAM_COUNT];     /* every epoch <= this is finished */
     double all_posted_at[INC_STREAM_COUNT]; /* when a collective last got its N-th POST */
+    /* Ports (tree.c): conns[r] is the connection of the port covering rank r (a rank, a child
+       switch, or the parent); rep[r] the port's key, the lowest rank it covers (r itself on
+       one switch).  Set when the job forms. */
+    int *rep;
+    int tree;       /* some data goes through a switch port: the tree rules apply */
+    conn_t *parent; /* this switch's link to its parent for the job; NULL at the root */
+    int parent_rep; /* the parent port's key; -1 when it covers no rank (or there is none) */
+    int up_rank;    /* the key of this switch's port at its parent: its lowest rank */
+    int nlocal;     /* ranks beneath this switch (all N at the root) */
+    uint32_t up_credits[INC_STREAM_COUNT]; /* DATA or SMALL this switch may send up now */
+    uint32_t up_granted;                   /* per stream, by the parent's JOIN_ACK */
+    struct up_send *up_head[INC_STREAM_COUNT], *up_tail[INC_STREAM_COUNT]; /* waiting, in order */
 } job_t;
 
 typedef struct membership {
@@ -73,6 +85,10 @@ void member_on_error(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h
                      size_t length);
 /* The member's connection is gone. */
 void member_conn_lost(membership_t *m, conn_t *conn, const char *why);
+/* A TREE_JOIN from a child switch: on a new connection (after member_join's bootstrap check) or
+   adding ranks on the child's connection while the job forms. */
+void member_tree_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
+                      const char *payload, size_t length);
 /* Liveness: JOIN and silence timeouts, heartbeats toward quiet connections. */
 void member_tick(membership_t *m, conn_t *conns);
 /* Fail every job (shutdown). */
@@ -87,6 +103,12 @@ void job_fail(membership_t *m, job_t *job, incmoe_status_t status, int rank, con
         (m)->stats->bad_messages++;                                                                \
         job_fail((m), (job), (status), (rank), __VA_ARGS__);                                       \
     } while (0)
+/* Every rank is in (at the root) or the parent's JOIN_ACK came (below it): the ports are set
+   and every port but the parent gets JOIN_ACK with credits of this switch. */
+void job_form(membership_t *m, job_t *job);
+/* Is conn the first port connection of the job seen at or before rank r's (one message per
+   port when walking the ranks)? */
+int job_port_first(const job_t *job, int r);
 /* Free a job once no connection, send, receive or reduction refers to it. */
 void job_release(membership_t *m, job_t *job);
 

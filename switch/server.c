@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,18 +70,17 @@ static void conn_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
  * inc_ucx_addr_check against this worker's own: UCX aborts on, or reads past,
  * a malformed one, and a key proves only who sent it.
  */
-static void server_on_session(void *arg, const inc_boot_t *boot, const char *peer)
+static conn_t *server_add_conn(server_t *srv, const void *peer_addr, const char *peer)
 {
-    server_t *srv = arg;
     conn_t *conn = calloc(1, sizeof(*conn));
     if (conn == NULL) {
         log_warn(SUBSYS, "no memory for the connection of %s", peer);
-        return;
+        return NULL;
     }
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_USER_DATA,
-        .address = (const ucp_address_t *)boot->peer_addr,
+        .address = (const ucp_address_t *)peer_addr,
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = conn_err_cb, .arg = conn},
         .user_data = conn,
@@ -89,13 +89,80 @@ static void server_on_session(void *arg, const inc_boot_t *boot, const char *pee
     if (st != UCS_OK) {
         log_warn(SUBSYS, "no endpoint to the worker of %s: %s", peer, ucs_status_string(st));
         free(conn);
-        return;
+        return NULL;
     }
-    memcpy(conn->token, boot->token, sizeof(conn->token));
     conn->rank = -1;
     conn->created = conn->last_rx = conn->last_tx = inc_now_s();
     conn->next = srv->conns;
     srv->conns = conn;
+    return conn;
+}
+
+/*
+ * The link to the parent switch for one job (tree.c): this switch is the
+ * bootstrap's client, as a rank is, with the parent link's key.  One link per
+ * job keeps the jobs apart at the parent as ranks are.  The handshake blocks
+ * the event loop for at most its deadline (a fraction of the liveness timeout:
+ * other jobs' peers must not go silent meanwhile).
+ */
+static conn_t *server_connect_parent(server_t *srv, uint64_t job, incmoe_status_t *status,
+                                     char *why, size_t why_len)
+{
+    *status = INCMOE_ERR_UNREACHABLE;
+    const switch_settings_t *set = srv->set;
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    if (inc_ucx_parse_hostport(set->parent, &ss, &sslen, 0) != INCMOE_OK) {
+        snprintf(why, why_len, "cannot resolve the parent switch %s", set->parent);
+        return NULL;
+    }
+    inc_boot_t *boot = malloc(sizeof(*boot));
+    if (boot == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return NULL;
+    }
+    conn_t *conn = NULL;
+    int deadline_ms = set->timeout_ms / 4 < 5000 ? set->timeout_ms / 4 : 5000;
+    incmoe_status_t st =
+        inc_boot_init(boot, INC_BOOT_CLIENT, set->parent_secret, set->parent_secret_len,
+                      srv->worker_addr, srv->worker_addr_len);
+    if (st == INCMOE_IN_PROGRESS)
+        st = inc_boot_run_client(boot, (struct sockaddr *)&ss, sslen,
+                                 deadline_ms > 100 ? deadline_ms : 100);
+    if (st != INCMOE_OK) {
+        *status = st;
+        snprintf(why, why_len, "the parent switch %s: %s (%s)", set->parent, boot->why,
+                 incmoe_strerror(st));
+    } else if ((conn = server_add_conn(srv, boot->peer_addr, set->parent)) == NULL) {
+        snprintf(why, why_len, "no endpoint to the parent switch %s", set->parent);
+    } else {
+        memcpy(conn->token, boot->token, sizeof(conn->token));
+        conn->role = CONN_PARENT;
+        conn->state = CONN_JOINED;
+        conn->parent_job = job;
+        *status = INCMOE_OK;
+    }
+    inc_boot_clear(boot);
+    free(boot);
+    return conn;
+}
+
+/*
+ * A rank (or a child switch) finished the bootstrap handshake: an endpoint to
+ * its worker, waiting for its JOIN.  The endpoint is the switch's own (its
+ * error callback reports a dead peer at once); UCX pairs it with the peer's
+ * endpoint to this worker, which then names it in every message.  Only a peer
+ * that passed the handshake gets here, and with an address the handshake held
+ * to inc_ucx_addr_check against this worker's own: UCX aborts on, or reads
+ * past, a malformed one, and a key proves only who sent it.
+ */
+static void server_on_session(void *arg, const inc_boot_t *boot, const char *peer)
+{
+    server_t *srv = arg;
+    conn_t *conn = server_add_conn(srv, boot->peer_addr, peer);
+    if (conn == NULL)
+        return;
+    memcpy(conn->token, boot->token, sizeof(conn->token));
     log_debug(SUBSYS, "new connection from %s", peer);
 }
 
@@ -208,7 +275,10 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
         .cb.send = send_cb,
         .user_data = ctx,
-        .flags = length >= srv->set->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER,
+        .flags =
+            (length >= srv->set->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER) |
+            /* another switch finds the link by the endpoint, as this one does a rank's */
+            (conn->role != CONN_RANK ? UCP_AM_SEND_FLAG_REPLY : 0),
     };
     ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
                                            payload, length, &param);
@@ -306,10 +376,12 @@ static void server_send_error(server_t *srv, conn_t *conn, uint64_t job, incmoe_
 /* receiving                                                                 */
 
 /*
- * Clients send with UCP_AM_SEND_FLAG_REPLY, which names their endpoint here:
- * the one this switch created toward them when UCX paired the two, else the
- * one a JOIN bound.  Only a JOIN may come from an endpoint bound to nothing,
- * and it finds its connection by the session token it carries.
+ * Ranks and switches send with UCP_AM_SEND_FLAG_REPLY, which names their
+ * endpoint here: the one this switch created toward them when UCX paired the
+ * two, else the one a JOIN (or TREE_JOIN) bound.  Only a JOIN may come from an
+ * endpoint bound to nothing, and it finds its connection by the session token
+ * it carries.  A parent switch's endpoint that UCX did not pair is bound by
+ * its first answer to this switch's TREE_JOIN (JOIN_ACK or ERROR of that job).
  */
 static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param, const void *header,
                        size_t header_length, const void *data, size_t length)
@@ -320,14 +392,25 @@ static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param, const vo
         if (c->ep == param->reply_ep || (c->rx_ep != NULL && c->rx_ep == param->reply_ep))
             return c;
     struct inc_wire_hdr h;
-    struct inc_wire_join join;
-    if (header_length != sizeof(h) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
-        length < sizeof(join))
+    if (header_length != sizeof(h) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
         return NULL;
     memcpy(&h, header, sizeof(h));
-    memcpy(&join, data, sizeof(join));
-    if (h.magic != INCMOE_WIRE_MAGIC || h.msg != WIRE_MSG_JOIN)
+    if (h.magic != INCMOE_WIRE_MAGIC)
         return NULL;
+    if (h.msg == WIRE_MSG_JOIN_ACK || h.msg == WIRE_MSG_ERROR) {
+        for (conn_t *c = srv->conns; c != NULL; c = c->next) {
+            if (c->role == CONN_PARENT && c->rx_ep == NULL && c->parent_job == h.job &&
+                c->state == CONN_JOINED) {
+                c->rx_ep = param->reply_ep;
+                return c;
+            }
+        }
+        return NULL;
+    }
+    struct inc_wire_join join;
+    if ((h.msg != WIRE_MSG_JOIN && h.msg != WIRE_MSG_TREE_JOIN) || length < sizeof(join))
+        return NULL;
+    memcpy(&join, data, sizeof(join));
     for (conn_t *c = srv->conns; c != NULL; c = c->next)
         if (c->state == CONN_NEW && c->rx_ep == NULL &&
             CRYPTO_memcmp(c->token, join.token, sizeof(c->token)) == 0)
@@ -335,8 +418,11 @@ static conn_t *conn_of(server_t *srv, const ucp_am_recv_param_t *param, const vo
     return NULL;
 }
 
-/* The JOIN of a new connection: it must carry the connection's single-use session token
-   (demux.c's bind hook). */
+_Static_assert(offsetof(struct inc_wire_join, token) == offsetof(struct inc_wire_tree_join, token),
+               "JOIN and TREE_JOIN carry the session token at one offset");
+
+/* The JOIN (or TREE_JOIN) of a new connection: it must carry the connection's single-use session
+   token (demux.c's bind hook). */
 static int join_bound(void *arg, conn_t *conn, const void *data, size_t length,
                       const ucp_am_recv_param_t *param)
 {
@@ -414,6 +500,12 @@ static void tx_drop(void *server, conn_t *conn)
     server_drop_conn(server, conn);
 }
 
+static conn_t *tx_connect_parent(void *server, uint64_t job, incmoe_status_t *status, char *why,
+                                 size_t why_len)
+{
+    return server_connect_parent(server, job, status, why, why_len);
+}
+
 static void tx_recv_data(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx)
 {
     server_recv_data(server, desc, buf, length, rx);
@@ -431,6 +523,7 @@ static const switch_tx_ops_t server_tx_ops = {
     .send_built = tx_send_built,
     .send_error = tx_send_error,
     .drop = tx_drop,
+    .connect_parent = tx_connect_parent,
     .recv_data = tx_recv_data,
     .release_data = tx_release_data,
 };

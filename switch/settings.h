@@ -23,6 +23,10 @@ typedef struct {
     size_t rndv_thresh;
     size_t egress_limit; /* payload bytes in flight per destination */
     int nthreads;        /* --threads: 1 reduces in the event loop itself */
+    /* --parent HOST:PORT: this switch is a child in a tree (tree.c); "" for a root. */
+    char parent[256];
+    char parent_secret[INCMOE_MAX_SECRET]; /* the key for that link */
+    size_t parent_secret_len;              /* 0: keyless */
 } switch_settings_t;
 
 /* Counters printed at exit. */

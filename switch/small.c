@@ -25,6 +25,7 @@
 #include "small.h"
 #include "coll_item.h"
 #include "coll_table.h"
+#include "tree.h"
 #include "base/reduce.h"
 
 #include <stdlib.h>
@@ -35,9 +36,11 @@ typedef struct small {
     uint64_t *table;  /* [nranks] window sizes, from the first checked SMALL */
     void **in;        /* [nranks] each rank's SMALL payload (job memory) */
     size_t *in_len;   /* [nranks] */
-    uint8_t *arrived; /* [nranks] payload complete and checked */
+    uint8_t *arrived; /* [nranks] by port key: payload complete and checked */
     int narrived;
-    void *out; /* the results */
+    int up_sent;   /* tree: this side's contribution went to the parent */
+    int completed; /* tree: the results are going to the ports */
+    void *out;     /* the results */
     size_t out_len;
 } small_t;
 
@@ -174,6 +177,8 @@ static void small_sent(coll_item_t *ci)
 {
     small_t *s = (small_t *)ci;
     coll_t *c = ci->coll;
+    if (ci->job->tree && !s->completed)
+        return; /* the send up went; the results have yet to */
     job_free_mem(ci->job->members, ci->job, s->out, s->out_len);
     s->out = NULL;
     s->out_len = 0;
@@ -226,6 +231,160 @@ static void small_complete(small_t *s, coll_t *c)
 }
 
 /* ------------------------------------------------------------------------ */
+/* over a tree                                                               */
+
+/*
+ * Over a tree (base/wire.h, "Switch trees") every port's payload is its
+ * table and its side's contribution: AllGather, the blocks of the ranks it
+ * covers; ReduceScatter, its partial of every root it does not cover; AllReduce,
+ * its vector, ascending rank throughout.  The parent's SMALL_FWD is the parent
+ * port's, with this collective's table put in front.  What goes to a port is
+ * built from them when its queue takes the send, so no results buffer is held.
+ */
+
+/* Bytes of port p's contribution (after the table), and of what it receives. */
+static uint64_t port_in_length(const job_t *job, int stream, const uint64_t *table, int p)
+{
+    if (stream == INCMOE_STREAM_ALLREDUCE)
+        return table[0];
+    uint64_t n = 0;
+    for (int r = 0; r < job->nranks; r++)
+        if ((job->rep[r] == p) == (stream == INCMOE_STREAM_ALLGATHER))
+            n += table[r];
+    return n;
+}
+
+static uint64_t port_out_length(const job_t *job, int stream, const uint64_t *table, int p)
+{
+    if (stream == INCMOE_STREAM_ALLREDUCE)
+        return table[0];
+    uint64_t n = 0;
+    for (int r = 0; r < job->nranks; r++)
+        if ((job->rep[r] == p) == (stream == INCMOE_STREAM_REDUCESCATTER))
+            n += table[r];
+    return n;
+}
+
+/* Where rank r's block (AllGather) or root r's partial (ReduceScatter) is in port q's
+   payload. */
+static const char *port_piece(const small_t *s, int stream, int q, int r)
+{
+    const job_t *job = s->ci.job;
+    uint64_t at = 8 * (uint64_t)job->nranks;
+    for (int x = 0; x < r; x++)
+        if ((job->rep[x] == q) == (stream == INCMOE_STREAM_ALLGATHER))
+            at += s->table[x];
+    return (const char *)s->in[q] + at;
+}
+
+/* Write what port p gets (its SMALL_FWD, or for the parent this side's SMALL after the
+   table): the order of the ports' keys in every reduction. */
+static void tree_result(const small_t *s, const coll_t *c, int p, char *out)
+{
+    const job_t *job = s->ci.job;
+    const int n = job->nranks;
+    const incmoe_dtype_t dtype = (incmoe_dtype_t)c->dtype;
+    const incmoe_redop_t redop = (incmoe_redop_t)c->redop;
+    const void *srcs[INCMOE_MAX_RANKS];
+    if (c->stream == INCMOE_STREAM_ALLGATHER) {
+        /* A rank's others from rank+1 on, wrapping, as on one switch; a switch's ascending. */
+        int first = job->conns[p]->role == CONN_RANK ? p + 1 : 0;
+        for (int i = 0; i < n; i++) {
+            int r = (first + i) % n;
+            if (job->rep[r] == p || s->table[r] == 0)
+                continue;
+            memcpy(out, port_piece(s, c->stream, job->rep[r], r), (size_t)s->table[r]);
+            out += s->table[r];
+        }
+        return;
+    }
+    if (c->stream == INCMOE_STREAM_REDUCESCATTER) {
+        for (int root = 0; root < n; root++) {
+            if (job->rep[root] != p || s->table[root] == 0)
+                continue;
+            int k = 0;
+            for (int q = 0; q < n; q++)
+                if (job->rep[q] == q && q != p)
+                    srcs[k++] = port_piece(s, c->stream, q, root);
+            inc_reduce_ordered(out, srcs, k, (size_t)(s->table[root] / incmoe_dtype_size(dtype)),
+                               dtype, redop);
+            out += s->table[root];
+        }
+        return;
+    }
+    const size_t hdr = 8 * (size_t)n;
+    if (p != job->parent_rep && job->parent_rep >= 0) { /* the root's result, unchanged */
+        memcpy(out, (const char *)s->in[job->parent_rep] + hdr, (size_t)s->table[0]);
+        return;
+    }
+    int k = 0; /* up: every port but the parent; at the root: every port */
+    for (int q = 0; q < n; q++)
+        if (job->rep[q] == q && q != job->parent_rep)
+            srcs[k++] = (const char *)s->in[q] + hdr;
+    inc_reduce_ordered(out, srcs, k, (size_t)(s->table[0] / incmoe_dtype_size(dtype)), dtype,
+                       redop);
+}
+
+static void tree_build(void *arg, const struct inc_wire_hdr *h, void *buf)
+{
+    const small_t *s = arg;
+    const job_t *job = s->ci.job;
+    if (h->msg == WIRE_MSG_SMALL) { /* up: the table, then this side's contribution */
+        memcpy(buf, s->table, 8 * (size_t)job->nranks);
+        tree_result(s, s->ci.coll, job->parent_rep, (char *)buf + 8 * (size_t)job->nranks);
+        return;
+    }
+    tree_result(s, s->ci.coll, (int)h->rank, buf);
+}
+
+/* Another port's payload is in: send this side's up once every port but the parent's is,
+   and every port its result once all are. */
+static void tree_step(small_t *s, coll_t *c)
+{
+    job_t *job = s->ci.job;
+    membership_t *m = job->members;
+    int ports = 0, local = 0, local_in = 0;
+    for (int p = 0; p < job->nranks; p++) {
+        if (job->rep[p] != p)
+            continue;
+        ports++;
+        local += p != job->parent_rep;
+        local_in += p != job->parent_rep && s->arrived[p];
+    }
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
+    h.stream = (uint8_t)c->stream;
+    h.epoch = c->epoch;
+    h.sig = c->sig;
+    h.dtype = (uint8_t)c->dtype;
+    h.redop = (uint8_t)c->redop;
+    if (job->parent_rep >= 0 && !s->up_sent && local_in == local) {
+        s->up_sent = 1;
+        struct inc_wire_hdr up = h;
+        up.msg = WIRE_MSG_SMALL;
+        up.rank = (uint32_t)job->up_rank;
+        up.total = port_out_length(job, c->stream, s->table, job->parent_rep);
+        up.length = 8 * (uint64_t)job->nranks + up.total;
+        s->ci.sending++; /* small_sent ignores it until the results go */
+        tree_send_up(m, job, &s->ci, EGRESS_RESULT, &up, NULL, tree_build);
+    }
+    if (s->narrived < ports || s->completed || job->state != JOB_ACTIVE)
+        return;
+    s->completed = 1;
+    s->ci.sending += local;
+    coll_item_hold(&s->ci); /* the sends may all complete inline, retire c and free s */
+    for (int p = 0; p < job->nranks; p++) {
+        if (job->rep[p] != p || p == job->parent_rep)
+            continue;
+        job->inflight[p][c->stream]--; /* the SMALL_FWD is the credit */
+        h.rank = (uint32_t)p;
+        h.length = h.total = port_out_length(job, c->stream, s->table, p);
+        coll_item_send_built(&s->ci, job->conns[p], EGRESS_RESULT, &h, tree_build);
+    }
+    coll_item_put(&s->ci);
+}
+
+/* ------------------------------------------------------------------------ */
 /* SMALL in                                                                  */
 
 /* Check rank me's payload against its header, the rule and the others; 0: the job failed. */
@@ -238,7 +397,8 @@ static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
     const unsigned long long epoch = (unsigned long long)c->epoch;
     uint64_t table[INCMOE_MAX_RANKS];
     memcpy(table, s->in[me], 8 * (size_t)n); /* its length was checked on arrival */
-    if (table[me] != total) {
+    const int is_rank = job->conns[me]->role == CONN_RANK;
+    if (is_rank && table[me] != total) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "small %s epoch %llu: rank %d's table gives it %llu bytes, its header %llu", what,
                 epoch, me, (unsigned long long)table[me], (unsigned long long)total);
@@ -275,7 +435,8 @@ static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
             return 0;
         }
     }
-    uint64_t want = inc_wire_small_length((incmoe_stream_t)c->stream, table, n, me);
+    uint64_t want = is_rank ? inc_wire_small_length((incmoe_stream_t)c->stream, table, n, me)
+                            : 8 * (uint64_t)n + port_in_length(job, c->stream, table, me);
     if (s->in_len[me] != want) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
                 "small %s epoch %llu: rank %d sent %zu bytes, its table calls for %llu", what,
@@ -297,10 +458,14 @@ static int small_check(small_t *s, coll_t *c, int me, uint64_t total)
 static void small_arrived(small_t *s, int me, uint64_t total)
 {
     coll_t *c = s->ci.coll;
-    if (!small_check(s, c, me, total))
+    job_t *job = s->ci.job;
+    if (me != job->parent_rep && !small_check(s, c, me, total)) /* the parent's: on arrival */
         return;
     s->arrived[me] = 1;
-    if (++s->narrived == s->ci.job->nranks)
+    s->narrived++;
+    if (job->tree)
+        tree_step(s, c);
+    else if (s->narrived == job->nranks)
         small_complete(s, c);
 }
 
@@ -340,7 +505,13 @@ ucs_status_t small_on_message(membership_t *m, job_t *job, conn_t *conn,
     }
     s->in[me] = buf;
     s->in_len[me] = length;
-    coll_post(job, c, me, h->total);
+    if (conn->role == CONN_RANK) {
+        coll_post(job, c, me, h->total);
+    } else { /* a child switch: every rank beneath it (the sizes are checked on arrival) */
+        for (int r = 0; r < n; r++)
+            if (job->conns[r] == conn)
+                coll_post(job, c, r, 0);
+    }
     job->inflight[me][h->stream]++;
     m->stats->bytes_in += length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
@@ -348,6 +519,49 @@ ucs_status_t small_on_message(membership_t *m, job_t *job, conn_t *conn,
     memcpy(buf, data, length);
     coll_item_hold(&s->ci); /* completing may retire the collective and take s out of it */
     small_arrived(s, me, h->total);
+    coll_item_put(&s->ci);
+    return UCS_OK;
+}
+
+ucs_status_t small_on_parent_result(membership_t *m, job_t *job, conn_t *conn,
+                                    const struct inc_wire_hdr *h, void *data, size_t length,
+                                    const ucp_am_recv_param_t *param)
+{
+    const int p = job->parent_rep, n = job->nranks;
+    coll_t *c = NULL;
+    for (c = job->colls[h->stream]; c != NULL && c->epoch != h->epoch; c = c->next)
+        ;
+    small_t *s = c != NULL && c->form == &small_form ? c->state : NULL;
+    if (p < 0 || s == NULL || !s->up_sent || s->arrived[p] || s->in[p] != NULL ||
+        length != port_in_length(job, c->stream, s->table, p)) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, 0,
+                "the parent switch sent a SMALL_FWD of %zu bytes for %s epoch %llu, which this "
+                "switch did not send up as small",
+                length, inc_wire_stream_name(h->stream), (unsigned long long)h->epoch);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    (void)conn;
+    const size_t hdr = 8 * (size_t)n;
+    char *buf = job_alloc(m, job, hdr + length);
+    if (buf == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, 0, "switch memory bound reached");
+        return UCS_ERR_NO_MEMORY;
+    }
+    memcpy(buf, s->table, hdr);
+    s->in[p] = buf;
+    s->in_len[p] = hdr + length;
+    for (int r = 0; r < n; r++)
+        if (job->rep[r] == p)
+            coll_post(job, c, r, s->table[r]);
+    tree_up_credit(m, job, h->stream, 1); /* a SMALL_FWD returns the SMALL's credit */
+    m->stats->bytes_in += length;
+    if (job->state != JOB_ACTIVE)
+        return UCS_ERR_CANCELED;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        return coll_item_receive(&s->ci, p, data, buf + hdr, length);
+    memcpy(buf + hdr, data, length);
+    coll_item_hold(&s->ci); /* completing may retire the collective and take s out of it */
+    small_arrived(s, p, 0);
     coll_item_put(&s->ci);
     return UCS_OK;
 }

@@ -54,6 +54,12 @@ static void usage(FILE *out)
             "  --auth-key-file FILE   ranks must prove they hold the key in FILE's first line\n"
             "                         (1..64 bytes; it never crosses the wire).  Without it,\n"
             "                         anyone who can reach the port can join any job\n"
+            "  --parent HOST:PORT     serve as a child switch in a tree: every job joins the\n"
+            "                         parent switch at HOST:PORT (its --listen) for the ranks\n"
+            "                         beneath this switch, over the same bootstrap as ranks;\n"
+            "                         without it this switch is a root (README, \"Switch trees\")\n"
+            "  --parent-key-file FILE the key that link proves (FILE's first line); default\n"
+            "                         the --auth-key-file key, keyless without one\n"
             "  --threads N            threads that reduce, 1..64 (default 1: the event loop)\n"
             "  --max-memory BYTES     bound on buffered data over all jobs, 1..1T (default 4G;\n"
             "                         K/M/G/T suffixes); jobs that would exceed it are refused\n"
@@ -87,7 +93,7 @@ static void usage(FILE *out)
 #define PROG "incmoe-switchd"
 
 typedef struct {
-    const char *listen, *keyfile;
+    const char *listen, *keyfile, *parent_keyfile;
     long long egress_chunks;
     long long heap_keep;
 } args_t;
@@ -113,6 +119,21 @@ static int settings_defaults(switch_settings_t *set, args_t *a)
     return 0;
 }
 
+/* HOST:PORT with PORT in 0..65535 (0 for --listen: any free port); the host is resolved when
+   it is used. */
+static int check_hostport(const char *flag, const char *text)
+{
+    const char *colon = strrchr(text, ':');
+    long long port;
+    char what[64];
+    if (colon == NULL || colon == text) {
+        fprintf(stderr, PROG ": bad value '%s' for %s: want HOST:PORT\n", text, flag);
+        return -1;
+    }
+    snprintf(what, sizeof(what), "%s's port", flag);
+    return inc_parse_arg(PROG, what, colon + 1, 0, 65535, 0, &port);
+}
+
 /* One option from getopt_long: -1 to go on, or the exit status. */
 static int apply_option(int c, switch_settings_t *set, args_t *a)
 {
@@ -123,6 +144,19 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
         return -1;
     case 'k':
         a->keyfile = optarg;
+        return -1;
+    case 'p':
+        if (check_hostport("--parent", optarg) != 0)
+            return 2;
+        if (strlen(optarg) >= sizeof(set->parent)) {
+            fprintf(stderr, PROG ": --parent '%s' is longer than %zu bytes\n", optarg,
+                    sizeof(set->parent) - 1);
+            return 2;
+        }
+        strcpy(set->parent, optarg);
+        return -1;
+    case 'q':
+        a->parent_keyfile = optarg;
         return -1;
     case 't':
         if (inc_parse_arg(PROG, "--threads", optarg, 1, 64, 0, &v))
@@ -185,24 +219,14 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
     }
 }
 
-/* HOST:PORT with PORT in 0..65535 (0: any free port); the host is resolved when serving. */
-static int check_listen(const char *listen)
-{
-    const char *colon = strrchr(listen, ':');
-    long long port;
-    if (colon == NULL || colon == listen) {
-        fprintf(stderr, PROG ": bad value '%s' for --listen: want HOST:PORT\n", listen);
-        return -1;
-    }
-    return inc_parse_arg(PROG, "--listen's port", colon + 1, 0, 65535, 0, &port);
-}
-
 /* The command line: -1 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
 {
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
         {"auth-key-file", required_argument, NULL, 'k'},
+        {"parent", required_argument, NULL, 'p'},
+        {"parent-key-file", required_argument, NULL, 'q'},
         {"threads", required_argument, NULL, 't'},
         {"max-memory", required_argument, NULL, 'm'},
         {"chunk-size", required_argument, NULL, 'c'},
@@ -232,7 +256,7 @@ static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
         usage(stderr);
         return 2;
     }
-    if (check_listen(a->listen) != 0)
+    if (check_hostport("--listen", a->listen) != 0)
         return 2;
     /* The 16-bit reductions work in element pairs: keep chunks element-aligned for all types. */
     if (set->chunk_size % 8 != 0) {
@@ -252,6 +276,27 @@ static int read_secret(const char *keyfile, switch_settings_t *set)
         return -1;
     }
     set->have_secret = 1;
+    return 0;
+}
+
+/* The key of the link to the parent: --parent-key-file's, else the switch's own. */
+static int read_parent_secret(const args_t *a, switch_settings_t *set)
+{
+    if (a->parent_keyfile != NULL && set->parent[0] == '\0') {
+        fprintf(stderr, PROG ": --parent-key-file without --parent\n");
+        return -1;
+    }
+    if (a->parent_keyfile == NULL) {
+        memcpy(set->parent_secret, set->secret, set->secret_len);
+        set->parent_secret_len = set->have_secret ? set->secret_len : 0;
+        return 0;
+    }
+    char why[256];
+    if (inc_keyfile_read(a->parent_keyfile, set->parent_secret, &set->parent_secret_len, why,
+                         sizeof(why)) != INCMOE_OK) {
+        fprintf(stderr, PROG ": --parent-key-file: %s\n", why);
+        return -1;
+    }
     return 0;
 }
 
@@ -294,6 +339,11 @@ static int serve(const switch_settings_t *set, const char *listen)
         engine_fini(&eng);
         return 1;
     }
+    if (set->parent[0] != '\0')
+        log_info("switch", "a child switch in a tree: every job joins the parent at %s",
+                 set->parent);
+    else
+        log_info("switch", "a root switch: jobs form here (child switches may join them)");
     server_run(&srv);
     server_stop(&srv);
     engine_fini(&eng);
@@ -322,6 +372,8 @@ int main(int argc, char **argv)
     if (st >= 0)
         return st;
     if (args.keyfile != NULL && read_secret(args.keyfile, &set) != 0)
+        return 2;
+    if (read_parent_secret(&args, &set) != 0)
         return 2;
     set.egress_limit = (size_t)args.egress_chunks * set.chunk_size;
     inc_log_set_ident("switchd");

@@ -31,15 +31,20 @@ typedef enum {
     EGRESS_CLASSES
 } egress_class_t;
 
+/* Who is at the other end (tree.c): a rank, a child switch, or this switch's parent. */
+typedef enum { CONN_RANK = 0, CONN_CHILD, CONN_PARENT } conn_role_t;
+
 typedef struct conn {
     struct conn *next;
     ucp_ep_h ep;
     conn_state_t state;
-    /* Membership's: the job this connection joined, its rank, whether it said LEAVE (its
-       disconnect is then no failure). */
+    conn_role_t role;
+    /* Membership's: the job this connection joined, its rank (a switch: the key of its port,
+       the lowest rank it covers), whether it said LEAVE (its disconnect is then no failure). */
     struct job *job;
     int rank;
     int left;
+    uint64_t parent_job; /* CONN_PARENT: the job the link serves (its first answer binds it) */
     /* The server's: */
     ucp_ep_h rx_ep;                /* the endpoint its messages arrive from, bound by JOIN */
     uint8_t token[INC_BOOT_TOKEN]; /* the bootstrap session's, single use: JOIN carries it */
@@ -83,6 +88,12 @@ typedef struct {
                        uint32_t rank, const char *text);
     /* Mark a connection dead; it is closed from the event loop. */
     void (*drop)(void *server, conn_t *conn);
+    /* Connect to the parent switch (settings' parent) for job: the bootstrap handshake with
+       its key, then an endpoint; a connection in the CONN_JOINED state and role CONN_PARENT
+       whose token is the session's, or NULL with why filled.  Blocks the event loop for at
+       most the handshake's deadline. */
+    conn_t *(*connect_parent)(void *server, uint64_t job, incmoe_status_t *status, char *why,
+                              size_t why_len);
     /* Receive a rendezvous payload (the data argument of on_message) into buf. */
     void (*recv_data)(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx);
     /* Give back an eager payload kept with UCS_INPROGRESS. */

@@ -11,6 +11,12 @@ test_wire_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 test_collectives_SOURCES = test_collectives.cc
 test_collectives_LDADD = libharness.la $(TEST_LIBS)
 
+# Jobs across a tree of switches (--parent): every collective against the tree's reduction
+# order, and the faults of a leaf, the root and the link between them.
+check_PROGRAMS += test_tree
+test_tree_SOURCES = test_tree.cc
+test_tree_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS)
+
 # A peer's UCX worker address, checked before UCX sees it (base/ucx_addr.c).
 check_PROGRAMS += test_ucx_addr
 test_ucx_addr_SOURCES = test_ucx_addr.cc

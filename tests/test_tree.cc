@@ -1,0 +1,1632 @@
+/*
+ * test_tree.cc - jobs across a tree of incmoe-switchd processes (--parent) on
+ * loopback.  Every collective on 2 and 3 levels, on leaves of uneven sizes
+ * (one with one rank), on ranks interleaved across leaves and on a job wholly
+ * under one leaf, in the small and the chunked form, each result checked
+ * bitwise against a reference written here that applies the tree's reduction
+ * order (base/wire.h "Switch trees") to every rank's inputs, and against the
+ * one-switch order within the type's rounding.  Then the faults of a tree: a
+ * leaf or the root killed mid-collective, a parent that refuses a job for its
+ * memory or for the key of the link, a root restarted under its leaf.
+ *
+ * Every switch runs with a short liveness and progress timeout, so a failure
+ * ends a test in seconds instead of hanging it.
+ */
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+extern "C" {
+#include "incmoe/incmoe.h"
+#include "base/clock.h"
+#include "base/wire.h"
+}
+
+namespace
+{
+
+/* ------------------------------------------------------------------------ */
+/* the tree's reduction order, as a reference independent of the switch      */
+
+/* A tree of switches and where each rank of one job connects.  parent[s] < s and switch 0 is
+   the root, so starting the switches in index order starts every parent before its children. */
+struct Topology {
+    std::vector<int> parent; /* per switch; -1 for the root */
+    std::vector<int> at;     /* per rank of the job: the switch it connects to */
+};
+
+enum PortKind { RANK_PORT, CHILD_PORT, PARENT_PORT };
+
+/* A port of a switch: a rank connected to it, a child switch, or its parent. */
+struct Port {
+    PortKind kind;
+    int peer; /* the rank (RANK_PORT) or the switch (CHILD_PORT, PARENT_PORT) */
+    int key;  /* the lowest rank the port covers */
+};
+
+/*
+ * The ports of every switch for one job, in ascending key order.  A rank port covers its rank,
+ * a child port every rank beneath the child, the parent port every rank not beneath the switch;
+ * a port that covers no rank of the job carries nothing and is left out.
+ */
+class TreeOrder
+{
+  public:
+    explicit TreeOrder(const Topology &t) : parent_(t.parent), at_(t.at)
+    {
+        const int ns = (int)t.parent.size(), n = (int)t.at.size();
+        std::vector<std::vector<bool>> beneath(ns, std::vector<bool>(n, false));
+        for (int r = 0; r < n; r++)
+            for (int s = t.at[r]; s != -1; s = t.parent[s])
+                beneath[s][r] = true;
+        ports_.resize(ns);
+        for (int s = 0; s < ns; s++) {
+            for (int r = 0; r < n; r++)
+                if (t.at[r] == s)
+                    ports_[s].push_back({RANK_PORT, r, r});
+            for (int c = 0; c < ns; c++) {
+                if (t.parent[c] != s)
+                    continue;
+                int key = lowest(beneath[c], true);
+                if (key >= 0)
+                    ports_[s].push_back({CHILD_PORT, c, key});
+            }
+            int key = lowest(beneath[s], false);
+            if (t.parent[s] != -1 && key >= 0)
+                ports_[s].push_back({PARENT_PORT, t.parent[s], key});
+            std::sort(ports_[s].begin(), ports_[s].end(),
+                      [](const Port &a, const Port &b) { return a.key < b.key; });
+        }
+    }
+    const std::vector<Port> &ports(int s) const
+    {
+        return ports_[s];
+    }
+    int switch_of(int rank) const
+    {
+        return at_[rank];
+    }
+    int nranks() const
+    {
+        return (int)at_.size();
+    }
+    int root() const
+    {
+        return (int)(std::find(parent_.begin(), parent_.end(), -1) - parent_.begin());
+    }
+
+  private:
+    static int lowest(const std::vector<bool> &in, bool want)
+    {
+        for (size_t r = 0; r < in.size(); r++)
+            if (in[r] == want)
+                return (int)r;
+        return -1;
+    }
+    std::vector<int> parent_, at_;
+    std::vector<std::vector<Port>> ports_;
+};
+
+/* The arithmetic of one element type: what a switch accumulates in (fp32 for the 16-bit
+   floats), and the inputs the tests use. */
+template <typename E, typename A> struct ArithBase {
+    using T = E;   /* the element as it sits in a buffer */
+    using Acc = A; /* what a reduction accumulates in */
+    static A apply(incmoe_redop_t op, A a, A b)
+    {
+        switch (op) {
+        case INCMOE_SUM:
+            return a + b;
+        case INCMOE_PROD:
+            return a * b;
+        case INCMOE_MAX:
+            return a > b ? a : b;
+        default:
+            return a < b ? a : b;
+        }
+    }
+};
+
+/* splitmix64: the inputs are a function of (seed, rank, block, element), so any rank can
+   regenerate any other rank's data for its reference. */
+uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+uint64_t input_hash(uint64_t seed, int rank, int block, size_t i)
+{
+    return mix(mix(mix(seed) ^ (uint64_t)rank) ^ ((uint64_t)block << 32 | (uint64_t)i));
+}
+
+/* A value in [-16, 16) with a spread of exponents, so sums in different orders round apart. */
+double spread_value(uint64_t h)
+{
+    return std::ldexp((double)(h >> 11) / 9007199254740992.0 * 2 - 1, (int)(h & 7) - 3);
+}
+
+struct F32 : ArithBase<float, float> {
+    static constexpr const char *name = "float32";
+    static constexpr incmoe_dtype_t dtype = INCMOE_FLOAT32;
+    static constexpr double unit_roundoff = 0x1p-24;
+    static float widen(float x)
+    {
+        return x;
+    }
+    static float narrow(float a)
+    {
+        return a;
+    }
+    static float input(uint64_t h)
+    {
+        return (float)spread_value(h);
+    }
+};
+
+struct F64 : ArithBase<double, double> {
+    static constexpr const char *name = "float64";
+    static constexpr incmoe_dtype_t dtype = INCMOE_FLOAT64;
+    static constexpr double unit_roundoff = 0x1p-53;
+    static double widen(double x)
+    {
+        return x;
+    }
+    static double narrow(double a)
+    {
+        return a;
+    }
+    static double input(uint64_t h)
+    {
+        return spread_value(h);
+    }
+};
+
+/* Signed sums wrap (two's complement), so every order gives the same bits. */
+struct I32 : ArithBase<int32_t, int32_t> {
+    static constexpr const char *name = "int32";
+    static constexpr incmoe_dtype_t dtype = INCMOE_INT32;
+    static constexpr double unit_roundoff = 0;
+    static int32_t apply(incmoe_redop_t op, int32_t a, int32_t b)
+    {
+        if (op == INCMOE_SUM)
+            return (int32_t)((uint32_t)a + (uint32_t)b);
+        return ArithBase::apply(op, a, b);
+    }
+    static int32_t widen(int32_t x)
+    {
+        return x;
+    }
+    static int32_t narrow(int32_t a)
+    {
+        return a;
+    }
+    static int32_t input(uint64_t h)
+    {
+        return (int32_t)(uint32_t)(h >> 32);
+    }
+};
+
+/* bfloat16 as its bits: the top half of an fp32, rounded to nearest even. */
+struct BF16 : ArithBase<uint16_t, float> {
+    static constexpr const char *name = "bfloat16";
+    static constexpr incmoe_dtype_t dtype = INCMOE_BFLOAT16;
+    static constexpr double unit_roundoff = 0x1p-8;
+    static float widen(uint16_t x)
+    {
+        uint32_t u = (uint32_t)x << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    static uint16_t narrow(float a)
+    {
+        uint32_t u;
+        memcpy(&u, &a, 4);
+        uint32_t lower = u & 0xffffu, upper = u >> 16;
+        if (lower > 0x8000u || (lower == 0x8000u && (upper & 1u)))
+            upper++;
+        return (uint16_t)upper;
+    }
+    static uint16_t input(uint64_t h)
+    {
+        return narrow((float)spread_value(h));
+    }
+};
+
+/* IEEE binary16 as its bits, converted by the compiler's _Float16. */
+struct F16 : ArithBase<uint16_t, float> {
+    static constexpr const char *name = "float16";
+    static constexpr incmoe_dtype_t dtype = INCMOE_FLOAT16;
+    static constexpr double unit_roundoff = 0x1p-11;
+    static float widen(uint16_t x)
+    {
+        _Float16 h;
+        memcpy(&h, &x, 2);
+        return (float)h;
+    }
+    static uint16_t narrow(float a)
+    {
+        _Float16 h = (_Float16)a;
+        uint16_t u;
+        memcpy(&u, &h, 2);
+        return u;
+    }
+    static uint16_t input(uint64_t h)
+    {
+        return narrow((float)spread_value(h));
+    }
+};
+
+/* One reduction step, at a switch or at a rank: op over vals in the order given, accumulated in
+   A::Acc and rounded to the element type once at the end. */
+template <class A> typename A::T fold(incmoe_redop_t op, const typename A::T *vals, int n)
+{
+    if (n < 1)
+        throw std::logic_error("a reduction over no port");
+    typename A::Acc acc = A::widen(vals[0]);
+    for (int k = 1; k < n; k++)
+        acc = A::apply(op, acc, A::widen(vals[k]));
+    return A::narrow(acc);
+}
+
+const int kMaxRanks = 16; /* the most ranks (and so ports) of a job in this suite */
+
+template <class A>
+typename A::T side_partial(const TreeOrder &t, int s, int toward, const typename A::T *in,
+                           incmoe_redop_t op);
+
+/* Rule "a port's partial" (ReduceScatter): what port p of switch s brings to one block, from
+   in[q], rank q's partial for that block.  A rank port: that rank's partial.  A child port: the
+   child's reduction over its ports but its parent port.  The parent port: the parent's reduction
+   over its ports but the one toward s (its own parent port included). */
+template <class A>
+typename A::T port_partial(const TreeOrder &t, int s, const Port &p, const typename A::T *in,
+                           incmoe_redop_t op)
+{
+    if (p.kind == RANK_PORT)
+        return in[p.peer];
+    return side_partial<A>(t, p.peer, s, in, op);
+}
+
+/* Rule "a switch's side": the reduction at switch s, in ascending key order, over the partials
+   of its ports except the one toward switch `toward`. */
+template <class A>
+typename A::T side_partial(const TreeOrder &t, int s, int toward, const typename A::T *in,
+                           incmoe_redop_t op)
+{
+    typename A::T vals[kMaxRanks];
+    int n = 0;
+    for (const Port &p : t.ports(s))
+        if (p.kind == RANK_PORT || p.peer != toward)
+            vals[n++] = port_partial<A>(t, s, p, in, op);
+    return fold<A>(op, vals, n);
+}
+
+/* Rule "ReduceScatter over a tree": root r's block is reduced at r's switch over its ports but
+   r's own, in ascending key order, then r applies its own partial last. */
+template <class A>
+typename A::T rs_tree(const TreeOrder &t, int r, const typename A::T *in, incmoe_redop_t op)
+{
+    const int s = t.switch_of(r);
+    typename A::T vals[kMaxRanks];
+    int n = 0;
+    for (const Port &p : t.ports(s))
+        if (!(p.kind == RANK_PORT && p.peer == r))
+            vals[n++] = port_partial<A>(t, s, p, in, op);
+    if (n == 0)
+        return in[r];
+    typename A::T last[2] = {fold<A>(op, vals, n), in[r]};
+    return fold<A>(op, last, 2);
+}
+
+/* Rule "AllReduce up": switch s reduces its ports but the parent, in ascending key order: a
+   rank port's vector, a child's own such reduction. */
+template <class A>
+typename A::T ar_up(const TreeOrder &t, int s, const typename A::T *in, incmoe_redop_t op)
+{
+    typename A::T vals[kMaxRanks];
+    int n = 0;
+    for (const Port &p : t.ports(s)) {
+        if (p.kind == RANK_PORT)
+            vals[n++] = in[p.peer];
+        else if (p.kind == CHILD_PORT)
+            vals[n++] = ar_up<A>(t, p.peer, in, op);
+    }
+    return fold<A>(op, vals, n);
+}
+
+/* Rule "AllReduce over a tree": the root's reduction goes down unchanged to every rank. */
+template <class A>
+typename A::T ar_tree(const TreeOrder &t, const typename A::T *in, incmoe_redop_t op)
+{
+    return ar_up<A>(t, t.root(), in, op);
+}
+
+/* The one-switch orders: ReduceScatter reduces the other ranks ascending, then the root applies
+   its own partial last; AllReduce reduces every rank ascending. */
+template <class A> typename A::T rs_flat(int r, int n, const typename A::T *in, incmoe_redop_t op)
+{
+    typename A::T others[kMaxRanks];
+    int k = 0;
+    for (int q = 0; q < n; q++)
+        if (q != r)
+            others[k++] = in[q];
+    if (k == 0)
+        return in[r];
+    typename A::T last[2] = {fold<A>(op, others, k), in[r]};
+    return fold<A>(op, last, 2);
+}
+
+template <class A> typename A::T ar_flat(int n, const typename A::T *in, incmoe_redop_t op)
+{
+    return fold<A>(op, in, n);
+}
+
+/* Tree and one-switch results agree within the type's rounding: each differs from the exact
+   result by at most about (n + levels) unit roundoffs of the sum of magnitudes.  Integers, max
+   and min are exact whatever the order. */
+template <class A>
+bool close_to_flat(typename A::T tree, typename A::T flat, const typename A::T *in, int n,
+                   incmoe_redop_t op)
+{
+    if (A::unit_roundoff == 0 || op == INCMOE_MAX || op == INCMOE_MIN)
+        return memcmp(&tree, &flat, sizeof(tree)) == 0;
+    double mag = 0;
+    for (int k = 0; k < n; k++)
+        mag += std::fabs((double)A::widen(in[k]));
+    double diff = std::fabs((double)A::widen(tree) - (double)A::widen(flat));
+    return diff <= (2.0 * n + 8) * A::unit_roundoff * mag;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the shapes                                                                */
+
+/* Root 0 over leaves 1 and 2; ranks 0, 1 on leaf 1 and 2, 3 on leaf 2. */
+Topology two_leaves_of_two()
+{
+    return {{-1, 0, 0}, {1, 1, 2, 2}};
+}
+/* Root 0 over leaves 1, 2, 3 with 3, 1 and 2 ranks. */
+Topology uneven_three_one_two()
+{
+    return {{-1, 0, 0, 0}, {1, 1, 1, 2, 3, 3}};
+}
+/* Leaf 1 holds ranks 0, 2, 5 and leaf 2 ranks 1, 3, 4: a parent port's key falls between a
+   leaf's rank ports. */
+Topology interleaved()
+{
+    return {{-1, 0, 0}, {1, 2, 1, 2, 2, 1}};
+}
+/* Root 0, mids 1 and 2, leaves 3, 4 under mid 1 and 5, 6 under mid 2; leaf 3 holds ranks 0 and
+   4, leaf 4 rank 2, leaf 5 ranks 1 and 5, leaf 6 rank 3. */
+Topology three_levels()
+{
+    return {{-1, 0, 0, 1, 1, 2, 2}, {3, 5, 4, 6, 3, 5}};
+}
+
+/* ------------------------------------------------------------------------ */
+/* the reference checked against orders derived by hand                      */
+
+/* Inputs of every rank for one element: the reference's argument. */
+template <class A> std::vector<typename A::T> inputs(uint64_t seed, int n, int block, size_t i)
+{
+    std::vector<typename A::T> in(n);
+    for (int q = 0; q < n; q++)
+        in[q] = A::input(input_hash(seed, q, block, i));
+    return in;
+}
+
+TEST(TreeOrderReference, OneSwitchIsTheFlatOrder)
+{
+    TreeOrder t(Topology{{-1}, {0, 0, 0, 0, 0}});
+    for (size_t i = 0; i < 1000; i++) {
+        auto in = inputs<F32>(1, 5, 0, i);
+        float x0 = in[0], x1 = in[1], x2 = in[2], x3 = in[3], x4 = in[4];
+        EXPECT_EQ(rs_tree<F32>(t, 2, in.data(), INCMOE_SUM), (((x0 + x1) + x3) + x4) + x2);
+        EXPECT_EQ(ar_tree<F32>(t, in.data(), INCMOE_SUM), (((x0 + x1) + x2) + x3) + x4);
+        for (int r = 0; r < 5; r++)
+            EXPECT_EQ(rs_tree<F32>(t, r, in.data(), INCMOE_SUM),
+                      rs_flat<F32>(r, 5, in.data(), INCMOE_SUM));
+    }
+}
+
+TEST(TreeOrderReference, TwoLeavesReduceEachLeafThenTheOther)
+{
+    TreeOrder t(two_leaves_of_two());
+    for (size_t i = 0; i < 1000; i++) {
+        auto in = inputs<F32>(2, 4, 0, i);
+        float x0 = in[0], x1 = in[1], x2 = in[2], x3 = in[3];
+        /* Root 0 at leaf 1: rank port 1 (key 1), then the parent port (key 2) bringing leaf 2's
+           reduction; rank 0's own last. */
+        EXPECT_EQ(rs_tree<F32>(t, 0, in.data(), INCMOE_SUM), (x1 + (x2 + x3)) + x0);
+        /* Root 2 at leaf 2: the parent port (key 0) first, then rank port 3. */
+        EXPECT_EQ(rs_tree<F32>(t, 2, in.data(), INCMOE_SUM), ((x0 + x1) + x3) + x2);
+        EXPECT_EQ(ar_tree<F32>(t, in.data(), INCMOE_SUM), (x0 + x1) + (x2 + x3));
+        /* bfloat16: each switch rounds what it sends on. */
+        auto b = inputs<BF16>(2, 4, 0, i);
+        float b0 = BF16::widen(b[0]), b1 = BF16::widen(b[1]), b2 = BF16::widen(b[2]),
+              b3 = BF16::widen(b[3]);
+        auto rnd = [](float f) { return BF16::widen(BF16::narrow(f)); };
+        EXPECT_EQ(rs_tree<BF16>(t, 0, b.data(), INCMOE_SUM),
+                  BF16::narrow(rnd(b1 + rnd(b2 + b3)) + b0));
+        EXPECT_EQ(ar_tree<BF16>(t, b.data(), INCMOE_SUM),
+                  BF16::narrow(rnd(b0 + b1) + rnd(b2 + b3)));
+    }
+}
+
+TEST(TreeOrderReference, InterleavedLeavesOrderTheParentPortByItsKey)
+{
+    TreeOrder t(interleaved());
+    for (size_t i = 0; i < 1000; i++) {
+        auto in = inputs<F32>(3, 6, 0, i);
+        float x0 = in[0], x1 = in[1], x2 = in[2], x3 = in[3], x4 = in[4], x5 = in[5];
+        /* Root 0 at leaf 1 = {0, 2, 5}: the parent port (key 1) brings ((x1 + x3) + x4), then
+           rank ports 2 and 5. */
+        EXPECT_EQ(rs_tree<F32>(t, 0, in.data(), INCMOE_SUM), ((((x1 + x3) + x4) + x2) + x5) + x0);
+        /* Root 3 at leaf 2 = {1, 3, 4}: the parent port (key 0) first, then ranks 1 and 4. */
+        EXPECT_EQ(rs_tree<F32>(t, 3, in.data(), INCMOE_SUM), ((((x0 + x2) + x5) + x1) + x4) + x3);
+        EXPECT_EQ(ar_tree<F32>(t, in.data(), INCMOE_SUM), ((x0 + x2) + x5) + ((x1 + x3) + x4));
+    }
+}
+
+TEST(TreeOrderReference, ThreeLevelsRecurseThroughTheMids)
+{
+    TreeOrder t(three_levels());
+    for (size_t i = 0; i < 1000; i++) {
+        auto in = inputs<F32>(4, 6, 0, i);
+        float x0 = in[0], x1 = in[1], x2 = in[2], x3 = in[3], x4 = in[4], x5 = in[5];
+        /* Root 2 alone on leaf 4: its parent port brings mid 1's reduction over leaf 3 (key 0)
+           and mid 1's parent port (key 1), which brings mid 2's reduction of leaves 5 and 6. */
+        EXPECT_EQ(rs_tree<F32>(t, 2, in.data(), INCMOE_SUM), ((x0 + x4) + ((x1 + x5) + x3)) + x2);
+        /* Root 4 on leaf 3 with rank 0: rank port 0, then the parent port (key 1), where mid 1
+           reduces its parent port (key 1) and leaf 4 (key 2). */
+        EXPECT_EQ(rs_tree<F32>(t, 4, in.data(), INCMOE_SUM), (x0 + (((x1 + x5) + x3) + x2)) + x4);
+        EXPECT_EQ(ar_tree<F32>(t, in.data(), INCMOE_SUM), ((x0 + x4) + x2) + ((x1 + x5) + x3));
+    }
+}
+
+/* A job wholly under one leaf meets nothing above it: its results are the one-switch ones. */
+TEST(TreeOrderReference, AJobUnderOneLeafHasTheOneSwitchOrder)
+{
+    TreeOrder t(Topology{{-1, 0, 0}, {2, 2, 2}});
+    for (size_t i = 0; i < 1000; i++) {
+        auto in = inputs<F32>(5, 3, 0, i);
+        for (int r = 0; r < 3; r++)
+            EXPECT_EQ(rs_tree<F32>(t, r, in.data(), INCMOE_SUM),
+                      rs_flat<F32>(r, 3, in.data(), INCMOE_SUM));
+        EXPECT_EQ(ar_tree<F32>(t, in.data(), INCMOE_SUM), ar_flat<F32>(3, in.data(), INCMOE_SUM));
+    }
+}
+
+/* The suite's data tells the tree order from the one-switch order on every shape it runs, so a
+   switch that reduced in the flat order would fail the tests below, not pass them by luck.  (For
+   some roots the two orders coincide, e.g. root 2 of two leaves of two: the parent port's
+   partial comes first there, as ranks 0 and 1 would.) */
+TEST(TreeOrderReference, TheTestDataTellsTheTreeOrderFromTheFlatOrder)
+{
+    for (const Topology &topo :
+         {two_leaves_of_two(), uneven_three_one_two(), interleaved(), three_levels()}) {
+        TreeOrder t(topo);
+        const int n = t.nranks();
+        int rs_differ = 0, ar_differ = 0;
+        for (size_t i = 0; i < 200; i++) {
+            for (int r = 0; r < n; r++) {
+                auto in = inputs<F32>(6, n, r, i);
+                rs_differ += rs_tree<F32>(t, r, in.data(), INCMOE_SUM) !=
+                             rs_flat<F32>(r, n, in.data(), INCMOE_SUM);
+            }
+            auto in = inputs<F32>(7, n, 0, i);
+            ar_differ +=
+                ar_tree<F32>(t, in.data(), INCMOE_SUM) != ar_flat<F32>(n, in.data(), INCMOE_SUM);
+        }
+        EXPECT_GT(rs_differ, 0) << "reducescatter on a " << n << "-rank shape";
+        EXPECT_GT(ar_differ, 0) << "allreduce on a " << n << "-rank shape";
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* a tree of switch processes, and the ranks of a job on it                  */
+
+const int kJobTimeoutMs = 2000;    /* the liveness timeout of every switch and fault job */
+const int kProgressMs = 5000;      /* a collective some rank never posts fails its job in 5 s */
+const int kCreateTimeoutMs = 8000; /* the join of a healthy job on a busy 2-core machine */
+
+struct Tree {
+    std::vector<harness::SwitchProc> sw;
+};
+
+/* The options every switch of a tree gets: short timeouts and the chunk size. */
+std::vector<std::string> tree_args(uint64_t chunk, std::vector<std::string> more = {})
+{
+    std::vector<std::string> a = {"--timeout-ms",          std::to_string(kJobTimeoutMs),
+                                  "--progress-timeout-ms", std::to_string(kProgressMs),
+                                  "--chunk-size",          std::to_string(chunk)};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+}
+
+/* Starts the switches of topo, parents first, switch s with args and its own[s] (if given), and
+   --parent for every switch but the root. */
+bool tree_start(Tree *tree, const Topology &topo, const std::vector<std::string> &args,
+                const std::vector<std::vector<std::string>> &own = {})
+{
+    tree->sw.assign(topo.parent.size(), harness::SwitchProc{});
+    for (size_t s = 0; s < topo.parent.size(); s++) {
+        std::vector<std::string> a = args;
+        if (s < own.size())
+            a.insert(a.end(), own[s].begin(), own[s].end());
+        if (topo.parent[s] != -1) {
+            a.push_back("--parent");
+            a.push_back(tree->sw[topo.parent[s]].addr);
+        }
+        if (!harness::switch_start(&tree->sw[s], a))
+            return false;
+    }
+    return true;
+}
+
+/* Whether a switch's process still runs (one that ended is reaped here). */
+bool still_running(const harness::SwitchProc &sw)
+{
+    int status;
+    return sw.pid > 0 && waitpid(sw.pid, &status, WNOHANG) == 0;
+}
+
+/* Stops the switches, children first; every one not in `killed` must exit cleanly. */
+void tree_stop(Tree *tree, const std::vector<int> &killed = {})
+{
+    for (int s = (int)tree->sw.size() - 1; s >= 0; s--) {
+        if (tree->sw[s].pid <= 0)
+            continue;
+        bool was_killed = std::find(killed.begin(), killed.end(), s) != killed.end();
+        int status = harness::switch_stop(&tree->sw[s]);
+        if (!was_killed) {
+            EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+                << "switch " << s << " did not exit cleanly (status " << status << ")";
+        }
+    }
+}
+
+/* Memory the ranks of one run share with each other and with the test. */
+struct Board {
+    int arrived[kMaxRanks]; /* barrier rounds a rank has posted */
+    int posted;             /* ranks that posted the collective a fault interrupts */
+    int progress;           /* ranks of the surviving job that reached the kill */
+    int killed;             /* 1 once the victim was killed (killed_at is set) */
+    double killed_at;       /* inc_now_s() just before the kill */
+};
+
+class SharedBoard
+{
+  public:
+    SharedBoard()
+    {
+        void *m =
+            mmap(nullptr, sizeof(Board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        board_ = m == MAP_FAILED ? nullptr : static_cast<Board *>(m);
+        if (board_ != nullptr)
+            memset(board_, 0, sizeof(Board));
+    }
+    ~SharedBoard()
+    {
+        if (board_ != nullptr)
+            munmap(board_, sizeof(Board));
+    }
+    Board *get() const
+    {
+        return board_;
+    }
+
+  private:
+    Board *board_;
+};
+
+int load(const int *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+void store(int *p, int v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+/* Waits at most timeout_s for *p to reach at least want. */
+bool await_at_least(const int *p, int want, double timeout_s = 20)
+{
+    double deadline = inc_now_s() + timeout_s;
+    while (load(p) < want) {
+        if (inc_now_s() > deadline)
+            return false;
+        usleep(1000);
+    }
+    return true;
+}
+
+/*
+ * The memory a rank registers.  After a failure the collectives in flight own their ranges
+ * until incmoe_comm_destroy returns (incmoe.h, "Buffers"), so a body takes its buffers from here
+ * and they are freed only after the communicator is gone.  Each rank is a process: one store per
+ * rank.
+ */
+std::vector<std::shared_ptr<void>> g_registered;
+
+template <typename T> std::vector<T> &buffer(size_t n, T fill = T())
+{
+    auto buf = std::make_shared<std::vector<T>>(n, fill);
+    g_registered.push_back(buf);
+    return *buf;
+}
+
+incmoe_status_t destroy_then_free(incmoe_comm_t *comm)
+{
+    incmoe_status_t st = incmoe_comm_destroy(comm);
+    g_registered.clear();
+    return st;
+}
+
+/* One rank of a job on the tree, as a body sees it. */
+struct Rank {
+    incmoe_comm_t *comm;
+    int me, n;
+    const TreeOrder *order;
+    uint64_t chunk; /* the switches' --chunk-size */
+    Board *board;
+};
+
+std::string comm_text(incmoe_comm_t *comm)
+{
+    char text[256] = "";
+    incmoe_comm_error(comm, text, sizeof(text));
+    return text;
+}
+
+std::string why(incmoe_comm_t *comm, incmoe_status_t st, const char *what)
+{
+    return std::string(what) + ": " + incmoe_strerror(st) + " " + comm_text(comm);
+}
+
+#define CHECK_OK(call)                                                                             \
+    do {                                                                                           \
+        incmoe_status_t st_ = (call);                                                              \
+        if (st_ != INCMOE_OK)                                                                      \
+            return why(r.comm, st_, #call);                                                        \
+    } while (0)
+
+/* Rank me of job `job` joins through its switch, topo.at[me]. */
+incmoe_status_t create_on(const Tree &tree, const Topology &topo, unsigned long long job, int me,
+                          int timeout_ms, incmoe_comm_t **comm)
+{
+    incmoe_comm_params_t p = {};
+    p.field_mask = INCMOE_COMM_PARAM_ALGO | INCMOE_COMM_PARAM_TIMEOUT;
+    p.switch_addr = tree.sw[topo.at[me]].addr.c_str();
+    p.job_id = job;
+    p.rank = me;
+    p.nranks = (int)topo.at.size();
+    p.algo = INCMOE_ALGO_INC;
+    p.timeout_ms = timeout_ms;
+    return incmoe_comm_create(&p, comm);
+}
+
+/* Rank me of job `job` joins with timeout_ms, runs body, and leaves; "" if it all passed (a job
+   that fails on purpose leaves with its error: then only the body's verdict counts). */
+std::string as_rank(const Tree &tree, const Topology &topo, unsigned long long job, int me,
+                    int timeout_ms, const TreeOrder *order, uint64_t chunk, Board *board,
+                    const std::function<std::string(Rank &)> &body, bool fails = false)
+{
+    incmoe_comm_t *comm;
+    incmoe_status_t st = create_on(tree, topo, job, me, timeout_ms, &comm);
+    if (st != INCMOE_OK)
+        return std::string("comm_create: ") + incmoe_strerror(st);
+    Rank r = {comm, me, (int)topo.at.size(), order, chunk, board};
+    std::string err = body(r);
+    st = destroy_then_free(comm);
+    if (err.empty() && st != INCMOE_OK && !fails)
+        err = std::string("comm_destroy: ") + incmoe_strerror(st);
+    return err;
+}
+
+/* Runs body on every rank of one fresh job placed by topo.at; "" per rank that passed. */
+std::vector<std::string> run_job(const Tree &tree, const Topology &topo, uint64_t chunk,
+                                 const std::function<std::string(Rank &)> &body,
+                                 Board *board = nullptr, int timeout_s = 60, bool fails = false)
+{
+    unsigned long long job = harness::unique_job_id();
+    TreeOrder order(topo);
+    auto rank_main = [&](int me) {
+        return as_rank(tree, topo, job, me, kCreateTimeoutMs, &order, chunk, board, body, fails);
+    };
+    return harness::run_ranks((int)topo.at.size(), rank_main, timeout_s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the collectives, checked against the references                           */
+
+/* Does the collective take the form the caller meant (base/wire.h, "Small collectives")? */
+std::string expect_form(incmoe_stream_t stream, const std::vector<uint64_t> &bytes, uint64_t chunk,
+                        bool small, const std::string &what)
+{
+    if ((inc_wire_is_small(stream, bytes.data(), (int)bytes.size(), chunk) != 0) == small)
+        return "";
+    return what + " would not take the " + (small ? "small" : "chunked") + " form";
+}
+
+std::string hex(const void *p, size_t len)
+{
+    std::ostringstream o;
+    o << "0x";
+    for (size_t k = len; k-- > 0;) {
+        char b[3];
+        snprintf(b, sizeof(b), "%02x", ((const unsigned char *)p)[k]);
+        o << b;
+    }
+    return o.str();
+}
+
+const unsigned char kCanary = 0xA5;
+
+/*
+ * An AllGather of blocks of unequal length, some empty (valid[b]: max_bytes less 5 b bytes, none
+ * for b = 1 mod 3): every block arrives bitwise from its rank, and nothing past a block's valid
+ * bytes is written.
+ */
+std::string check_allgather(Rank &r, size_t max_bytes, bool small, uint64_t seed)
+{
+    const int n = r.n;
+    const size_t stride = max_bytes;
+    std::vector<size_t> valid(n);
+    std::vector<uint64_t> bytes(n);
+    for (int b = 0; b < n; b++)
+        bytes[b] = valid[b] = b % 3 == 1 ? 0 : max_bytes - 5 * (size_t)b;
+    std::string e = expect_form(INCMOE_STREAM_ALLGATHER, bytes, r.chunk, small, "the allgather");
+    if (!e.empty())
+        return e;
+    auto byte_of = [&](int rank, size_t i) { return (unsigned char)input_hash(seed, rank, 0, i); };
+    auto &own = buffer<unsigned char>(stride);
+    auto &gathered = buffer<unsigned char>(stride * n, kCanary);
+    for (size_t i = 0; i < valid[r.me]; i++)
+        own[i] = byte_of(r.me, i);
+    incmoe_mr_t *mo, *mg;
+    CHECK_OK(incmoe_mem_register(r.comm, own.data(), own.size(), &mo));
+    CHECK_OK(incmoe_mem_register(r.comm, gathered.data(), gathered.size(), &mg));
+    incmoe_layout_t l = {stride, 0, stride, valid.data()};
+    incmoe_req_t req;
+    CHECK_OK(incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &req));
+    CHECK_OK(incmoe_wait(r.comm, &req));
+    for (int b = 0; b < n; b++)
+        for (size_t i = 0; i < stride; i++) {
+            unsigned char got = gathered[b * stride + i];
+            unsigned char want = i < valid[b] ? byte_of(b, i) : kCanary;
+            if (got != want)
+                return "allgather of " + std::to_string(max_bytes) + " bytes, block " +
+                       std::to_string(b) + " byte " + std::to_string(i) + ": got " +
+                       std::to_string(got) + " want " + std::to_string(want) +
+                       (i < valid[b] ? "" : " (outside the block's valid bytes)");
+        }
+    CHECK_OK(incmoe_mem_deregister(r.comm, mo));
+    CHECK_OK(incmoe_mem_deregister(r.comm, mg));
+    return "";
+}
+
+/* Element i of this rank's ReduceScatter result, against both orders. */
+template <class A>
+std::string check_rs_element(const Rank &r, const typename A::T &got, uint64_t seed, size_t i,
+                             incmoe_redop_t op)
+{
+    auto in = inputs<A>(seed, r.n, r.me, i);
+    typename A::T want = rs_tree<A>(*r.order, r.me, in.data(), op);
+    if (memcmp(&got, &want, sizeof(got)) != 0)
+        return std::string("reducescatter ") + A::name + " " + incmoe_redop_name(op) + " element " +
+               std::to_string(i) + ": got " + hex(&got, sizeof(got)) + " want " +
+               hex(&want, sizeof(want)) + " (the tree order)";
+    typename A::T flat = rs_flat<A>(r.me, r.n, in.data(), op);
+    if (!close_to_flat<A>(got, flat, in.data(), r.n, op))
+        return std::string("reducescatter ") + A::name + " element " + std::to_string(i) +
+               " is not within rounding of the one-switch result";
+    return "";
+}
+
+/* Element i of the AllReduce result, against both orders. */
+template <class A>
+std::string check_ar_element(const Rank &r, const typename A::T &got, uint64_t seed, size_t i,
+                             incmoe_redop_t op)
+{
+    auto in = inputs<A>(seed, r.n, 0, i);
+    typename A::T want = ar_tree<A>(*r.order, in.data(), op);
+    if (memcmp(&got, &want, sizeof(got)) != 0)
+        return std::string("allreduce ") + A::name + " " + incmoe_redop_name(op) + " element " +
+               std::to_string(i) + ": got " + hex(&got, sizeof(got)) + " want " +
+               hex(&want, sizeof(want)) + " (the tree order)";
+    typename A::T flat = ar_flat<A>(r.n, in.data(), op);
+    if (!close_to_flat<A>(got, flat, in.data(), r.n, op))
+        return std::string("allreduce ") + A::name + " element " + std::to_string(i) +
+               " is not within rounding of the one-switch result";
+    return "";
+}
+
+/*
+ * A ReduceScatter of `count` elements per block and an AllReduce of `count` elements, of type
+ * A with op, in flight together; each must take the form asked (small or chunked).  The
+ * results are checked element by element, and an element past each result must stay untouched.
+ */
+template <class A>
+std::string check_reductions(Rank &r, size_t count, incmoe_redop_t op, bool rs_small, bool ar_small,
+                             uint64_t seed)
+{
+    using T = typename A::T;
+    const size_t es = sizeof(T);
+    const uint64_t ar_seed = seed ^ 0xa11edu;
+    std::string what = std::string(A::name) + " " + incmoe_redop_name(op) + " of " +
+                       std::to_string(count) + " elements";
+    std::string e = expect_form(INCMOE_STREAM_REDUCESCATTER, std::vector<uint64_t>(r.n, count * es),
+                                r.chunk, rs_small, "the reducescatter " + what);
+    if (e.empty())
+        e = expect_form(INCMOE_STREAM_ALLREDUCE, std::vector<uint64_t>(r.n, count * es), r.chunk,
+                        ar_small, "the allreduce " + what);
+    if (!e.empty())
+        return e;
+    auto &send = buffer<T>(count * r.n);
+    auto &recv = buffer<T>(count + 1);
+    auto &vec = buffer<T>(count);
+    auto &out = buffer<T>(count + 1);
+    for (int b = 0; b < r.n; b++)
+        for (size_t i = 0; i < count; i++)
+            send[b * count + i] = A::input(input_hash(seed, r.me, b, i));
+    for (size_t i = 0; i < count; i++)
+        vec[i] = A::input(input_hash(ar_seed, r.me, 0, i));
+    memset(recv.data(), kCanary, recv.size() * es);
+    memset(out.data(), kCanary, out.size() * es);
+    incmoe_mr_t *ms, *mr, *mv, *mo;
+    CHECK_OK(incmoe_mem_register(r.comm, send.data(), send.size() * es, &ms));
+    CHECK_OK(incmoe_mem_register(r.comm, recv.data(), recv.size() * es, &mr));
+    CHECK_OK(incmoe_mem_register(r.comm, vec.data(), vec.size() * es, &mv));
+    CHECK_OK(incmoe_mem_register(r.comm, out.data(), out.size() * es, &mo));
+    incmoe_layout_t l = {count * es, 0, count * es, nullptr};
+    incmoe_req_t rs, ar;
+    CHECK_OK(incmoe_reducescatter(r.comm, ms, 0, mr, 0, &l, A::dtype, op, &rs));
+    CHECK_OK(incmoe_allreduce(r.comm, mv, 0, mo, 0, count, A::dtype, op, &ar));
+    CHECK_OK(incmoe_wait(r.comm, &rs));
+    CHECK_OK(incmoe_wait(r.comm, &ar));
+    for (size_t i = 0; i < count; i++) {
+        if (!(e = check_rs_element<A>(r, recv[i], seed, i, op)).empty() ||
+            !(e = check_ar_element<A>(r, out[i], ar_seed, i, op)).empty())
+            return e;
+    }
+    const unsigned char *past_rs = (const unsigned char *)&recv[count];
+    const unsigned char *past_ar = (const unsigned char *)&out[count];
+    for (size_t k = 0; k < es; k++)
+        if (past_rs[k] != kCanary || past_ar[k] != kCanary)
+            return what + ": a result was written past its end";
+    CHECK_OK(incmoe_mem_deregister(r.comm, ms));
+    CHECK_OK(incmoe_mem_deregister(r.comm, mr));
+    CHECK_OK(incmoe_mem_deregister(r.comm, mv));
+    CHECK_OK(incmoe_mem_deregister(r.comm, mo));
+    return "";
+}
+
+/* The three forms of one type and op: both small; ReduceScatter one element per block past its
+   small limit while the AllReduce stays small; both chunked, over several chunks. */
+template <class A> std::string check_reduction_forms(Rank &r, incmoe_redop_t op, uint64_t seed)
+{
+    const size_t es = sizeof(typename A::T);
+    const size_t small = r.chunk / (r.n * es), big = 3 * r.chunk / es + 3;
+    std::string e = check_reductions<A>(r, small, op, true, true, seed);
+    if (e.empty())
+        e = check_reductions<A>(r, small + 1, op, false, true, seed + 1);
+    if (e.empty())
+        e = check_reductions<A>(r, big, op, false, false, seed + 2);
+    return e;
+}
+
+/*
+ * Two barriers, each with the last rank posting late: no rank's barrier completes before every
+ * rank posted it (each rank marks its round in shared memory before it posts).
+ */
+std::string check_barrier(Rank &r, int late_rank)
+{
+    for (int round = 1; round <= 2; round++) {
+        if (r.me == late_rank)
+            usleep(200000); /* the others are waiting in the barrier by now */
+        store(&r.board->arrived[r.me], round);
+        incmoe_req_t req;
+        CHECK_OK(incmoe_barrier(r.comm, &req));
+        CHECK_OK(incmoe_wait(r.comm, &req));
+        for (int q = 0; q < r.n; q++)
+            if (load(&r.board->arrived[q]) < round)
+                return "barrier " + std::to_string(round) + " completed before rank " +
+                       std::to_string(q) + " posted it";
+    }
+    return "";
+}
+
+/* Every collective in both forms: AllGather; ReduceScatter and AllReduce of float32 (sum,
+   max), float64 sum, int32 (sum, max), bfloat16 and float16 sum; the barrier. */
+std::string every_collective(Rank &r, int late_rank)
+{
+    std::string e = check_allgather(r, r.chunk / (2 * r.n), true, 11);
+    if (e.empty())
+        e = check_allgather(r, 3 * r.chunk + 13, false, 12);
+    if (e.empty())
+        e = check_reduction_forms<F32>(r, INCMOE_SUM, 20);
+    if (e.empty())
+        e = check_reduction_forms<F32>(r, INCMOE_MAX, 30);
+    if (e.empty())
+        e = check_reduction_forms<F64>(r, INCMOE_SUM, 40);
+    if (e.empty())
+        e = check_reduction_forms<I32>(r, INCMOE_SUM, 50);
+    if (e.empty())
+        e = check_reduction_forms<I32>(r, INCMOE_MAX, 60);
+    if (e.empty())
+        e = check_reduction_forms<BF16>(r, INCMOE_SUM, 70);
+    if (e.empty())
+        e = check_reduction_forms<F16>(r, INCMOE_SUM, 80);
+    if (e.empty())
+        e = check_barrier(r, late_rank);
+    return e;
+}
+
+const uint64_t kSmallChunk = 4096; /* both forms are reached with a few KiB */
+
+/* Starts a tree of topo's switches, runs every collective on a job placed by topo, and stops the
+   tree (every switch must exit cleanly). */
+void every_collective_on(const Topology &topo, int late_rank)
+{
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)))
+        << "could not start the tree (does incmoe-switchd take --parent?)";
+    SharedBoard board;
+    ASSERT_NE(board.get(), nullptr);
+    auto res = run_job(
+        tree, topo, kSmallChunk, [&](Rank &r) { return every_collective(r, late_rank); },
+        board.get());
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/* A lone switch (no --parent) is a tree of one: the same checks hold it to today's one-switch
+   order, which the tree must leave unchanged. */
+TEST(Tree, OneSwitchKeepsTheOneSwitchOrder)
+{
+    every_collective_on({{-1}, {0, 0, 0, 0}}, 2);
+}
+
+TEST(Tree, TwoLeavesOfTwoRanksGiveTheTreeOrder)
+{
+    every_collective_on(two_leaves_of_two(), 3);
+}
+
+/* Leaves of 3, 1 and 2 ranks; the late barrier rank is the one alone on its leaf. */
+TEST(Tree, UnevenLeavesAndALeafOfOneRankGiveTheTreeOrder)
+{
+    every_collective_on(uneven_three_one_two(), 3);
+}
+
+TEST(Tree, RanksInterleavedAcrossLeavesGiveTheTreeOrder)
+{
+    every_collective_on(interleaved(), 4);
+}
+
+TEST(Tree, ThreeLevelsGiveTheTreeOrder)
+{
+    every_collective_on(three_levels(), 2);
+}
+
+/* Ranks on the root and on a mid switch beside its child leaf: rank ports and switch ports
+   interleave by key on inner switches too.  Root 0 holds rank 3; mid 1 (under the root) holds
+   rank 0 and leaf 2 = {1, 4}; leaf 3 (under the root) holds rank 2. */
+TEST(Tree, RanksOnInnerSwitchesFollowTheKeyOrderToo)
+{
+    every_collective_on({{-1, 0, 1, 0}, {1, 2, 3, 0, 2}}, 0);
+}
+
+/* A job wholly under one leaf of a two-leaf tree gets the one-switch results bitwise (the
+   reference is the flat order there, see AJobUnderOneLeafHasTheOneSwitchOrder). */
+TEST(Tree, AJobWhollyUnderOneLeafGivesTheOneSwitchResults)
+{
+    every_collective_on({{-1, 0, 0}, {2, 2, 2}}, 1);
+}
+
+/*
+ * AllGather and ReduceScatter band by band and an AllReduce, all posted before any is waited
+ * for, each band over several chunks: the streams interleave across the tree and every result
+ * is still the tree order's.
+ */
+TEST(Tree, AllGatherAndReduceScatterInFlightTogether)
+{
+    const Topology topo = interleaved();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    auto res = run_job(tree, topo, kSmallChunk, [](Rank &r) -> std::string {
+        const size_t rows = 40, row = 301, bands = 5, band_rows = rows / bands; /* floats */
+        const size_t stride = rows * row * 4, count = rows * row;
+        const uint64_t ag_seed = 90, rs_seed = 91, ar_seed = 92;
+        auto &own = buffer<float>(count);
+        auto &gathered = buffer<float>(count * r.n);
+        auto &partial = buffer<float>(count * r.n);
+        auto &reduced = buffer<float>(count);
+        auto &vec = buffer<float>(count);
+        for (size_t i = 0; i < count; i++) {
+            own[i] = F32::input(input_hash(ag_seed, r.me, 0, i));
+            vec[i] = F32::input(input_hash(ar_seed, r.me, 0, i));
+        }
+        for (int b = 0; b < r.n; b++)
+            for (size_t i = 0; i < count; i++)
+                partial[b * count + i] = F32::input(input_hash(rs_seed, r.me, b, i));
+        incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
+        CHECK_OK(incmoe_mem_register(r.comm, own.data(), count * 4, &mo));
+        CHECK_OK(incmoe_mem_register(r.comm, gathered.data(), count * r.n * 4, &mg));
+        CHECK_OK(incmoe_mem_register(r.comm, partial.data(), count * r.n * 4, &mp));
+        CHECK_OK(incmoe_mem_register(r.comm, reduced.data(), count * 4, &mr));
+        CHECK_OK(incmoe_mem_register(r.comm, vec.data(), count * 4, &mv));
+        std::vector<incmoe_req_t> reqs;
+        for (size_t band = 0; band < bands; band++) {
+            size_t off = band * band_rows * row * 4;
+            incmoe_layout_t l = {stride, off, band_rows * row * 4, nullptr};
+            incmoe_req_t ag, rs;
+            CHECK_OK(incmoe_allgather(r.comm, mo, off, mg, 0, &l, &ag));
+            CHECK_OK(
+                incmoe_reducescatter(r.comm, mp, 0, mr, off, &l, INCMOE_FLOAT32, INCMOE_SUM, &rs));
+            reqs.push_back(ag);
+            reqs.push_back(rs);
+        }
+        incmoe_req_t ar;
+        CHECK_OK(incmoe_allreduce(r.comm, mv, 0, mv, 0, count, INCMOE_FLOAT32, INCMOE_SUM, &ar));
+        reqs.push_back(ar);
+        for (auto &q : reqs)
+            CHECK_OK(incmoe_wait(r.comm, &q));
+        for (int b = 0; b < r.n; b++)
+            for (size_t i = 0; i < count; i++)
+                if (gathered[b * count + i] != F32::input(input_hash(ag_seed, b, 0, i)))
+                    return "allgather block " + std::to_string(b) + " element " +
+                           std::to_string(i) + " wrong";
+        for (size_t i = 0; i < count; i++) {
+            std::string e = check_rs_element<F32>(r, reduced[i], rs_seed, i, INCMOE_SUM);
+            if (e.empty())
+                e = check_ar_element<F32>(r, vec[i], ar_seed, i, INCMOE_SUM);
+            if (!e.empty())
+                return e;
+        }
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/* 300 rounds of a small AllGather, ReduceScatter and AllReduce with a barrier every 50, all
+   posted before any is waited for; each result is checked (float32 sums: the tree order). */
+TEST(Tree, HundredsOfBackToBackCollectives)
+{
+    const Topology topo = uneven_three_one_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    auto res = run_job(tree, topo, kSmallChunk, [](Rank &r) -> std::string {
+        const int iters = 300;
+        const uint64_t rs_seed = 100, ar_seed = 101;
+        auto &send = buffer<int32_t>(iters);
+        auto &gat = buffer<int32_t>((size_t)iters * r.n, -1);
+        auto &part = buffer<float>((size_t)iters * r.n);
+        auto &red = buffer<float>(iters);
+        auto &vec = buffer<float>(iters);
+        for (int k = 0; k < iters; k++) {
+            send[k] = r.me * 100000 + k;
+            vec[k] = F32::input(input_hash(ar_seed, r.me, 0, k));
+            for (int b = 0; b < r.n; b++)
+                part[(size_t)k * r.n + b] = F32::input(input_hash(rs_seed, r.me, b, k));
+        }
+        incmoe_mr_t *ms, *mg, *mp, *mr, *mv;
+        CHECK_OK(incmoe_mem_register(r.comm, send.data(), send.size() * 4, &ms));
+        CHECK_OK(incmoe_mem_register(r.comm, gat.data(), gat.size() * 4, &mg));
+        CHECK_OK(incmoe_mem_register(r.comm, part.data(), part.size() * 4, &mp));
+        CHECK_OK(incmoe_mem_register(r.comm, red.data(), red.size() * 4, &mr));
+        CHECK_OK(incmoe_mem_register(r.comm, vec.data(), vec.size() * 4, &mv));
+        std::vector<incmoe_req_t> reqs;
+        for (int k = 0; k < iters; k++) {
+            incmoe_layout_t l = {4, 0, 4, nullptr};
+            incmoe_req_t ag, rs, ar, b;
+            CHECK_OK(incmoe_allgather(r.comm, ms, k * 4, mg, (size_t)k * r.n * 4, &l, &ag));
+            CHECK_OK(incmoe_reducescatter(r.comm, mp, (size_t)k * r.n * 4, mr, k * 4, &l,
+                                          INCMOE_FLOAT32, INCMOE_SUM, &rs));
+            CHECK_OK(
+                incmoe_allreduce(r.comm, mv, k * 4, mv, k * 4, 1, INCMOE_FLOAT32, INCMOE_SUM, &ar));
+            reqs.insert(reqs.end(), {ag, rs, ar});
+            if (k % 50 == 49) {
+                CHECK_OK(incmoe_barrier(r.comm, &b));
+                reqs.push_back(b);
+            }
+        }
+        for (auto &q : reqs)
+            CHECK_OK(incmoe_wait(r.comm, &q));
+        if (incmoe_stream_completed(r.comm, INCMOE_STREAM_ALLGATHER) != (uint64_t)iters ||
+            incmoe_stream_completed(r.comm, INCMOE_STREAM_REDUCESCATTER) != (uint64_t)iters ||
+            incmoe_stream_completed(r.comm, INCMOE_STREAM_ALLREDUCE) != (uint64_t)iters ||
+            incmoe_stream_completed(r.comm, INCMOE_STREAM_BARRIER) != iters / 50)
+            return "the stream counters do not match the collectives posted";
+        for (int k = 0; k < iters; k++) {
+            for (int b = 0; b < r.n; b++)
+                if (gat[(size_t)k * r.n + b] != b * 100000 + k)
+                    return "allgather " + std::to_string(k) + " block " + std::to_string(b) +
+                           " wrong";
+            std::string e = check_rs_element<F32>(r, red[k], rs_seed, k, INCMOE_SUM);
+            if (e.empty())
+                e = check_ar_element<F32>(r, vec[k], ar_seed, k, INCMOE_SUM);
+            if (!e.empty())
+                return "round " + std::to_string(k) + ": " + e;
+        }
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/*
+ * 4 MiB collectives through 8 KiB chunks with 2 credits per stream on every link: an AllGather
+ * of 1 MiB blocks and a ReduceScatter of 1 MiB blocks in flight together, then a 4 MiB
+ * AllReduce, each hundreds of chunks that only move as credits come back down the tree.
+ */
+TEST(Tree, FourMebibytesThroughManyChunksAndTwoCredits)
+{
+    const Topology topo = two_leaves_of_two();
+    const uint64_t chunk = 8192;
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, {"--credits", "2"})));
+    auto res = run_job(tree, topo, chunk, [](Rank &r) -> std::string {
+        const size_t block = (1u << 20) / 4, vector = 1u << 20; /* floats */
+        const uint64_t ag_seed = 110, rs_seed = 111, ar_seed = 112;
+        auto &own = buffer<float>(block);
+        auto &gathered = buffer<float>(block * r.n);
+        auto &partial = buffer<float>(block * r.n);
+        auto &reduced = buffer<float>(block);
+        auto &vec = buffer<float>(vector);
+        for (size_t i = 0; i < block; i++)
+            own[i] = F32::input(input_hash(ag_seed, r.me, 0, i));
+        for (int b = 0; b < r.n; b++)
+            for (size_t i = 0; i < block; i++)
+                partial[b * block + i] = F32::input(input_hash(rs_seed, r.me, b, i));
+        for (size_t i = 0; i < vector; i++)
+            vec[i] = F32::input(input_hash(ar_seed, r.me, 0, i));
+        incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
+        CHECK_OK(incmoe_mem_register(r.comm, own.data(), block * 4, &mo));
+        CHECK_OK(incmoe_mem_register(r.comm, gathered.data(), block * r.n * 4, &mg));
+        CHECK_OK(incmoe_mem_register(r.comm, partial.data(), block * r.n * 4, &mp));
+        CHECK_OK(incmoe_mem_register(r.comm, reduced.data(), block * 4, &mr));
+        CHECK_OK(incmoe_mem_register(r.comm, vec.data(), vector * 4, &mv));
+        incmoe_layout_t l = {block * 4, 0, block * 4, nullptr};
+        incmoe_req_t ag, rs, ar;
+        CHECK_OK(incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &ag));
+        CHECK_OK(incmoe_reducescatter(r.comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32, INCMOE_SUM, &rs));
+        CHECK_OK(incmoe_wait(r.comm, &ag));
+        CHECK_OK(incmoe_wait(r.comm, &rs));
+        CHECK_OK(incmoe_allreduce(r.comm, mv, 0, mv, 0, vector, INCMOE_FLOAT32, INCMOE_SUM, &ar));
+        CHECK_OK(incmoe_wait(r.comm, &ar));
+        for (int b = 0; b < r.n; b++)
+            for (size_t i = 0; i < block; i++)
+                if (gathered[b * block + i] != F32::input(input_hash(ag_seed, b, 0, i)))
+                    return "allgather block " + std::to_string(b) + " element " +
+                           std::to_string(i) + " wrong";
+        for (size_t i = 0; i < block; i++) {
+            std::string e = check_rs_element<F32>(r, reduced[i], rs_seed, i, INCMOE_SUM);
+            if (!e.empty())
+                return e;
+        }
+        for (size_t i = 0; i < vector; i++) {
+            std::string e = check_ar_element<F32>(r, vec[i], ar_seed, i, INCMOE_SUM);
+            if (!e.empty())
+                return e;
+        }
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/*
+ * Dispatch and combine do not run over a tree yet: each is refused with INCMOE_ERR_UNSUPPORTED,
+ * at the post (nothing posted: the communicator still runs an AllGather) or as the failure of
+ * the collective or the job (what the switch does today), whose reason names the tree.
+ */
+TEST(Tree, DispatchAndCombineAreRefusedNamingTheTree)
+{
+    const Topology topo = two_leaves_of_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    auto res = run_job(
+        tree, topo, kSmallChunk,
+        [](Rank &r) -> std::string {
+            const size_t row = 64;
+            auto &rows = buffer<unsigned char>(2 * row, (unsigned char)r.me);
+            auto &recv = buffer<unsigned char>(2 * row * r.n);
+            incmoe_mr_t *ms, *mr;
+            CHECK_OK(incmoe_mem_register(r.comm, rows.data(), rows.size(), &ms));
+            CHECK_OK(incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr));
+            uint64_t sets[2] = {(1ull << r.n) - 1, (1ull << r.n) - 1};
+            incmoe_dispatch_params_t dp = {};
+            dp.send_mr = ms;
+            dp.nrows = 2;
+            dp.row_bytes = row;
+            dp.sets = sets;
+            dp.recv_mr = mr;
+            dp.capacity = 2 * (size_t)r.n;
+            incmoe_req_t req = {INCMOE_STREAM_DISPATCH, 1};
+            /* One verdict per call: the status, and where its reason can be read. */
+            auto refused = [&](const char *what, incmoe_status_t st, bool posted) -> std::string {
+                char text[256] = "";
+                if (posted && st != INCMOE_OK)
+                    incmoe_req_error(r.comm, &req, text, sizeof(text));
+                std::string reason = text[0] != '\0' ? text : comm_text(r.comm);
+                if (st != INCMOE_ERR_UNSUPPORTED)
+                    return std::string(what) + " over a tree gave " + incmoe_strerror(st) + " (" +
+                           reason + ")";
+                if ((posted || !reason.empty()) && reason.find("tree") == std::string::npos)
+                    return std::string(what) + "'s refusal does not name the tree: " + reason;
+                return "";
+            };
+            incmoe_status_t st = incmoe_dispatch(r.comm, &dp, &req);
+            bool posted = st == INCMOE_OK;
+            if (posted)
+                st = incmoe_wait(r.comm, &req);
+            std::string e = refused("dispatch", st, posted);
+            if (!e.empty() || incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
+                return e; /* a refusal that failed the job ends the check here */
+            incmoe_combine_params_t cp = {};
+            cp.dispatch = req;
+            cp.send_mr = mr;
+            cp.recv_mr = ms;
+            cp.row_count = row / 4;
+            cp.dtype = INCMOE_FLOAT32;
+            cp.op = INCMOE_SUM;
+            incmoe_req_t creq;
+            st = incmoe_combine(r.comm, &cp, &creq);
+            posted = st == INCMOE_OK;
+            if (posted) {
+                req = creq;
+                st = incmoe_wait(r.comm, &req);
+            }
+            if (!(e = refused("combine", st, posted)).empty() ||
+                incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
+                return e;
+            /* Refused at the post with nothing posted: the job goes on. */
+            return check_allgather(r, 64, true, 120);
+        },
+        nullptr, 60, /* the switch fails the job: destroy reports it */ true);
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/* ------------------------------------------------------------------------ */
+/* faults                                                                    */
+
+/* A fresh job of two ranks on one switch of the tree serves an AllGather and an AllReduce. */
+void expect_serves(const Tree &tree, const std::vector<int> &parent, int leaf)
+{
+    const Topology topo = {parent, {leaf, leaf}};
+    auto res = run_job(tree, topo, kSmallChunk, [](Rank &r) -> std::string {
+        std::string e = check_allgather(r, 64, true, 130);
+        return e.empty() ? check_reductions<F32>(r, 100, INCMOE_SUM, true, true, 131) : e;
+    });
+    EXPECT_EQ(harness::failures(res), "") << "switch " << leaf << " stopped serving new jobs";
+}
+
+/* Marks the kill in shared memory, then kills the switch. */
+void kill_switch(Board *board, pid_t pid)
+{
+    board->killed_at = inc_now_s();
+    store(&board->killed, 1);
+    kill(pid, SIGKILL);
+}
+
+/*
+ * Ranks 1 and 3 post a 4 MiB AllReduce, rank 0 posts it and kills switch `victim`, rank 2 posts
+ * only after the kill, so the collective cannot have completed: every rank gets an error within
+ * the job's timeout + 1 s of the kill.
+ */
+void kill_mid_collective(const Tree &tree, const Topology &topo, int victim)
+{
+    SharedBoard shared;
+    ASSERT_NE(shared.get(), nullptr);
+    Board *board = shared.get();
+    const pid_t victim_pid = tree.sw[victim].pid;
+    const double bound_s = kJobTimeoutMs / 1000.0 + 1;
+    unsigned long long job = harness::unique_job_id();
+    auto body = [&](Rank &r) -> std::string {
+        const size_t count = 1u << 20;
+        auto &vec = buffer<float>(count, 1.0f);
+        incmoe_mr_t *mv;
+        CHECK_OK(incmoe_mem_register(r.comm, vec.data(), count * 4, &mv));
+        incmoe_req_t req;
+        CHECK_OK(incmoe_barrier(r.comm, &req)); /* everyone joined */
+        CHECK_OK(incmoe_wait(r.comm, &req));
+        if (r.me == 2 && !await_at_least(&board->killed, 1))
+            return "the switch was never killed";
+        incmoe_status_t st =
+            incmoe_allreduce(r.comm, mv, 0, mv, 0, count, INCMOE_FLOAT32, INCMOE_SUM, &req);
+        if (r.me == 1 || r.me == 3)
+            __atomic_add_fetch(&board->posted, 1, __ATOMIC_ACQ_REL);
+        if (r.me == 0) {
+            if (!await_at_least(&board->posted, 2))
+                fprintf(stderr, "ranks 1 and 3 did not post; killing anyway\n");
+            kill_switch(board, victim_pid);
+        }
+        if (st == INCMOE_OK)
+            st = incmoe_wait(r.comm, &req);
+        double ended = inc_now_s();
+        if (st == INCMOE_OK)
+            return "the allreduce succeeded although switch " + std::to_string(victim) +
+                   " was killed before rank 2 posted it";
+        if (!await_at_least(&board->killed, 1))
+            return "the allreduce failed, and the switch was never killed: " +
+                   why(r.comm, st, "allreduce");
+        double failed = ended - board->killed_at;
+        if (failed < 0)
+            return "the allreduce failed before the kill: " + why(r.comm, st, "allreduce");
+        if (failed > bound_s)
+            return "the error (" + why(r.comm, st, "allreduce") + ") came " +
+                   std::to_string(failed) + " s after the kill";
+        return "";
+    };
+    auto res = harness::run_ranks(
+        4,
+        [&](int me) {
+            return as_rank(tree, topo, job, me, kJobTimeoutMs, nullptr, kSmallChunk, board, body,
+                           true);
+        },
+        30);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+TEST(TreeFaults, LeafKilledMidCollectiveFailsEveryRankAndTheOthersServeOn)
+{
+    const Topology topo = two_leaves_of_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    kill_mid_collective(tree, topo, 1);
+    EXPECT_TRUE(still_running(tree.sw[0])) << "the root died with its leaf";
+    EXPECT_TRUE(still_running(tree.sw[2])) << "the other leaf died with its sibling";
+    expect_serves(tree, topo.parent, 2);
+    tree_stop(&tree, {1});
+}
+
+TEST(TreeFaults, RootKilledMidCollectiveFailsEveryRank)
+{
+    const Topology topo = two_leaves_of_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    kill_mid_collective(tree, topo, 0);
+    EXPECT_TRUE(still_running(tree.sw[1])) << "a leaf died with the root";
+    EXPECT_TRUE(still_running(tree.sw[2])) << "a leaf died with the root";
+    tree_stop(&tree, {0});
+}
+
+/*
+ * Job Y (both ranks on leaf 2) runs AllReduces while job X (one rank on each leaf) loses leaf 1:
+ * X's ranks get errors; Y's collectives all complete with the right results, the one Y's rank 0
+ * posts before the kill (its rank 1 posts it only after) and 20 more after the kill.
+ */
+TEST(TreeFaults, AJobUnderAnotherLeafCarriesOnWhileALeafDies)
+{
+    const std::vector<int> parent = {-1, 0, 0};
+    const Topology job_y = {parent, {2, 2}}, job_x = {parent, {1, 2}};
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, job_x, tree_args(kSmallChunk)));
+    SharedBoard shared;
+    ASSERT_NE(shared.get(), nullptr);
+    Board *board = shared.get();
+    const pid_t leaf1 = tree.sw[1].pid;
+    const unsigned long long id_y = harness::unique_job_id(), id_x = harness::unique_job_id();
+    const TreeOrder order_y(job_y);
+    auto y_body = [&](Rank &r) -> std::string {
+        std::string e;
+        for (int k = 0; k < 5 && e.empty(); k++)
+            e = check_reductions<F32>(r, 64, INCMOE_SUM, true, true, 140 + k);
+        if (!e.empty())
+            return "before the kill: " + e;
+        __atomic_add_fetch(&board->progress, 1, __ATOMIC_ACQ_REL);
+        if (r.me == 1 && !await_at_least(&board->killed, 1))
+            return "leaf 1 was never killed";
+        for (int k = 0; k < 21 && e.empty(); k++)
+            e = check_reductions<F32>(r, 64, INCMOE_SUM, true, true, 150 + k);
+        return e.empty() ? "" : "across and after the kill: " + e;
+    };
+    auto x_body = [&](Rank &r) -> std::string {
+        incmoe_req_t req;
+        CHECK_OK(incmoe_barrier(r.comm, &req));
+        CHECK_OK(incmoe_wait(r.comm, &req));
+        if (r.me == 0) {
+            if (!await_at_least(&board->progress, 2))
+                return "job Y made no progress before the kill";
+            kill_switch(board, leaf1);
+        }
+        incmoe_status_t st = incmoe_barrier(r.comm, &req);
+        if (st == INCMOE_OK)
+            st = incmoe_wait(r.comm, &req);
+        return st == INCMOE_OK ? "job X's barrier completed after its leaf 1 was killed" : "";
+    };
+    /* Processes 0, 1: job Y's ranks 0, 1.  Processes 2, 3: job X's ranks 0 (leaf 1), 1. */
+    auto res = harness::run_ranks(
+        4,
+        [&](int proc) {
+            if (proc < 2)
+                return as_rank(tree, job_y, id_y, proc, kCreateTimeoutMs, &order_y, kSmallChunk,
+                               board, y_body);
+            return as_rank(tree, job_x, id_x, proc - 2, kCreateTimeoutMs, nullptr, kSmallChunk,
+                           board, x_body, true);
+        },
+        60);
+    EXPECT_EQ(harness::failures(res), "");
+    EXPECT_TRUE(still_running(tree.sw[0]));
+    EXPECT_TRUE(still_running(tree.sw[2]));
+    tree_stop(&tree, {1});
+}
+
+/* The join timeout of a job the tree refuses: its ranks hear the refusal, not the timeout. */
+const int kRefusedJoinMs = 4000;
+
+/* How a job the tree refuses ends on a rank: its comm_create's status, or (if it joined) its
+   first barrier's, with that failure's reason. */
+struct Refusal {
+    incmoe_status_t st;
+    std::string reason; /* the communicator's, if it joined */
+    bool joined;
+};
+
+Refusal join_refused(const Tree &tree, const Topology &topo, unsigned long long job, int me)
+{
+    incmoe_comm_t *comm;
+    incmoe_status_t st = create_on(tree, topo, job, me, kRefusedJoinMs, &comm);
+    if (st != INCMOE_OK)
+        return {st, "", false};
+    incmoe_req_t req;
+    st = incmoe_barrier(comm, &req);
+    if (st == INCMOE_OK)
+        st = incmoe_wait(comm, &req);
+    Refusal out = {st, comm_text(comm), true};
+    incmoe_comm_destroy(comm);
+    return out;
+}
+
+/* A root whose --max-memory cannot hold the job refuses it: every rank fails with
+   INCMOE_ERR_NO_MEMORY (with a reason where the failure reaches a communicator), and the
+   switches stay up. */
+TEST(TreeFaults, ParentWithoutMemoryForTheJobRefusesItOnEveryRank)
+{
+    const Topology topo = two_leaves_of_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk), {{"--max-memory", "4K"}}));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        4,
+        [&](int me) -> std::string {
+            Refusal f = join_refused(tree, topo, job, me);
+            if (f.st != INCMOE_ERR_NO_MEMORY)
+                return std::string("a job the root cannot hold gave ") + incmoe_strerror(f.st) +
+                       " (" + f.reason + ")";
+            if (f.joined && f.reason.empty())
+                return "the refusal came without a reason";
+            return "";
+        },
+        30);
+    EXPECT_EQ(harness::failures(res), "");
+    for (auto &sw : tree.sw)
+        EXPECT_TRUE(still_running(sw));
+    tree_stop(&tree);
+}
+
+/* A key file with `key` as its first line; removed when the test ends. */
+class KeyFile
+{
+  public:
+    explicit KeyFile(const char *key)
+    {
+        char name[] = "/tmp/incmoe-tree-key-XXXXXX";
+        int fd = mkstemp(name);
+        if (fd >= 0) {
+            std::string line = std::string(key) + "\n";
+            ok_ = write(fd, line.data(), line.size()) == (ssize_t)line.size();
+            close(fd);
+            path_ = name;
+        }
+    }
+    ~KeyFile()
+    {
+        if (!path_.empty())
+            unlink(path_.c_str());
+    }
+    bool ok() const
+    {
+        return ok_;
+    }
+    const std::string &path() const
+    {
+        return path_;
+    }
+
+  private:
+    std::string path_;
+    bool ok_ = false;
+};
+
+/*
+ * The root holds key A; leaf 2 proves key A on its link, leaf 1 key B.  A job on leaf 2 runs; a
+ * job on leaf 1 fails on every rank with INCMOE_ERR_AUTH (or a reason naming the key), within
+ * its join timeout.  The job on leaf 2 goes first: the root slows down an address that failed
+ * its handshake repeatedly, and both leaves come from 127.0.0.1.
+ */
+TEST(TreeFaults, LeafWithTheWrongParentKeyFailsItsRanksWithAuth)
+{
+    KeyFile right("tree-key-right"), wrong("tree-key-wrong");
+    ASSERT_TRUE(right.ok() && wrong.ok());
+    const std::vector<int> parent = {-1, 0, 0};
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, {parent, {}}, tree_args(kSmallChunk),
+                           {{"--auth-key-file", right.path()},
+                            {"--parent-key-file", wrong.path()},
+                            {"--parent-key-file", right.path()}}));
+    expect_serves(tree, parent, 2);
+    const Topology on_wrong = {parent, {1, 1}};
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        2,
+        [&](int me) -> std::string {
+            double t0 = inc_now_s();
+            Refusal f = join_refused(tree, on_wrong, job, me);
+            double took = inc_now_s() - t0;
+            bool names_key = f.reason.find("key") != std::string::npos;
+            if (f.st != INCMOE_ERR_AUTH && !(f.st != INCMOE_OK && names_key))
+                return std::string("a leaf with the wrong parent key gave ") +
+                       incmoe_strerror(f.st) + " (" + f.reason + ")";
+            if (took > kRefusedJoinMs / 1000.0 + 2)
+                return "the refusal took " + std::to_string(took) + " s";
+            return "";
+        },
+        30);
+    EXPECT_EQ(harness::failures(res), "");
+    for (auto &sw : tree.sw)
+        EXPECT_TRUE(still_running(sw));
+    tree_stop(&tree);
+}
+
+/*
+ * A job runs on the leaf; the root is killed and a new root started on the same port (or, if
+ * the port cannot be taken again, a new root and a new leaf); a new job on the leaf runs.
+ */
+TEST(TreeFaults, LeafServesNewJobsAfterItsRootRestarts)
+{
+    const std::vector<int> parent = {-1, 0};
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, {parent, {}}, tree_args(kSmallChunk)));
+    expect_serves(tree, parent, 1);
+    const std::string root_addr = tree.sw[0].addr;
+    ASSERT_EQ(kill(tree.sw[0].pid, SIGKILL), 0);
+    harness::switch_stop(&tree.sw[0]); /* reaps it */
+    std::vector<std::string> args = tree_args(kSmallChunk, {"--listen", root_addr});
+    if (harness::switch_start(&tree.sw[0], args)) {
+        EXPECT_TRUE(still_running(tree.sw[1])) << "the leaf died with its root";
+    } else {
+        fprintf(stderr, "port of %s not free again: a new root and leaf instead\n",
+                root_addr.c_str());
+        tree_stop(&tree);
+        ASSERT_TRUE(tree_start(&tree, {parent, {}}, tree_args(kSmallChunk)));
+    }
+    expect_serves(tree, parent, 1);
+    tree_stop(&tree);
+}
+
+} // namespace
