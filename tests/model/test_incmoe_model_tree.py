@@ -1,7 +1,7 @@
 """Tests of tools/incmoe-model over switch trees (issue 22): the bytes on every
 link against a brute-force count over an explicit tree (every block, partial,
-row and ring message routed along its path), the tree's shape, check and fit
-over tree points, and bad input.  Bytes only: no test asserts a time.
+row and ring message routed along its path), the tree's shape, the targets'
+points file, and bad input.  Bytes only: no test asserts a time.
 
 Run by `tools/quickstart test` (and alone: python3 -m pytest tests/model).
 """
@@ -317,6 +317,14 @@ def test_leaves_spread_as_the_testbed_does():
 
 
 # --- points, check and fit ---------------------------------------------------------------
+
+
+def test_issue22_targets_file_lists_every_point_to_be_measured(capsys):
+    path = os.path.join(TOP, "bench", "data", "model", "issue22-targets.points")
+    assert m.main(["check", path]) == 0
+    out = capsys.readouterr().out
+    assert "10 points, none measured yet" in out
+    assert out.count("to be measured") == 10
 
 
 def test_fit_recovers_the_constants_from_tree_points(tmp_path):
