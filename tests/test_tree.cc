@@ -612,6 +612,7 @@ struct Board {
     int arrived[kMaxRanks]; /* barrier rounds a rank has posted */
     int posted;             /* ranks that posted the collective a fault interrupts */
     int progress;           /* ranks of the surviving job that reached the kill */
+    int joined;             /* ranks that completed their join */
     int killed;             /* 1 once the victim was killed (killed_at is set) */
     double killed_at;       /* inc_now_s() just before the kill */
 };
@@ -1248,9 +1249,16 @@ TEST(Tree, DispatchAndCombineAreRefusedNamingTheTree)
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    SharedBoard board;
+    ASSERT_NE(board.get(), nullptr);
     auto res = run_job(
         tree, topo, kSmallChunk,
         [](Rank &r) -> std::string {
+            /* Every rank joins before any dispatches: a refusal that fails the job could
+               otherwise reach a rank still in comm_create, as its create's error. */
+            __atomic_add_fetch(&r.board->joined, 1, __ATOMIC_ACQ_REL);
+            if (!await_at_least(&r.board->joined, r.n))
+                return "the other ranks never joined";
             const size_t row = 64;
             auto &rows = buffer<unsigned char>(2 * row, (unsigned char)r.me);
             auto &recv = buffer<unsigned char>(2 * row * r.n);
@@ -1306,7 +1314,7 @@ TEST(Tree, DispatchAndCombineAreRefusedNamingTheTree)
             /* Refused at the post with nothing posted: the job goes on. */
             return check_allgather(r, 64, true, 120);
         },
-        nullptr, 60, /* the switch fails the job: destroy reports it */ true);
+        board.get(), 60, /* the switch fails the job: destroy reports it */ true);
     EXPECT_EQ(harness::failures(res), "");
     tree_stop(&tree);
 }
