@@ -677,9 +677,13 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
     job_t *job = conn->job;
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
-    /* A child speaks for its port (its key, once the job formed); the parent for all but this
-       switch's ranks. */
-    int rank_checked = conn->role == CONN_RANK || (conn->role == CONN_CHILD && job->rep != NULL);
+    /* A child speaks for its port: its collective messages carry the port's key once the job
+       formed (its ERROR names whichever rank failed, its HEARTBEAT and LEAVE no rank); the
+       parent speaks for all but this switch's ranks. */
+    int rank_checked =
+        conn->role == CONN_RANK ||
+        (conn->role == CONN_CHILD && job->rep != NULL && h->msg != WIRE_MSG_ERROR &&
+         h->msg != WIRE_MSG_HEARTBEAT && h->msg != WIRE_MSG_LEAVE && h->msg != WIRE_MSG_TREE_JOIN);
     if (h->job != job->id || (rank_checked && h->rank != (uint32_t)conn->rank)) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
                 "%s %d sent a message claiming job %llu rank %u",
