@@ -677,9 +677,14 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
     job_t *job = conn->job;
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
-    /* A child speaks for its port (its key, once the job formed); the parent for all but this
-       switch's ranks. */
+    /* A child speaks for its port (its key, once the job formed), but names the rank at fault
+       in an ERROR as a switch does, and no rank in a HEARTBEAT; the parent speaks for all but
+       this switch's ranks. */
     int rank_checked = conn->role == CONN_RANK || (conn->role == CONN_CHILD && job->rep != NULL);
+    if (rank_checked && conn->role == CONN_CHILD &&
+        (h->msg == WIRE_MSG_HEARTBEAT ||
+         (h->msg == WIRE_MSG_ERROR && h->rank < (uint32_t)job->nranks)))
+        rank_checked = 0;
     if (h->job != job->id || (rank_checked && h->rank != (uint32_t)conn->rank)) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
                 "%s %d sent a message claiming job %llu rank %u",
@@ -723,7 +728,10 @@ void member_on_error(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h
     char copy[INCMOE_WIRE_MAX_TEXT + 1];
     inc_text_sanitize(copy, sizeof(copy), text, length);
     incmoe_status_t st = h->status < 0 ? (incmoe_status_t)h->status : INCMOE_ERR_PROTOCOL;
-    job_fail(m, conn->job, st, conn->rank, "%s", copy);
+    /* A switch's ERROR names the rank at fault; a rank's is its own. */
+    int at = conn->role != CONN_RANK && h->rank < (uint32_t)conn->job->nranks ? (int)h->rank
+                                                                              : conn->rank;
+    job_fail(m, conn->job, st, at, "%s", copy);
 }
 
 void member_conn_lost(membership_t *m, conn_t *conn, const char *why)

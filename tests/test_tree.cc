@@ -1476,6 +1476,72 @@ TEST(TreeFaults, AJobUnderAnotherLeafCarriesOnWhileALeafDies)
     tree_stop(&tree, {1});
 }
 
+/* Runs body on every rank of one fresh job placed by topo, each asking the short job timeout. */
+std::vector<std::string> run_short_job(const Tree &tree, const Topology &topo,
+                                       const std::function<std::string(Rank &)> &body, bool fails)
+{
+    unsigned long long job = harness::unique_job_id();
+    TreeOrder order(topo);
+    return harness::run_ranks((int)topo.at.size(),
+                              [&](int me) {
+                                  return as_rank(tree, topo, job, me, kJobTimeoutMs, &order,
+                                                 kSmallChunk, nullptr, body, fails);
+                              },
+                              30);
+}
+
+/* The links between switches fall quiet while the ranks compute: each carries HEARTBEATs, which
+   name no rank, and the job lives on (leaf 2's port at the root has key 2). */
+TEST(TreeFaults, QuietLinksBetweenSwitchesKeepTheirJob)
+{
+    const Topology topo = two_leaves_of_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    auto res = run_short_job(
+        tree, topo,
+        [](Rank &r) -> std::string {
+            for (int round = 0; round < 2; round++) {
+                incmoe_req_t req;
+                CHECK_OK(incmoe_barrier(r.comm, &req));
+                CHECK_OK(incmoe_wait(r.comm, &req));
+                usleep(kJobTimeoutMs * 1000 / 3); /* past a heartbeat's quarter of the timeout */
+            }
+            return check_reductions<F32>(r, 64, INCMOE_SUM, true, true, 165);
+        },
+        false);
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/* A failure one leaf sees reaches every rank with that leaf's reason: rank 3 leaves while the
+   others wait in a barrier it never posts, and ranks 0 and 1, on the other leaf, read why. */
+TEST(TreeFaults, ALeafsFailureReachesEveryRankWithItsReason)
+{
+    const Topology topo = two_leaves_of_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    auto res = run_short_job(
+        tree, topo,
+        [](Rank &r) -> std::string {
+            incmoe_req_t req;
+            CHECK_OK(incmoe_barrier(r.comm, &req));
+            CHECK_OK(incmoe_wait(r.comm, &req));
+            if (r.me == 3)
+                return ""; /* leaves */
+            incmoe_status_t st = incmoe_barrier(r.comm, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(r.comm, &req);
+            std::string reason = comm_text(r.comm);
+            if (st == INCMOE_OK || reason.find("rank 3 left") == std::string::npos)
+                return std::string("a barrier rank 3 never posts gave ") + incmoe_strerror(st) +
+                       " '" + reason + "'";
+            return "";
+        },
+        true);
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
 /* The join timeout of a job the tree refuses: its ranks hear the refusal, not the timeout. */
 const int kRefusedJoinMs = 4000;
 
