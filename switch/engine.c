@@ -352,11 +352,11 @@ static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
 }
 
 /* A barrier completes when the last rank posts it: every rank hears DONE (a switch port knows
-   from the TREE_POSTs). */
+   from the TREE_POSTs; a rank that posted it and left has no connection). */
 static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
 {
     for (int r = 0; r < job->nranks; r++) {
-        if (job->rep[r] != r || job->conns[r]->role != CONN_RANK)
+        if (job->rep[r] != r || job->conns[r] == NULL || job->conns[r]->role != CONN_RANK)
             continue;
         struct inc_wire_hdr d;
         inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);

@@ -1513,31 +1513,49 @@ TEST(TreeFaults, QuietLinksBetweenSwitchesKeepTheirJob)
     tree_stop(&tree);
 }
 
-/* A failure one leaf sees reaches every rank with that leaf's reason: rank 3 leaves while the
-   others wait in a barrier it never posts, and ranks 0 and 1, on the other leaf, read why. */
+/* A failure one leaf sees reaches every rank with that leaf's reason: rank 3 leaves (its
+   communicator destroyed: a LEAVE, then its connection closes), and only then do the others post a
+   barrier it never can; ranks 0 and 1, on the other leaf, read why. */
 TEST(TreeFaults, ALeafsFailureReachesEveryRankWithItsReason)
 {
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
-    auto res = run_short_job(
-        tree, topo,
-        [](Rank &r) -> std::string {
+    SharedBoard shared;
+    ASSERT_NE(shared.get(), nullptr);
+    Board *board = shared.get();
+    const unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        4,
+        [&](int me) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create_on(tree, topo, job, me, kJobTimeoutMs, &comm);
+            if (st != INCMOE_OK)
+                return std::string("comm_create: ") + incmoe_strerror(st);
             incmoe_req_t req;
-            CHECK_OK(incmoe_barrier(r.comm, &req));
-            CHECK_OK(incmoe_wait(r.comm, &req));
-            if (r.me == 3)
-                return ""; /* leaves */
-            incmoe_status_t st = incmoe_barrier(r.comm, &req);
+            st = incmoe_barrier(comm, &req);
             if (st == INCMOE_OK)
-                st = incmoe_wait(r.comm, &req);
-            std::string reason = comm_text(r.comm);
+                st = incmoe_wait(comm, &req);
+            if (st != INCMOE_OK || me == 3) {
+                std::string e = st != INCMOE_OK ? why(comm, st, "the first barrier") : "";
+                incmoe_status_t left = incmoe_comm_destroy(comm);
+                store(&board->killed, 1);
+                if (e.empty() && left != INCMOE_OK)
+                    e = std::string("rank 3's orderly leave gave ") + incmoe_strerror(left);
+                return e;
+            }
+            if (!await_at_least(&board->killed, 1))
+                st = INCMOE_ERR_TIMEOUT;
+            else if ((st = incmoe_barrier(comm, &req)) == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            std::string reason = comm_text(comm);
+            incmoe_comm_destroy(comm);
             if (st == INCMOE_OK || reason.find("rank 3 left") == std::string::npos)
                 return std::string("a barrier rank 3 never posts gave ") + incmoe_strerror(st) +
                        " '" + reason + "'";
             return "";
         },
-        true);
+        30);
     EXPECT_EQ(harness::failures(res), "");
     tree_stop(&tree);
 }
