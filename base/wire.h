@@ -249,7 +249,52 @@
  *   ascending root; AllReduce: its reduced vector), and SMALL_FWD to a child
  *   switch carries what its ports lack (AllGather: the other blocks, ascending
  *   rank; ReduceScatter: the partial of every root it covers, ascending root;
- *   AllReduce: the vector).  Dispatch and combine do not run over a tree yet.
+ *   AllReduce: the vector).
+ *   Dispatch and combine (switch/dc.c) run on the same ports.  Every switch
+ *   keeps every rank's plan fields: a switch relays each POST it gets (from a
+ *   rank, or from a switch port; for a SMALL, its plan fields as a POST)
+ *   unchanged, hdr.rank the rank's, to every switch port but the one it came
+ *   from, before anything else of the collective, so each switch gets each
+ *   once, makes the verdict of base/dc_plan.h itself (the same everywhere)
+ *   and sends PLAN to its own ranks only; a switch port may relay a POST only
+ *   of a rank it covers.  A rank's SMALL is taken piece by piece at its
+ *   switch; between switches only POST and the chunks below go.  A chunk of
+ *   root s between switches is laid out as s's DATA (root = s, chunk = c,
+ *   offset = first source row, total = T_s; up: DATA, hdr.rank the sender's
+ *   key; down: FWD, hdr.rank the child's key):
+ *   dispatch: every set of the chunk, then the rows whose set names a rank on
+ *     the receiving side, in row order.  A switch takes a root's chunks in
+ *     chunk order from the port covering the root; the rows that came with a
+ *     chunk from port q are those whose set names a rank q does not cover (from
+ *     rank s: its network rows).  It sends each rank port FWD as on one switch
+ *     (offset and total from the count[s][d] of the POSTs, which every switch
+ *     has), and each other switch port whose side the sets name the chunk with
+ *     that side's rows, the root's last chunk (perhaps with no row) to every
+ *     other switch port: a switch knows a root is done when its last chunk
+ *     came.  Up it takes the parent's credits, as a rank's DATA does at its
+ *     switch; down none.
+ *   combine, the owner's set chunk: its k sets, taken in chunk order from the
+ *     port covering the owner and sent on like a dispatch chunk without rows.
+ *   combine, a partial: offset and total as the set chunk's, dtype/redop the
+ *     combine's; the rows of the owner's chunk whose set names a rank on the
+ *     sender's side, in row order, each the sender's reduction of them.  Item
+ *     (s, c) of a switch expects one from every port but the one covering s
+ *     whose side the sets name (a rank d: its partials of the rows whose set
+ *     holds d, as on one switch); each row is reduced over the contributions
+ *     it has, in ascending port-key order, and the rows that have one go
+ *     toward s: to rank s as FWD (s applies its own partial last), to the
+ *     switch port covering s as a partial, which that switch takes as the
+ *     contribution of the port it came from.  The combine's messages between
+ *     switches take no credits (see job_dc_memory_bound in
+ *     switch/membership.c: a child's credits at its parent are shared by the
+ *     owners beneath it, and an owner's item waiting there for another port
+ *     could hold the credit that port's set chunk needs).
+ *   So a combined row of owner s whose set is S is, at s's switch, the fold
+ *   in ascending key order over its ports but s's whose side meets S, a switch
+ *   port bringing the same fold of its own switch over its ports but the one
+ *   toward s; then s's own partial last if S holds s.  That is
+ *   ReduceScatter's order over a tree, per row, restricted to the ports S
+ *   names; on one switch, ascending rank order.
  *
  * Reductions are done in ascending rank order with fp32 accumulation for
  * 16-bit types, so results are bitwise reproducible whatever order the

@@ -9,7 +9,7 @@
 # for UCX in every target.  A target that needs another library adds it to
 # FUZZ_LIBS.
 
-FUZZ_TARGETS = switch_msg client_msg bootstrap ucx_addr
+FUZZ_TARGETS = switch_msg switch_child client_msg bootstrap ucx_addr
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60

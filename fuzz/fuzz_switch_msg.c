@@ -39,6 +39,14 @@
  * At the end the switch shuts down, everything pending completes (failed),
  * and the harness checks that every job, buffer, byte of accounted memory
  * and kept UCX buffer is gone.
+ *
+ * Switch trees (switch/tree.c): as built, the switch is a root, and a
+ * connection whose first message is a TREE_JOIN is a child switch (TREE_POST,
+ * its DATA and SMALL for the ranks beneath it).  Built with FUZZ_SWITCH_CHILD
+ * (fuzz_switch_child.c) the switch is a child: its link to the parent, opened
+ * when a job's first rank joins, is connection NCONN - 1 from then on, so the
+ * input speaks as the parent there (JOIN_ACK, FWD, CREDIT, TREE_POST,
+ * SMALL_FWD, ERROR) and as ranks on the others.
  */
 #include "switch/demux.h"
 #include "switch/coll_table.h"
@@ -128,10 +136,25 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
     char why[160];
     CHECK(inc_wire_hdr_check(hdr, sizeof(*hdr), length, why, sizeof(why)) == INCMOE_OK,
           "the switch sent a malformed %s: %s", inc_wire_msg_name(hdr->msg), why);
+    if (conn->role == CONN_PARENT) { /* up the tree: what a rank sends, for the ranks beneath */
+        CHECK(hdr->msg == WIRE_MSG_TREE_JOIN || hdr->msg == WIRE_MSG_TREE_POST ||
+                  hdr->msg == WIRE_MSG_DATA || hdr->msg == WIRE_MSG_SMALL ||
+                  hdr->msg == WIRE_MSG_ERROR || hdr->msg == WIRE_MSG_HEARTBEAT ||
+                  hdr->msg == WIRE_MSG_LEAVE,
+              "the switch sent its parent %s", inc_wire_msg_name(hdr->msg));
+        CHECK(hdr->msg == WIRE_MSG_TREE_JOIN || hdr->msg == WIRE_MSG_ERROR ||
+                  hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_LEAVE ||
+                  (conn->job != NULL && conn->job->id == hdr->job),
+              "%s for job %llu up a link of another job", inc_wire_msg_name(hdr->msg),
+              (unsigned long long)hdr->job);
+        (void)touch(payload, length);
+        return;
+    }
     CHECK(hdr->msg == WIRE_MSG_JOIN_ACK || hdr->msg == WIRE_MSG_ERROR ||
               hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_FWD ||
               hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
-              hdr->msg == WIRE_MSG_SMALL_FWD || hdr->msg == WIRE_MSG_PLAN,
+              hdr->msg == WIRE_MSG_SMALL_FWD || hdr->msg == WIRE_MSG_PLAN ||
+              (hdr->msg == WIRE_MSG_TREE_POST && conn->role == CONN_CHILD),
           "the switch sent %s, which it never sends", inc_wire_msg_name(hdr->msg));
     CHECK(length == 0 || payload != NULL, "%s of %zu bytes without a payload",
           inc_wire_msg_name(hdr->msg), length);
@@ -142,7 +165,19 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
               "%s for job %llu to a connection that is not its member", inc_wire_msg_name(hdr->msg),
               (unsigned long long)hdr->job);
     }
-    if (hdr->msg == WIRE_MSG_FWD) {
+    if (hdr->msg == WIRE_MSG_FWD && conn->role == CONN_CHILD) {
+        /* to a child switch: by the ports, whose key the header names */
+        const job_t *job = conn->job;
+        CHECK(hdr->rank == (uint32_t)conn->rank, "FWD names port %u, sent to port %d", hdr->rank,
+              conn->rank);
+        CHECK(hdr->root < (uint32_t)job->nranks, "FWD of root %u in a job of %d", hdr->root,
+              job->nranks);
+        int home = job->rep[hdr->root] == conn->rank;
+        CHECK(hdr->stream != INCMOE_STREAM_ALLGATHER || !home,
+              "an AllGather block went back to the port of its root %u", hdr->root);
+        CHECK(hdr->stream != INCMOE_STREAM_REDUCESCATTER || home,
+              "a ReduceScatter result of root %u went to port %u", hdr->root, hdr->rank);
+    } else if (hdr->msg == WIRE_MSG_FWD) {
         CHECK(hdr->rank == (uint32_t)conn->rank, "FWD names rank %u, sent to rank %d", hdr->rank,
               conn->rank);
         CHECK(hdr->stream != INCMOE_STREAM_ALLGATHER || hdr->root != hdr->rank,
@@ -218,8 +253,9 @@ static void tx_send_data(void *server, conn_t *conn, egress_class_t cls,
 {
     (void)server;
     CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_data in class %d", (int)cls);
-    CHECK(hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_SMALL_FWD, "send_data of %s",
-          inc_wire_msg_name(hdr->msg));
+    CHECK(hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_SMALL_FWD ||
+              (hdr->msg == WIRE_MSG_DATA && conn->role == CONN_PARENT),
+          "send_data of %s", inc_wire_msg_name(hdr->msg));
     queue_send(conn, hdr, payload, length, cb, arg, NULL);
 }
 
@@ -230,7 +266,9 @@ static void tx_send_built(void *server, conn_t *conn, egress_class_t cls,
 {
     (void)server;
     CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_built in class %d", (int)cls);
-    CHECK(hdr->msg == WIRE_MSG_FWD, "send_built of %s", inc_wire_msg_name(hdr->msg));
+    CHECK(hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_SMALL_FWD ||
+              (hdr->msg == WIRE_MSG_SMALL && conn->role == CONN_PARENT),
+          "send_built of %s", inc_wire_msg_name(hdr->msg));
     if (conn == NULL || conn->closed) {
         if (cb != NULL)
             cb(arg, UCS_ERR_NOT_CONNECTED);
@@ -269,6 +307,25 @@ static void tx_drop(void *server, conn_t *conn)
     conn->state = CONN_DEAD;
 }
 
+static conn_t *conn_new(void);
+
+/* The link to the parent (FUZZ_SWITCH_CHILD): a new connection on the last slot, from which the
+   input speaks as the parent; as the server, it is joined at once. */
+static conn_t *tx_connect_parent(void *server, uint64_t job, incmoe_status_t *status, char *why,
+                                 size_t why_len)
+{
+    (void)server;
+    (void)why;
+    (void)why_len;
+    conn_t *c = conn_new();
+    c->role = CONN_PARENT;
+    c->state = CONN_JOINED;
+    c->parent_job = job;
+    H.slot[NCONN - 1] = c;
+    *status = INCMOE_OK;
+    return c;
+}
+
 static void tx_recv_data(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx)
 {
     (void)server;
@@ -305,6 +362,7 @@ static const switch_tx_ops_t recorder_ops = {
     .send_built = tx_send_built,
     .send_error = tx_send_error,
     .drop = tx_drop,
+    .connect_parent = tx_connect_parent,
     .recv_data = tx_recv_data,
     .release_data = tx_release_data,
 };
@@ -511,6 +569,9 @@ static void setup(void)
     H.set.rndv_thresh = SIZE_MAX;
     H.set.egress_limit = 2 * H.set.chunk_size;
     H.set.nthreads = 1;
+#ifdef FUZZ_SWITCH_CHILD
+    strcpy(H.set.parent, "parent.invalid:1");
+#endif
     switch_tx_t tx = {.ops = &recorder_ops, .server = NULL};
     CHECK(engine_init(&H.eng, &H.set, &H.stats, tx) == 0, "engine_init failed");
     H.demux =

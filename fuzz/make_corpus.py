@@ -9,10 +9,10 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 5
+MAGIC, VERSION = 0x4D434E49, 6
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, PEER_HELLO,
  RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD, PLAN, PEER_PLAN, PEER_ROWS, PEER_PARTIALS,
- PEER_CREDIT) = range(1, 21)
+ PEER_CREDIT, TREE_JOIN, TREE_POST) = range(1, 23)
 AG, RS, AR, BARRIER, DISPATCH, COMBINE = range(6)
 UINT8, INT32, FLOAT32 = 1, 2, 7
 SUM = 0
@@ -419,8 +419,80 @@ def client_seeds():
     write("client_msg", "small_collectives", s)
 
 
+def tree_join(conn, job, nranks, ranks, addr=WORKER_ADDR):
+    """TREE_JOIN from a child switch: struct inc_wire_tree_join, then (rank, length, address)."""
+    payload = struct.pack("<IIII", nranks, len(ranks), 0, 0) + bytes(16)
+    for r in ranks:
+        payload += struct.pack("<II", r, len(addr)) + addr
+    return smsg(conn, hdr(TREE_JOIN, job, rank=ranks[0], length=len(payload)), payload)
+
+
+def tree_post(conn, job, key, stream, epoch, sizes, sig=1, dtype=UINT8):
+    payload = struct.pack("<%dQ" % len(sizes), *sizes)
+    return smsg(conn, hdr(TREE_POST, job, rank=key, stream=stream, epoch=epoch,
+                          length=len(payload), sig=sig, dtype=dtype), payload)
+
+
+def join_ack(conn, job, nranks, credits=3, addr=WORKER_ADDR):
+    payload = struct.pack("<IIQII", nranks, credits, CHUNK, 10000, 0) + bytes(16)
+    for _ in range(nranks):
+        payload += struct.pack("<I", len(addr)) + addr
+    return smsg(conn, hdr(JOIN_ACK, job, length=len(payload)), payload)
+
+
+def tree_seeds():
+    """The switch as a root with a child switch (conn 0: ranks 0 and 1) and a rank (conn 1)."""
+    job = 11
+    s = tree_join(0, job, 3, [0, 1]) + join(1, job, 2, 3, WORKER_ADDR) + complete()
+    sizes = [80, 80, 80]
+    sig = signature(AG, UINT8, SUM, sizes)
+    s += tree_post(0, job, 0, AG, 1, [80, 80, 0], sig) + post(1, job, 2, AG, 1, 80, sig=sig)
+    s += data(0, job, 0, AG, 1, 0, 80, sig=sig) + complete() + complete()
+    s += data(0, job, 0, AG, 1, 1, 80, sig=sig) + complete() + complete()
+    s += data(1, job, 2, AG, 1, 2, 80, sig=sig) + complete() + complete()
+    sizes = [16, 16, 16]
+    sig = signature(RS, INT32, SUM, sizes)
+    s += tree_post(0, job, 0, RS, 1, [16, 16, 0], sig, INT32) + post(1, job, 2, RS, 1, 16, INT32, sig)
+    s += data(0, job, 0, RS, 1, 2, 16, INT32, sig=sig) + data(1, job, 2, RS, 1, 0, 16, INT32, sig=sig)
+    s += data(1, job, 2, RS, 1, 1, 16, INT32, sig=sig) + complete() + complete()
+    # A small AllReduce: the child's SMALL carries its side's vector behind the table.
+    sizes = [8, 8, 8]
+    payload = struct.pack("<3Q", *sizes) + bytes(range(8))
+    s += smsg(0, hdr(SMALL, job, rank=0, stream=AR, epoch=1, length=len(payload), total=8,
+                     sig=signature(AR, INT32, SUM, sizes), dtype=INT32), payload)
+    s += small(1, job, 2, AR, 1, sizes, INT32) + complete() + bytes([7, 0])
+    write("switch_msg", "tree_root_child_and_rank", s)
+
+
+def tree_child_seeds():
+    """The switch as a child (fuzz_switch_child): ranks 0 and 1 here, rank 2 beyond the parent,
+    which speaks on the last connection (5) once the first rank joined."""
+    job = 12
+    s = join(0, job, 0, 3, WORKER_ADDR) + join(1, job, 1, 3, WORKER_ADDR) + complete()
+    s += join_ack(5, job, 3) + complete()
+    sizes = [80, 80, 80]
+    sig = signature(AG, UINT8, SUM, sizes)
+    s += post(0, job, 0, AG, 1, 80, sig=sig) + post(1, job, 1, AG, 1, 80, sig=sig)
+    s += tree_post(5, job, 2, AG, 1, [0, 0, 80], sig)
+    s += data(0, job, 0, AG, 1, 0, 80, sig=sig) + data(1, job, 1, AG, 1, 1, 80, sig=sig)
+    for off, n in chunks(80):
+        s += smsg(5, hdr(FWD, job, rank=0, stream=AG, epoch=1, root=2, offset=off, length=n,
+                         total=80, sig=sig, chunk=off // CHUNK, dtype=UINT8), bytes(n))
+    s += complete() + complete()
+    s += smsg(5, hdr(CREDIT, job, stream=AG, epoch=1, length=2)) + complete()
+    sizes = [8, 8, 8]
+    s += small(0, job, 0, AR, 1, sizes, INT32) + small(1, job, 1, AR, 1, sizes, INT32)
+    s += complete()
+    s += smsg(5, hdr(SMALL_FWD, job, stream=AR, epoch=1, length=8, total=8,
+                     sig=signature(AR, INT32, SUM, sizes), dtype=INT32), bytes(8))
+    s += complete() + bytes([7, 1])
+    write("switch_child", "tree_child_two_ranks_and_parent", s)
+
+
 if __name__ == "__main__":
     switch_seeds()
     dc_switch_seeds()
+    tree_seeds()
+    tree_child_seeds()
     client_seeds()
     dc_client_seeds()

@@ -93,11 +93,13 @@ void coll_drop_job(job_t *job)
     }
 }
 
-/* Fail the job if a rank has left: a new collective could never complete. */
+/* Fail the job if a rank has left: a new collective could never complete.  A rank that left
+   and whose connection then closed has none (member_conn_lost); an active job loses no other
+   connection. */
 static int job_all_present(membership_t *m, job_t *job, int stream, uint64_t epoch)
 {
     for (int r = 0; job->nleft > 0 && r < job->nranks; r++) {
-        if (job->conns[r] != NULL && job->conns[r]->left) {
+        if (job->conns[r] == NULL || job->conns[r]->left) {
             job_fail(m, job, INCMOE_ERR_PEER_FAILED, r,
                      "rank %d left the job; %s epoch %llu can never complete", r,
                      inc_wire_stream_name(stream), (unsigned long long)epoch);

@@ -1,14 +1,21 @@
 /*
  * dc.c - dispatch and combine on the switch: their POSTs and SMALLs, the
  * plan made when the last rank posted (the verdict of base/dc_plan.c and each
- * rank's PLAN), their DATA taken in (checked against the plan before anything
- * is allocated), and what the items of both kinds share (dc.h).
+ * of this switch's ranks' PLAN), their chunks taken in (checked against the
+ * plan before anything is allocated), the order each root's chunks are taken
+ * in, and what the items of both kinds share (dc.h).
  *
- * Credits: a POST takes one, which its PLAN returns; a DATA one, which a
- * CREDIT returns once its item is done; a SMALL one, which a CREDIT returns
- * once the last item holding one of its pieces is done (or at the plan, if
- * none does).  Memory: the first dispatch or combine of a job grows its bound
- * (membership.c, job_admit_dc); everything here is job memory.
+ * Over a tree (base/wire.h, "Switch trees") every switch keeps every rank's
+ * POST: one from a rank or a switch port goes on unchanged to every other
+ * switch port, so each switch sees each POST once and makes the same plan.
+ *
+ * Credits: a rank's POST takes one, which its PLAN returns; a DATA one, which
+ * a CREDIT returns once its item is done (a child switch's dispatch chunks
+ * too); a SMALL one, which a CREDIT returns once the last item holding one of
+ * its pieces is done (or at the plan, if none does).  Relayed POSTs, the
+ * parent's chunks and the combine's chunks between switches take none (see
+ * job_dc_memory_bound).  Memory: the first dispatch or combine of a job grows
+ * its bound (membership.c, job_admit_dc); everything here is job memory.
  */
 #include "dc.h"
 #include "base/dtype.h"
@@ -32,6 +39,58 @@ int dc_read_set(const char *sets, uint64_t row, size_t words, int nranks, uint64
     memcpy(set, sets + row * words * 8, words * 8);
     const unsigned tail = (unsigned)nranks % 64;
     return tail == 0 || (set[words - 1] >> tail) == 0;
+}
+
+int dc_switch_port(const job_t *job, int p)
+{
+    return job->conns[p] != NULL && job->conns[p]->role != CONN_RANK;
+}
+
+const char *dc_port_name(const job_t *job, int p, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%d", dc_switch_port(job, p) ? "the switch port of rank " : "rank ", p);
+    return buf;
+}
+
+int dc_set_ports(const job_t *job, const uint64_t *set, size_t words, int except, int *ports)
+{
+    int n = 0;
+    for (size_t w = 0; w < words; w++) {
+        for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1) {
+            const int p = job->rep[w * 64 + (size_t)__builtin_ctzll(bits)];
+            if (p == except)
+                continue;
+            int at = n; /* ascending: on one switch each rank comes last, so this stays short */
+            while (at > 0 && ports[at - 1] > p)
+                at--;
+            if (at > 0 && ports[at - 1] == p)
+                continue;
+            memmove(&ports[at + 1], &ports[at], (size_t)(n - at) * sizeof(int));
+            ports[at] = p;
+            n++;
+        }
+    }
+    return n;
+}
+
+int dc_set_meets(const job_t *job, const uint64_t *set, size_t words, int p)
+{
+    if (!dc_switch_port(job, p)) /* a rank port covers its rank alone */
+        return (int)((set[p / 64] >> (p % 64)) & 1);
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1)
+            if (job->rep[w * 64 + (size_t)__builtin_ctzll(bits)] == p)
+                return 1;
+    return 0;
+}
+
+int dc_set_beyond(const job_t *job, const uint64_t *set, size_t words, int p)
+{
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1)
+            if (job->rep[w * 64 + (size_t)__builtin_ctzll(bits)] != p)
+                return 1;
+    return 0;
 }
 
 static void send_credit(membership_t *m, job_t *job, int r, int stream, uint64_t epoch)
@@ -99,7 +158,7 @@ static void item_arrived(coll_item_t *ci, int from)
 
 static void item_sent(coll_item_t *ci)
 {
-    dc_item_finish((dc_item_t *)ci);
+    dc_item_try_finish((dc_item_t *)ci);
 }
 
 dc_item_t *dc_item_find(dc_coll_t *dc, uint32_t root, uint32_t chunk)
@@ -110,6 +169,7 @@ dc_item_t *dc_item_find(dc_coll_t *dc, uint32_t root, uint32_t chunk)
     return NULL;
 }
 
+/* A new item counts in the collective's remaining until it finishes. */
 static dc_item_t *item_new(job_t *job, coll_t *c, uint32_t root, uint32_t chunk)
 {
     dc_coll_t *dc = c->state;
@@ -129,6 +189,7 @@ static dc_item_t *item_new(job_t *job, coll_t *c, uint32_t root, uint32_t chunk)
     coll_item_init(&it->ci, &item_ops, job, c); /* the collective's hold: the list below */
     it->root = root;
     it->chunk = chunk;
+    it->from = job->rep[root];
     uint64_t first = (uint64_t)chunk * dc->rows_per_chunk, rows = dc->post[root].rows;
     it->first = first;
     it->k = rows - first < dc->rows_per_chunk ? rows - first : dc->rows_per_chunk;
@@ -136,17 +197,21 @@ static dc_item_t *item_new(job_t *job, coll_t *c, uint32_t root, uint32_t chunk)
     it->words = dc->words;
     it->next = dc->items;
     dc->items = it;
+    c->remaining++;
     return it;
 }
 
-void dc_item_finish(dc_item_t *it)
+void dc_item_try_finish(dc_item_t *it)
 {
     coll_t *c = it->ci.coll;
+    if (c == NULL || !it->taken || it->ci.sending > 0 ||
+        (c->stream == INCMOE_STREAM_COMBINE && !it->reduced))
+        return;
     job_t *job = it->ci.job;
     membership_t *m = job->members;
     dc_coll_t *dc = c->state;
     for (int r = 0; r < job->nranks; r++)
-        if (it->contrib[r].data != NULL && it->contrib[r].credit == NULL)
+        if (it->contrib[r].data != NULL && it->contrib[r].credited)
             send_credit(m, job, r, c->stream, c->epoch);
     for (dc_item_t **pp = &dc->items; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == it) {
@@ -157,6 +222,59 @@ void dc_item_finish(dc_item_t *it)
     coll_item_leave(&it->ci); /* it may be gone now */
     c->remaining--;
     coll_check_done(job, c); /* c may be gone now */
+}
+
+/* The next item of root s to take: the one with the lowest chunk among those not taken whose
+   chunk from the root's port has come (its header: a chunk that is still landing holds up the
+   ones after it). */
+static dc_item_t *next_to_take(dc_coll_t *dc, int s, int from)
+{
+    dc_item_t *best = NULL;
+    for (dc_item_t *it = dc->items; it != NULL; it = it->next)
+        if (it->root == (uint32_t)s && !it->taken && it->contrib[from].data != NULL &&
+            (best == NULL || it->chunk < best->chunk))
+            best = it;
+    return best;
+}
+
+/*
+ * A root's chunks come from the one port covering it in chunk order (a rank
+ * sends each; a switch port only those that concern this side, and always the
+ * last), and are taken in that order, so each rank's FWD positions follow its
+ * source's rows and a switch port gets them in order too.  The root counts in
+ * the collective's remaining from the plan until its last chunk is taken:
+ * then every chunk of it that comes here has come.  One more is counted while
+ * this walks, so the collective cannot be done (and freed) under it.
+ */
+void dc_advance(coll_t *c, int s)
+{
+    dc_coll_t *dc = c->state;
+    job_t *job = dc->job;
+    const int from = job->rep[s], dispatch = c->stream == INCMOE_STREAM_DISPATCH;
+    const uint64_t nch = dc_nchunks(dc, dc->post[s].rows);
+    c->remaining++;
+    while (job->state == JOB_ACTIVE) {
+        dc_item_t *it = next_to_take(dc, s, from);
+        if (it == NULL || !it->src_in)
+            break;
+        const int last = (uint64_t)it->chunk + 1 == nch;
+        it->taken = 1;
+        if (dispatch)
+            dc_dispatch_take(c, it); /* it may be gone now */
+        else
+            dc_combine_take(c, it);
+        if (job->state != JOB_ACTIVE)
+            break;
+        if (last) {
+            if (!(dispatch ? dc_dispatch_source_done(c, s) : dc_combine_source_done(c, s)))
+                break;
+            c->remaining--; /* the root's: nothing more of it comes */
+        }
+    }
+    if (job->state != JOB_ACTIVE)
+        return; /* job_fail() has dropped c */
+    c->remaining--;
+    coll_check_done(job, c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -211,7 +329,7 @@ static dc_coll_t *dc_state(membership_t *m, job_t *job, conn_t *conn, coll_t *c)
         return c->state;
     const size_t n = (size_t)job->nranks;
     const size_t mem = sizeof(dc_coll_t) + n * sizeof(struct inc_wire_dc_post) +
-                       3 * n * n * sizeof(uint32_t) + 2 * n * sizeof(uint64_t) +
+                       3 * n * n * sizeof(uint32_t) + n * sizeof(uint64_t) +
                        n * sizeof(dc_small_t *);
     char *p = job_alloc(m, job, mem);
     if (p == NULL) {
@@ -226,8 +344,6 @@ static dc_coll_t *dc_state(membership_t *m, job_t *job, conn_t *conn, coll_t *c)
     dc->post = (struct inc_wire_dc_post *)p;
     p += n * sizeof(struct inc_wire_dc_post);
     dc->next = (uint64_t *)p;
-    p += n * sizeof(uint64_t);
-    dc->taken = (uint64_t *)p;
     p += n * sizeof(uint64_t);
     dc->small = (dc_small_t **)p;
     p += n * sizeof(dc_small_t *);
@@ -250,7 +366,8 @@ static void plan_sent(void *arg, ucs_status_t status)
     free(arg);
 }
 
-/* Every rank's PLAN: the verdict, and a dispatch's column of this rank. */
+/* The PLAN of each of this switch's ranks: the verdict, and a dispatch's column of the rank
+   (every switch of a tree makes the same verdict; each tells its own ranks). */
 static void send_plans(membership_t *m, job_t *job, coll_t *c, const inc_dc_verdict_t *v)
 {
     const dc_coll_t *dc = c->state;
@@ -258,6 +375,8 @@ static void send_plans(membership_t *m, job_t *job, coll_t *c, const inc_dc_verd
     const size_t len =
         sizeof(struct inc_wire_dc_plan) + (c->stream == INCMOE_STREAM_DISPATCH ? 4 * (size_t)n : 0);
     for (int r = 0; r < n; r++) {
+        if (job->rep[r] != r || dc_switch_port(job, r))
+            continue;
         char *buf = calloc(1, len);
         if (buf == NULL) {
             job_fail(m, job, INCMOE_ERR_NO_MEMORY, r, "switch out of memory for a plan");
@@ -317,9 +436,11 @@ static void make_verdict(job_t *job, coll_t *c, inc_dc_verdict_t *v)
 
 static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm);
 
-/* The last rank posted: the verdict goes to every rank with its PLAN, the SMALLs' pieces
-   become the items' contributions, and the collective is armed.  While the pieces are taken
-   one chunk more is counted, so it cannot be done (and freed) in between. */
+/* The last rank posted: the verdict goes to this switch's ranks with their PLAN, the SMALLs'
+   pieces become the items' contributions, and the collective is armed.  Each root with rows
+   counts in remaining until its last chunk is taken (dc_advance), each item until it
+   finishes; while the pieces are taken the plan counts one more, so the collective cannot be
+   done (and freed) in between. */
 static void dc_plan(membership_t *m, job_t *job, coll_t *c)
 {
     dc_coll_t *dc = c->state;
@@ -336,12 +457,12 @@ static void dc_plan(membership_t *m, job_t *job, coll_t *c)
     c->remaining = 1;
     if (dc->ok)
         for (int r = 0; r < n; r++)
-            c->remaining += dc_nchunks(dc, dc->post[r].rows);
+            c->remaining += dc->post[r].rows > 0;
     send_plans(m, job, c, &v);
     if (job->state != JOB_ACTIVE)
         return; /* job_fail() has dropped c */
     for (int r = 0; r < n; r++)
-        if (dc->small[r] == NULL)
+        if (dc->small[r] == NULL && job->rep[r] == r && !dc_switch_port(job, r))
             job->inflight[r][c->stream]--; /* its POST's credit, returned by the PLAN */
     for (int r = 0; r < n; r++) {
         dc_small_t *sm = dc->small[r];
@@ -432,16 +553,54 @@ static void posted(membership_t *m, job_t *job, coll_t *c, int me, uint64_t tota
         dc_plan(m, job, c);
 }
 
-/* The collective a POST or SMALL names, its form and state; NULL: the job failed. */
-static coll_t *dc_open(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h)
+static void relay_sent(void *arg, ucs_status_t status)
 {
-    const int me = conn->rank;
+    (void)status;
+    free(arg);
+}
+
+/* Rank r's plan fields (its POST, or the head of its SMALL: len bytes) go on unchanged, as a
+   POST from r, to every switch port but the one they came from (from), before anything of the
+   collective can: every switch of a tree plans from the same N POSTs, each got once. */
+static void relay_post(membership_t *m, job_t *job, const coll_t *c, int r, uint64_t total,
+                       const char *fields, size_t len, int from)
+{
+    for (int p = 0; p < job->nranks && job->state == JOB_ACTIVE; p++) {
+        if (job->rep[p] != p || p == from || !dc_switch_port(job, p))
+            continue;
+        char *copy = malloc(len);
+        if (copy == NULL) {
+            job_fail(m, job, INCMOE_ERR_NO_MEMORY, r, "switch out of memory");
+            return;
+        }
+        memcpy(copy, fields, len);
+        struct inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_POST, job->id);
+        h.stream = (uint8_t)c->stream;
+        h.epoch = c->epoch;
+        h.rank = (uint32_t)r;
+        h.total = total;
+        h.sig = c->sig;
+        h.dtype = (uint8_t)c->dtype;
+        h.redop = (uint8_t)c->redop;
+        h.length = len;
+        m->tx.ops->send(m->tx.server, job->conns[p], &h, copy, len, relay_sent, copy);
+    }
+}
+
+/* The collective a POST or SMALL of rank me names (from the rank itself, or relayed by a
+   switch port), its form and state; NULL: the job failed.  A rank's takes one of its credits;
+   a relayed one none. */
+static coll_t *dc_open(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
+                       int me)
+{
     if (!job_admit_dc(m, job, me))
         return NULL;
     coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
     if (c == NULL || !coll_describe(m, job, conn, c, h) ||
         !coll_set_form(m, job, conn, c, &dc_form) || !coll_unposted(m, job, c, me, "posted") ||
-        !coll_credit_left(m, job, me, h->stream) || dc_state(m, job, conn, c) == NULL)
+        (conn->role == CONN_RANK && !coll_credit_left(m, job, me, h->stream)) ||
+        dc_state(m, job, conn, c) == NULL)
         return NULL;
     const dc_coll_t *dc = c->state;
     if (dc->small[me] != NULL) { /* a rendezvous SMALL posts once it landed */
@@ -452,11 +611,19 @@ static coll_t *dc_open(membership_t *m, job_t *job, conn_t *conn, const struct i
     return c;
 }
 
+/* A POST of rank h->rank from port (the rank itself, or a switch port covering it). */
 static ucs_status_t on_post(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
-                            const void *data, size_t length)
+                            const void *data, size_t length, int port)
 {
-    const int me = conn->rank;
-    coll_t *c = dc_open(m, job, conn, h);
+    const int me = (int)h->rank;
+    if (me >= job->nranks || job->rep[me] != port) { /* a rank's: member_screen checked it */
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, port,
+                "the switch port of rank %d relayed a %s POST of rank %u, which it does not "
+                "cover",
+                port, inc_wire_stream_name(h->stream), h->rank);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    coll_t *c = dc_open(m, job, conn, h, me);
     size_t used;
     if (c == NULL || !take_post(m, job, c, me, data, length, h->total, &used))
         return UCS_ERR_INVALID_PARAM;
@@ -465,7 +632,11 @@ static ucs_status_t on_post(membership_t *m, job_t *job, conn_t *conn, const str
                 inc_wire_stream_name(h->stream), length, used);
         return UCS_ERR_INVALID_PARAM;
     }
-    job->inflight[me][h->stream]++;
+    if (conn->role == CONN_RANK)
+        job->inflight[me][h->stream]++;
+    relay_post(m, job, c, me, h->total, data, used, port);
+    if (job->state != JOB_ACTIVE)
+        return UCS_ERR_CANCELED;
     posted(m, job, c, me, h->total);
     return UCS_OK;
 }
@@ -507,7 +678,9 @@ static void small_in(dc_small_t *sm)
     if (!take_post(m, job, c, sm->from, sm->buf, sm->len, sm->total, &used) ||
         !pieces_framed(m, job, c, sm, used))
         return;
-    posted(m, job, c, sm->from, sm->total);
+    relay_post(m, job, c, sm->from, sm->total, sm->buf, used, sm->from);
+    if (job->state == JOB_ACTIVE)
+        posted(m, job, c, sm->from, sm->total);
 }
 
 static void small_arrived(coll_item_t *ci, int from)
@@ -529,7 +702,7 @@ static ucs_status_t on_small(membership_t *m, job_t *job, conn_t *conn,
                 inc_wire_stream_name(h->stream), length, (unsigned long long)m->set->chunk_size);
         return UCS_ERR_INVALID_PARAM;
     }
-    coll_t *c = dc_open(m, job, conn, h);
+    coll_t *c = dc_open(m, job, conn, h, me);
     if (c == NULL)
         return UCS_ERR_INVALID_PARAM;
     dc_coll_t *dc = c->state;
@@ -560,17 +733,19 @@ static int admit(membership_t *m, job_t *job, coll_t *c, int me, const struct in
                  int dtype, int redop)
 {
     const dc_coll_t *dc = c->state;
+    char who[48];
     if (c->form != &dc_form || dc == NULL || !dc->planned || !dc->ok) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
-                "rank %d sent %s epoch %llu data before the switch sent an OK plan", me,
-                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch);
+                "%s sent %s epoch %llu data before the switch sent an OK plan",
+                dc_port_name(job, me, who, sizeof(who)), inc_wire_stream_name(c->stream),
+                (unsigned long long)c->epoch);
         return 0;
     }
     if (p->root >= (uint32_t)job->nranks || p->length > m->set->chunk_size) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
-                "rank %d sent %s epoch %llu data of %llu bytes for root %u", me,
-                inc_wire_stream_name(c->stream), (unsigned long long)c->epoch,
-                (unsigned long long)p->length, p->root);
+                "%s sent %s epoch %llu data of %llu bytes for root %u",
+                dc_port_name(job, me, who, sizeof(who)), inc_wire_stream_name(c->stream),
+                (unsigned long long)c->epoch, (unsigned long long)p->length, p->root);
         return 0;
     }
     if (c->stream == INCMOE_STREAM_DISPATCH)
@@ -589,8 +764,9 @@ static dc_item_t *item_for(membership_t *m, job_t *job, coll_t *c, int me,
         return NULL;
     }
     if (it->contrib[me].data != NULL) { /* admit keeps each sender in order: cannot happen */
-        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "rank %d sent chunk %u of root %u twice", me,
-                p->chunk, p->root);
+        char who[48];
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "%s sent chunk %u of root %u twice",
+                dc_port_name(job, me, who, sizeof(who)), p->chunk, p->root);
         return NULL;
     }
     return it;
@@ -652,10 +828,17 @@ static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm)
     return ok;
 }
 
+/*
+ * A chunk from port me: a rank's DATA, a child switch's DATA or the parent's FWD.  A rank's
+ * takes one of its credits, and so does a child's dispatch chunk (the child sends it under the
+ * credits of this switch's JOIN_ACK); the parent's chunks and the combine's chunks between
+ * switches take none (job_dc_memory_bound in membership.c says why and what bounds them).
+ */
 static ucs_status_t on_data(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
-                            void *data, size_t length, const ucp_am_recv_param_t *param)
+                            void *data, size_t length, const ucp_am_recv_param_t *param, int me)
 {
-    const int me = conn->rank;
+    const int credited = conn->role == CONN_RANK ||
+                         (conn->role == CONN_CHILD && h->stream == INCMOE_STREAM_DISPATCH);
     coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
     const struct inc_wire_dc_piece p = {.root = h->root,
                                         .chunk = h->chunk,
@@ -663,7 +846,7 @@ static ucs_status_t on_data(membership_t *m, job_t *job, conn_t *conn, const str
                                         .total = h->total,
                                         .length = length};
     if (c == NULL || !admit(m, job, c, me, &p, h->dtype, h->redop) ||
-        !coll_credit_left(m, job, me, h->stream))
+        (credited && !coll_credit_left(m, job, me, h->stream)))
         return UCS_ERR_INVALID_PARAM;
     dc_item_t *it = item_for(m, job, c, me, &p);
     if (it == NULL)
@@ -673,8 +856,9 @@ static ucs_status_t on_data(membership_t *m, job_t *job, conn_t *conn, const str
         job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
         return UCS_ERR_NO_MEMORY;
     }
-    it->contrib[me] = (dc_contrib_t){.data = buf, .length = length};
-    job->inflight[me][h->stream]++;
+    it->contrib[me] = (dc_contrib_t){.data = buf, .length = length, .credited = credited};
+    if (credited)
+        job->inflight[me][h->stream]++;
     m->stats->bytes_in += length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         return coll_item_receive(&it->ci, me, data, buf, length);
@@ -686,21 +870,38 @@ static ucs_status_t on_data(membership_t *m, job_t *job, conn_t *conn, const str
 ucs_status_t dc_on_message(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
                            void *data, size_t length, const ucp_am_recv_param_t *param)
 {
-    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    const int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    const int port = conn->role == CONN_PARENT ? job->parent_rep : conn->rank;
+    if (port < 0) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, 0,
+                "the parent switch sent %s on the %s stream for a job wholly beneath this switch",
+                inc_wire_msg_name(h->msg), inc_wire_stream_name(h->stream));
+        return UCS_ERR_INVALID_PARAM;
+    }
     switch ((inc_wire_msg_t)h->msg) {
     case WIRE_MSG_POST:
         if (!rndv)
-            return on_post(m, job, conn, h, data, length);
+            return on_post(m, job, conn, h, data, length, port);
         break;
-    case WIRE_MSG_SMALL:
-        return on_small(m, job, conn, h, data, length, param);
+    case WIRE_MSG_SMALL: /* between switches only the chunked messages */
+        if (conn->role == CONN_RANK)
+            return on_small(m, job, conn, h, data, length, param);
+        break;
     case WIRE_MSG_DATA:
-        return on_data(m, job, conn, h, data, length, param);
+        if (conn->role != CONN_PARENT)
+            return on_data(m, job, conn, h, data, length, param, port);
+        break;
+    case WIRE_MSG_FWD:
+        if (conn->role == CONN_PARENT)
+            return on_data(m, job, conn, h, data, length, param, port);
+        break;
     default:
         break;
     }
-    JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s%s on the %s stream",
-            conn->rank, inc_wire_msg_name(h->msg), rndv ? " rendezvous" : "",
-            inc_wire_stream_name(h->stream));
+    char who[48];
+    JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, port, "%s sent %s%s on the %s stream",
+            conn->role == CONN_PARENT ? "the parent switch"
+                                      : dc_port_name(job, port, who, sizeof(who)),
+            inc_wire_msg_name(h->msg), rndv ? " rendezvous" : "", inc_wire_stream_name(h->stream));
     return UCS_ERR_INVALID_PARAM;
 }

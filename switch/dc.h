@@ -1,16 +1,22 @@
 /*
  * dc.h - dispatch and combine on the switch (base/wire.h, "Dispatch and
- * combine"): the third form a collective can take, shared by dc.c (POSTs,
- * SMALLs, the plan, DATA in, the items' common life), dc_dispatch.c (the
- * filtered multicast) and dc_combine.c (the masked reduction).
+ * combine" and "Switch trees"): the third form a collective can take, shared
+ * by dc.c (POSTs, SMALLs, the plan, chunks in, the items' common life),
+ * dc_dispatch.c (the filtered multicast) and dc_combine.c (the masked
+ * reduction).
  *
- * A collective's plan is made when the last rank posts: the verdict every
- * rank shares (base/dc_plan.c) goes out in PLAN, and only then may DATA come.
- * Each chunk (root, chunk) is an item (coll_item.c): dispatch items hold the
- * source's chunk and are forwarded in chunk order per source; combine items
- * hold the owner's set chunk and the contributors' partials and are reduced
- * once all are in.  A SMALL is a coll_item of its own, whose pieces the items
- * hold in place of DATA of their own.
+ * A collective's plan is made when the last rank's POST is in (every switch
+ * of a tree sees every rank's POST and makes the same plan): the verdict
+ * every rank shares (base/dc_plan.c) goes out in PLAN to this switch's ranks,
+ * and only then may chunks come.  Everything runs on ports (a rank, a child
+ * switch, the parent), each named by its key (job->rep), as the rest of the
+ * tree code: on one switch every port is a rank and its key the rank.  Each
+ * chunk (root, chunk) is an item (coll_item.c), taken in its root's chunk
+ * order from the port covering the root: dispatch items hold the source's
+ * chunk and forward it; combine items hold the owner's set chunk, forward it
+ * toward the other switch ports and reduce the ports' partials once all are
+ * in.  A SMALL is a coll_item of its own, whose pieces the items hold in
+ * place of DATA of their own.
  */
 #ifndef INCMOE_SWITCH_DC_H
 #define INCMOE_SWITCH_DC_H
@@ -38,11 +44,12 @@ typedef struct dc_credit {
     uint64_t epoch;
 } dc_credit_t;
 
-/* One rank's contribution to an item. */
+/* One port's contribution to an item. */
 typedef struct {
     char *data;          /* job memory; NULL while missing */
     size_t length;       /* bytes */
-    dc_credit_t *credit; /* a piece of a SMALL: its credit; NULL: a DATA's own credit */
+    dc_credit_t *credit; /* a piece of a SMALL: its credit */
+    int credited;        /* a DATA that took one of its port's credits: CREDIT returns it */
     int in;              /* its bytes are here (a rendezvous one lands later) */
 } dc_contrib_t;
 
@@ -50,19 +57,22 @@ typedef struct dc_item {
     coll_item_t ci; /* first */
     struct dc_item *next;
     uint32_t root, chunk;
+    int from;              /* the port covering root: its chunk (set chunk) comes from there */
     uint64_t k;            /* source rows of the chunk */
     uint64_t first;        /* its first source row */
     uint64_t row_bytes;    /* the collective's (an item may outlive it while it sends) */
     size_t words;          /* W */
-    dc_contrib_t *contrib; /* [nranks] */
-    /* combine */
-    int have_sets; /* the owner's set chunk is in and checked */
-    uint32_t *kd;  /* [nranks] rows of the chunk whose set holds d (d != root) */
-    int nexpected; /* contributions it needs, the set chunk's included */
-    int nin;       /* contributions in and checked */
-    char *out;     /* the reduced rows (job memory) */
+    dc_contrib_t *contrib; /* [nranks] by port key */
+    uint32_t *kd;  /* [nranks] by port key: rows of the chunk whose set names a rank the port
+                      covers, for every port but from */
+    int src_in;    /* from's chunk is in and checked (kd counted) */
+    int taken;     /* taken in its root's chunk order: forwarded on (dispatch: its rows; combine:
+                      its set chunk, toward the switch ports) */
+    int nexpected; /* combine: contributions it needs, the set chunk's included */
+    int nin;       /* combine: contributions in and checked */
+    char *out;     /* combine: the reduced rows (job memory) */
     size_t out_len;
-    int started; /* its forward began (dispatch: taken in order; combine: reduced) */
+    int reduced; /* combine: its result went toward the owner (or it had none) */
 } dc_item_t;
 
 typedef struct dc_coll {
@@ -71,13 +81,13 @@ typedef struct dc_coll {
     uint32_t *count;               /* [nranks * nranks]: count[s][d] (combine: sent) */
     uint32_t *recvd;               /* [nranks * nranks]: combine: recvd[d][s] */
     uint32_t *track;    /* [nranks * nranks]: dispatch: rows of s sent to d so far; combine:
-                           the next chunk of owner s that d may send */
-    uint64_t *next;     /* [nranks]: dispatch: the next chunk of s to arrive */
-    uint64_t *taken;    /* [nranks]: dispatch: the next chunk of s to forward */
+                           the next chunk of owner s that port d may send (d = s: the next set
+                           chunk) */
+    uint64_t *next;     /* [nranks]: dispatch: the next chunk of root s that may arrive */
     dc_small_t **small; /* [nranks]: each SMALL, held by the collective until the plan */
     size_t mem;         /* job memory of this block */
-    int planned;        /* PLAN went out */
-    int ok;             /* its verdict was OK: DATA may come */
+    int planned;        /* the plan is made (PLAN went to this switch's ranks) */
+    int ok;             /* its verdict was OK: chunks may come */
     uint64_t rows_per_chunk, row_bytes;
     size_t words; /* W */
     dc_item_t *items;
@@ -90,7 +100,8 @@ typedef struct dc_coll {
 /* The form (coll_table.h) of a dispatch or combine. */
 extern const coll_form_t dc_form;
 
-/* engine.c hands every message of the dispatch and combine streams here. */
+/* engine.c hands every message of the dispatch and combine streams here, a rank's or a switch
+   port's (the parent's FWD and POST, a child's DATA and POST). */
 ucs_status_t dc_on_message(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
                            void *data, size_t length, const ucp_am_recv_param_t *param);
 
@@ -98,29 +109,52 @@ ucs_status_t dc_on_message(membership_t *m, job_t *job, conn_t *conn, const stru
 
 /* Chunks of a rank with rows rows. */
 uint64_t dc_nchunks(const dc_coll_t *dc, uint64_t rows);
-/* The item's work is over (its sends completed, or it had none): its DATA senders get their
-   credits back, it leaves the collective, which may be done (and freed) now. */
-void dc_item_finish(dc_item_t *it);
+/* Is port p a switch (a child or the parent)? */
+int dc_switch_port(const job_t *job, int p);
+/* How a reason names port p: "rank 3", or "the switch port of rank 3"; buf holds it. */
+const char *dc_port_name(const job_t *job, int p, char *buf, size_t len);
+/* The item's forwards went or it had none (it is taken, and a combine's result went): its
+   credited senders get their credits back, it leaves the collective, which may be done (and
+   freed) now.  Called again while sends are out, it waits for the last. */
+void dc_item_try_finish(dc_item_t *it);
 /* The item (root, chunk), or NULL. */
 dc_item_t *dc_item_find(dc_coll_t *dc, uint32_t root, uint32_t chunk);
 /* Set of a row of a sets block (W words, unaligned) into set[]; 0 if it names a rank >= N. */
 int dc_read_set(const char *sets, uint64_t row, size_t words, int nranks, uint64_t *set);
+/* The ports but except whose side holds a rank of the set, in ascending key order, into
+   ports[] (room for nranks); their number.  On one switch: the set's ranks but except. */
+int dc_set_ports(const job_t *job, const uint64_t *set, size_t words, int except, int *ports);
+/* Does the set name a rank port p covers?  One p does not cover? */
+int dc_set_meets(const job_t *job, const uint64_t *set, size_t words, int p);
+int dc_set_beyond(const job_t *job, const uint64_t *set, size_t words, int p);
+/* Take root s's items whose chunks are in, in chunk order (the kinds' dc_*_take), and at its
+   last chunk the kind's dc_*_source_done. */
+void dc_advance(coll_t *c, int s);
 
 /* --- dc_dispatch.c --- */
 
-/* DATA header of a dispatch chunk from rank me: in order and shaped as its POST says; 0 if
-   not (the job failed). */
+/* The header of a dispatch chunk from port me: in order and shaped as the root's POST says; 0
+   if not (the job failed). */
 int dc_dispatch_admit(membership_t *m, job_t *job, coll_t *c, int me,
                       const struct inc_wire_dc_piece *p);
-/* The chunk's bytes are in: check them and forward what may go, in chunk order. */
+/* The chunk's bytes are in: check them, and forward what may go, in chunk order. */
 void dc_dispatch_in(coll_t *c, dc_item_t *it);
+/* Forward a chunk taken in order: to each rank port its rows, to each switch port the chunk. */
+void dc_dispatch_take(coll_t *c, dc_item_t *it);
+/* The root's last chunk went: each of this switch's ranks got what the plan gave it; 0: the
+   job failed. */
+int dc_dispatch_source_done(coll_t *c, int s);
 
 /* --- dc_combine.c --- */
 
-/* DATA header of a combine set chunk or partial chunk from rank me; 0 if not (failed). */
+/* The header of a combine set chunk or partial from port me; 0 if not (failed). */
 int dc_combine_admit(membership_t *m, job_t *job, coll_t *c, int me,
                      const struct inc_wire_dc_piece *p, int dtype, int redop);
-/* Rank from's bytes are in: check them, and reduce and forward once all are. */
+/* Port from's bytes are in: check them, and reduce and forward once all are. */
 void dc_combine_in(coll_t *c, dc_item_t *it, int from);
+/* Forward a set chunk taken in order toward the switch ports it concerns. */
+void dc_combine_take(coll_t *c, dc_item_t *it);
+/* The owner's last set chunk is in: every item of it has its sets; 0: the job failed. */
+int dc_combine_source_done(coll_t *c, int s);
 
 #endif

@@ -1,39 +1,46 @@
 /*
  * dc_dispatch.c - the filtered multicast of a dispatch: each chunk of rank s
- * (its rows' sets, then its network rows) goes to every other rank its sets
- * name, carrying only that rank's rows and their source row numbers, at the
- * position in that rank's block of s that the rows of s before it leave.
- * Positions need a source's chunks in chunk order: a chunk whose bytes land
- * before its predecessor's waits for it.  What goes to a rank is built from
- * the chunk only when that rank's output queue takes it (tx.h, send_built),
- * so the copies toward a rank are bounded by its queue, not by the number of
- * ranks a chunk goes to.  A source that sends a rank more or fewer rows than
- * its plan said fails the job: the receiver's buffer is bounded by the plan.
+ * (its rows' sets, then the rows that came with it) goes to every other rank
+ * port its sets name, carrying only that rank's rows and their source row
+ * numbers, at the position in that rank's block of s that the rows of s
+ * before it leave; and over a tree (base/wire.h, "Switch trees") to every
+ * other switch port whose side its sets name (and the last chunk of s to
+ * every switch port), with all the sets and the rows for that side.  A chunk
+ * from port q carries the rows whose set names a rank q does not cover (from
+ * rank s: its network rows).  Positions need a source's chunks in chunk
+ * order: a chunk whose bytes land before its predecessor's waits for it
+ * (dc_advance).  What goes to a port is built from the chunk only when that
+ * port's output queue takes it (tx.h, send_built), so the copies toward a
+ * port are bounded by its queue, not by the number of ports a chunk goes to;
+ * a chunk going up takes the parent's credits (tree.c).  A source that sends
+ * one of this switch's ranks more or fewer rows than its plan said fails the
+ * job: the receiver's buffer is bounded by the plan.
  */
 #include "dc.h"
+#include "tree.h"
 
 #include <string.h>
 
-/* Rows of the chunk whose set holds d, for every d but the source; *net_p its network rows
-   (those with any other rank).  0: a set names a rank >= N. */
-static int count_rows(const dc_item_t *it, int nranks, uint32_t *kd, uint64_t *net_p)
+/* Rows of the chunk for each port but the one it came from (kd: whose set names a rank the
+   port covers); *present_p the rows that came with it (whose set names a rank beyond that
+   port).  0: a set names a rank >= N. */
+static int count_rows(const dc_item_t *it, uint32_t *kd, uint64_t *present_p)
 {
-    const char *sets = it->contrib[it->root].data;
-    uint64_t set[(INCMOE_MAX_RANKS + 63) / 64], net = 0;
-    memset(kd, 0, (size_t)nranks * sizeof(uint32_t));
+    const job_t *job = it->ci.job;
+    const int n = job->nranks;
+    const char *sets = it->contrib[it->from].data;
+    uint64_t set[(INCMOE_MAX_RANKS + 63) / 64], present = 0;
+    int ports[INCMOE_MAX_RANKS];
+    memset(kd, 0, (size_t)n * sizeof(uint32_t));
     for (uint64_t j = 0; j < it->k; j++) {
-        if (!dc_read_set(sets, j, it->words, nranks, set))
+        if (!dc_read_set(sets, j, it->words, n, set))
             return 0;
-        set[it->root / 64] &= ~((uint64_t)1 << (it->root % 64));
-        int any = 0;
-        for (size_t w = 0; w < it->words; w++) {
-            for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1)
-                kd[w * 64 + (size_t)__builtin_ctzll(bits)]++;
-            any |= set[w] != 0;
-        }
-        net += (uint64_t)any;
+        const int np = dc_set_ports(job, set, it->words, it->from, ports);
+        for (int i = 0; i < np; i++)
+            kd[ports[i]]++;
+        present += np > 0;
     }
-    *net_p = net;
+    *present_p = present;
     return 1;
 }
 
@@ -41,19 +48,24 @@ int dc_dispatch_admit(membership_t *m, job_t *job, coll_t *c, int me,
                       const struct inc_wire_dc_piece *p)
 {
     dc_coll_t *dc = c->state;
-    const uint64_t rows = dc->post[me].rows;
+    const int s = (int)p->root; /* admit checked it */
+    const uint64_t rows = dc->post[s].rows;
     const uint64_t first = (uint64_t)p->chunk * dc->rows_per_chunk;
-    if (p->root != (uint32_t)me || p->chunk != dc->next[me] || first >= rows ||
-        p->offset != first || p->total != rows) {
+    /* A rank sends every chunk; a switch port only those that concern this side. */
+    const int switch_port = dc_switch_port(job, me);
+    const int in_order = switch_port ? p->chunk >= dc->next[s] : p->chunk == dc->next[s];
+    if (job->rep[s] != me || !in_order || first >= rows || p->offset != first || p->total != rows) {
+        const int shown = switch_port ? s : me;
+        char who[48];
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
-                "dispatch epoch %llu: rank %d sent chunk %u of root %u (rows %llu of %llu); its "
+                "dispatch epoch %llu: %s sent chunk %u of root %u (rows %llu of %llu); its "
                 "next is chunk %llu of its %llu rows",
-                (unsigned long long)c->epoch, me, p->chunk, p->root, (unsigned long long)p->offset,
-                (unsigned long long)p->total, (unsigned long long)dc->next[me],
-                (unsigned long long)rows);
+                (unsigned long long)c->epoch, dc_port_name(job, me, who, sizeof(who)), p->chunk,
+                p->root, (unsigned long long)p->offset, (unsigned long long)p->total,
+                (unsigned long long)dc->next[shown], (unsigned long long)dc->post[shown].rows);
         return 0;
     }
-    dc->next[me]++;
+    dc->next[s] = p->chunk + 1;
     return 1;
 }
 
@@ -61,55 +73,101 @@ int dc_dispatch_admit(membership_t *m, job_t *job, coll_t *c, int me,
 static void build_fwd(void *arg, const struct inc_wire_hdr *hdr, void *buf)
 {
     const dc_item_t *it = arg;
-    const int d = (int)hdr->rank, s = (int)it->root, n = it->ci.job->nranks;
+    const job_t *job = it->ci.job;
+    const int d = (int)hdr->rank, n = job->nranks;
     const uint64_t rb = it->row_bytes;
     const uint64_t kd = hdr->length / (4 + rb);
-    const char *sets = it->contrib[s].data, *rows = sets + 8 * it->words * it->k;
+    const char *sets = it->contrib[it->from].data, *rows = sets + 8 * it->words * it->k;
     uint32_t *src = buf;
     char *out = (char *)buf + 4 * kd;
-    uint64_t set[(INCMOE_MAX_RANKS + 63) / 64], net = 0, m = 0;
+    uint64_t set[(INCMOE_MAX_RANKS + 63) / 64], in = 0, m = 0;
     for (uint64_t j = 0; j < it->k && m < kd; j++) {
         dc_read_set(sets, j, it->words, n, set); /* checked when the chunk came in */
-        int for_d = (int)((set[d / 64] >> (d % 64)) & 1);
-        set[s / 64] &= ~((uint64_t)1 << (s % 64));
-        int any = 0;
-        for (size_t w = 0; w < it->words; w++)
-            any |= set[w] != 0;
-        if (for_d) {
+        if ((set[d / 64] >> (d % 64)) & 1) {
             uint32_t row = (uint32_t)(it->first + j);
             memcpy(&src[m], &row, 4);
-            memcpy(out + m * rb, rows + net * rb, (size_t)rb);
+            memcpy(out + m * rb, rows + in * rb, (size_t)rb);
             m++;
         }
-        net += (uint64_t)any;
+        in += (uint64_t)dc_set_beyond(job, set, it->words, it->from);
     }
 }
 
-/* Forward a chunk taken in order: positions advance as it goes. */
-static void forward(coll_t *c, dc_item_t *it)
+/* Build the chunk a switch port gets (the parent, for the DATA going up): every set of the
+   chunk, then the rows whose set names a rank on the port's side. */
+static void build_chunk(void *arg, const struct inc_wire_hdr *hdr, void *buf)
+{
+    const dc_item_t *it = arg;
+    const job_t *job = it->ci.job;
+    const int p = hdr->msg == WIRE_MSG_DATA ? job->parent_rep : (int)hdr->rank;
+    const uint64_t rb = it->row_bytes, sets_len = 8 * it->words * it->k;
+    const char *sets = it->contrib[it->from].data, *rows = sets + sets_len;
+    char *out = (char *)buf + sets_len;
+    uint64_t set[(INCMOE_MAX_RANKS + 63) / 64], in = 0;
+    memcpy(buf, sets, (size_t)sets_len);
+    for (uint64_t j = 0; j < it->k; j++) {
+        dc_read_set(sets, j, it->words, job->nranks, set); /* checked when the chunk came in */
+        if (dc_set_meets(job, set, it->words, p)) {
+            memcpy(out, rows + in * rb, (size_t)rb);
+            out += rb;
+        }
+        in += (uint64_t)dc_set_beyond(job, set, it->words, it->from);
+    }
+}
+
+/* The chunk to switch port p: its header as a source's DATA (up) or a FWD (down). */
+static void send_chunk(coll_t *c, dc_item_t *it, int p)
+{
+    job_t *job = it->ci.job;
+    const dc_coll_t *dc = c->state;
+    struct inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
+    h.stream = (uint8_t)c->stream;
+    h.epoch = c->epoch;
+    h.root = it->root;
+    h.chunk = it->chunk;
+    h.offset = it->first;
+    h.total = dc->post[it->root].rows;
+    h.sig = c->sig;
+    h.length = 8 * it->words * it->k + it->kd[p] * it->row_bytes;
+    if (p == job->parent_rep) {
+        h.msg = WIRE_MSG_DATA;
+        h.rank = (uint32_t)job->up_rank;
+        tree_send_up(job->members, job, &it->ci, EGRESS_FORWARD, &h, NULL, build_chunk);
+        return;
+    }
+    h.rank = (uint32_t)p;
+    coll_item_send_built(&it->ci, job->conns[p], EGRESS_FORWARD, &h, build_chunk);
+}
+
+void dc_dispatch_take(coll_t *c, dc_item_t *it)
 {
     dc_coll_t *dc = c->state;
     job_t *job = it->ci.job;
     const int n = job->nranks, s = (int)it->root;
-    uint64_t net;
-    count_rows(it, n, it->kd, &net); /* checked when the chunk came in */
+    const int last = (uint64_t)it->chunk + 1 == dc_nchunks(dc, dc->post[s].rows);
     int nsend = 0;
-    for (int d = 0; d < n; d++) {
-        uint32_t *sent = &dc->track[(size_t)s * n + d], planned = dc->count[(size_t)s * n + d];
-        if (d == s || it->kd[d] == 0)
+    for (int p = 0; p < n; p++) {
+        if (job->rep[p] != p || p == it->from)
             continue;
-        if (it->kd[d] > planned - *sent) {
+        if (dc_switch_port(job, p)) {
+            nsend += it->kd[p] > 0 || last; /* the last: the port learns the source is done */
+            continue;
+        }
+        uint32_t *sent = &dc->track[(size_t)s * n + p], planned = dc->count[(size_t)s * n + p];
+        if (it->kd[p] == 0)
+            continue;
+        if (it->kd[p] > planned - *sent) {
             job_fail(job->members, job, INCMOE_ERR_MISMATCH, s,
                      "dispatch epoch %llu: rank %d sends rank %d more rows than the %u of its "
                      "plan",
-                     (unsigned long long)c->epoch, s, d, planned);
+                     (unsigned long long)c->epoch, s, p, planned);
             return;
         }
         nsend++;
     }
-    it->started = 1;
     if (nsend == 0) {
-        dc_item_finish(it);
+        dc_item_try_finish(it);
         return;
     }
     struct inc_wire_hdr h;
@@ -118,31 +176,39 @@ static void forward(coll_t *c, dc_item_t *it)
     h.epoch = c->epoch;
     h.root = (uint32_t)s;
     h.chunk = it->chunk;
-    it->ci.sending = nsend;
+    it->ci.sending += nsend;
     coll_item_hold(&it->ci); /* the sends may all complete inline and finish it */
-    for (int d = 0; d < n; d++) {
-        if (d == s || it->kd[d] == 0)
+    for (int p = 0; p < n && job->state == JOB_ACTIVE; p++) {
+        if (job->rep[p] != p || p == it->from)
             continue;
-        uint32_t *sent = &dc->track[(size_t)s * n + d];
-        h.rank = (uint32_t)d;
+        if (dc_switch_port(job, p)) {
+            if (it->kd[p] > 0 || last)
+                send_chunk(c, it, p);
+            continue;
+        }
+        if (it->kd[p] == 0)
+            continue;
+        uint32_t *sent = &dc->track[(size_t)s * n + p];
+        h.rank = (uint32_t)p;
         h.offset = *sent;
-        h.total = dc->count[(size_t)s * n + d];
-        h.length = it->kd[d] * (4 + it->row_bytes);
-        *sent += it->kd[d]; /* before the send: it may finish the collective inline */
-        coll_item_send_built(&it->ci, job->conns[d], EGRESS_FORWARD, &h, build_fwd);
+        h.total = dc->count[(size_t)s * n + p];
+        h.length = it->kd[p] * (4 + it->row_bytes);
+        *sent += it->kd[p]; /* before the send: it may finish the collective inline */
+        coll_item_send_built(&it->ci, job->conns[p], EGRESS_FORWARD, &h, build_fwd);
     }
     coll_item_put(&it->ci);
 }
 
-/* Every chunk of s went: each rank got exactly the rows the plan gave it. */
-static int source_complete(coll_t *c, int s)
+int dc_dispatch_source_done(coll_t *c, int s)
 {
     dc_coll_t *dc = c->state;
     job_t *job = dc->job;
     const int n = job->nranks;
     for (int d = 0; d < n; d++) {
+        if (d == s || job->rep[d] != d || dc_switch_port(job, d))
+            continue; /* a rank beyond a switch port: its own switch checks */
         uint32_t sent = dc->track[(size_t)s * n + d], planned = dc->count[(size_t)s * n + d];
-        if (d != s && sent != planned) {
+        if (sent != planned) {
             job_fail(job->members, job, INCMOE_ERR_MISMATCH, s,
                      "dispatch epoch %llu: rank %d's sets send rank %d %u rows, its plan %u",
                      (unsigned long long)c->epoch, s, d, sent, planned);
@@ -152,44 +218,22 @@ static int source_complete(coll_t *c, int s)
     return 1;
 }
 
-/* Forward the chunks of s that are in, in chunk order.  One chunk more is counted while it
-   walks, so the collective cannot be done (and freed) under it. */
-static void advance(coll_t *c, int s)
-{
-    dc_coll_t *dc = c->state;
-    job_t *job = dc->job;
-    const uint64_t nch = dc_nchunks(dc, dc->post[s].rows);
-    c->remaining++;
-    while (job->state == JOB_ACTIVE) {
-        dc_item_t *it = dc_item_find(dc, (uint32_t)s, (uint32_t)dc->taken[s]);
-        if (it == NULL || it->nin == 0 || it->started)
-            break;
-        dc->taken[s]++;
-        forward(c, it);
-        if (job->state == JOB_ACTIVE && dc->taken[s] == nch)
-            source_complete(c, s);
-    }
-    if (job->state != JOB_ACTIVE)
-        return; /* job_fail() has dropped c */
-    c->remaining--;
-    coll_check_done(job, c);
-}
-
 void dc_dispatch_in(coll_t *c, dc_item_t *it)
 {
-    dc_coll_t *dc = c->state;
-    job_t *job = dc->job;
+    job_t *job = it->ci.job;
     const int s = (int)it->root;
-    uint64_t net;
-    if (!count_rows(it, job->nranks, it->kd, &net) ||
-        it->contrib[s].length != 8 * it->words * it->k + net * it->row_bytes) {
-        JOB_BAD(job->members, job, INCMOE_ERR_PROTOCOL, s,
-                "dispatch epoch %llu: rank %d's chunk %u of %llu rows has %zu bytes, or a set "
+    uint64_t present;
+    if (!count_rows(it, it->kd, &present) ||
+        it->contrib[it->from].length != 8 * it->words * it->k + present * it->row_bytes) {
+        char who[48];
+        JOB_BAD(job->members, job, INCMOE_ERR_PROTOCOL, it->from,
+                "dispatch epoch %llu: %s's chunk %u of %llu rows%s has %zu bytes, or a set "
                 "naming a rank >= %d",
-                (unsigned long long)c->epoch, s, it->chunk, (unsigned long long)it->k,
-                it->contrib[s].length, job->nranks);
+                (unsigned long long)c->epoch, dc_port_name(job, it->from, who, sizeof(who)),
+                it->chunk, (unsigned long long)it->k, it->from == s ? "" : " of a rank it covers",
+                it->contrib[it->from].length, job->nranks);
         return;
     }
-    it->nin = 1;
-    advance(c, s);
+    it->src_in = 1;
+    dc_advance(c, s);
 }

@@ -352,11 +352,11 @@ static void coll_arm(engine_t *eng, job_t *job, coll_t *c)
 }
 
 /* A barrier completes when the last rank posts it: every rank hears DONE (a switch port knows
-   from the TREE_POSTs). */
+   from the TREE_POSTs; a rank that posted it and left has no connection). */
 static void barrier_complete(engine_t *eng, job_t *job, coll_t *c)
 {
     for (int r = 0; r < job->nranks; r++) {
-        if (job->rep[r] != r || job->conns[r]->role != CONN_RANK)
+        if (job->rep[r] != r || job->conns[r] == NULL || job->conns[r]->role != CONN_RANK)
             continue;
         struct inc_wire_hdr d;
         inc_wire_hdr_init(&d, WIRE_MSG_DONE, job->id);
@@ -661,16 +661,21 @@ static ucs_status_t on_parent_message(engine_t *eng, job_t *job, conn_t *conn,
         tree_on_parent_ack(m, job, h, data, length);
         return UCS_OK;
     case WIRE_MSG_CREDIT:
-        if (inc_wire_is_dc(h->stream) || h->stream == INCMOE_STREAM_BARRIER)
+        /* The combine's chunks between switches take no credit (dc_combine.c). */
+        if (h->stream == INCMOE_STREAM_COMBINE || h->stream == INCMOE_STREAM_BARRIER)
             break;
         tree_up_credit(m, job, h->stream, h->length);
         return UCS_OK;
     case WIRE_MSG_TREE_POST:
         on_tree_post(eng, job, conn, h, data, length);
         return UCS_OK;
+    case WIRE_MSG_POST: /* a dispatch or combine POST of a rank beyond this switch */
+        if (!inc_wire_is_dc(h->stream))
+            break;
+        return dc_on_message(m, job, conn, h, data, length, param);
     case WIRE_MSG_FWD:
         if (inc_wire_is_dc(h->stream))
-            break;
+            return dc_on_message(m, job, conn, h, data, length, param);
         return on_data(eng, job, conn, h, data, length, param);
     case WIRE_MSG_SMALL_FWD:
         if (inc_wire_is_dc(h->stream))
@@ -697,16 +702,8 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
         return on_parent_message(eng, job, conn, h, data, length, param);
     /* The header check bounded the stream of these three. */
     if ((h->msg == WIRE_MSG_POST || h->msg == WIRE_MSG_DATA || h->msg == WIRE_MSG_SMALL) &&
-        coll_streams[h->stream].planned) {
-        if (job->tree) {
-            job_fail(&eng->members, job, INCMOE_ERR_UNSUPPORTED, conn->rank,
-                     "%s does not run over a switch tree yet: this job's ranks are beneath "
-                     "several switches",
-                     inc_wire_stream_name(h->stream));
-            return UCS_ERR_UNSUPPORTED;
-        }
+        coll_streams[h->stream].planned)
         return dc_on_message(&eng->members, job, conn, h, data, length, param);
-    }
     switch ((inc_wire_msg_t)h->msg) {
     case WIRE_MSG_HEARTBEAT:
         return UCS_OK;

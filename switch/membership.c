@@ -111,20 +111,41 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
  * pieces into their items, their N buffers exist twice: one plan at a time.  The dispatch copies
  * toward each rank are built only as its output queue takes them (--egress-chunks bounds
  * them per connection) and are not charged here.
+ *
+ * Over a tree (its job has switch ports) a child's dispatch chunks take its credits here as a
+ * rank's do, but the parent's take none: counted as N more ranks' worth, as for the other
+ * streams (job_memory_bound).  The combine's chunks between switches take no credit either,
+ * as credits there could deadlock: a child's credits at its parent are shared by every owner
+ * beneath it, and an item at the parent holds the one its set chunk or partial took until the
+ * other ports' partials are in; a rank beyond, its own credits spent on partials for items that
+ * wait for an earlier owner's set chunk, may owe one of those partials while that set chunk
+ * waits in the child for the credit.  What bounds them instead: an item of owner s anywhere in
+ * the tree lives about as long as s's item at its own switch, which holds one of s's credits
+ * until every other switch's partial of it came; so a switch holds at most about N x credits
+ * items per combine stream, each with a set chunk and a partial from each switch port.
  */
-static size_t job_dc_memory_bound(const switch_settings_t *set, int nranks)
+static size_t job_dc_memory_bound(const switch_settings_t *set, const job_t *job)
 {
-    const size_t c = set->chunk_size, n = (size_t)nranks;
+    const size_t c = set->chunk_size, n = (size_t)job->nranks;
     const size_t plan = n * (sizeof(struct inc_wire_dc_post) + 8 * n) + 12 * n * n + 16 * n + 256 +
                         INCMOE_REFUSAL_MAX; /* + the lowest refusal's reason */
-    return (size_t)set->credits * (2 * n * c + n * c + 2 * plan) + n * c;
+    size_t bound = (size_t)set->credits * (2 * n * c + n * c + 2 * plan) + n * c;
+    size_t switch_ports = 0;
+    for (int r = 0; r < job->nranks; r++)
+        switch_ports +=
+            job->rep[r] == r && job->conns[r] != NULL && job->conns[r]->role != CONN_RANK;
+    if (switch_ports > 0)
+        bound += (size_t)set->credits * n * c * (switch_ports + 1);
+    if (job->parent_rep >= 0)
+        bound += (size_t)set->credits * n * c;
+    return bound;
 }
 
 int job_admit_dc(membership_t *m, job_t *job, int rank)
 {
     if (job->dc_admitted)
         return 1;
-    size_t more = job_dc_memory_bound(m->set, job->nranks);
+    size_t more = job_dc_memory_bound(m->set, job);
     if (m->mem_reserved + more > m->set->max_memory) {
         job_fail(m, job, INCMOE_ERR_NO_MEMORY, rank,
                  "switch memory: dispatch and combine need %zu more bytes, %zu of %zu already "
@@ -677,9 +698,17 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
     job_t *job = conn->job;
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
-    /* A child speaks for its port (its key, once the job formed); the parent for all but this
-       switch's ranks. */
+    /* A child speaks for its port (its key, once the job formed), but relays the dispatch and
+       combine POSTs of the ranks it covers as theirs (dc.c), names the rank at fault in an
+       ERROR as a switch does, and no rank in a HEARTBEAT or LEAVE; the parent speaks for all but
+       this switch's ranks. */
     int rank_checked = conn->role == CONN_RANK || (conn->role == CONN_CHILD && job->rep != NULL);
+    if (rank_checked && conn->role == CONN_CHILD &&
+        (h->msg == WIRE_MSG_HEARTBEAT || h->msg == WIRE_MSG_LEAVE ||
+         (h->msg == WIRE_MSG_ERROR && h->rank < (uint32_t)job->nranks) ||
+         (h->msg == WIRE_MSG_POST && inc_wire_is_dc(h->stream) && h->rank < (uint32_t)job->nranks &&
+          job->rep[h->rank] == conn->rank)))
+        rank_checked = 0;
     if (h->job != job->id || (rank_checked && h->rank != (uint32_t)conn->rank)) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
                 "%s %d sent a message claiming job %llu rank %u",
@@ -723,7 +752,10 @@ void member_on_error(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h
     char copy[INCMOE_WIRE_MAX_TEXT + 1];
     inc_text_sanitize(copy, sizeof(copy), text, length);
     incmoe_status_t st = h->status < 0 ? (incmoe_status_t)h->status : INCMOE_ERR_PROTOCOL;
-    job_fail(m, conn->job, st, conn->rank, "%s", copy);
+    /* A switch's ERROR names the rank at fault; a rank's is its own. */
+    int at = conn->role != CONN_RANK && h->rank < (uint32_t)conn->job->nranks ? (int)h->rank
+                                                                              : conn->rank;
+    job_fail(m, conn->job, st, at, "%s", copy);
 }
 
 void member_conn_lost(membership_t *m, conn_t *conn, const char *why)

@@ -275,10 +275,14 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
         .cb.send = send_cb,
         .user_data = ctx,
-        .flags =
-            (length >= srv->set->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER) |
-            /* another switch finds the link by the endpoint, as this one does a rank's */
-            (conn->role != CONN_RANK ? UCP_AM_SEND_FLAG_REPLY : 0),
+        /* Only bulk data (through the output queue) goes rendezvous: ranks and switches take
+           nothing else so (the client's on_message, member_screen), and a control message
+           may pass --rndv-thresh (a JOIN_ACK with N addresses, a PLAN of 4 N counts, a relayed
+           POST). */
+        .flags = (egress > 0 && length >= srv->set->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV
+                                                                : UCP_AM_SEND_FLAG_EAGER) |
+                 /* another switch finds the link by the endpoint, as this one does a rank's */
+                 (conn->role != CONN_RANK ? UCP_AM_SEND_FLAG_REPLY : 0),
     };
     ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
                                            payload, length, &param);

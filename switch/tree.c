@@ -244,7 +244,7 @@ void tree_relay_posts(membership_t *m, job_t *job, coll_t *c)
 {
     for (int p = 0; p < job->nranks && job->state == JOB_ACTIVE; p++) {
         conn_t *to = job->conns[p];
-        if (job->rep[p] != p || to->role == CONN_RANK || c->relayed[p] ||
+        if (job->rep[p] != p || to == NULL || to->role == CONN_RANK || c->relayed[p] ||
             !far_side_posted(job, c, p))
             continue;
         c->relayed[p] = 1;

@@ -11,11 +11,13 @@ test_wire_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 test_collectives_SOURCES = test_collectives.cc
 test_collectives_LDADD = libharness.la $(TEST_LIBS)
 
-# Jobs across a tree of switches (--parent): every collective against the tree's reduction
-# order, and the faults of a leaf, the root and the link between them.
+# Jobs across a tree of switches (--parent): every collective and dispatch/combine against the
+# tree's reduction order, and the faults of a leaf, the root, the link between them and a switch
+# port that breaks the protocol (a fake child switch, raw_client).
 check_PROGRAMS += test_tree
-test_tree_SOURCES = test_tree.cc
-test_tree_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS)
+test_tree_SOURCES = test_tree.cc raw_client.cc raw_client.h
+test_tree_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_tree_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
 
 # A peer's UCX worker address, checked before UCX sees it (base/ucx_addr.c).
 check_PROGRAMS += test_ucx_addr

@@ -1,13 +1,15 @@
 /*
  * test_tree.cc - jobs across a tree of incmoe-switchd processes (--parent) on
- * loopback.  Every collective on 2 and 3 levels, on leaves of uneven sizes
- * (one with one rank), on ranks interleaved across leaves and on a job wholly
- * under one leaf, in the small and the chunked form, each result checked
- * bitwise against a reference written here that applies the tree's reduction
- * order (base/wire.h "Switch trees") to every rank's inputs, and against the
- * one-switch order within the type's rounding.  Then the faults of a tree: a
- * leaf or the root killed mid-collective, a parent that refuses a job for its
- * memory or for the key of the link, a root restarted under its leaf.
+ * loopback.  Every collective, and dispatch with its combine, on 2 and 3
+ * levels, on leaves of uneven sizes (one with one rank), on ranks interleaved
+ * across leaves and on a job wholly under one leaf, in the small and the
+ * chunked form, each result checked bitwise against a reference written here
+ * that applies the tree's reduction order (base/wire.h "Switch trees") to
+ * every rank's inputs, and against the one-switch order within the type's
+ * rounding.  Then the faults of a tree: a leaf or the root killed
+ * mid-collective, a parent that refuses a job for its memory or for the key
+ * of the link, a root restarted under its leaf, a quiet link, a leaf's
+ * failure reaching every rank, a switch port that breaks the protocol.
  *
  * Every switch runs with a short liveness and progress timeout, so a failure
  * ends a test in seconds instead of hanging it.
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "raw_client.h"
 
 extern "C" {
 #include "incmoe/incmoe.h"
@@ -57,8 +60,9 @@ enum PortKind { RANK_PORT, CHILD_PORT, PARENT_PORT };
 /* A port of a switch: a rank connected to it, a child switch, or its parent. */
 struct Port {
     PortKind kind;
-    int peer; /* the rank (RANK_PORT) or the switch (CHILD_PORT, PARENT_PORT) */
-    int key;  /* the lowest rank the port covers */
+    int peer;                 /* the rank (RANK_PORT) or the switch (CHILD_PORT, PARENT_PORT) */
+    int key;                  /* the lowest rank the port covers */
+    std::vector<bool> covers; /* per rank of the job: does the port cover it */
 };
 
 /*
@@ -78,19 +82,27 @@ class TreeOrder
                 beneath[s][r] = true;
         ports_.resize(ns);
         for (int s = 0; s < ns; s++) {
-            for (int r = 0; r < n; r++)
-                if (t.at[r] == s)
-                    ports_[s].push_back({RANK_PORT, r, r});
+            for (int r = 0; r < n; r++) {
+                if (t.at[r] != s)
+                    continue;
+                std::vector<bool> just(n, false);
+                just[r] = true;
+                ports_[s].push_back({RANK_PORT, r, r, just});
+            }
             for (int c = 0; c < ns; c++) {
                 if (t.parent[c] != s)
                     continue;
                 int key = lowest(beneath[c], true);
                 if (key >= 0)
-                    ports_[s].push_back({CHILD_PORT, c, key});
+                    ports_[s].push_back({CHILD_PORT, c, key, beneath[c]});
             }
             int key = lowest(beneath[s], false);
-            if (t.parent[s] != -1 && key >= 0)
-                ports_[s].push_back({PARENT_PORT, t.parent[s], key});
+            if (t.parent[s] != -1 && key >= 0) {
+                std::vector<bool> beyond(n);
+                for (int r = 0; r < n; r++)
+                    beyond[r] = !beneath[s][r];
+                ports_[s].push_back({PARENT_PORT, t.parent[s], key, beyond});
+            }
             std::sort(ports_[s].begin(), ports_[s].end(),
                       [](const Port &a, const Port &b) { return a.key < b.key; });
         }
@@ -398,6 +410,87 @@ bool close_to_flat(typename A::T tree, typename A::T flat, const typename A::T *
     return diff <= (2.0 * n + 8) * A::unit_roundoff * mag;
 }
 
+/* Does a port's side hold a rank of the set (bit r: rank r)? */
+bool meets(const Port &p, uint64_t set)
+{
+    for (size_t r = 0; r < p.covers.size(); r++)
+        if (p.covers[r] && ((set >> r) & 1))
+            return true;
+    return false;
+}
+
+/* Rule "a combine's far side": switch sw's reduction, in ascending key order, over its ports but
+   the one toward switch `toward` whose side holds a rank of the set: a rank port's partial
+   in[rank], a switch port's own far side.  false if no port's side holds one. */
+template <class A>
+bool dc_far_side(const TreeOrder &t, int sw, int toward, uint64_t set, const typename A::T *in,
+                 incmoe_redop_t op, typename A::T *out)
+{
+    typename A::T vals[kMaxRanks];
+    int n = 0;
+    for (const Port &p : t.ports(sw)) {
+        if ((p.kind != RANK_PORT && p.peer == toward) || !meets(p, set))
+            continue;
+        if (p.kind == RANK_PORT)
+            vals[n++] = in[p.peer];
+        else if (dc_far_side<A>(t, p.peer, sw, set, in, op, &vals[n]))
+            n++;
+    }
+    if (n == 0)
+        return false;
+    *out = fold<A>(op, vals, n);
+    return true;
+}
+
+/* Rule "a combined row over a tree": owner s's row whose set is `set`, from in[d], rank d's
+   partial of it: s's switch reduces, in ascending key order, its ports but s's own whose side
+   holds a rank of the set (a rank port its partial, a switch port its far side), and s applies
+   its own partial last if the set holds s.  A row whose set holds no other rank: s's own
+   partial, or zeros for an empty set. */
+template <class A>
+typename A::T dc_tree(const TreeOrder &t, int s, uint64_t set, const typename A::T *in,
+                      incmoe_redop_t op)
+{
+    const int sw = t.switch_of(s);
+    typename A::T vals[kMaxRanks];
+    int n = 0;
+    for (const Port &p : t.ports(sw)) {
+        if ((p.kind == RANK_PORT && p.peer == s) || !meets(p, set))
+            continue;
+        if (p.kind == RANK_PORT)
+            vals[n++] = in[p.peer];
+        else if (dc_far_side<A>(t, p.peer, sw, set, in, op, &vals[n]))
+            n++;
+    }
+    const bool own = (set >> s) & 1;
+    if (n == 0)
+        return own ? in[s] : typename A::T();
+    typename A::T others = fold<A>(op, vals, n);
+    if (!own)
+        return others;
+    typename A::T last[2] = {in[s], others}; /* the owner: its own partial op the switch's */
+    return fold<A>(op, last, 2);
+}
+
+/* The one-switch order: the others in the set in ascending rank order, the owner's last. */
+template <class A>
+typename A::T dc_flat(int s, int n, uint64_t set, const typename A::T *in, incmoe_redop_t op)
+{
+    typename A::T others[kMaxRanks];
+    int k = 0;
+    for (int d = 0; d < n; d++)
+        if (d != s && ((set >> d) & 1))
+            others[k++] = in[d];
+    const bool own = (set >> s) & 1;
+    if (k == 0)
+        return own ? in[s] : typename A::T();
+    typename A::T r = fold<A>(op, others, k);
+    if (!own)
+        return r;
+    typename A::T last[2] = {in[s], r};
+    return fold<A>(op, last, 2);
+}
+
 /* ------------------------------------------------------------------------ */
 /* the shapes                                                                */
 
@@ -544,6 +637,34 @@ TEST(TreeOrderReference, TheTestDataTellsTheTreeOrderFromTheFlatOrder)
     }
 }
 
+/* A combined row: the far side of each port reduces only the ranks of the row's set, and a port
+   none of whose ranks are in it brings nothing. */
+TEST(TreeOrderReference, ACombinedRowFoldsOnlyThePortsItsSetNames)
+{
+    TreeOrder two(two_leaves_of_two()), inter(interleaved()), three(three_levels());
+    for (size_t i = 0; i < 1000; i++) {
+        auto in = inputs<F32>(8, 6, 0, i);
+        float x0 = in[0], x1 = in[1], x2 = in[2], x3 = in[3], x4 = in[4], x5 = in[5];
+        /* Owner 0 at leaf 1 = {0, 1}: rank port 1, then the parent port (key 2) bringing leaf 2's
+           ranks of the set. */
+        EXPECT_EQ(dc_tree<F32>(two, 0, 0xe, in.data(), INCMOE_SUM), x1 + (x2 + x3));
+        EXPECT_EQ(dc_tree<F32>(two, 0, 0x5, in.data(), INCMOE_SUM), x0 + x2);
+        EXPECT_EQ(dc_tree<F32>(two, 3, 0x8, in.data(), INCMOE_SUM), x3);
+        EXPECT_EQ(dc_tree<F32>(two, 3, 0x0, in.data(), INCMOE_SUM), 0.0f);
+        /* Owner 0 at leaf 1 = {0, 2, 5}, set {1, 2, 4, 5}: the parent port (key 1) brings leaf
+           2's ranks 1 and 4, then rank ports 2 and 5. */
+        EXPECT_EQ(dc_tree<F32>(inter, 0, 0x36, in.data(), INCMOE_SUM), ((x1 + x4) + x2) + x5);
+        /* Owner 2 alone on leaf 4, set {0, 1, 2, 3}: its parent port brings mid 1's leaf 3
+           (rank 0) and mid 1's parent port (key 1), which brings mid 2's leaves 5 (rank 1) and
+           6 (rank 3); owner 2's own last. */
+        EXPECT_EQ(dc_tree<F32>(three, 2, 0xf, in.data(), INCMOE_SUM), x2 + (x0 + (x1 + x3)));
+        /* Owner 5 on leaf 5 = {1, 5}, set {0, 3, 4}: its parent port (key 0) brings mid 2's
+           parent port (mid 1's leaf 3: ranks 0 and 4) and then leaf 6 (rank 3). */
+        EXPECT_EQ(dc_tree<F32>(three, 5, 0x19, in.data(), INCMOE_SUM), (x0 + x4) + x3);
+        EXPECT_EQ(dc_flat<F32>(5, 6, 0x19, in.data(), INCMOE_SUM), (x0 + x3) + x4);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* a tree of switch processes, and the ranks of a job on it                  */
 
@@ -612,6 +733,7 @@ struct Board {
     int arrived[kMaxRanks]; /* barrier rounds a rank has posted */
     int posted;             /* ranks that posted the collective a fault interrupts */
     int progress;           /* ranks of the surviving job that reached the kill */
+    int joined;             /* ranks that completed their join */
     int killed;             /* 1 once the victim was killed (killed_at is set) */
     double killed_at;       /* inc_now_s() just before the kill */
 };
@@ -748,12 +870,12 @@ std::string as_rank(const Tree &tree, const Topology &topo, unsigned long long j
 /* Runs body on every rank of one fresh job placed by topo.at; "" per rank that passed. */
 std::vector<std::string> run_job(const Tree &tree, const Topology &topo, uint64_t chunk,
                                  const std::function<std::string(Rank &)> &body,
-                                 Board *board = nullptr, int timeout_s = 60, bool fails = false)
+                                 Board *board = nullptr, int timeout_s = 60)
 {
     unsigned long long job = harness::unique_job_id();
     TreeOrder order(topo);
     auto rank_main = [&](int me) {
-        return as_rank(tree, topo, job, me, kCreateTimeoutMs, &order, chunk, board, body, fails);
+        return as_rank(tree, topo, job, me, kCreateTimeoutMs, &order, chunk, board, body);
     };
     return harness::run_ranks((int)topo.at.size(), rank_main, timeout_s);
 }
@@ -1238,77 +1360,423 @@ TEST(Tree, FourMebibytesThroughManyChunksAndTwoCredits)
     tree_stop(&tree);
 }
 
-/*
- * Dispatch and combine do not run over a tree yet: each is refused with INCMOE_ERR_UNSUPPORTED,
- * at the post (nothing posted: the communicator still runs an AllGather) or as the failure of
- * the collective or the job (what the switch does today), whose reason names the tree.
- */
-TEST(Tree, DispatchAndCombineAreRefusedNamingTheTree)
+/* ------------------------------------------------------------------------ */
+/* dispatch and combine over a tree                                          */
+
+/* How a case draws its rows' sets: ranks on the source's own switch, ranks on other switches,
+   any rank, none, all; mixed: one of those per row. */
+enum DcSets { DC_LOCAL, DC_REMOTE, DC_RANDOM, DC_EMPTY, DC_ALL, DC_MIXED };
+
+/* One dispatch and its combine, the same in every process (made from a seed): rows[s] rows of
+   row_bytes for each rank s, and each row's set (bit d: rank d). */
+struct DcCase {
+    std::vector<size_t> rows;
+    std::vector<std::vector<uint64_t>> sets; /* [s][i] */
+    size_t row_bytes;
+    uint64_t seed;
+};
+
+DcCase dc_case(const TreeOrder &t, const std::vector<size_t> &rows, size_t row_bytes, DcSets shape,
+               uint64_t seed)
 {
-    const Topology topo = two_leaves_of_two();
+    const int n = t.nranks();
+    DcCase c = {rows, {}, row_bytes, seed};
+    uint64_t draw = seed;
+    auto next = [&draw]() { return draw = mix(draw); };
+    for (int s = 0; s < n; s++) {
+        std::vector<uint64_t> sets(rows[s], 0);
+        for (size_t i = 0; i < rows[s]; i++) {
+            DcSets sh = shape == DC_MIXED ? (DcSets)(next() % 5) : shape;
+            for (int d = 0; d < n; d++) {
+                const bool local = t.switch_of(d) == t.switch_of(s);
+                const bool on = sh == DC_ALL      ? true
+                                : sh == DC_EMPTY  ? false
+                                : sh == DC_LOCAL  ? local && next() % 2
+                                : sh == DC_REMOTE ? !local && next() % 2
+                                                  : next() % 3 == 0;
+                if (on)
+                    sets[i] |= 1ull << d;
+            }
+        }
+        c.sets.push_back(sets);
+    }
+    return c;
+}
+
+/* (source rank, source row) of each row rank d receives, in order. */
+std::vector<std::pair<uint32_t, uint32_t>> dc_received(const DcCase &c, int d)
+{
+    std::vector<std::pair<uint32_t, uint32_t>> out;
+    for (size_t s = 0; s < c.rows.size(); s++)
+        for (size_t i = 0; i < c.rows[s]; i++)
+            if ((c.sets[s][i] >> d) & 1)
+                out.push_back({(uint32_t)s, (uint32_t)i});
+    return out;
+}
+
+unsigned char dc_row_byte(const DcCase &c, int s, size_t i, size_t j)
+{
+    return (unsigned char)input_hash(c.seed, s, (int)i, j);
+}
+
+/* Rank d's partial of element e of owner s's row i. */
+template <class A> typename A::T dc_partial(const DcCase &c, int d, int s, size_t i, size_t e)
+{
+    return A::input(input_hash(c.seed ^ 0xc0b1eull, d, s, (i << 16) | e));
+}
+
+/* This rank's side of one case: its rows, what it received, its partials and combined rows. */
+template <class A> struct DcRun {
+    const DcCase *c;
+    std::vector<std::pair<uint32_t, uint32_t>> want;
+    std::vector<unsigned char> *send, *recv;
+    std::vector<typename A::T> *part, *out;
+    incmoe_mr_t *ms, *mr, *mp, *mo;
+    incmoe_req_t dispatch, combine;
+};
+
+/* The dispatch's rows and sources against the case, and nothing written past them. */
+template <class A> std::string dc_check_dispatch(Rank &r, DcRun<A> &run)
+{
+    const DcCase &c = *run.c;
+    const size_t rb = c.row_bytes;
+    size_t nrecv = 0;
+    std::vector<uint32_t> src(2 * run.want.size() + 2, 7777);
+    CHECK_OK(
+        incmoe_dispatch_result(r.comm, &run.dispatch, &nrecv, src.data(), run.want.size() + 1));
+    if (nrecv != run.want.size())
+        return "dispatch: received " + std::to_string(nrecv) + " rows, want " +
+               std::to_string(run.want.size());
+    for (size_t k = 0; k < run.want.size(); k++) {
+        const auto w = run.want[k];
+        if (src[2 * k] != w.first || src[2 * k + 1] != w.second)
+            return "dispatch: row " + std::to_string(k) + " from (" + std::to_string(src[2 * k]) +
+                   ", " + std::to_string(src[2 * k + 1]) + "), want (" + std::to_string(w.first) +
+                   ", " + std::to_string(w.second) + ")";
+        for (size_t j = 0; j < rb; j++)
+            if ((*run.recv)[k * rb + j] != dc_row_byte(c, (int)w.first, w.second, j))
+                return "dispatch: row " + std::to_string(k) + " (rank " + std::to_string(w.first) +
+                       " row " + std::to_string(w.second) + ") byte " + std::to_string(j) +
+                       " differs";
+    }
+    for (size_t at = run.want.size() * rb; at < run.recv->size(); at++)
+        if ((*run.recv)[at] != kCanary)
+            return "dispatch: a byte past the received rows was written";
+    return "";
+}
+
+/* Each combined row bitwise against the tree order and within rounding of the one-switch order;
+   nothing written past the rows. */
+template <class A>
+std::string dc_check_combine(Rank &r, DcRun<A> &run, size_t row_count, incmoe_redop_t op)
+{
+    using T = typename A::T;
+    const DcCase &c = *run.c;
+    for (size_t i = 0; i < c.rows[r.me]; i++) {
+        const uint64_t set = c.sets[r.me][i];
+        for (size_t e = 0; e < row_count; e++) {
+            T in[kMaxRanks];
+            for (int d = 0; d < r.n; d++)
+                in[d] = dc_partial<A>(c, d, r.me, i, e);
+            const T got = (*run.out)[i * row_count + e];
+            const T want = dc_tree<A>(*r.order, r.me, set, in, op);
+            if (memcmp(&got, &want, sizeof(T)) != 0)
+                return std::string("combine ") + A::name + " " + incmoe_redop_name(op) + " row " +
+                       std::to_string(i) + " element " + std::to_string(e) + ": got " +
+                       hex(&got, sizeof(got)) + " want " + hex(&want, sizeof(want)) +
+                       " (the tree order)";
+            T contributing[kMaxRanks];
+            int k = 0;
+            for (int d = 0; d < r.n; d++)
+                if ((set >> d) & 1)
+                    contributing[k++] = in[d];
+            if (!close_to_flat<A>(got, dc_flat<A>(r.me, r.n, set, in, op), contributing, k, op))
+                return std::string("combine ") + A::name + " row " + std::to_string(i) +
+                       " is not within rounding of the one-switch result";
+        }
+    }
+    const unsigned char *past = (const unsigned char *)&(*run.out)[c.rows[r.me] * row_count];
+    for (size_t b = 0; b < row_count * sizeof(T); b++)
+        if (past[b] != kCanary)
+            return "combine: a byte past the owner's rows was written";
+    return "";
+}
+
+/*
+ * The cases' dispatches posted together and waited for, each checked; then their combines of
+ * partials of type A with op, posted together and waited for, each checked.  Every case must fit
+ * the capacity of what it gives each rank.
+ */
+template <class A>
+std::string dc_rounds(Rank &r, const std::vector<DcCase> &cases, size_t row_count,
+                      incmoe_redop_t op)
+{
+    using T = typename A::T;
+    std::vector<DcRun<A>> runs(cases.size());
+    for (size_t q = 0; q < cases.size(); q++) {
+        const DcCase &c = cases[q];
+        DcRun<A> &run = runs[q];
+        const size_t rb = c.row_bytes;
+        run.c = &c;
+        run.want = dc_received(c, r.me);
+        run.send = &buffer<unsigned char>(std::max<size_t>(1, c.rows[r.me] * rb));
+        run.recv = &buffer<unsigned char>((run.want.size() + 1) * rb, kCanary);
+        for (size_t i = 0; i < c.rows[r.me]; i++)
+            for (size_t j = 0; j < rb; j++)
+                (*run.send)[i * rb + j] = dc_row_byte(c, r.me, i, j);
+        CHECK_OK(incmoe_mem_register(r.comm, run.send->data(), run.send->size(), &run.ms));
+        CHECK_OK(incmoe_mem_register(r.comm, run.recv->data(), run.recv->size(), &run.mr));
+        incmoe_dispatch_params_t dp = {};
+        dp.send_mr = run.ms;
+        dp.nrows = c.rows[r.me];
+        dp.row_bytes = rb;
+        dp.sets = c.sets[r.me].empty() ? nullptr : c.sets[r.me].data();
+        dp.recv_mr = run.mr;
+        dp.capacity = run.want.size();
+        CHECK_OK(incmoe_dispatch(r.comm, &dp, &run.dispatch));
+    }
+    for (auto &run : runs)
+        CHECK_OK(incmoe_wait(r.comm, &run.dispatch));
+    for (auto &run : runs) {
+        std::string e = dc_check_dispatch<A>(r, run);
+        if (!e.empty())
+            return e;
+    }
+    for (auto &run : runs) {
+        const DcCase &c = *run.c;
+        run.part = &buffer<T>(std::max<size_t>(1, run.want.size() * row_count));
+        run.out = &buffer<T>((c.rows[r.me] + 1) * row_count);
+        memset(run.out->data(), kCanary, run.out->size() * sizeof(T));
+        for (size_t k = 0; k < run.want.size(); k++)
+            for (size_t e = 0; e < row_count; e++)
+                (*run.part)[k * row_count + e] =
+                    dc_partial<A>(c, r.me, (int)run.want[k].first, run.want[k].second, e);
+        CHECK_OK(
+            incmoe_mem_register(r.comm, run.part->data(), run.part->size() * sizeof(T), &run.mp));
+        CHECK_OK(
+            incmoe_mem_register(r.comm, run.out->data(), run.out->size() * sizeof(T), &run.mo));
+        incmoe_combine_params_t cp = {};
+        cp.dispatch = run.dispatch;
+        cp.send_mr = run.mp;
+        cp.recv_mr = run.mo;
+        cp.row_count = row_count;
+        cp.dtype = A::dtype;
+        cp.op = op;
+        CHECK_OK(incmoe_combine(r.comm, &cp, &run.combine));
+    }
+    for (auto &run : runs)
+        CHECK_OK(incmoe_wait(r.comm, &run.combine));
+    for (auto &run : runs) {
+        std::string e = dc_check_combine<A>(r, run, row_count, op);
+        if (!e.empty())
+            return e;
+        for (incmoe_mr_t *m : {run.ms, run.mr, run.mp, run.mo})
+            CHECK_OK(incmoe_mem_deregister(r.comm, m));
+    }
+    return "";
+}
+
+/* Rows per rank: t for every rank, or (uneven) none for every third and t + 5 r for the others. */
+std::vector<size_t> dc_rows(int n, size_t t, bool uneven)
+{
+    std::vector<size_t> rows(n);
+    for (int q = 0; q < n; q++)
+        rows[q] = !uneven ? t : q % 3 == 1 ? 0 : t + 5 * (size_t)q;
+    return rows;
+}
+
+const char *const kDcShapeNames[] = {"local", "remote", "random", "empty", "all", "mixed"};
+
+/* Every shape of set, each in a small case (every rank's contribution in one SMALL) and a
+   chunked one, float32 sums; then bfloat16 sums and float32 max over mixed sets, chunked. */
+std::string dc_every_shape(Rank &r)
+{
+    const size_t row = 64, partial = 16; /* bytes of a row; elements of a partial row */
+    uint64_t seed = 500;
+    for (DcSets sh : {DC_LOCAL, DC_REMOTE, DC_RANDOM, DC_EMPTY, DC_ALL, DC_MIXED}) {
+        for (bool small : {true, false}) {
+            DcCase c = dc_case(*r.order, dc_rows(r.n, small ? 3 : 90, !small), row, sh, seed++);
+            std::string e = dc_rounds<F32>(r, {c}, partial, INCMOE_SUM);
+            if (!e.empty())
+                return std::string(kDcShapeNames[sh]) + (small ? " small: " : " chunked: ") + e;
+        }
+    }
+    std::string e = dc_rounds<BF16>(
+        r, {dc_case(*r.order, dc_rows(r.n, 70, true), row, DC_MIXED, seed++)}, partial, INCMOE_SUM);
+    if (e.empty())
+        e = dc_rounds<F32>(r, {dc_case(*r.order, dc_rows(r.n, 70, false), row, DC_MIXED, seed++)},
+                           partial, INCMOE_MAX);
+    return e;
+}
+
+/* The combine's data tells the tree order from the one-switch order on every shape it runs, so
+   a switch that reduced a row in rank order would fail the tests below, not pass by luck. */
+TEST(TreeDc, TheTestDataTellsTheTreeOrderFromTheFlatOrder)
+{
+    for (const Topology &topo : {two_leaves_of_two(), uneven_three_one_two(), interleaved(),
+                                 three_levels(), Topology{{-1, 0, 1, 0}, {1, 2, 3, 0, 2}}}) {
+        TreeOrder t(topo);
+        const int n = t.nranks();
+        const DcCase c = dc_case(t, dc_rows(n, 90, false), 64, DC_RANDOM, 501);
+        int differ = 0;
+        for (int s = 0; s < n; s++) {
+            for (size_t i = 0; i < c.rows[s]; i++) {
+                for (size_t e = 0; e < 16; e++) {
+                    float in[kMaxRanks];
+                    for (int d = 0; d < n; d++)
+                        in[d] = dc_partial<F32>(c, d, s, i, e);
+                    differ += dc_tree<F32>(t, s, c.sets[s][i], in, INCMOE_SUM) !=
+                              dc_flat<F32>(s, n, c.sets[s][i], in, INCMOE_SUM);
+                }
+            }
+        }
+        EXPECT_GT(differ, 0) << "combine on a " << n << "-rank shape";
+    }
+}
+
+/* Starts a tree of topo's switches, runs every shape of dispatch and combine on a job placed by
+   topo, and stops the tree. */
+void dc_every_shape_on(const Topology &topo)
+{
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
-    auto res = run_job(
-        tree, topo, kSmallChunk,
-        [](Rank &r) -> std::string {
-            const size_t row = 64;
-            auto &rows = buffer<unsigned char>(2 * row, (unsigned char)r.me);
-            auto &recv = buffer<unsigned char>(2 * row * r.n);
-            incmoe_mr_t *ms, *mr;
-            CHECK_OK(incmoe_mem_register(r.comm, rows.data(), rows.size(), &ms));
-            CHECK_OK(incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr));
-            uint64_t sets[2] = {(1ull << r.n) - 1, (1ull << r.n) - 1};
-            incmoe_dispatch_params_t dp = {};
-            dp.send_mr = ms;
-            dp.nrows = 2;
-            dp.row_bytes = row;
-            dp.sets = sets;
-            dp.recv_mr = mr;
-            dp.capacity = 2 * (size_t)r.n;
-            incmoe_req_t req = {INCMOE_STREAM_DISPATCH, 1};
-            /* One verdict per call: the status, and where its reason can be read. */
-            auto refused = [&](const char *what, incmoe_status_t st, bool posted) -> std::string {
-                char text[256] = "";
-                if (posted && st != INCMOE_OK)
-                    incmoe_req_error(r.comm, &req, text, sizeof(text));
-                std::string reason = text[0] != '\0' ? text : comm_text(r.comm);
-                if (st != INCMOE_ERR_UNSUPPORTED)
-                    return std::string(what) + " over a tree gave " + incmoe_strerror(st) + " (" +
-                           reason + ")";
-                if ((posted || !reason.empty()) && reason.find("tree") == std::string::npos)
-                    return std::string(what) + "'s refusal does not name the tree: " + reason;
-                return "";
-            };
-            incmoe_status_t st = incmoe_dispatch(r.comm, &dp, &req);
-            bool posted = st == INCMOE_OK;
-            if (posted)
-                st = incmoe_wait(r.comm, &req);
-            std::string e = refused("dispatch", st, posted);
-            if (!e.empty() || incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
-                return e; /* a refusal that failed the job ends the check here */
-            incmoe_combine_params_t cp = {};
-            cp.dispatch = req;
-            cp.send_mr = mr;
-            cp.recv_mr = ms;
-            cp.row_count = row / 4;
-            cp.dtype = INCMOE_FLOAT32;
-            cp.op = INCMOE_SUM;
-            incmoe_req_t creq;
-            st = incmoe_combine(r.comm, &cp, &creq);
-            posted = st == INCMOE_OK;
-            if (posted) {
-                req = creq;
-                st = incmoe_wait(r.comm, &req);
-            }
-            if (!(e = refused("combine", st, posted)).empty() ||
-                incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
-                return e;
-            /* Refused at the post with nothing posted: the job goes on. */
-            return check_allgather(r, 64, true, 120);
-        },
-        nullptr, 60, /* the switch fails the job: destroy reports it */ true);
+    auto res = run_job(tree, topo, kSmallChunk, dc_every_shape);
     EXPECT_EQ(harness::failures(res), "");
     tree_stop(&tree);
+}
+
+TEST(TreeDc, TwoLeavesOfTwoRanksGiveTheTreeOrder)
+{
+    dc_every_shape_on(two_leaves_of_two());
+}
+
+TEST(TreeDc, UnevenLeavesAndALeafOfOneRankGiveTheTreeOrder)
+{
+    dc_every_shape_on(uneven_three_one_two());
+}
+
+TEST(TreeDc, RanksInterleavedAcrossLeavesGiveTheTreeOrder)
+{
+    dc_every_shape_on(interleaved());
+}
+
+TEST(TreeDc, ThreeLevelsGiveTheTreeOrder)
+{
+    dc_every_shape_on(three_levels());
+}
+
+/* Rank ports and switch ports interleave by key on inner switches (see the collectives' test of
+   the same shape). */
+TEST(TreeDc, RanksOnInnerSwitchesFollowTheKeyOrderToo)
+{
+    dc_every_shape_on({{-1, 0, 1, 0}, {1, 2, 3, 0, 2}});
+}
+
+/* A job wholly under one leaf: the one-switch results, bitwise (the tree order is the flat one
+   there). */
+TEST(TreeDc, AJobWhollyUnderOneLeafGivesTheOneSwitchResults)
+{
+    dc_every_shape_on({{-1, 0, 0}, {2, 2, 2}});
+}
+
+/*
+ * A dispatch that gives rank 3 one row more than its capacity fails on every rank with
+ * INCMOE_ERR_NO_MEMORY and one reason, every switch having made the verdict alone; nothing is
+ * written, and the same communicators then dispatch and combine exactly.
+ */
+TEST(TreeDc, CapacityOverflowIsRefusedAlikeAndTheCommunicatorCarriesOn)
+{
+    const Topology topo = interleaved();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    auto res = run_job(tree, topo, kSmallChunk, [](Rank &r) -> std::string {
+        for (bool small : {true, false}) {
+            DcCase c = dc_case(*r.order, dc_rows(r.n, small ? 2 : 60, false), 64, DC_ALL, 600);
+            const size_t want = dc_received(c, 3).size();
+            auto &send = buffer<unsigned char>(std::max<size_t>(1, c.rows[r.me] * 64));
+            auto &recv = buffer<unsigned char>(want * 64 + 64, kCanary);
+            incmoe_mr_t *ms, *mr;
+            CHECK_OK(incmoe_mem_register(r.comm, send.data(), send.size(), &ms));
+            CHECK_OK(incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr));
+            incmoe_dispatch_params_t dp = {};
+            dp.send_mr = ms;
+            dp.nrows = c.rows[r.me];
+            dp.row_bytes = 64;
+            dp.sets = c.sets[r.me].data();
+            dp.recv_mr = mr;
+            dp.capacity = dc_received(c, r.me).size() - (r.me == 3 ? 1 : 0);
+            incmoe_req_t req;
+            CHECK_OK(incmoe_dispatch(r.comm, &dp, &req));
+            incmoe_status_t st = incmoe_wait(r.comm, &req);
+            char text[256] = "";
+            incmoe_req_error(r.comm, &req, text, sizeof(text));
+            const std::string expect = "dispatch epoch " + std::to_string(req.epoch) +
+                                       ": rank 3 would receive " + std::to_string(want) +
+                                       " rows, capacity " + std::to_string(want - 1);
+            if (st != INCMOE_ERR_NO_MEMORY || expect != text)
+                return std::string("the overflowing dispatch gave ") + incmoe_strerror(st) + " '" +
+                       text + "', want '" + expect + "'";
+            for (unsigned char x : recv)
+                if (x != kCanary)
+                    return "a refused dispatch wrote into the receive buffer";
+            if (incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
+                return "the refusal failed the communicator: " + comm_text(r.comm);
+            CHECK_OK(incmoe_dispatch_release(r.comm, &req));
+            CHECK_OK(incmoe_mem_deregister(r.comm, ms));
+            CHECK_OK(incmoe_mem_deregister(r.comm, mr));
+            std::string e = dc_rounds<F32>(r, {c}, 16, INCMOE_SUM);
+            if (!e.empty())
+                return "after the refusal: " + e;
+        }
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/*
+ * Dispatches and combines of hundreds of rows through 1 KiB chunks with 2 credits on every link
+ * of three levels, three of each in flight together: every chunk moves only as credits come
+ * back, the combine's items wait on partials from every side, and every row is still exact.
+ * With rendezvous (both the switches' and the ranks') chunks land out of the order they came
+ * in, which the switches must take them in.
+ */
+void dc_many_chunks(bool rndv)
+{
+    const Topology topo = three_levels();
+    const uint64_t chunk = 1024;
+    std::vector<std::string> more = {"--credits", "2"};
+    if (rndv)
+        more.insert(more.end(), {"--rndv-thresh", "256"});
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, more)));
+    if (rndv)
+        setenv("INCMOE_RNDV_THRESH", "256", 1); /* the ranks' processes inherit it */
+    auto res = run_job(tree, topo, chunk, [](Rank &r) -> std::string {
+        std::vector<DcCase> cases;
+        uint64_t seed = 700;
+        for (DcSets sh : {DC_MIXED, DC_RANDOM, DC_REMOTE})
+            cases.push_back(dc_case(*r.order, dc_rows(r.n, 200, true), 64, sh, seed++));
+        std::string e = dc_rounds<F32>(r, cases, 32, INCMOE_SUM);
+        if (e.empty())
+            e = dc_rounds<F32>(r, {dc_case(*r.order, dc_rows(r.n, 300, false), 96, DC_ALL, seed)},
+                               24, INCMOE_SUM);
+        return e;
+    });
+    if (rndv)
+        unsetenv("INCMOE_RNDV_THRESH");
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+TEST(TreeDc, ManyChunksThroughTwoCreditsOnThreeLevels)
+{
+    dc_many_chunks(false);
+}
+
+TEST(TreeDc, RendezvousChunksLandingOutOfOrderStayExact)
+{
+    dc_many_chunks(true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1476,6 +1944,90 @@ TEST(TreeFaults, AJobUnderAnotherLeafCarriesOnWhileALeafDies)
     tree_stop(&tree, {1});
 }
 
+/* Runs body on every rank of one fresh job placed by topo, each asking the short job timeout. */
+std::vector<std::string> run_short_job(const Tree &tree, const Topology &topo,
+                                       const std::function<std::string(Rank &)> &body, bool fails)
+{
+    unsigned long long job = harness::unique_job_id();
+    TreeOrder order(topo);
+    return harness::run_ranks((int)topo.at.size(),
+                              [&](int me) {
+                                  return as_rank(tree, topo, job, me, kJobTimeoutMs, &order,
+                                                 kSmallChunk, nullptr, body, fails);
+                              },
+                              30);
+}
+
+/* The links between switches fall quiet while the ranks compute: each carries HEARTBEATs, which
+   name no rank, and the job lives on (leaf 2's port at the root has key 2). */
+TEST(TreeFaults, QuietLinksBetweenSwitchesKeepTheirJob)
+{
+    const Topology topo = two_leaves_of_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    auto res = run_short_job(
+        tree, topo,
+        [](Rank &r) -> std::string {
+            for (int round = 0; round < 2; round++) {
+                incmoe_req_t req;
+                CHECK_OK(incmoe_barrier(r.comm, &req));
+                CHECK_OK(incmoe_wait(r.comm, &req));
+                usleep(kJobTimeoutMs * 1000 / 3); /* past a heartbeat's quarter of the timeout */
+            }
+            return check_reductions<F32>(r, 64, INCMOE_SUM, true, true, 165);
+        },
+        false);
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/* A failure one leaf sees reaches every rank with that leaf's reason: rank 3 leaves (its
+   communicator destroyed: a LEAVE, then its connection closes), and only then do the others post a
+   barrier it never can; ranks 0 and 1, on the other leaf, read why. */
+TEST(TreeFaults, ALeafsFailureReachesEveryRankWithItsReason)
+{
+    const Topology topo = two_leaves_of_two();
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
+    SharedBoard shared;
+    ASSERT_NE(shared.get(), nullptr);
+    Board *board = shared.get();
+    const unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        4,
+        [&](int me) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create_on(tree, topo, job, me, kJobTimeoutMs, &comm);
+            if (st != INCMOE_OK)
+                return std::string("comm_create: ") + incmoe_strerror(st);
+            incmoe_req_t req;
+            st = incmoe_barrier(comm, &req);
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            if (st != INCMOE_OK || me == 3) {
+                std::string e = st != INCMOE_OK ? why(comm, st, "the first barrier") : "";
+                incmoe_status_t left = incmoe_comm_destroy(comm);
+                store(&board->killed, 1);
+                if (e.empty() && left != INCMOE_OK)
+                    e = std::string("rank 3's orderly leave gave ") + incmoe_strerror(left);
+                return e;
+            }
+            if (!await_at_least(&board->killed, 1))
+                st = INCMOE_ERR_TIMEOUT;
+            else if ((st = incmoe_barrier(comm, &req)) == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            std::string reason = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st == INCMOE_OK || reason.find("rank 3 left") == std::string::npos)
+                return std::string("a barrier rank 3 never posts gave ") + incmoe_strerror(st) +
+                       " '" + reason + "'";
+            return "";
+        },
+        30);
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
 /* The join timeout of a job the tree refuses: its ranks hear the refusal, not the timeout. */
 const int kRefusedJoinMs = 4000;
 
@@ -1627,6 +2179,172 @@ TEST(TreeFaults, LeafServesNewJobsAfterItsRootRestarts)
     }
     expect_serves(tree, parent, 1);
     tree_stop(&tree);
+}
+
+/* ------------------------------------------------------------------------ */
+/* a switch port that breaks the protocol                                    */
+
+/* A fake child switch beneath the root covering ranks 2 and 3 of a four-rank job: it joins with
+   a TREE_JOIN and then says what its misbehave function has it say. */
+struct FakeChild {
+    RawClient raw;
+    uint64_t job;
+
+    bool join(const std::string &root_addr)
+    {
+        if (!raw.connect(root_addr))
+            return false;
+        inc_wire_tree_join tj = {};
+        tj.nranks = 4;
+        tj.count = 2;
+        tj.timeout_ms = 10000;
+        memcpy(tj.token, raw.token_, sizeof(tj.token));
+        std::string payload((const char *)&tj, sizeof(tj));
+        for (uint32_t r : {2u, 3u}) {
+            uint32_t rec[2] = {r, 0};
+            payload.append((const char *)rec, sizeof(rec));
+        }
+        inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_TREE_JOIN, job);
+        h.rank = 2;
+        h.length = payload.size();
+        raw.send(h, payload.data(), payload.size());
+        return raw.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000);
+    }
+    /* A dispatch header of epoch 1 from this port, hdr.rank its key. */
+    inc_wire_hdr header(inc_wire_msg_t msg, size_t length)
+    {
+        inc_wire_hdr h;
+        inc_wire_hdr_init(&h, msg, job);
+        h.rank = 2;
+        h.stream = INCMOE_STREAM_DISPATCH;
+        h.epoch = 1;
+        h.length = length;
+        return h;
+    }
+    /* Rank r's dispatch POST, relayed: one row of 16 bytes for ranks 0 and 1. */
+    void post(uint32_t r)
+    {
+        inc_wire_dc_post p = {};
+        p.rows = 1;
+        p.row_bytes = 16;
+        p.capacity = 10;
+        p.nranks = 4;
+        uint32_t count[4] = {1, 1, 0, 0};
+        std::string payload((const char *)&p, sizeof(p));
+        payload.append((const char *)count, sizeof(count));
+        inc_wire_hdr h = header(WIRE_MSG_POST, payload.size());
+        h.rank = r;
+        h.total = 1;
+        h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
+                                   std::vector<uint64_t>(4, 0).data(), 4);
+        raw.send(h, payload.data(), payload.size());
+    }
+    /* Rank 2's chunk 0: its set (ranks 0 and 1), then rows_out rows. */
+    void chunk(size_t rows_out)
+    {
+        uint64_t set = 0x3;
+        std::string payload((const char *)&set, sizeof(set));
+        payload.append(16 * rows_out, 'r');
+        inc_wire_hdr h = header(WIRE_MSG_DATA, payload.size());
+        h.root = 2;
+        h.total = 1;
+        raw.send(h, payload.data(), payload.size());
+    }
+};
+
+/* Ranks 0 and 1 on the root dispatch a row to every rank next to a fake child switch covering
+   ranks 2 and 3, which misbehaves once it has the real ranks' POSTs: both real ranks fail with
+   a reason that names what the switch port did, and the root serves the next job. */
+void expect_switch_port_breaks_dispatch(const harness::SwitchProc &root, const std::string &what,
+                                        const std::function<void(FakeChild &)> &misbehave)
+{
+    const unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        3,
+        [&](int proc) -> std::string {
+            if (proc == 2) {
+                FakeChild child;
+                child.job = job;
+                if (!child.join(root.addr))
+                    return "the fake child switch got no JOIN_ACK";
+                if (!child.raw.wait_for(WIRE_MSG_POST, nullptr, 5000))
+                    return "the root relayed no POST to the fake child switch";
+                child.raw.progress(200); /* the other real rank's POST too */
+                misbehave(child);
+                if (!child.raw.wait_for(WIRE_MSG_ERROR, nullptr, 5000))
+                    return "the fake child switch got no ERROR";
+                return "";
+            }
+            incmoe_comm_params_t p = {};
+            p.switch_addr = root.addr.c_str();
+            p.job_id = job;
+            p.rank = proc;
+            p.nranks = 4;
+            incmoe_comm_t *comm;
+            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            if (st != INCMOE_OK)
+                return std::string("comm_create: ") + incmoe_strerror(st);
+            std::vector<unsigned char> rows(16, 'x'), recv(16 * 10);
+            uint64_t set = 0xf;
+            incmoe_mr_t *ms, *mr;
+            incmoe_req_t req;
+            st = incmoe_mem_register(comm, rows.data(), rows.size(), &ms);
+            if (st == INCMOE_OK)
+                st = incmoe_mem_register(comm, recv.data(), recv.size(), &mr);
+            if (st == INCMOE_OK) {
+                incmoe_dispatch_params_t dp = {};
+                dp.send_mr = ms;
+                dp.nrows = 1;
+                dp.row_bytes = 16;
+                dp.sets = &set;
+                dp.recv_mr = mr;
+                dp.capacity = 10;
+                st = incmoe_dispatch(comm, &dp, &req);
+            }
+            if (st == INCMOE_OK)
+                st = incmoe_wait(comm, &req);
+            std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st == INCMOE_OK || text.find(what) == std::string::npos)
+                return std::string("got ") + incmoe_strerror(st) + " '" + text + "', want '" +
+                       what + "'";
+            return "";
+        },
+        30);
+    EXPECT_EQ(harness::failures(res), "") << what;
+    Tree one;
+    one.sw = {root};
+    expect_serves(one, {-1}, 0);
+}
+
+/* Each is a message a switch port may not send, or sends out of shape: the job fails at once
+   with a reason naming the port and what it did, and the switch lives on. */
+TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
+{
+    harness::SwitchProc root;
+    ASSERT_TRUE(harness::switch_start(&root, tree_args(kSmallChunk)));
+    expect_switch_port_breaks_dispatch(root, "switch port of rank 2 sent a message claiming",
+                                       [](FakeChild &c) { c.post(0); });
+    expect_switch_port_breaks_dispatch(root, "before the switch sent an OK plan",
+                                       [](FakeChild &c) { c.chunk(2); });
+    expect_switch_port_breaks_dispatch(root, "the switch port of rank 2's chunk 0",
+                                       [](FakeChild &c) {
+                                           c.post(2);
+                                           c.post(3);
+                                           c.raw.progress(200);
+                                           c.chunk(0); /* its row is for ranks 0, 1 */
+                                       });
+    expect_switch_port_breaks_dispatch(
+        root, "the switch port of rank 2 sent SMALL", [](FakeChild &c) {
+            std::string junk(64, '\0');
+            inc_wire_hdr h = c.header(WIRE_MSG_SMALL, junk.size());
+            h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
+                                       std::vector<uint64_t>(4, 0).data(), 4);
+            c.raw.send(h, junk.data(), junk.size());
+        });
+    int status = harness::switch_stop(&root);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the root did not exit cleanly";
 }
 
 } // namespace

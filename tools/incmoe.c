@@ -1,10 +1,13 @@
 /*
  * incmoe - the command-line front door.
  *
- *   incmoe demo [-N RANKS] [-s SIZES] [--switchd PATH]
+ *   incmoe demo [-N RANKS] [-s SIZES] [--leaves K] [--switchd PATH]
  *       Starts incmoe-switchd and RANKS local rank processes on loopback, runs
  *       a concurrent AllGather + ReduceScatter and an AllReduce on each size,
- *       checks every byte against a reference and prints a table.
+ *       checks every byte against a reference and prints a table.  With
+ *       --leaves, the switches are a tree: a root and K leaves (--parent),
+ *       the ranks spread over the leaves, and the demo prints which switch
+ *       serves which ranks.
  *   incmoe config
  *       Lists every INCMOE_* setting with its value and meaning.
  */
@@ -22,7 +25,8 @@
 #include <unistd.h>
 #include "base/clock.h"
 
-#define MAX_SIZES 32
+#define MAX_SIZES  32
+#define MAX_LEAVES 16
 
 static int cmd_config(void)
 {
@@ -240,12 +244,56 @@ typedef struct {
     const size_t *sizes;
     int nsizes;
     FILE *out[64];
+    const char *at[64]; /* the switch each rank joins: its leaf, or NULL for the one switch */
 } demo_t;
 
 static int demo_rank_main(int rank, int nranks, const char *addr, void *arg)
 {
     demo_t *d = arg;
+    if (d->at[rank] != NULL)
+        addr = d->at[rank];
     return demo_rank(addr, d->job, rank, nranks, d->sizes, d->nsizes, fileno(d->out[rank]));
+}
+
+/* The demo's switches: one, or a root and `leaves` leaves that join it (the ranks spread over
+   them in blocks, the first N % K leaves one more); d->at says where each rank goes.  0 when
+   all came up, else -1 with the started ones stopped. */
+static int demo_switches(const char *switchd, int nranks, int leaves, inc_launch_switch_t *sw,
+                         demo_t *d)
+{
+    if (inc_launch_switch_start(NULL, switchd, NULL, 20, &sw[0]) != 0) {
+        fprintf(stderr, "incmoe demo: could not start %s\n", switchd);
+        return -1;
+    }
+    if (leaves == 0) {
+        printf("incmoe demo: switch at %s, %d ranks, fp32 sum\n", sw[0].addr, nranks);
+        return 0;
+    }
+    printf("incmoe demo: a tree of switches, %d ranks, fp32 sum\n", nranks);
+    printf("  root   %-21s serves leaves 0..%d\n", sw[0].addr, leaves - 1);
+    const char *parent[] = {"--parent", sw[0].addr, NULL};
+    for (int l = 0, first = 0; l < leaves; l++) {
+        int count = nranks / leaves + (l < nranks % leaves);
+        if (inc_launch_switch_start(NULL, switchd, parent, 20, &sw[1 + l]) != 0) {
+            fprintf(stderr, "incmoe demo: could not start leaf %d (%s --parent %s)\n", l, switchd,
+                    sw[0].addr);
+            while (l >= 0)
+                inc_launch_switch_stop(&sw[l--], 5);
+            return -1;
+        }
+        for (int r = first; r < first + count; r++)
+            d->at[r] = sw[1 + l].addr;
+        printf("  leaf %d %-21s serves ranks %d..%d\n", l, sw[1 + l].addr, first,
+               first + count - 1);
+        first += count;
+    }
+    return 0;
+}
+
+static void demo_switches_stop(inc_launch_switch_t *sw, int leaves)
+{
+    for (int l = leaves; l >= 0; l--)
+        inc_launch_switch_stop(&sw[l], 5);
 }
 
 /* One output file per rank, read after the ranks ended; -1 when one could not be made. */
@@ -304,13 +352,11 @@ static int demo_report(int nranks, demo_t *d)
 static int cmd_demo(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"ranks", required_argument, NULL, 'N'},
-        {"sizes", required_argument, NULL, 's'},
-        {"switchd", required_argument, NULL, 'S'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"ranks", required_argument, NULL, 'N'},   {"sizes", required_argument, NULL, 's'},
+        {"switchd", required_argument, NULL, 'S'}, {"leaves", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    int nranks = 4, nsizes;
+    int nranks = 4, nsizes, leaves = 0;
     long long v;
     size_t sizes[MAX_SIZES];
     const char *switchd = NULL;
@@ -331,41 +377,51 @@ static int cmd_demo(int argc, char **argv)
         case 'S':
             switchd = optarg;
             break;
+        case 'L':
+            if (inc_parse_arg("incmoe demo", "--leaves", optarg, 1, MAX_LEAVES, 0, &v) != 0)
+                return 2;
+            leaves = (int)v;
+            break;
         case 'h':
-            printf(
-                "usage: incmoe demo [-N RANKS (4)] [-s SIZES (4K,256K,4M,32M)] [--switchd PATH]\n"
-                "RANKS is 1..64; SIZE, 1..1T, is the whole gathered buffer, as in the paper's "
-                "S.\n");
+            printf("usage: incmoe demo [-N RANKS (4)] [-s SIZES (4K,256K,4M,32M)] [--leaves K]\n"
+                   "                   [--switchd PATH]\n"
+                   "RANKS is 1..64; SIZE, 1..1T, is the whole gathered buffer, as in the paper's "
+                   "S.\n"
+                   "--leaves K (1..%d, at most RANKS): a tree of switches, a root and K leaves\n"
+                   "that join it with --parent, the ranks spread over the leaves.\n",
+                   MAX_LEAVES);
             return 0;
         default:
             return 2;
         }
+    }
+    if (leaves > nranks) {
+        fprintf(stderr, "incmoe demo: --leaves %d is more than the %d ranks\n", leaves, nranks);
+        return 2;
     }
     char why[1024];
     if (switchd == NULL && (switchd = inc_switchd_find(why, sizeof(why))) == NULL) {
         fprintf(stderr, "incmoe demo: %s, or pass --switchd PATH\n", why);
         return 1;
     }
-    inc_launch_switch_t sw;
-    if (inc_launch_switch_start(NULL, switchd, NULL, 20, &sw) != 0) {
-        fprintf(stderr, "incmoe demo: could not start %s\n", switchd);
-        return 1;
-    }
-    printf("incmoe demo: switch at %s, %d ranks, fp32 sum\n", sw.addr, nranks);
+    inc_launch_switch_t sw[1 + MAX_LEAVES];
     demo_t d = {
         .job = ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL), .sizes = sizes, .nsizes = nsizes};
+    if (demo_switches(switchd, nranks, leaves, sw, &d) != 0)
+        return 1;
     if (demo_open_outputs(nranks, &d) != 0) {
-        inc_launch_switch_stop(&sw, 5);
+        demo_switches_stop(sw, leaves);
         return 1;
     }
     inc_launch_params_t p = {.nranks = nranks,
                              .fn = demo_rank_main,
                              .arg = &d,
-                             .switch_addr = sw.addr,
+                             .switch_addr = sw[0].addr,
                              .prog = "incmoe demo"};
     inc_launch_result_t res;
-    int rc = inc_launch_ranks(&p, &sw, NULL, &res) != 0;
-    inc_launch_switch_stop(&sw, 5);
+    /* Watched: the root (the one switch); a leaf's end fails its ranks, which is reported. */
+    int rc = inc_launch_ranks(&p, &sw[0], NULL, &res) != 0;
+    demo_switches_stop(sw, leaves);
     rc |= demo_report(nranks, &d);
     printf("incmoe demo: %s\n", rc == 0 ? "all results correct" : "FAILED");
     return rc;
@@ -378,7 +434,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "config") == 0)
         return cmd_config();
     fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-            "usage: incmoe demo [-N RANKS] [-s SIZES] [--switchd PATH]\n"
+            "usage: incmoe demo [-N RANKS] [-s SIZES] [--leaves K] [--switchd PATH]\n"
             "       incmoe config      list the INCMOE_* settings\n");
     return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }
