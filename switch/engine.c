@@ -229,7 +229,10 @@ static void item_forward(engine_t *eng, item_t *it, const void *payload)
             struct inc_wire_hdr up = h;
             up.msg = WIRE_MSG_DATA;
             up.rank = (uint32_t)job->up_rank;
-            tree_send_up(&eng->members, job, &it->ci, cls, &up, payload, NULL);
+            /* One class up: a ReduceScatter's partials ahead of the AllGather's blocks would
+               hold the blocks back until the partials are all up, and leave the links down
+               idle meanwhile (the parent multicasts blocks down only as they come up). */
+            tree_send_up(&eng->members, job, &it->ci, EGRESS_FORWARD, &up, payload, NULL);
             continue;
         }
         h.rank = (uint32_t)p;
