@@ -139,6 +139,7 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
     if (conn->role == CONN_PARENT) { /* up the tree: what a rank sends, for the ranks beneath */
         CHECK(hdr->msg == WIRE_MSG_TREE_JOIN || hdr->msg == WIRE_MSG_TREE_POST ||
                   hdr->msg == WIRE_MSG_DATA || hdr->msg == WIRE_MSG_SMALL ||
+                  (hdr->msg == WIRE_MSG_POST && inc_wire_is_dc(hdr->stream)) ||
                   hdr->msg == WIRE_MSG_ERROR || hdr->msg == WIRE_MSG_HEARTBEAT ||
                   hdr->msg == WIRE_MSG_LEAVE,
               "the switch sent its parent %s", inc_wire_msg_name(hdr->msg));
@@ -154,7 +155,10 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
               hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_FWD ||
               hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
               hdr->msg == WIRE_MSG_SMALL_FWD || hdr->msg == WIRE_MSG_PLAN ||
-              (hdr->msg == WIRE_MSG_TREE_POST && conn->role == CONN_CHILD),
+              (conn->role == CONN_CHILD &&
+               (hdr->msg == WIRE_MSG_TREE_POST ||
+                /* a rank's dispatch or combine POST, relayed to every other switch port */
+                (hdr->msg == WIRE_MSG_POST && inc_wire_is_dc(hdr->stream)))),
           "the switch sent %s, which it never sends", inc_wire_msg_name(hdr->msg));
     CHECK(length == 0 || payload != NULL, "%s of %zu bytes without a payload",
           inc_wire_msg_name(hdr->msg), length);
@@ -267,7 +271,8 @@ static void tx_send_built(void *server, conn_t *conn, egress_class_t cls,
     (void)server;
     CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_built in class %d", (int)cls);
     CHECK(hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_SMALL_FWD ||
-              (hdr->msg == WIRE_MSG_SMALL && conn->role == CONN_PARENT),
+              ((hdr->msg == WIRE_MSG_SMALL || hdr->msg == WIRE_MSG_DATA) &&
+               conn->role == CONN_PARENT),
           "send_built of %s", inc_wire_msg_name(hdr->msg));
     if (conn == NULL || conn->closed) {
         if (cb != NULL)
