@@ -1808,6 +1808,82 @@ TEST(TreeDc, ChunksThroughLinksThatFillKeepTheirOrder)
     tree_stop(&tree);
 }
 
+/*
+ * Rank 3 of a job on two leaves is killed in the middle of a dispatch of 4 KiB rows to every
+ * rank through links that fill (8 KiB UCX TCP buffers, so UCX holds sends on every link when it
+ * dies), in each of `rounds` jobs: ranks 0..2 fail with a reason, and every switch then serves a
+ * new job and exits cleanly (tree_stop).
+ */
+void expect_serves(const Tree &tree, const std::vector<int> &parent, int leaf);
+
+void dc_rank_killed_mid_dispatch(int rounds)
+{
+    const Topology topo = two_leaves_of_two();
+    const uint64_t chunk = 64 * 1024;
+    setenv("UCX_TCP_SNDBUF", "8k", 1); /* the switches and the ranks inherit them */
+    setenv("UCX_TCP_RCVBUF", "8k", 1);
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk)));
+    for (int round = 0; round < rounds; round++) {
+        const unsigned long long job = harness::unique_job_id();
+        auto rank_main = [&](int me) -> std::string {
+            const size_t rows = 400, rb = 4096, n = topo.at.size();
+            std::vector<unsigned char> send(rows * rb, (unsigned char)(me + 1));
+            std::vector<unsigned char> recv(rows * rb * n, kCanary);
+            std::vector<uint64_t> sets(rows, (1ull << n) - 1);
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create_on(tree, topo, job, me, kJobTimeoutMs, &comm);
+            if (st != INCMOE_OK)
+                return std::string("comm_create: ") + incmoe_strerror(st);
+            Rank r = {comm, me, (int)n, nullptr, chunk, nullptr};
+            incmoe_mr_t *ms, *mr;
+            incmoe_req_t req;
+            CHECK_OK(incmoe_mem_register(comm, send.data(), send.size(), &ms));
+            CHECK_OK(incmoe_mem_register(comm, recv.data(), recv.size(), &mr));
+            incmoe_dispatch_params_t dp = {};
+            dp.send_mr = ms;
+            dp.nrows = rows;
+            dp.row_bytes = rb;
+            dp.sets = sets.data();
+            dp.recv_mr = mr;
+            dp.capacity = rows * n;
+            CHECK_OK(incmoe_dispatch(comm, &dp, &req));
+            if (me == 3) {
+                /* The plan takes milliseconds on loopback, the rows seconds through these
+                   buffers. */
+                usleep(300 * 1000);
+                kill(getpid(), SIGKILL);
+            }
+            st = incmoe_wait(comm, &req);
+            const std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st == INCMOE_OK)
+                return "the dispatch succeeded although rank 3 was killed in it";
+            if (text.empty())
+                return std::string("the dispatch failed (") + incmoe_strerror(st) +
+                       ") with no reason";
+            return "";
+        };
+        auto res = harness::run_ranks((int)topo.at.size(), rank_main, 60);
+        res.pop_back(); /* rank 3's: killed */
+        EXPECT_EQ(harness::failures(res), "") << "round " << round;
+    }
+    unsetenv("UCX_TCP_SNDBUF");
+    unsetenv("UCX_TCP_RCVBUF");
+    for (int s = 0; s < (int)tree.sw.size(); s++)
+        expect_serves(tree, topo.parent, s);
+    tree_stop(&tree);
+}
+
+/* UCX 1.13's TCP completed a zero-copy send twice when its endpoint failed, and started one on
+   an endpoint whose socket was gone, aborting the switches and ranks of a tree job that failed
+   on the testbed (base/ucx_util.c, config_tcp).  Before that fix this failed in about one round
+   of three. */
+TEST(TreeDc, ARankKilledMidDispatchFailsTheOthersAndNoSwitchAborts)
+{
+    dc_rank_killed_mid_dispatch(3);
+}
+
 /* ------------------------------------------------------------------------ */
 /* faults                                                                    */
 
