@@ -163,6 +163,13 @@ static void config_served(ucp_config_t *config, const struct sockaddr *served)
  *     ucp_ep_create by default, so an address naming a host that does not answer holds the
  *     caller (the switch's event loop, NCCL's proxy thread) for the kernel's SYN timeout, and
  *     a connect that fails at once leaves its socket open until the worker goes.
+ * and UCP's ZCOPY_THRESH inf (unless UCX_ZCOPY_THRESH is set): eager messages are copied, never
+ * sent zero-copy.  1.13's TCP transport completes a zero-copy send still in its socket a second
+ * time when the endpoint fails or is closed (`uct_iface.h:884 Assertion 'comp->count > 0' failed
+ * ... status=-80`: both leaves and three ranks of a tree job that failed on the testbed
+ * aborted), and starts one on an endpoint whose socket is gone (`tcp_ep.c:908 Assertion
+ * 'ep->fd != -1'`); with copied sends the same failures abort nowhere (RELIABILITY.md,
+ * "Dispatch and combine over a tree on the testbed").
  * ucp_config_modify reaches a transport's setting on this context alone: 1.13 takes the name
  * without the transport's prefix ("MAX_POLL"; "TCP_MAX_POLL" it keeps and never applies), 1.22
  * only the prefixed one, refusing the other.  A context without TCP would warn that the key
@@ -197,6 +204,11 @@ static void config_tcp(ucp_config_t *config)
             st = ucp_config_modify(config, prefixed, tcp_settings[i].value);
         if (st != UCS_OK)
             log_warn("ucx", "%s=%s refused: %s", env, tcp_settings[i].value, ucs_status_string(st));
+    }
+    if (getenv("UCX_ZCOPY_THRESH") == NULL) {
+        ucs_status_t st = ucp_config_modify(config, "ZCOPY_THRESH", "inf");
+        if (st != UCS_OK)
+            log_warn("ucx", "UCX_ZCOPY_THRESH=inf refused: %s", ucs_status_string(st));
     }
 }
 

@@ -46,6 +46,11 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header, s
     }
     int common = h.msg == WIRE_MSG_JOIN_ACK || h.msg == WIRE_MSG_ERROR ||
                  h.msg == WIRE_MSG_HEARTBEAT || h.msg == WIRE_MSG_DONE;
+    /* Once the communicator failed, every collective of it failed: their callers may have
+       freed the buffers it would land in, and the switch's data already on its way (UCX may even
+       deliver it after the ERROR) is dropped, never written. */
+    if (!common && atomic_load(&comm->error) != 0)
+        return UCS_OK;
     if (!common) /* the algorithm's own, rendezvous data included */
         return comm->algo != NULL ? comm->ops->on_message(comm, &h, data, length, param)
                                   : UCS_OK; /* closing: the algorithm is gone */

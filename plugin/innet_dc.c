@@ -516,7 +516,7 @@ static void fwd_recv_cb(void *request, ucs_status_t status, size_t length, void 
         if (status != UCS_OK)
             client_fail(rc->comm, inc_ucx_status(status), "receiving a result failed: %s",
                         ucs_status_string(status));
-        else
+        else if (atomic_load(&rc->comm->error) == 0) /* else failed: see client_on_message */
             fwd_land(rc->comm, rc->op, &rc->h, rc->rows, rc->buf);
     }
     free(rc->buf);

@@ -55,6 +55,7 @@ typedef struct conn {
        at once, so a result is never stuck behind megabytes of multicast copies. */
     struct queued_send *queue_head[EGRESS_CLASSES], *queue_tail[EGRESS_CLASSES];
     size_t egress_inflight;
+    int ucx_sends; /* handed to UCX, not completed: data waits for 0 toward a switch (server.c) */
 } conn_t;
 
 /* A send completed (status UCS_OK or an error). */

@@ -1779,6 +1779,111 @@ TEST(TreeDc, RendezvousChunksLandingOutOfOrderStayExact)
     dc_many_chunks(true);
 }
 
+/*
+ * Chunks of many KiB up and down links whose sockets fill (UCX's TCP buffers at 8 KiB, so
+ * messages wait in UCX for room): UCX 1.13 delivers two eager messages it holds at once on one
+ * endpoint out of the order they were sent in (the testbed's 2 x 4 dispatch at 100 Mbit/s failed
+ * so), and a switch takes a root's chunks from a switch port only in chunk order.  Every
+ * dispatch and combine is still exact.
+ */
+TEST(TreeDc, ChunksThroughLinksThatFillKeepTheirOrder)
+{
+    const Topology topo = two_leaves_of_two();
+    const uint64_t chunk = 64 * 1024;
+    setenv("UCX_TCP_SNDBUF", "8k", 1); /* the switches and the ranks inherit them */
+    setenv("UCX_TCP_RCVBUF", "8k", 1);
+    Tree tree;
+    /* A slow machine takes seconds between one rank's dispatch and another's combine here. */
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, {"--progress-timeout-ms", "60000"})));
+    auto res = run_job(tree, topo, chunk, [](Rank &r) -> std::string {
+        std::vector<DcCase> cases;
+        uint64_t seed = 900;
+        for (DcSets sh : {DC_REMOTE, DC_MIXED})
+            cases.push_back(dc_case(*r.order, dc_rows(r.n, 600, true), 1024, sh, seed++));
+        return dc_rounds<F32>(r, cases, 256, INCMOE_SUM);
+    });
+    unsetenv("UCX_TCP_SNDBUF");
+    unsetenv("UCX_TCP_RCVBUF");
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+/*
+ * Rank 3 of a job on two leaves is killed in the middle of a dispatch of 4 KiB rows to every
+ * rank through links that fill (8 KiB UCX TCP buffers, so UCX holds sends on every link when it
+ * dies), in each of `rounds` jobs: ranks 0..2 fail with a reason, and every switch then serves a
+ * new job and exits cleanly (tree_stop).
+ */
+void expect_serves(const Tree &tree, const std::vector<int> &parent, int leaf);
+
+void dc_rank_killed_mid_dispatch(int rounds)
+{
+    const Topology topo = two_leaves_of_two();
+    const uint64_t chunk = 64 * 1024;
+    setenv("UCX_TCP_SNDBUF", "8k", 1); /* the switches and the ranks inherit them */
+    setenv("UCX_TCP_RCVBUF", "8k", 1);
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk)));
+    for (int round = 0; round < rounds; round++) {
+        const unsigned long long job = harness::unique_job_id();
+        auto rank_main = [&](int me) -> std::string {
+            const size_t rows = 400, rb = 4096, n = topo.at.size();
+            std::vector<unsigned char> send(rows * rb, (unsigned char)(me + 1));
+            std::vector<unsigned char> recv(rows * rb * n, kCanary);
+            std::vector<uint64_t> sets(rows, (1ull << n) - 1);
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create_on(tree, topo, job, me, kJobTimeoutMs, &comm);
+            if (st != INCMOE_OK)
+                return std::string("comm_create: ") + incmoe_strerror(st);
+            Rank r = {comm, me, (int)n, nullptr, chunk, nullptr};
+            incmoe_mr_t *ms, *mr;
+            incmoe_req_t req;
+            CHECK_OK(incmoe_mem_register(comm, send.data(), send.size(), &ms));
+            CHECK_OK(incmoe_mem_register(comm, recv.data(), recv.size(), &mr));
+            incmoe_dispatch_params_t dp = {};
+            dp.send_mr = ms;
+            dp.nrows = rows;
+            dp.row_bytes = rb;
+            dp.sets = sets.data();
+            dp.recv_mr = mr;
+            dp.capacity = rows * n;
+            CHECK_OK(incmoe_dispatch(comm, &dp, &req));
+            if (me == 3) {
+                /* The plan takes milliseconds on loopback, the rows seconds through these
+                   buffers. */
+                usleep(300 * 1000);
+                kill(getpid(), SIGKILL);
+            }
+            st = incmoe_wait(comm, &req);
+            const std::string text = comm_text(comm);
+            incmoe_comm_destroy(comm);
+            if (st == INCMOE_OK)
+                return "the dispatch succeeded although rank 3 was killed in it";
+            if (text.empty())
+                return std::string("the dispatch failed (") + incmoe_strerror(st) +
+                       ") with no reason";
+            return "";
+        };
+        auto res = harness::run_ranks((int)topo.at.size(), rank_main, 60);
+        res.pop_back(); /* rank 3's: killed */
+        EXPECT_EQ(harness::failures(res), "") << "round " << round;
+    }
+    unsetenv("UCX_TCP_SNDBUF");
+    unsetenv("UCX_TCP_RCVBUF");
+    for (int s = 0; s < (int)tree.sw.size(); s++)
+        expect_serves(tree, topo.parent, s);
+    tree_stop(&tree);
+}
+
+/* UCX 1.13's TCP completed a zero-copy send twice when its endpoint failed, and started one on
+   an endpoint whose socket was gone, aborting the switches and ranks of a tree job that failed
+   on the testbed (base/ucx_util.c, config_tcp).  Before that fix this failed in about one round
+   of three. */
+TEST(TreeDc, ARankKilledMidDispatchFailsTheOthersAndNoSwitchAborts)
+{
+    dc_rank_killed_mid_dispatch(3);
+}
+
 /* ------------------------------------------------------------------------ */
 /* faults                                                                    */
 
@@ -2316,6 +2421,146 @@ void expect_switch_port_breaks_dispatch(const harness::SwitchProc &root, const s
     Tree one;
     one.sw = {root};
     expect_serves(one, {-1}, 0);
+}
+
+const uint64_t kFloodChunk = 64 * 1024, kFloodRowBytes = 4096, kFloodChunks = 40;
+
+uint64_t flood_rows_per_chunk()
+{
+    return inc_wire_dc_rows_per_chunk(kFloodRowBytes, 4, kFloodChunk);
+}
+
+/* The fake child posts for rank 2 (kFloodChunks chunks of rows for ranks 0 and 1) and rank 3
+   (no row), sends all but rank 2's last chunk at once, then fails the job. */
+std::string fake_child_floods_then_fails(FakeChild &child)
+{
+    const uint64_t per = flood_rows_per_chunk(), rows = per * kFloodChunks;
+    for (uint32_t r : {2u, 3u}) {
+        inc_wire_dc_post p = {};
+        p.rows = r == 2 ? rows : 0;
+        p.row_bytes = kFloodRowBytes;
+        p.nranks = 4;
+        uint32_t count[4] = {(uint32_t)p.rows, (uint32_t)p.rows, 0, 0};
+        std::string payload((const char *)&p, sizeof(p));
+        payload.append((const char *)count, sizeof(count));
+        inc_wire_hdr h = child.header(WIRE_MSG_POST, payload.size());
+        h.rank = r;
+        h.total = p.rows;
+        h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
+                                   std::vector<uint64_t>(4, 0).data(), 4);
+        child.raw.send(h, payload.data(), payload.size());
+    }
+    if (!child.raw.wait_for(WIRE_MSG_POST, nullptr, 5000))
+        return "the root relayed no POST to the fake child switch";
+    child.raw.progress(200); /* the other real rank's POST too */
+    for (uint64_t c = 0; c + 1 < kFloodChunks; c++) {
+        std::string payload;
+        for (uint64_t j = 0; j < per; j++)
+            payload.append("\x03\0\0\0\0\0\0\0", 8); /* set: ranks 0, 1 */
+        payload.append(per * kFloodRowBytes, 'r');
+        inc_wire_hdr h = child.header(WIRE_MSG_DATA, payload.size());
+        h.root = 2;
+        h.chunk = (uint32_t)c;
+        h.offset = c * per;
+        h.total = rows;
+        child.raw.send(h, payload.data(), payload.size());
+    }
+    const std::string why = "the fake child gives up";
+    inc_wire_hdr h;
+    inc_wire_hdr_init(&h, WIRE_MSG_ERROR, child.job);
+    h.status = INCMOE_ERR_PEER_FAILED;
+    h.rank = 2;
+    h.length = why.size();
+    child.raw.send(h, why.data(), why.size());
+    child.raw.progress(1000);
+    return "";
+}
+
+/* Real rank `proc` (0 or 1) of the flood's job dispatches one row to ranks 0 and 1, sees the
+   dispatch fail with the fake child's reason, and checks that nothing of its receive buffer
+   changed from then to the end of incmoe_comm_destroy. */
+std::string rank_sees_no_rows_after_failing(const std::string &root, unsigned long long job,
+                                            int proc)
+{
+    const uint64_t rows = flood_rows_per_chunk() * kFloodChunks + 2;
+    std::vector<unsigned char> row(kFloodRowBytes, (unsigned char)('a' + proc));
+    std::vector<unsigned char> recv(rows * kFloodRowBytes, kCanary);
+    uint64_t set = 0x3;
+    incmoe_comm_params_t p = {};
+    p.switch_addr = root.c_str();
+    p.job_id = job;
+    p.rank = proc;
+    p.nranks = 4;
+    incmoe_comm_t *comm;
+    incmoe_status_t st = incmoe_comm_create(&p, &comm);
+    if (st != INCMOE_OK)
+        return std::string("comm_create: ") + incmoe_strerror(st);
+    incmoe_mr_t *ms, *mr;
+    incmoe_req_t req;
+    st = incmoe_mem_register(comm, row.data(), row.size(), &ms);
+    if (st == INCMOE_OK)
+        st = incmoe_mem_register(comm, recv.data(), recv.size(), &mr);
+    if (st == INCMOE_OK) {
+        incmoe_dispatch_params_t dp = {};
+        dp.send_mr = ms;
+        dp.nrows = 1;
+        dp.row_bytes = kFloodRowBytes;
+        dp.sets = &set;
+        dp.recv_mr = mr;
+        dp.capacity = rows;
+        st = incmoe_dispatch(comm, &dp, &req);
+    }
+    if (st == INCMOE_OK)
+        st = incmoe_wait(comm, &req);
+    const std::vector<unsigned char> failed_with(recv);
+    const std::string text = comm_text(comm);
+    usleep(300 * 1000); /* what the root queued toward this rank keeps coming */
+    incmoe_comm_destroy(comm);
+    if (st == INCMOE_OK || text.find("the fake child gives up") == std::string::npos)
+        return std::string("got ") + incmoe_strerror(st) + " '" + text +
+               "', want the fake child's reason";
+    size_t changed = 0;
+    for (size_t b = 0; b < recv.size(); b++)
+        changed += recv[b] != failed_with[b];
+    if (changed > 0)
+        return std::to_string(changed) +
+               " bytes of the receive buffer were written after the dispatch failed";
+    return "";
+}
+
+/*
+ * Ranks 0 and 1 on the root dispatch with a fake child switch covering ranks 2 and 3, which
+ * sends all but the last chunk of rank 2's rows of 4 KiB for ranks 0 and 1 at once, then an
+ * ERROR: the root fails the job while its queues toward ranks 0 and 1 still hold many of those
+ * rows (8 KiB UCX TCP buffers), and they keep coming after the ERROR.  Neither rank's receive
+ * buffer changes from the moment its dispatch failed to the end of incmoe_comm_destroy: a
+ * caller may free it then (incmoe-perf does; on the testbed such rows landed in freed memory,
+ * a segfault in a UCX handler during incmoe_comm_destroy).
+ */
+TEST(TreeDc, RowsComingAfterADispatchFailedAreNeverWritten)
+{
+    setenv("UCX_TCP_SNDBUF", "8k", 1); /* the switch and the ranks inherit them */
+    setenv("UCX_TCP_RCVBUF", "8k", 1);
+    harness::SwitchProc root;
+    ASSERT_TRUE(harness::switch_start(&root, tree_args(kFloodChunk)));
+    const unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        3,
+        [&](int proc) -> std::string {
+            if (proc < 2)
+                return rank_sees_no_rows_after_failing(root.addr, job, proc);
+            FakeChild child;
+            child.job = job;
+            if (!child.join(root.addr))
+                return "the fake child switch got no JOIN_ACK";
+            return fake_child_floods_then_fails(child);
+        },
+        60);
+    unsetenv("UCX_TCP_SNDBUF");
+    unsetenv("UCX_TCP_RCVBUF");
+    EXPECT_EQ(harness::failures(res), "");
+    int status = harness::switch_stop(&root);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the root did not exit cleanly";
 }
 
 /* Each is a message a switch port may not send, or sends out of shape: the job fails at once
