@@ -3,11 +3,12 @@
  *
  * What it drives (the product's own code, compiled with the sanitizers):
  * switch/demux.c (header check, JOIN-first rule), membership.c (join,
- * authentication, admission, failure, retirement), engine.c (POST, DATA,
- * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD), dc.c,
- * dc_dispatch.c and dc_combine.c (dispatch and combine: POST with its plan,
- * PLAN, SMALL pieces, the filtered multicast, the masked reduction),
- * coll_item.c (their items' lifetime) and the base library under them.  Each
+ * authentication, admission, failure, retirement), engine.c (the router and
+ * its forms table), chunked.c (POST, DATA, reductions, FWD, CREDIT, DONE),
+ * small.c (SMALL, SMALL_FWD), dc_form.c, dc_item.c, dc_dispatch.c and
+ * dc_combine.c (dispatch and combine: POST with its plan, PLAN, SMALL pieces,
+ * the filtered multicast, the masked reduction), coll_item.c (their items'
+ * lifetime) and the base library under them.  Each
  * message goes to switch_demux() exactly as server.c's UCX receive
  * callback hands it over once it has found the connection.
  *

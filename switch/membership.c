@@ -102,7 +102,7 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
 }
 
 /*
- * What dispatch and combine add to a job that uses them (dc.c): per stream, N ranks x
+ * What dispatch and combine add to a job that uses them (dc_form.c): per stream, N ranks x
  * credits of contributions of at most a chunk each (a DATA, or a SMALL's pieces, whose plan
  * fields count with the plans below); combine results, one per item of at most a chunk, and each
  * item holds its owner's set chunk, so at most N x credits of them; and the plans of the open
@@ -699,7 +699,7 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
     /* A child speaks for its port (its key, once the job formed), but relays the dispatch and
-       combine POSTs of the ranks it covers as theirs (dc.c), names the rank at fault in an
+       combine POSTs of the ranks it covers as theirs (dc_form.c), names the rank at fault in an
        ERROR as a switch does, and no rank in a HEARTBEAT or LEAVE; the parent speaks for all but
        this switch's ranks. */
     int rank_checked = conn->role == CONN_RANK || (conn->role == CONN_CHILD && job->rep != NULL);

@@ -12,7 +12,7 @@
  * the jobs apart at the parent exactly as ranks are: isolation, memory
  * admission and timeouts hold at every level.
  *
- * The collectives run on ports (engine.c, small.c).  What only a tree adds:
+ * The collectives run on ports (chunked.c, small.c, dc_form.c).  What only a tree adds:
  * sends up take the parent's credits (a DATA or SMALL waits in order while
  * none is left, holding its item), and every switch sees every rank's POST
  * through the TREE_POSTs relayed across each link once the far side posted.
@@ -258,12 +258,7 @@ void tree_relay_posts(membership_t *m, job_t *job, coll_t *c)
             if (job->rep[r] != p)
                 bytes[r] = c->bytes[r];
         struct inc_wire_hdr h;
-        inc_wire_hdr_init(&h, WIRE_MSG_TREE_POST, job->id);
-        h.stream = (uint8_t)c->stream;
-        h.epoch = c->epoch;
-        h.sig = c->sig;
-        h.dtype = (uint8_t)c->dtype;
-        h.redop = (uint8_t)c->redop;
+        coll_hdr_init(&h, WIRE_MSG_TREE_POST, job, c);
         h.rank = (uint32_t)(to == job->parent ? job->up_rank : p);
         h.length = len;
         m->tx.ops->send(m->tx.server, to, &h, bytes, len, free_payload_cb, bytes);

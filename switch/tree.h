@@ -3,7 +3,7 @@
  * link to the parent of each job, the TREE_JOIN that registers the ranks
  * beneath this switch and the JOIN_ACK that comes back, the credits of the
  * sends up, and the TREE_POST that tells a switch port everything on this
- * side posted.  The collectives themselves run on ports (engine.c, small.c):
+ * side posted.  The collectives themselves run on ports (coll_form.h):
  * this file is what only a tree has.
  */
 #ifndef INCMOE_SWITCH_TREE_H
