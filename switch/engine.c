@@ -20,15 +20,17 @@
 #include "dc_form.h"
 #include "small.h"
 #include "tree.h"
+#include "tree_join.h"
 #include "base/clock.h"
 
 #include <stddef.h>
 #include <string.h>
 
-/* Membership retires a job: its collectives go. */
+/* Membership retires a job (its hook): what it holds of collectives goes. */
 static void drop_collectives(void *engine, job_t *job)
 {
     (void)engine;
+    tree_drop_up_queue(job); /* what waits for the parent's credits never goes */
     coll_drop_job(job);
 }
 

@@ -71,10 +71,12 @@ void membership_init(membership_t *m, const switch_settings_t *set, switch_stats
                      switch_tx_t tx, void (*drop_collectives)(void *engine, job_t *job),
                      void *engine);
 
-/* A JOIN from a new connection (its bootstrap session checked by the server): admitted, and the job
-   formed once all N are in; anything wrong refuses the connection. */
-void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
-                 size_t length);
+/* The job a JOIN (or TREE_JOIN) of hdr->rank names, admitted against --max-memory if it is new,
+   or NULL (the connection is refused). */
+job_t *member_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, uint32_t nranks);
+/* Refuse a connection that asked to join: an ERROR with the reason, counted and logged. */
+void member_refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t st,
+                   const char *text);
 /* May this member's message go on to the engine?  UCS_OK, or UCX's answer for it (the job
    has failed, or the message breaks the protocol and fails it now). */
 ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, int rndv);
@@ -85,10 +87,6 @@ void member_on_error(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h
                      size_t length);
 /* The member's connection is gone. */
 void member_conn_lost(membership_t *m, conn_t *conn, const char *why);
-/* A TREE_JOIN from a child switch: on a new connection (after member_join's bootstrap check) or
-   adding ranks on the child's connection while the job forms. */
-void member_tree_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
-                      const char *payload, size_t length);
 /* Liveness: JOIN and silence timeouts, heartbeats toward quiet connections. */
 void member_tick(membership_t *m, conn_t *conns);
 /* Fail every job (shutdown). */
