@@ -297,7 +297,7 @@ void member_refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t 
         m->tx.ops->drop(m->tx.server, conn);
 }
 
-static job_t *job_find(membership_t *m, uint64_t id)
+job_t *job_find(membership_t *m, uint64_t id)
 {
     for (job_t *j = m->jobs; j != NULL; j = j->next)
         if (j->id == id)

@@ -127,24 +127,60 @@ static void tree_join_send(membership_t *m, job_t *job, const int *ranks, int co
     m->tx.ops->send(m->tx.server, job->parent, &h, payload, len, free_payload_cb, payload);
 }
 
-/* Open the job's link to the parent if it has none, and register these ranks (joined here or
-   beneath) with a TREE_JOIN; a failure fails the job with the reason. */
+/* A link to the parent that job id asked for, while it waits (the job may fail, go, and its
+   id come back for a new job meanwhile: the serial tells them apart). */
+typedef struct {
+    membership_t *m;
+    uint64_t job, serial;
+} link_wait_t;
+
+/* The link is up, or failed: the ranks joined by now go up in one TREE_JOIN. */
+static void parent_linked(void *arg, conn_t *up, incmoe_status_t st, const char *why)
+{
+    link_wait_t w = *(link_wait_t *)arg;
+    membership_t *m = w.m;
+    free(arg);
+    job_t *job = job_find(m, w.job);
+    if (job == NULL || job->parent_pending != w.serial) {
+        if (up != NULL) /* nobody waits for it any more */
+            m->tx.ops->drop(m->tx.server, up);
+        return;
+    }
+    job->parent_pending = 0;
+    int ranks[INCMOE_MAX_RANKS], n = 0;
+    for (int r = 0; r < job->nranks; r++)
+        if (job->conns[r] != NULL)
+            ranks[n++] = r;
+    if (up == NULL) {
+        job_fail(m, job, st, n > 0 ? ranks[0] : 0, "%s", why);
+        return;
+    }
+    up->job = job;
+    job->parent = up;
+    log_info(SUBSYS, "job %llu: joined the tree at the parent switch %s",
+             (unsigned long long)job->id, m->set->parent);
+    if (n > 0)
+        tree_join_send(m, job, ranks, n);
+}
+
+/* These ranks joined here or beneath: registered with the parent at once if the job's link is
+   up, else with every other rank once it is (the first asks for it). */
 static void tree_join_up(membership_t *m, job_t *job, const int *ranks, int count)
 {
-    if (job->parent == NULL) {
-        char why[INCMOE_WIRE_MAX_TEXT - 64];
-        incmoe_status_t st;
-        conn_t *up = m->tx.ops->connect_parent(m->tx.server, job->id, &st, why, sizeof(why));
-        if (up == NULL) {
-            job_fail(m, job, st, ranks[0], "%s", why);
-            return;
-        }
-        up->job = job;
-        job->parent = up;
-        log_info(SUBSYS, "job %llu: joined the tree at the parent switch %s",
-                 (unsigned long long)job->id, m->set->parent);
+    if (job->parent != NULL) {
+        tree_join_send(m, job, ranks, count);
+        return;
     }
-    tree_join_send(m, job, ranks, count);
+    if (job->parent_pending != 0)
+        return; /* parent_linked sends them */
+    link_wait_t *w = malloc(sizeof(*w));
+    if (w == NULL) {
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, ranks[0], "switch out of memory");
+        return;
+    }
+    *w = (link_wait_t){.m = m, .job = job->id, .serial = ++m->link_serial};
+    job->parent_pending = w->serial;
+    m->tx.ops->connect_parent(m->tx.server, job->id, parent_linked, w);
 }
 
 /* The N address records after the JOIN_ACK's fixed part; 0 (the job failed) if malformed. */
