@@ -6,10 +6,11 @@
  * table: form_of picks the form a message belongs to (dispatch and combine:
  * their own; SMALL and SMALL_FWD: small; the rest: chunked), and the form's
  * entry for the message kind takes it; a message no form takes fails the job.
- * The router keeps what is not a collective's: HEARTBEAT, LEAVE, ERROR, a
- * child's TREE_JOIN (membership.c), the parent's JOIN_ACK and CREDIT
- * (tree.c), liveness and the progress timeout, and the reductions the
- * workers hand back (chunked.c's, the one form that uses them).
+ * The router keeps what is not a collective's: HEARTBEAT, LEAVE, ERROR
+ * (membership.c), a JOIN, a child's TREE_JOIN and the parent's JOIN_ACK
+ * (tree_join.c), the parent's CREDIT (tree.c), liveness and the progress
+ * timeout, and the reductions the workers hand back (chunked.c's, the one
+ * form that uses them).
  *
  * Anything malformed, out of range or inconsistent fails the job with a
  * reason sent to every rank, never the switch: other jobs carry on.
@@ -23,7 +24,6 @@
 #include "tree_join.h"
 #include "base/clock.h"
 
-#include <stddef.h>
 #include <string.h>
 
 /* Membership retires a job (its hook): what it holds of collectives goes. */
