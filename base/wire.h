@@ -214,7 +214,7 @@
  * job's progress timeout is the largest its ranks asked in JOIN, else the
  * switch's --progress-timeout-ms.
  *
- * Switch trees (a switch started with --parent; switch/tree.c).  A switch's
+ * Switch trees (a switch started with --parent; switch/tree_join.c, tree.c).  A switch's
  * ports are its ranks, its child switches and, below the root, its parent; a
  * port covers a rank it is, every rank beneath a child, and for the parent
  * every rank not beneath this switch.  A port's key is the lowest rank it
@@ -250,7 +250,7 @@
  *   switch carries what its ports lack (AllGather: the other blocks, ascending
  *   rank; ReduceScatter: the partial of every root it covers, ascending root;
  *   AllReduce: the vector).
- *   Dispatch and combine (switch/dc.c) run on the same ports.  Every switch
+ *   Dispatch and combine (switch/dc_form.c) run on the same ports.  Every switch
  *   keeps every rank's plan fields: a switch relays each POST it gets (from a
  *   rank, or from a switch port; for a SMALL, its plan fields as a POST)
  *   unchanged, hdr.rank the rank's, to every switch port but the one it came

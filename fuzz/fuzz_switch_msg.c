@@ -3,11 +3,12 @@
  *
  * What it drives (the product's own code, compiled with the sanitizers):
  * switch/demux.c (header check, JOIN-first rule), membership.c (join,
- * authentication, admission, failure, retirement), engine.c (POST, DATA,
- * reductions, FWD, CREDIT, DONE), small.c (SMALL, SMALL_FWD), dc.c,
- * dc_dispatch.c and dc_combine.c (dispatch and combine: POST with its plan,
- * PLAN, SMALL pieces, the filtered multicast, the masked reduction),
- * coll_item.c (their items' lifetime) and the base library under them.  Each
+ * authentication, admission, failure, retirement), engine.c (the router and
+ * its forms table), chunked.c (POST, DATA, reductions, FWD, CREDIT, DONE),
+ * small.c (SMALL, SMALL_FWD), dc_form.c, dc_item.c, dc_dispatch.c and
+ * dc_combine.c (dispatch and combine: POST with its plan, PLAN, SMALL pieces,
+ * the filtered multicast, the masked reduction), coll_item.c (their items'
+ * lifetime) and the base library under them.  Each
  * message goes to switch_demux() exactly as server.c's UCX receive
  * callback hands it over once it has found the connection.
  *
@@ -315,20 +316,18 @@ static void tx_drop(void *server, conn_t *conn)
 static conn_t *conn_new(void);
 
 /* The link to the parent (FUZZ_SWITCH_CHILD): a new connection on the last slot, from which the
-   input speaks as the parent; as the server, it is joined at once. */
-static conn_t *tx_connect_parent(void *server, uint64_t job, incmoe_status_t *status, char *why,
-                                 size_t why_len)
+   input speaks as the parent; its handshake, the server's states in the event loop, is done at
+   once, so the link is up before connect_parent returns (as the server's is when its parent
+   answers before the loop turns again). */
+static void tx_connect_parent(void *server, uint64_t job, switch_parent_cb_t done, void *arg)
 {
     (void)server;
-    (void)why;
-    (void)why_len;
     conn_t *c = conn_new();
     c->role = CONN_PARENT;
     c->state = CONN_JOINED;
     c->parent_job = job;
     H.slot[NCONN - 1] = c;
-    *status = INCMOE_OK;
-    return c;
+    done(arg, c, INCMOE_OK, NULL);
 }
 
 static void tx_recv_data(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx)

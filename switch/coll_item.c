@@ -129,3 +129,22 @@ void coll_item_send_built(coll_item_t *item, conn_t *conn, egress_class_t cls,
     m->stats->bytes_out += hdr->length;
     m->tx.ops->send_built(m->tx.server, conn, cls, hdr, build, item_sent, item);
 }
+
+void coll_item_send_copies(coll_item_t *item, coll_item_receives_fn receives,
+                           coll_item_copy_fn send, void *arg)
+{
+    job_t *job = item->job;
+    int n = 0;
+    for (int p = 0; p < job->nranks; p++)
+        n += job->rep[p] == p && receives(item, p, arg);
+    if (n == 0) {
+        item->ops->sent(item);
+        return;
+    }
+    item->sending += n;
+    coll_item_hold(item); /* the sends may all complete inline and finish the item */
+    for (int p = 0; p < job->nranks && job->state == JOB_ACTIVE; p++)
+        if (job->rep[p] == p && receives(item, p, arg))
+            send(item, p, arg);
+    coll_item_put(item);
+}

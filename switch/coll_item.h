@@ -1,7 +1,8 @@
 /*
  * coll_item.h - what a collective holds in the switch, and when it is freed:
- * a chunk of a chunked collective (engine.c) or the state of a small one
- * (small.c) embeds a coll_item_t, and both live by the rule of coll_item.c.
+ * a chunk of a chunked collective (chunked.c), the state of a small one
+ * (small.c), a dispatch or combine chunk or SMALL (dc_item.c, dc_form.c) embeds a coll_item_t, and
+ * both live by the rule of coll_item.c.
  */
 #ifndef INCMOE_SWITCH_COLL_ITEM_H
 #define INCMOE_SWITCH_COLL_ITEM_H
@@ -55,5 +56,15 @@ void coll_item_send(coll_item_t *item, conn_t *conn, egress_class_t cls,
    takes the send (tx.h, send_built). */
 void coll_item_send_built(coll_item_t *item, conn_t *conn, egress_class_t cls,
                           const struct inc_wire_hdr *hdr, switch_tx_build_t build);
+
+/* Which ports get a copy of the item (p: a port's key), and the send of one. */
+typedef int (*coll_item_receives_fn)(const coll_item_t *item, int p, const void *arg);
+typedef void (*coll_item_copy_fn)(coll_item_t *item, int p, void *arg);
+/* Send the item's copies: send(item, p, arg) to each port p that receives(item, p, arg), in
+   key order.  They are counted before the first goes, so only the last completion calls
+   ops->sent; with none, ops->sent runs at once.  A send may complete inline and the last may
+   retire the collective: receives must read only the item and arg. */
+void coll_item_send_copies(coll_item_t *item, coll_item_receives_fn receives,
+                           coll_item_copy_fn send, void *arg);
 
 #endif

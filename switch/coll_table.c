@@ -207,6 +207,16 @@ int coll_describe(membership_t *m, job_t *job, conn_t *conn, coll_t *c,
     return 1;
 }
 
+void coll_hdr_init(struct inc_wire_hdr *h, inc_wire_msg_t msg, const job_t *job, const coll_t *c)
+{
+    inc_wire_hdr_init(h, msg, job->id);
+    h->stream = (uint8_t)c->stream;
+    h->epoch = c->epoch;
+    h->sig = c->sig;
+    h->dtype = (uint8_t)c->dtype;
+    h->redop = (uint8_t)c->redop;
+}
+
 int coll_set_form(membership_t *m, job_t *job, conn_t *conn, coll_t *c, const coll_form_t *form)
 {
     if (c->form == NULL)

@@ -1,35 +1,26 @@
 /*
  * coll_table.h - the collectives of a job as the switch keeps them, one
- * table for both forms a collective can take (base/wire.h): the chunked one
- * (POST, DATA, FWD: engine.c) and the small one (SMALL, SMALL_FWD: small.c).
- * The two forms use this table and never each other.
+ * table for every form a collective can take (coll_form.h): the chunked one
+ * (chunked.c), the small one (small.c), dispatch and combine (dc_form.c).
+ * The forms use this table and never each other.
  */
 #ifndef INCMOE_SWITCH_COLL_TABLE_H
 #define INCMOE_SWITCH_COLL_TABLE_H
 
+#include "coll_form.h"
 #include "membership.h"
-
-struct coll;
-
-/* One form a collective can take: its first message sets it, and every rank must send the
-   collective in the same form. */
-typedef struct {
-    const char *what; /* how a rank sends it, for the reason when ranks disagree */
-    /* The collective is going (retired, or its job ended): let go of the form's state. */
-    void (*detach)(struct coll *c);
-} coll_form_t;
 
 /*
  * What a stream kind does, whatever the form: one row per stream in
  * coll_streams.  A new kind of stream is a new row (with its functions), and
  * in each form what it builds differently; the table itself is the same for
  * every stream.  Dispatch and combine, whose destinations differ row by row
- * (the sets travel with the rows), are planned: their messages go to dc.c,
+ * (the sets travel with the rows), are planned: their messages go to dc_form.c,
  * which reads who contributes and who receives from the chunks themselves.
  */
 typedef struct {
     int data;    /* carries data: DATA or SMALL, credits, a form (the barrier carries none) */
-    int planned; /* POST carries a plan and PLAN answers it: dc.c's, not the two forms' */
+    int planned; /* POST carries a plan and PLAN answers it: dc_form.c's */
     /* Does rank r send data toward root's window? */
     int (*contributes)(int r, int root, int nranks);
     /* Does rank r get the result of root's window? */
@@ -60,12 +51,17 @@ typedef struct coll {
     int done;
     double opened;           /* when its first message opened it (progress timeout) */
     const coll_form_t *form; /* NULL until a message of a data stream sets it */
-    void *state;             /* the form's: engine.c's list of chunks, small.c's small_t */
+    void *state;             /* the form's: chunked.c's list of chunks, small.c's small_t,
+                                dc_form.c's dc_coll_t */
 } coll_t;
 
 /* The collective (stream, epoch) of the job, opened if it is new and within the epoch
    window; NULL (the job failed) if it cannot be.  conn: the rank whose message names it. */
 coll_t *coll_get(membership_t *m, job_t *job, conn_t *conn, int stream, uint64_t epoch);
+/* Start a message about collective c: its stream and epoch, and what its first message
+   described it with (signature, dtype, op), which a switch port checks as a rank's message and
+   a rank checks against what it posted. */
+void coll_hdr_init(struct inc_wire_hdr *h, inc_wire_msg_t msg, const job_t *job, const coll_t *c);
 /* The first message describes the collective (signature, dtype, op); every later one must
    agree.  0: it does not, and the job failed. */
 int coll_describe(membership_t *m, job_t *job, conn_t *conn, coll_t *c,

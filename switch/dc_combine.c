@@ -17,14 +17,15 @@
  * credits (job_dc_memory_bound in membership.c says why and what bounds
  * them).
  */
-#include "dc.h"
+#include "dc_item.h"
 #include "base/dtype.h"
 #include "base/reduce.h"
 
 #include <string.h>
 
-int dc_combine_admit(membership_t *m, job_t *job, coll_t *c, int me,
-                     const struct inc_wire_dc_piece *p, int dtype, int redop)
+/* The header of a combine set chunk or partial from port me; 0 if not (the job failed). */
+static int combine_admit(membership_t *m, job_t *job, coll_t *c, int me,
+                         const struct inc_wire_dc_piece *p, int dtype, int redop)
 {
     dc_coll_t *dc = c->state;
     const int n = job->nranks, s = (int)p->root, switch_port = dc_switch_port(job, me);
@@ -163,9 +164,7 @@ static void reduce_and_send(coll_t *c, dc_item_t *it)
     }
     reduce_rows(it, dtype, op);
     struct inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
-    h.stream = (uint8_t)c->stream;
-    h.epoch = c->epoch;
+    coll_hdr_init(&h, WIRE_MSG_FWD, job, c);
     h.rank = (uint32_t)o;
     h.root = (uint32_t)s;
     h.chunk = it->chunk;
@@ -192,51 +191,52 @@ static void try_reduce(coll_t *c, dc_item_t *it)
         reduce_and_send(c, it);
 }
 
-void dc_combine_take(coll_t *c, dc_item_t *it)
-{
-    dc_coll_t *dc = c->state;
-    job_t *job = it->ci.job;
-    const int n = job->nranks, s = (int)it->root;
-    const int last = (uint64_t)it->chunk + 1 == dc_nchunks(dc, dc->post[s].rows);
-    int nsend = 0;
-    for (int p = 0; p < n; p++)
-        nsend += job->rep[p] == p && p != it->from && dc_switch_port(job, p) &&
-                 (it->kd[p] > 0 || last); /* the last: the port learns the owner is done */
-    if (nsend == 0) {
-        dc_item_try_finish(it);
-        return;
-    }
+/* A set chunk's copies: the header, and what the loop may read without the collective. */
+typedef struct {
     struct inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
-    h.stream = (uint8_t)c->stream;
-    h.epoch = c->epoch;
-    h.root = (uint32_t)s;
-    h.chunk = it->chunk;
-    h.offset = it->first;
-    h.total = dc->post[s].rows;
-    h.length = it->contrib[it->from].length;
-    h.sig = c->sig;
-    h.dtype = dc->post[s].dtype;
-    h.redop = dc->post[s].redop;
-    it->ci.sending += nsend;
-    coll_item_hold(&it->ci); /* the sends may all complete inline and finish it */
-    for (int p = 0; p < n && job->state == JOB_ACTIVE; p++) {
-        if (job->rep[p] != p || p == it->from || !dc_switch_port(job, p) ||
-            !(it->kd[p] > 0 || last))
-            continue;
-        struct inc_wire_hdr to = h;
-        to.rank = (uint32_t)p;
-        if (p == job->parent_rep) { /* up: the owner's set chunk, as the owner's DATA */
-            to.msg = WIRE_MSG_DATA;
-            to.rank = (uint32_t)job->up_rank;
-        }
-        /* Set chunks let the far side contribute: ahead of multicast copies, like results. */
-        coll_item_send(&it->ci, job->conns[p], EGRESS_RESULT, &to, it->contrib[it->from].data);
-    }
-    coll_item_put(&it->ci);
+    int last; /* the owner's last set chunk: every switch port learns the owner is done */
+} take_t;
+
+static int take_receives(const coll_item_t *ci, int p, const void *arg)
+{
+    const dc_item_t *it = (const dc_item_t *)ci;
+    const take_t *t = arg;
+    return p != it->from && dc_switch_port(ci->job, p) && (it->kd[p] > 0 || t->last);
 }
 
-int dc_combine_source_done(coll_t *c, int s)
+static void take_copy(coll_item_t *ci, int p, void *arg)
+{
+    dc_item_t *it = (dc_item_t *)ci;
+    job_t *job = ci->job;
+    struct inc_wire_hdr to = ((take_t *)arg)->h;
+    to.rank = (uint32_t)p;
+    if (p == job->parent_rep) { /* up: the owner's set chunk, as the owner's DATA */
+        to.msg = WIRE_MSG_DATA;
+        to.rank = (uint32_t)job->up_rank;
+    }
+    /* Set chunks let the far side contribute: ahead of multicast copies, like results. */
+    coll_item_send(ci, job->conns[p], EGRESS_RESULT, &to, it->contrib[it->from].data);
+}
+
+/* Forward a set chunk taken in order toward the switch ports it concerns. */
+static void combine_take(coll_t *c, dc_item_t *it)
+{
+    const dc_coll_t *dc = c->state;
+    const int s = (int)it->root;
+    take_t t = {.last = (uint64_t)it->chunk + 1 == dc_nchunks(dc, dc->post[s].rows)};
+    coll_hdr_init(&t.h, WIRE_MSG_FWD, it->ci.job, c);
+    t.h.root = (uint32_t)s;
+    t.h.chunk = it->chunk;
+    t.h.offset = it->first;
+    t.h.total = dc->post[s].rows;
+    t.h.length = it->contrib[it->from].length;
+    t.h.dtype = dc->post[s].dtype;
+    t.h.redop = dc->post[s].redop;
+    coll_item_send_copies(&it->ci, take_receives, take_copy, &t);
+}
+
+/* The owner's last set chunk is in: every item of it has its sets; 0: the job failed. */
+static int combine_source_done(coll_t *c, int s)
 {
     dc_coll_t *dc = c->state;
     job_t *job = dc->job;
@@ -258,7 +258,8 @@ int dc_combine_source_done(coll_t *c, int s)
     return 1;
 }
 
-void dc_combine_in(coll_t *c, dc_item_t *it, int from)
+/* Port from's bytes are in: check them, and reduce and forward once all are. */
+static void combine_in(coll_t *c, dc_item_t *it, int from)
 {
     job_t *job = it->ci.job;
     if (from == it->from) {
@@ -274,3 +275,10 @@ void dc_combine_in(coll_t *c, dc_item_t *it, int from)
     }
     try_reduce(c, it);
 }
+
+const dc_kind_t dc_combine_kind = {
+    .admit = combine_admit,
+    .in = combine_in,
+    .take = combine_take,
+    .source_done = combine_source_done,
+};

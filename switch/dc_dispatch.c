@@ -16,7 +16,7 @@
  * one of this switch's ranks more or fewer rows than its plan said fails the
  * job: the receiver's buffer is bounded by the plan.
  */
-#include "dc.h"
+#include "dc_item.h"
 #include "tree.h"
 
 #include <string.h>
@@ -44,9 +44,10 @@ static int count_rows(const dc_item_t *it, uint32_t *kd, uint64_t *present_p)
     return 1;
 }
 
-int dc_dispatch_admit(membership_t *m, job_t *job, coll_t *c, int me,
-                      const struct inc_wire_dc_piece *p)
+static int dispatch_admit(membership_t *m, job_t *job, coll_t *c, int me,
+                          const struct inc_wire_dc_piece *p, int dtype, int redop)
 {
+    /* dtype and redop: a dispatch moves bytes, whatever its header says */
     dc_coll_t *dc = c->state;
     const int s = (int)p->root; /* admit checked it */
     const uint64_t rows = dc->post[s].rows;
@@ -121,14 +122,11 @@ static void send_chunk(coll_t *c, dc_item_t *it, int p)
     job_t *job = it->ci.job;
     const dc_coll_t *dc = c->state;
     struct inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
-    h.stream = (uint8_t)c->stream;
-    h.epoch = c->epoch;
+    coll_hdr_init(&h, WIRE_MSG_FWD, job, c);
     h.root = it->root;
     h.chunk = it->chunk;
     h.offset = it->first;
     h.total = dc->post[it->root].rows;
-    h.sig = c->sig;
     h.length = 8 * it->words * it->k + it->kd[p] * it->row_bytes;
     if (p == job->parent_rep) {
         h.msg = WIRE_MSG_DATA;
@@ -140,66 +138,81 @@ static void send_chunk(coll_t *c, dc_item_t *it, int p)
     coll_item_send_built(&it->ci, job->conns[p], EGRESS_FORWARD, &h, build_chunk);
 }
 
-void dc_dispatch_take(coll_t *c, dc_item_t *it)
+/* A taken chunk's copies: what the loop may read without the collective. */
+typedef struct {
+    coll_t *c;
+    int last; /* the root's last chunk: every switch port learns the source is done */
+} take_t;
+
+static int take_receives(const coll_item_t *ci, int p, const void *arg)
 {
+    const dc_item_t *it = (const dc_item_t *)ci;
+    const take_t *t = arg;
+    if (p == it->from)
+        return 0;
+    return it->kd[p] > 0 || (t->last && dc_switch_port(ci->job, p));
+}
+
+/* To a switch port the chunk; to a rank its rows, at the position its earlier rows of the
+   root leave. */
+static void take_copy(coll_item_t *ci, int p, void *arg)
+{
+    dc_item_t *it = (dc_item_t *)ci;
+    job_t *job = ci->job;
+    coll_t *c = ((take_t *)arg)->c;
+    if (dc_switch_port(job, p)) {
+        send_chunk(c, it, p);
+        return;
+    }
     dc_coll_t *dc = c->state;
+    const size_t at = (size_t)it->root * (size_t)job->nranks + (size_t)p;
+    struct inc_wire_hdr h;
+    coll_hdr_init(&h, WIRE_MSG_FWD, job, c);
+    h.root = it->root;
+    h.chunk = it->chunk;
+    h.rank = (uint32_t)p;
+    h.offset = dc->track[at];
+    h.total = dc->count[at];
+    h.length = it->kd[p] * (4 + it->row_bytes);
+    dc->track[at] += it->kd[p]; /* before the send: it may finish the collective inline */
+    coll_item_send_built(ci, job->conns[p], EGRESS_FORWARD, &h, build_fwd);
+}
+
+/* Does the chunk send some rank of this switch more rows than the plan gave it?  1: it
+   does, and the job failed. */
+static int take_overflows(coll_t *c, const dc_item_t *it)
+{
+    const dc_coll_t *dc = c->state;
     job_t *job = it->ci.job;
     const int n = job->nranks, s = (int)it->root;
-    const int last = (uint64_t)it->chunk + 1 == dc_nchunks(dc, dc->post[s].rows);
-    int nsend = 0;
     for (int p = 0; p < n; p++) {
-        if (job->rep[p] != p || p == it->from)
+        if (job->rep[p] != p || p == it->from || dc_switch_port(job, p) || it->kd[p] == 0)
             continue;
-        if (dc_switch_port(job, p)) {
-            nsend += it->kd[p] > 0 || last; /* the last: the port learns the source is done */
-            continue;
-        }
-        uint32_t *sent = &dc->track[(size_t)s * n + p], planned = dc->count[(size_t)s * n + p];
-        if (it->kd[p] == 0)
-            continue;
-        if (it->kd[p] > planned - *sent) {
+        uint32_t sent = dc->track[(size_t)s * n + p], planned = dc->count[(size_t)s * n + p];
+        if (it->kd[p] > planned - sent) {
             job_fail(job->members, job, INCMOE_ERR_MISMATCH, s,
                      "dispatch epoch %llu: rank %d sends rank %d more rows than the %u of its "
                      "plan",
                      (unsigned long long)c->epoch, s, p, planned);
-            return;
+            return 1;
         }
-        nsend++;
     }
-    if (nsend == 0) {
-        dc_item_try_finish(it);
-        return;
-    }
-    struct inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_FWD, job->id);
-    h.stream = (uint8_t)c->stream;
-    h.epoch = c->epoch;
-    h.root = (uint32_t)s;
-    h.chunk = it->chunk;
-    it->ci.sending += nsend;
-    coll_item_hold(&it->ci); /* the sends may all complete inline and finish it */
-    for (int p = 0; p < n && job->state == JOB_ACTIVE; p++) {
-        if (job->rep[p] != p || p == it->from)
-            continue;
-        if (dc_switch_port(job, p)) {
-            if (it->kd[p] > 0 || last)
-                send_chunk(c, it, p);
-            continue;
-        }
-        if (it->kd[p] == 0)
-            continue;
-        uint32_t *sent = &dc->track[(size_t)s * n + p];
-        h.rank = (uint32_t)p;
-        h.offset = *sent;
-        h.total = dc->count[(size_t)s * n + p];
-        h.length = it->kd[p] * (4 + it->row_bytes);
-        *sent += it->kd[p]; /* before the send: it may finish the collective inline */
-        coll_item_send_built(&it->ci, job->conns[p], EGRESS_FORWARD, &h, build_fwd);
-    }
-    coll_item_put(&it->ci);
+    return 0;
 }
 
-int dc_dispatch_source_done(coll_t *c, int s)
+/* Forward a chunk taken in order: to each rank port its rows, to each switch port the chunk. */
+static void dispatch_take(coll_t *c, dc_item_t *it)
+{
+    const dc_coll_t *dc = c->state;
+    if (take_overflows(c, it))
+        return;
+    take_t t = {.c = c, .last = (uint64_t)it->chunk + 1 == dc_nchunks(dc, dc->post[it->root].rows)};
+    coll_item_send_copies(&it->ci, take_receives, take_copy, &t);
+}
+
+/* The root's last chunk went: each of this switch's ranks got what the plan gave it; 0: the
+   job failed. */
+static int dispatch_source_done(coll_t *c, int s)
 {
     dc_coll_t *dc = c->state;
     job_t *job = dc->job;
@@ -218,8 +231,10 @@ int dc_dispatch_source_done(coll_t *c, int s)
     return 1;
 }
 
-void dc_dispatch_in(coll_t *c, dc_item_t *it)
+/* The chunk's bytes are in: check them, and forward what may go, in chunk order. */
+static void dispatch_in(coll_t *c, dc_item_t *it, int from)
 {
+    (void)from; /* only the root's port sends a dispatch chunk */
     job_t *job = it->ci.job;
     const int s = (int)it->root;
     uint64_t present;
@@ -237,3 +252,10 @@ void dc_dispatch_in(coll_t *c, dc_item_t *it)
     it->src_in = 1;
     dc_advance(c, s);
 }
+
+const dc_kind_t dc_dispatch_kind = {
+    .admit = dispatch_admit,
+    .in = dispatch_in,
+    .take = dispatch_take,
+    .source_done = dispatch_source_done,
+};

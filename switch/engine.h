@@ -1,8 +1,9 @@
 /*
  * engine.h - the switch engine: the in-network collectives of the jobs
  * membership admits (multicast AllGather, rooted-reduction ReduceScatter,
- * AllReduce, barrier) with credit-based flow control.  The server reaches
- * it only through engine_ops; it sends only through switch_tx.  See
+ * AllReduce, barrier, dispatch and combine) with credit-based flow control.
+ * engine.c routes each message to its form (coll_form.h).  The server
+ * reaches it only through engine_ops; it sends only through switch_tx.  See
  * base/wire.h for the protocol.
  */
 #ifndef INCMOE_SWITCH_ENGINE_H
@@ -19,6 +20,7 @@ typedef struct engine {
     switch_tx_t tx;
     membership_t members;
     reduce_pool_t pool;
+    coll_env_t env;          /* what the forms get: &members, &pool */
     double progress_checked; /* when the progress timeout was last checked */
 } engine_t;
 

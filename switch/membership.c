@@ -1,23 +1,17 @@
 /*
  * membership.c - jobs and their members.
  *
- * A rank joins with an eager JOIN naming its job, its rank and the job size;
- * it proved the key in the bootstrap handshake already, and the server let
- * the JOIN through only with that session's token.  A new job is admitted only
- * if its worst-case buffering (job_memory_bound) still fits
+ * Joining is tree_join.c's, which calls down into this file.  A new job is
+ * admitted only if its worst-case buffering (job_memory_bound) still fits
  * under --max-memory beside the jobs already admitted; once all N ranks are
  * in, every rank gets the JOIN_ACK with everyone's worker address and the
- * job's random ring token, and the job
- * is active.  A job ends when a rank fails, breaks the protocol, falls
- * silent or everyone leaves; its memory reservation and id are freed at
- * once, its last buffers when the sends that carry them complete.
+ * job's random ring token, and the job is active.  A job ends when a rank fails, breaks the
+ * protocol, falls silent or everyone leaves; its memory reservation and id are freed at once, its
+ * last buffers when the sends that carry them complete.
  */
 #include "membership.h"
-#include "tree.h"
-#include "base/config.h"
 #include "base/log.h"
 #include "base/text.h"
-#include "base/ucx_addr.h"
 
 #include <openssl/rand.h>
 
@@ -102,7 +96,7 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
 }
 
 /*
- * What dispatch and combine add to a job that uses them (dc.c): per stream, N ranks x
+ * What dispatch and combine add to a job that uses them (dc_form.c): per stream, N ranks x
  * credits of contributions of at most a chunk each (a DATA, or a SMALL's pieces, whose plan
  * fields count with the plans below); combine results, one per item of at most a chunk, and each
  * item holds its owner's set chunk, so at most N x credits of them; and the plans of the open
@@ -206,8 +200,7 @@ void job_fail(membership_t *m, job_t *job, incmoe_status_t status, int rank, con
     if (job->parent != NULL && job->parent_rep < 0 && job->parent->state == CONN_JOINED)
         m->tx.ops->send_error(m->tx.server, job->parent, job->id, status,
                               (uint32_t)(rank < 0 ? 0 : rank), text);
-    tree_drop_up_queue(job);
-    job_retire(m, job);
+    job_retire(m, job); /* the engine's hook drops what waits to go up, and the collectives */
     job->mem_bound = (size_t)-1; /* buffers still in flight are freed later */
 }
 
@@ -291,7 +284,7 @@ void member_fail_all(membership_t *m, const char *why)
 /* ------------------------------------------------------------------------ */
 /* joining                                                                   */
 
-static void refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t st,
+void member_refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t st,
                    const char *text)
 {
     log_warn(SUBSYS, "refused a rank of job %llu: %s", (unsigned long long)job, text);
@@ -304,7 +297,7 @@ static void refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t 
         m->tx.ops->drop(m->tx.server, conn);
 }
 
-static job_t *job_find(membership_t *m, uint64_t id)
+job_t *job_find(membership_t *m, uint64_t id)
 {
     for (job_t *j = m->jobs; j != NULL; j = j->next)
         if (j->id == id)
@@ -433,47 +426,7 @@ void job_form(membership_t *m, job_t *job)
              job->progress_timeout_ms);
 }
 
-/* Is the JOIN well formed and in range?  Refuses the connection if not. */
-static int join_valid(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
-                      const struct inc_wire_join *join, const char *addr, size_t length)
-{
-    char text[200];
-    if (join->addr_len > INCMOE_WIRE_MAX_ADDR || sizeof(*join) + join->addr_len != length) {
-        m->stats->bad_messages++;
-        refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, "malformed JOIN");
-        return 0;
-    }
-    /* The address goes to every rank of the job, whose ring hands it to UCX: one that UCX
-       could not unpack is refused here, before the others see it.  The layout only, with no
-       local reference: the transports are the ranks', and each rank holds the address to its
-       own before its ring uses it. */
-    char why[160];
-    if (join->addr_len > 0 &&
-        inc_ucx_addr_check(addr, join->addr_len, NULL, 0, why, sizeof(why)) != INCMOE_OK) {
-        m->stats->bad_messages++;
-        snprintf(text, sizeof(text), "rank %u's JOIN: %s", hdr->rank, why);
-        refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, text);
-        return 0;
-    }
-    if (join->nranks < 1 || join->nranks > INCMOE_MAX_RANKS) {
-        snprintf(text, sizeof(text), "job size %u out of range 1..%d", join->nranks,
-                 INCMOE_MAX_RANKS);
-        refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
-        return 0;
-    }
-    if (hdr->rank >= join->nranks) {
-        snprintf(text, sizeof(text), "rank %u is not below the job size %u", hdr->rank,
-                 join->nranks);
-        refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
-        return 0;
-    }
-    return 1;
-}
-
-/* The job this JOIN belongs to, admitted against --max-memory if it is new, or NULL (the
-   connection is refused). */
-static job_t *join_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
-                         uint32_t nranks)
+job_t *member_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, uint32_t nranks)
 {
     char text[200];
     job_t *job = job_find(m, hdr->job);
@@ -483,19 +436,19 @@ static job_t *join_admit(membership_t *m, conn_t *conn, const struct inc_wire_hd
             snprintf(text, sizeof(text),
                      "switch memory: job needs %zu bytes, %zu of %zu already reserved", bound,
                      m->mem_reserved, m->set->max_memory);
-            refuse(m, conn, hdr->job, INCMOE_ERR_NO_MEMORY, text);
+            member_refuse(m, conn, hdr->job, INCMOE_ERR_NO_MEMORY, text);
             return NULL;
         }
         job = job_new(m, hdr->job, (int)nranks);
         if (job == NULL) {
-            refuse(m, conn, hdr->job, INCMOE_ERR_NO_MEMORY, "switch out of memory");
+            member_refuse(m, conn, hdr->job, INCMOE_ERR_NO_MEMORY, "switch out of memory");
             return NULL;
         }
     }
     if ((int)nranks != job->nranks) {
         snprintf(text, sizeof(text), "rank %u says the job has %u ranks, others said %d", hdr->rank,
                  nranks, job->nranks);
-        refuse(m, conn, hdr->job, INCMOE_ERR_MISMATCH, text);
+        member_refuse(m, conn, hdr->job, INCMOE_ERR_MISMATCH, text);
         return NULL;
     }
     /* addr[] stays once a rank joined: a rank joins a job once, even after its first
@@ -504,190 +457,10 @@ static job_t *join_admit(membership_t *m, conn_t *conn, const struct inc_wire_hd
         job->addr[hdr->rank] != NULL) {
         snprintf(text, sizeof(text), "rank %u of job %llu has already joined", hdr->rank,
                  (unsigned long long)hdr->job);
-        refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
+        member_refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
         return NULL;
     }
     return job;
-}
-
-/*
- * The switch owns the job's liveness timeout: its own is the floor, a rank may
- * ask for a longer one, and the job takes the largest asked.  One rank asking
- * a short one must not get its healthy peers declared silent.  The progress
- * timeout bounds only the job's own collectives, so an ask replaces the
- * switch's either way; among the ranks, the largest asked wins here too.
- */
-static void join_timeout(membership_t *m, job_t *job, uint32_t rank,
-                         const struct inc_wire_join *join)
-{
-    uint32_t asked_ms = join->timeout_ms;
-    if (asked_ms > INC_TIMEOUT_MS_MAX) /* the ranks' own bound: one day */
-        asked_ms = INC_TIMEOUT_MS_MAX;
-    if (asked_ms != 0 && (int)asked_ms < m->set->timeout_ms)
-        log_info(SUBSYS, "job %llu: rank %u asked a %u ms timeout, below this switch's %d ms",
-                 (unsigned long long)job->id, rank, asked_ms, m->set->timeout_ms);
-    if ((int)asked_ms > job->timeout_ms)
-        job->timeout_ms = (int)asked_ms;
-    uint32_t progress_ms = join->progress_timeout_ms;
-    if (progress_ms > INC_TIMEOUT_MS_MAX)
-        progress_ms = INC_TIMEOUT_MS_MAX;
-    if ((int)progress_ms > job->progress_timeout_ms)
-        job->progress_timeout_ms = (int)progress_ms;
-}
-
-void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
-                 size_t length)
-{
-    if (hdr->msg == WIRE_MSG_TREE_JOIN) {
-        member_tree_join(m, conn, hdr, payload, length);
-        return;
-    }
-    struct inc_wire_join join;
-    memcpy(&join, payload, sizeof(join));
-    const char *addr = payload + sizeof(join);
-    if (!join_valid(m, conn, hdr, &join, addr, length))
-        return;
-    job_t *job = join_admit(m, conn, hdr, join.nranks);
-    if (job == NULL)
-        return;
-    job->addr[hdr->rank] = malloc(join.addr_len ? join.addr_len : 1);
-    if (job->addr[hdr->rank] == NULL) {
-        refuse(m, conn, hdr->job, INCMOE_ERR_NO_MEMORY, "switch out of memory");
-        return;
-    }
-    memcpy(job->addr[hdr->rank], addr, join.addr_len);
-    job->addr_len[hdr->rank] = join.addr_len;
-    join_timeout(m, job, hdr->rank, &join);
-    job->conns[hdr->rank] = conn;
-    conn->job = job;
-    conn->rank = (int)hdr->rank;
-    conn->state = CONN_JOINED;
-    job->njoined++;
-    log_debug(SUBSYS, "job %llu: rank %u joined (%d of %d)", (unsigned long long)job->id, hdr->rank,
-              job->njoined, job->nranks);
-    if (m->set->parent[0] != '\0') {
-        int r = (int)hdr->rank;
-        tree_join_up(m, job, &r, 1);
-    } else if (job->njoined == job->nranks) {
-        job_form(m, job);
-    }
-}
-
-/*
- * A child switch's TREE_JOIN: the ranks that joined beneath it.  On a new
- * connection it admits the job like a JOIN; later ones on the child's
- * connection add ranks while the job forms.  Every record is checked before
- * any is taken, so a bad one refuses the whole message.
- */
-void member_tree_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
-                      const char *payload, size_t length)
-{
-    struct inc_wire_tree_join tj;
-    char text[200];
-    memcpy(&tj, payload, sizeof(tj)); /* the header check bounded length below */
-    if (conn->job == NULL)
-        conn->role = CONN_CHILD; /* a refusal leaves the link to the child to close */
-    if (tj.nranks < 1 || tj.nranks > INCMOE_MAX_RANKS || tj.count < 1 || tj.count > tj.nranks) {
-        snprintf(text, sizeof(text), "TREE_JOIN of %u ranks for a job of %u", tj.count, tj.nranks);
-        goto bad;
-    }
-    size_t pos = sizeof(tj);
-    uint8_t seen[INCMOE_MAX_RANKS] = {0};
-    for (uint32_t i = 0; i < tj.count; i++) {
-        uint32_t rec[2];
-        if (length - pos < sizeof(rec)) {
-            snprintf(text, sizeof(text), "TREE_JOIN truncated at record %u", i);
-            goto bad;
-        }
-        memcpy(rec, payload + pos, sizeof(rec));
-        pos += sizeof(rec);
-        if (rec[0] >= tj.nranks || seen[rec[0]] || rec[1] > INCMOE_WIRE_MAX_ADDR ||
-            length - pos < rec[1]) {
-            snprintf(text, sizeof(text), "TREE_JOIN record %u (rank %u, %u address bytes) is bad",
-                     i, rec[0], rec[1]);
-            goto bad;
-        }
-        char why[160];
-        if (rec[1] > 0 &&
-            inc_ucx_addr_check(payload + pos, rec[1], NULL, 0, why, sizeof(why)) != INCMOE_OK) {
-            snprintf(text, sizeof(text), "rank %u's address in TREE_JOIN: %s", rec[0], why);
-            goto bad;
-        }
-        seen[rec[0]] = 1;
-        pos += rec[1];
-    }
-    if (pos != length) {
-        snprintf(text, sizeof(text), "TREE_JOIN has %zu bytes past its records", length - pos);
-        goto bad;
-    }
-    job_t *job = conn->job;
-    if (job == NULL) {
-        struct inc_wire_hdr first = *hdr;
-        first.rank = 0;
-        for (uint32_t r = 0; r < tj.nranks; r++)
-            if (seen[r]) {
-                first.rank = r;
-                break;
-            }
-        if ((job = join_admit(m, conn, &first, tj.nranks)) == NULL)
-            return;
-    } else if (job->state != JOB_FORMING || conn->role != CONN_CHILD || hdr->job != job->id ||
-               tj.nranks != (uint32_t)job->nranks) {
-        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
-                "a child switch sent TREE_JOIN for job %llu of %u ranks after its job formed",
-                (unsigned long long)hdr->job, tj.nranks);
-        return;
-    }
-    for (int r = 0; r < job->nranks; r++) {
-        if (seen[r] && (job->conns[r] != NULL || job->addr[r] != NULL)) {
-            snprintf(text, sizeof(text), "rank %d of job %llu has already joined", r,
-                     (unsigned long long)job->id);
-            if (conn->job == NULL)
-                refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
-            else
-                job_fail(m, job, INCMOE_ERR_JOB, r, "%s", text);
-            return;
-        }
-    }
-    struct inc_wire_join asked = {.timeout_ms = tj.timeout_ms,
-                                  .progress_timeout_ms = tj.progress_timeout_ms};
-    join_timeout(m, job, 0, &asked);
-    conn->job = job;
-    conn->role = CONN_CHILD;
-    conn->state = CONN_JOINED;
-    int added[INCMOE_MAX_RANKS], nadded = 0;
-    pos = sizeof(tj);
-    for (uint32_t i = 0; i < tj.count; i++) {
-        uint32_t rec[2];
-        memcpy(rec, payload + pos, sizeof(rec));
-        pos += sizeof(rec);
-        job->addr[rec[0]] = malloc(rec[1] ? rec[1] : 1);
-        if (job->addr[rec[0]] == NULL) {
-            job_fail(m, job, INCMOE_ERR_NO_MEMORY, (int)rec[0], "switch out of memory");
-            return;
-        }
-        memcpy(job->addr[rec[0]], payload + pos, rec[1]);
-        job->addr_len[rec[0]] = rec[1];
-        job->conns[rec[0]] = conn;
-        if (conn->rank < 0 || (int)rec[0] < conn->rank)
-            conn->rank = (int)rec[0];
-        added[nadded++] = (int)rec[0];
-        pos += rec[1];
-    }
-    job->njoined += nadded;
-    log_debug(SUBSYS, "job %llu: a child switch brought %d ranks (%d of %d)",
-              (unsigned long long)job->id, nadded, job->njoined, job->nranks);
-    if (m->set->parent[0] != '\0')
-        tree_join_up(m, job, added, nadded);
-    else if (job->njoined == job->nranks)
-        job_form(m, job);
-    return;
-bad:
-    m->stats->bad_messages++;
-    if (conn->job == NULL)
-        refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL, text);
-    else
-        JOB_BAD(m, conn->job, INCMOE_ERR_PROTOCOL, conn->rank, "%s", text);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -699,7 +472,7 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
     /* A child speaks for its port (its key, once the job formed), but relays the dispatch and
-       combine POSTs of the ranks it covers as theirs (dc.c), names the rank at fault in an
+       combine POSTs of the ranks it covers as theirs (dc_form.c), names the rank at fault in an
        ERROR as a switch does, and no rank in a HEARTBEAT or LEAVE; the parent speaks for all but
        this switch's ranks. */
     int rank_checked = conn->role == CONN_RANK || (conn->role == CONN_CHILD && job->rep != NULL);

@@ -44,8 +44,9 @@ typedef struct job {
        switch, or the parent); rep[r] the port's key, the lowest rank it covers (r itself on
        one switch).  Set when the job forms. */
     int *rep;
-    int tree;       /* some data goes through a switch port: the tree rules apply */
-    conn_t *parent; /* this switch's link to its parent for the job; NULL at the root */
+    int tree;                /* some data goes through a switch port: the tree rules apply */
+    conn_t *parent;          /* this switch's link to its parent for the job; NULL at the root */
+    uint64_t parent_pending; /* the link is being made (tree_join.c): its serial, else 0 */
     int parent_rep; /* the parent port's key; -1 when it covers no rank (or there is none) */
     int up_rank;    /* the key of this switch's port at its parent: its lowest rank */
     int nlocal;     /* ranks beneath this switch (all N at the root) */
@@ -62,6 +63,7 @@ typedef struct membership {
     job_t *orphans;      /* failed or finished jobs waiting for their sends */
     size_t mem_reserved; /* sum of the admitted jobs' bounds */
     size_t mem_used;
+    uint64_t link_serial; /* the last link to a parent asked for (tree_join.c) */
     /* The engine's: free a retiring job's collectives. */
     void (*drop_collectives)(void *engine, job_t *job);
     void *engine;
@@ -71,10 +73,14 @@ void membership_init(membership_t *m, const switch_settings_t *set, switch_stats
                      switch_tx_t tx, void (*drop_collectives)(void *engine, job_t *job),
                      void *engine);
 
-/* A JOIN from a new connection (its bootstrap session checked by the server): admitted, and the job
-   formed once all N are in; anything wrong refuses the connection. */
-void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, const char *payload,
-                 size_t length);
+/* The job a JOIN (or TREE_JOIN) of hdr->rank names, admitted against --max-memory if it is new,
+   or NULL (the connection is refused). */
+job_t *member_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, uint32_t nranks);
+/* The live job with this id, or NULL. */
+job_t *job_find(membership_t *m, uint64_t id);
+/* Refuse a connection that asked to join: an ERROR with the reason, counted and logged. */
+void member_refuse(membership_t *m, conn_t *conn, uint64_t job, incmoe_status_t st,
+                   const char *text);
 /* May this member's message go on to the engine?  UCS_OK, or UCX's answer for it (the job
    has failed, or the message breaks the protocol and fails it now). */
 ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, int rndv);
@@ -85,10 +91,6 @@ void member_on_error(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h
                      size_t length);
 /* The member's connection is gone. */
 void member_conn_lost(membership_t *m, conn_t *conn, const char *why);
-/* A TREE_JOIN from a child switch: on a new connection (after member_join's bootstrap check) or
-   adding ranks on the child's connection while the job forms. */
-void member_tree_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr,
-                      const char *payload, size_t length);
 /* Liveness: JOIN and silence timeouts, heartbeats toward quiet connections. */
 void member_tick(membership_t *m, conn_t *conns);
 /* Fail every job (shutdown). */

@@ -99,51 +99,20 @@ static conn_t *server_add_conn(server_t *srv, const void *peer_addr, const char 
 }
 
 /*
- * The link to the parent switch for one job (tree.c): this switch is the
- * bootstrap's client, as a rank is, with the parent link's key.  One link per
- * job keeps the jobs apart at the parent as ranks are.  The handshake blocks
- * the event loop for at most its deadline (a fraction of the liveness timeout:
- * other jobs' peers must not go silent meanwhile).
+ * A link to the parent switch finished its handshake (parent_link.c): this
+ * switch was the bootstrap's client, as a rank is, with the parent link's key.
+ * One link per job keeps the jobs apart at the parent as ranks are.
  */
-static conn_t *server_connect_parent(server_t *srv, uint64_t job, incmoe_status_t *status,
-                                     char *why, size_t why_len)
+static conn_t *server_parent_linked(void *arg, const inc_boot_t *boot, uint64_t job)
 {
-    *status = INCMOE_ERR_UNREACHABLE;
-    const switch_settings_t *set = srv->set;
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    if (inc_ucx_parse_hostport(set->parent, &ss, &sslen, 0) != INCMOE_OK) {
-        snprintf(why, why_len, "cannot resolve the parent switch %s", set->parent);
+    server_t *srv = arg;
+    conn_t *conn = server_add_conn(srv, boot->peer_addr, srv->set->parent);
+    if (conn == NULL)
         return NULL;
-    }
-    inc_boot_t *boot = malloc(sizeof(*boot));
-    if (boot == NULL) {
-        snprintf(why, why_len, "out of memory");
-        return NULL;
-    }
-    conn_t *conn = NULL;
-    int deadline_ms = set->timeout_ms / 4 < 5000 ? set->timeout_ms / 4 : 5000;
-    incmoe_status_t st =
-        inc_boot_init(boot, INC_BOOT_CLIENT, set->parent_secret, set->parent_secret_len,
-                      srv->worker_addr, srv->worker_addr_len);
-    if (st == INCMOE_IN_PROGRESS)
-        st = inc_boot_run_client(boot, (struct sockaddr *)&ss, sslen,
-                                 deadline_ms > 100 ? deadline_ms : 100);
-    if (st != INCMOE_OK) {
-        *status = st;
-        snprintf(why, why_len, "the parent switch %s: %s (%s)", set->parent, boot->why,
-                 incmoe_strerror(st));
-    } else if ((conn = server_add_conn(srv, boot->peer_addr, set->parent)) == NULL) {
-        snprintf(why, why_len, "no endpoint to the parent switch %s", set->parent);
-    } else {
-        memcpy(conn->token, boot->token, sizeof(conn->token));
-        conn->role = CONN_PARENT;
-        conn->state = CONN_JOINED;
-        conn->parent_job = job;
-        *status = INCMOE_OK;
-    }
-    inc_boot_clear(boot);
-    free(boot);
+    memcpy(conn->token, boot->token, sizeof(conn->token));
+    conn->role = CONN_PARENT;
+    conn->state = CONN_JOINED;
+    conn->parent_job = job;
     return conn;
 }
 
@@ -524,10 +493,10 @@ static void tx_drop(void *server, conn_t *conn)
     server_drop_conn(server, conn);
 }
 
-static conn_t *tx_connect_parent(void *server, uint64_t job, incmoe_status_t *status, char *why,
-                                 size_t why_len)
+static void tx_connect_parent(void *server, uint64_t job, switch_parent_cb_t done, void *arg)
 {
-    return server_connect_parent(server, job, status, why, why_len);
+    server_t *srv = server;
+    parent_link_start(&srv->links, job, done, arg);
 }
 
 static void tx_recv_data(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx)
@@ -593,6 +562,11 @@ static incmoe_status_t server_listen(server_t *srv, struct sockaddr_storage *ss,
     srv->boot.on_session = server_on_session;
     srv->boot.arg = srv;
     srv->listening = 1;
+    srv->links = (parent_links_t){.set = set,
+                                  .worker_addr = srv->worker_addr,
+                                  .worker_addr_len = srv->worker_addr_len,
+                                  .finish = server_parent_linked,
+                                  .server = srv};
     /* The first line on stdout is the contract with scripts and tests. */
     printf("incmoe-switchd listening on %s\n", where);
     fflush(stdout);
@@ -632,14 +606,15 @@ incmoe_status_t server_start(server_t *srv, const char *listen_addr)
 }
 
 /*
- * Idle: sleep on the worker's event fd, the engine's wake fd and the bootstrap
- * sockets at once, then move the handshakes on.  UCX requires a progress
- * before arming; when it had events, the sockets are still polled, without
- * sleeping, so handshakes move on under load too.
+ * Idle: sleep on the worker's event fd, the engine's wake fd, the bootstrap
+ * sockets and the links to the parent at once, then move the handshakes on.
+ * UCX requires a progress before arming; when it had events, the sockets are
+ * still polled, without sleeping, so handshakes move on under load too.
  */
 static void server_wait(server_t *srv, int wake_fd, int timeout_ms)
 {
-    struct pollfd fds[2 + 1 + LISTENER_MAX_PENDING];
+    const int nlinks = srv->links.count;
+    struct pollfd fds[2 + 1 + LISTENER_MAX_PENDING + nlinks];
     int busy = ucp_worker_progress(srv->node.worker) != 0 ||
                ucp_worker_arm(srv->node.worker) == UCS_ERR_BUSY;
     fds[0] = (struct pollfd){.fd = srv->node.event_fd, .events = POLLIN};
@@ -648,11 +623,15 @@ static void server_wait(server_t *srv, int wake_fd, int timeout_ms)
         srv->listening ? listener_pollfds(&srv->boot, fds + 2, 1 + LISTENER_MAX_PENDING) : 0;
     if (srv->listening)
         timeout_ms = listener_timeout_ms(&srv->boot, timeout_ms);
-    int rc = poll(fds, 2 + (nboot > 0 ? (nfds_t)nboot : 0), busy ? 0 : timeout_ms);
+    struct pollfd *up = fds + 2 + nboot;
+    int nup = parent_links_pollfds(&srv->links, up, nlinks);
+    timeout_ms = parent_links_timeout_ms(&srv->links, timeout_ms);
+    int rc = poll(fds, (nfds_t)(2 + nboot + nup), busy ? 0 : timeout_ms);
     if (rc < 0 && errno != EINTR)
         log_warn(SUBSYS, "poll: %s", strerror(errno));
     if (srv->listening)
         listener_service(&srv->boot, fds + 2, rc > 0 ? nboot : 0);
+    parent_links_service(&srv->links, up, rc > 0 ? nup : 0);
 }
 
 /* Progress the worker for a millisecond at most: under a flood of messages the loop must
@@ -694,6 +673,7 @@ void server_stop(server_t *srv)
         inc_ucx_node_wait(&srv->node, -1, 10);
         reap_conns(srv);
     }
+    parent_links_close(&srv->links);
     if (srv->listening) {
         log_info(SUBSYS, "bootstrap: %llu connections, %llu completed, %llu failed, %llu refused",
                  srv->boot.accepted, srv->boot.completed, srv->boot.failed, srv->boot.refused);

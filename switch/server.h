@@ -12,6 +12,7 @@
 #include "demux.h"
 #include "engine_ops.h"
 #include "listener.h"
+#include "parent_link.h"
 #include "settings.h"
 #include "tx.h"
 
@@ -19,6 +20,7 @@ typedef struct server {
     inc_ucx_node_t node;
     listener_t boot; /* the public port */
     int listening;
+    parent_links_t links;       /* a child switch's handshakes with its parent, in the loop */
     ucp_address_t *worker_addr; /* handed to ranks by the bootstrap */
     size_t worker_addr_len;
     conn_t *conns;

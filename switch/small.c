@@ -68,11 +68,6 @@ static void small_detach(coll_t *c)
     coll_item_leave(&s->ci);
 }
 
-static const coll_form_t small_form = {
-    .what = "small (SMALL)",
-    .detach = small_detach,
-};
-
 static void small_received(coll_item_t *ci, int from);
 static void small_sent(coll_item_t *ci);
 
@@ -208,12 +203,7 @@ static void small_complete(small_t *s, coll_t *c)
     window_offsets(s->table, n, off);
     const incmoe_stream_t stream = (incmoe_stream_t)c->stream;
     struct inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
-    h.stream = (uint8_t)stream;
-    h.epoch = c->epoch;
-    h.sig = c->sig;
-    h.dtype = (uint8_t)c->dtype;
-    h.redop = (uint8_t)c->redop;
+    coll_hdr_init(&h, WIRE_MSG_SMALL_FWD, job, c);
     s->ci.sending = n;
     coll_item_hold(&s->ci); /* the sends may all complete inline, retire c and free s */
     for (int r = 0; r < n; r++) {
@@ -242,25 +232,38 @@ static void small_complete(small_t *s, coll_t *c)
  * built from them when its queue takes the send, so no results buffer is held.
  */
 
+/* Does port p contribute to root r's window, and does it get its result?  The stream's rules
+   (coll_streams) on ports: a port is the root's when it covers the root.  A shared window
+   (AllReduce) is one vector, which every port sends and gets. */
+static int port_contributes(const job_t *job, int stream, int p, int r)
+{
+    return coll_streams[stream].contributes(p, job->rep[r], job->nranks);
+}
+
+static int port_receives(const job_t *job, int stream, int p, int r)
+{
+    return coll_streams[stream].receives(p, job->rep[r], job->nranks);
+}
+
 /* Bytes of port p's contribution (after the table), and of what it receives. */
 static uint64_t port_in_length(const job_t *job, int stream, const uint64_t *table, int p)
 {
-    if (stream == INCMOE_STREAM_ALLREDUCE)
+    if (coll_streams[stream].shared_window)
         return table[0];
     uint64_t n = 0;
     for (int r = 0; r < job->nranks; r++)
-        if ((job->rep[r] == p) == (stream == INCMOE_STREAM_ALLGATHER))
+        if (port_contributes(job, stream, p, r))
             n += table[r];
     return n;
 }
 
 static uint64_t port_out_length(const job_t *job, int stream, const uint64_t *table, int p)
 {
-    if (stream == INCMOE_STREAM_ALLREDUCE)
+    if (coll_streams[stream].shared_window)
         return table[0];
     uint64_t n = 0;
     for (int r = 0; r < job->nranks; r++)
-        if ((job->rep[r] == p) == (stream == INCMOE_STREAM_REDUCESCATTER))
+        if (port_receives(job, stream, p, r))
             n += table[r];
     return n;
 }
@@ -272,7 +275,7 @@ static const char *port_piece(const small_t *s, int stream, int q, int r)
     const job_t *job = s->ci.job;
     uint64_t at = 8 * (uint64_t)job->nranks;
     for (int x = 0; x < r; x++)
-        if ((job->rep[x] == q) == (stream == INCMOE_STREAM_ALLGATHER))
+        if (port_contributes(job, stream, q, x))
             at += s->table[x];
     return (const char *)s->in[q] + at;
 }
@@ -291,7 +294,7 @@ static void tree_result(const small_t *s, const coll_t *c, int p, char *out)
         int first = job->conns[p]->role == CONN_RANK ? p + 1 : 0;
         for (int i = 0; i < n; i++) {
             int r = (first + i) % n;
-            if (job->rep[r] == p || s->table[r] == 0)
+            if (!port_receives(job, c->stream, p, r) || s->table[r] == 0)
                 continue;
             memcpy(out, port_piece(s, c->stream, job->rep[r], r), (size_t)s->table[r]);
             out += s->table[r];
@@ -300,7 +303,7 @@ static void tree_result(const small_t *s, const coll_t *c, int p, char *out)
     }
     if (c->stream == INCMOE_STREAM_REDUCESCATTER) {
         for (int root = 0; root < n; root++) {
-            if (job->rep[root] != p || s->table[root] == 0)
+            if (!port_receives(job, c->stream, p, root) || s->table[root] == 0)
                 continue;
             int k = 0;
             for (int q = 0; q < n; q++)
@@ -352,12 +355,7 @@ static void tree_step(small_t *s, coll_t *c)
         local_in += p != job->parent_rep && s->arrived[p];
     }
     struct inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_SMALL_FWD, job->id);
-    h.stream = (uint8_t)c->stream;
-    h.epoch = c->epoch;
-    h.sig = c->sig;
-    h.dtype = (uint8_t)c->dtype;
-    h.redop = (uint8_t)c->redop;
+    coll_hdr_init(&h, WIRE_MSG_SMALL_FWD, job, c);
     if (job->parent_rep >= 0 && !s->up_sent && local_in == local) {
         s->up_sent = 1;
         struct inc_wire_hdr up = h;
@@ -475,10 +473,11 @@ static void small_received(coll_item_t *ci, int from)
     small_arrived((small_t *)ci, from, ci->coll->bytes[from]);
 }
 
-ucs_status_t small_on_message(membership_t *m, job_t *job, conn_t *conn,
-                              const struct inc_wire_hdr *h, void *data, size_t length,
-                              const ucp_am_recv_param_t *param)
+static ucs_status_t on_small(const coll_env_t *env, job_t *job, conn_t *conn,
+                             const struct inc_wire_hdr *h, void *data, size_t length,
+                             const ucp_am_recv_param_t *param)
 {
+    membership_t *m = env->m;
     const int me = conn->rank;
     const int n = job->nranks;
     coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
@@ -523,10 +522,11 @@ ucs_status_t small_on_message(membership_t *m, job_t *job, conn_t *conn,
     return UCS_OK;
 }
 
-ucs_status_t small_on_parent_result(membership_t *m, job_t *job, conn_t *conn,
-                                    const struct inc_wire_hdr *h, void *data, size_t length,
-                                    const ucp_am_recv_param_t *param)
+static ucs_status_t on_parent_result(const coll_env_t *env, job_t *job, conn_t *conn,
+                                     const struct inc_wire_hdr *h, void *data, size_t length,
+                                     const ucp_am_recv_param_t *param)
 {
+    membership_t *m = env->m;
     const int p = job->parent_rep, n = job->nranks;
     coll_t *c = NULL;
     for (c = job->colls[h->stream]; c != NULL && c->epoch != h->epoch; c = c->next)
@@ -565,3 +565,11 @@ ucs_status_t small_on_parent_result(membership_t *m, job_t *job, conn_t *conn,
     coll_item_put(&s->ci);
     return UCS_OK;
 }
+
+const coll_form_t small_form = {
+    .what = "small (SMALL)",
+    .small = on_small,
+    .result_msg = WIRE_MSG_SMALL_FWD,
+    .parent_result = on_parent_result,
+    .detach = small_detach,
+};

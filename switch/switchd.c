@@ -134,6 +134,32 @@ static int check_hostport(const char *flag, const char *text)
     return inc_parse_arg(PROG, what, colon + 1, 0, 65535, 0, &port);
 }
 
+/* --parent HOST:PORT: -1 to go on, or the exit status. */
+static int apply_parent(switch_settings_t *set, const char *arg)
+{
+    if (check_hostport("--parent", arg) != 0)
+        return 2;
+    if (strlen(arg) >= sizeof(set->parent)) {
+        fprintf(stderr, PROG ": --parent '%s' is longer than %zu bytes\n", arg,
+                sizeof(set->parent) - 1);
+        return 2;
+    }
+    strcpy(set->parent, arg);
+    return -1;
+}
+
+/* --log-level NAME: -1 to go on, or the exit status. */
+static int apply_log_level(const char *arg)
+{
+    int level = inc_log_level_parse(arg);
+    if (level < 0) {
+        fprintf(stderr, "incmoe-switchd: unknown log level '%s'\n", arg);
+        return 2;
+    }
+    inc_log_set_level(level);
+    return -1;
+}
+
 /* One option from getopt_long: -1 to go on, or the exit status. */
 static int apply_option(int c, switch_settings_t *set, args_t *a)
 {
@@ -146,15 +172,7 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
         a->keyfile = optarg;
         return -1;
     case 'p':
-        if (check_hostport("--parent", optarg) != 0)
-            return 2;
-        if (strlen(optarg) >= sizeof(set->parent)) {
-            fprintf(stderr, PROG ": --parent '%s' is longer than %zu bytes\n", optarg,
-                    sizeof(set->parent) - 1);
-            return 2;
-        }
-        strcpy(set->parent, optarg);
-        return -1;
+        return apply_parent(set, optarg);
     case 'q':
         a->parent_keyfile = optarg;
         return -1;
@@ -201,15 +219,8 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
         if (inc_parse_arg(PROG, "--heap-keep", optarg, 0, 1ll << 30, 1, &a->heap_keep))
             return 2;
         return -1;
-    case 'L': {
-        int level = inc_log_level_parse(optarg);
-        if (level < 0) {
-            fprintf(stderr, "incmoe-switchd: unknown log level '%s'\n", optarg);
-            return 2;
-        }
-        inc_log_set_level(level);
-        return -1;
-    }
+    case 'L':
+        return apply_log_level(optarg);
     case 'h':
         usage(stdout);
         return 0;

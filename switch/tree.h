@@ -1,23 +1,14 @@
 /*
- * tree.h - a switch in a tree of switches (base/wire.h, "Switch trees"): the
- * link to the parent of each job, the TREE_JOIN that registers the ranks
- * beneath this switch and the JOIN_ACK that comes back, the credits of the
- * sends up, and the TREE_POST that tells a switch port everything on this
- * side posted.  The collectives themselves run on ports (engine.c, small.c):
- * this file is what only a tree has.
+ * tree.h - what a tree of switches (base/wire.h, "Switch trees") adds to the
+ * collectives: the credits of the sends up, and the TREE_POST that tells a
+ * switch port everything on this side posted (joining is tree_join.h's).  The collectives
+ * themselves run on ports (coll_form.h): this file is what only a tree has.
  */
 #ifndef INCMOE_SWITCH_TREE_H
 #define INCMOE_SWITCH_TREE_H
 
 #include "coll_item.h"
 #include "coll_table.h"
-
-/* Open the job's link to the parent if it has none, and register these ranks (joined here or
-   beneath) with a TREE_JOIN; a failure fails the job with the reason. */
-void tree_join_up(membership_t *m, job_t *job, const int *ranks, int count);
-/* The parent's JOIN_ACK: the job's agreed settings and everyone's address; the job forms. */
-void tree_on_parent_ack(membership_t *m, job_t *job, const struct inc_wire_hdr *h,
-                        const char *payload, size_t length);
 
 /* Send a DATA or SMALL of item ci up under the parent's credits (queued in order while none
    is left); build, if not NULL, writes the payload when it goes. */

@@ -64,6 +64,11 @@ typedef void (*switch_tx_cb_t)(void *arg, ucs_status_t status);
 /* Writes a message's payload (hdr->length bytes) into buf when its output queue takes it. */
 typedef void (*switch_tx_build_t)(void *arg, const struct inc_wire_hdr *hdr, void *buf);
 
+/* The link to the parent is up (conn: CONN_JOINED, role CONN_PARENT, its token the bootstrap
+   session's) or failed (conn NULL; status and why say what). */
+typedef void (*switch_parent_cb_t)(void *arg, conn_t *conn, incmoe_status_t status,
+                                   const char *why);
+
 /* A rendezvous receive; the caller embeds it and owns it until done runs. */
 typedef struct switch_rx {
     void (*done)(struct switch_rx *rx, ucs_status_t status);
@@ -89,12 +94,11 @@ typedef struct {
                        uint32_t rank, const char *text);
     /* Mark a connection dead; it is closed from the event loop. */
     void (*drop)(void *server, conn_t *conn);
-    /* Connect to the parent switch (settings' parent) for job: the bootstrap handshake with
-       its key, then an endpoint; a connection in the CONN_JOINED state and role CONN_PARENT
-       whose token is the session's, or NULL with why filled.  Blocks the event loop for at
-       most the handshake's deadline. */
-    conn_t *(*connect_parent)(void *server, uint64_t job, incmoe_status_t *status, char *why,
-                              size_t why_len);
+    /* Start connecting to the parent switch (settings' parent) for job: the bootstrap
+       handshake with its key, run as states of the event loop (parent_link.c), then an
+       endpoint.  done runs once: from the event loop, or before this returns if it cannot
+       start. */
+    void (*connect_parent)(void *server, uint64_t job, switch_parent_cb_t done, void *arg);
     /* Receive a rendezvous payload (the data argument of on_message) into buf. */
     void (*recv_data)(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx);
     /* Give back an eager payload kept with UCS_INPROGRESS. */

@@ -2286,6 +2286,40 @@ TEST(TreeFaults, LeafServesNewJobsAfterItsRootRestarts)
     tree_stop(&tree);
 }
 
+/*
+ * The root is stopped: its kernel still accepts the leaf's connection, nothing answers the
+ * handshake.  A new job's two ranks join the leaf (the second, when it comes within the link's
+ * deadline, while the first's link to the root is being made in the leaf's event loop): both
+ * fail with INCMOE_ERR_TIMEOUT, the leaf failing the job at its link's deadline (min(timeout/4,
+ * 5 s)) or the ranks at their own join timeout, and the leaf stays up.  Once the root resumes,
+ * the leaf serves a new job.
+ */
+TEST(TreeFaults, AJobJoiningThroughAStoppedRootFailsAndTheLeafServesOnceItResumes)
+{
+    const std::vector<int> parent = {-1, 0};
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, {parent, {}}, tree_args(kSmallChunk)));
+    expect_serves(tree, parent, 1);
+    ASSERT_EQ(kill(tree.sw[0].pid, SIGSTOP), 0);
+    const Topology on_leaf = {parent, {1, 1}};
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        2,
+        [&](int me) -> std::string {
+            Refusal f = join_refused(tree, on_leaf, job, me);
+            if (f.st != INCMOE_ERR_TIMEOUT)
+                return std::string("joining through a stopped root gave ") + incmoe_strerror(f.st) +
+                       " (" + f.reason + ")";
+            return "";
+        },
+        30);
+    ASSERT_EQ(kill(tree.sw[0].pid, SIGCONT), 0);
+    EXPECT_EQ(harness::failures(res), "");
+    EXPECT_TRUE(still_running(tree.sw[1])) << "the leaf died while its root was stopped";
+    expect_serves(tree, parent, 1);
+    tree_stop(&tree);
+}
+
 /* ------------------------------------------------------------------------ */
 /* a switch port that breaks the protocol                                    */
 

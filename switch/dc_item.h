@@ -1,9 +1,9 @@
 /*
- * dc.h - dispatch and combine on the switch (base/wire.h, "Dispatch and
- * combine" and "Switch trees"): the third form a collective can take, shared
- * by dc.c (POSTs, SMALLs, the plan, chunks in, the items' common life),
- * dc_dispatch.c (the filtered multicast) and dc_combine.c (the masked
- * reduction).
+ * dc_item.h - dispatch and combine on the switch (base/wire.h, "Dispatch and
+ * combine" and "Switch trees"), what their files share: dc_form.c (POSTs,
+ * SMALLs, the plan, chunks in) over dc_dispatch.c (the filtered multicast)
+ * and dc_combine.c (the masked reduction), both reached through a dc_kind_t,
+ * over dc_item.c (the items' common life, the ports a set meets).
  *
  * A collective's plan is made when the last rank's POST is in (every switch
  * of a tree sees every rank's POST and makes the same plan): the verdict
@@ -18,8 +18,8 @@
  * in.  A SMALL is a coll_item of its own, whose pieces the items hold in
  * place of DATA of their own.
  */
-#ifndef INCMOE_SWITCH_DC_H
-#define INCMOE_SWITCH_DC_H
+#ifndef INCMOE_SWITCH_DC_ITEM_H
+#define INCMOE_SWITCH_DC_ITEM_H
 
 #include "coll_item.h"
 #include "coll_table.h"
@@ -75,8 +75,11 @@ typedef struct dc_item {
     int reduced; /* combine: its result went toward the owner (or it had none) */
 } dc_item_t;
 
+struct dc_kind;
+
 typedef struct dc_coll {
     job_t *job;
+    const struct dc_kind *kind;    /* dispatch's or combine's */
     struct inc_wire_dc_post *post; /* [nranks] */
     uint32_t *count;               /* [nranks * nranks]: count[s][d] (combine: sent) */
     uint32_t *recvd;               /* [nranks * nranks]: combine: recvd[d][s] */
@@ -97,15 +100,25 @@ typedef struct dc_coll {
     char refused_why[INCMOE_REFUSAL_MAX];
 } dc_coll_t;
 
-/* The form (coll_table.h) of a dispatch or combine. */
-extern const coll_form_t dc_form;
+/* What differs between dispatch and combine (dc_dispatch.c, dc_combine.c). */
+typedef struct dc_kind {
+    /* The header of a chunk (dispatch) or of a set chunk or partial (combine) from port me:
+       in order and shaped as the plan says; 0 if not (the job failed). */
+    int (*admit)(membership_t *m, job_t *job, coll_t *c, int me, const struct inc_wire_dc_piece *p,
+                 int dtype, int redop);
+    /* Port from's bytes are in: check them, and move on (forward, reduce) what may go. */
+    void (*in)(coll_t *c, dc_item_t *it, int from);
+    /* Forward an item taken in its root's chunk order. */
+    void (*take)(coll_t *c, dc_item_t *it);
+    /* The root's last chunk was taken: what the plan promised this switch's ranks holds; 0:
+       the job failed. */
+    int (*source_done)(coll_t *c, int s);
+} dc_kind_t;
 
-/* engine.c hands every message of the dispatch and combine streams here, a rank's or a switch
-   port's (the parent's FWD and POST, a child's DATA and POST). */
-ucs_status_t dc_on_message(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
-                           void *data, size_t length, const ucp_am_recv_param_t *param);
+extern const dc_kind_t dc_dispatch_kind;
+extern const dc_kind_t dc_combine_kind;
 
-/* --- dc.c, for the two kinds --- */
+/* --- dc_item.c --- */
 
 /* Chunks of a rank with rows rows. */
 uint64_t dc_nchunks(const dc_coll_t *dc, uint64_t rows);
@@ -117,6 +130,16 @@ const char *dc_port_name(const job_t *job, int p, char *buf, size_t len);
    credited senders get their credits back, it leaves the collective, which may be done (and
    freed) now.  Called again while sends are out, it waits for the last. */
 void dc_item_try_finish(dc_item_t *it);
+/* A new item of chunk (root, chunk), in the collective's list; it counts in the collective's
+   remaining until it finishes.  NULL: out of memory. */
+dc_item_t *dc_item_new(job_t *job, coll_t *c, uint32_t root, uint32_t chunk);
+/* Port from's contribution to the item is in: the kind's in, the item held across (that may
+   finish it). */
+void dc_contribution_in(dc_item_t *it, int from);
+/* A CREDIT to port r on the stream (its inflight count goes down), if the job is active. */
+void dc_send_credit(membership_t *m, job_t *job, int r, int stream, uint64_t epoch);
+/* A piece's item is done with it: the SMALL's credit goes back with its last piece. */
+void dc_credit_put(membership_t *m, job_t *job, dc_credit_t *cr);
 /* The item (root, chunk), or NULL. */
 dc_item_t *dc_item_find(dc_coll_t *dc, uint32_t root, uint32_t chunk);
 /* Set of a row of a sets block (W words, unaligned) into set[]; 0 if it names a rank >= N. */
@@ -127,34 +150,8 @@ int dc_set_ports(const job_t *job, const uint64_t *set, size_t words, int except
 /* Does the set name a rank port p covers?  One p does not cover? */
 int dc_set_meets(const job_t *job, const uint64_t *set, size_t words, int p);
 int dc_set_beyond(const job_t *job, const uint64_t *set, size_t words, int p);
-/* Take root s's items whose chunks are in, in chunk order (the kinds' dc_*_take), and at its
-   last chunk the kind's dc_*_source_done. */
+/* Take root s's items whose chunks are in, in chunk order (the kind's take), and at its last
+   chunk the kind's source_done. */
 void dc_advance(coll_t *c, int s);
-
-/* --- dc_dispatch.c --- */
-
-/* The header of a dispatch chunk from port me: in order and shaped as the root's POST says; 0
-   if not (the job failed). */
-int dc_dispatch_admit(membership_t *m, job_t *job, coll_t *c, int me,
-                      const struct inc_wire_dc_piece *p);
-/* The chunk's bytes are in: check them, and forward what may go, in chunk order. */
-void dc_dispatch_in(coll_t *c, dc_item_t *it);
-/* Forward a chunk taken in order: to each rank port its rows, to each switch port the chunk. */
-void dc_dispatch_take(coll_t *c, dc_item_t *it);
-/* The root's last chunk went: each of this switch's ranks got what the plan gave it; 0: the
-   job failed. */
-int dc_dispatch_source_done(coll_t *c, int s);
-
-/* --- dc_combine.c --- */
-
-/* The header of a combine set chunk or partial from port me; 0 if not (failed). */
-int dc_combine_admit(membership_t *m, job_t *job, coll_t *c, int me,
-                     const struct inc_wire_dc_piece *p, int dtype, int redop);
-/* Port from's bytes are in: check them, and reduce and forward once all are. */
-void dc_combine_in(coll_t *c, dc_item_t *it, int from);
-/* Forward a set chunk taken in order toward the switch ports it concerns. */
-void dc_combine_take(coll_t *c, dc_item_t *it);
-/* The owner's last set chunk is in: every item of it has its sets; 0: the job failed. */
-int dc_combine_source_done(coll_t *c, int s);
 
 #endif

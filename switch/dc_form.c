@@ -1,9 +1,11 @@
 /*
- * dc.c - dispatch and combine on the switch: their POSTs and SMALLs, the
- * plan made when the last rank posted (the verdict of base/dc_plan.c and each
- * of this switch's ranks' PLAN), their chunks taken in (checked against the
- * plan before anything is allocated), the order each root's chunks are taken
- * in, and what the items of both kinds share (dc.h).
+ * dc_form.c - dispatch and combine, the third form of a collective
+ * (coll_form.h): their POSTs and SMALLs, the plan made when the last rank
+ * posted (the verdict of base/dc_plan.c and each of this switch's ranks'
+ * PLAN), and their chunks taken in (checked against the plan before anything
+ * is allocated) and handed to the items (dc_item.c), whose kind, dispatch
+ * (dc_dispatch.c) or combine (dc_combine.c), the collective's dc_kind_t
+ * names.
  *
  * Over a tree (base/wire.h, "Switch trees") every switch keeps every rank's
  * POST: one from a rank or a switch port goes on unchanged to every other
@@ -17,7 +19,8 @@
  * job_dc_memory_bound).  Memory: the first dispatch or combine of a job grows
  * its bound (membership.c, job_admit_dc); everything here is job memory.
  */
-#include "dc.h"
+#include "dc_form.h"
+#include "dc_item.h"
 #include "base/dtype.h"
 #include "base/log.h"
 
@@ -25,257 +28,6 @@
 #include <string.h>
 
 #define SUBSYS "switch"
-
-/* ------------------------------------------------------------------------ */
-/* small helpers                                                             */
-
-uint64_t dc_nchunks(const dc_coll_t *dc, uint64_t rows)
-{
-    return (rows + dc->rows_per_chunk - 1) / dc->rows_per_chunk;
-}
-
-int dc_read_set(const char *sets, uint64_t row, size_t words, int nranks, uint64_t *set)
-{
-    memcpy(set, sets + row * words * 8, words * 8);
-    const unsigned tail = (unsigned)nranks % 64;
-    return tail == 0 || (set[words - 1] >> tail) == 0;
-}
-
-int dc_switch_port(const job_t *job, int p)
-{
-    return job->conns[p] != NULL && job->conns[p]->role != CONN_RANK;
-}
-
-const char *dc_port_name(const job_t *job, int p, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s%d", dc_switch_port(job, p) ? "the switch port of rank " : "rank ", p);
-    return buf;
-}
-
-int dc_set_ports(const job_t *job, const uint64_t *set, size_t words, int except, int *ports)
-{
-    int n = 0;
-    for (size_t w = 0; w < words; w++) {
-        for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1) {
-            const int p = job->rep[w * 64 + (size_t)__builtin_ctzll(bits)];
-            if (p == except)
-                continue;
-            int at = n; /* ascending: on one switch each rank comes last, so this stays short */
-            while (at > 0 && ports[at - 1] > p)
-                at--;
-            if (at > 0 && ports[at - 1] == p)
-                continue;
-            memmove(&ports[at + 1], &ports[at], (size_t)(n - at) * sizeof(int));
-            ports[at] = p;
-            n++;
-        }
-    }
-    return n;
-}
-
-int dc_set_meets(const job_t *job, const uint64_t *set, size_t words, int p)
-{
-    if (!dc_switch_port(job, p)) /* a rank port covers its rank alone */
-        return (int)((set[p / 64] >> (p % 64)) & 1);
-    for (size_t w = 0; w < words; w++)
-        for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1)
-            if (job->rep[w * 64 + (size_t)__builtin_ctzll(bits)] == p)
-                return 1;
-    return 0;
-}
-
-int dc_set_beyond(const job_t *job, const uint64_t *set, size_t words, int p)
-{
-    for (size_t w = 0; w < words; w++)
-        for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1)
-            if (job->rep[w * 64 + (size_t)__builtin_ctzll(bits)] != p)
-                return 1;
-    return 0;
-}
-
-static void send_credit(membership_t *m, job_t *job, int r, int stream, uint64_t epoch)
-{
-    if (job->state != JOB_ACTIVE)
-        return;
-    job->inflight[r][stream]--;
-    struct inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_CREDIT, job->id);
-    h.stream = (uint8_t)stream;
-    h.epoch = epoch;
-    h.length = 1;
-    m->tx.ops->send(m->tx.server, job->conns[r], &h, NULL, 0, NULL, NULL);
-}
-
-/* ------------------------------------------------------------------------ */
-/* items                                                                     */
-
-static void item_release(coll_item_t *ci);
-static void item_arrived(coll_item_t *ci, int from);
-static void item_sent(coll_item_t *ci);
-
-static const coll_item_ops_t item_ops = {
-    .arrived = item_arrived,
-    .sent = item_sent,
-    .release = item_release,
-};
-
-/* A piece's item is done with it: the SMALL's credit goes back with its last piece. */
-static void credit_put(membership_t *m, job_t *job, dc_credit_t *cr)
-{
-    if (--cr->pieces > 0)
-        return;
-    send_credit(m, job, cr->from, cr->stream, cr->epoch);
-    free(cr);
-}
-
-/* The item's last hold is gone (coll_item.c): the one place it is freed. */
-static void item_release(coll_item_t *ci)
-{
-    dc_item_t *it = (dc_item_t *)ci;
-    job_t *job = ci->job;
-    membership_t *m = job->members;
-    for (int r = 0; r < job->nranks; r++) {
-        dc_contrib_t *k = &it->contrib[r];
-        job_free_mem(m, job, k->data, k->length);
-        if (k->credit != NULL)
-            credit_put(m, job, k->credit); /* without a CREDIT unless its job is active */
-    }
-    job_free_mem(m, job, it->out, it->out_len);
-    free(it->contrib);
-    free(it->kd);
-    free(it);
-}
-
-static void item_arrived(coll_item_t *ci, int from)
-{
-    dc_item_t *it = (dc_item_t *)ci;
-    it->contrib[from].in = 1;
-    if (ci->coll->stream == INCMOE_STREAM_DISPATCH)
-        dc_dispatch_in(ci->coll, it);
-    else
-        dc_combine_in(ci->coll, it, from);
-}
-
-static void item_sent(coll_item_t *ci)
-{
-    dc_item_try_finish((dc_item_t *)ci);
-}
-
-dc_item_t *dc_item_find(dc_coll_t *dc, uint32_t root, uint32_t chunk)
-{
-    for (dc_item_t *it = dc->items; it != NULL; it = it->next)
-        if (it->root == root && it->chunk == chunk)
-            return it;
-    return NULL;
-}
-
-/* A new item counts in the collective's remaining until it finishes. */
-static dc_item_t *item_new(job_t *job, coll_t *c, uint32_t root, uint32_t chunk)
-{
-    dc_coll_t *dc = c->state;
-    dc_item_t *it = calloc(1, sizeof(*it));
-    if (it != NULL) {
-        it->contrib = calloc((size_t)job->nranks, sizeof(dc_contrib_t));
-        it->kd = calloc((size_t)job->nranks, sizeof(uint32_t));
-    }
-    if (it == NULL || it->contrib == NULL || it->kd == NULL) {
-        if (it != NULL) {
-            free(it->contrib);
-            free(it->kd);
-        }
-        free(it);
-        return NULL;
-    }
-    coll_item_init(&it->ci, &item_ops, job, c); /* the collective's hold: the list below */
-    it->root = root;
-    it->chunk = chunk;
-    it->from = job->rep[root];
-    uint64_t first = (uint64_t)chunk * dc->rows_per_chunk, rows = dc->post[root].rows;
-    it->first = first;
-    it->k = rows - first < dc->rows_per_chunk ? rows - first : dc->rows_per_chunk;
-    it->row_bytes = dc->row_bytes;
-    it->words = dc->words;
-    it->next = dc->items;
-    dc->items = it;
-    c->remaining++;
-    return it;
-}
-
-void dc_item_try_finish(dc_item_t *it)
-{
-    coll_t *c = it->ci.coll;
-    if (c == NULL || !it->taken || it->ci.sending > 0 ||
-        (c->stream == INCMOE_STREAM_COMBINE && !it->reduced))
-        return;
-    job_t *job = it->ci.job;
-    membership_t *m = job->members;
-    dc_coll_t *dc = c->state;
-    for (int r = 0; r < job->nranks; r++)
-        if (it->contrib[r].data != NULL && it->contrib[r].credited)
-            send_credit(m, job, r, c->stream, c->epoch);
-    for (dc_item_t **pp = &dc->items; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == it) {
-            *pp = it->next;
-            break;
-        }
-    }
-    coll_item_leave(&it->ci); /* it may be gone now */
-    c->remaining--;
-    coll_check_done(job, c); /* c may be gone now */
-}
-
-/* The next item of root s to take: the one with the lowest chunk among those not taken whose
-   chunk from the root's port has come (its header: a chunk that is still landing holds up the
-   ones after it). */
-static dc_item_t *next_to_take(dc_coll_t *dc, int s, int from)
-{
-    dc_item_t *best = NULL;
-    for (dc_item_t *it = dc->items; it != NULL; it = it->next)
-        if (it->root == (uint32_t)s && !it->taken && it->contrib[from].data != NULL &&
-            (best == NULL || it->chunk < best->chunk))
-            best = it;
-    return best;
-}
-
-/*
- * A root's chunks come from the one port covering it in chunk order (a rank
- * sends each; a switch port only those that concern this side, and always the
- * last), and are taken in that order, so each rank's FWD positions follow its
- * source's rows and a switch port gets them in order too.  The root counts in
- * the collective's remaining from the plan until its last chunk is taken:
- * then every chunk of it that comes here has come.  One more is counted while
- * this walks, so the collective cannot be done (and freed) under it.
- */
-void dc_advance(coll_t *c, int s)
-{
-    dc_coll_t *dc = c->state;
-    job_t *job = dc->job;
-    const int from = job->rep[s], dispatch = c->stream == INCMOE_STREAM_DISPATCH;
-    const uint64_t nch = dc_nchunks(dc, dc->post[s].rows);
-    c->remaining++;
-    while (job->state == JOB_ACTIVE) {
-        dc_item_t *it = next_to_take(dc, s, from);
-        if (it == NULL || !it->src_in)
-            break;
-        const int last = (uint64_t)it->chunk + 1 == nch;
-        it->taken = 1;
-        if (dispatch)
-            dc_dispatch_take(c, it); /* it may be gone now */
-        else
-            dc_combine_take(c, it);
-        if (job->state != JOB_ACTIVE)
-            break;
-        if (last) {
-            if (!(dispatch ? dc_dispatch_source_done(c, s) : dc_combine_source_done(c, s)))
-                break;
-            c->remaining--; /* the root's: nothing more of it comes */
-        }
-    }
-    if (job->state != JOB_ACTIVE)
-        return; /* job_fail() has dropped c */
-    c->remaining--;
-    coll_check_done(job, c);
-}
 
 /* ------------------------------------------------------------------------ */
 /* the collective's state                                                    */
@@ -317,11 +69,6 @@ static void dc_detach(coll_t *c)
     job_free_mem(job->members, job, dc, dc->mem);
 }
 
-const coll_form_t dc_form = {
-    .what = "as dispatch or combine (POST or SMALL, then a plan)",
-    .detach = dc_detach,
-};
-
 /* The collective's state, made by its first message: one block of job memory. */
 static dc_coll_t *dc_state(membership_t *m, job_t *job, conn_t *conn, coll_t *c)
 {
@@ -353,6 +100,7 @@ static dc_coll_t *dc_state(membership_t *m, job_t *job, conn_t *conn, coll_t *c)
     p += n * n * sizeof(uint32_t);
     dc->track = (uint32_t *)p;
     dc->words = INCMOE_SET_WORDS(job->nranks);
+    dc->kind = c->stream == INCMOE_STREAM_DISPATCH ? &dc_dispatch_kind : &dc_combine_kind;
     c->state = dc;
     return dc;
 }
@@ -391,9 +139,7 @@ static void send_plans(membership_t *m, job_t *job, coll_t *c, const inc_dc_verd
             for (int s = 0; s < n; s++)
                 memcpy(buf + sizeof(plan) + 4 * (size_t)s, &dc->count[(size_t)s * n + r], 4);
         struct inc_wire_hdr h;
-        inc_wire_hdr_init(&h, WIRE_MSG_PLAN, job->id);
-        h.stream = (uint8_t)c->stream;
-        h.epoch = c->epoch;
+        coll_hdr_init(&h, WIRE_MSG_PLAN, job, c);
         h.rank = (uint32_t)r;
         h.length = len;
         h.status = (int16_t)v->status;
@@ -471,7 +217,7 @@ static void dc_plan(membership_t *m, job_t *job, coll_t *c)
         if (dc->ok && !take_pieces(m, job, c, sm))
             return; /* the job failed, c is gone */
         if (!dc->ok)
-            send_credit(m, job, r, c->stream, c->epoch); /* nothing of it is kept */
+            dc_send_credit(m, job, r, c->stream, c->epoch); /* nothing of it is kept */
         dc->small[r] = NULL;
         coll_item_leave(&sm->ci); /* its pieces are copied: its buffer goes */
     }
@@ -575,14 +321,9 @@ static void relay_post(membership_t *m, job_t *job, const coll_t *c, int r, uint
         }
         memcpy(copy, fields, len);
         struct inc_wire_hdr h;
-        inc_wire_hdr_init(&h, WIRE_MSG_POST, job->id);
-        h.stream = (uint8_t)c->stream;
-        h.epoch = c->epoch;
+        coll_hdr_init(&h, WIRE_MSG_POST, job, c);
         h.rank = (uint32_t)r;
         h.total = total;
-        h.sig = c->sig;
-        h.dtype = (uint8_t)c->dtype;
-        h.redop = (uint8_t)c->redop;
         h.length = len;
         m->tx.ops->send(m->tx.server, job->conns[p], &h, copy, len, relay_sent, copy);
     }
@@ -748,9 +489,7 @@ static int admit(membership_t *m, job_t *job, coll_t *c, int me, const struct in
                 (unsigned long long)c->epoch, (unsigned long long)p->length, p->root);
         return 0;
     }
-    if (c->stream == INCMOE_STREAM_DISPATCH)
-        return dc_dispatch_admit(m, job, c, me, p);
-    return dc_combine_admit(m, job, c, me, p, dtype, redop);
+    return dc->kind->admit(m, job, c, me, p, dtype, redop);
 }
 
 /* The item a contribution goes to, made if it is the first; NULL: the job failed. */
@@ -759,7 +498,7 @@ static dc_item_t *item_for(membership_t *m, job_t *job, coll_t *c, int me,
 {
     dc_coll_t *dc = c->state;
     dc_item_t *it = dc_item_find(dc, p->root, p->chunk);
-    if (it == NULL && (it = item_new(job, c, p->root, p->chunk)) == NULL) {
+    if (it == NULL && (it = dc_item_new(job, c, p->root, p->chunk)) == NULL) {
         job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
         return NULL;
     }
@@ -770,15 +509,6 @@ static dc_item_t *item_for(membership_t *m, job_t *job, coll_t *c, int me,
         return NULL;
     }
     return it;
-}
-
-/* The contribution is in: the kind checks it and moves on; the item is held across, as that
-   may finish it. */
-static void contribution_in(coll_t *c, dc_item_t *it, int from)
-{
-    coll_item_hold(&it->ci);
-    item_arrived(&it->ci, from);
-    coll_item_put(&it->ci);
 }
 
 /* One piece of rank me's SMALL, copied into its item (the SMALL's buffer goes after the
@@ -799,7 +529,7 @@ static int take_piece(membership_t *m, job_t *job, coll_t *c, int me, dc_credit_
     memcpy(buf, data, (size_t)p->length);
     cr->pieces++;
     it->contrib[me] = (dc_contrib_t){.data = buf, .length = (size_t)p->length, .credit = cr};
-    contribution_in(c, it, me);
+    dc_contribution_in(it, me);
     return job->state == JOB_ACTIVE;
 }
 
@@ -824,7 +554,7 @@ static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm)
         at += (size_t)inc_wire_dc_piece_length(p.length);
     }
     int ok = job->state == JOB_ACTIVE;
-    credit_put(m, job, cr); /* the loop's own hold */
+    dc_credit_put(m, job, cr); /* the loop's own hold */
     return ok;
 }
 
@@ -863,13 +593,17 @@ static ucs_status_t on_data(membership_t *m, job_t *job, conn_t *conn, const str
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         return coll_item_receive(&it->ci, me, data, buf, length);
     memcpy(buf, data, length);
-    contribution_in(c, it, me);
+    dc_contribution_in(it, me);
     return UCS_OK;
 }
 
-ucs_status_t dc_on_message(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
-                           void *data, size_t length, const ucp_am_recv_param_t *param)
+/* Every message of the dispatch and combine streams, a rank's or a switch port's (the
+   parent's FWD and POST, a child's DATA and POST): each form entry is this one. */
+static ucs_status_t dc_on_message(const coll_env_t *env, job_t *job, conn_t *conn,
+                                  const struct inc_wire_hdr *h, void *data, size_t length,
+                                  const ucp_am_recv_param_t *param)
 {
+    membership_t *m = env->m;
     const int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     const int port = conn->role == CONN_PARENT ? job->parent_rep : conn->rank;
     if (port < 0) {
@@ -905,3 +639,14 @@ ucs_status_t dc_on_message(membership_t *m, job_t *job, conn_t *conn, const stru
             inc_wire_msg_name(h->msg), rndv ? " rendezvous" : "", inc_wire_stream_name(h->stream));
     return UCS_ERR_INVALID_PARAM;
 }
+
+const coll_form_t dc_form = {
+    .what = "as dispatch or combine (POST or SMALL, then a plan)",
+    .post = dc_on_message,
+    .data = dc_on_message,
+    .small = dc_on_message,
+    .parent_post = dc_on_message,
+    .result_msg = WIRE_MSG_FWD,
+    .parent_result = dc_on_message,
+    .detach = dc_detach,
+};
