@@ -21,7 +21,9 @@ libincmoe_moe_la_SOURCES = \
 	cpu/cpu.h cpu/prims.h cpu/elem.h \
 	cpu/backend.c \
 	cpu/pool.c \
-	cpu/ffn.c
+	cpu/ffn.c cpu/ffn_plan.c \
+	cpu/gemm.c cpu/gemm.h \
+	cpu/swiglu.c cpu/swiglu.h
 libincmoe_moe_la_CPPFLAGS = $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe $(OPENBLAS_CFLAGS)
 libincmoe_moe_la_LIBADD = $(top_builddir)/plugin/libincmoe.la $(top_builddir)/base/libincmoe_base.la \
 	$(OPENBLAS_LIBS) -lpthread -lm
