@@ -2,7 +2,6 @@
 # layer against an fp64 reference, bad arguments, a randomised stress test,
 # the role loops compiled as CUDA device code and the CUDA backend run on a
 # device.
-if HAVE_OPENBLAS
 MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/moe
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
@@ -50,5 +49,4 @@ test_moe_cuda_compile_LDADD = $(GTEST_LIBS) -lpthread
 test_moe_cuda_SOURCES = test_moe_cuda.cc moe_ref.cc moe_ref.h
 test_moe_cuda_CPPFLAGS = $(MOE_TEST_CPPFLAGS) $(CUDA_CFLAGS)
 test_moe_cuda_LDADD = $(MOE_TEST_LIBS) $(CUDA_LIBS)
-endif
 endif
