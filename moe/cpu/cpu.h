@@ -19,7 +19,7 @@ typedef struct {
     float *a;        /* [GEMM_ROWS][H] one expert's rows, fp32 */
     float *g, *u;    /* [GEMM_ROWS][I] gate and up of this worker's columns of I */
     float *out;      /* [GEMM_ROWS][H] down projection of this worker's columns of H */
-    float *panel;    /* [GEMM_NR + GEMM_MR][max(H, I)] a widened panel, a padded tile */
+    float *panel;    /* cpu_gemm_scratch_floats(GEMM_ROWS, max(H, I)) */
     uint8_t **rows;  /* [chunk] the chunk's rows in xg */
     int *blk;        /* [chunk] their blocks (-1: received, masked routing) */
     size_t *idx;     /* [chunk] their row in the block, or received row */

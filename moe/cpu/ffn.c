@@ -30,8 +30,8 @@ incmoe_status_t ffn_weights_load(cpu_state_t *cs, const incmoe_moe_params_t *p, 
     const size_t H = (size_t)cs->H, I = (size_t)cs->I, nl = (size_t)cs->n_local;
     cs->dtype = p->dtype;
     cs->esize = esize;
-    cs->gu_elems = 2 * cpu_gemm_packed_elems(I, H);
-    cs->d_elems = cpu_gemm_packed_elems(H, I);
+    cs->gu_elems = 2 * cpu_gemm_packed_elems(I, H, p->dtype);
+    cs->d_elems = cpu_gemm_packed_elems(H, I, p->dtype);
     cs->w_gu = malloc((nl > 0 ? nl : 1) * cs->gu_elems * esize);
     cs->w_down = malloc((nl > 0 ? nl : 1) * cs->d_elems * esize);
     if (cs->w_gu == NULL || cs->w_down == NULL)
@@ -39,11 +39,11 @@ incmoe_status_t ffn_weights_load(cpu_state_t *cs, const incmoe_moe_params_t *p, 
     const size_t mat = I * H * esize;
     for (size_t le = 0; le < nl; le++) {
         uint8_t *gu = (uint8_t *)cs->w_gu + le * cs->gu_elems * esize;
-        cpu_gemm_pack(gu, (const uint8_t *)p->w_gate + le * mat, I, H, H, esize);
+        cpu_gemm_pack(gu, (const uint8_t *)p->w_gate + le * mat, I, H, H, p->dtype);
         cpu_gemm_pack(gu + cs->gu_elems / 2 * esize, (const uint8_t *)p->w_up + le * mat, I, H, H,
-                      esize);
+                      p->dtype);
         cpu_gemm_pack((uint8_t *)cs->w_down + le * cs->d_elems * esize,
-                      (const uint8_t *)p->w_down + le * mat, H, I, I, esize);
+                      (const uint8_t *)p->w_down + le * mat, H, I, I, p->dtype);
     }
     return INCMOE_OK;
 }
@@ -93,7 +93,7 @@ static incmoe_status_t scratch_alloc(const cpu_state_t *cs, ffn_scratch_t *s)
     s->g = malloc(m * I * sizeof(float));
     s->u = malloc(m * I * sizeof(float));
     s->out = malloc(m * H * sizeof(float));
-    s->panel = malloc((size_t)(CPU_GEMM_NR + CPU_GEMM_MR) * (H > I ? H : I) * sizeof(float));
+    s->panel = malloc(cpu_gemm_scratch_floats(m, H > I ? H : I) * sizeof(float));
     s->rows = malloc(chunk * sizeof(uint8_t *));
     s->blk = malloc(chunk * sizeof(int));
     s->idx = malloc(chunk * sizeof(size_t));
@@ -184,9 +184,11 @@ static void expert_up(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *
     for (size_t h0 = s->off[le]; h0 < s->off[le + 1]; h0 += MOE_FFN_GEMM_ROWS) {
         size_t m = s->off[le + 1] - h0;
         m = m < MOE_FFN_GEMM_ROWS ? m : MOE_FFN_GEMM_ROWS;
+        cpu_gemm_a_t a;
         gather_rows(x, s, h0, m);
-        cpu_gemm_packed(m, lo, hi, H, s->a, H, wg, cs->dtype, s->g, n, s->panel);
-        cpu_gemm_packed(m, lo, hi, H, s->a, H, wu, cs->dtype, s->u, n, s->panel);
+        cpu_gemm_prepare(&a, m, H, s->a, H, cs->dtype, s->panel);
+        cpu_gemm_packed(lo, hi, &a, wg, cs->dtype, s->g, n, s->panel);
+        cpu_gemm_packed(lo, hi, &a, wu, cs->dtype, s->u, n, s->panel);
         for (size_t i = 0; i < m; i++)
             cpu_swiglu(act + (h0 + i) * I + lo, s->g + i * n, s->u + i * n, n);
     }
@@ -201,7 +203,9 @@ static void expert_down(const cpu_state_t *cs, ffn_scratch_t *s, int le, const f
     for (size_t h0 = s->off[le]; h0 < s->off[le + 1]; h0 += MOE_FFN_GEMM_ROWS) {
         size_t m = s->off[le + 1] - h0;
         m = m < MOE_FFN_GEMM_ROWS ? m : MOE_FFN_GEMM_ROWS;
-        cpu_gemm_packed(m, lo, hi, I, act + h0 * I, I, wd, cs->dtype, s->out, n, s->panel);
+        cpu_gemm_a_t a;
+        cpu_gemm_prepare(&a, m, I, act + h0 * I, I, cs->dtype, s->panel);
+        cpu_gemm_packed(lo, hi, &a, wd, cs->dtype, s->out, n, s->panel);
         for (size_t i = 0; i < m; i++) {
             float *acc = cs->team.acc + (size_t)s->hit[h0 + i] * H + lo;
             const float *o = s->out + i * n;

@@ -39,8 +39,24 @@ void cpu_widen(float *dst, const void *src, size_t n, incmoe_dtype_t dtype)
         inc_dtype_to_float(dst, src, n, dtype);
 }
 
-void cpu_gemm_pack(void *dst, const void *w, size_t n, size_t k, size_t ldw, size_t esize)
+static int bf16_kernel(incmoe_dtype_t dtype)
 {
+    return dtype == INCMOE_BFLOAT16 && cpu_gemm_bf16_native();
+}
+
+size_t cpu_gemm_packed_elems(size_t n, size_t k, incmoe_dtype_t dtype)
+{
+    size_t cols = (n + NR - 1) / NR * NR;
+    return cols * (bf16_kernel(dtype) ? (k + 1) / 2 * 2 : k);
+}
+
+void cpu_gemm_pack(void *dst, const void *w, size_t n, size_t k, size_t ldw, incmoe_dtype_t dtype)
+{
+    if (bf16_kernel(dtype)) {
+        cpu_gemm_bf16_pack(dst, w, n, k, ldw);
+        return;
+    }
+    const size_t esize = dtype == INCMOE_FLOAT32 ? 4 : 2;
     uint8_t *d = dst;
     const uint8_t *s = w;
     size_t panels = (n + NR - 1) / NR;
@@ -49,6 +65,29 @@ void cpu_gemm_pack(void *dst, const void *w, size_t n, size_t k, size_t ldw, siz
         uint8_t *col = d + ((j / NR) * NR * k + j % NR) * esize;
         for (size_t kk = 0; kk < k; kk++)
             memcpy(col + kk * NR * esize, s + (j * ldw + kk) * esize, esize);
+    }
+}
+
+size_t cpu_gemm_scratch_floats(size_t m, size_t kmax)
+{
+    size_t mp = (m + CPU_GEMM_MR_BF16 - 1) / CPU_GEMM_MR_BF16 * CPU_GEMM_MR_BF16;
+    /* a widened panel and a padded tile; then the bf16 rows (two to a float) */
+    return (NR + MR) * kmax + mp * ((kmax + 1) / 2) + 16;
+}
+
+void cpu_gemm_prepare(cpu_gemm_a_t *a, size_t m, size_t k, const float *rows, size_t lda,
+                      incmoe_dtype_t dtype, float *scratch)
+{
+    a->m = m;
+    a->k = k;
+    a->f = rows;
+    a->lda = lda;
+    a->bf = NULL;
+    if (bf16_kernel(dtype)) {
+        /* after the region the fp32 path uses, which the bf16 path leaves alone */
+        uint16_t *bf = (uint16_t *)(scratch + (NR + MR) * k);
+        cpu_gemm_bf16_prepare(bf, m, k, rows, lda);
+        a->bf = bf;
     }
 }
 
@@ -123,9 +162,16 @@ static void panel_rows(tile_fn tile, size_t m, size_t nc, size_t k, const float 
     }
 }
 
-void cpu_gemm_packed(size_t m, size_t n0, size_t n1, size_t k, const float *a, size_t lda,
-                     const void *wp, incmoe_dtype_t dtype, float *c, size_t ldc, float *scratch)
+void cpu_gemm_packed(size_t n0, size_t n1, const cpu_gemm_a_t *a, const void *wp,
+                     incmoe_dtype_t dtype, float *c, size_t ldc, float *scratch)
 {
+    const size_t m = a->m, k = a->k;
+    if (m == 0 || n1 <= n0)
+        return;
+    if (a->bf != NULL) {
+        cpu_gemm_bf16_panels(n0, n1, m, k, a->bf, wp, c, ldc);
+        return;
+    }
     tile_fn tile = tile_pick();
     const size_t esize = dtype == INCMOE_FLOAT32 ? 4 : 2;
     float *panel = scratch, *apad = scratch + NR * k;
@@ -137,6 +183,6 @@ void cpu_gemm_packed(size_t m, size_t n0, size_t n1, size_t k, const float *a, s
             b = panel;
         }
         size_t nc = n1 - j0 < NR ? n1 - j0 : NR;
-        panel_rows(tile, m, nc, k, a, lda, b, c + (j0 - n0), ldc, apad);
+        panel_rows(tile, m, nc, k, a->f, a->lda, b, c + (j0 - n0), ldc, apad);
     }
 }
