@@ -81,9 +81,10 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cf
     if (c.compute_workers <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         long per_rank = cores / (L->N > 0 ? L->N : 1);
-        /* Gather and reduce workers mostly sleep on completions, so every
-           core a rank has, less one for the transport, can run GEMMs. */
-        c.compute_workers = wc > 0 ? wc : clampi(per_rank - 1, 1, 8);
+        /* Gather and reduce workers mostly sleep on completions (and in
+           baseline mode wait on the calling thread while the FFN runs), so
+           every core a rank has runs the team's GEMMs (ffn.c). */
+        c.compute_workers = wc > 0 ? wc : clampi(per_rank, 1, 8);
     }
     c.gather_workers = clampi(c.gather_workers, 1, INCMOE_MOE_MAX_WORKERS);
     c.compute_workers = clampi(c.compute_workers, 1, INCMOE_MOE_MAX_WORKERS);

@@ -1,13 +1,12 @@
 # libincmoe_moe: the INC-MoE layer (public header include/incmoe/incmoe_moe.h,
 # installed by the top-level Makefile.am).  The backend-neutral part (API,
 # exchange, plan, autotune, the role loops of roles.h) and the CPU backend in
-# cpu/ (threads, OpenBLAS); the CUDA backend in cuda/ (one persistent kernel,
+# cpu/ (threads, its own GEMM kernel: no BLAS); the CUDA backend in cuda/ (one persistent kernel,
 # built when configure finds CUDA: nvcc compiles kernel.cu through libtool, one
 # -gencode per --with-cuda-arch entry, and the library links cudart).  The role workers post collectives
 # through libincmoe's FIFO; the version script exports the layer's
 # incmoe_moe_* API and nothing else (the incmoe_* calls it shares with
 # libincmoe come from libincmoe, which it links).
-if HAVE_OPENBLAS
 lib_LTLIBRARIES = libincmoe_moe.la
 
 libincmoe_moe_la_SOURCES = \
@@ -21,10 +20,12 @@ libincmoe_moe_la_SOURCES = \
 	cpu/cpu.h cpu/prims.h cpu/elem.h \
 	cpu/backend.c \
 	cpu/pool.c \
-	cpu/ffn.c
-libincmoe_moe_la_CPPFLAGS = $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe $(OPENBLAS_CFLAGS)
+	cpu/ffn.c cpu/ffn_plan.c \
+	cpu/gemm.c cpu/gemm_bf16.c cpu/gemm.h \
+	cpu/swiglu.c cpu/swiglu.h
+libincmoe_moe_la_CPPFLAGS = $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe
 libincmoe_moe_la_LIBADD = $(top_builddir)/plugin/libincmoe.la $(top_builddir)/base/libincmoe_base.la \
-	$(OPENBLAS_LIBS) -lpthread -lm
+	-lpthread -lm
 libincmoe_moe_la_LDFLAGS = -version-info $(LIBINCMOE_MOE_LT_VERSION) \
 	-Wl,--version-script=$(srcdir)/libincmoe_moe.map
 EXTRA_libincmoe_moe_la_DEPENDENCIES = libincmoe_moe.map
@@ -47,7 +48,6 @@ cuda/kernel.lo: cuda/kernel.cu $(MOE_CU_HDRS) ctx.h plan.h band.h roles.h \
 CLEANFILES += cuda/kernel.lo
 clean-local:
 	-rm -rf cuda/.libs cuda/*.o
-endif
 endif
 # The CUDA sources ship whether or not this build compiles them.
 EXTRA_DIST += libincmoe_moe.map cuda/kernel.cu cuda/nvcc-pic cuda/devfifo.h cuda/state.h \

@@ -15,10 +15,12 @@
  *       record the first failure in x->cnt and wake every waiter
  *   void prim_pack_rows(x, band_t rows)      this rank's rows into its gather block
  *       (masked: into xs, with their destination sets)
- *   void prim_ffn_rows(x, int c, size_t j, band_t b, size_t first, size_t n)
- *       compute worker c: the local experts over positions [first, first + n)
- *       of band j's row list (masked: the received rows among them, plan.h),
- *       router-weighted, into Z (or x->own)
+ *   int prim_ffn_band(x, int c, size_t j, band_t b)
+ *       compute worker c of x->C: its part of the local experts over band j's
+ *       row list (masked: the received rows among them, plan.h), router-weighted,
+ *       into Z (or x->own); how the workers share a band is the backend's (rows
+ *       per worker on the GPU, the columns of every GEMM on the CPU); -1 once it
+ *       called prim_abort
  *   void prim_local_reduce(x, band_t part)   own rows of Z += own partial
  *
  * Rules every loop keeps:
@@ -124,17 +126,14 @@ ROLE_FN int role_gather_bands(const moe_ctx_t *x, int g)
 /* Compute worker c: its share of every band's rows, once the band arrived. */
 ROLE_FN void role_compute(const moe_ctx_t *x, int c)
 {
-    const size_t C = (size_t)x->C;
     for (size_t j = 0; j < x->nb; j++) {
         incmoe_status_t st = prim_wait_geq(x, &x->cnt->ag_ready, x->band_base + j + 1);
         if (st != INCMOE_OK) {
             prim_abort(x, st, MOE_FAIL_WAIT_AG, j);
             return;
         }
-        band_t b = band_get(x->tmax, x->nb, j);
-        size_t n = plan_band_rows(x, b);
-        size_t first = n * (size_t)c / C, last = n * ((size_t)c + 1) / C;
-        prim_ffn_rows(x, c, j, b, first, last - first);
+        if (prim_ffn_band(x, c, j, band_get(x->tmax, x->nb, j)) != 0)
+            return;
         prim_publish(x, &x->cnt->compute_done[c], x->band_base + j + 1);
     }
 }

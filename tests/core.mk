@@ -38,10 +38,7 @@ test_errors_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
 # What the installed libraries export, against their public headers.
 check_PROGRAMS += test_exports
 test_exports_SOURCES = test_exports.cc
-test_exports_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
-if HAVE_OPENBLAS
-test_exports_CPPFLAGS += -DHAVE_MOE_LIB=1
-endif
+test_exports_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"' -DHAVE_MOE_LIB=1
 test_exports_LDADD = $(TEST_LIBS)
 
 # No #include crosses a layer (tools/check-layers, README's "Architecture").

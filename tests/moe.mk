@@ -2,12 +2,11 @@
 # layer against an fp64 reference, bad arguments, a randomised stress test,
 # the role loops compiled as CUDA device code and the CUDA backend run on a
 # device.
-if HAVE_OPENBLAS
 MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/moe
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
 check_PROGRAMS += test_moe_fifo test_moe_band test_moe_routing test_moe_layer test_moe_errors \
-	test_moe_stress test_moe_cuda_proto
+	test_moe_stress test_moe_cuda_proto test_moe_ffn
 test_moe_fifo_SOURCES = test_moe_fifo.cc
 test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 # The FIFO suite drives the FIFO's internal transport seam, so it links the
@@ -20,6 +19,11 @@ test_moe_band_LDADD = $(MOE_TEST_LIBS)
 test_moe_routing_SOURCES = test_moe_routing.cc ../moe/routing.c
 test_moe_routing_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_routing_LDADD = $(MOE_TEST_LIBS)
+# The CPU backend's expert compute, compiled in (the library hides it).
+test_moe_ffn_SOURCES = test_moe_ffn.cc ../moe/cpu/ffn.c ../moe/cpu/ffn_plan.c ../moe/cpu/gemm.c ../moe/cpu/gemm_bf16.c \
+	../moe/cpu/swiglu.c
+test_moe_ffn_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_ffn_LDADD = $(BASE_LIBS) $(TEST_LIBS) -lm
 test_moe_layer_SOURCES = test_moe_layer.cc moe_ref.cc moe_ref.h
 test_moe_layer_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_layer_LDADD = $(MOE_TEST_LIBS)
@@ -45,5 +49,4 @@ test_moe_cuda_compile_LDADD = $(GTEST_LIBS) -lpthread
 test_moe_cuda_SOURCES = test_moe_cuda.cc moe_ref.cc moe_ref.h
 test_moe_cuda_CPPFLAGS = $(MOE_TEST_CPPFLAGS) $(CUDA_CFLAGS)
 test_moe_cuda_LDADD = $(MOE_TEST_LIBS) $(CUDA_LIBS)
-endif
 endif

@@ -463,8 +463,8 @@ TEST_P(MoeLayerRouting, MaskedEqualsFull)
     run_routing_cases(2, GetParam(), {cases.back()});
 }
 
-/* Bands of more rows than one FFN tile (512): tiles of positions keep every GEMM's rows as
-   full routing's, so the outputs stay bitwise alike whatever the worker split. */
+/* Bands of hundreds of rows: a row's result is its own whatever rows share its GEMM
+   (tests/test_moe_ffn.cc), so the outputs stay bitwise alike whatever the worker split. */
 TEST_P(MoeLayerRouting, BandsLongerThanATile)
 {
     run_routing_cases(2, GetParam(),

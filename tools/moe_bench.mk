@@ -1,5 +1,4 @@
 # incmoe-moe-bench, the MoE layer benchmark.  Included by tools/Makefile.am.
-if HAVE_OPENBLAS
 bin_PROGRAMS += incmoe-moe-bench
 incmoe_moe_bench_SOURCES = moe_bench.c
 incmoe_moe_bench_CPPFLAGS = $(INCMOE_CPPFLAGS)
@@ -9,5 +8,4 @@ if HAVE_CUDA
 # --backend cuda: inputs staged in device memory through the CUDA runtime.
 incmoe_moe_bench_CPPFLAGS += -DINCMOE_MOE_CUDA=1 $(CUDA_CFLAGS)
 incmoe_moe_bench_LDADD += $(CUDA_LIBS)
-endif
 endif

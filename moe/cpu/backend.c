@@ -1,6 +1,6 @@
 /*
  * backend.c - the CPU backend: weights and buffers in host memory, the role
- * loops on the threads of pool.c, the FFN on OpenBLAS (ffn.c).
+ * loops on the threads of pool.c, the FFN on OpenBLAS (ffn.c, gemm.c).
  *
  * Baseline mode runs the same loops with one band: the gather and reduce
  * roles on the calling thread around the compute workers, so the phases can
@@ -31,6 +31,8 @@ static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
         return st;
     size_t tokens = L->max_tokens > 0 ? L->max_tokens : 1;
     size_t rows = (size_t)L->N * tokens;
+    if ((st = ffn_team_create(cs, L->E, L->k, rows)) != INCMOE_OK)
+        return st;
     size_t gsize = rows * L->grow, zsize = rows * L->zrow;
     size_t words = INCMOE_SET_WORDS(L->N);
     cs->xg = aligned_alloc(64, (gsize + 63) & ~(size_t)63);
@@ -53,9 +55,6 @@ static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
         (st = incmoe_mem_register(L->comm, cs->xs, tokens * L->grow, &cs->xs_mr)) != INCMOE_OK ||
         (st = incmoe_mem_register(L->comm, cs->zo, tokens * L->zrow, &cs->zo_mr)) != INCMOE_OK)
         return st;
-    for (int i = 0; i < INCMOE_MOE_MAX_WORKERS; i++)
-        if ((st = ffn_scratch_alloc(cs, &cs->scratch[i])) != INCMOE_OK)
-            return st;
     if ((st = incmoe_fifo_create(L->comm, FIFO_SLOTS, &cs->fifo)) != INCMOE_OK)
         return st;
     moe_ctx_t *x = &L->ctx;
@@ -91,8 +90,7 @@ static incmoe_status_t cpu_destroy(incmoe_moe_t *L)
         return INCMOE_OK;
     cpu_pool_destroy(cs->pool);
     incmoe_status_t st = incmoe_fifo_destroy(cs->fifo);
-    for (int i = 0; i < INCMOE_MOE_MAX_WORKERS; i++)
-        ffn_scratch_free(&cs->scratch[i]);
+    ffn_team_destroy(cs);
     if (cs->xg_mr)
         incmoe_mem_deregister(cs->comm, cs->xg_mr);
     if (cs->z_mr)
@@ -141,6 +139,10 @@ static incmoe_status_t cpu_forward(incmoe_moe_t *L, const incmoe_moe_forward_par
     (void)f;
     const moe_ctx_t *x = &L->ctx;
     cpu_state_t *cs = L->be;
+    incmoe_status_t st = ffn_scratch_reserve(cs, x->C);
+    if (st != INCMOE_OK)
+        return st;
+    ffn_team_reset(cs);
     if (!x->pipelined)
         return cpu_forward_baseline(L);
     /* This rank's block of Z is what it contributes to its own shard: zero,

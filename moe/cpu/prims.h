@@ -2,7 +2,7 @@
  * prims.h - the CPU backend's primitives for the role loops of roles.h:
  * threads wait on counters through the FIFO library's host counter wait
  * (spin, then sleep on the bell), post through the FIFO's host push, and run
- * the FFN with OpenBLAS (ffn.c).
+ * the FFN as one team of the compute workers over OpenBLAS (ffn.c).
  */
 #ifndef INCMOE_MOE_CPU_PRIMS_H
 #define INCMOE_MOE_CPU_PRIMS_H
@@ -68,11 +68,15 @@ static inline void prim_pack_rows(const moe_ctx_t *x, band_t b)
     }
 }
 
-static inline void prim_ffn_rows(const moe_ctx_t *x, int c, size_t j, band_t b, size_t first,
-                                 size_t n)
+/* The compute workers run each band as one team (ffn.c). */
+static inline int prim_ffn_band(const moe_ctx_t *x, int c, size_t j, band_t b)
 {
-    cpu_state_t *cs = (cpu_state_t *)x->be;
-    ffn_band_rows(x, cs, &cs->scratch[c], j, b, first, n);
+    incmoe_status_t st = ffn_band(x, (cpu_state_t *)x->be, c, j, b);
+    if (st != INCMOE_OK) {
+        prim_abort(x, st, MOE_FAIL_WAIT_FFN, j);
+        return -1;
+    }
+    return 0;
 }
 
 /* The root's local reduction: own rows of part += own partial (fp32), in place in Z. */

@@ -181,14 +181,52 @@ static __device__ void ffn_chunk_wmma(const moe_ctx_t *x, const cuda_state_t *cs
     __syncthreads();
 }
 
+/* Thread 0: the tile rows routed to local expert le into sm->sel, sm->selw, sm->m. */
+static __device__ inline void ffn_select(const moe_ctx_t *x, const cuda_state_t *cs, ffn_smem_t *sm,
+                                         int le, int tile)
+{
+    const size_t hb = (size_t)x->H * x->esize;
+    int m = 0;
+    for (int i = 0; i < tile; i++) {
+        const int32_t *ids = (const int32_t *)(sm->row[i] + hb);
+        const float *w = (const float *)(sm->row[i] + hb + (size_t)x->k * 4);
+        for (int kk = 0; kk < x->k; kk++) {
+            if (ids[kk] == cs->local_ids[le]) {
+                sm->sel[m] = i;
+                sm->selw[m] = w[kk];
+                m++;
+                break; /* ids of a token are distinct (checked on entry) */
+            }
+        }
+    }
+    sm->m = m;
+}
+
+/* The tile's sums stored where each row's result goes. */
+static __device__ inline void ffn_store(const moe_ctx_t *x, band_t b, const ffn_smem_t *sm,
+                                        const float *acc, int tile)
+{
+    const size_t H = (size_t)x->H;
+    for (size_t e = threadIdx.x; e < (size_t)tile * H; e += blockDim.x) {
+        int i = (int)(e / H);
+        size_t h = e % H;
+        if (x->masked) /* its own rows too: the combine adds this rank's partial last */
+            cuda_store(partial_row(x, b, (size_t)sm->r[i]), h, acc[e], x->dtype);
+        else if (x->pipelined && sm->blk[i] == x->rank)
+            x->own[(size_t)sm->r[i] * H + h] = cuda_round(acc[e], x->dtype);
+        else
+            cuda_store(z_row(x, (size_t)sm->blk[i], (size_t)sm->r[i]), h, acc[e], x->dtype);
+    }
+}
+
 /* Compute worker c: the local experts over positions [first, first + n) of band j's row list
    (masked routing: the received rows among them, plan.h). */
-static __device__ inline void prim_ffn_rows(const moe_ctx_t *x, int c, size_t j, band_t b,
-                                            size_t first, size_t n)
+static __device__ inline void ffn_rows(const moe_ctx_t *x, int c, size_t j, band_t b, size_t first,
+                                       size_t n)
 {
     __shared__ ffn_smem_t sm;
     const cuda_state_t *cs = (const cuda_state_t *)x->be;
-    const size_t H = (size_t)x->H, hb = H * x->esize;
+    const size_t H = (size_t)x->H;
     float *acc = cs->scratch + (size_t)c * cs->scratch_floats; /* [TILE][H] */
     float *act = acc + (size_t)MOE_CUDA_FFN_TILE * H;          /* [M][I] */
     /* Masked: the received rows of the tile's positions, [rows_at[0], rows_at[1]) (thread 0
@@ -222,22 +260,8 @@ static __device__ inline void prim_ffn_rows(const moe_ctx_t *x, int c, size_t j,
             acc[e] = 0.0f;
         __syncthreads();
         for (int le = 0; le < cs->n_local; le++) {
-            if (threadIdx.x == 0) {
-                int m = 0;
-                for (int i = 0; i < tile; i++) {
-                    const int32_t *ids = (const int32_t *)(sm.row[i] + hb);
-                    const float *w = (const float *)(sm.row[i] + hb + (size_t)x->k * 4);
-                    for (int kk = 0; kk < x->k; kk++) {
-                        if (ids[kk] == cs->local_ids[le]) {
-                            sm.sel[m] = i;
-                            sm.selw[m] = w[kk];
-                            m++;
-                            break; /* ids of a token are distinct (checked on entry) */
-                        }
-                    }
-                }
-                sm.m = m;
-            }
+            if (threadIdx.x == 0)
+                ffn_select(x, cs, &sm, le, tile);
             __syncthreads();
             const int m = sm.m;
             for (int m0 = 0; m0 < m; m0 += MOE_CUDA_FFN_M) {
@@ -251,18 +275,18 @@ static __device__ inline void prim_ffn_rows(const moe_ctx_t *x, int c, size_t j,
             }
             __syncthreads(); /* sm.m and sm.sel are rewritten for the next expert */
         }
-        for (size_t e = threadIdx.x; e < (size_t)tile * H; e += blockDim.x) {
-            int i = (int)(e / H);
-            size_t h = e % H;
-            if (x->masked) /* its own rows too: the combine adds this rank's partial last */
-                cuda_store(partial_row(x, b, (size_t)sm.r[i]), h, acc[e], x->dtype);
-            else if (x->pipelined && sm.blk[i] == x->rank)
-                x->own[(size_t)sm.r[i] * H + h] = cuda_round(acc[e], x->dtype);
-            else
-                cuda_store(z_row(x, (size_t)sm.blk[i], (size_t)sm.r[i]), h, acc[e], x->dtype);
-        }
+        ffn_store(x, b, &sm, acc, tile);
         __syncthreads();
     }
+}
+
+/* Compute worker c of x->C: an equal share of band j's row list, every expert over it. */
+static __device__ inline int prim_ffn_band(const moe_ctx_t *x, int c, size_t j, band_t b)
+{
+    const size_t C = (size_t)x->C, n = plan_band_rows(x, b);
+    const size_t first = n * (size_t)c / C, last = n * ((size_t)c + 1) / C;
+    ffn_rows(x, c, j, b, first, last - first);
+    return 0;
 }
 
 #endif

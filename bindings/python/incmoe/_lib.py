@@ -92,6 +92,7 @@ REFUSAL_MAX = 128
 
 # incmoe_moe_mode_t
 MOE_MODES = {"baseline": 0, "pipelined": 1}
+MOE_MAX_WORKERS = 16  # INCMOE_MOE_MAX_WORKERS
 MOE_FWD_MODE = 1 << 0
 MOE_FWD_X = 1 << 1
 MOE_FWD_TOPK_IDS = 1 << 2
@@ -339,9 +340,6 @@ def moe_lib():
     lib()
     with _lock:
         if "moe" not in _libs:
-            # The CPU backend's GEMMs call OpenBLAS from the layer's compute
-            # threads; a threaded OpenBLAS would multiply the threads.
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
             _libs["moe"] = _load("incmoe_moe", _MOE_PROTOS)
         return _libs["moe"]
 

@@ -10,6 +10,7 @@ copies them: later changes to the caller's tensors do not reach the layer.
 
 import ctypes
 import dataclasses
+import os
 
 import torch
 
@@ -41,6 +42,17 @@ def _check_routing(routing):
     return routing
 
 
+def _with_team(config):
+    """config, with compute_workers = torch's intra-op threads unless config or
+    INCMOE_MOE_WORKERS names it: the layer's compute team runs its GEMMs while
+    this thread waits in the forward, so it takes the cores torch's own pool
+    would use at that moment instead of adding threads of its own."""
+    cfg = dict(config or {})
+    if "compute_workers" not in cfg and not os.environ.get("INCMOE_MOE_WORKERS"):
+        cfg["compute_workers"] = max(1, min(torch.get_num_threads(), _lib.MOE_MAX_WORKERS))
+    return cfg
+
+
 def _cpu_tensor(x, what):
     if not isinstance(x, torch.Tensor):
         raise ValueError("%s is a %s: expected a torch.Tensor" % (what, type(x).__name__))
@@ -67,7 +79,8 @@ class MoE(torch.nn.Module):
     (AllGather, every expert, ReduceScatter).  max_tokens bounds any rank's
     tokens per forward and sizes the layer's buffers.  config: optional
     overrides {nbands, gather_workers, compute_workers, reduce_workers,
-    tail_bands}; timeout_ms bounds every wait inside a forward (None: twice
+    tail_bands}; compute_workers defaults to torch.get_num_threads() at
+    construction (unless INCMOE_MOE_WORKERS is set); timeout_ms bounds every wait inside a forward (None: twice
     INCMOE_TIMEOUT_MS).  routing: "full" (every token to every rank),
     "masked" (dispatch and combine; the same outputs, bitwise in fp32
     in-network; an algorithm without them refuses it on every rank with
@@ -123,7 +136,7 @@ class MoE(torch.nn.Module):
             p.dtype = _lib.DTYPES[_DTYPES[self.dtype]]
             p.max_tokens = max_tokens
             p.w_gate, p.w_up, p.w_down = wg.data_ptr(), wu.data_ptr(), wd.data_ptr()
-            for k, v in (config or {}).items():
+            for k, v in _with_team(config).items():
                 if not hasattr(p.config, k):
                     raise ValueError("config has no field %r" % k)
                 setattr(p.config, k, int(v))

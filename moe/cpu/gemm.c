@@ -1,0 +1,188 @@
+/*
+ * gemm.c - C = A W^T over packed weight panels: a 6 x 16 register tile, every element one
+ * fused multiply-add chain over k (gemm.h says why).  The panel of a bf16 or fp16 W is
+ * widened to fp32 once per call and then serves every tile of rows.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "cpu/gemm.h"
+
+#define NR CPU_GEMM_NR
+#define MR CPU_GEMM_MR
+
+typedef uint16_t u16x4 __attribute__((vector_size(8)));
+typedef uint32_t u32x4 __attribute__((vector_size(16)));
+
+/* bf16 is the top half of an fp32: widening is a shift, done 4 at a time. */
+static void widen_bf16(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        u16x4 h;
+        memcpy(&h, src + i, sizeof(h));
+        u32x4 w = __builtin_convertvector(h, u32x4) << 16;
+        memcpy(dst + i, &w, sizeof(w));
+    }
+    for (; i < n; i++)
+        dst[i] = inc_dtype_bf16_to_float(src[i]);
+}
+
+void cpu_widen(float *dst, const void *src, size_t n, incmoe_dtype_t dtype)
+{
+    if (dtype == INCMOE_BFLOAT16)
+        widen_bf16(dst, src, n);
+    else
+        inc_dtype_to_float(dst, src, n, dtype);
+}
+
+static int bf16_kernel(incmoe_dtype_t dtype)
+{
+    return dtype == INCMOE_BFLOAT16 && cpu_gemm_bf16_native();
+}
+
+size_t cpu_gemm_packed_elems(size_t n, size_t k, incmoe_dtype_t dtype)
+{
+    size_t cols = (n + NR - 1) / NR * NR;
+    return cols * (bf16_kernel(dtype) ? (k + 1) / 2 * 2 : k);
+}
+
+void cpu_gemm_pack(void *dst, const void *w, size_t n, size_t k, size_t ldw, incmoe_dtype_t dtype)
+{
+    if (bf16_kernel(dtype)) {
+        cpu_gemm_bf16_pack(dst, w, n, k, ldw);
+        return;
+    }
+    const size_t esize = dtype == INCMOE_FLOAT32 ? 4 : 2;
+    uint8_t *d = dst;
+    const uint8_t *s = w;
+    size_t panels = (n + NR - 1) / NR;
+    memset(dst, 0, panels * NR * k * esize);
+    for (size_t j = 0; j < n; j++) {
+        uint8_t *col = d + ((j / NR) * NR * k + j % NR) * esize;
+        for (size_t kk = 0; kk < k; kk++)
+            memcpy(col + kk * NR * esize, s + (j * ldw + kk) * esize, esize);
+    }
+}
+
+size_t cpu_gemm_scratch_floats(size_t m, size_t kmax)
+{
+    size_t mp = (m + CPU_GEMM_MR_BF16 - 1) / CPU_GEMM_MR_BF16 * CPU_GEMM_MR_BF16;
+    /* a widened panel and a padded tile; then the bf16 rows (two to a float) */
+    return (NR + MR) * kmax + mp * ((kmax + 1) / 2) + 16;
+}
+
+void cpu_gemm_prepare(cpu_gemm_a_t *a, size_t m, size_t k, const float *rows, size_t lda,
+                      incmoe_dtype_t dtype, float *scratch)
+{
+    a->m = m;
+    a->k = k;
+    a->f = rows;
+    a->lda = lda;
+    a->bf = NULL;
+    if (bf16_kernel(dtype)) {
+        /* after the region the fp32 path uses, which the bf16 path leaves alone */
+        uint16_t *bf = (uint16_t *)(scratch + (NR + MR) * k);
+        cpu_gemm_bf16_prepare(bf, m, k, rows, lda);
+        a->bf = bf;
+    }
+}
+
+/* One MR x NR tile over all of k: a (MR rows, lda), b (a panel [k][NR]), into t [MR][NR]. */
+__attribute__((target("avx2,fma"))) static void tile_avx2(size_t k, const float *a, size_t lda,
+                                                          const float *b, float *t)
+{
+    __m256 c[MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+        c[r][0] = c[r][1] = _mm256_setzero_ps();
+    for (size_t kk = 0; kk < k; kk++) {
+        __m256 b0 = _mm256_loadu_ps(b + kk * NR), b1 = _mm256_loadu_ps(b + kk * NR + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            __m256 ar = _mm256_broadcast_ss(a + r * lda + kk);
+            c[r][0] = _mm256_fmadd_ps(ar, b0, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(ar, b1, c[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        _mm256_storeu_ps(t + r * NR, c[r][0]);
+        _mm256_storeu_ps(t + r * NR + 8, c[r][1]);
+    }
+}
+
+/* The same chains in portable C (fmaf: one rounding per step, as the AVX2 path). */
+static void tile_c(size_t k, const float *a, size_t lda, const float *b, float *t)
+{
+    float c[MR][NR] = {{0}};
+    for (size_t kk = 0; kk < k; kk++)
+        for (int r = 0; r < MR; r++)
+            for (int j = 0; j < NR; j++)
+                c[r][j] = fmaf(a[r * lda + kk], b[kk * NR + j], c[r][j]);
+    memcpy(t, c, sizeof(c));
+}
+
+typedef void (*tile_fn)(size_t, const float *, size_t, const float *, float *);
+
+static tile_fn tile_pick(void)
+{
+    static tile_fn fn;
+    tile_fn f = __atomic_load_n(&fn, __ATOMIC_RELAXED);
+    if (f == NULL) {
+        __builtin_cpu_init();
+        f = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? tile_avx2 : tile_c;
+        __atomic_store_n(&fn, f, __ATOMIC_RELAXED);
+    }
+    return f;
+}
+
+/* Every tile of rows against one fp32 panel b: columns [0, nc) of it into c. */
+static void panel_rows(tile_fn tile, size_t m, size_t nc, size_t k, const float *a, size_t lda,
+                       const float *b, float *c, size_t ldc, float *apad)
+{
+    float t[MR * NR];
+    for (size_t r0 = 0; r0 < m; r0 += MR) {
+        size_t mr = m - r0 < MR ? m - r0 : MR;
+        const float *at = a + r0 * lda;
+        size_t ld = lda;
+        if (mr < MR) { /* the last rows, zero-padded to a whole tile */
+            memset(apad, 0, MR * k * sizeof(float));
+            for (size_t r = 0; r < mr; r++)
+                memcpy(apad + r * k, at + r * lda, k * sizeof(float));
+            at = apad;
+            ld = k;
+        }
+        tile(k, at, ld, b, t);
+        for (size_t r = 0; r < mr; r++)
+            memcpy(c + (r0 + r) * ldc, t + r * NR, nc * sizeof(float));
+    }
+}
+
+void cpu_gemm_packed(size_t n0, size_t n1, const cpu_gemm_a_t *a, const void *wp,
+                     incmoe_dtype_t dtype, float *c, size_t ldc, float *scratch)
+{
+    const size_t m = a->m, k = a->k;
+    if (m == 0 || n1 <= n0)
+        return;
+    if (a->bf != NULL) {
+        cpu_gemm_bf16_panels(n0, n1, m, k, a->bf, wp, c, ldc);
+        return;
+    }
+    tile_fn tile = tile_pick();
+    const size_t esize = dtype == INCMOE_FLOAT32 ? 4 : 2;
+    float *panel = scratch, *apad = scratch + NR * k;
+    for (size_t j0 = n0; j0 < n1; j0 += NR) {
+        const uint8_t *p = (const uint8_t *)wp + j0 * k * esize;
+        const float *b = (const float *)p;
+        if (dtype != INCMOE_FLOAT32) {
+            cpu_widen(panel, p, NR * k, dtype);
+            b = panel;
+        }
+        size_t nc = n1 - j0 < NR ? n1 - j0 : NR;
+        panel_rows(tile, m, nc, k, a->f, a->lda, b, c + (j0 - n0), ldc, apad);
+    }
+}
