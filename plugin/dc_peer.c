@@ -2,7 +2,7 @@
  * dc_peer.c - dispatch and combine point to point over the mesh (mesh.c), for
  * the ring and a2a algorithms (base/wire.h, "Dispatch and combine between the
  * ranks").  What every algorithm shares (the kept dispatch, the plan applied,
- * the local rows, the owner's own partial last) is dc.c's.
+ * the local rows, the owner's own partial last) is dc_shared.c's.
  *
  *   Plan     at start every rank sends every other a PEER_PLAN, rows or not,
  *            and waits for the N - 1 others' (its collective cannot complete
@@ -22,7 +22,7 @@
  *            owner; the owner stages a chunk until every contributor's piece
  *            landed, reduces each row over its contributors in ascending rank
  *            order (inc_reduce_ordered, as the switch does), applies its own
- *            partial last (dc.c), and returns the credits.  A contributor
+ *            partial last (dc_shared.c), and returns the credits.  A contributor
  *            sends an owner its pieces in (epoch, chunk) order, so the owner's
  *            oldest incomplete chunk always has every contributor able to send
  *            its piece: the credits cannot deadlock, and an owner stages at
@@ -32,7 +32,13 @@
  * verdict, wait as kept messages (bounded: plans by the stream's window, rows
  * by the verdict every sender waits for too, partials by the credits).
  */
+#include "dc_peer.h"
 #include "client.h"
+#include "coll.h"
+#include "dc_shared.h"
+#include "mesh.h"
+#include "notify.h"
+#include "send.h"
 #include "base/log.h"
 #include "base/reduce.h"
 
@@ -324,7 +330,8 @@ static int first_refusal(const incmoe_comm_t *comm, const dcp_rec_t *rec, char *
     return -1;
 }
 
-/* The dispatch's verdict from the N plans, applied (dc.c); the sources of the rows to come. */
+/* The dispatch's verdict from the N plans, applied (dc_shared.c); the sources of the rows to come.
+ */
 static int decide_dispatch(incmoe_comm_t *comm, dcp_rec_t *rec)
 {
     coll_op_t *op = rec->op;
@@ -357,7 +364,7 @@ static int decide_dispatch(incmoe_comm_t *comm, dcp_rec_t *rec)
     return 1;
 }
 
-/* The combine's verdict from the N plans, applied (dc.c); the owner's chunks. */
+/* The combine's verdict from the N plans, applied (dc_shared.c); the owner's chunks. */
 static int decide_combine(incmoe_comm_t *comm, dcp_rec_t *rec)
 {
     coll_op_t *op = rec->op;
@@ -559,7 +566,7 @@ static void credit_back(incmoe_comm_t *comm, coll_op_t *op, int peer)
 }
 
 /* Every piece of owner chunk c landed: reduce each row over its other contributors in
-   ascending rank order, then this rank's own partial (dc.c); credits back. */
+   ascending rank order, then this rank's own partial (dc_shared.c); credits back. */
 static void reduce_chunk(incmoe_comm_t *comm, dcp_rec_t *rec, size_t c)
 {
     coll_op_t *op = rec->op;
@@ -581,7 +588,7 @@ static void reduce_chunk(incmoe_comm_t *comm, dcp_rec_t *rec, size_t c)
             if (d != me && client_dc_in_set(dc, i, d))
                 srcs[k++] = stage + slot[d]++ * op->row_bytes;
         if (k == 0)
-            continue; /* written at the plan (dc.c) */
+            continue; /* written at the plan (dc_shared.c) */
         char *dst = op_recv_at(op, i * op->row_bytes);
         inc_reduce_ordered(dst, srcs, k, op->row_bytes / incmoe_dtype_size(op->dtype), op->dtype,
                            op->redop);
