@@ -154,6 +154,13 @@ TEST(Layers, EachCyclePlantedInACopyFails)
         /* a lazy import inside a function, relative */
         {"bindings/python/incmoe/_lib.py", "def _planted():\n    from . import switch",
          "bindings/python/incmoe/: incmoe._lib incmoe.switch in a cycle"},
+        /* the second of two modules one from-import names */
+        {"bindings/python/incmoe/_buffers.py",
+         "def _planted():\n    from . import switch, _registry",
+         "bindings/python/incmoe/: incmoe._buffers incmoe._registry in a cycle"},
+        /* the other package: the cost model's */
+        {"tools/incmoe_model/presets.py", "def _planted():\n    from .units import parse_size",
+         "tools/incmoe_model/: incmoe_model.presets incmoe_model.units in a cycle"},
         /* an absolute import in a subpackage */
         {"bindings/python/incmoe/hf/step.py", "import incmoe.hf.shard",
          "incmoe.hf.shard incmoe.hf.step in a cycle"},
