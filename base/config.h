@@ -31,6 +31,9 @@ typedef struct {
 extern const inc_config_entry_t inc_config_table[];
 extern const size_t inc_config_table_size;
 
+/* The table's entry of name; a name not in the table is an internal error (aborts). */
+const inc_config_entry_t *inc_config_entry(const char *name);
+
 /* The variable's value, else the table's default.  Names must be in the table. */
 const char *inc_config_get_str(const char *name);
 

@@ -7,7 +7,7 @@
  * (join.c), ERROR/HEARTBEAT/DONE handling (comm.c, coll.c), the in-network
  * algorithm's FWD, SMALL_FWD and CREDIT handling and its DATA and SMALL
  * pump (innet.c, send.c), dispatch and combine's PLAN and FWD handling and
- * their POST, SMALL and DATA (innet_dc.c, dc.c),
+ * their POST, SMALL and DATA (innet_dc.c, dc_shared.c),
  * the posting API (post.c: incmoe_allgather, incmoe_reducescatter,
  * incmoe_allreduce, incmoe_barrier; dc_post.c: incmoe_dispatch,
  * incmoe_combine; with their argument checks), retirement (coll.c), and at
@@ -45,6 +45,10 @@
  */
 #include "incmoe/incmoe.h"
 #include "plugin/algo.h"
+#include "plugin/comm.h"
+#include "plugin/dc_shared.h"
+#include "plugin/mr.h"
+#include "plugin/notify.h"
 #include "plugin/post.h"
 #include "base/log.h"
 #include "ucx_fake.h"

@@ -8,6 +8,7 @@
  * other ranks at its first dispatch or combine.
  */
 #include "algo.h"
+#include "mesh.h"
 
 static incmoe_status_t a2a_open(incmoe_comm_t *comm, int *share_addr)
 {

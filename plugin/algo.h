@@ -39,7 +39,8 @@ typedef struct client_algo_ops {
        destroy first runs a barrier. */
     int barrier_before_leave;
     /* Moves dispatch and combine (start and on_message see their streams; the plan's verdict
-       and the rows' placement are dc.c's).  0: posting them returns INCMOE_ERR_UNSUPPORTED. */
+       and the rows' placement are dc_shared.c's).  0: posting them returns INCMOE_ERR_UNSUPPORTED.
+     */
     int has_dc;
     /* On the posting thread, a dispatch or combine checked and described (may be NULL): the
        algorithm's own limits on it; INCMOE_OK, or the error with the reason in why. */

@@ -6,7 +6,12 @@
  * Retiring releases its registered regions before the stream's counter shows
  * it complete, so a caller that saw it complete may deregister them at once.
  */
+#include "coll.h"
 #include "client.h"
+#include "dc_shared.h"
+#include "mr.h"
+#include "notify.h"
+#include "send.h"
 
 #include <stddef.h>
 #include <stdlib.h>

@@ -9,7 +9,14 @@
  * first error, the wake-ups and the queues callers hand the proxy are
  * notify.c's.
  */
+#include "comm.h"
 #include "algo.h"
+#include "coll.h"
+#include "dc_shared.h"
+#include "join.h"
+#include "mr.h"
+#include "notify.h"
+#include "send.h"
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"

@@ -10,6 +10,9 @@
  * collective, through its plan.
  */
 #include "algo.h"
+#include "dc_shared.h"
+#include "mr.h"
+#include "submit.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -13,6 +13,9 @@
  * credits.  The wire protocol is described in base/wire.h.
  */
 #include "algo.h"
+#include "coll.h"
+#include "notify.h"
+#include "send.h"
 #include "innet.h"
 #include "base/log.h"
 #include "base/reduce.h"

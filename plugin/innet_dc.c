@@ -5,14 +5,18 @@
  * OK plan does its DATA go, in (chunk, root) order within the stream's
  * credits.  A collective whose whole contribution is small goes as one SMALL
  * instead (POST and every DATA), so it takes no round trip.  The switch's FWD
- * are checked against the plan and land in place (dc.c places dispatched rows
+ * are checked against the plan and land in place (dc_shared.c places dispatched rows
  * and applies the owner's own partial last).
  *
  * DATA: a dispatch chunk is its rows' sets then its network rows (those whose
  * set holds another rank), copied together; a combine sends its set chunks
  * from the record and its partials straight from the registered buffer.
  */
+#include "coll.h"
+#include "dc_shared.h"
 #include "innet.h"
+#include "notify.h"
+#include "send.h"
 #include "base/log.h"
 #include "base/text.h"
 

@@ -7,7 +7,10 @@
  * joined, and the JOIN_ACK that forms the job (peers' addresses, peer token,
  * chunk size and flow-control grant).
  */
+#include "join.h"
 #include "client.h"
+#include "notify.h"
+#include "send.h"
 #include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/config.h"

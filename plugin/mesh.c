@@ -22,7 +22,10 @@
  * usually a peer that finished and closed first, and the next collective that
  * needs the mesh fails with that reason instead (client_mesh_broken).
  */
+#include "mesh.h"
 #include "client.h"
+#include "notify.h"
+#include "send.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/ucx_addr.h"

@@ -15,7 +15,9 @@
  * retires; deregistering a held region answers INCMOE_ERR_BUSY and leaves it
  * registered, so memory a collective may still write is never unmapped.
  */
+#include "mr.h"
 #include "client.h"
+#include "notify.h"
 #include "base/log.h"
 
 #include <stdlib.h>

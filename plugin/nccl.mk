@@ -11,7 +11,7 @@ libnccl_net_incmoe_la_SOURCES = \
 	nccl/common.c \
 	nccl/window.c nccl/window.h \
 	nccl/ptr_support.h nccl/memtypes.c \
-	nccl/net.h nccl/net_init.c nccl/net_handshake.c nccl/net_reg.c nccl/net.c \
+	nccl/net.h nccl/net_init.c nccl/net_listen.c nccl/net_handshake.c nccl/net_reg.c nccl/net.c \
 	nccl/collnet.c \
 	nccl/adapt_v9.c \
 	nccl/adapt_v10.c \

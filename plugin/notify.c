@@ -5,6 +5,7 @@
  * work callers hand the proxy: calls it runs for them (memory mapping) and
  * collectives it starts.
  */
+#include "notify.h"
 #include "client.h"
 #include "base/clock.h"
 #include "base/log.h"

@@ -6,7 +6,12 @@
  * side (test, wait, the streams' counters).  A collective this rank rejects
  * still fails the job, or the other ranks would wait for it.
  */
+#include "submit.h"
 #include "client.h"
+#include "coll.h"
+#include "dc_shared.h"
+#include "mr.h"
+#include "notify.h"
 #include "post.h"
 #include "base/clock.h"
 #include "base/log.h"

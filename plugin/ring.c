@@ -28,6 +28,11 @@
  * stay with the switch.
  */
 #include "algo.h"
+#include "coll.h"
+#include "dc_peer.h"
+#include "mesh.h"
+#include "notify.h"
+#include "send.h"
 #include "base/log.h"
 #include "base/reduce.h"
 #include "base/text.h"

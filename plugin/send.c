@@ -6,7 +6,9 @@
  * life: what a completion means is the sender's.  Called on the thread that
  * owns the worker.
  */
+#include "send.h"
 #include "client.h"
+#include "notify.h"
 #include "base/clock.h"
 #include "base/log.h"
 

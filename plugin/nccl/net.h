@@ -1,10 +1,14 @@
 /*
  * net.h - what the NCCL net's files share; nothing here leaves the plugin.
  *
- *   net_init.c       the process-wide UCX context and worker, ids, the key, listen()
+ *   net_listen.c     listen(), closeListen(): the bootstrap socket
  *   net_handshake.c  connect() and accept(): bootstrap, endpoint, HELLO/ACK
+ *   net.c            the data path: isend, irecv, test, flush, the slots the
+ *                    handshake's messages use too, and the comm's end
  *   net_reg.c        regMr / deregMr
- *   net.c            the data path: isend, irecv, test, flush, and the comm's end
+ *   net_init.c       the process-wide UCX context and worker, its progress, ids, the key
+ *
+ * Each file calls only those below it in this list (tools/check-layers --calls).
  *
  * Every entry point takes net_proc.lock before anything else: NCCL calls from
  * several proxy threads and the worker is UCS_THREAD_MODE_SERIALIZED.  The
@@ -85,6 +89,8 @@ int net_token_reserve(uint8_t token[INC_BOOT_TOKEN]);
 void net_data_id_release(uint32_t id);
 /* Progress the worker while it has work, a bounded number of rounds. */
 void net_progress(void);
+
+/* ---- net_listen.c -------------------------------------------------------- */
 
 /* listen()'s comm: the bootstrap socket and accept()'s handshake over it. */
 typedef struct {

@@ -5,13 +5,13 @@ measured points in bench/data, points files and bad input.
 Run by `tools/quickstart test` (and alone: python3 -m pytest tests/model).
 """
 
-import importlib.machinery
-import importlib.util
+import importlib
 import itertools
 import math
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -21,11 +21,11 @@ TARGETS = os.path.join(TOP, "bench", "data", "targets")
 
 
 def load_tool():
-    loader = importlib.machinery.SourceFileLoader("incmoe_model", TOOL)
-    spec = importlib.util.spec_from_loader("incmoe_model", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    """The model's package, from the source tree beside its executable (TOOL)."""
+    tools = os.path.dirname(TOOL)
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    return importlib.import_module("incmoe_model")
 
 
 m = load_tool()

@@ -6,10 +6,10 @@ points file, and bad input.  Bytes only: no test asserts a time.
 Run by `tools/quickstart test` (and alone: python3 -m pytest tests/model).
 """
 
-import importlib.machinery
-import importlib.util
+import importlib
 import itertools
 import os
+import sys
 
 import pytest
 
@@ -18,11 +18,11 @@ TOOL = os.path.join(TOP, "tools", "incmoe-model")
 
 
 def load_tool():
-    loader = importlib.machinery.SourceFileLoader("incmoe_model_tree", TOOL)
-    spec = importlib.util.spec_from_loader("incmoe_model_tree", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    """The model's package, from the source tree beside its executable (TOOL)."""
+    tools = os.path.dirname(TOOL)
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    return importlib.import_module("incmoe_model")
 
 
 m = load_tool()

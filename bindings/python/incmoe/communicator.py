@@ -3,55 +3,11 @@
 import ctypes
 import os
 import threading
-import time
 
 from . import _buffers, _errors, _lib, _registry
+from ._work import Work, check_op
 
 _U64 = 1 << 64
-
-
-class Work:
-    """A posted collective.  wait() blocks until it is done (or raises the
-    communicator's error); is_completed() asks without blocking.  The Work
-    keeps its buffers alive until it completed."""
-
-    def __init__(self, comm, req=None, keep=()):
-        self._comm = comm
-        self._req = req  # None: nothing was posted (an empty collective)
-        self._keep = keep
-        self._done = req is None
-
-    def _finish(self):
-        self._done = True
-        self._keep = ()
-
-    def is_completed(self):
-        if self._done:
-            return True
-        st = _lib.lib().incmoe_test(self._comm._handle(), ctypes.byref(self._req))
-        if st == _lib.IN_PROGRESS:
-            return False
-        _errors.check("incmoe_test", st, self._comm._ptr)
-        self._finish()
-        return True
-
-    def wait(self, timeout=None):
-        """Block until done; timeout (seconds) bounds the wait with TimeoutError."""
-        if self._done:
-            return True
-        if timeout is None:
-            st = _lib.lib().incmoe_wait(self._comm._handle(), ctypes.byref(self._req))
-            _errors.check("incmoe_wait", st, self._comm._ptr)
-            self._finish()
-            return True
-        deadline = time.monotonic() + timeout
-        pause = 1e-4
-        while not self.is_completed():
-            if time.monotonic() >= deadline:
-                raise TimeoutError("collective not completed within %.3f s" % timeout)
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
-        return True
 
 
 class _RowsWork(Work):
@@ -119,13 +75,6 @@ def _splits(splits, rows, n, what):
             "rows" % (what, list(splits), n, rows)
         )
     return out
-
-
-def _check_op(op, dtype, what):
-    if op not in _lib.REDOPS:
-        raise ValueError("%s: op %r: expected one of %s" % (what, op, ", ".join(_lib.REDOPS)))
-    if not _lib.lib().incmoe_reduce_supported(_lib.DTYPES[dtype], _lib.REDOPS[op]):
-        raise ValueError("%s: the switch does not reduce %s with %s" % (what, dtype, op))
 
 
 def _secret(auth_key):
@@ -358,7 +307,7 @@ class Communicator:
                 "reduce_scatter: input has %d elements (shape %s), expected nranks x output "
                 "= %d x %d" % (i.numel, tuple(inp.shape), self.nranks, o.numel)
             )
-        _check_op(op, i.dtype, "reduce_scatter")
+        check_op(op, i.dtype, "reduce_scatter")
         if o.nbytes == 0:
             return self._finish(Work(self), async_op)
         smr, soff = self._region(i)
@@ -386,7 +335,7 @@ class Communicator:
         """t becomes the element-wise reduction of every rank's t (in place)."""
         comm = self._handle()
         b = _buffers.as_buffer(t, "all_reduce tensor")
-        _check_op(op, b.dtype, "all_reduce")
+        check_op(op, b.dtype, "all_reduce")
         if b.nbytes == 0:
             return self._finish(Work(self), async_op)
         mr, off = self._region(b)

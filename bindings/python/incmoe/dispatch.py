@@ -36,7 +36,7 @@ import numpy
 import torch
 
 from . import _buffers, _errors, _lib
-from .communicator import Work, _check_op
+from ._work import Work, check_op
 
 
 def _tensor(t, what):
@@ -421,7 +421,7 @@ def _check_combine(comm, h, partials, op, out):
         raise ValueError(
             "combine: partials has shape %s: rows of no elements" % (tuple(partials.shape),)
         )
-    _check_op(op, pb.dtype, "combine")
+    check_op(op, pb.dtype, "combine")
     want = (h.nrows_sent,) + row_shape
     if out is None:
         out = torch.empty(want, dtype=partials.dtype)

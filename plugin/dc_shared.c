@@ -1,5 +1,5 @@
 /*
- * dc.c - what dispatch and combine share, whichever algorithm moves their
+ * dc_shared.c - what dispatch and combine share, whichever algorithm moves their
  * rows (incmoe.h, "Dispatch and combine"): the dispatches the library keeps
  * until they are combined or released, the plan applied (the own rows copied
  * locally, the source table, what is still expected), the rows of a combine
@@ -7,7 +7,9 @@
  * the failures that end one collective and not the communicator, kept for
  * incmoe_test and incmoe_req_error.
  */
+#include "dc_shared.h"
 #include "client.h"
+#include "notify.h"
 #include "base/reduce.h"
 
 #include <stdlib.h>

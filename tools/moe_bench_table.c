@@ -1,0 +1,257 @@
+/*
+ * moe_bench_table.c - the table rank 0 of incmoe-moe-bench prints from every
+ * rank's result lines: layer time, tokens/s per rank, the speedup over the ring
+ * baseline, the ideal of the cost model, then the ratios the MoE targets of
+ * issue 18 name; a missing row or a failed check makes the exit status 1.
+ */
+#include "moe_bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of n samples (sorts them). */
+double mb_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
+static double tol_of(incmoe_dtype_t dt)
+{
+    return dt == INCMOE_BFLOAT16 ? 3e-2 : dt == INCMOE_FLOAT16 ? 5e-3 : 1e-4;
+}
+
+static const char *algo_name(int algo)
+{
+    return algo == INCMOE_ALGO_RING ? "ring" : algo == INCMOE_ALGO_A2A ? "a2a" : "inc";
+}
+
+/* Every rank's results folded per (algorithm, routing, token count): the slowest rank's times
+   and the worst rank's checks, as the table prints them. */
+typedef struct {
+    int have[NALGO][NROUTING][MAX_T][2];  /* per mode: some rank reported it */
+    double ms[NALGO][NROUTING][MAX_T][2]; /* per mode: layer time (-1: no dispatch/combine) */
+    /* baseline: exchange, AllGather or dispatch, FFN, ReduceScatter or combine */
+    double phase[NALGO][NROUTING][MAX_T][4];
+    double cos[NALGO][NROUTING][MAX_T], err[NALGO][NROUTING][MAX_T];    /* pipelined */
+    double kbar[NALGO][NROUTING][MAX_T], ufrac[NALGO][NROUTING][MAX_T]; /* mean over ranks */
+    int nranks[NALGO][NROUTING][MAX_T];                                 /* that reported them */
+    int used[NALGO][NROUTING][MAX_T];                                   /* the routing run */
+    char cfg[NALGO][NROUTING][MAX_T][96];
+} table_t;
+
+static void table_fold(table_t *tb, const result_t *all, int n)
+{
+    memset(tb, 0, sizeof(*tb));
+    for (int a = 0; a < NALGO; a++)
+        for (int g = 0; g < NROUTING; g++)
+            for (int t = 0; t < MAX_T; t++)
+                tb->cos[a][g][t] = 1;
+    for (int i = 0; i < n; i++) {
+        const result_t *r = &all[i];
+        const int a = r->algo, g = r->routing, t = r->ti;
+        /* The slowest rank sets the layer time. */
+        if (!tb->have[a][g][t][r->mode] || r->ms > tb->ms[a][g][t][r->mode])
+            tb->ms[a][g][t][r->mode] = r->ms;
+        tb->have[a][g][t][r->mode] = 1;
+        tb->used[a][g][t] = r->used;
+        if (r->mode == INCMOE_MOE_BASELINE) {
+            double v[4] = {r->ex_ms, r->out_ms, r->ffn_ms, r->back_ms};
+            for (int k = 0; k < 4; k++)
+                tb->phase[a][g][t][k] = fmax(tb->phase[a][g][t][k], v[k]);
+            tb->kbar[a][g][t] += r->kbar;
+            tb->ufrac[a][g][t] += r->ufrac;
+            tb->nranks[a][g][t]++;
+        } else {
+            tb->cos[a][g][t] = fmin(tb->cos[a][g][t], r->cos_min);
+            tb->err[a][g][t] = fmax(tb->err[a][g][t], r->ref_err);
+            snprintf(tb->cfg[a][g][t], sizeof(tb->cfg[0][0][0]), "%s", r->cfg);
+        }
+    }
+    for (int a = 0; a < NALGO; a++)
+        for (int g = 0; g < NROUTING; g++)
+            for (int t = 0; t < MAX_T; t++)
+                if (tb->nranks[a][g][t] > 0) {
+                    tb->kbar[a][g][t] /= tb->nranks[a][g][t];
+                    tb->ufrac[a][g][t] /= tb->nranks[a][g][t];
+                }
+}
+
+/* The ideal pipeline: max(communication, FFN) plus the header exchange, from the baseline's
+   phases ph.  In the network the outbound collective (AllGather or dispatch) and the inbound
+   one (ReduceScatter or combine) in flight together share each link direction: the one alone
+   moves max(u, k) rows on its busier direction, the two together u + k (u: rows a rank sends
+   up once, k: rows it receives, per token; full routing u = 1, k = N - 1, so N/(N-1) of the
+   longer one alone, paper section 3.2).  Point to point (ring, a2a) each already loads both
+   directions, so they add up. */
+static double ideal_ms(int algo, int masked, int N, double kbar, double ufrac, const double *ph)
+{
+    double u = masked ? ufrac : 1, k = masked ? kbar : N - 1;
+    double comm = algo == INCMOE_ALGO_INC && fmax(u, k) > 0
+                      ? fmax(ph[1], ph[3]) * (u + k) / fmax(u, k)
+                      : ph[1] + ph[3];
+    return fmax(comm, ph[2]) + ph[0];
+}
+
+static void table_header(const opts_t *o)
+{
+    printf(
+        "\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, %s backend%s, route %s (experts "
+        "placed contiguously), median of %d forwards (slowest rank)\n",
+        o->nranks, o->E, o->k, o->H, o->I, incmoe_dtype_name(o->dtype), o->model ? ", model " : "",
+        o->model ? o->model : "", o->backend == INCMOE_MOE_BACKEND_CUDA ? "cuda" : "cpu",
+        o->in_process ? ", ranks in one process" : "", o->zipf > 0 ? "zipf" : "uniform", o->iters);
+    if (o->zipf > 0)
+        printf("route zipf:%g, seed %llu\n", o->zipf, (unsigned long long)o->seed);
+    printf("%8s %-5s %-13s %10s %10s %11s %11s %9s %9s %6s %9s %10s %10s %9s  %s\n", "tok/rank",
+           "algo", "routing", "base_ms", "pipe_ms", "base_tok/s", "pipe_tok/s", "pipe/base",
+           "vs_ring_b", "k-bar", "ideal_ms", "pipe/ideal", "min_cos", "ref_err",
+           "pipelined config");
+}
+
+/* The routing column: the one asked for, and for auto the one it ran. */
+static void routing_label(int asked, int used, char *buf, size_t len)
+{
+    if (asked == INCMOE_MOE_ROUTING_AUTO)
+        snprintf(buf, len, "auto>%s", incmoe_moe_routing_name((incmoe_moe_routing_t)used));
+    else
+        snprintf(buf, len, "%s", incmoe_moe_routing_name((incmoe_moe_routing_t)asked));
+}
+
+/* The row of algorithm a with routing g at token count index t: 1 when its outputs passed the
+   checks (or the algorithm has no dispatch and combine, which the row says). */
+static int table_row(const opts_t *o, const table_t *tb, int t, int a, int g)
+{
+    int T = o->tokens[t];
+    char route[24];
+    routing_label(g, tb->used[a][g][t], route, sizeof(route));
+    if (!tb->have[a][g][t][0] || !tb->have[a][g][t][1]) {
+        printf("%8d %-5s %-13s   (missing results)\n", T, algo_name(a), route);
+        return 0;
+    }
+    double b = tb->ms[a][g][t][0], p = tb->ms[a][g][t][1];
+    if (b < 0 || p < 0) {
+        printf("%8d %-5s %-13s   (the algorithm has no dispatch and combine in this build)\n", T,
+               algo_name(a), route);
+        return 1;
+    }
+    int good =
+        o->verify ? (tb->cos[a][g][t] >= 0.99999 && tb->err[a][g][t] <= tol_of(o->dtype)) : 1;
+    char vs[32] = "-";
+    const int full = INCMOE_MOE_ROUTING_FULL;
+    double ringb =
+        tb->have[INCMOE_ALGO_RING][full][t][0] ? tb->ms[INCMOE_ALGO_RING][full][t][0] : 0;
+    if (ringb > 0)
+        snprintf(vs, sizeof(vs), "%.2fx", ringb / p);
+    int masked = tb->used[a][g][t] == INCMOE_MOE_ROUTING_MASKED;
+    double ideal =
+        ideal_ms(a, masked, o->nranks, tb->kbar[a][g][t], tb->ufrac[a][g][t], tb->phase[a][g][t]);
+    printf("%8d %-5s %-13s %10.3f %10.3f %11.0f %11.0f %8.2fx %9s %6.2f %9.3f %9.2fx %10.7f "
+           "%9.2e  %s%s\n",
+           T, algo_name(a), route, b, p, T / (b * 1e-3), T / (p * 1e-3), b / p, vs,
+           tb->kbar[a][g][t], ideal, p / ideal, tb->cos[a][g][t], tb->err[a][g][t],
+           tb->cfg[a][g][t], good ? "" : "  VERIFY FAILED");
+    return good;
+}
+
+/* A time of the table, or -1 where it has none (not run, or no dispatch and combine). */
+static double table_ms(const table_t *tb, int a, int g, int t, int mode)
+{
+    return tb->have[a][g][t][mode] ? tb->ms[a][g][t][mode] : -1;
+}
+
+/* The MoE targets of issue 18 that this run's rows give: pipelined masked in-network against
+   the a2a baseline (dispatch, FFN, combine in sequence) and against pipelined full
+   in-network. */
+static void print_targets(const opts_t *o, const table_t *tb)
+{
+    const int inc = INCMOE_ALGO_INC, a2a = INCMOE_ALGO_A2A;
+    const int masked = INCMOE_MOE_ROUTING_MASKED, full = INCMOE_MOE_ROUTING_FULL;
+    for (int t = 0; t < o->ntokens; t++) {
+        double mp = table_ms(tb, inc, masked, t, 1), ab = table_ms(tb, a2a, masked, t, 0);
+        double fp = table_ms(tb, inc, full, t, 1);
+        if (mp > 0 && ab > 0)
+            printf("%8d tok/rank: pipelined masked inc / a2a baseline (masked) = %.3f\n",
+                   o->tokens[t], mp / ab);
+        if (mp > 0 && fp > 0)
+            printf("%8d tok/rank: pipelined masked inc / pipelined full inc = %.3f\n", o->tokens[t],
+                   mp / fp);
+    }
+}
+
+/* The table of every rank's results: 0 when every row is there and passed its checks. */
+static int print_table(const opts_t *o, const result_t *all, int n)
+{
+    table_t *tb = calloc(1, sizeof(*tb));
+    int ok = 1;
+    if (tb == NULL) {
+        fprintf(stderr, "incmoe-moe-bench: out of memory for the table\n");
+        return 1;
+    }
+    table_fold(tb, all, n);
+    table_header(o);
+    for (int t = 0; t < o->ntokens; t++)
+        for (int ai = 0; ai < o->nalgos; ai++)
+            for (int gi = 0; gi < o->nroutings; gi++)
+                ok &= table_row(o, tb, t, o->algos[ai], o->routings[gi]);
+    printf("pipe/base: speedup of the band pipeline over the same algorithm's baseline; "
+           "vs_ring_b: pipelined layer time of this row against the ring baseline with full "
+           "routing (vLLM's default path); k-bar: the other ranks a token goes to (mean over "
+           "ranks); ideal_ms: max(outbound || inbound collective, FFN) + header exchange from "
+           "the baseline's measured phases; pipe/ideal: how far the pipeline is from it.\n");
+    print_targets(o, tb);
+    printf("incmoe-moe-bench: %s\n", ok ? "outputs verified" : "VERIFICATION FAILED");
+    free(tb);
+    return ok ? 0 : 1;
+}
+
+/* Appends the result lines of f to all (at most max); 1 when a line was not a result of this
+   run (it goes to stderr). */
+static int parse_results(const opts_t *o, FILE *f, result_t *all, int *n, int max)
+{
+    char line[512];
+    int bad = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        result_t r;
+        int off = 0;
+        if (*n < max &&
+            sscanf(line, "result %d %d %d %d %d %lf %lf %le %lf %lf %lf %lf %lf %lf %n", &r.algo,
+                   &r.routing, &r.used, &r.ti, &r.mode, &r.ms, &r.cos_min, &r.ref_err, &r.ex_ms,
+                   &r.out_ms, &r.ffn_ms, &r.back_ms, &r.kbar, &r.ufrac, &off) == 14 &&
+            r.algo >= 0 && r.algo < NALGO && r.routing >= 0 && r.routing < NROUTING &&
+            r.used >= 0 && r.used < NROUTING && r.ti >= 0 && r.ti < o->ntokens && r.mode >= 0 &&
+            r.mode < 2) {
+            snprintf(r.cfg, sizeof(r.cfg), "%s", line + off);
+            r.cfg[strcspn(r.cfg, "\n")] = '\0';
+            all[(*n)++] = r;
+        } else {
+            fputs(line, stderr);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+/* The table of the result lines in in[0..nin): 1 when a line was not a result or a row is
+   missing or failed its checks. */
+int mb_report(const opts_t *o, FILE *const *in, int nin)
+{
+    int max = 2 * NALGO * NROUTING * MAX_T * (nin > 0 ? nin : 1), n = 0, rc = 0;
+    result_t *all = calloc((size_t)max, sizeof(result_t));
+    if (all == NULL) {
+        fprintf(stderr, "incmoe-moe-bench: out of memory for %d results\n", max);
+        return 1;
+    }
+    for (int i = 0; i < nin; i++)
+        rc |= parse_results(o, in[i], all, &n, max);
+    rc |= print_table(o, all, n);
+    free(all);
+    return rc;
+}
