@@ -383,7 +383,7 @@ class MoE(torch.nn.Module):
         names = {
             "routing": {v: k for k, v in _lib.MOE_ROUTINGS.items()},
             "mode": {v: k for k, v in _lib.MOE_MODES.items()},
-            "algo": dict({v: k for k, v in _lib.ALGOS.items()}, **{-1: "comm"}),
+            "algo": {**{v: k for k, v in _lib.ALGOS.items()}, -1: "comm"},
         }
         return {name: names[name].get(getattr(t, name), "unknown") if name in names
                 else getattr(t, name) for name, _ in t._fields_}
