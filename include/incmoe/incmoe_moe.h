@@ -189,17 +189,20 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_
  * a forward's own inputs, agrees on every path's time as its slowest rank's
  * (an AllReduce(max) on the layer's communicator, so every rank picks the
  * same), and runs the fastest from then on; it measures again when some rank's
- * token count moves more than 2x from the count it chose for.  A forward's
+ * token count moves more than 2x from the count it chose for, or a
+ * forward leaves other choices to it than the forward it chose for.  A forward's
  * mode and routing (INCMOE_MOE_FWD_MODE, INCMOE_MOE_FWD_ROUTING) override
  * the path's for that forward; INCMOE_MOE_AUTO and INCMOE_MOE_ROUTING_AUTO
- * there leave them to the layer.
+ * there leave them to the layer.  The forward that measures returns the last
+ * candidate's outputs; paths differ only in the rounding of their reduction
+ * orders.  incmoe_moe_last_timing_ex says which path a forward ran.
  *
  * Other algorithms than the communicator's run on communicators the layer
  * holds on the same switch: one per algorithm, made from comm_params (the
  * parameters params->comm was created with: switch, key, timeouts, rank) with
  * the job id FNV-1a(job id, "moe-path", algorithm), admitted by the switch
  * like any job, shared by every layer on the same communicator and left when
- * the last of them is destroyed.
+ * the last of them is destroyed.  Only the CPU backend runs them.
  */
 typedef struct {
     int algo;               /* INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_ALGO_COMM or an incmoe_algo_t */
