@@ -1,11 +1,12 @@
 /*
  * choose.c - measuring the candidate paths (choose.h).
  *
- * A path's cost is measured by running it: one forward on the caller's own
- * inputs takes in every cost a model would have to add up (the link, the
+ * A path's cost is measured by running it: forwards on the caller's own
+ * inputs take in every cost a model would have to add up (the link, the
  * collectives' fixed costs, the FFN at this machine's rate, the switch and
- * the ranks sharing cores) and the outputs are the forward's anyway.  Each
- * candidate's time on each rank goes through an AllReduce(max) on the
+ * the ranks sharing cores) and the outputs are the forward's anyway.  Every
+ * candidate runs MOE_MEASURE_ROUNDS times, round after round, and the median
+ * decides.  Each run's time on each rank goes through an AllReduce(max) on the
  * layer's communicator: every rank then holds the same times (the slowest
  * rank's, which is the forward's) and picks the same path, and no rank
  * starts the next candidate before every rank finished this one (the next
@@ -33,7 +34,12 @@
 
 #define SUBSYS        "moe"
 #define MOE_MAX_PATHS (MOE_MAX_LANES * 4)
-#define FS_PER_S      1e15
+/* Runs of each candidate: one sample of a path is as noisy as the difference between two
+   paths on a shared machine (testbed, N=4 @600 Mbit/s: one forward's min-max spread
+   exceeded the gap between the fastest paths); the median of three is not fooled by one
+   slow run. */
+#define MOE_MEASURE_ROUNDS 3
+#define FS_PER_S           1e15
 
 typedef struct {
     moe_path_t p[MOE_MAX_PATHS];
@@ -192,28 +198,48 @@ static void log_choice(const incmoe_moe_t *L, const cands_t *c, const double *ms
              incmoe_moe_routing_name(b->routing), tmax, list);
 }
 
+/* The median of n values (n <= MOE_MEASURE_ROUNDS). */
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Runs every candidate MOE_MEASURE_ROUNDS times, round after round (so a slow spell of
+   the machine falls on every candidate alike, not on one), and picks the smallest median
+   of the agreed times. */
 static incmoe_status_t measure(incmoe_moe_t *L, const moe_inputs_t *in, const cands_t *c,
                                int *best_p)
 {
-    double ms[MOE_MAX_PATHS], ffn = 0;
+    double ms[MOE_MAX_PATHS][MOE_MEASURE_ROUNDS], med[MOE_MAX_PATHS], ffn = 0;
+    for (int r = 0; r < MOE_MEASURE_ROUNDS; r++) {
+        for (int i = 0; i < c->n; i++) {
+            double t0 = inc_now_ms();
+            incmoe_status_t st = run_path(L, &c->p[i], in);
+            if (st != INCMOE_OK)
+                return st;
+            double flop_s = ffn > 0 ? 0 : ffn_rate(L, &c->p[i], in->tmax);
+            ms[i][r] = inc_now_ms() - t0 + hook_ms(L, &c->p[i]);
+            if ((st = agree(L, &ms[i][r], &flop_s)) != INCMOE_OK)
+                return st;
+            if (ffn <= 0 && flop_s > 0) {
+                ffn = flop_s;
+                calib_ffn_measured(L, flop_s);
+            }
+        }
+    }
     int best = 0;
     for (int i = 0; i < c->n; i++) {
-        double t0 = inc_now_ms();
-        incmoe_status_t st = run_path(L, &c->p[i], in);
-        if (st != INCMOE_OK)
-            return st;
-        double flop_s = ffn > 0 ? 0 : ffn_rate(L, &c->p[i], in->tmax);
-        ms[i] = inc_now_ms() - t0 + hook_ms(L, &c->p[i]);
-        if ((st = agree(L, &ms[i], &flop_s)) != INCMOE_OK)
-            return st;
-        if (ffn <= 0 && flop_s > 0) {
-            ffn = flop_s;
-            calib_ffn_measured(L, flop_s);
-        }
-        if (ms[i] < ms[best])
+        med[i] = median(ms[i], MOE_MEASURE_ROUNDS);
+        if (med[i] < med[best])
             best = i;
     }
-    log_choice(L, c, ms, best, in->tmax);
+    log_choice(L, c, med, best, in->tmax);
     *best_p = best;
     return INCMOE_OK;
 }

@@ -185,10 +185,10 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_
 /*
  * Path: the algorithm, mode and routing forwards run.  Each is either forced
  * or left to the layer (INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO,
- * INCMOE_MOE_ROUTING_AUTO): the layer then runs every candidate path once on
- * a forward's own inputs, agrees on every path's time as its slowest rank's
- * (an AllReduce(max) on the layer's communicator, so every rank picks the
- * same), and runs the fastest from then on; it measures again when some rank's
+ * INCMOE_MOE_ROUTING_AUTO): the layer then runs every candidate path three
+ * times on a forward's own inputs, agrees on every run's time as its slowest
+ * rank's (an AllReduce(max) on the layer's communicator, so every rank picks
+ * the same), and runs the path of smallest median from then on; it measures again when some rank's
  * token count moves more than 2x from the count it chose for, or a
  * forward leaves other choices to it than the forward it chose for.  A forward's
  * mode and routing (INCMOE_MOE_FWD_MODE, INCMOE_MOE_FWD_ROUTING) override
