@@ -116,15 +116,24 @@ static uint32_t cands_key(const cands_t *c)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-/* Whether some rank's count moved more than 2x from the one the choice was made for. */
-static int counts_moved(const incmoe_moe_t *L, const int *counts)
+/* Whether some rank's count moved more than 2x from the one choice i was made for. */
+static int counts_moved(const incmoe_moe_t *L, int i, const int *counts)
 {
     for (int s = 0; s < L->N; s++) {
-        size_t was = L->choice.counts[s], now = (size_t)counts[s];
+        size_t was = L->choice[i].counts[s], now = (size_t)counts[s];
         if (now > 2 * was || was > 2 * now)
             return 1;
     }
     return 0;
+}
+
+/* The kept choice for these asks and counts, or -1 (every rank keeps the same ones). */
+static int choice_find(const incmoe_moe_t *L, uint32_t key, const int *counts)
+{
+    for (int i = 0; i < MOE_MAX_CHOICES; i++)
+        if (L->choice[i].valid && L->choice[i].asked == key && !counts_moved(L, i, counts))
+            return i;
+    return -1;
 }
 
 /* The test hook's milliseconds for path p on this rank (see the top). */
@@ -253,18 +262,20 @@ incmoe_status_t choose_path(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_
         return st;
     *ran_p = 0;
     uint32_t key = cands_key(&c);
-    if (c.n == 1 || (L->choice.valid && L->choice.asked == key && !counts_moved(L, in->counts))) {
-        *path_p = c.n == 1 ? c.p[0] : L->choice.path;
+    int kept = c.n == 1 ? -1 : choice_find(L, key, in->counts);
+    if (c.n == 1 || kept >= 0) {
+        *path_p = c.n == 1 ? c.p[0] : L->choice[kept].path;
         return INCMOE_OK;
     }
     int best;
     if ((st = measure(L, in, &c, &best)) != INCMOE_OK)
         return st;
-    L->choice.valid = 1;
-    L->choice.asked = key;
-    L->choice.path = c.p[best];
+    unsigned at = L->choice_next++ % MOE_MAX_CHOICES;
+    L->choice[at].valid = 1;
+    L->choice[at].asked = key;
+    L->choice[at].path = c.p[best];
     for (int s = 0; s < L->N; s++)
-        L->choice.counts[s] = (size_t)in->counts[s];
+        L->choice[at].counts[s] = (size_t)in->counts[s];
     *path_p = c.p[best];
     *ran_p = c.n;
     return INCMOE_OK;

@@ -1,7 +1,8 @@
 /*
  * choose.h - the path a forward runs when its algorithm, mode or routing is
  * left to the layer (incmoe_moe_path_t in incmoe_moe.h): measured, agreed by
- * every rank, kept until some rank's token count moves more than 2x.
+ * every rank, kept for the counts it was measured at (used while no rank's count
+ * moved more than 2x from them; the last MOE_MAX_CHOICES are kept).
  */
 #ifndef INCMOE_MOE_CHOOSE_H
 #define INCMOE_MOE_CHOOSE_H

@@ -28,6 +28,10 @@ typedef struct {
     uint64_t dc_total; /* dispatches pushed on this lane's FIFO so far (their tickets) */
 } moe_lane_t;
 
+/* Measured choices a layer keeps: a prefill's and a decode step's counts (more than 2x
+   apart) each keep theirs, so alternating between them measures each once. */
+#define MOE_MAX_CHOICES 8
+
 /* A path a forward runs: a lane, a mode and a routing (none of them auto). */
 typedef struct {
     int lane;
@@ -84,13 +88,15 @@ struct incmoe_moe {
     int has_path;
     incmoe_moe_path_t path;
 
-    /* The measured choice (choose.c): valid once measured, for these asks and counts. */
+    /* The measured choices (choose.c), each for what a forward left to the layer and the
+       counts it was measured at; the oldest is replaced first. */
     struct {
         int valid;
         uint32_t asked; /* choose.c's key of what was left to the layer */
         moe_path_t path;
         size_t counts[INCMOE_MAX_RANKS];
-    } choice;
+    } choice[MOE_MAX_CHOICES];
+    unsigned choice_next; /* the entry the next measurement replaces */
 };
 
 /* --- autotune.c --- */

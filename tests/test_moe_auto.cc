@@ -240,7 +240,9 @@ TEST(MoeAuto, ForcingWorks)
 }
 
 /* The choice is kept while every rank's count stays within 2x of the one it was made for,
-   and measured again (here to a different answer) once one moves further. */
+   and measured again (here to a different answer) once one moves further; both choices are
+   kept, so going back to the first counts measures nothing (a prefill and a decode step
+   each keep theirs). */
 TEST(MoeAuto, AChangedTokenCountMeasuresAgain)
 {
     run_job([&](int rank, Rank &r) -> std::string {
@@ -260,7 +262,7 @@ TEST(MoeAuto, AChangedTokenCountMeasuresAgain)
         incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
         if (st != INCMOE_OK)
             return std::string("create_ex: ") + incmoe_strerror(st);
-        incmoe_moe_timing_t t[4];
+        incmoe_moe_timing_t t[5];
         std::string err = forward_checked(L, p0, rank, &t[0]);
         if (err.empty())
             err = forward_checked(L, p1, rank, &t[1]);
@@ -271,13 +273,15 @@ TEST(MoeAuto, AChangedTokenCountMeasuresAgain)
             err = forward_checked(L, p2, rank, &t[2]);
         if (err.empty())
             err = forward_checked(L, p3, rank, &t[3]);
+        if (err.empty())
+            err = forward_checked(L, p0, rank, &t[4]);
         incmoe_moe_destroy(L);
         if (!err.empty())
             return err;
-        const int want_measured[4] = {3, 0, 3, 0};
-        const int want_algo[4] = {INCMOE_ALGO_INC, INCMOE_ALGO_INC, INCMOE_ALGO_RING,
-                                  INCMOE_ALGO_RING};
-        for (int i = 0; i < 4; i++)
+        const int want_measured[5] = {3, 0, 3, 0, 0};
+        const int want_algo[5] = {INCMOE_ALGO_INC, INCMOE_ALGO_INC, INCMOE_ALGO_RING,
+                                  INCMOE_ALGO_RING, INCMOE_ALGO_INC};
+        for (int i = 0; i < 5; i++)
             if (t[i].measured != want_measured[i] || t[i].algo != want_algo[i])
                 return "forward " + std::to_string(i) + " ran " + path_str(t[i]) +
                        ", expected algorithm " + std::to_string(want_algo[i]) + " measured " +

@@ -188,9 +188,11 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_
  * INCMOE_MOE_ROUTING_AUTO): the layer then runs every candidate path three
  * times on a forward's own inputs, agrees on every run's time as its slowest
  * rank's (an AllReduce(max) on the layer's communicator, so every rank picks
- * the same), and runs the path of smallest median from then on; it measures again when some rank's
- * token count moves more than 2x from the count it chose for, or a
- * forward leaves other choices to it than the forward it chose for.  A forward's
+ * the same), and runs the path of smallest median.  The choice is kept with
+ * the token counts it was measured at (the last 8 choices): a forward runs a
+ * kept one while no rank's count moved more than 2x from its counts, and
+ * what the forward leaves to the layer is the same; otherwise it measures
+ * again (a prefill and a decode step each keep their own).  A forward's
  * mode and routing (INCMOE_MOE_FWD_MODE, INCMOE_MOE_FWD_ROUTING) override
  * the path's for that forward; INCMOE_MOE_AUTO and INCMOE_MOE_ROUTING_AUTO
  * there leave them to the layer.  The forward that measures returns the last

@@ -90,7 +90,8 @@ class MoE(torch.nn.Module):
     derived from comm's), "inc"/"ring"/"a2a" forces one, None or "comm" runs
     comm's own.  With algo set, routing None is "auto".  Every rank chooses
     the same path; it is measured again when some rank's token count moves
-    more than 2x.  layer.path says what the last forward ran.
+    more than 2x from those of every choice the layer keeps (its last 8).
+    layer.path says what the last forward ran.
 
     Construction and every forward are collective: all ranks call them in
     the same order.  A rank whose arguments are refused raises ValueError,

@@ -163,8 +163,8 @@ def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_toke
     an algorithm without them fails the forwards on every rank) or "auto"
     (masked where it moves fewer bytes; see incmoe.MoE).  mode "auto" and
     algo ("auto", "inc", "ring", "a2a"; None: comm's) choose each layer's
-    path as incmoe.MoE does (measured on its first call, again when the
-    token counts move past 2x).  Attention stays data-parallel: each rank
+    path as incmoe.MoE does (measured on its first call, again for token
+    counts past 2x of every choice it keeps).  Attention stays data-parallel: each rank
     runs its own prompts.
 
     Collective: every rank calls it with the same arguments, and every
