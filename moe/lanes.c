@@ -139,13 +139,32 @@ static incmoe_status_t lane_add(incmoe_moe_t *L, int algo)
     return st;
 }
 
-incmoe_status_t lanes_open(incmoe_moe_t *L)
+/* Every rank's verdict on opening its lanes: INCMOE_OK where all opened, else the same
+   error on every rank (a registration that failed on one rank only must not leave the
+   others with a layer it lacks). */
+static incmoe_status_t lanes_agree(incmoe_moe_t *L, incmoe_status_t mine)
 {
-    L->lanes[0] = (moe_lane_t){.comm = L->comm, .algo = own_algo(L), .dc_support = -1};
-    L->nlanes = 1;
-    L->cur_lane = 0;
-    if (!L->has_path || L->path.algo == INCMOE_MOE_ALGO_COMM)
-        return INCMOE_OK;
+    uint64_t *in = (uint64_t *)L->hdr, *out = in + 1;
+    in[0] = mine != INCMOE_OK;
+    incmoe_req_t req;
+    incmoe_status_t st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, sizeof(uint64_t), 1,
+                                          INCMOE_UINT64, INCMOE_MAX, &req);
+    if (st == INCMOE_OK)
+        st = moe_wait_bounded(L->comm, L->timeout_ms, &req);
+    if (st != INCMOE_OK)
+        return st;
+    if (mine == INCMOE_OK && *out != 0) {
+        log_error(SUBSYS,
+                  "rank %d: create: another rank could not open its other algorithms' "
+                  "communicators (see its log)",
+                  L->rank);
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    return mine;
+}
+
+static incmoe_status_t lanes_add_all(incmoe_moe_t *L)
+{
     static const int all[] = {INCMOE_ALGO_INC, INCMOE_ALGO_RING, INCMOE_ALGO_A2A};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         if (all[i] == L->lanes[0].algo)
@@ -157,6 +176,16 @@ incmoe_status_t lanes_open(incmoe_moe_t *L)
             return st;
     }
     return INCMOE_OK;
+}
+
+incmoe_status_t lanes_open(incmoe_moe_t *L)
+{
+    L->lanes[0] = (moe_lane_t){.comm = L->comm, .algo = own_algo(L), .dc_support = -1};
+    L->nlanes = 1;
+    L->cur_lane = 0;
+    if (!L->has_path || L->path.algo == INCMOE_MOE_ALGO_COMM)
+        return INCMOE_OK;
+    return lanes_agree(L, lanes_add_all(L));
 }
 
 incmoe_status_t lanes_close(incmoe_moe_t *L)

@@ -14,7 +14,8 @@ uint64_t lanes_job_id(uint64_t job_id, int algo);
 
 /* Lane 0 is L->comm; with a path whose algorithm is not the communicator's, one lane per
    other algorithm it may run (collective: a sibling communicator is created on every rank
-   alike).  On failure what was opened stays for lanes_close. */
+   alike), and every rank's verdict agreed: an error on one rank fails every rank's (the
+   others with INCMOE_ERR_INVALID_ARG).  On failure what was opened stays for lanes_close. */
 incmoe_status_t lanes_open(incmoe_moe_t *L);
 /* Frees every lane but 0, leaving a sibling communicator no other layer holds. */
 incmoe_status_t lanes_close(incmoe_moe_t *L);

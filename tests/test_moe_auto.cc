@@ -408,3 +408,29 @@ TEST(MoeAuto, LayersOnOneCommunicatorShareTheOtherAlgorithms)
         return err;
     });
 }
+
+/* One rank cannot reach the switch for the other algorithms' communicators (its
+   comm_params name a closed port): create fails on every rank, none waits for ever. */
+TEST(MoeAuto, AnUnreachableOtherAlgorithmFailsCreateOnEveryRank)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        moeref::Problem p = moeref::make_problem(small_shape(), {3, 3, 3, 3}, 40);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_comm_params_t cp = r.params;
+        cp.field_mask |= INCMOE_COMM_PARAM_TIMEOUT;
+        cp.timeout_ms = 2000; /* the others' join of the sibling gives up after it */
+        if (rank == 2)
+            cp.switch_addr = "127.0.0.1:1";
+        incmoe_moe_params_ext_t ext =
+            path_ext(r, INCMOE_ALGO_RING, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL);
+        ext.path.comm_params = &cp;
+        incmoe_moe_t *L = nullptr;
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
+        if (st == INCMOE_OK) {
+            incmoe_moe_destroy(L);
+            return "create_ex succeeded with rank 2's switch unreachable";
+        }
+        return "";
+    });
+}
