@@ -36,6 +36,14 @@ typedef struct {
                                  const int32_t *ids, size_t n, const int32_t **host_p);
     /* One line on where things live (for incmoe_moe_backend_str); NULL: the name only. */
     int (*describe)(const incmoe_moe_t *L, char *buf, size_t len);
+    /* Paths on other communicators (lanes.c).  lane_open registers the buffers create placed
+       with comm and makes a FIFO on it (*lane_p: that state); lane_use points L->ctx's
+       registrations and FIFO at a lane's (NULL: create's own, on L->comm); lane_close frees
+       what lane_open made and returns the FIFO's first error.  NULL: the backend runs on the
+       layer's communicator only. */
+    incmoe_status_t (*lane_open)(incmoe_moe_t *L, incmoe_comm_t *comm, void **lane_p);
+    void (*lane_use)(incmoe_moe_t *L, void *lane);
+    incmoe_status_t (*lane_close)(incmoe_moe_t *L, void *lane);
 } moe_backend_ops_t;
 
 extern const moe_backend_ops_t moe_cpu_backend;

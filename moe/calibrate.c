@@ -20,6 +20,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "layer.h"
+#include "wait.h"
 
 #define SUBSYS "moe"
 
@@ -56,7 +57,7 @@ static incmoe_status_t timed_allgather(incmoe_moe_t *L, incmoe_mr_t *mr, size_t 
     incmoe_status_t st =
         incmoe_allgather(L->comm, mr, (size_t)L->rank * stride, mr, 0, &layout, &req);
     if (st == INCMOE_OK)
-        st = moe_wait_bounded(L, &req);
+        st = moe_wait_bounded(L->comm, L->timeout_ms, &req);
     *t_p = inc_now_s() - t0;
     return st;
 }
@@ -140,7 +141,7 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, 4 * sizeof(uint64_t), 3, INCMOE_UINT64,
                           INCMOE_MAX, &req);
     if (st == INCMOE_OK)
-        st = moe_wait_bounded(L, &req);
+        st = moe_wait_bounded(L->comm, L->timeout_ms, &req);
     if (st != INCMOE_OK) {
         char why[256] = "";
         incmoe_comm_error(L->comm, why, sizeof(why));
@@ -159,4 +160,13 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
              measure_costs ? "measured where not set, slowest rank" : "settings, slowest rank",
              band_s * 1e6, mbps(byte_s));
     return INCMOE_OK;
+}
+
+void calib_ffn_measured(incmoe_moe_t *L, double flop_s)
+{
+    if (flop_s <= 0 || setting_is_set("INCMOE_MOE_GFLOPS"))
+        return;
+    L->model.flop_s = flop_s;
+    log_info(SUBSYS, "rank %d: configuration model: FFN %.2f GFLOP/s (measured, slowest rank)",
+             L->rank, 1e-9 / flop_s);
 }

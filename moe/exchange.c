@@ -14,34 +14,15 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-#include "base/clock.h"
 #include "base/log.h"
 #include "layer.h"
+#include "wait.h"
 
 #define SUBSYS    "moe"
 #define HDR_MAGIC 0x494d4f45u /* "IMOE" */
 
 _Static_assert(sizeof(moe_hdr_t) <= MOE_HDR_BYTES, "header fits its block");
-
-/* Sleeps with a backoff (capped at 1 ms): a rank that left the job early must not hold the
-   others here for ever. */
-incmoe_status_t moe_wait_bounded(incmoe_moe_t *L, const incmoe_req_t *req)
-{
-    double deadline = inc_now_ms() + L->timeout_ms;
-    long ns = 10000;
-    for (;;) {
-        incmoe_status_t st = incmoe_test(L->comm, req);
-        if (st != INCMOE_IN_PROGRESS)
-            return st;
-        if (inc_now_ms() > deadline)
-            return INCMOE_ERR_TIMEOUT;
-        struct timespec ts = {0, ns};
-        nanosleep(&ts, NULL);
-        ns = ns < 1000000 ? ns * 2 : 1000000;
-    }
-}
 
 /* AllGathers every rank's header and judges them all the same way on every rank. */
 incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
@@ -54,7 +35,7 @@ incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
     incmoe_status_t st = incmoe_allgather(L->comm, L->hdr_mr, (size_t)L->rank * MOE_HDR_BYTES,
                                           L->hdr_mr, 0, &layout, &req);
     if (st == INCMOE_OK)
-        st = moe_wait_bounded(L, &req);
+        st = moe_wait_bounded(L->comm, L->timeout_ms, &req);
     if (st != INCMOE_OK) {
         char why[256] = "";
         incmoe_comm_error(L->comm, why, sizeof(why));
@@ -90,21 +71,23 @@ incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
             h.H != mine->H || h.I != mine->I || h.dtype != mine->dtype ||
             h.max_tokens != mine->max_tokens || h.mode != mine->mode || h.nb != mine->nb ||
             h.gather != mine->gather || h.reduce != mine->reduce || h.tail != mine->tail ||
-            h.routing != mine->routing) {
-            log_error(SUBSYS,
-                      "rank %d: %s: rank %d disagrees: it has call %llu, %s hash %016llx, "
-                      "E=%d k=%d H=%d I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d "
-                      "tail=%d routing=%s; this rank has call %llu, hash %016llx, E=%d k=%d H=%d "
-                      "I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d tail=%d routing=%s",
-                      L->rank, what, s, (unsigned long long)h.seq,
-                      mine->phase == HDR_CREATE ? "placement" : "token counts",
-                      (unsigned long long)h.hash, h.E, h.k, h.H, h.I, h.dtype, h.max_tokens, h.mode,
-                      h.nb, h.gather, h.reduce, h.tail,
-                      incmoe_moe_routing_name((incmoe_moe_routing_t)h.routing),
-                      (unsigned long long)mine->seq, (unsigned long long)mine->hash, mine->E,
-                      mine->k, mine->H, mine->I, mine->dtype, mine->max_tokens, mine->mode,
-                      mine->nb, mine->gather, mine->reduce, mine->tail,
-                      incmoe_moe_routing_name((incmoe_moe_routing_t)mine->routing));
+            h.routing != mine->routing || h.algo != mine->algo) {
+            log_error(
+                SUBSYS,
+                "rank %d: %s: rank %d disagrees: it has call %llu, %s hash %016llx, "
+                "E=%d k=%d H=%d I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d "
+                "tail=%d routing=%s algo=%d; this rank has call %llu, hash %016llx, E=%d k=%d H=%d "
+                "I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d tail=%d routing=%s "
+                "algo=%d",
+                L->rank, what, s, (unsigned long long)h.seq,
+                mine->phase == HDR_CREATE ? "placement" : "token counts",
+                (unsigned long long)h.hash, h.E, h.k, h.H, h.I, h.dtype, h.max_tokens, h.mode, h.nb,
+                h.gather, h.reduce, h.tail,
+                incmoe_moe_routing_name((incmoe_moe_routing_t)h.routing), h.algo,
+                (unsigned long long)mine->seq, (unsigned long long)mine->hash, mine->E, mine->k,
+                mine->H, mine->I, mine->dtype, mine->max_tokens, mine->mode, mine->nb, mine->gather,
+                mine->reduce, mine->tail,
+                incmoe_moe_routing_name((incmoe_moe_routing_t)mine->routing), mine->algo);
             return INCMOE_ERR_MISMATCH;
         }
     }

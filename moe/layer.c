@@ -1,9 +1,9 @@
 /*
- * layer.c - the public API: creation, the forward pass in both modes and
- * both routings, and the argument checks every rank agrees on (through
- * exchange.c).  Where the
- * weights and buffers live and who runs the role loops is the backend's
- * (backend.h); this file names no backend internals.
+ * layer.c - the public API: creation, the forward pass, and the argument
+ * checks every rank agrees on (through exchange.c).  Which path a forward runs
+ * is choose.c's when some of it is left to the layer, running it is run.c's;
+ * where the weights and buffers live and who runs the role loops is the
+ * backend's (backend.h); this file names no backend internals.
  */
 #include "layer.h"
 
@@ -14,8 +14,11 @@
 
 #include "base/clock.h"
 #include "base/config.h"
-#include "base/log.h"
 #include "base/hash.h"
+#include "base/log.h"
+#include "choose.h"
+#include "ext.h"
+#include "lanes.h"
 #include "plan.h"
 #include "routing.h"
 
@@ -32,30 +35,6 @@ void incmoe_moe_params_init(incmoe_moe_params_t *p)
     p->dtype = INCMOE_FLOAT32;
     p->config.tail_bands = -1;
     p->backend = INCMOE_MOE_BACKEND_CPU;
-}
-
-const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode)
-{
-    switch (mode) {
-    case INCMOE_MOE_BASELINE:
-        return "baseline";
-    case INCMOE_MOE_PIPELINED:
-        return "pipelined";
-    }
-    return "unknown";
-}
-
-const char *incmoe_moe_routing_name(incmoe_moe_routing_t routing)
-{
-    switch (routing) {
-    case INCMOE_MOE_ROUTING_FULL:
-        return "full";
-    case INCMOE_MOE_ROUTING_MASKED:
-        return "masked";
-    case INCMOE_MOE_ROUTING_AUTO:
-        return "auto";
-    }
-    return "unknown";
 }
 
 /* -------------------------------------------------------------- creation */
@@ -157,7 +136,21 @@ static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p)
     return st;
 }
 
+/* The create header's path fields: the path's, or values no path has. */
+static void hdr_path(const incmoe_moe_t *L, moe_hdr_t *h)
+{
+    h->algo = L->has_path ? L->path.algo : -3;
+    h->mode = L->has_path ? (int32_t)L->path.mode : -1;
+    h->routing = L->has_path ? (int32_t)L->path.routing : -1;
+}
+
 incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **layer_p)
+{
+    return incmoe_moe_create_ex(p, NULL, layer_p);
+}
+
+incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *p,
+                                     const incmoe_moe_params_ext_t *ext, incmoe_moe_t **layer_p)
 {
     if (p == NULL || layer_p == NULL || p->comm == NULL) {
         log_error(SUBSYS, "create: parameters, output pointer and communicator are required");
@@ -169,7 +162,6 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
     L->comm = p->comm;
     L->N = incmoe_comm_nranks(p->comm);
     L->rank = incmoe_comm_rank(p->comm);
-    L->dc_support = -1;
     L->hdr = calloc((size_t)L->N, MOE_HDR_BYTES);
     incmoe_status_t st = L->hdr ? INCMOE_OK : INCMOE_ERR_NO_MEMORY;
     if (st == INCMOE_OK)
@@ -185,6 +177,8 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
     (void)inc_config_get_int("INCMOE_TIMEOUT_MS", &timeout_ms);
     L->timeout_ms = p->timeout_ms > 0 ? p->timeout_ms : 2 * (int)timeout_ms;
     incmoe_status_t local = setup(L, p);
+    if (local == INCMOE_OK)
+        local = ext_read(L, ext);
     moe_hdr_t mine = {.status = local,
                       .phase = HDR_CREATE,
                       .nranks = (uint32_t)L->N,
@@ -196,6 +190,7 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
                       .dtype = (int32_t)L->dtype,
                       .max_tokens = (int32_t)L->max_tokens,
                       .calib = calib_wanted(L)};
+    hdr_path(L, &mine);
     st = exchange(L, &mine, "create");
     if (st == INCMOE_OK) {
         /* Every rank read every header: all measure, or none. */
@@ -207,6 +202,9 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *p, incmoe_moe_t **l
         }
         st = calib_agree(L, calib != 0);
     }
+    if (st == INCMOE_OK)
+        st = lanes_open(L);
+    L->path.comm_params = NULL; /* read during create only */
     if (st != INCMOE_OK) {
         incmoe_moe_destroy(L);
         return st;
@@ -219,7 +217,10 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *L)
 {
     if (L == NULL)
         return INCMOE_OK;
+    incmoe_status_t lanes = L->ops ? lanes_close(L) : INCMOE_OK;
     incmoe_status_t st = L->ops ? L->ops->destroy(L) : INCMOE_OK;
+    if (st == INCMOE_OK)
+        st = lanes;
     if (L->hdr_mr)
         incmoe_mem_deregister(L->comm, L->hdr_mr);
     free(L->hdr);
@@ -237,10 +238,20 @@ static void *fwd_stream(const incmoe_moe_forward_params_t *f)
     return (f->field_mask & INCMOE_MOE_FWD_STREAM) ? f->stream : NULL;
 }
 
-/* The routing the forward asks for: its field, else the setting. */
-static incmoe_moe_routing_t fwd_routing(const incmoe_moe_forward_params_t *f)
+/* The mode the forward asks for: its field, else the path's, else pipelined. */
+static incmoe_moe_mode_t fwd_mode(const incmoe_moe_t *L, const incmoe_moe_forward_params_t *f)
 {
-    return (f->field_mask & INCMOE_MOE_FWD_ROUTING) ? f->routing : routing_setting();
+    if (f->field_mask & INCMOE_MOE_FWD_MODE)
+        return f->mode;
+    return L->has_path ? L->path.mode : INCMOE_MOE_PIPELINED;
+}
+
+/* The routing the forward asks for: its field, else the path's, else the setting. */
+static incmoe_moe_routing_t fwd_routing(const incmoe_moe_t *L, const incmoe_moe_forward_params_t *f)
+{
+    if (f->field_mask & INCMOE_MOE_FWD_ROUTING)
+        return f->routing;
+    return L->has_path ? L->path.routing : routing_setting();
 }
 
 /* This rank's arguments; with them, what its tokens need of the others (hdr->pairs,
@@ -255,8 +266,8 @@ static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_p
         log_error(SUBSYS, "rank %d: forward: " fmt, L->rank, ##__VA_ARGS__);                       \
         return INCMOE_ERR_INVALID_ARG;                                                             \
     } while (0)
-    if (mode != INCMOE_MOE_BASELINE && mode != INCMOE_MOE_PIPELINED)
-        BAD("mode %d is neither baseline nor pipelined", (int)mode);
+    if (mode != INCMOE_MOE_BASELINE && mode != INCMOE_MOE_PIPELINED && mode != INCMOE_MOE_AUTO)
+        BAD("mode %d is not baseline, pipelined or auto", (int)mode);
     if (hdr->routing != INCMOE_MOE_ROUTING_FULL && hdr->routing != INCMOE_MOE_ROUTING_MASKED &&
         hdr->routing != INCMOE_MOE_ROUTING_AUTO)
         BAD("routing %d is not full, masked or auto", (int)hdr->routing);
@@ -292,43 +303,13 @@ static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_p
 #undef BAD
 }
 
-/* Whether the communicator's algorithm has dispatch and combine, asked once (collective: a
-   dispatch of no rows on every rank, or INCMOE_ERR_UNSUPPORTED from each alike).  Called
-   between forwards, when nothing of the FIFO is in flight, as the header exchange is. */
-static incmoe_status_t dc_probe(incmoe_moe_t *L)
-{
-    if (L->dc_support >= 0)
-        return INCMOE_OK;
-    incmoe_dispatch_params_t p = {
-        .send_mr = L->hdr_mr, .row_bytes = 1, .recv_mr = L->hdr_mr, .capacity = 0};
-    incmoe_req_t req;
-    incmoe_status_t st = incmoe_dispatch(L->comm, &p, &req);
-    if (st == INCMOE_ERR_UNSUPPORTED) {
-        L->dc_support = 0;
-        return INCMOE_OK;
-    }
-    if (st == INCMOE_OK)
-        st = moe_wait_bounded(L, &req);
-    if (st == INCMOE_OK)
-        st = incmoe_dispatch_release(L->comm, &req);
-    if (st != INCMOE_OK) {
-        char why[256] = "";
-        incmoe_comm_error(L->comm, why, sizeof(why));
-        log_error(SUBSYS, "rank %d: forward: asking for dispatch and combine failed: %s (%s)",
-                  L->rank, incmoe_strerror(st), why);
-        return st;
-    }
-    L->dc_support = 1;
-    return INCMOE_OK;
-}
-
-/* The routing this forward runs, from what every rank asked for and what every header says
-   its tokens need: the same on every rank.  A masked forward on an algorithm without
-   dispatch and combine fails alike on every rank before anything is posted. */
-static incmoe_status_t resolve_routing(incmoe_moe_t *L, const moe_hdr_t *mine,
+/* The routing a forward that measures nothing runs on lane i, from what every rank asked
+   for and what every header says its tokens need: the same on every rank.  A masked forward
+   on an algorithm without dispatch and combine fails alike on every rank before anything is
+   posted. */
+static incmoe_status_t resolve_routing(incmoe_moe_t *L, int i, incmoe_moe_routing_t asked,
                                        incmoe_moe_routing_t *used_p)
 {
-    incmoe_moe_routing_t asked = (incmoe_moe_routing_t)mine->routing;
     *used_p = INCMOE_MOE_ROUTING_FULL;
     if (asked == INCMOE_MOE_ROUTING_FULL)
         return INCMOE_OK;
@@ -344,10 +325,10 @@ static incmoe_status_t resolve_routing(incmoe_moe_t *L, const moe_hdr_t *mine,
         if (routing_choose(&load) == INCMOE_MOE_ROUTING_FULL)
             return INCMOE_OK;
     }
-    incmoe_status_t st = dc_probe(L);
+    incmoe_status_t st = lanes_dc_probe(L, i);
     if (st != INCMOE_OK)
         return st;
-    if (L->dc_support == 0) {
+    if (L->lanes[i].dc_support == 0) {
         if (asked == INCMOE_MOE_ROUTING_AUTO)
             return INCMOE_OK;
         log_error(SUBSYS,
@@ -358,6 +339,36 @@ static incmoe_status_t resolve_routing(incmoe_moe_t *L, const moe_hdr_t *mine,
     }
     *used_p = INCMOE_MOE_ROUTING_MASKED;
     return INCMOE_OK;
+}
+
+/* Whether the forward leaves something to measure: its mode, or with a path its algorithm
+   or routing (without one, routing auto is the bytes rule of routing.h). */
+static int fwd_measures(const incmoe_moe_t *L, incmoe_moe_mode_t mode, incmoe_moe_routing_t routing)
+{
+    if (mode == INCMOE_MOE_AUTO)
+        return 1;
+    return L->has_path &&
+           (L->path.algo == INCMOE_MOE_ALGO_AUTO || routing == INCMOE_MOE_ROUTING_AUTO);
+}
+
+/* Picks the path (measuring the candidates if choose.c must) and runs it unless measuring
+   did; *ran_p: how many paths ran to choose. */
+static incmoe_status_t fwd_run(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_mode_t mode,
+                               incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p)
+{
+    incmoe_status_t st;
+    *ran_p = 0;
+    if (fwd_measures(L, mode, routing)) {
+        st = choose_path(L, in, mode, routing, path_p, ran_p);
+    } else {
+        int n;
+        choose_lanes(L, &path_p->lane, &n);
+        path_p->mode = mode;
+        st = resolve_routing(L, path_p->lane, routing, &path_p->routing);
+    }
+    if (st == INCMOE_OK && *ran_p == 0)
+        st = run_path(L, path_p, in);
+    return st;
 }
 
 incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *L, const int *counts,
@@ -373,51 +384,42 @@ incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *L, const int *counts,
     return INCMOE_OK;
 }
 
-static const char *fail_name(int32_t what, int masked)
+/* The forward's header, with this rank's verdict on its arguments and what it asks. */
+static void fwd_header(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f, void **out_p,
+                       moe_hdr_t *mine, size_t *tmax_p)
 {
-    static const char *const masked_names[] = {
-        [MOE_FAIL_GATHER_COPY] = "gather copy",
-        [MOE_FAIL_AG_POST] = "dispatch post",
-        [MOE_FAIL_AG] = "dispatch",
-        [MOE_FAIL_WAIT_AG] = "wait for the dispatch",
-        [MOE_FAIL_WAIT_FFN] = "wait for expert FFNs",
-        [MOE_FAIL_BARRIER] = "band barrier",
-        [MOE_FAIL_WAIT_RS_READY] = "wait for the band's partials",
-        [MOE_FAIL_WAIT_RS_TURN] = "wait for the combine's turn",
-        [MOE_FAIL_RS_POST] = "combine post",
-        [MOE_FAIL_RS] = "combine",
-    };
-    static const char *const names[] = {
-        [MOE_FAIL_GATHER_COPY] = "gather copy",
-        [MOE_FAIL_AG_POST] = "AllGather post",
-        [MOE_FAIL_AG] = "AllGather",
-        [MOE_FAIL_WAIT_AG] = "wait for AllGather",
-        [MOE_FAIL_WAIT_FFN] = "wait for expert FFNs",
-        [MOE_FAIL_BARRIER] = "band barrier",
-        [MOE_FAIL_WAIT_RS_READY] = "wait for the band's partials",
-        [MOE_FAIL_WAIT_RS_TURN] = "wait for ReduceScatter turn",
-        [MOE_FAIL_RS_POST] = "ReduceScatter post",
-        [MOE_FAIL_RS] = "ReduceScatter",
-    };
-    _Static_assert(sizeof(names) == sizeof(masked_names), "a name for every failure");
-    if (what < 0 || (size_t)what >= sizeof(names) / sizeof(names[0]))
-        return "role";
-    return masked ? masked_names[what] : names[what];
-}
-
-/* The first failure inside the role loops, reported once the loops returned. */
-static incmoe_status_t loops_status(const incmoe_moe_t *L)
-{
-    const moe_counters_t *k = L->ctx.cnt;
-    incmoe_status_t st = (incmoe_status_t)incmoe_atomic_load_acquire32(&k->abort);
-    if (st != INCMOE_OK) {
-        char why[256] = "";
-        incmoe_comm_error(L->comm, why, sizeof(why));
-        log_error(SUBSYS, "rank %d: %s of band %llu failed: %s (%s)", L->rank,
-                  fail_name(k->fail_what, L->ctx.masked), (unsigned long long)k->fail_band,
-                  incmoe_strerror(st), why);
+    const uint32_t m = f->field_mask;
+    incmoe_moe_mode_t mode = fwd_mode(L, f);
+    const int *counts = (m & INCMOE_MOE_FWD_COUNTS) ? f->counts : NULL;
+    *mine = (moe_hdr_t){.phase = HDR_FORWARD,
+                        .nranks = (uint32_t)L->N,
+                        .seq = L->band_total,
+                        .mode = (int32_t)mode,
+                        .routing = (int32_t)fwd_routing(L, f)};
+    incmoe_status_t local = check_forward(
+        L, f, mode, (m & INCMOE_MOE_FWD_X) ? f->x : NULL,
+        (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL,
+        (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL, counts, out_p, mine);
+    incmoe_moe_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    uint64_t hash = 1469598103934665603ull;
+    size_t tmax = 0;
+    if (local == INCMOE_OK) {
+        for (int s = 0; s < L->N; s++) {
+            hash = inc_fnv1a(hash, &counts[s], sizeof(int));
+            if ((size_t)counts[s] > tmax)
+                tmax = (size_t)counts[s];
+        }
+        /* auto: the pipelined configuration its candidates would run, as a check. */
+        run_config(L, mode == INCMOE_MOE_AUTO ? INCMOE_MOE_PIPELINED : mode, 0, tmax, &cfg);
     }
-    return st;
+    mine->status = local;
+    mine->hash = hash;
+    mine->nb = cfg.nbands;
+    mine->gather = cfg.gather_workers;
+    mine->reduce = cfg.reduce_workers;
+    mine->tail = cfg.tail_bands;
+    *tmax_p = tmax;
 }
 
 incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
@@ -435,66 +437,38 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
         return INCMOE_ERR_CLOSED;
     }
     double t_start = inc_now_ms();
-    const uint32_t m = f->field_mask;
-    incmoe_moe_mode_t mode = (m & INCMOE_MOE_FWD_MODE) ? f->mode : INCMOE_MOE_PIPELINED;
-    const void *x = (m & INCMOE_MOE_FWD_X) ? f->x : NULL;
-    const int32_t *ids = (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL;
-    const float *w = (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL;
-    const int *counts = (m & INCMOE_MOE_FWD_COUNTS) ? f->counts : NULL;
-    moe_hdr_t mine = {.phase = HDR_FORWARD,
-                      .nranks = (uint32_t)L->N,
-                      .seq = L->band_total,
-                      .mode = (int32_t)mode,
-                      .routing = (int32_t)fwd_routing(f)};
-    incmoe_status_t local = check_forward(L, f, mode, x, ids, w, counts, out_p, &mine);
-    incmoe_moe_config_t cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    uint64_t hash = 1469598103934665603ull;
-    size_t tmax = 0;
-    if (local == INCMOE_OK) {
-        for (int s = 0; s < L->N; s++) {
-            hash = inc_fnv1a(hash, &counts[s], sizeof(int));
-            if ((size_t)counts[s] > tmax)
-                tmax = (size_t)counts[s];
-        }
-        autotune_choose(L, tmax, &cfg);
-        if (mode == INCMOE_MOE_BASELINE) /* one band, one gather and one reduce worker */
-            cfg.nbands = 1, cfg.gather_workers = 1, cfg.reduce_workers = 1, cfg.tail_bands = 0;
-    }
-    mine.status = local;
-    mine.hash = hash;
-    mine.nb = cfg.nbands;
-    mine.gather = cfg.gather_workers;
-    mine.reduce = cfg.reduce_workers;
-    mine.tail = cfg.tail_bands;
+    moe_hdr_t mine;
+    size_t tmax;
+    fwd_header(L, f, out_p, &mine, &tmax);
     memset(&L->timing, 0, sizeof(L->timing));
     incmoe_status_t st = exchange(L, &mine, "forward");
     if (st != INCMOE_OK)
         return st;
+    const uint32_t m = f->field_mask;
+    moe_inputs_t in = {.f = f,
+                       .tmax = tmax,
+                       .counts = f->counts,
+                       .x = (m & INCMOE_MOE_FWD_X) ? f->x : NULL,
+                       .ids = (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL,
+                       .w = (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL};
     for (int s = 0; s < L->N; s++)
-        L->counts[s] = (size_t)counts[s];
-    incmoe_moe_routing_t routing;
-    if ((st = resolve_routing(L, &mine, &routing)) != INCMOE_OK)
-        return st;
-    /* A band's combine is one collective: one reduce worker, no tail assistance. */
-    if (routing == INCMOE_MOE_ROUTING_MASKED)
-        cfg.reduce_workers = 1, cfg.tail_bands = 0;
+        L->counts[s] = (size_t)in.counts[s];
     double t_exchanged = inc_now_ms();
-
-    plan_forward(L, mode, routing == INCMOE_MOE_ROUTING_MASKED, &cfg, tmax, counts, x, ids, w);
-    st = L->ops->forward(L, f);
-    if (st == INCMOE_OK)
-        st = loops_status(L);
-    plan_retire(L);
+    moe_path_t path;
+    int ran;
+    st = fwd_run(L, &in, (incmoe_moe_mode_t)mine.mode, (incmoe_moe_routing_t)mine.routing, &path,
+                 &ran);
     if (st != INCMOE_OK) {
-        L->failed = 1;
         memset(&L->timing, 0, sizeof(L->timing));
         return st;
     }
-    *out_p = L->ctx.masked ? (void *)L->ctx.zo : (void *)z_row(&L->ctx, (size_t)L->rank, 0);
+    *out_p = run_output(L);
     L->timing.exchange_ms = t_exchanged - t_start;
     L->timing.total_ms = inc_now_ms() - t_start;
-    L->timing.routing = routing;
+    L->timing.routing = path.routing;
+    L->timing.algo = L->lanes[path.lane].algo;
+    L->timing.mode = path.mode;
+    L->timing.measured = ran;
     return INCMOE_OK;
 }
 

@@ -14,6 +14,31 @@
 /* Bytes of one rank's block in the header exchange. */
 #define MOE_HDR_BYTES 128
 
+/* Communicators a layer may run on: its own, and one of each other algorithm. */
+#define MOE_MAX_LANES 3
+
+/* One communicator the layer's paths run on, with the backend's registrations and FIFO on
+   it (lanes.c). */
+typedef struct {
+    incmoe_comm_t *comm;
+    int algo; /* incmoe_algo_t; -1: the layer's own, whose algorithm it was not told */
+    void *be; /* the backend's state on comm; NULL: the backend's own (create's) */
+    struct moe_sibling *sib; /* the shared communicator held; NULL: the layer's own */
+    int dc_support;    /* comm's algorithm has dispatch and combine: 1, 0 not, -1 not asked yet */
+    uint64_t dc_total; /* dispatches pushed on this lane's FIFO so far (their tickets) */
+} moe_lane_t;
+
+/* Measured choices a layer keeps: a prefill's and a decode step's counts (more than 2x
+   apart) each keep theirs, so alternating between them measures each once. */
+#define MOE_MAX_CHOICES 8
+
+/* A path a forward runs: a lane, a mode and a routing (none of them auto). */
+typedef struct {
+    int lane;
+    incmoe_moe_mode_t mode;
+    incmoe_moe_routing_t routing;
+} moe_path_t;
+
 struct incmoe_moe {
     int E, k, H, I, N, rank;
     incmoe_dtype_t dtype;
@@ -27,8 +52,6 @@ struct incmoe_moe {
     int n_local;
     int *local_ids; /* [n_local] global ids, ascending */
     int32_t *owner; /* [E] the rank hosting each expert */
-    int dc_support; /* the communicator's algorithm has dispatch and combine: 1, 0 not, -1
-                       not asked yet (the first forward that may route masked asks) */
     size_t grow;    /* bytes of a gather row: H elements, k ids, k weights (16-byte multiple) */
     size_t zrow;    /* bytes of a reduce row: H elements */
 
@@ -55,7 +78,25 @@ struct incmoe_moe {
     incmoe_moe_timing_t timing; /* of the last successful forward */
     uint64_t band_total;        /* bands finished so far, all forwards */
     uint64_t rs_total;          /* ReduceScatter parts posted so far */
-    uint64_t dc_total;          /* dispatches pushed on the FIFO so far */
+
+    moe_lane_t lanes[MOE_MAX_LANES]; /* [0]: the layer's own communicator */
+    int nlanes;
+    int cur_lane; /* the lane L->ctx's registrations and FIFO name */
+
+    /* The extension's path (ext.c); has_path 0: today's defaults (the communicator's
+       algorithm, the forward's mode and routing). */
+    int has_path;
+    incmoe_moe_path_t path;
+
+    /* The measured choices (choose.c), each for what a forward left to the layer and the
+       counts it was measured at; the oldest is replaced first. */
+    struct {
+        int valid;
+        uint32_t asked; /* choose.c's key of what was left to the layer */
+        moe_path_t path;
+        size_t counts[INCMOE_MAX_RANKS];
+    } choice[MOE_MAX_CHOICES];
+    unsigned choice_next; /* the entry the next measurement replaces */
 };
 
 /* --- autotune.c --- */
@@ -67,6 +108,9 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cf
 int calib_wanted(const incmoe_moe_t *L);
 /* Measures (if measure_costs) and agrees L->model with every rank: collective. */
 incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs);
+/* Takes an FFN rate every rank agreed on (seconds per flop, as the model counts flops) in
+   place of INCMOE_MOE_GFLOPS's default; a set INCMOE_MOE_GFLOPS stays. */
+void calib_ffn_measured(incmoe_moe_t *L, double flop_s);
 
 /* --- plan.c --- */
 /* The rank hosting expert e (placement NULL: contiguous E/N per rank). */
@@ -96,7 +140,8 @@ typedef struct {
     int32_t E, k, H, I, dtype, max_tokens;
     int32_t mode, nb, gather, reduce, tail;
     int32_t calib;   /* create: this rank asks for the model's costs to be measured */
-    int32_t routing; /* forward: the routing asked for (the same on every rank) */
+    int32_t routing; /* forward: the routing asked for (the same on every rank); create: path's */
+    int32_t algo;    /* create: the path's algorithm (INCMOE_MOE_ALGO_*: no path) */
     uint64_t pairs;  /* forward: this rank's (token, other rank) pairs (routing.h) */
     uint64_t routed; /* forward: this rank's tokens some other rank needs */
 } moe_hdr_t;
@@ -104,7 +149,5 @@ typedef struct {
 /* AllGathers every rank's header (bounded by L->timeout_ms) and judges them
    all the same way on every rank: INCMOE_OK, or the same error everywhere. */
 incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what);
-/* Waits for req at most L->timeout_ms. */
-incmoe_status_t moe_wait_bounded(incmoe_moe_t *L, const incmoe_req_t *req);
 
 #endif

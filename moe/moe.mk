@@ -12,11 +12,17 @@ lib_LTLIBRARIES = libincmoe_moe.la
 libincmoe_moe_la_SOURCES = \
 	band.h ctx.h plan.h roles.h backend.h \
 	layer.c layer.h \
+	ext.c ext.h \
+	choose.c choose.h \
+	run.c run.h \
+	lanes.c lanes.h \
 	exchange.c \
 	plan.c \
 	routing.c routing.h \
+	names.c \
 	autotune.c \
 	calibrate.c \
+	wait.c wait.h \
 	cpu/cpu.h cpu/prims.h cpu/elem.h \
 	cpu/backend.c \
 	cpu/pool.c \

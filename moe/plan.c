@@ -122,7 +122,7 @@ void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, int masked,
     c->w = w;
     c->band_base = L->band_total;
     c->rs_base = L->rs_total;
-    c->dc_base = L->dc_total;
+    c->dc_base = L->lanes[L->cur_lane].dc_total;
     c->timeout_ms = L->timeout_ms;
     if (masked)
         plan_dispatch_blocks(c);
@@ -133,5 +133,5 @@ void plan_retire(incmoe_moe_t *L)
     L->band_total += L->ctx.nb;
     L->rs_total += plan_rs_parts_before(&L->ctx, L->ctx.nb);
     if (L->ctx.masked)
-        L->dc_total += L->ctx.nb;
+        L->lanes[L->cur_lane].dc_total += L->ctx.nb;
 }

@@ -6,7 +6,7 @@ MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/moe
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
 check_PROGRAMS += test_moe_fifo test_moe_band test_moe_routing test_moe_layer test_moe_errors \
-	test_moe_stress test_moe_cuda_proto test_moe_ffn
+	test_moe_stress test_moe_cuda_proto test_moe_ffn test_moe_auto
 test_moe_fifo_SOURCES = test_moe_fifo.cc
 test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 # The FIFO suite drives the FIFO's internal transport seam, so it links the
@@ -27,6 +27,11 @@ test_moe_ffn_LDADD = $(BASE_LIBS) $(TEST_LIBS) -lm
 test_moe_layer_SOURCES = test_moe_layer.cc moe_ref.cc moe_ref.h
 test_moe_layer_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_layer_LDADD = $(MOE_TEST_LIBS)
+# The path's choice (incmoe_moe_create_ex): what it picks, forcing, measuring again, and
+# bad extensions refused on every rank.
+test_moe_auto_SOURCES = test_moe_auto.cc moe_ref.cc moe_ref.h
+test_moe_auto_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_auto_LDADD = $(MOE_TEST_LIBS)
 test_moe_errors_SOURCES = test_moe_errors.cc moe_ref.cc moe_ref.h
 test_moe_errors_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_errors_LDADD = $(MOE_TEST_LIBS)

@@ -37,7 +37,10 @@
  *   judged alike on every rank from the header exchange (each rank gives
  *   how many (token, other rank) pairs its tokens need): masked when the
  *   bytes per rank and link direction, averaged over the ranks, are at most
- *   90% of full routing's, and the algorithm has dispatch and combine.
+ *   90% of full routing's, and the algorithm has dispatch and combine.  In a
+ *   layer with a path (incmoe_moe_create_ex, INCMOE_MOE_PARAM_PATH) or a
+ *   forward whose mode is INCMOE_MOE_AUTO, auto is measured instead: both
+ *   routings run once and the faster is kept (see "Path" below).
  *   incmoe_moe_last_timing_ex says which routing a forward used.
  *
  * Every rank must call create, forward and destroy collectively, with the same
@@ -93,6 +96,7 @@ extern "C" {
 typedef enum {
     INCMOE_MOE_BASELINE = 0,
     INCMOE_MOE_PIPELINED = 1,
+    INCMOE_MOE_AUTO = 2, /* the layer's choice, measured (see "Path" below) */
 } incmoe_moe_mode_t;
 
 typedef enum {
@@ -138,6 +142,13 @@ typedef struct {
     incmoe_moe_backend_t backend; /* default INCMOE_MOE_BACKEND_CPU */
 } incmoe_moe_params_t;
 
+typedef enum {
+    INCMOE_MOE_ROUTING_FULL = 0,   /* AllGather and ReduceScatter: every token to every rank */
+    INCMOE_MOE_ROUTING_MASKED = 1, /* dispatch and combine: each token to its experts' ranks */
+    INCMOE_MOE_ROUTING_AUTO = 2,   /* masked where it moves fewer bytes (see the top);
+                                      measured where the forward measures its path (below) */
+} incmoe_moe_routing_t;
+
 typedef struct incmoe_moe incmoe_moe_t;
 
 /* Fills params with defaults (automatic configuration, contiguous placement,
@@ -149,17 +160,72 @@ void incmoe_moe_params_init(incmoe_moe_params_t *params);
  * the caller's arrays may be freed once create returns) and the buffers,
  * registers the buffers and creates the FIFO.  The layer holds params->comm
  * (not owned) until destroy; the communicator must outlive the layer.
+ * incmoe_moe_create_ex with no extension bits set.
  */
 incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_t **layer_p);
+
+/*
+ * Extension of the layer's parameters.  incmoe_moe_params_t keeps its fields
+ * as they are; every parameter added since lives in incmoe_moe_params_ext_t
+ * behind a bit of its field_mask (as incmoe_comm_params_t and UCX's ucp_params_t
+ * do): a MINOR version appends one field and one bit, the library reads a field
+ * only when its bit is set, so a program built against an older header (a
+ * shorter struct) runs unchanged.  A bit this library does not know fails
+ * create on every rank with INCMOE_ERR_INVALID_ARG, naming the bits.
+ */
+#define INCMOE_MOE_PARAM_PATH (1ull << 0) /* path: which algorithm, mode and routing to run */
+/* Every bit this version knows. */
+#define INCMOE_MOE_PARAM_ALL INCMOE_MOE_PARAM_PATH
+
+/* incmoe_moe_path_t.algo: measured among in-network, ring and a2a. */
+#define INCMOE_MOE_ALGO_AUTO (-1)
+/* incmoe_moe_path_t.algo: the communicator's own algorithm only. */
+#define INCMOE_MOE_ALGO_COMM (-2)
+
+/*
+ * Path: the algorithm, mode and routing forwards run.  Each is either forced
+ * or left to the layer (INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO,
+ * INCMOE_MOE_ROUTING_AUTO): the layer then runs every candidate path three
+ * times on a forward's own inputs, agrees on every run's time as its slowest
+ * rank's (an AllReduce(max) on the layer's communicator, so every rank picks
+ * the same), and runs the path of smallest median.  The choice is kept with
+ * the token counts it was measured at (the last 8 choices): a forward runs a
+ * kept one while no rank's count moved more than 2x from its counts, and
+ * what the forward leaves to the layer is the same; otherwise it measures
+ * again (a prefill and a decode step each keep their own).  A forward's
+ * mode and routing (INCMOE_MOE_FWD_MODE, INCMOE_MOE_FWD_ROUTING) override
+ * the path's for that forward; INCMOE_MOE_AUTO and INCMOE_MOE_ROUTING_AUTO
+ * there leave them to the layer.  The forward that measures returns the last
+ * candidate's outputs; paths differ only in the rounding of their reduction
+ * orders.  incmoe_moe_last_timing_ex says which path a forward ran.
+ *
+ * Other algorithms than the communicator's run on communicators the layer
+ * holds on the same switch: one per algorithm, made from comm_params (the
+ * parameters params->comm was created with: switch, key, timeouts, rank) with
+ * the job id FNV-1a(job id, "moe-path", algorithm), admitted by the switch
+ * like any job, shared by every layer on the same communicator and left when
+ * the last of them is destroyed.  Only the CPU backend runs them.
+ */
+typedef struct {
+    int algo;               /* INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_ALGO_COMM or an incmoe_algo_t */
+    incmoe_moe_mode_t mode; /* INCMOE_MOE_AUTO, or the mode of forwards that give none */
+    incmoe_moe_routing_t routing; /* INCMOE_MOE_ROUTING_AUTO (measured), full or masked */
+    /* How params->comm was created; required unless algo is INCMOE_MOE_ALGO_COMM (read
+       during create only). */
+    const incmoe_comm_params_t *comm_params;
+} incmoe_moe_path_t;
+
+typedef struct {
+    uint64_t field_mask;    /* INCMOE_MOE_PARAM_* of the fields set below */
+    incmoe_moe_path_t path; /* INCMOE_MOE_PARAM_PATH */
+} incmoe_moe_params_ext_t;
+
+/* incmoe_moe_create with the extension's fields (ext NULL: none). */
+incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *params,
+                                     const incmoe_moe_params_ext_t *ext, incmoe_moe_t **layer_p);
 /* Frees the layer (not collective; no forward may be running).  Outputs of
    the last forward are invalid afterwards. */
 incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *layer);
-
-typedef enum {
-    INCMOE_MOE_ROUTING_FULL = 0,   /* AllGather and ReduceScatter: every token to every rank */
-    INCMOE_MOE_ROUTING_MASKED = 1, /* dispatch and combine: each token to its experts' ranks */
-    INCMOE_MOE_ROUTING_AUTO = 2,   /* masked where it moves fewer bytes (see the top) */
-} incmoe_moe_routing_t;
 
 /* Fields of incmoe_moe_forward_params_t a caller set (others: absent). */
 #define INCMOE_MOE_FWD_MODE         (1u << 0) /* absent: pipelined */
@@ -229,6 +295,10 @@ typedef struct {
     double dispatch_ms;           /* baseline mode, masked routing: the dispatch */
     double combine_ms;            /* baseline mode, masked routing: the combine */
     incmoe_moe_routing_t routing; /* what the forward used: full or masked (auto resolved) */
+    /* added with the path (incmoe_moe_path_t): */
+    int algo;               /* the incmoe_algo_t the forward ran on; -1: the communicator's */
+    incmoe_moe_mode_t mode; /* baseline or pipelined (auto resolved) */
+    int measured;           /* paths this forward ran to choose (0: it ran the chosen one) */
 } incmoe_moe_timing_t;
 
 /* Copies the last forward's timings as they were before routing: the first five fields

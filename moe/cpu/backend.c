@@ -15,13 +15,74 @@
 
 #define FIFO_SLOTS 256
 
+/* The registrations of the buffers with one communicator and a FIFO on it: what a path on
+   that communicator needs (backend.h, lane_open). */
+typedef struct cpu_lane {
+    incmoe_comm_t *comm;
+    incmoe_fifo_t *fifo;
+    incmoe_mr_t *xg_mr, *z_mr, *xs_mr, *zo_mr;
+} cpu_lane_t;
+
+static size_t cpu_tokens(const incmoe_moe_t *L)
+{
+    return L->max_tokens > 0 ? L->max_tokens : 1;
+}
+
+static incmoe_status_t cpu_lane_close(incmoe_moe_t *L, void *lane)
+{
+    (void)L;
+    cpu_lane_t *l = lane;
+    if (l == NULL)
+        return INCMOE_OK;
+    incmoe_status_t st = l->fifo ? incmoe_fifo_destroy(l->fifo) : INCMOE_OK;
+    incmoe_mr_t *mrs[] = {l->xg_mr, l->z_mr, l->xs_mr, l->zo_mr};
+    for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++)
+        if (mrs[i] != NULL)
+            incmoe_mem_deregister(l->comm, mrs[i]);
+    free(l);
+    return st;
+}
+
+static incmoe_status_t cpu_lane_open(incmoe_moe_t *L, incmoe_comm_t *comm, void **lane_p)
+{
+    cpu_state_t *cs = L->be;
+    cpu_lane_t *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return INCMOE_ERR_NO_MEMORY;
+    l->comm = comm;
+    size_t tokens = cpu_tokens(L), rows = (size_t)L->N * tokens;
+    incmoe_status_t st;
+    if ((st = incmoe_mem_register(comm, cs->xg, rows * L->grow, &l->xg_mr)) != INCMOE_OK ||
+        (st = incmoe_mem_register(comm, cs->z, rows * L->zrow, &l->z_mr)) != INCMOE_OK ||
+        (st = incmoe_mem_register(comm, cs->xs, tokens * L->grow, &l->xs_mr)) != INCMOE_OK ||
+        (st = incmoe_mem_register(comm, cs->zo, tokens * L->zrow, &l->zo_mr)) != INCMOE_OK ||
+        (st = incmoe_fifo_create(comm, FIFO_SLOTS, &l->fifo)) != INCMOE_OK) {
+        cpu_lane_close(L, l);
+        return st;
+    }
+    *lane_p = l;
+    return INCMOE_OK;
+}
+
+static void cpu_lane_use(incmoe_moe_t *L, void *lane)
+{
+    cpu_state_t *cs = L->be;
+    const cpu_lane_t *l = lane != NULL ? lane : cs->home;
+    moe_ctx_t *x = &L->ctx;
+    x->xg_mr = (uint64_t)(uintptr_t)l->xg_mr;
+    x->z_mr = (uint64_t)(uintptr_t)l->z_mr;
+    x->xs_mr = (uint64_t)(uintptr_t)l->xs_mr;
+    x->zo_mr = (uint64_t)(uintptr_t)l->zo_mr;
+    incmoe_fifo_device(l->fifo, &x->fifo);
+    x->host_fifo = l->fifo;
+}
+
 static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
 {
     cpu_state_t *cs = calloc(1, sizeof(*cs));
     if (cs == NULL)
         return INCMOE_ERR_NO_MEMORY;
     L->be = cs;
-    cs->comm = L->comm;
     cs->H = L->H;
     cs->I = L->I;
     cs->n_local = L->n_local;
@@ -29,7 +90,7 @@ static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
     incmoe_status_t st = ffn_weights_load(cs, p, L->esize);
     if (st != INCMOE_OK)
         return st;
-    size_t tokens = L->max_tokens > 0 ? L->max_tokens : 1;
+    size_t tokens = cpu_tokens(L);
     size_t rows = (size_t)L->N * tokens;
     if ((st = ffn_team_create(cs, L->E, L->k, rows)) != INCMOE_OK)
         return st;
@@ -50,35 +111,27 @@ static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
     memset(cs->xg, 0, gsize);
     memset(cs->z, 0, zsize);
     memcpy(cs->owner, L->owner, (size_t)L->E * sizeof(int32_t));
-    if ((st = incmoe_mem_register(L->comm, cs->xg, gsize, &cs->xg_mr)) != INCMOE_OK ||
-        (st = incmoe_mem_register(L->comm, cs->z, zsize, &cs->z_mr)) != INCMOE_OK ||
-        (st = incmoe_mem_register(L->comm, cs->xs, tokens * L->grow, &cs->xs_mr)) != INCMOE_OK ||
-        (st = incmoe_mem_register(L->comm, cs->zo, tokens * L->zrow, &cs->zo_mr)) != INCMOE_OK)
+    void *home;
+    if ((st = cpu_lane_open(L, L->comm, &home)) != INCMOE_OK)
         return st;
-    if ((st = incmoe_fifo_create(L->comm, FIFO_SLOTS, &cs->fifo)) != INCMOE_OK)
-        return st;
+    cs->home = home;
     moe_ctx_t *x = &L->ctx;
     x->xg = cs->xg;
     x->z = cs->z;
     x->own = cs->own;
-    x->xg_mr = (uint64_t)(uintptr_t)cs->xg_mr;
-    x->z_mr = (uint64_t)(uintptr_t)cs->z_mr;
     x->E = L->E;
     x->words = words;
     x->owner = cs->owner;
     x->xs = cs->xs;
     x->sets = cs->sets;
     x->zo = cs->zo;
-    x->xs_mr = (uint64_t)(uintptr_t)cs->xs_mr;
-    x->zo_mr = (uint64_t)(uintptr_t)cs->zo_mr;
     x->dcb = cs->dcb;
     x->dcb_host = (uint64_t)(uintptr_t)cs->dcb;
     x->sets_host = (uint64_t)(uintptr_t)cs->sets;
     x->src = cs->src;
     x->src_host = (uint64_t)(uintptr_t)cs->src;
     x->cnt = &cs->cnt;
-    incmoe_fifo_device(cs->fifo, &x->fifo);
-    x->host_fifo = cs->fifo;
+    cpu_lane_use(L, NULL);
     x->be = cs;
     return cpu_pool_create(x, &cs->pool);
 }
@@ -89,16 +142,8 @@ static incmoe_status_t cpu_destroy(incmoe_moe_t *L)
     if (cs == NULL)
         return INCMOE_OK;
     cpu_pool_destroy(cs->pool);
-    incmoe_status_t st = incmoe_fifo_destroy(cs->fifo);
+    incmoe_status_t st = cpu_lane_close(L, cs->home);
     ffn_team_destroy(cs);
-    if (cs->xg_mr)
-        incmoe_mem_deregister(cs->comm, cs->xg_mr);
-    if (cs->z_mr)
-        incmoe_mem_deregister(cs->comm, cs->z_mr);
-    if (cs->xs_mr)
-        incmoe_mem_deregister(cs->comm, cs->xs_mr);
-    if (cs->zo_mr)
-        incmoe_mem_deregister(cs->comm, cs->zo_mr);
     free(cs->xg);
     free(cs->z);
     free(cs->own);
@@ -153,5 +198,10 @@ static incmoe_status_t cpu_forward(incmoe_moe_t *L, const incmoe_moe_forward_par
     return cpu_pool_run(cs->pool, 1);
 }
 
-const moe_backend_ops_t moe_cpu_backend = {
-    .name = "cpu", .create = cpu_create, .forward = cpu_forward, .destroy = cpu_destroy};
+const moe_backend_ops_t moe_cpu_backend = {.name = "cpu",
+                                           .create = cpu_create,
+                                           .forward = cpu_forward,
+                                           .destroy = cpu_destroy,
+                                           .lane_open = cpu_lane_open,
+                                           .lane_use = cpu_lane_use,
+                                           .lane_close = cpu_lane_close};

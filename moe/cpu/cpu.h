@@ -56,16 +56,13 @@ typedef struct {
     ffn_scratch_t scratch[INCMOE_MOE_MAX_WORKERS]; /* allocated up to the most workers run */
     ffn_team_t team;
     moe_counters_t cnt;
-    incmoe_comm_t *comm;
-    incmoe_fifo_t *fifo;
     uint8_t *xg, *z;
     float *own;
-    incmoe_mr_t *xg_mr, *z_mr;
     /* Masked routing (ctx.h): the rows to dispatch, their sets, the combined outputs, the
        dispatch blocks, the placement. */
     uint8_t *xs, *zo;
     uint64_t *sets;
-    incmoe_mr_t *xs_mr, *zo_mr;
+    struct cpu_lane *home; /* the buffers' registrations and the FIFO on the layer's comm */
     incmoe_fifo_dispatch_t *dcb;
     uint32_t *src;
     int32_t *owner;

@@ -91,7 +91,7 @@ COMBINE_PARAM_REFUSED = 1 << 0
 REFUSAL_MAX = 128
 
 # incmoe_moe_mode_t
-MOE_MODES = {"baseline": 0, "pipelined": 1}
+MOE_MODES = {"baseline": 0, "pipelined": 1, "auto": 2}
 MOE_MAX_WORKERS = 16  # INCMOE_MOE_MAX_WORKERS
 MOE_FWD_MODE = 1 << 0
 MOE_FWD_X = 1 << 1
@@ -100,6 +100,11 @@ MOE_FWD_TOPK_WEIGHTS = 1 << 3
 MOE_FWD_COUNTS = 1 << 4
 MOE_FWD_ROUTING = 1 << 6
 MOE_ROUTINGS = {"full": 0, "masked": 1, "auto": 2}
+# incmoe_moe_params_ext_t
+MOE_PARAM_PATH = 1 << 0
+MOE_PARAM_ALL = MOE_PARAM_PATH
+MOE_ALGO_AUTO = -1
+MOE_ALGO_COMM = -2
 
 
 class comm_params_t(ctypes.Structure):
@@ -212,7 +217,23 @@ class moe_timing_t(ctypes.Structure):
         ("dispatch_ms", ctypes.c_double),
         ("combine_ms", ctypes.c_double),
         ("routing", ctypes.c_int),
+        ("algo", ctypes.c_int),
+        ("mode", ctypes.c_int),
+        ("measured", ctypes.c_int),
     ]
+
+
+class moe_path_t(ctypes.Structure):
+    _fields_ = [
+        ("algo", ctypes.c_int),
+        ("mode", ctypes.c_int),
+        ("routing", ctypes.c_int),
+        ("comm_params", ctypes.POINTER(comm_params_t)),
+    ]
+
+
+class moe_params_ext_t(ctypes.Structure):
+    _fields_ = [("field_mask", ctypes.c_uint64), ("path", moe_path_t)]
 
 
 _c = ctypes
@@ -249,6 +270,10 @@ _PROTOS = {
 _MOE_PROTOS = {
     "incmoe_moe_params_init": (None, [_c.POINTER(moe_params_t)]),
     "incmoe_moe_create": (_ST, [_c.POINTER(moe_params_t), _c.POINTER(_P)]),
+    "incmoe_moe_create_ex": (
+        _ST,
+        [_c.POINTER(moe_params_t), _c.POINTER(moe_params_ext_t), _c.POINTER(_P)],
+    ),
     "incmoe_moe_destroy": (_ST, [_P]),
     "incmoe_moe_forward_ex": (_ST, [_P, _c.POINTER(moe_forward_params_t), _c.POINTER(_P)]),
     "incmoe_moe_config_for": (_ST, [_P, _c.POINTER(_c.c_int), _c.POINTER(moe_config_t)]),

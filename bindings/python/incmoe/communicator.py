@@ -181,6 +181,8 @@ class Communicator:
         st = _lib.lib().incmoe_comm_create(ctypes.byref(p), ctypes.byref(ptr))
         _errors.check("incmoe_comm_create", st)
         self._ptr = ptr
+        # What the MoE layer's other-algorithm communicators are made from (incmoe_moe_path_t).
+        self._params = (p, keybuf)
         self.switch, self.job, self.rank, self.nranks, self.algo = switch, job, rank, nranks, algo
         self._mrs = _registry.Registry(ptr, mr_cache)
         self._dc_capacity = 0  # the rows the last dispatch delivered: the next one's guess

@@ -36,6 +36,13 @@ class MoEConfig:
         return self.text
 
 
+def _check_algo(algo):
+    if algo is not None and algo != "auto" and algo != "comm" and algo not in _lib.ALGOS:
+        raise ValueError("algo is %r: expected 'auto', 'comm', %s or None"
+                         % (algo, ", ".join(repr(a) for a in _lib.ALGOS)))
+    return algo
+
+
 def _check_routing(routing):
     if routing is not None and routing not in _lib.MOE_ROUTINGS:
         raise ValueError("routing is %r: expected 'full', 'masked', 'auto' or None" % (routing,))
@@ -89,6 +96,16 @@ class MoE(torch.nn.Module):
     INCMOE_MOE_ROUTING setting (default full).  last_timing()["routing"]
     says which a forward ran.
 
+    The path: mode="auto" measures baseline against pipelined (and routing
+    "auto" masked against full) on a forward's own inputs and keeps the
+    faster; algo="auto" also measures the in-network, ring and a2a
+    algorithms, on communicators the layer holds on comm's switch (job ids
+    derived from comm's), "inc"/"ring"/"a2a" forces one, None or "comm" runs
+    comm's own.  With algo set, routing None is "auto".  Every rank chooses
+    the same path; it is measured again when some rank's token count moves
+    more than 2x from those of every choice the layer keeps (its last 8).
+    layer.path says what the last forward ran.
+
     Construction and every forward are collective: all ranks call them in
     the same order.  A rank whose arguments are refused raises ValueError,
     and the other ranks' matching call fails too (never waits forever).
@@ -109,6 +126,7 @@ class MoE(torch.nn.Module):
         config=None,
         timeout_ms=None,
         routing=None,
+        algo=None,
     ):
         super().__init__()
         lib = _lib.moe_lib()
@@ -119,6 +137,7 @@ class MoE(torch.nn.Module):
         self._layer = None
         self._last_counts = None
         self.routing = None
+        self.algo = None
         p = _lib.moe_params_t()
         lib.incmoe_moe_params_init(ctypes.byref(p))
         problem = None
@@ -127,6 +146,9 @@ class MoE(torch.nn.Module):
                 num_experts, top_k, hidden_size, intermediate_size, w13, w2, dtype, mode, max_tokens
             )
             self.routing = _check_routing(routing)
+            self.algo = _check_algo(algo)
+            if self.algo is not None and self.routing is None:
+                self.routing = "auto"
         except ValueError as e:
             problem, weights = e, None
         if problem is None:
@@ -147,8 +169,9 @@ class MoE(torch.nn.Module):
             # other ranks' create fails instead of waiting for this one.
             p.num_experts = 0
         p.comm = comm._handle()
+        ext = self._ext(problem)
         layer = ctypes.c_void_p()
-        st = lib.incmoe_moe_create(ctypes.byref(p), ctypes.byref(layer))
+        st = lib.incmoe_moe_create_ex(ctypes.byref(p), ext, ctypes.byref(layer))
         if problem is not None:
             raise problem
         _errors.check("incmoe_moe_create", st, comm._ptr)
@@ -157,6 +180,20 @@ class MoE(torch.nn.Module):
         # The token counts' AllGather: [T_r, refused] per rank, registered once.
         self._count_send = torch.zeros(2, dtype=torch.int32)
         self._count_recv = torch.zeros(2 * comm.nranks, dtype=torch.int32)
+
+    def _ext(self, problem):
+        """The create extension: the path when algo is given (None: no field set)."""
+        if problem is not None or getattr(self, "algo", None) is None:
+            return None
+        ext = _lib.moe_params_ext_t()
+        ext.field_mask = _lib.MOE_PARAM_PATH
+        a = self.algo
+        ext.path.algo = {"auto": _lib.MOE_ALGO_AUTO, "comm": _lib.MOE_ALGO_COMM}.get(
+            a, _lib.ALGOS.get(a, 0))
+        ext.path.mode = _lib.MOE_MODES[self.mode]
+        ext.path.routing = _lib.MOE_ROUTINGS[self.routing]
+        ext.path.comm_params = ctypes.pointer(self.comm._params[0])
+        return ctypes.byref(ext)
 
     def _check_init(self, E, k, H, I, w13, w2, dtype, mode, max_tokens):
         N = self.comm.nranks
@@ -171,7 +208,7 @@ class MoE(torch.nn.Module):
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError("max_tokens is %r: expected an integer >= 0" % (max_tokens,))
         if mode not in _lib.MOE_MODES:
-            raise ValueError("mode is %r: expected 'pipelined' or 'baseline'" % (mode,))
+            raise ValueError("mode is %r: expected 'pipelined', 'baseline' or 'auto'" % (mode,))
         self.mode = mode
         _cpu_tensor(w13, "w13")
         _cpu_tensor(w2, "w2")
@@ -204,7 +241,7 @@ class MoE(torch.nn.Module):
     def _check_forward(self, hidden, topk_ids, topk_weights, counts, out, mode, routing):
         H, k, E = self.hidden_size, self.top_k, self.num_experts
         if mode not in _lib.MOE_MODES:
-            raise ValueError("mode is %r: expected 'pipelined' or 'baseline'" % (mode,))
+            raise ValueError("mode is %r: expected 'pipelined', 'baseline' or 'auto'" % (mode,))
         _check_routing(routing)
         _cpu_tensor(hidden, "hidden")
         if hidden.dim() != 2 or hidden.shape[1] != H:
@@ -350,13 +387,26 @@ class MoE(torch.nn.Module):
 
     def last_timing(self):
         """This rank's last forward, in milliseconds (libincmoe_moe's breakdown),
-        and "routing": the one it ran ("full" or "masked")."""
+        and the path it ran: "routing" ("full" or "masked"), "mode" ("baseline"
+        or "pipelined"), "algo" ("inc", "ring", "a2a", or "comm": the
+        communicator's, when the layer was not told which), and "measured" (how
+        many paths the forward ran to choose; 0: it ran the chosen one)."""
         t = _lib.moe_timing_t()
         _errors.check("incmoe_moe_last_timing_ex", _lib.moe_lib().incmoe_moe_last_timing_ex(
             self._layer, ctypes.byref(t), ctypes.sizeof(t)))
-        names = {v: k for k, v in _lib.MOE_ROUTINGS.items()}
-        return {name: names.get(t.routing, "unknown") if name == "routing" else getattr(t, name)
-                for name, _ in t._fields_}
+        names = {
+            "routing": {v: k for k, v in _lib.MOE_ROUTINGS.items()},
+            "mode": {v: k for k, v in _lib.MOE_MODES.items()},
+            "algo": {**{v: k for k, v in _lib.ALGOS.items()}, -1: "comm"},
+        }
+        return {name: names[name].get(getattr(t, name), "unknown") if name in names
+                else getattr(t, name) for name, _ in t._fields_}
+
+    @property
+    def path(self):
+        """(algo, mode, routing) the last forward ran, as last_timing() names them."""
+        t = self.last_timing()
+        return t["algo"], t["mode"], t["routing"]
 
     def close(self):
         """Free the layer (not collective)."""
@@ -371,8 +421,9 @@ class MoE(torch.nn.Module):
             pass
 
     def extra_repr(self):
-        return ("E=%d, top_k=%d, H=%d, I=%d, dtype=%s, mode=%s, routing=%s, max_tokens=%d, "
-                "rank %d/%d" % (
+        return ("E=%d, top_k=%d, H=%d, I=%d, dtype=%s, mode=%s, routing=%s, algo=%s, "
+                "max_tokens=%d, rank %d/%d" % (
                     self.num_experts, self.top_k, self.hidden_size, self.intermediate_size,
-                    self.dtype, self.mode, self.routing or "setting", self.max_tokens,
+                    self.dtype, self.mode, self.routing or "setting", self.algo or "comm",
+                    self.max_tokens,
                     self.comm.rank, self.comm.nranks))

@@ -161,7 +161,10 @@ def routing_body(rank, n, addr, job, name, routing):
         ref = model(x).logits
         ref_gen = model.generate(x, eos_token_id=None, **GEN)
     comm = incmoe.Communicator(addr, job, rank, n)
-    incmoe.hf.expert_parallel(model, comm, routing=routing)
+    if routing == "path":  # everything left to the layers: measured on their first calls
+        incmoe.hf.expert_parallel(model, comm, routing="auto", mode="auto", algo="auto")
+    else:
+        incmoe.hf.expert_parallel(model, comm, routing=routing)
     with torch.no_grad():
         assert _rel(model(x).logits, ref) <= FP32_TOL
         assert torch.equal(model.generate(x, eos_token_id=None, **GEN), ref_gen)
@@ -169,9 +172,11 @@ def routing_body(rank, n, addr, job, name, routing):
     comm.close()
 
 
-@pytest.mark.parametrize("routing", ["masked", "auto"])
+@pytest.mark.parametrize("routing", ["masked", "auto", "path"])
 def test_routing(switch, routing):
-    """routing="masked" / "auto" (incmoe.MoE's routing-aware dispatch and combine) give the
+    """routing="masked" / "auto" (incmoe.MoE's routing-aware dispatch and combine), and the
+    whole path left to the layers (algo, mode and routing "auto": each layer measures the
+    paths on its first call and when the token counts move, prefill to decode), give the
     single-process model's logits and tokens."""
     run_ranks(routing_body, 4, switch.address, new_job(), "olmoe", routing)
 

@@ -172,3 +172,38 @@ def routing_body(rank, n, addr, job, algo):
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_moe_routing(switch, n, algo):
     run_ranks(routing_body, n, switch.address, new_job(), algo)
+
+
+def auto_body(rank, n, addr, job, slow, want):
+    """algo="auto", mode="auto": every rank ends on the same path, the one the test hook
+    (INCMOE_MOE_TEST_PATH_MS on rank 0 only: milliseconds added to its measured times) leaves
+    fastest; outputs match the reference whichever path ran; a bad algo is refused."""
+    import os
+
+    if rank == 0:
+        os.environ["INCMOE_MOE_TEST_PATH_MS"] = slow
+    g = torch.Generator().manual_seed(7)
+    W13 = torch.randn(E, 2 * I, H, generator=g) / H**0.5
+    W2 = torch.randn(E, H, I, generator=g) / I**0.5
+    el = E // n
+    comm = incmoe.Communicator(addr, job, rank, n, algo="inc")
+    w13, w2 = W13[rank * el : (rank + 1) * el], W2[rank * el : (rank + 1) * el]
+    with pytest.raises(ValueError, match="algo"):
+        incmoe.MoE(comm, E, K, H, I, w13, w2, algo="fastest")
+    layer = incmoe.MoE(comm, E, K, H, I, w13, w2, mode="auto", algo="auto", max_tokens=32)
+    assert "algo=auto" in repr(layer)
+    for step in range(2):
+        x, ids, w = _inputs(50 + rank, 6 + 3 * rank)
+        y = layer(x, ids, w)
+        ref = reference_moe(x, ids, w, W13, W2)
+        assert (y.double() - ref).abs().max().item() <= 1e-5 * ref.abs().max().item()
+        t = layer.last_timing()
+        assert t["measured"] == (12 if step == 0 else 0), t
+        assert layer.path[0] == want, (layer.path, t)
+    layer.close()
+    comm.close()
+
+
+@pytest.mark.parametrize("slow,want", [("inc=10000,a2a=10000", "ring"), ("ring=10000,a2a=10000", "inc")])
+def test_moe_auto_picks_the_faster_path(switch, slow, want):
+    run_ranks(auto_body, 4, switch.address, new_job(), slow, want)

@@ -68,6 +68,8 @@ VARIANTS = {
         Variant("masked", "incmoe pipelined, masked routing", "inc", "pipelined", "masked"),
         Variant("a2a", "routing-aware dispatch/combine over the ranks' links (algo a2a), "
                 "mode baseline", "a2a", "baseline", "masked"),
+        Variant("auto", "incmoe.MoE's measured choice of algorithm, mode and routing "
+                "(its first forward measures the paths)", "auto", "auto", "auto"),
     )
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -92,9 +94,12 @@ def _shard(model, v, args, rank, switch, job):
         from .agrs import agrs_parallel
 
         return agrs_parallel(model), None
-    comm = incmoe.Communicator(switch, job, rank, args.nranks, algo=v.algo)
+    # auto: the layers hold the ring and a2a communicators beside this in-network one.
+    comm_algo = "inc" if v.algo == "auto" else v.algo
+    comm = incmoe.Communicator(switch, job, rank, args.nranks, algo=comm_algo)
     expert_parallel(model, comm, routing=v.routing, mode=v.mode,
-                    max_tokens=args.max_tokens or args.batch * args.length)
+                    max_tokens=args.max_tokens or args.batch * args.length,
+                    algo="auto" if v.algo == "auto" else None)
     return model, comm
 
 

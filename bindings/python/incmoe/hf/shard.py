@@ -22,7 +22,7 @@ from .families import find_blocks
 from .peers import CommPeers
 from .step import ShardedExperts, Step
 
-MODES = ("pipelined", "baseline")
+MODES = ("pipelined", "baseline", "auto")
 ROUTINGS = ("full", "masked", "auto")
 
 
@@ -148,7 +148,7 @@ def _finish_after_generate(model, step):
 
 
 def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_tokens=2048,
-                    timeout_ms=None):
+                    timeout_ms=None, algo=None):
     """Shard a transformers MoE model's experts over comm's ranks, in place.
 
     model: a loaded OLMoE, Mixtral, Qwen2-MoE or Qwen3-MoE model (transformers
@@ -161,8 +161,11 @@ def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_toke
     "full" (every token to every rank), "masked" (each token only to the
     ranks of its experts: incmoe.MoE's routing-aware dispatch and combine;
     an algorithm without them fails the forwards on every rank) or "auto"
-    (masked where it moves fewer bytes; see incmoe.MoE).  Attention stays
-    data-parallel: each rank runs its own prompts.
+    (masked where it moves fewer bytes; see incmoe.MoE).  mode "auto" and
+    algo ("auto", "inc", "ring", "a2a"; None: comm's) choose each layer's
+    path as incmoe.MoE does (measured on its first call, again for token
+    counts past 2x of every choice it keeps).  Attention stays data-parallel: each rank
+    runs its own prompts.
 
     Collective: every rank calls it with the same arguments, and every
     forward after it.  model.generate() then finishes (see incmoe.hf.finish)
@@ -170,7 +173,8 @@ def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_toke
     incmoe.hf.finish(model) after its last.  Returns the model.
     """
     comm = _communicator(comm)
-    settings = {"routing": routing, "mode": mode, "max_tokens": max_tokens, "algo": comm.algo}
+    settings = {"routing": routing, "mode": mode, "max_tokens": max_tokens, "algo": comm.algo,
+                "path_algo": algo}
 
     def check():
         if mode not in MODES:
@@ -184,7 +188,7 @@ def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_toke
         layer = MoE(comm, blocks.num_experts, blocks.top_k, blocks.hidden_size,
                     blocks.intermediate_size, ex.gate_up_proj.detach()[lo:hi],
                     ex.down_proj.detach()[lo:hi], mode=mode, max_tokens=max_tokens,
-                    timeout_ms=timeout_ms, **routing_kw)
+                    timeout_ms=timeout_ms, algo=algo, **routing_kw)
         return IncmoeExperts(step, index, layer)
 
     return shard(model, CommPeers(comm), settings, check, make)

@@ -1,0 +1,25 @@
+/*
+ * choose.h - the path a forward runs when its algorithm, mode or routing is
+ * left to the layer (incmoe_moe_path_t in incmoe_moe.h): measured, agreed by
+ * every rank, kept for the counts it was measured at (used while no rank's count
+ * moved more than 2x from them; the last MOE_MAX_CHOICES are kept).
+ */
+#ifndef INCMOE_MOE_CHOOSE_H
+#define INCMOE_MOE_CHOOSE_H
+
+#include "run.h"
+
+/* The lanes a forward may run on: [first, first + n). */
+void choose_lanes(const incmoe_moe_t *L, int *first_p, int *n_p);
+
+/*
+ * Collective.  The path for mode and routing (each may be auto) on the lanes the layer's
+ * path allows.  With one candidate, or a choice kept for these asks and counts, *path_p is
+ * it and *ran_p 0.  Otherwise every candidate runs three times on the forward's inputs
+ * (*ran_p: how many candidates; the output is the last run's), each run's time is agreed
+ * as the slowest rank's and *path_p is the one of smallest median (the first of equals).
+ */
+incmoe_status_t choose_path(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_mode_t mode,
+                            incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p);
+
+#endif

@@ -1,0 +1,436 @@
+/*
+ * test_moe_auto.cc - the layer's path: the parameters' extension
+ * (incmoe_moe_create_ex) and the choice of algorithm, mode and routing the
+ * layer measures.  Which path is faster is fed through the layer's test hook
+ * INCMOE_MOE_TEST_PATH_MS (moe/choose.c: milliseconds added to one rank's
+ * measured time of the paths it names), set on one rank only, so every other
+ * rank learns it through the agreement and not by itself.  Every forward's
+ * output is checked against the fp64 reference (moe_ref.h).
+ */
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "moe_ref.h"
+
+namespace
+{
+
+const int kN = 4;
+
+moeref::Shape small_shape()
+{
+    moeref::Shape s;
+    s.N = kN, s.E = 8, s.k = 2, s.H = 16, s.I = 8, s.dtype = INCMOE_FLOAT32;
+    return s;
+}
+
+/* One rank's communicator, and the parameters it was created with (the path's). */
+struct Rank {
+    std::string addr;
+    incmoe_comm_params_t params;
+    incmoe_comm_t *comm = nullptr;
+};
+
+std::string rank_join(Rank *r, const std::string &addr, unsigned long long job, int rank)
+{
+    r->addr = addr;
+    memset(&r->params, 0, sizeof(r->params));
+    r->params.switch_addr = r->addr.c_str();
+    r->params.job_id = job;
+    r->params.rank = rank;
+    r->params.nranks = kN;
+    r->params.field_mask = INCMOE_COMM_PARAM_ALGO;
+    r->params.algo = INCMOE_ALGO_INC;
+    incmoe_status_t st = incmoe_comm_create(&r->params, &r->comm);
+    return st == INCMOE_OK ? "" : std::string("comm_create: ") + incmoe_strerror(st);
+}
+
+/* The layer's parameters for rank `rank` of problem p (weights copied at create). */
+struct Layer {
+    std::vector<uint8_t> g, u, d;
+    incmoe_moe_params_t prm;
+};
+
+void layer_params(Layer *l, const moeref::Problem &p, incmoe_comm_t *comm, int rank)
+{
+    moeref::local_weights(p, rank, &l->g, &l->u, &l->d);
+    incmoe_moe_params_init(&l->prm);
+    l->prm.num_experts = p.s.E;
+    l->prm.top_k = p.s.k;
+    l->prm.hidden = p.s.H;
+    l->prm.intermediate = p.s.I;
+    l->prm.dtype = p.s.dtype;
+    l->prm.comm = comm;
+    l->prm.max_tokens = 64;
+    l->prm.w_gate = l->g.data();
+    l->prm.w_up = l->u.data();
+    l->prm.w_down = l->d.data();
+    l->prm.timeout_ms = 20000;
+}
+
+incmoe_moe_params_ext_t path_ext(const Rank &r, int algo, incmoe_moe_mode_t mode,
+                                 incmoe_moe_routing_t routing)
+{
+    incmoe_moe_params_ext_t ext;
+    memset(&ext, 0, sizeof(ext));
+    ext.field_mask = INCMOE_MOE_PARAM_PATH;
+    ext.path.algo = algo;
+    ext.path.mode = mode;
+    ext.path.routing = routing;
+    ext.path.comm_params = &r.params;
+    return ext;
+}
+
+/* One forward of p (mode and routing given only where set), checked against the reference;
+ *t gets its timings. */
+std::string forward_checked(incmoe_moe_t *L, const moeref::Problem &p, int rank,
+                            incmoe_moe_timing_t *t, const incmoe_moe_mode_t *mode = nullptr,
+                            const incmoe_moe_routing_t *routing = nullptr)
+{
+    incmoe_moe_forward_params_t f;
+    memset(&f, 0, sizeof(f));
+    f.field_mask = INCMOE_MOE_FWD_X | INCMOE_MOE_FWD_TOPK_IDS | INCMOE_MOE_FWD_TOPK_WEIGHTS |
+                   INCMOE_MOE_FWD_COUNTS;
+    if (mode != nullptr)
+        f.field_mask |= INCMOE_MOE_FWD_MODE, f.mode = *mode;
+    if (routing != nullptr)
+        f.field_mask |= INCMOE_MOE_FWD_ROUTING, f.routing = *routing;
+    f.x = p.x[rank].data();
+    f.topk_ids = p.ids[rank].data();
+    f.topk_weights = p.w[rank].data();
+    f.counts = p.counts.data();
+    void *out = nullptr;
+    incmoe_status_t st = incmoe_moe_forward_ex(L, &f, &out);
+    if (st != INCMOE_OK)
+        return std::string("forward: ") + incmoe_strerror(st);
+    std::vector<double> mag, ref = moeref::reference(p, rank, &mag);
+    std::string err =
+        moeref::check_against_ref(out, ref, mag, p.counts[rank], p.s.H, p.s.dtype, "forward");
+    if (!err.empty())
+        return err;
+    st = incmoe_moe_last_timing_ex(L, t, sizeof(*t));
+    return st == INCMOE_OK ? "" : std::string("last_timing: ") + incmoe_strerror(st);
+}
+
+std::string path_str(const incmoe_moe_timing_t &t)
+{
+    return std::to_string(t.algo) + "/" + incmoe_moe_mode_name(t.mode) + "/" +
+           incmoe_moe_routing_name(t.routing) + " measured " + std::to_string(t.measured);
+}
+
+/* Runs body(rank, Rank) on kN ranks of one job on a fresh switch. */
+void run_job(const std::function<std::string(int, Rank &)> &body)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        kN,
+        [&](int rank) -> std::string {
+            setenv("OPENBLAS_NUM_THREADS", "1", 1);
+            Rank r;
+            std::string err = rank_join(&r, sw.addr, job, rank);
+            if (err.empty())
+                err = body(rank, r);
+            if (r.comm != nullptr)
+                incmoe_comm_destroy(r.comm);
+            return err;
+        },
+        150);
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
+}
+
+/* The algorithm every rank must choose when `slow` (on rank 1 only) makes the others slower,
+   with the mode and routing left to the layer. */
+void expect_algo_chosen(const char *slow, int want)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        if (rank == 1)
+            setenv("INCMOE_MOE_TEST_PATH_MS", slow, 1);
+        moeref::Problem p = moeref::make_problem(small_shape(), {12, 7, 0, 20}, 31);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_moe_params_ext_t ext =
+            path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO, INCMOE_MOE_ROUTING_AUTO);
+        incmoe_moe_t *L;
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
+        if (st != INCMOE_OK)
+            return std::string("create_ex: ") + incmoe_strerror(st);
+        incmoe_moe_timing_t t1, t2;
+        std::string err = forward_checked(L, p, rank, &t1);
+        if (err.empty())
+            err = forward_checked(L, p, rank, &t2);
+        incmoe_moe_destroy(L);
+        if (!err.empty())
+            return err;
+        /* inc, ring and a2a, each in two modes and with both routings (all three have
+           dispatch and combine). */
+        if (t1.measured != 12)
+            return "first forward measured " + path_str(t1) + ", expected 12 paths";
+        if (t1.algo != want || t2.algo != want)
+            return "chose " + path_str(t1) + " then " + path_str(t2) + ", expected algorithm " +
+                   std::to_string(want);
+        if (t2.measured != 0 || t2.mode != t1.mode || t2.routing != t1.routing)
+            return "second forward ran " + path_str(t2) + " after choosing " + path_str(t1);
+        return "";
+    });
+}
+
+} // namespace
+
+TEST(MoeAuto, PicksTheRingWhereTheRingIsFaster)
+{
+    expect_algo_chosen("inc=10000,a2a=10000", INCMOE_ALGO_RING);
+}
+
+TEST(MoeAuto, PicksInNetworkWhereItIsFaster)
+{
+    expect_algo_chosen("ring=10000,a2a=10000", INCMOE_ALGO_INC);
+}
+
+/* A path forced by the parameters runs as forced and measures nothing; a forward's mode and
+   routing force those for that forward, leaving the algorithm to the layer. */
+TEST(MoeAuto, ForcingWorks)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        if (rank == 2)
+            setenv("INCMOE_MOE_TEST_PATH_MS", "inc=10000,ring=10000", 1);
+        moeref::Problem p = moeref::make_problem(small_shape(), {5, 9, 3, 1}, 32);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_moe_params_ext_t forced =
+            path_ext(r, INCMOE_ALGO_RING, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL);
+        incmoe_moe_t *L;
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &forced, &L);
+        if (st != INCMOE_OK)
+            return std::string("create_ex (forced): ") + incmoe_strerror(st);
+        incmoe_moe_timing_t t;
+        std::string err = forward_checked(L, p, rank, &t);
+        incmoe_moe_destroy(L);
+        if (err.empty() && (t.measured != 0 || t.algo != INCMOE_ALGO_RING ||
+                            t.mode != INCMOE_MOE_BASELINE || t.routing != INCMOE_MOE_ROUTING_FULL))
+            err = "forced ring/baseline/full ran " + path_str(t);
+        if (!err.empty())
+            return err;
+
+        incmoe_moe_params_ext_t any =
+            path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO, INCMOE_MOE_ROUTING_AUTO);
+        if ((st = incmoe_moe_create_ex(&l.prm, &any, &L)) != INCMOE_OK)
+            return std::string("create_ex (auto): ") + incmoe_strerror(st);
+        incmoe_moe_mode_t mode = INCMOE_MOE_PIPELINED;
+        incmoe_moe_routing_t routing = INCMOE_MOE_ROUTING_MASKED;
+        err = forward_checked(L, p, rank, &t, &mode, &routing);
+        incmoe_moe_destroy(L);
+        /* Three algorithms, the mode and routing as the forward forced them; a2a is the one
+           the hook leaves fast. */
+        if (err.empty() &&
+            (t.measured != 3 || t.algo != INCMOE_ALGO_A2A || t.mode != INCMOE_MOE_PIPELINED ||
+             t.routing != INCMOE_MOE_ROUTING_MASKED))
+            err = "forward forcing pipelined/masked ran " + path_str(t);
+        return err;
+    });
+}
+
+/* The choice is kept while every rank's count stays within 2x of the one it was made for,
+   and measured again (here to a different answer) once one moves further; both choices are
+   kept, so going back to the first counts measures nothing (a prefill and a decode step
+   each keep theirs). */
+TEST(MoeAuto, AChangedTokenCountMeasuresAgain)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        if (rank == 3)
+            setenv("INCMOE_MOE_TEST_PATH_MS", "ring=10000,a2a=10000", 1);
+        /* One seed: the same weights (drawn first), other tokens. */
+        moeref::Shape s = small_shape();
+        moeref::Problem p0 = moeref::make_problem(s, {8, 8, 8, 8}, 33);
+        moeref::Problem p1 = moeref::make_problem(s, {12, 16, 5, 9}, 33); /* within 2x */
+        moeref::Problem p2 = moeref::make_problem(s, {8, 8, 8, 17}, 33);  /* rank 3 past 2x */
+        moeref::Problem p3 = moeref::make_problem(s, {8, 8, 8, 30}, 33);  /* within 2x of p2's */
+        Layer l;
+        layer_params(&l, p0, r.comm, rank);
+        incmoe_moe_params_ext_t ext =
+            path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_FULL);
+        incmoe_moe_t *L;
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
+        if (st != INCMOE_OK)
+            return std::string("create_ex: ") + incmoe_strerror(st);
+        incmoe_moe_timing_t t[5];
+        std::string err = forward_checked(L, p0, rank, &t[0]);
+        if (err.empty())
+            err = forward_checked(L, p1, rank, &t[1]);
+        /* The hook flips before the counts move: only a new measurement can see it. */
+        if (rank == 3)
+            setenv("INCMOE_MOE_TEST_PATH_MS", "inc=10000,a2a=10000", 1);
+        if (err.empty())
+            err = forward_checked(L, p2, rank, &t[2]);
+        if (err.empty())
+            err = forward_checked(L, p3, rank, &t[3]);
+        if (err.empty())
+            err = forward_checked(L, p0, rank, &t[4]);
+        incmoe_moe_destroy(L);
+        if (!err.empty())
+            return err;
+        const int want_measured[5] = {3, 0, 3, 0, 0};
+        const int want_algo[5] = {INCMOE_ALGO_INC, INCMOE_ALGO_INC, INCMOE_ALGO_RING,
+                                  INCMOE_ALGO_RING, INCMOE_ALGO_INC};
+        for (int i = 0; i < 5; i++)
+            if (t[i].measured != want_measured[i] || t[i].algo != want_algo[i])
+                return "forward " + std::to_string(i) + " ran " + path_str(t[i]) +
+                       ", expected algorithm " + std::to_string(want_algo[i]) + " measured " +
+                       std::to_string(want_measured[i]);
+        return "";
+    });
+}
+
+/* Without a path, a forward whose mode is auto measures both modes on the communicator's
+   own algorithm (the timings name it -1: the layer was not told which). */
+TEST(MoeAuto, ModeAutoWithoutAPath)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        if (rank == 0)
+            setenv("INCMOE_MOE_TEST_PATH_MS", "pipelined=10000", 1);
+        moeref::Problem p = moeref::make_problem(small_shape(), {6, 0, 11, 4}, 37);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_moe_t *L;
+        incmoe_status_t st = incmoe_moe_create(&l.prm, &L);
+        if (st != INCMOE_OK)
+            return std::string("create: ") + incmoe_strerror(st);
+        incmoe_moe_mode_t mode = INCMOE_MOE_AUTO;
+        incmoe_moe_routing_t routing = INCMOE_MOE_ROUTING_FULL;
+        incmoe_moe_timing_t t;
+        std::string err = forward_checked(L, p, rank, &t, &mode, &routing);
+        incmoe_moe_destroy(L);
+        if (err.empty() && (t.measured != 2 || t.algo != -1 || t.mode != INCMOE_MOE_BASELINE))
+            err = "mode auto ran " + path_str(t) + ", expected the communicator's baseline";
+        return err;
+    });
+}
+
+/* A bad extension on one rank fails create on every rank, and the job carries on: an
+   unknown bit, a path naming no algorithm, a path that needs the communicator's parameters
+   without them; ranks asking for different paths fail it with a mismatch. */
+TEST(MoeAuto, BadExtensionsAreRefusedOnEveryRank)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        moeref::Problem p = moeref::make_problem(small_shape(), {3, 3, 3, 3}, 38);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        struct Bad {
+            const char *what;
+            int bad_rank;
+            incmoe_status_t want;
+        } bad[] = {{"unknown bit", 0, INCMOE_ERR_INVALID_ARG},
+                   {"algo 7", 1, INCMOE_ERR_INVALID_ARG},
+                   {"no comm_params", 2, INCMOE_ERR_INVALID_ARG},
+                   {"routing 9", 3, INCMOE_ERR_INVALID_ARG},
+                   {"another path", 1, INCMOE_ERR_MISMATCH}};
+        for (const Bad &b : bad) {
+            incmoe_moe_params_ext_t ext =
+                path_ext(r, INCMOE_MOE_ALGO_COMM, INCMOE_MOE_AUTO, INCMOE_MOE_ROUTING_FULL);
+            if (rank == b.bad_rank) {
+                std::string w = b.what;
+                if (w == "unknown bit")
+                    ext.field_mask |= 1ull << 17;
+                else if (w == "algo 7")
+                    ext.path.algo = 7;
+                else if (w == "no comm_params")
+                    ext.path.algo = INCMOE_MOE_ALGO_AUTO, ext.path.comm_params = nullptr;
+                else if (w == "routing 9")
+                    ext.path.routing = (incmoe_moe_routing_t)9;
+                else
+                    ext.path.mode = INCMOE_MOE_BASELINE;
+            }
+            incmoe_moe_t *L = nullptr;
+            incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
+            if (st != b.want) {
+                if (st == INCMOE_OK)
+                    incmoe_moe_destroy(L);
+                return std::string(b.what) + " on rank " + std::to_string(b.bad_rank) +
+                       ": create_ex gave " + incmoe_strerror(st) + ", expected " +
+                       incmoe_strerror(b.want);
+            }
+        }
+        /* The job is intact: a good path still works. */
+        incmoe_moe_params_ext_t ext =
+            path_ext(r, INCMOE_MOE_ALGO_COMM, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL);
+        incmoe_moe_t *L;
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
+        if (st != INCMOE_OK)
+            return std::string("good path after the bad ones: ") + incmoe_strerror(st);
+        incmoe_moe_timing_t t;
+        std::string err = forward_checked(L, p, rank, &t);
+        incmoe_moe_destroy(L);
+        return err;
+    });
+}
+
+/* Layers on one communicator share its other-algorithm communicators (one job per
+   algorithm, counted by its layers): destroying the first layer leaves the second's
+   running on them. */
+TEST(MoeAuto, LayersOnOneCommunicatorShareTheOtherAlgorithms)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        if (rank == 1)
+            setenv("INCMOE_MOE_TEST_PATH_MS", "inc=10000,a2a=10000", 1);
+        moeref::Problem p = moeref::make_problem(small_shape(), {4, 10, 7, 2}, 39);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_moe_params_ext_t ext =
+            path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL);
+        incmoe_moe_t *L1, *L2;
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L1);
+        if (st != INCMOE_OK)
+            return std::string("create_ex 1: ") + incmoe_strerror(st);
+        if ((st = incmoe_moe_create_ex(&l.prm, &ext, &L2)) != INCMOE_OK) {
+            incmoe_moe_destroy(L1);
+            return std::string("create_ex 2: ") + incmoe_strerror(st);
+        }
+        incmoe_moe_timing_t t1, t2, t3;
+        std::string err = forward_checked(L1, p, rank, &t1);
+        if (err.empty())
+            err = forward_checked(L2, p, rank, &t2);
+        incmoe_moe_destroy(L1);
+        if (err.empty())
+            err = forward_checked(L2, p, rank, &t3);
+        incmoe_moe_destroy(L2);
+        if (err.empty() && (t1.algo != INCMOE_ALGO_RING || t2.algo != INCMOE_ALGO_RING ||
+                            t3.algo != INCMOE_ALGO_RING || t3.measured != 0))
+            err = "ran " + path_str(t1) + ", " + path_str(t2) + ", " + path_str(t3);
+        return err;
+    });
+}
+
+/* One rank cannot reach the switch for the other algorithms' communicators (its
+   comm_params name a closed port): create fails on every rank, none waits for ever. */
+TEST(MoeAuto, AnUnreachableOtherAlgorithmFailsCreateOnEveryRank)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        moeref::Problem p = moeref::make_problem(small_shape(), {3, 3, 3, 3}, 40);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_comm_params_t cp = r.params;
+        cp.field_mask |= INCMOE_COMM_PARAM_TIMEOUT;
+        cp.timeout_ms = 2000; /* the others' join of the sibling gives up after it */
+        if (rank == 2)
+            cp.switch_addr = "127.0.0.1:1";
+        incmoe_moe_params_ext_t ext =
+            path_ext(r, INCMOE_ALGO_RING, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL);
+        ext.path.comm_params = &cp;
+        incmoe_moe_t *L = nullptr;
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
+        if (st == INCMOE_OK) {
+            incmoe_moe_destroy(L);
+            return "create_ex succeeded with rank 2's switch unreachable";
+        }
+        return "";
+    });
+}
