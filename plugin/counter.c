@@ -17,8 +17,12 @@
 
 _Static_assert(COUNTER_WAKE_ALL == FUTEX_BITSET_MATCH_ANY, "a wake of every waiter");
 
+void (*counter_test_sleeping)(const uint32_t *word);
+
 void counter_sleep(const uint32_t *word, uint32_t seen, const struct timespec *until, uint32_t bits)
 {
+    if (counter_test_sleeping != NULL)
+        counter_test_sleeping(word);
     /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline */
     syscall(SYS_futex, word, FUTEX_WAIT_BITSET_PRIVATE, seen, until, NULL, bits);
 }

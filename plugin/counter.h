@@ -25,4 +25,9 @@ void counter_sleep(const uint32_t *word, uint32_t seen, const struct timespec *u
 /* Wakes the sleepers on word whose bits meet `bits`. */
 void counter_wake(uint32_t *word, uint32_t bits);
 
+/* A test hook, NULL outside tests and never exported (libincmoe.map): called by counter_sleep
+   just before it sleeps, so a test can act once a waiter has reached its sleep instead of
+   sleeping itself and hoping.  Set it before the threads that wait start. */
+extern void (*counter_test_sleeping)(const uint32_t *word);
+
 #endif

@@ -18,6 +18,12 @@
 
 #define SUBSYS "client"
 
+/* A test hook, defined only by a test program (tests/test_errors.cc) and never by the library,
+   so nothing is exported for it: called on the proxy thread once a message of `length` payload
+   bytes was handed to UCX, so a test can act once a collective's data is on its way instead of
+   sleeping and hoping. */
+extern void client_test_sent(int msg, size_t length) __attribute__((weak));
+
 static void send_done_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_ctx_t *ctx = user_data;
@@ -74,10 +80,13 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param.memh = memh;
     }
+    int msg = ctx->hdr.msg; /* ctx may be gone once the send is posted */
     ucs_status_ptr_t req =
         ucp_am_send_nbx(ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr), payload, length, &param);
     if (UCS_PTR_IS_ERR(req))
         send_done_cb(NULL, UCS_PTR_STATUS(req), ctx);
+    else if (client_test_sent != NULL)
+        client_test_sent(msg, length);
     if (ep == comm->ep)
         comm->last_tx = inc_now_s();
 }

@@ -1,6 +1,6 @@
 # Core suites: pure functions, the in-network collectives, bad input, and
 # what the libraries export.
-check_PROGRAMS += test_reduce test_wire test_collectives test_errors
+check_PROGRAMS += test_reduce test_wire test_collectives
 
 test_reduce_SOURCES = test_reduce.cc
 test_reduce_LDADD = $(BASE_LIBS) $(TEST_LIBS)
@@ -9,7 +9,7 @@ test_wire_SOURCES = test_wire.cc
 test_wire_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 
 test_collectives_SOURCES = test_collectives.cc
-test_collectives_LDADD = libharness.la $(TEST_LIBS)
+test_collectives_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
 # Jobs across a tree of switches (--parent): every collective and dispatch/combine against the
 # tree's reduction order, and the faults of a leaf, the root, the link between them and a switch
@@ -31,9 +31,33 @@ test_dispatch_SOURCES = test_dispatch.cc raw_client.cc raw_client.h
 test_dispatch_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
 test_dispatch_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
 
-test_errors_SOURCES = test_errors.cc raw_client.cc raw_client.h
-test_errors_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
-test_errors_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
+# Every failure the switch and the client must survive, one suite per subsystem; what they
+# share (the Errors fixture, a communicator on it, raw messages that break a job) is built once.
+ERRORS_SUITES = test_errors_auth test_errors_protocol test_errors_admission \
+	test_errors_liveness test_errors_lifecycle test_errors_settings
+check_PROGRAMS += $(ERRORS_SUITES)
+noinst_LTLIBRARIES += liberrors_common.la
+liberrors_common_la_SOURCES = errors_common.cc errors_common.h raw_client.cc raw_client.h
+liberrors_common_la_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+ERRORS_LIBS = liberrors_common.la libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
+test_errors_auth_SOURCES = test_errors_auth.cc
+test_errors_auth_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_errors_auth_LDADD = $(ERRORS_LIBS)
+test_errors_protocol_SOURCES = test_errors_protocol.cc
+test_errors_protocol_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_errors_protocol_LDADD = $(ERRORS_LIBS)
+test_errors_admission_SOURCES = test_errors_admission.cc
+test_errors_admission_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_errors_admission_LDADD = $(ERRORS_LIBS)
+test_errors_liveness_SOURCES = test_errors_liveness.cc
+test_errors_liveness_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_errors_liveness_LDADD = $(ERRORS_LIBS)
+test_errors_lifecycle_SOURCES = test_errors_lifecycle.cc
+test_errors_lifecycle_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_errors_lifecycle_LDADD = $(ERRORS_LIBS)
+test_errors_settings_SOURCES = test_errors_settings.cc
+test_errors_settings_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_errors_settings_LDADD = $(ERRORS_LIBS)
 
 # What the installed libraries export, against their public headers.
 check_PROGRAMS += test_exports

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <exception>
 #include <sstream>
+#include "base/clock.h"
 #include "launch.h"
 
 /* Present in sanitizer builds: lets a forked rank check for leaks before _exit(). */
@@ -67,15 +69,55 @@ int switch_stop(SwitchProc *sw)
     return inc_launch_switch_stop(&proc, 10);
 }
 
-/* What every rank process needs: the body and the file its message goes to. */
+/* How many ExpectErrors live (only the parent reads it, after the ranks ended). */
+static int errors_expected = 0;
+
+ExpectErrors::ExpectErrors(const char *why)
+{
+    (void)why; /* the reason is for the reader of the test */
+    errors_expected++;
+}
+
+ExpectErrors::~ExpectErrors()
+{
+    errors_expected--;
+}
+
+/* "[SEC.USEC] IDENT error ": the level is the word after the identity. */
+static bool is_error_line(const std::string &line)
+{
+    if (line.size() < 2 || line[0] != '[')
+        return false;
+    size_t close = line.find("] ");
+    if (close == std::string::npos)
+        return false;
+    size_t level = line.find(' ', close + 2);
+    return level != std::string::npos && line.compare(level, 7, " error ") == 0;
+}
+
+std::vector<std::string> error_lines(const std::string &text)
+{
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line))
+        if (is_error_line(line))
+            lines.push_back(line);
+    return lines;
+}
+
+/* What every rank process needs: the body, the file its message goes to and the file that
+   takes its stderr. */
 struct RankJob {
     const std::function<std::string(int rank)> *body;
-    std::vector<FILE *> out;
+    std::vector<FILE *> out, err;
 };
 
 static int rank_main(int rank, int, const char *, void *arg)
 {
     RankJob *job = static_cast<RankJob *>(arg);
+    fflush(stderr);
+    dup2(fileno(job->err[rank]), STDERR_FILENO); /* the parent reads it once the rank ended */
     std::string err;
     try {
         err = (*job->body)(rank);
@@ -86,6 +128,7 @@ static int rank_main(int rank, int, const char *, void *arg)
         ssize_t w = write(fileno(job->out[rank]), err.data(), err.size());
         (void)w;
     }
+    fflush(stderr);
     if (__lsan_do_leak_check != nullptr)
         __lsan_do_leak_check(); /* exits non-zero on a leak */
     return err.empty() ? 0 : 1;
@@ -122,21 +165,49 @@ static std::string describe(FILE *f, const inc_launch_rank_t &end, const inc_lau
     return msg;
 }
 
+/* The rank's stderr, passed on to the test's; a rank that succeeded but printed error lines
+   fails with them unless errors are expected. */
+static std::string quiet_check(FILE *err, const std::string &result)
+{
+    std::string text = read_all(err);
+    fwrite(text.data(), 1, text.size(), stderr);
+    if (!result.empty() || errors_expected > 0)
+        return result;
+    std::vector<std::string> lines = error_lines(text);
+    if (lines.empty())
+        return result;
+    std::string msg = "a run that succeeded printed " + std::to_string(lines.size()) +
+                      " incmoe error line(s) (harness::ExpectErrors if the test wants them):";
+    for (const std::string &l : lines)
+        msg += "\n  " + l;
+    return msg;
+}
+
+static void close_all(RankJob *job)
+{
+    for (FILE *f : job->out)
+        fclose(f);
+    for (FILE *f : job->err)
+        fclose(f);
+}
+
 std::vector<std::string> run_ranks(int nranks, const std::function<std::string(int rank)> &body,
                                    int timeout_s, std::vector<double> *ended_s)
 {
-    RankJob job{&body, {}};
+    RankJob job{&body, {}, {}};
     std::vector<std::string> out(nranks);
     for (int r = 0; r < nranks; r++) {
-        FILE *f = tmpfile();
-        if (f == nullptr) {
-            for (FILE *g : job.out)
-                fclose(g);
+        FILE *f = tmpfile(), *e = tmpfile();
+        if (f != nullptr)
+            job.out.push_back(f);
+        if (e != nullptr)
+            job.err.push_back(e);
+        if (f == nullptr || e == nullptr) {
+            close_all(&job);
             for (auto &s : out)
-                s = "cannot create the file for the ranks' messages";
+                s = "cannot create the files for the ranks' messages";
             return out;
         }
-        job.out.push_back(f);
     }
     inc_launch_params_t p = {};
     p.nranks = nranks;
@@ -150,10 +221,9 @@ std::vector<std::string> run_ranks(int nranks, const std::function<std::string(i
     if (ended_s != nullptr)
         for (auto &e : ends)
             ended_s->push_back(e.ended_s);
-    for (int r = 0; r < nranks; r++) {
-        out[r] = describe(job.out[r], ends[r], res, timeout_s);
-        fclose(job.out[r]);
-    }
+    for (int r = 0; r < nranks; r++)
+        out[r] = quiet_check(job.err[r], describe(job.out[r], ends[r], res, timeout_s));
+    close_all(&job);
     return out;
 }
 
@@ -164,6 +234,79 @@ std::string failures(const std::vector<std::string> &results)
         if (!results[r].empty())
             msg += "rank " + std::to_string(r) + ": " + results[r] + "\n";
     return msg;
+}
+
+incmoe_status_t comm_create(const std::string &addr, unsigned long long job, int rank, int nranks,
+                            incmoe_comm_t **comm, const CommOptions &opt)
+{
+    incmoe_comm_params_t p = {};
+    p.field_mask = INCMOE_COMM_PARAM_ALGO;
+    p.algo = opt.algo;
+    p.switch_addr = addr.c_str();
+    p.job_id = job;
+    p.rank = rank;
+    p.nranks = nranks;
+    if (opt.timeout_ms > 0) {
+        p.field_mask |= INCMOE_COMM_PARAM_TIMEOUT;
+        p.timeout_ms = opt.timeout_ms;
+    }
+    if (opt.secret != nullptr) {
+        p.field_mask |= INCMOE_COMM_PARAM_SECRET;
+        p.secret = opt.secret;
+        p.secret_len = strlen(opt.secret);
+    }
+    return incmoe_comm_create(&p, comm);
+}
+
+std::string comm_text(incmoe_comm_t *comm)
+{
+    char text[512] = "";
+    incmoe_comm_error(comm, text, sizeof(text));
+    return text;
+}
+
+std::string why(incmoe_comm_t *comm, incmoe_status_t st, const std::string &what)
+{
+    return what + ": " + incmoe_strerror(st) + " " + comm_text(comm);
+}
+
+std::vector<std::shared_ptr<void>> &registered()
+{
+    static std::vector<std::shared_ptr<void>> store;
+    return store;
+}
+
+incmoe_status_t destroy_then_free(incmoe_comm_t *comm)
+{
+    incmoe_status_t st = incmoe_comm_destroy(comm);
+    registered().clear();
+    return st;
+}
+
+int load(const int *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+void store(int *p, int v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+int bump(int *p)
+{
+    return __atomic_add_fetch(p, 1, __ATOMIC_ACQ_REL);
+}
+
+bool await_at_least(const int *p, int want, double timeout_s)
+{
+    double deadline = inc_now_s() + timeout_s;
+    while (load(p) < want) {
+        if (inc_now_s() > deadline)
+            return false;
+        usleep(1000);
+    }
+    return true;
 }
 
 unsigned long long unique_job_id()

@@ -16,4 +16,4 @@ test_nccl_net_CPPFLAGS = $(NCCL_TEST_CPPFLAGS)
 test_nccl_net_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS) -ldl
 test_nccl_collnet_SOURCES = test_nccl_collnet.cc $(NCCL_TEST_COMMON)
 test_nccl_collnet_CPPFLAGS = $(NCCL_TEST_CPPFLAGS)
-test_nccl_collnet_LDADD = libharness.la $(TEST_LIBS) $(UCX_LIBS) -ldl
+test_nccl_collnet_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS) -ldl

@@ -3,7 +3,7 @@
 check_PROGRAMS += test_perf_tool test_perf_testbed
 
 test_perf_tool_SOURCES = test_perf_tool.cc test_perf_run.cc perf_run.h
-test_perf_tool_LDADD = $(GTEST_LIBS) -lpthread
+test_perf_tool_LDADD = libharness.la $(TEST_LIBS)
 
 # The routing of incmoe-perf's dispatch, combine and dc (tools/route.h).
 check_PROGRAMS += test_route

@@ -42,29 +42,9 @@ struct Variant {
 
 harness::SwitchProc g_switch[2]; /* [rndv] */
 
-/*
- * The memory a rank registers.  A body returns at its first failure, and after a failure the
- * collectives still in flight own their ranges until incmoe_comm_destroy returns (incmoe.h,
- * "Buffers"): a neighbour's ring data or the switch's may still land in them.  So a body takes
- * the buffers it registers from here, and they are freed only after the communicator was
- * destroyed (destroy_then_free).  Each rank is a process of its own: one store per rank.
- */
-std::vector<std::shared_ptr<void>> g_registered;
-
-template <typename T> std::vector<T> &registered_buffer(size_t n, T fill = T())
-{
-    auto buf = std::make_shared<std::vector<T>>(n, fill);
-    g_registered.push_back(buf);
-    return *buf;
-}
-
-/* Destroys comm, then frees what it may have written. */
-incmoe_status_t destroy_then_free(incmoe_comm_t *comm)
-{
-    incmoe_status_t st = incmoe_comm_destroy(comm);
-    g_registered.clear();
-    return st;
-}
+using harness::buffer;
+using harness::destroy_then_free;
+using harness::why;
 
 class Collectives : public ::testing::TestWithParam<Variant>
 {
@@ -91,15 +71,11 @@ class Collectives : public ::testing::TestWithParam<Variant>
             nranks,
             [&](int rank) -> std::string {
                 setenv("INCMOE_RNDV_THRESH", rndv ? "4096" : "0", 1);
-                incmoe_comm_params_t p = {};
-                p.field_mask = INCMOE_COMM_PARAM_ALGO;
-                p.switch_addr = g_switch[rndv].addr.c_str();
-                p.job_id = job;
-                p.rank = rank;
-                p.nranks = nranks;
-                p.algo = algo;
+                harness::CommOptions opt;
+                opt.algo = algo;
                 incmoe_comm_t *comm;
-                incmoe_status_t st = incmoe_comm_create(&p, &comm);
+                incmoe_status_t st =
+                    harness::comm_create(g_switch[rndv].addr, job, rank, nranks, &comm, opt);
                 if (st != INCMOE_OK)
                     return std::string("comm_create: ") + incmoe_strerror(st);
                 std::string err = body(comm, rank, nranks);
@@ -112,20 +88,6 @@ class Collectives : public ::testing::TestWithParam<Variant>
         EXPECT_EQ(harness::failures(results), "") << "N=" << nranks;
     }
 };
-
-std::string why(incmoe_comm_t *comm, incmoe_status_t st, const char *what)
-{
-    char text[256] = "";
-    incmoe_comm_error(comm, text, sizeof(text));
-    return std::string(what) + ": " + incmoe_strerror(st) + " " + text;
-}
-
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        incmoe_status_t st_ = (call);                                                              \
-        if (st_ != INCMOE_OK)                                                                      \
-            return why(comm, st_, #call);                                                          \
-    } while (0)
 
 /* Exact in fp32 for any sum of a handful of ranks. */
 float ag_val(int rank, size_t i)
@@ -162,10 +124,10 @@ std::string agrs_case(incmoe_comm_t *comm, int me, int n, size_t tmax, size_t ro
     std::vector<size_t> valid(n);
     for (int r = 0; r < n; r++)
         valid[r] = rows_of(r, n, tmax, shape) * rowb;
-    auto &own = registered_buffer<float>(tmax * row_elems);
-    auto &gathered = registered_buffer<float>(tmax * row_elems * n);
-    auto &partial = registered_buffer<float>(tmax * row_elems * n);
-    auto &reduced = registered_buffer<float>(tmax * row_elems);
+    auto &own = buffer<float>(tmax * row_elems);
+    auto &gathered = buffer<float>(tmax * row_elems * n);
+    auto &partial = buffer<float>(tmax * row_elems * n);
+    auto &reduced = buffer<float>(tmax * row_elems);
     const unsigned char canary = 0xA5;
     memset(gathered.data(), canary, gathered.size() * sizeof(float));
     memset(reduced.data(), canary, reduced.size() * sizeof(float));
@@ -325,22 +287,6 @@ double elem_val(int rank, size_t i, int op)
     return (double)((rank * 5 + (int)(i % 13)) % 11) - 3;
 }
 
-uint16_t to_half(double v)
-{
-    _Float16 h = (_Float16)v;
-    uint16_t u;
-    memcpy(&u, &h, 2);
-    return u;
-}
-/* Truncation is exact for the small integers used here. */
-uint16_t to_bf16(double v)
-{
-    float f = (float)v;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)(u >> 16);
-}
-
 /* Store v as element i of a buffer of type dt. */
 void put(incmoe_dtype_t dt, void *buf, size_t i, double v)
 {
@@ -364,7 +310,7 @@ void put(incmoe_dtype_t dt, void *buf, size_t i, double v)
         ((uint64_t *)buf)[i] = (uint64_t)(int64_t)v;
         break;
     case INCMOE_FLOAT16:
-        ((uint16_t *)buf)[i] = to_half(v);
+        ((uint16_t *)buf)[i] = inc_dtype_float_to_half((float)v);
         break;
     case INCMOE_FLOAT32:
         ((float *)buf)[i] = (float)v;
@@ -373,7 +319,7 @@ void put(incmoe_dtype_t dt, void *buf, size_t i, double v)
         ((double *)buf)[i] = v;
         break;
     case INCMOE_BFLOAT16:
-        ((uint16_t *)buf)[i] = to_bf16(v);
+        ((uint16_t *)buf)[i] = inc_dtype_float_to_bf16((float)v);
         break;
     default:
         break;
@@ -423,7 +369,8 @@ std::vector<unsigned char> reference(incmoe_dtype_t dt, int op, const std::vecto
         float acc = (float)vals[0];
         for (size_t k = 1; k < vals.size(); k++)
             acc = op_apply<float>(op, acc, (float)vals[k]);
-        uint16_t u = dt == INCMOE_FLOAT16 ? to_half(acc) : to_bf16(acc);
+        uint16_t u = dt == INCMOE_FLOAT16 ? inc_dtype_float_to_half((float)acc)
+                                          : inc_dtype_float_to_bf16((float)acc);
         memcpy(out.data(), &u, 2);
         break;
     }
@@ -442,9 +389,9 @@ TEST_P(Collectives, EveryDatatypeAndOperation)
                 incmoe_dtype_t dt = (incmoe_dtype_t)d;
                 size_t es = incmoe_dtype_size(dt);
                 for (int op = 0; op < INC_REDOP_COUNT; op++) {
-                    auto &send = registered_buffer<unsigned char>(count * es * nr);
-                    auto &recv = registered_buffer<unsigned char>(count * es);
-                    auto &ar = registered_buffer<unsigned char>(count * es * nr);
+                    auto &send = buffer<unsigned char>(count * es * nr);
+                    auto &recv = buffer<unsigned char>(count * es);
+                    auto &ar = buffer<unsigned char>(count * es * nr);
                     for (int b = 0; b < nr; b++)
                         for (size_t i = 0; i < count; i++)
                             put(dt, send.data(), b * count + i, elem_val(me + b, i, op));
@@ -502,8 +449,8 @@ TEST_P(Collectives, DeregisterInFlightIsBusyThenSucceeds)
 {
     run(2, [](incmoe_comm_t *comm, int me, int n) -> std::string {
         const size_t count = 64 * 1024; /* above the rendezvous threshold */
-        auto &own = registered_buffer<float>(count);
-        auto &gathered = registered_buffer<float>(count * n, -1.0f);
+        auto &own = buffer<float>(count);
+        auto &gathered = buffer<float>(count * n, -1.0f);
         for (size_t i = 0; i < count; i++)
             own[i] = ag_val(me, i);
         incmoe_mr_t *m_own, *m_gat;
@@ -547,10 +494,10 @@ TEST_P(Collectives, ThousandBackToBackCollectives)
         4,
         [&](incmoe_comm_t *comm, int me, int n) -> std::string {
             const int iters = 1000;
-            auto &send = registered_buffer<int32_t>(iters);
-            auto &gat = registered_buffer<int32_t>((size_t)iters * n);
-            auto &part = registered_buffer<int32_t>((size_t)iters * n);
-            auto &red = registered_buffer<int32_t>(iters);
+            auto &send = buffer<int32_t>(iters);
+            auto &gat = buffer<int32_t>((size_t)iters * n);
+            auto &part = buffer<int32_t>((size_t)iters * n);
+            auto &red = buffer<int32_t>(iters);
             for (int k = 0; k < iters; k++) {
                 send[k] = me * 100000 + k;
                 for (int b = 0; b < n; b++)
@@ -610,8 +557,8 @@ TEST_P(Collectives, MoreOutstandingThanTheWindowAllComplete)
         [&](incmoe_comm_t *comm, int me, int n) -> std::string {
             const int iters = 5000;
             static_assert(iters > 4 * INCMOE_STREAM_WINDOW, "past the switch's open epochs too");
-            auto &send = registered_buffer<int32_t>(iters);
-            auto &gat = registered_buffer<int32_t>((size_t)iters * n, -1);
+            auto &send = buffer<int32_t>(iters);
+            auto &gat = buffer<int32_t>((size_t)iters * n, -1);
             for (int k = 0; k < iters; k++)
                 send[k] = me * 100000 + k;
             incmoe_mr_t *ms, *mg;
@@ -692,9 +639,9 @@ TEST_P(Collectives, BitwiseReproducibleWhateverThePostingOrder)
         run(n, [&](incmoe_comm_t *comm, int me, int nr) -> std::string {
             std::mt19937 rng(1234 + me); /* same data every run */
             std::uniform_real_distribution<float> dist(-1, 1);
-            auto &part = registered_buffer<float>(count * nr);
-            auto &red = registered_buffer<float>(count);
-            auto &ar = registered_buffer<float>(count);
+            auto &part = buffer<float>(count * nr);
+            auto &red = buffer<float>(count);
+            auto &ar = buffer<float>(count);
             for (auto &x : part)
                 x = dist(rng);
             for (auto &x : ar)
@@ -803,13 +750,8 @@ void on_own_switch(const std::vector<std::string> &switch_args,
     ASSERT_TRUE(harness::switch_start(&sw, switch_args));
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(4, [&](int me) -> std::string {
-        incmoe_comm_params_t p = {};
-        p.switch_addr = sw.addr.c_str();
-        p.job_id = job;
-        p.rank = me;
-        p.nranks = 4;
         incmoe_comm_t *comm;
-        if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
+        if (harness::comm_create(sw.addr, job, me, 4, &comm) != INCMOE_OK)
             return "create";
         std::string e = body(comm, me);
         destroy_then_free(comm);

@@ -456,6 +456,7 @@ void run_error_case(
                                     const moeref::Problem &, Barrier *, pid_t switch_pid)> &body)
 {
     const int N = 2;
+    harness::ExpectErrors errors_expected("every case here makes the forwards fail");
     harness::SwitchProc sw;
     ASSERT_TRUE(harness::switch_start(&sw));
     unsigned long long job = harness::unique_job_id();
@@ -500,13 +501,16 @@ void run_error_case(
    next one was refused as well (the layer is unusable after a failure inside
    the kernel, and a dead switch fails the header exchange). */
 std::string forward_until_error(incmoe_moe_t *L, const DeviceInputs &in, const moeref::Problem &p,
-                                int rank, int max_forwards)
+                                int rank, int max_forwards, std::atomic<int> *succeeded = nullptr)
 {
     std::vector<uint8_t> out;
     for (int i = 0; i < max_forwards; i++) {
         std::string e = forward(L, INCMOE_MOE_PIPELINED, in, p, rank, &out);
-        if (e.empty())
+        if (e.empty()) {
+            if (succeeded != nullptr)
+                (*succeeded)++;
             continue;
+        }
         if (e.find("forward (") != 0)
             return e; /* a CUDA error copying the outputs, not the forward's status */
         if (forward(L, INCMOE_MOE_PIPELINED, in, p, rank, &out).empty())
@@ -532,16 +536,22 @@ TEST_F(MoeCuda, KilledSwitchFailsTheForward)
             err = "the other rank never finished its first forward";
         if (!err.empty())
             return "first forward: " + err;
+        /* Rank 0 kills the switch once its loop below has run two forwards (or ended):
+           the switch dies while the ranks run forwards back to back. */
+        std::atomic<int> succeeded{0};
+        std::atomic<bool> ended{false};
         std::thread killer;
         if (rank == 0)
-            killer = std::thread([switch_pid] {
-                std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            killer = std::thread([switch_pid, &succeeded, &ended] {
+                while (succeeded.load() < 2 && !ended.load())
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
                 kill(switch_pid, SIGKILL);
             });
         /* Once the switch is gone each forward ends within a few layer timeouts;
            until then they succeed quickly, so this loop ends well within the
            harness's bound. */
-        err = forward_until_error(L, in, p, rank, 1000000);
+        err = forward_until_error(L, in, p, rank, 1000000, &succeeded);
+        ended = true;
         if (killer.joinable())
             killer.join();
         return err;

@@ -130,6 +130,7 @@ forward_case(Ctx &c,
 
 TEST(MoeErrors, TopKAboveExpertsOnEveryRank)
 {
+    harness::ExpectErrors errors_expected("top_k is above the experts");
     run([](Ctx &c) {
         return create_case(
             c, [](incmoe_moe_params_t &p) { p.top_k = 9; }, false, INCMOE_ERR_INVALID_ARG);
@@ -138,6 +139,7 @@ TEST(MoeErrors, TopKAboveExpertsOnEveryRank)
 
 TEST(MoeErrors, TopKAboveExpertsOnOneRank)
 {
+    harness::ExpectErrors errors_expected("top_k is above the experts on one rank");
     run([](Ctx &c) {
         return create_case(
             c, [](incmoe_moe_params_t &p) { p.top_k = 9; }, true, INCMOE_ERR_INVALID_ARG);
@@ -146,6 +148,7 @@ TEST(MoeErrors, TopKAboveExpertsOnOneRank)
 
 TEST(MoeErrors, ExpertsNotDivisibleByRanks)
 {
+    harness::ExpectErrors errors_expected("the experts do not divide over the ranks");
     run([](Ctx &c) {
         return create_case(
             c, [](incmoe_moe_params_t &p) { p.num_experts = 6; }, false, INCMOE_ERR_INVALID_ARG);
@@ -154,6 +157,7 @@ TEST(MoeErrors, ExpertsNotDivisibleByRanks)
 
 TEST(MoeErrors, ShapeDisagreesAcrossRanks)
 {
+    harness::ExpectErrors errors_expected("the ranks' shapes disagree");
     run([](Ctx &c) {
         return create_case(
             c, [](incmoe_moe_params_t &p) { p.intermediate = 4; }, true, INCMOE_ERR_MISMATCH);
@@ -162,6 +166,7 @@ TEST(MoeErrors, ShapeDisagreesAcrossRanks)
 
 TEST(MoeErrors, SizesOverTheBound)
 {
+    harness::ExpectErrors errors_expected("sizes are over the bound");
     run([](Ctx &c) {
         std::string e = create_case(
             c, [](incmoe_moe_params_t &p) { p.hidden = 1 << 20; }, false, INCMOE_ERR_INVALID_ARG);
@@ -175,6 +180,7 @@ TEST(MoeErrors, SizesOverTheBound)
 
 TEST(MoeErrors, ExpertIdOutOfRangeOnOneRank)
 {
+    harness::ExpectErrors errors_expected("an expert id is out of range");
     run([](Ctx &c) {
         return forward_case(
             c,
@@ -188,6 +194,7 @@ TEST(MoeErrors, ExpertIdOutOfRangeOnOneRank)
 
 TEST(MoeErrors, NegativeExpertIdAndDuplicateIds)
 {
+    harness::ExpectErrors errors_expected("expert ids are negative or repeated");
     run([](Ctx &c) {
         std::string e = forward_case(
             c,
@@ -210,6 +217,7 @@ TEST(MoeErrors, NegativeExpertIdAndDuplicateIds)
 
 TEST(MoeErrors, CountsDisagreeAcrossRanks)
 {
+    harness::ExpectErrors errors_expected("the ranks' counts disagree");
     run([](Ctx &c) {
         return forward_case(
             c,
@@ -223,6 +231,7 @@ TEST(MoeErrors, CountsDisagreeAcrossRanks)
 
 TEST(MoeErrors, CountOverTheBound)
 {
+    harness::ExpectErrors errors_expected("a count is over the bound");
     run([](Ctx &c) {
         return forward_case(
             c,
@@ -235,6 +244,7 @@ TEST(MoeErrors, CountOverTheBound)
 
 TEST(MoeErrors, ModeDisagreesAcrossRanks)
 {
+    harness::ExpectErrors errors_expected("the ranks' modes disagree");
     run([](Ctx &c) {
         return forward_case(
             c,
@@ -248,6 +258,7 @@ TEST(MoeErrors, ModeDisagreesAcrossRanks)
 
 TEST(MoeErrors, BandCountDisagreesAcrossRanks)
 {
+    harness::ExpectErrors errors_expected("the ranks' band counts disagree");
     run([](Ctx &c) {
         if (c.rank == 2)
             c.prm.config.nbands = 3;
@@ -287,6 +298,7 @@ incmoe_status_t routed_forward(Ctx &c, incmoe_moe_t *L, bool field, int routing,
 /* A routing no rank knows, on one rank: refused on every rank; the layer carries on. */
 TEST(MoeErrors, RoutingOutOfRangeOnOneRank)
 {
+    harness::ExpectErrors errors_expected("a routing is out of range");
     run([](Ctx &c) {
         incmoe_moe_t *L;
         if (incmoe_moe_create(&c.prm, &L) != INCMOE_OK)
@@ -305,6 +317,7 @@ TEST(MoeErrors, RoutingOutOfRangeOnOneRank)
    field follows): a mismatch on every rank; the layer carries on. */
 TEST(MoeErrors, RoutingDisagreesAcrossRanks)
 {
+    harness::ExpectErrors errors_expected("the ranks' routings disagree");
     run([](Ctx &c) {
         incmoe_moe_t *L;
         if (incmoe_moe_create(&c.prm, &L) != INCMOE_OK)

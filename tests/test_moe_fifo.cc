@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "plugin/counter.h"
 #include "plugin/fifo.h"
 #include "harness.h"
 #include "base/wire.h"
@@ -467,14 +468,8 @@ TEST(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
     auto res = harness::run_ranks(
         N,
         [&](int rank) -> std::string {
-            incmoe_comm_params_t p;
-            memset(&p, 0, sizeof(p));
-            p.switch_addr = sw.addr.c_str();
-            p.job_id = job;
-            p.rank = rank;
-            p.nranks = N;
             incmoe_comm_t *comm;
-            if (incmoe_comm_create(&p, &comm) != INCMOE_OK)
+            if (harness::comm_create(sw.addr, job, rank, N, &comm) != INCMOE_OK)
                 return "comm_create failed";
             std::vector<float> ag(N * blk / 4, -1.0f), rs(N * blk / 4);
             for (size_t i = 0; i < blk / 4; i++)
@@ -585,16 +580,10 @@ TEST_P(MoeFifoDc, DispatchAndCombineThroughTheFifo)
     auto res = harness::run_ranks(
         N,
         [&](int rank) -> std::string {
-            incmoe_comm_params_t p;
-            memset(&p, 0, sizeof(p));
-            p.field_mask = INCMOE_COMM_PARAM_ALGO;
-            p.switch_addr = sw.addr.c_str();
-            p.job_id = job;
-            p.rank = rank;
-            p.nranks = N;
-            p.algo = GetParam();
+            harness::CommOptions opt;
+            opt.algo = GetParam();
             incmoe_comm_t *comm;
-            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            incmoe_status_t st = harness::comm_create(sw.addr, job, rank, N, &comm, opt);
             if (st != INCMOE_OK)
                 return std::string("comm_create: ") + incmoe_strerror(st);
             std::vector<float> rows(T * W), recv(N * T * W, -1.0f), partial(N * T * W),
@@ -761,10 +750,32 @@ TEST(MoeFifo, DeviceHandlePushThroughAllocatorHook)
     EXPECT_EQ(hook.frees, 1);
 }
 
+/* The waiter's sleeps on a bell, counted per phase of the test below through the library's
+   test hook (counter_test_sleeping): phase 0 the first wait, 1 the second. */
+static std::atomic<int> g_wait_phase{0};
+static std::atomic<int> g_sleeps[2];
+
+static void count_sleep(const uint32_t *)
+{
+    g_sleeps[g_wait_phase.load()]++;
+}
+
+/* Until the waiter of `phase` has reached its sleep at least once (bounded: false if not). */
+static bool await_sleep(int phase)
+{
+    for (int ms = 0; ms < 20000; ms++) {
+        if (g_sleeps[phase].load() > 0)
+            return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+}
+
 /* An abort word set by another thread while a counter waiter sleeps wakes it, and the waiter
-   returns the abort's status.  The abort is set only after the wait began, and the waiter must
-   return within a tenth of its timeout: woken by the abort's ring, not by finding the abort
-   word when the timeout ran out.  The bound tells those two apart; it is no speed figure. */
+   returns the abort's status.  The abort is set only once the waiter has reached its sleep on
+   the bell (the library's test hook says when), and the waiter must return within a tenth of
+   its timeout: woken by the abort's ring, not by finding the abort word when the timeout ran
+   out.  The bound tells those two apart; it is no speed figure. */
 TEST(MoeFifo, CounterWaitWakesOnAbort)
 {
     using clock = std::chrono::steady_clock;
@@ -772,24 +783,27 @@ TEST(MoeFifo, CounterWaitWakesOnAbort)
     uint64_t counter = 0;
     uint32_t bell = 0;
     int32_t abort_word = 0;
-    std::atomic<bool> waiting{false};
+    std::atomic<bool> slept[2] = {{false}, {false}};
+    g_wait_phase = 0;
+    g_sleeps[0] = g_sleeps[1] = 0;
+    counter_test_sleeping = count_sleep;
     std::thread t([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        slept[0] = await_sleep(0); /* the first wait is asleep: the publication wakes it */
         incmoe_counter_publish(&counter, 1, &bell);
-        while (!waiting.load())
-            std::this_thread::yield();
-        /* The abort comes after the wait began (most likely asleep on the bell by now). */
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        slept[1] = await_sleep(1); /* the second is asleep: the abort's ring wakes it */
         __atomic_store_n(&abort_word, (int32_t)INCMOE_ERR_PEER_FAILED, __ATOMIC_RELEASE);
         incmoe_counter_ring_all(&bell);
     });
     EXPECT_EQ(incmoe_counter_wait(&counter, 1, &bell, &abort_word, nullptr, timeout_ms), INCMOE_OK);
     clock::time_point started = clock::now();
-    waiting = true;
+    g_wait_phase = 1;
     EXPECT_EQ(incmoe_counter_wait(&counter, 2, &bell, nullptr, &abort_word, timeout_ms),
               INCMOE_ERR_PEER_FAILED);
     clock::time_point woke = clock::now();
     t.join();
+    counter_test_sleeping = nullptr;
+    EXPECT_TRUE(slept[0]) << "the first wait never slept on the bell";
+    EXPECT_TRUE(slept[1]) << "the second wait never slept on the bell";
     EXPECT_LT(woke - started, std::chrono::milliseconds(timeout_ms / 10))
         << "the waiter returned at its timeout, not at the abort";
     EXPECT_EQ(incmoe_counter_wait(&counter, 2, &bell, nullptr, nullptr, 10), INCMOE_ERR_TIMEOUT);

@@ -13,6 +13,7 @@
 #include "nccl_loader.h"
 
 extern "C" {
+#include "base/dtype.h"
 #include "plugin/nccl/ptr_support.h"
 }
 
@@ -69,24 +70,6 @@ bool is_unsigned(int t)
     return t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
 }
 
-uint16_t half_from(double v) /* exact for the small integers used here */
-{
-    if (v == 0)
-        return 0;
-    uint16_t sign = v < 0 ? 0x8000 : 0;
-    double a = fabs(v);
-    int e = (int)floor(log2(a));
-    double m = a / ldexp(1.0, e) - 1.0;
-    return sign | (uint16_t)((e + 15) << 10) | (uint16_t)lround(m * 1024);
-}
-
-double half_to(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    double v = e == 0 ? ldexp(m, -24) : ldexp(1.0 + m / 1024.0, e - 15);
-    return (h & 0x8000) ? -v : v;
-}
-
 void encode(int t, double v, void *p)
 {
     switch (t) {
@@ -109,7 +92,7 @@ void encode(int t, double v, void *p)
         *(uint64_t *)p = (uint64_t)v;
         break;
     case ncclFloat16:
-        *(uint16_t *)p = half_from(v);
+        *(uint16_t *)p = inc_dtype_float_to_half((float)v);
         break;
     case ncclFloat32:
         *(float *)p = (float)v;
@@ -143,7 +126,7 @@ double decode(int t, const void *p)
     case ncclUint64:
         return (double)*(const uint64_t *)p;
     case ncclFloat16:
-        return half_to(*(const uint16_t *)p);
+        return inc_dtype_half_to_float(*(const uint16_t *)p);
     case ncclFloat32:
         return *(const float *)p;
     case ncclFloat64:

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
 #include "perf_run.h"
 
 using perf_test::RunResult;
@@ -101,6 +102,25 @@ static std::string check_table(const RunResult &r, const Expect &e, const std::v
     return "";
 }
 
+/* A correct run is a quiet run: the lines of `error` level r printed. */
+static std::string error_text(const RunResult &r)
+{
+    std::string lines;
+    for (const std::string &l : harness::error_lines(r.out + r.err))
+        lines += l + "\n";
+    return lines;
+}
+
+/* ---- the demo, as the README's first command runs it ------------------------ */
+
+TEST(Demo, ACorrectRunIsAQuietRun)
+{
+    RunResult r = perf_test::run_cmd({TOP_BUILDDIR "/tools/incmoe", "demo"}, 120);
+    ASSERT_EQ(r.status, 0) << describe(r);
+    EXPECT_NE(r.out.find("incmoe demo: all results correct"), std::string::npos) << describe(r);
+    EXPECT_EQ(error_text(r), "") << describe(r);
+}
+
 /* ---- every op with every algorithm ------------------------------------------ */
 
 class PerfOps : public ::testing::TestWithParam<std::tuple<const char *, const char *>>
@@ -116,6 +136,7 @@ TEST_P(PerfOps, EmbeddedRunChecksEveryByte)
     Expect e{op, algo, "float", "sum", 4, 4, true};
     EXPECT_EQ(check_table(r, e, sizes(1024, 65536, 8)), "") << describe(r);
     EXPECT_NE(r.out.find("algo " + algo), std::string::npos) << describe(r);
+    EXPECT_EQ(error_text(r), "") << describe(r);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, PerfOps,

@@ -730,81 +730,24 @@ void tree_stop(Tree *tree, const std::vector<int> &killed = {})
 
 /* Memory the ranks of one run share with each other and with the test. */
 struct Board {
-    int arrived[kMaxRanks]; /* barrier rounds a rank has posted */
-    int posted;             /* ranks that posted the collective a fault interrupts */
-    int progress;           /* ranks of the surviving job that reached the kill */
-    int joined;             /* ranks that completed their join */
-    int killed;             /* 1 once the victim was killed (killed_at is set) */
-    double killed_at;       /* inc_now_s() just before the kill */
+    int arrived[kMaxRanks];    /* barrier rounds a rank is about to post */
+    int in_barrier[kMaxRanks]; /* barrier rounds a rank has posted (and now waits on) */
+    int posted;                /* ranks that posted the collective a fault interrupts */
+    int progress;              /* ranks of the surviving job that reached the kill */
+    int joined;                /* ranks that completed their join */
+    int killed;                /* 1 once the victim was killed (killed_at is set) */
+    double killed_at;          /* inc_now_s() just before the kill */
 };
 
-class SharedBoard
-{
-  public:
-    SharedBoard()
-    {
-        void *m =
-            mmap(nullptr, sizeof(Board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        board_ = m == MAP_FAILED ? nullptr : static_cast<Board *>(m);
-        if (board_ != nullptr)
-            memset(board_, 0, sizeof(Board));
-    }
-    ~SharedBoard()
-    {
-        if (board_ != nullptr)
-            munmap(board_, sizeof(Board));
-    }
-    Board *get() const
-    {
-        return board_;
-    }
+using harness::await_at_least;
+using harness::load;
+using harness::store;
+using SharedBoard = harness::SharedBoard<Board>;
 
-  private:
-    Board *board_;
-};
-
-int load(const int *p)
-{
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-void store(int *p, int v)
-{
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-
-/* Waits at most timeout_s for *p to reach at least want. */
-bool await_at_least(const int *p, int want, double timeout_s = 20)
-{
-    double deadline = inc_now_s() + timeout_s;
-    while (load(p) < want) {
-        if (inc_now_s() > deadline)
-            return false;
-        usleep(1000);
-    }
-    return true;
-}
-
-/*
- * The memory a rank registers.  After a failure the collectives in flight own their ranges
- * until incmoe_comm_destroy returns (incmoe.h, "Buffers"), so a body takes its buffers from here
- * and they are freed only after the communicator is gone.  Each rank is a process: one store per
- * rank.
- */
-std::vector<std::shared_ptr<void>> g_registered;
-
-template <typename T> std::vector<T> &buffer(size_t n, T fill = T())
-{
-    auto buf = std::make_shared<std::vector<T>>(n, fill);
-    g_registered.push_back(buf);
-    return *buf;
-}
-
-incmoe_status_t destroy_then_free(incmoe_comm_t *comm)
-{
-    incmoe_status_t st = incmoe_comm_destroy(comm);
-    g_registered.clear();
-    return st;
-}
+using harness::buffer;
+using harness::comm_text;
+using harness::destroy_then_free;
+using harness::why;
 
 /* One rank of a job on the tree, as a body sees it. */
 struct Rank {
@@ -815,38 +758,13 @@ struct Rank {
     Board *board;
 };
 
-std::string comm_text(incmoe_comm_t *comm)
-{
-    char text[256] = "";
-    incmoe_comm_error(comm, text, sizeof(text));
-    return text;
-}
-
-std::string why(incmoe_comm_t *comm, incmoe_status_t st, const char *what)
-{
-    return std::string(what) + ": " + incmoe_strerror(st) + " " + comm_text(comm);
-}
-
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        incmoe_status_t st_ = (call);                                                              \
-        if (st_ != INCMOE_OK)                                                                      \
-            return why(r.comm, st_, #call);                                                        \
-    } while (0)
-
 /* Rank me of job `job` joins through its switch, topo.at[me]. */
 incmoe_status_t create_on(const Tree &tree, const Topology &topo, unsigned long long job, int me,
                           int timeout_ms, incmoe_comm_t **comm)
 {
-    incmoe_comm_params_t p = {};
-    p.field_mask = INCMOE_COMM_PARAM_ALGO | INCMOE_COMM_PARAM_TIMEOUT;
-    p.switch_addr = tree.sw[topo.at[me]].addr.c_str();
-    p.job_id = job;
-    p.rank = me;
-    p.nranks = (int)topo.at.size();
-    p.algo = INCMOE_ALGO_INC;
-    p.timeout_ms = timeout_ms;
-    return incmoe_comm_create(&p, comm);
+    harness::CommOptions opt;
+    opt.timeout_ms = timeout_ms;
+    return harness::comm_create(tree.sw[topo.at[me]].addr, job, me, (int)topo.at.size(), comm, opt);
 }
 
 /* Rank me of job `job` joins with timeout_ms, runs body, and leaves; "" if it all passed (a job
@@ -928,12 +846,12 @@ std::string check_allgather(Rank &r, size_t max_bytes, bool small, uint64_t seed
     for (size_t i = 0; i < valid[r.me]; i++)
         own[i] = byte_of(r.me, i);
     incmoe_mr_t *mo, *mg;
-    CHECK_OK(incmoe_mem_register(r.comm, own.data(), own.size(), &mo));
-    CHECK_OK(incmoe_mem_register(r.comm, gathered.data(), gathered.size(), &mg));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, own.data(), own.size(), &mo));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, gathered.data(), gathered.size(), &mg));
     incmoe_layout_t l = {stride, 0, stride, valid.data()};
     incmoe_req_t req;
-    CHECK_OK(incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &req));
-    CHECK_OK(incmoe_wait(r.comm, &req));
+    CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &req));
+    CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &req));
     for (int b = 0; b < n; b++)
         for (size_t i = 0; i < stride; i++) {
             unsigned char got = gathered[b * stride + i];
@@ -944,8 +862,8 @@ std::string check_allgather(Rank &r, size_t max_bytes, bool small, uint64_t seed
                        std::to_string(got) + " want " + std::to_string(want) +
                        (i < valid[b] ? "" : " (outside the block's valid bytes)");
         }
-    CHECK_OK(incmoe_mem_deregister(r.comm, mo));
-    CHECK_OK(incmoe_mem_deregister(r.comm, mg));
+    CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, mo));
+    CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, mg));
     return "";
 }
 
@@ -1018,16 +936,16 @@ std::string check_reductions(Rank &r, size_t count, incmoe_redop_t op, bool rs_s
     memset(recv.data(), kCanary, recv.size() * es);
     memset(out.data(), kCanary, out.size() * es);
     incmoe_mr_t *ms, *mr, *mv, *mo;
-    CHECK_OK(incmoe_mem_register(r.comm, send.data(), send.size() * es, &ms));
-    CHECK_OK(incmoe_mem_register(r.comm, recv.data(), recv.size() * es, &mr));
-    CHECK_OK(incmoe_mem_register(r.comm, vec.data(), vec.size() * es, &mv));
-    CHECK_OK(incmoe_mem_register(r.comm, out.data(), out.size() * es, &mo));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, send.data(), send.size() * es, &ms));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, recv.data(), recv.size() * es, &mr));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), vec.size() * es, &mv));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, out.data(), out.size() * es, &mo));
     incmoe_layout_t l = {count * es, 0, count * es, nullptr};
     incmoe_req_t rs, ar;
-    CHECK_OK(incmoe_reducescatter(r.comm, ms, 0, mr, 0, &l, A::dtype, op, &rs));
-    CHECK_OK(incmoe_allreduce(r.comm, mv, 0, mo, 0, count, A::dtype, op, &ar));
-    CHECK_OK(incmoe_wait(r.comm, &rs));
-    CHECK_OK(incmoe_wait(r.comm, &ar));
+    CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, ms, 0, mr, 0, &l, A::dtype, op, &rs));
+    CHECK_OK_ON(r.comm, incmoe_allreduce(r.comm, mv, 0, mo, 0, count, A::dtype, op, &ar));
+    CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &rs));
+    CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ar));
     for (size_t i = 0; i < count; i++) {
         if (!(e = check_rs_element<A>(r, recv[i], seed, i, op)).empty() ||
             !(e = check_ar_element<A>(r, out[i], ar_seed, i, op)).empty())
@@ -1038,10 +956,10 @@ std::string check_reductions(Rank &r, size_t count, incmoe_redop_t op, bool rs_s
     for (size_t k = 0; k < es; k++)
         if (past_rs[k] != kCanary || past_ar[k] != kCanary)
             return what + ": a result was written past its end";
-    CHECK_OK(incmoe_mem_deregister(r.comm, ms));
-    CHECK_OK(incmoe_mem_deregister(r.comm, mr));
-    CHECK_OK(incmoe_mem_deregister(r.comm, mv));
-    CHECK_OK(incmoe_mem_deregister(r.comm, mo));
+    CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, ms));
+    CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, mr));
+    CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, mv));
+    CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, mo));
     return "";
 }
 
@@ -1066,12 +984,16 @@ template <class A> std::string check_reduction_forms(Rank &r, incmoe_redop_t op,
 std::string check_barrier(Rank &r, int late_rank)
 {
     for (int round = 1; round <= 2; round++) {
-        if (r.me == late_rank)
-            usleep(200000); /* the others are waiting in the barrier by now */
+        if (r.me == late_rank) /* posts only once every other rank has posted this round */
+            for (int q = 0; q < r.n; q++)
+                if (q != late_rank && !await_at_least(&r.board->in_barrier[q], round))
+                    return "rank " + std::to_string(q) + " never posted barrier " +
+                           std::to_string(round);
         store(&r.board->arrived[r.me], round);
         incmoe_req_t req;
-        CHECK_OK(incmoe_barrier(r.comm, &req));
-        CHECK_OK(incmoe_wait(r.comm, &req));
+        CHECK_OK_ON(r.comm, incmoe_barrier(r.comm, &req));
+        store(&r.board->in_barrier[r.me], round);
+        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &req));
         for (int q = 0; q < r.n; q++)
             if (load(&r.board->arrived[q]) < round)
                 return "barrier " + std::to_string(round) + " completed before rank " +
@@ -1194,27 +1116,28 @@ TEST(Tree, AllGatherAndReduceScatterInFlightTogether)
             for (size_t i = 0; i < count; i++)
                 partial[b * count + i] = F32::input(input_hash(rs_seed, r.me, b, i));
         incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
-        CHECK_OK(incmoe_mem_register(r.comm, own.data(), count * 4, &mo));
-        CHECK_OK(incmoe_mem_register(r.comm, gathered.data(), count * r.n * 4, &mg));
-        CHECK_OK(incmoe_mem_register(r.comm, partial.data(), count * r.n * 4, &mp));
-        CHECK_OK(incmoe_mem_register(r.comm, reduced.data(), count * 4, &mr));
-        CHECK_OK(incmoe_mem_register(r.comm, vec.data(), count * 4, &mv));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, own.data(), count * 4, &mo));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, gathered.data(), count * r.n * 4, &mg));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, partial.data(), count * r.n * 4, &mp));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, reduced.data(), count * 4, &mr));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), count * 4, &mv));
         std::vector<incmoe_req_t> reqs;
         for (size_t band = 0; band < bands; band++) {
             size_t off = band * band_rows * row * 4;
             incmoe_layout_t l = {stride, off, band_rows * row * 4, nullptr};
             incmoe_req_t ag, rs;
-            CHECK_OK(incmoe_allgather(r.comm, mo, off, mg, 0, &l, &ag));
-            CHECK_OK(
-                incmoe_reducescatter(r.comm, mp, 0, mr, off, &l, INCMOE_FLOAT32, INCMOE_SUM, &rs));
+            CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, mo, off, mg, 0, &l, &ag));
+            CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, mp, 0, mr, off, &l, INCMOE_FLOAT32,
+                                                     INCMOE_SUM, &rs));
             reqs.push_back(ag);
             reqs.push_back(rs);
         }
         incmoe_req_t ar;
-        CHECK_OK(incmoe_allreduce(r.comm, mv, 0, mv, 0, count, INCMOE_FLOAT32, INCMOE_SUM, &ar));
+        CHECK_OK_ON(r.comm,
+                    incmoe_allreduce(r.comm, mv, 0, mv, 0, count, INCMOE_FLOAT32, INCMOE_SUM, &ar));
         reqs.push_back(ar);
         for (auto &q : reqs)
-            CHECK_OK(incmoe_wait(r.comm, &q));
+            CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &q));
         for (int b = 0; b < r.n; b++)
             for (size_t i = 0; i < count; i++)
                 if (gathered[b * count + i] != F32::input(input_hash(ag_seed, b, 0, i)))
@@ -1255,28 +1178,29 @@ TEST(Tree, HundredsOfBackToBackCollectives)
                 part[(size_t)k * r.n + b] = F32::input(input_hash(rs_seed, r.me, b, k));
         }
         incmoe_mr_t *ms, *mg, *mp, *mr, *mv;
-        CHECK_OK(incmoe_mem_register(r.comm, send.data(), send.size() * 4, &ms));
-        CHECK_OK(incmoe_mem_register(r.comm, gat.data(), gat.size() * 4, &mg));
-        CHECK_OK(incmoe_mem_register(r.comm, part.data(), part.size() * 4, &mp));
-        CHECK_OK(incmoe_mem_register(r.comm, red.data(), red.size() * 4, &mr));
-        CHECK_OK(incmoe_mem_register(r.comm, vec.data(), vec.size() * 4, &mv));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, send.data(), send.size() * 4, &ms));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, gat.data(), gat.size() * 4, &mg));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, part.data(), part.size() * 4, &mp));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, red.data(), red.size() * 4, &mr));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), vec.size() * 4, &mv));
         std::vector<incmoe_req_t> reqs;
         for (int k = 0; k < iters; k++) {
             incmoe_layout_t l = {4, 0, 4, nullptr};
             incmoe_req_t ag, rs, ar, b;
-            CHECK_OK(incmoe_allgather(r.comm, ms, k * 4, mg, (size_t)k * r.n * 4, &l, &ag));
-            CHECK_OK(incmoe_reducescatter(r.comm, mp, (size_t)k * r.n * 4, mr, k * 4, &l,
-                                          INCMOE_FLOAT32, INCMOE_SUM, &rs));
-            CHECK_OK(
-                incmoe_allreduce(r.comm, mv, k * 4, mv, k * 4, 1, INCMOE_FLOAT32, INCMOE_SUM, &ar));
+            CHECK_OK_ON(r.comm,
+                        incmoe_allgather(r.comm, ms, k * 4, mg, (size_t)k * r.n * 4, &l, &ag));
+            CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, mp, (size_t)k * r.n * 4, mr, k * 4, &l,
+                                                     INCMOE_FLOAT32, INCMOE_SUM, &rs));
+            CHECK_OK_ON(r.comm, incmoe_allreduce(r.comm, mv, k * 4, mv, k * 4, 1, INCMOE_FLOAT32,
+                                                 INCMOE_SUM, &ar));
             reqs.insert(reqs.end(), {ag, rs, ar});
             if (k % 50 == 49) {
-                CHECK_OK(incmoe_barrier(r.comm, &b));
+                CHECK_OK_ON(r.comm, incmoe_barrier(r.comm, &b));
                 reqs.push_back(b);
             }
         }
         for (auto &q : reqs)
-            CHECK_OK(incmoe_wait(r.comm, &q));
+            CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &q));
         if (incmoe_stream_completed(r.comm, INCMOE_STREAM_ALLGATHER) != (uint64_t)iters ||
             incmoe_stream_completed(r.comm, INCMOE_STREAM_REDUCESCATTER) != (uint64_t)iters ||
             incmoe_stream_completed(r.comm, INCMOE_STREAM_ALLREDUCE) != (uint64_t)iters ||
@@ -1326,19 +1250,21 @@ TEST(Tree, FourMebibytesThroughManyChunksAndTwoCredits)
         for (size_t i = 0; i < vector; i++)
             vec[i] = F32::input(input_hash(ar_seed, r.me, 0, i));
         incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
-        CHECK_OK(incmoe_mem_register(r.comm, own.data(), block * 4, &mo));
-        CHECK_OK(incmoe_mem_register(r.comm, gathered.data(), block * r.n * 4, &mg));
-        CHECK_OK(incmoe_mem_register(r.comm, partial.data(), block * r.n * 4, &mp));
-        CHECK_OK(incmoe_mem_register(r.comm, reduced.data(), block * 4, &mr));
-        CHECK_OK(incmoe_mem_register(r.comm, vec.data(), vector * 4, &mv));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, own.data(), block * 4, &mo));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, gathered.data(), block * r.n * 4, &mg));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, partial.data(), block * r.n * 4, &mp));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, reduced.data(), block * 4, &mr));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), vector * 4, &mv));
         incmoe_layout_t l = {block * 4, 0, block * 4, nullptr};
         incmoe_req_t ag, rs, ar;
-        CHECK_OK(incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &ag));
-        CHECK_OK(incmoe_reducescatter(r.comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32, INCMOE_SUM, &rs));
-        CHECK_OK(incmoe_wait(r.comm, &ag));
-        CHECK_OK(incmoe_wait(r.comm, &rs));
-        CHECK_OK(incmoe_allreduce(r.comm, mv, 0, mv, 0, vector, INCMOE_FLOAT32, INCMOE_SUM, &ar));
-        CHECK_OK(incmoe_wait(r.comm, &ar));
+        CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &ag));
+        CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32,
+                                                 INCMOE_SUM, &rs));
+        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ag));
+        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &rs));
+        CHECK_OK_ON(r.comm, incmoe_allreduce(r.comm, mv, 0, mv, 0, vector, INCMOE_FLOAT32,
+                                             INCMOE_SUM, &ar));
+        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ar));
         for (int b = 0; b < r.n; b++)
             for (size_t i = 0; i < block; i++)
                 if (gathered[b * block + i] != F32::input(input_hash(ag_seed, b, 0, i)))
@@ -1442,8 +1368,8 @@ template <class A> std::string dc_check_dispatch(Rank &r, DcRun<A> &run)
     const size_t rb = c.row_bytes;
     size_t nrecv = 0;
     std::vector<uint32_t> src(2 * run.want.size() + 2, 7777);
-    CHECK_OK(
-        incmoe_dispatch_result(r.comm, &run.dispatch, &nrecv, src.data(), run.want.size() + 1));
+    CHECK_OK_ON(r.comm, incmoe_dispatch_result(r.comm, &run.dispatch, &nrecv, src.data(),
+                                               run.want.size() + 1));
     if (nrecv != run.want.size())
         return "dispatch: received " + std::to_string(nrecv) + " rows, want " +
                std::to_string(run.want.size());
@@ -1524,8 +1450,10 @@ std::string dc_rounds(Rank &r, const std::vector<DcCase> &cases, size_t row_coun
         for (size_t i = 0; i < c.rows[r.me]; i++)
             for (size_t j = 0; j < rb; j++)
                 (*run.send)[i * rb + j] = dc_row_byte(c, r.me, i, j);
-        CHECK_OK(incmoe_mem_register(r.comm, run.send->data(), run.send->size(), &run.ms));
-        CHECK_OK(incmoe_mem_register(r.comm, run.recv->data(), run.recv->size(), &run.mr));
+        CHECK_OK_ON(r.comm,
+                    incmoe_mem_register(r.comm, run.send->data(), run.send->size(), &run.ms));
+        CHECK_OK_ON(r.comm,
+                    incmoe_mem_register(r.comm, run.recv->data(), run.recv->size(), &run.mr));
         incmoe_dispatch_params_t dp = {};
         dp.send_mr = run.ms;
         dp.nrows = c.rows[r.me];
@@ -1533,10 +1461,10 @@ std::string dc_rounds(Rank &r, const std::vector<DcCase> &cases, size_t row_coun
         dp.sets = c.sets[r.me].empty() ? nullptr : c.sets[r.me].data();
         dp.recv_mr = run.mr;
         dp.capacity = run.want.size();
-        CHECK_OK(incmoe_dispatch(r.comm, &dp, &run.dispatch));
+        CHECK_OK_ON(r.comm, incmoe_dispatch(r.comm, &dp, &run.dispatch));
     }
     for (auto &run : runs)
-        CHECK_OK(incmoe_wait(r.comm, &run.dispatch));
+        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &run.dispatch));
     for (auto &run : runs) {
         std::string e = dc_check_dispatch<A>(r, run);
         if (!e.empty())
@@ -1551,10 +1479,10 @@ std::string dc_rounds(Rank &r, const std::vector<DcCase> &cases, size_t row_coun
             for (size_t e = 0; e < row_count; e++)
                 (*run.part)[k * row_count + e] =
                     dc_partial<A>(c, r.me, (int)run.want[k].first, run.want[k].second, e);
-        CHECK_OK(
-            incmoe_mem_register(r.comm, run.part->data(), run.part->size() * sizeof(T), &run.mp));
-        CHECK_OK(
-            incmoe_mem_register(r.comm, run.out->data(), run.out->size() * sizeof(T), &run.mo));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, run.part->data(),
+                                                run.part->size() * sizeof(T), &run.mp));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, run.out->data(),
+                                                run.out->size() * sizeof(T), &run.mo));
         incmoe_combine_params_t cp = {};
         cp.dispatch = run.dispatch;
         cp.send_mr = run.mp;
@@ -1562,16 +1490,16 @@ std::string dc_rounds(Rank &r, const std::vector<DcCase> &cases, size_t row_coun
         cp.row_count = row_count;
         cp.dtype = A::dtype;
         cp.op = op;
-        CHECK_OK(incmoe_combine(r.comm, &cp, &run.combine));
+        CHECK_OK_ON(r.comm, incmoe_combine(r.comm, &cp, &run.combine));
     }
     for (auto &run : runs)
-        CHECK_OK(incmoe_wait(r.comm, &run.combine));
+        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &run.combine));
     for (auto &run : runs) {
         std::string e = dc_check_combine<A>(r, run, row_count, op);
         if (!e.empty())
             return e;
         for (incmoe_mr_t *m : {run.ms, run.mr, run.mp, run.mo})
-            CHECK_OK(incmoe_mem_deregister(r.comm, m));
+            CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, m));
     }
     return "";
 }
@@ -1696,8 +1624,8 @@ TEST(TreeDc, CapacityOverflowIsRefusedAlikeAndTheCommunicatorCarriesOn)
             auto &send = buffer<unsigned char>(std::max<size_t>(1, c.rows[r.me] * 64));
             auto &recv = buffer<unsigned char>(want * 64 + 64, kCanary);
             incmoe_mr_t *ms, *mr;
-            CHECK_OK(incmoe_mem_register(r.comm, send.data(), send.size(), &ms));
-            CHECK_OK(incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr));
+            CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, send.data(), send.size(), &ms));
+            CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr));
             incmoe_dispatch_params_t dp = {};
             dp.send_mr = ms;
             dp.nrows = c.rows[r.me];
@@ -1706,7 +1634,7 @@ TEST(TreeDc, CapacityOverflowIsRefusedAlikeAndTheCommunicatorCarriesOn)
             dp.recv_mr = mr;
             dp.capacity = dc_received(c, r.me).size() - (r.me == 3 ? 1 : 0);
             incmoe_req_t req;
-            CHECK_OK(incmoe_dispatch(r.comm, &dp, &req));
+            CHECK_OK_ON(r.comm, incmoe_dispatch(r.comm, &dp, &req));
             incmoe_status_t st = incmoe_wait(r.comm, &req);
             char text[256] = "";
             incmoe_req_error(r.comm, &req, text, sizeof(text));
@@ -1721,9 +1649,9 @@ TEST(TreeDc, CapacityOverflowIsRefusedAlikeAndTheCommunicatorCarriesOn)
                     return "a refused dispatch wrote into the receive buffer";
             if (incmoe_comm_error(r.comm, nullptr, 0) != INCMOE_OK)
                 return "the refusal failed the communicator: " + comm_text(r.comm);
-            CHECK_OK(incmoe_dispatch_release(r.comm, &req));
-            CHECK_OK(incmoe_mem_deregister(r.comm, ms));
-            CHECK_OK(incmoe_mem_deregister(r.comm, mr));
+            CHECK_OK_ON(r.comm, incmoe_dispatch_release(r.comm, &req));
+            CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, ms));
+            CHECK_OK_ON(r.comm, incmoe_mem_deregister(r.comm, mr));
             std::string e = dc_rounds<F32>(r, {c}, 16, INCMOE_SUM);
             if (!e.empty())
                 return "after the refusal: " + e;
@@ -1923,10 +1851,10 @@ void kill_mid_collective(const Tree &tree, const Topology &topo, int victim)
         const size_t count = 1u << 20;
         auto &vec = buffer<float>(count, 1.0f);
         incmoe_mr_t *mv;
-        CHECK_OK(incmoe_mem_register(r.comm, vec.data(), count * 4, &mv));
+        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), count * 4, &mv));
         incmoe_req_t req;
-        CHECK_OK(incmoe_barrier(r.comm, &req)); /* everyone joined */
-        CHECK_OK(incmoe_wait(r.comm, &req));
+        CHECK_OK_ON(r.comm, incmoe_barrier(r.comm, &req)); /* everyone joined */
+        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &req));
         if (r.me == 2 && !await_at_least(&board->killed, 1))
             return "the switch was never killed";
         incmoe_status_t st =
@@ -1967,6 +1895,7 @@ void kill_mid_collective(const Tree &tree, const Topology &topo, int victim)
 
 TEST(TreeFaults, LeafKilledMidCollectiveFailsEveryRankAndTheOthersServeOn)
 {
+    harness::ExpectErrors errors_expected("a leaf is killed");
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
@@ -1979,6 +1908,7 @@ TEST(TreeFaults, LeafKilledMidCollectiveFailsEveryRankAndTheOthersServeOn)
 
 TEST(TreeFaults, RootKilledMidCollectiveFailsEveryRank)
 {
+    harness::ExpectErrors errors_expected("the root is killed");
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
@@ -1995,6 +1925,7 @@ TEST(TreeFaults, RootKilledMidCollectiveFailsEveryRank)
  */
 TEST(TreeFaults, AJobUnderAnotherLeafCarriesOnWhileALeafDies)
 {
+    harness::ExpectErrors errors_expected("the dying leaf's job fails");
     const std::vector<int> parent = {-1, 0, 0};
     const Topology job_y = {parent, {2, 2}}, job_x = {parent, {1, 2}};
     Tree tree;
@@ -2020,8 +1951,8 @@ TEST(TreeFaults, AJobUnderAnotherLeafCarriesOnWhileALeafDies)
     };
     auto x_body = [&](Rank &r) -> std::string {
         incmoe_req_t req;
-        CHECK_OK(incmoe_barrier(r.comm, &req));
-        CHECK_OK(incmoe_wait(r.comm, &req));
+        CHECK_OK_ON(r.comm, incmoe_barrier(r.comm, &req));
+        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &req));
         if (r.me == 0) {
             if (!await_at_least(&board->progress, 2))
                 return "job Y made no progress before the kill";
@@ -2075,8 +2006,8 @@ TEST(TreeFaults, QuietLinksBetweenSwitchesKeepTheirJob)
         [](Rank &r) -> std::string {
             for (int round = 0; round < 2; round++) {
                 incmoe_req_t req;
-                CHECK_OK(incmoe_barrier(r.comm, &req));
-                CHECK_OK(incmoe_wait(r.comm, &req));
+                CHECK_OK_ON(r.comm, incmoe_barrier(r.comm, &req));
+                CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &req));
                 usleep(kJobTimeoutMs * 1000 / 3); /* past a heartbeat's quarter of the timeout */
             }
             return check_reductions<F32>(r, 64, INCMOE_SUM, true, true, 165);
@@ -2091,6 +2022,7 @@ TEST(TreeFaults, QuietLinksBetweenSwitchesKeepTheirJob)
    barrier it never can; ranks 0 and 1, on the other leaf, read why. */
 TEST(TreeFaults, ALeafsFailureReachesEveryRankWithItsReason)
 {
+    harness::ExpectErrors errors_expected("a leaf fails its job");
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
@@ -2164,6 +2096,7 @@ Refusal join_refused(const Tree &tree, const Topology &topo, unsigned long long 
    switches stay up. */
 TEST(TreeFaults, ParentWithoutMemoryForTheJobRefusesItOnEveryRank)
 {
+    harness::ExpectErrors errors_expected("the parent refuses the job");
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk), {{"--max-memory", "4K"}}));
@@ -2228,6 +2161,7 @@ class KeyFile
  */
 TEST(TreeFaults, LeafWithTheWrongParentKeyFailsItsRanksWithAuth)
 {
+    harness::ExpectErrors errors_expected("a leaf holds the wrong parent key");
     KeyFile right("tree-key-right"), wrong("tree-key-wrong");
     ASSERT_TRUE(right.ok() && wrong.ok());
     const std::vector<int> parent = {-1, 0, 0};
@@ -2601,6 +2535,7 @@ TEST(TreeDc, RowsComingAfterADispatchFailedAreNeverWritten)
    with a reason naming the port and what it did, and the switch lives on. */
 TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
 {
+    harness::ExpectErrors errors_expected("a port breaks the protocol: the job fails");
     harness::SwitchProc root;
     ASSERT_TRUE(harness::switch_start(&root, tree_args(kSmallChunk)));
     expect_switch_port_breaks_dispatch(root, "switch port of rank 2 sent a message claiming",

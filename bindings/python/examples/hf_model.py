@@ -54,7 +54,6 @@ def rank_main(rank, args, switch, job, prompts, results):
             print("rank 0 runs %d sparse blocks on incmoe.MoE: %s" % (len(blocks), blocks[0].layer.extra_repr()),
                   flush=True)
         out = generate(model, prompts)
-        del model  # its layers go before the communicator they use closes
     results.put((rank, out.numpy()))
 
 

@@ -4,7 +4,7 @@ import ctypes
 import os
 import threading
 
-from . import _buffers, _errors, _lib, _registry
+from . import _buffers, _children, _errors, _lib, _registry
 from ._work import Work, check_op
 
 _U64 = 1 << 64
@@ -157,6 +157,7 @@ class Communicator:
                 raise ValueError("%s is %r: expected 1..86400000" % (name, v))
         self._ptr = None
         self._close_lock = threading.Lock()
+        self._children = _children.Children()
         key = _secret(auth_key)
         p = _lib.comm_params_t()
         p.field_mask = _lib.COMM_PARAM_ALGO
@@ -205,8 +206,9 @@ class Communicator:
 
     def close(self):
         """Leave the job (incmoe_comm_destroy: waits for this rank's collectives,
-        bounded by the job's timeout).  Raises IncmoeError if the communicator
-        had failed or collectives had to be abandoned; closed either way.
+        bounded by the job's timeout), closing first the incmoe.MoE layers
+        built on it.  Raises IncmoeError if the communicator had failed or
+        collectives had to be abandoned; closed either way.
         The context manager closes the same way; a communicator that is only
         dropped is released without waiting (see __del__)."""
         with self._close_lock:
@@ -214,6 +216,7 @@ class Communicator:
                 return
             ptr, self._ptr = self._ptr, None
             reason = _errors.comm_reason(ptr)
+            self._children.close_all()  # their destroy deregisters through ptr
             st = _lib.lib().incmoe_comm_destroy(ptr)
             # Only now: the registrations' owners kept the memory of collectives in flight.
             self._mrs.forget()
@@ -239,10 +242,23 @@ class Communicator:
         if ptr is None:
             return
         try:
-            _lib.lib().incmoe_comm_release(ptr)
-            self._mrs.forget()
+            try:
+                self._children.close_all()
+            finally:
+                _lib.lib().incmoe_comm_release(ptr)
+                self._mrs.forget()
         except Exception:
             pass
+
+    def _adopt(self, ptr, destroy):
+        """Own a C object built on this communicator (see _children): destroy(ptr)
+        runs before the communicator goes, whatever order Python frees them in."""
+        self._handle()
+        return self._children.adopt(ptr, destroy)
+
+    def _release(self, h):
+        """Destroy an adopted object now, unless this communicator already did."""
+        return self._children.release(h)
 
     # ---------------------------------------------------------- collectives
 

@@ -76,7 +76,8 @@ class MoE(torch.nn.Module):
     with routing="masked" the routing-aware dispatch and combine: each token
     only to the ranks hosting one of its experts.
 
-    comm: an incmoe.Communicator (must outlive the layer; while a forward
+    comm: an incmoe.Communicator (it owns the layer: closing it closes the
+    layer first, whichever of the two Python frees first; while a forward
     runs the layer owns comm's AllGather, ReduceScatter, barrier, dispatch
     and combine streams).
     Rank r hosts experts [r*E/N, (r+1)*E/N); E must be divisible by N.
@@ -134,7 +135,7 @@ class MoE(torch.nn.Module):
         self.num_experts, self.top_k = num_experts, top_k
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.max_tokens = max_tokens
-        self._layer = None
+        self._owned = None
         self._last_counts = None
         self.routing = None
         self.algo = None
@@ -175,7 +176,8 @@ class MoE(torch.nn.Module):
         if problem is not None:
             raise problem
         _errors.check("incmoe_moe_create", st, comm._ptr)
-        self._layer = layer
+        # The communicator owns the layer: it destroys it first if it closes first.
+        self._owned = comm._adopt(layer, lib.incmoe_moe_destroy)
         self._counts = (ctypes.c_int * comm.nranks)()
         # The token counts' AllGather: [T_r, refused] per rank, registered once.
         self._count_send = torch.zeros(2, dtype=torch.int32)
@@ -408,11 +410,21 @@ class MoE(torch.nn.Module):
         t = self.last_timing()
         return t["algo"], t["mode"], t["routing"]
 
+    @property
+    def _layer(self):
+        """The incmoe_moe_t, None once closed (by close() or by the communicator's)."""
+        owned = self.__dict__.get("_owned")
+        return None if owned is None else owned.ptr
+
+    @property
+    def closed(self):
+        return self._layer is None
+
     def close(self):
-        """Free the layer (not collective)."""
-        if self._layer is not None:
-            layer, self._layer = self._layer, None
-            _errors.check("incmoe_moe_destroy", _lib.moe_lib().incmoe_moe_destroy(layer))
+        """Free the layer (not collective).  Closing the communicator closes it too."""
+        owned, self._owned = self.__dict__.get("_owned"), None
+        if owned is not None:
+            _errors.check("incmoe_moe_destroy", self.comm._release(owned))
 
     def __del__(self):
         try:

@@ -1,5 +1,12 @@
 """Fixtures: one incmoe-switchd for the session, and N forked rank processes.
 
+A correct run is a quiet run: every test fails if it, or a rank it forked,
+printed an incmoe `error` log line, unless it is marked
+@pytest.mark.expect_errors("why") (a test of failures, whose errors are the
+point).  The check reads the test's captured file descriptors (capfd), which
+the forked ranks share; tests that run a program check its output with
+error_lines().
+
 The tests import the package from this source tree (the libraries then come
 from the build tree unless INCMOE_LIBDIR says otherwise).  Ranks are forked
 from the pytest process, which has imported torch but runs no collective and
@@ -12,6 +19,7 @@ import multiprocessing
 import os
 import queue
 import random
+import re
 import sys
 import tempfile
 import time
@@ -33,6 +41,46 @@ torch.set_num_threads(1)
 SWITCH_ARGS = ["--progress-timeout-ms", "20000"]
 PG_TIMEOUT = datetime.timedelta(seconds=20)
 RANK_TIMEOUT_S = 150
+
+
+# What libincmoe's log (base/log.c) writes at level error: "[SEC.USEC] IDENT error SUBSYS ...".
+_ERROR_LINE = re.compile(r"^\[\d+\.\d+\] \S+ error ", re.M)
+
+
+def error_lines(text):
+    """The incmoe error log lines in text."""
+    return [line for line in text.splitlines() if _ERROR_LINE.match(line)]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "expect_errors(why): the test provokes failures, so incmoe error lines are expected",
+    )
+
+
+@pytest.fixture(autouse=True)
+def quiet_run(request, capfd):
+    """Fails a passing test whose run printed an incmoe error line (see the top)."""
+    yield
+    out, err = capfd.readouterr()  # pytest has shown them with the call's report already
+    if request.node.get_closest_marker("expect_errors") is not None:
+        return
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.passed:
+        lines = error_lines(out + err)
+        if lines:
+            pytest.fail("a run that succeeded printed %d incmoe error line(s):\n%s"
+                        % (len(lines), "\n".join(lines)), pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps the call phase's report on the item for quiet_run."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.rep_call = rep
 
 
 @pytest.fixture(scope="session")

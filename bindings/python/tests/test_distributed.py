@@ -200,6 +200,7 @@ def timeout_body(rank, n, addr, store):
         comm.close()
 
 
+@pytest.mark.expect_errors("a rank never posts: the progress timeout fails the job")
 def test_backend_timeout_bounds_each_collective(switch, store_path):
     run_ranks(timeout_body, 2, switch.address, store_path)
 
@@ -233,5 +234,6 @@ def silent_rank_body(rank, n, addr, store):
         pass  # failed (rank 0), or failed while stopped (rank 1, if it heard already)
 
 
+@pytest.mark.expect_errors("a rank is stopped: the liveness timeout fails the job")
 def test_backend_timeout_leaves_liveness_alone(switch, store_path):
     run_ranks(silent_rank_body, 2, switch.address, store_path)

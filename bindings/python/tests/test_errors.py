@@ -103,6 +103,7 @@ def dead_port_body(rank, n, port):
     assert e.value.status is incmoe.Status.ERR_UNREACHABLE and e.value.name in str(e.value)
 
 
+@pytest.mark.expect_errors("nothing listens where the ranks look for the switch")
 def test_no_switch_listening():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -132,6 +133,7 @@ def dropped_body(rank, n, addr, job):
         c.close()
 
 
+@pytest.mark.expect_errors("a rank drops its communicator mid-job")
 def test_dropped_communicator_does_not_block(switch):
     run_ranks(dropped_body, 2, switch.address, new_job())
 
@@ -156,6 +158,7 @@ def switch_dies_body(rank, n, addr, job, pid):
         assert c.closed
 
 
+@pytest.mark.expect_errors("the switch is killed under the ranks")
 def test_switch_dies(switch):
     with incmoe.Switch(["--timeout-ms", "2000"]) as sw:
         run_ranks(switch_dies_body, 2, sw.address, new_job(), sw.proc.pid, timeout=90)
@@ -173,6 +176,7 @@ def auth_body(rank, n, addr, keyfile):
     assert "auth" in e.value.name.lower() or "secret" in str(e.value).lower()
 
 
+@pytest.mark.expect_errors("a rank holds the wrong key")
 def test_auth_key():
     with tempfile.NamedTemporaryFile("w", suffix=".key", delete=False) as f:
         f.write("sesame\n")
@@ -233,6 +237,7 @@ def moe_errors_body(rank, n, addr, job):
     c.close()
 
 
+@pytest.mark.expect_errors("ranks pass arguments the layer refuses")
 def test_moe_bad_input(switch):
     run_ranks(moe_errors_body, 2, switch.address, new_job())
 

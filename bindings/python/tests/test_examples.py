@@ -1,5 +1,5 @@
-"""The examples run as a user runs them (their own switch, their own ranks)
-and report success."""
+"""The examples run as a user runs them (their own switch, their own ranks),
+report success and print no incmoe error line: a correct run is a quiet run."""
 
 import importlib.util
 import os
@@ -7,6 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import error_lines
+
+HF = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                        reason="needs transformers (the [hf] extra)")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "examples")
@@ -17,9 +21,10 @@ EXAMPLES = os.path.join(HERE, "..", "examples")
     [
         ("collectives.py", [], "collectives example: ok"),
         ("moe_layer.py", ["--mode", "pipelined"], "moe example (pipelined, inc): ok"),
-        pytest.param("hf_model.py", [], "hf example (olmoe, pipelined): ok",
-                     marks=pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
-                                              reason="needs transformers (the [hf] extra)")),
+    ]
+    + [
+        pytest.param("hf_model.py", ["--model", m], "hf example (%s, pipelined): ok" % m, marks=HF)
+        for m in ("olmoe", "mixtral", "qwen2_moe", "qwen3_moe")
     ],
 )
 def test_example(script, args, want):
@@ -33,3 +38,4 @@ def test_example(script, args, want):
         env=env,
     )
     assert r.returncode == 0 and want in r.stdout, r.stdout + r.stderr
+    assert error_lines(r.stdout + r.stderr) == [], r.stdout + r.stderr

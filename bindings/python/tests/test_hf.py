@@ -269,6 +269,7 @@ def failures_body(rank, n, addr, job):
     comm.close()
 
 
+@pytest.mark.expect_errors("a forward fails on one rank and the layers after it on all")
 def test_forward_failures(switch):
     run_ranks(failures_body, 2, switch.address, new_job())
 

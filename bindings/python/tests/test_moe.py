@@ -10,6 +10,9 @@ seen (6.4e-4 and 4.9e-3 on 4 ranks x 30 tokens): the layer keeps the
 activations and the partial sums it sends through ReduceScatter in the
 layer's type, so they round at a few points (2**-11 and 2**-8 relative)."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -168,6 +171,7 @@ def routing_body(rank, n, addr, job, algo):
     comm.close()
 
 
+@pytest.mark.expect_errors("a routing one rank refuses fails the others' forward")
 @pytest.mark.parametrize("algo", ["inc", "ring"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_moe_routing(switch, n, algo):
@@ -207,3 +211,43 @@ def auto_body(rank, n, addr, job, slow, want):
 @pytest.mark.parametrize("slow,want", [("inc=10000,a2a=10000", "ring"), ("ring=10000,a2a=10000", "inc")])
 def test_moe_auto_picks_the_faster_path(switch, slow, want):
     run_ranks(auto_body, 4, switch.address, new_job(), slow, want)
+
+
+def ownership_body(rank, n, addr, job, order):
+    """A layer caught in a reference cycle (as a transformers model's are) is
+    freed by a gc pass after its communicator went: the communicator destroyed
+    it first, so the gc finds nothing left to release (before, the layer's
+    destroy deregistered its regions through the freed communicator, printing
+    'region ... is not registered here')."""
+    g = torch.Generator().manual_seed(5)
+    el = E // n
+    w13 = torch.randn(el, 2 * I, H, generator=g)
+    w2 = torch.randn(el, H, I, generator=g)
+    x, ids, w = _inputs(rank, 3)
+    gc.disable()  # the cycle goes when this test says, not at an allocation in between
+    try:
+        comm = incmoe.Communicator(addr, job, rank, n)
+        layer = incmoe.MoE(comm, E, K, H, I, w13, w2, max_tokens=8)
+        y = layer(x, ids, w)
+        assert y.shape == (3, H)
+        holder = {"layer": layer}
+        holder["self"] = holder  # the cycle: only a gc pass frees the layer
+        gone = weakref.ref(layer)
+        del layer, y
+        if order == "closed":
+            comm.close()  # the layer is still alive, in the cycle
+            assert holder["layer"].closed
+            with pytest.raises(incmoe.IncmoeError, match="closed"):
+                holder["layer"](x, ids, w)
+        else:  # the communicator is dropped too, in the same cycle: gc picks the order
+            holder["comm"] = comm
+        del comm, holder
+        gc.collect()
+        assert gone() is None, "the layer was not collected: the test proved nothing"
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("order", ["closed", "dropped"])
+def test_moe_layer_outliving_its_communicator(switch, order):
+    run_ranks(ownership_body, 2, switch.address, new_job(), order)
