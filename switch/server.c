@@ -201,6 +201,8 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
     size_t bytes = ctx->egress_bytes;
     conn->refs--;
     conn->ucx_sends--;
+    if (bytes == 0)
+        conn->ucx_controls--;
     conn->egress_inflight -= bytes;
     if (status == UCS_OK)
         conn->last_tx = inc_now_s();
@@ -210,11 +212,9 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
     free(ctx);
     if (request != NULL)
         ucp_request_free(request);
-    if (bytes > 0 || conn->role != CONN_RANK) {
-        conn->refs++; /* keep conn while its queue drains */
-        egress_drain(srv, conn);
-        conn->refs--;
-    }
+    conn->refs++; /* keep conn while its queue drains */
+    egress_drain(srv, conn);
+    conn->refs--;
 }
 
 /* owned: freed when the send completes; egress: payload bytes counted against the queue. */
@@ -240,6 +240,8 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
     conn->egress_inflight += egress;
     conn->refs++;
     conn->ucx_sends++;
+    if (egress == 0)
+        conn->ucx_controls++;
     conn->last_tx = inc_now_s();
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -268,8 +270,10 @@ static void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *
 }
 
 /*
- * May the head of a queue go?  Toward a rank, while the payload bytes in flight stay within
- * --egress-chunks (a rank places what comes by its offsets, not by its order).  Toward another
+ * May the head of a queue go?  Toward a rank, while no control message waits in UCX (the same
+ * reordering below let a dispatch's rows reach a rank before its PLAN, seen with 8 KiB socket
+ * buffers) and the payload bytes in flight stay within --egress-chunks (a rank places data by
+ * its offsets, so data may pass data).  Toward another
  * switch, only when UCX holds no other send of the link, control messages included: UCX 1.13
  * delivers two eager messages that wait in one endpoint for room in the socket in either order
  * (seen: a 128 KiB chunk after the next one, on the testbed), and a switch takes a root's
@@ -283,6 +287,8 @@ static int egress_room(const server_t *srv, const conn_t *conn, const queued_sen
 {
     if (conn->role != CONN_RANK)
         return conn->ucx_sends == 0;
+    if (conn->ucx_controls > 0)
+        return 0;
     return conn->egress_inflight == 0 ||
            conn->egress_inflight + q->length <= srv->set->egress_limit;
 }
