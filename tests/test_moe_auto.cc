@@ -320,6 +320,7 @@ TEST(MoeAuto, ModeAutoWithoutAPath)
    without them; ranks asking for different paths fail it with a mismatch. */
 TEST(MoeAuto, BadExtensionsAreRefusedOnEveryRank)
 {
+    harness::ExpectErrors errors_expected("bad extensions are refused");
     run_job([&](int rank, Rank &r) -> std::string {
         moeref::Problem p = moeref::make_problem(small_shape(), {3, 3, 3, 3}, 38);
         Layer l;
@@ -413,6 +414,8 @@ TEST(MoeAuto, LayersOnOneCommunicatorShareTheOtherAlgorithms)
    comm_params name a closed port): create fails on every rank, none waits for ever. */
 TEST(MoeAuto, AnUnreachableOtherAlgorithmFailsCreateOnEveryRank)
 {
+    harness::ExpectErrors errors_expected(
+        "a rank cannot reach the switch for the other algorithms");
     run_job([&](int rank, Rank &r) -> std::string {
         moeref::Problem p = moeref::make_problem(small_shape(), {3, 3, 3, 3}, 40);
         Layer l;

@@ -208,6 +208,7 @@ def auto_body(rank, n, addr, job, slow, want):
     comm.close()
 
 
+@pytest.mark.expect_errors("a bad algo is refused at create on every rank")
 @pytest.mark.parametrize("slow,want", [("inc=10000,a2a=10000", "ring"), ("ring=10000,a2a=10000", "inc")])
 def test_moe_auto_picks_the_faster_path(switch, slow, want):
     run_ranks(auto_body, 4, switch.address, new_job(), slow, want)
