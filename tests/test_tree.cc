@@ -2231,6 +2231,7 @@ TEST(TreeFaults, LeafServesNewJobsAfterItsRootRestarts)
  */
 TEST(TreeFaults, AJobJoiningThroughAStoppedRootFailsAndTheLeafServesOnceItResumes)
 {
+    harness::ExpectErrors errors_expected("the join through a stopped root times out");
     const std::vector<int> parent = {-1, 0};
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, {parent, {}}, tree_args(kSmallChunk)));
