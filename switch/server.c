@@ -200,9 +200,6 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
     server_t *srv = ctx->srv;
     size_t bytes = ctx->egress_bytes;
     conn->refs--;
-    conn->ucx_sends--;
-    if (bytes == 0)
-        conn->ucx_controls--;
     conn->egress_inflight -= bytes;
     if (status == UCS_OK)
         conn->last_tx = inc_now_s();
@@ -212,9 +209,11 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
     free(ctx);
     if (request != NULL)
         ucp_request_free(request);
-    conn->refs++; /* keep conn while its queue drains */
-    egress_drain(srv, conn);
-    conn->refs--;
+    if (bytes > 0) {
+        conn->refs++; /* keep conn while its queue drains */
+        egress_drain(srv, conn);
+        conn->refs--;
+    }
 }
 
 /* owned: freed when the send completes; egress: payload bytes counted against the queue. */
@@ -239,9 +238,6 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
     ctx->egress_bytes = egress;
     conn->egress_inflight += egress;
     conn->refs++;
-    conn->ucx_sends++;
-    if (egress == 0)
-        conn->ucx_controls++;
     conn->last_tx = inc_now_s();
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -269,35 +265,13 @@ static void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *
     server_send_owned(srv, conn, hdr, payload, length, cb, arg, NULL, 0);
 }
 
-/*
- * May the head of a queue go?  Toward a rank, while no control message waits in UCX (the same
- * reordering below let a dispatch's rows reach a rank before its PLAN, seen with 8 KiB socket
- * buffers) and the payload bytes in flight stay within --egress-chunks (a rank places data by
- * its offsets, so data may pass data).  Toward another
- * switch, only when UCX holds no other send of the link, control messages included: UCX 1.13
- * delivers two eager messages that wait in one endpoint for room in the socket in either order
- * (seen: a 128 KiB chunk after the next one, on the testbed), and a switch takes a root's
- * chunks from a switch port, and a collective's relayed POST before its data, in the order
- * they were sent.  Control messages still go at once (server_send): one may pass only data its
- * sender had already handed out, which is of an earlier collective or no order rule names, and
- * a LEAVE never waits behind data for a link that is being dropped.  A completion comes once
- * UCX has copied the last fragment, so the socket stays busy while the next one goes.
- */
-static int egress_room(const server_t *srv, const conn_t *conn, const queued_send_t *q)
-{
-    if (conn->role != CONN_RANK)
-        return conn->ucx_sends == 0;
-    if (conn->ucx_controls > 0)
-        return 0;
-    return conn->egress_inflight == 0 ||
-           conn->egress_inflight + q->length <= srv->set->egress_limit;
-}
-
 /* Hand queued sends to UCX while the destination has room, results first. */
 static void egress_drain(server_t *srv, conn_t *conn)
 {
     for (int cls = EGRESS_RESULT; cls < EGRESS_CLASSES; cls++) {
-        while (conn->queue_head[cls] != NULL && egress_room(srv, conn, conn->queue_head[cls])) {
+        while (conn->queue_head[cls] != NULL &&
+               (conn->egress_inflight == 0 ||
+                conn->egress_inflight + conn->queue_head[cls]->length <= srv->set->egress_limit)) {
             queued_send_t *q = conn->queue_head[cls];
             conn->queue_head[cls] = q->next;
             if (q->next == NULL)

@@ -55,8 +55,6 @@ typedef struct conn {
        at once, so a result is never stuck behind megabytes of multicast copies. */
     struct queued_send *queue_head[EGRESS_CLASSES], *queue_tail[EGRESS_CLASSES];
     size_t egress_inflight;
-    int ucx_sends; /* handed to UCX, not completed: data waits for 0 toward a switch (server.c) */
-    int ucx_controls; /* of those, control messages: data waits for 0 toward a rank (server.c) */
 } conn_t;
 
 /* A send completed (status UCS_OK or an error). */

@@ -1708,35 +1708,6 @@ TEST(TreeDc, RendezvousChunksLandingOutOfOrderStayExact)
 }
 
 /*
- * Chunks of many KiB up and down links whose sockets fill (UCX's TCP buffers at 8 KiB, so
- * messages wait in UCX for room): UCX 1.13 delivers two eager messages it holds at once on one
- * endpoint out of the order they were sent in (the testbed's 2 x 4 dispatch at 100 Mbit/s failed
- * so), and a switch takes a root's chunks from a switch port only in chunk order.  Every
- * dispatch and combine is still exact.
- */
-TEST(TreeDc, ChunksThroughLinksThatFillKeepTheirOrder)
-{
-    const Topology topo = two_leaves_of_two();
-    const uint64_t chunk = 64 * 1024;
-    setenv("UCX_TCP_SNDBUF", "8k", 1); /* the switches and the ranks inherit them */
-    setenv("UCX_TCP_RCVBUF", "8k", 1);
-    Tree tree;
-    /* A slow machine takes seconds between one rank's dispatch and another's combine here. */
-    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, {"--progress-timeout-ms", "60000"})));
-    auto res = run_job(tree, topo, chunk, [](Rank &r) -> std::string {
-        std::vector<DcCase> cases;
-        uint64_t seed = 900;
-        for (DcSets sh : {DC_REMOTE, DC_MIXED})
-            cases.push_back(dc_case(*r.order, dc_rows(r.n, 600, true), 1024, sh, seed++));
-        return dc_rounds<F32>(r, cases, 256, INCMOE_SUM);
-    });
-    unsetenv("UCX_TCP_SNDBUF");
-    unsetenv("UCX_TCP_RCVBUF");
-    EXPECT_EQ(harness::failures(res), "");
-    tree_stop(&tree);
-}
-
-/*
  * Rank 3 of a job on two leaves is killed in the middle of a dispatch of 4 KiB rows to every
  * rank through links that fill (8 KiB UCX TCP buffers, so UCX holds sends on every link when it
  * dies), in each of `rounds` jobs: ranks 0..2 fail with a reason, and every switch then serves a
