@@ -182,6 +182,39 @@ def test_routing(switch, routing):
     run_ranks(routing_body, 4, switch.address, new_job(), "olmoe", routing)
 
 
+def default_body(rank, n, addr, job):
+    cfg = models.config("mixtral", "tiny")
+    x = _prompts(cfg, rank)
+    model = models.build(cfg, seed=5)
+    with torch.no_grad():
+        ref = model(x).logits
+    comm = incmoe.Communicator(addr, job, rank, n)
+    incmoe.hf.expert_parallel(model, comm)
+    layers = [m.layer for m in model.modules() if hasattr(m, "layer")]
+    assert layers and all((ly.mode, ly.algo, ly.routing) == ("auto", "auto", "auto") for ly in layers)
+    with torch.no_grad():
+        assert _rel(model(x).logits, ref) <= FP32_TOL
+        first = [ly.last_timing() for ly in layers]
+        assert _rel(model(x).logits, ref) <= FP32_TOL
+        second = [ly.last_timing() for ly in layers]
+    # The first forward measured every path (three algorithms, two modes, two routings),
+    # each once and the close ones again; the second ran the choice it kept.
+    for t in first:
+        assert t["measured"] == 12 and 12 <= t["measure_runs"] <= 36, t
+    for a, b in zip(first, second):
+        assert b["measured"] == 0 and (b["algo"], b["mode"], b["routing"]) == (
+            a["algo"], a["mode"], a["routing"]), (a, b)
+    del model, layers
+    comm.close()
+
+
+def test_the_default_is_the_layers_choice(switch):
+    """expert_parallel(model, comm) with nothing else: every layer left to choose its path
+    (algo, mode and routing "auto"), measured on the first forward and kept after, and the
+    model's logits unchanged."""
+    run_ranks(default_body, 2, switch.address, new_job())
+
+
 def test_generate_one_rank_hits_eos_first(switch):
     seed, eos, step = _eos_setup()
     run_ranks(eos_body, 4, switch.address, new_job(), seed, eos)
