@@ -80,8 +80,9 @@ VARIANTS = {
         Variant("masked", "incmoe pipelined, masked routing", "inc", "pipelined", "masked"),
         Variant("a2a", "routing-aware dispatch/combine over the ranks' links (algo a2a), "
                 "mode baseline", "a2a", "baseline", "masked"),
-        Variant("auto", "incmoe.MoE's measured choice of algorithm, mode and routing "
-                "(its first forward measures the paths)", "auto", "auto", "auto"),
+        Variant("auto", "incmoe.MoE's measured choice of algorithm, mode and routing, as "
+                "incmoe.hf.expert_parallel gives it by default (each layer's first forward, "
+                "the warm-up, measures the paths)", "auto", "auto", "auto"),
     )
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
