@@ -5,9 +5,10 @@
  * inputs take in every cost a model would have to add up (the link, the
  * collectives' fixed costs, the FFN at this machine's rate, the switch and
  * the ranks sharing cores) and the outputs are the forward's anyway.  Every
- * candidate runs MOE_MEASURE_ROUNDS times, round after round, and the median
- * decides.  Each run's time on each rank goes through an AllReduce(max) on the
- * layer's communicator: every rank then holds the same times (the slowest
+ * candidate runs once; those within MOE_PRUNE_RATIO of the fastest of that
+ * round run again, up to MOE_MEASURE_ROUNDS times, round after round, and
+ * the smallest median among them decides.  Each run's time on each rank goes through an
+ * AllReduce(max) on the layer's communicator: every rank then holds the same times (the slowest
  * rank's, which is the forward's) and picks the same path, and no rank
  * starts the next candidate before every rank finished this one (the next
  * one's data must not land in buffers a slower rank still reads).  The first
@@ -39,7 +40,13 @@
    exceeded the gap between the fastest paths); the median of three is not fooled by one
    slow run. */
 #define MOE_MEASURE_ROUNDS 3
-#define FS_PER_S           1e15
+/* A candidate whose first run took this many times the fastest first run is not run again
+   (nor chosen): on the testbed a path's runs spread by up to 1.7x between runs of one job
+   under load (BENCHMARKS.md, "The layer's path"), but within one measuring forward, its
+   candidates interleaved, a 1.5x gap was never closed by the later rounds; the paths that
+   matter to the choice are the close ones, and a far one costs a whole forward a round. */
+#define MOE_PRUNE_RATIO 1.5
+#define FS_PER_S        1e15
 
 typedef struct {
     moe_path_t p[MOE_MAX_PATHS];
@@ -190,24 +197,24 @@ static double ffn_rate(const incmoe_moe_t *L, const moe_path_t *p, size_t tmax)
     return L->timing.ffn_ms * 1e-3 / flops;
 }
 
-static void log_choice(const incmoe_moe_t *L, const cands_t *c, const double *ms, int best,
-                       size_t tmax)
+static void log_choice(const incmoe_moe_t *L, const cands_t *c, const double *ms, const int *nrun,
+                       int best, size_t tmax)
 {
     char list[1024];
     size_t at = 0;
     list[0] = '\0';
     for (int i = 0; i < c->n && at < sizeof(list); i++)
-        at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s/%s/%s %.1f", i ? ", " : "",
-                               lanes_algo_name(L->lanes[c->p[i].lane].algo),
-                               incmoe_moe_mode_name(c->p[i].mode),
-                               incmoe_moe_routing_name(c->p[i].routing), ms[i]);
+        at += (size_t)snprintf(
+            list + at, sizeof(list) - at, "%s%s/%s/%s %.1f%s", i ? ", " : "",
+            lanes_algo_name(L->lanes[c->p[i].lane].algo), incmoe_moe_mode_name(c->p[i].mode),
+            incmoe_moe_routing_name(c->p[i].routing), ms[i], nrun[i] > 1 ? "" : " (once)");
     const moe_path_t *b = &c->p[best];
     log_info(SUBSYS, "rank %d: path %s %s %s for up to %zu tokens a rank (measured, ms: %s)",
              L->rank, lanes_algo_name(L->lanes[b->lane].algo), incmoe_moe_mode_name(b->mode),
              incmoe_moe_routing_name(b->routing), tmax, list);
 }
 
-/* The median of n values (n <= MOE_MEASURE_ROUNDS). */
+/* The median of n values (1 <= n <= MOE_MEASURE_ROUNDS). */
 static double median(double *v, int n)
 {
     for (int i = 1; i < n; i++)
@@ -219,56 +226,93 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Runs every candidate MOE_MEASURE_ROUNDS times, round after round (so a slow spell of
-   the machine falls on every candidate alike, not on one), and picks the smallest median
-   of the agreed times. */
+/* Runs candidate i once and agrees its time; the first full baseline run also gives the
+   FFN's rate (*ffn: 0 until then). */
+static incmoe_status_t run_candidate(incmoe_moe_t *L, const moe_inputs_t *in, const cands_t *c,
+                                     int i, double *ms_p, double *ffn)
+{
+    double t0 = inc_now_ms();
+    incmoe_status_t st = run_path(L, &c->p[i], in);
+    if (st != INCMOE_OK)
+        return st;
+    double flop_s = *ffn > 0 ? 0 : ffn_rate(L, &c->p[i], in->tmax);
+    *ms_p = inc_now_ms() - t0 + hook_ms(L, &c->p[i]);
+    if ((st = agree(L, ms_p, &flop_s)) != INCMOE_OK)
+        return st;
+    if (*ffn <= 0 && flop_s > 0) {
+        *ffn = flop_s;
+        calib_ffn_measured(L, flop_s);
+    }
+    return INCMOE_OK;
+}
+
+/* Keeps the candidates whose first run is within MOE_PRUNE_RATIO of the fastest first run
+   (the same on every rank: the times are agreed); returns how many. */
+static int prune(int n, double ms[][MOE_MEASURE_ROUNDS], int *keep)
+{
+    double fastest = ms[0][0];
+    for (int i = 1; i < n; i++)
+        if (ms[i][0] < fastest)
+            fastest = ms[i][0];
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        keep[i] = ms[i][0] < MOE_PRUNE_RATIO * fastest || ms[i][0] == fastest;
+        kept += keep[i];
+    }
+    return kept;
+}
+
+/* Runs every candidate once, then the close ones (prune) again, round after round (so a
+   slow spell of the machine falls on every candidate alike, not on one), while two or
+   more are close; picks the smallest median of the agreed times among the close ones.
+   *runs_p: the forwards it ran. */
 static incmoe_status_t measure(incmoe_moe_t *L, const moe_inputs_t *in, const cands_t *c,
-                               int *best_p)
+                               int *best_p, int *runs_p)
 {
     double ms[MOE_MAX_PATHS][MOE_MEASURE_ROUNDS], med[MOE_MAX_PATHS], ffn = 0;
-    for (int r = 0; r < MOE_MEASURE_ROUNDS; r++) {
+    int keep[MOE_MAX_PATHS], nrun[MOE_MAX_PATHS] = {0}, kept = c->n;
+    *runs_p = 0;
+    for (int r = 0; r < MOE_MEASURE_ROUNDS && (r == 0 || kept > 1); r++) {
         for (int i = 0; i < c->n; i++) {
-            double t0 = inc_now_ms();
-            incmoe_status_t st = run_path(L, &c->p[i], in);
+            if (r > 0 && !keep[i])
+                continue;
+            incmoe_status_t st = run_candidate(L, in, c, i, &ms[i][r], &ffn);
             if (st != INCMOE_OK)
                 return st;
-            double flop_s = ffn > 0 ? 0 : ffn_rate(L, &c->p[i], in->tmax);
-            ms[i][r] = inc_now_ms() - t0 + hook_ms(L, &c->p[i]);
-            if ((st = agree(L, &ms[i][r], &flop_s)) != INCMOE_OK)
-                return st;
-            if (ffn <= 0 && flop_s > 0) {
-                ffn = flop_s;
-                calib_ffn_measured(L, flop_s);
-            }
+            nrun[i]++;
+            (*runs_p)++;
         }
+        if (r == 0)
+            kept = prune(c->n, ms, keep);
     }
-    int best = 0;
+    int best = -1;
     for (int i = 0; i < c->n; i++) {
-        med[i] = median(ms[i], MOE_MEASURE_ROUNDS);
-        if (med[i] < med[best])
+        med[i] = median(ms[i], nrun[i]);
+        if (keep[i] && (best < 0 || med[i] < med[best]))
             best = i;
     }
-    log_choice(L, c, med, best, in->tmax);
+    log_choice(L, c, med, nrun, best, in->tmax);
     *best_p = best;
     return INCMOE_OK;
 }
 
 incmoe_status_t choose_path(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_mode_t mode,
-                            incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p)
+                            incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p,
+                            int *runs_p)
 {
     cands_t c;
     incmoe_status_t st = candidates(L, mode, routing, &c);
     if (st != INCMOE_OK)
         return st;
-    *ran_p = 0;
+    *ran_p = *runs_p = 0;
     uint32_t key = cands_key(&c);
     int kept = c.n == 1 ? -1 : choice_find(L, key, in->counts);
     if (c.n == 1 || kept >= 0) {
         *path_p = c.n == 1 ? c.p[0] : L->choice[kept].path;
         return INCMOE_OK;
     }
-    int best;
-    if ((st = measure(L, in, &c, &best)) != INCMOE_OK)
+    int best, runs;
+    if ((st = measure(L, in, &c, &best, &runs)) != INCMOE_OK)
         return st;
     unsigned at = L->choice_next++ % MOE_MAX_CHOICES;
     L->choice[at].valid = 1;
@@ -278,5 +322,6 @@ incmoe_status_t choose_path(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_
         L->choice[at].counts[s] = (size_t)in->counts[s];
     *path_p = c.p[best];
     *ran_p = c.n;
+    *runs_p = runs;
     return INCMOE_OK;
 }

@@ -15,11 +15,14 @@ void choose_lanes(const incmoe_moe_t *L, int *first_p, int *n_p);
 /*
  * Collective.  The path for mode and routing (each may be auto) on the lanes the layer's
  * path allows.  With one candidate, or a choice kept for these asks and counts, *path_p is
- * it and *ran_p 0.  Otherwise every candidate runs three times on the forward's inputs
- * (*ran_p: how many candidates; the output is the last run's), each run's time is agreed
- * as the slowest rank's and *path_p is the one of smallest median (the first of equals).
+ * it and *ran_p and *runs_p 0.  Otherwise every candidate runs once on the forward's
+ * inputs, and those within 1.5x of the fastest of them up to twice more (*ran_p: how many
+ * candidates, *runs_p: how many forwards; the output is the last run's); each run's time
+ * is agreed as the slowest rank's and *path_p is the close one of smallest median (the
+ * first of equals).
  */
 incmoe_status_t choose_path(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_mode_t mode,
-                            incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p);
+                            incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p,
+                            int *runs_p);
 
 #endif

@@ -352,14 +352,15 @@ static int fwd_measures(const incmoe_moe_t *L, incmoe_moe_mode_t mode, incmoe_mo
 }
 
 /* Picks the path (measuring the candidates if choose.c must) and runs it unless measuring
-   did; *ran_p: how many paths ran to choose. */
+   did; *ran_p: how many paths ran to choose, *runs_p: in how many forwards. */
 static incmoe_status_t fwd_run(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_mode_t mode,
-                               incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p)
+                               incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p,
+                               int *runs_p)
 {
     incmoe_status_t st;
-    *ran_p = 0;
+    *ran_p = *runs_p = 0;
     if (fwd_measures(L, mode, routing)) {
-        st = choose_path(L, in, mode, routing, path_p, ran_p);
+        st = choose_path(L, in, mode, routing, path_p, ran_p, runs_p);
     } else {
         int n;
         choose_lanes(L, &path_p->lane, &n);
@@ -455,9 +456,9 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
         L->counts[s] = (size_t)in.counts[s];
     double t_exchanged = inc_now_ms();
     moe_path_t path;
-    int ran;
+    int ran, runs;
     st = fwd_run(L, &in, (incmoe_moe_mode_t)mine.mode, (incmoe_moe_routing_t)mine.routing, &path,
-                 &ran);
+                 &ran, &runs);
     if (st != INCMOE_OK) {
         memset(&L->timing, 0, sizeof(L->timing));
         return st;
@@ -469,6 +470,7 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
     L->timing.algo = L->lanes[path.lane].algo;
     L->timing.mode = path.mode;
     L->timing.measured = ran;
+    L->timing.measure_runs = runs;
     return INCMOE_OK;
 }
 

@@ -196,6 +196,58 @@ TEST(MoeAuto, PicksInNetworkWhereItIsFaster)
     expect_algo_chosen("ring=10000,a2a=10000", INCMOE_ALGO_INC);
 }
 
+namespace
+{
+
+/* A layer with everything left to it, one forward measured with `slow` on rank 1 only: the
+   paths it measured, the forwards that took, and what it chose. */
+std::string measure_once(int rank, Rank &r, const char *slow, incmoe_moe_timing_t *t)
+{
+    if (rank == 1)
+        setenv("INCMOE_MOE_TEST_PATH_MS", slow, 1);
+    moeref::Problem p = moeref::make_problem(small_shape(), {9, 4, 13, 2}, 35);
+    Layer l;
+    layer_params(&l, p, r.comm, rank);
+    incmoe_moe_params_ext_t ext =
+        path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO, INCMOE_MOE_ROUTING_AUTO);
+    incmoe_moe_t *L;
+    incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
+    if (st != INCMOE_OK)
+        return std::string("create_ex: ") + incmoe_strerror(st);
+    std::string err = forward_checked(L, p, rank, t);
+    incmoe_moe_destroy(L);
+    return err;
+}
+
+} // namespace
+
+/* The paths whose first run took 1.5x the fastest's or more run once and are not chosen;
+   only the close ones run three times.  The hook's milliseconds dwarf the real times, so
+   which paths are close is known: one (ring/baseline/full) or two (ring with full routing,
+   whose 5 s put both within 1.5x of each other and every other path past 25 s). */
+TEST(MoeAuto, PathsFarFromTheFastestRunOnce)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        incmoe_moe_timing_t t;
+        std::string err =
+            measure_once(rank, r, "inc=20000,a2a=20000,pipelined=20000,masked=20000", &t);
+        if (!err.empty())
+            return err;
+        if (t.measured != 12 || t.measure_runs != 12 || t.algo != INCMOE_ALGO_RING ||
+            t.mode != INCMOE_MOE_BASELINE || t.routing != INCMOE_MOE_ROUTING_FULL)
+            return "one close path: ran " + path_str(t) + " in " + std::to_string(t.measure_runs) +
+                   " forwards, expected ring/baseline/full measured 12 in 12";
+        if ((err = measure_once(rank, r, "ring=5000,inc=25000,a2a=25000,masked=25000", &t)) != "")
+            return err;
+        if (t.measured != 12 || t.measure_runs != 12 + 2 * 2 || t.algo != INCMOE_ALGO_RING ||
+            t.routing != INCMOE_MOE_ROUTING_FULL)
+            return "two close paths: ran " + path_str(t) + " in " + std::to_string(t.measure_runs) +
+                   " forwards, expected ring with full routing "
+                   "measured 12 in 16";
+        return "";
+    });
+}
+
 /* A path forced by the parameters runs as forced and measures nothing; a forward's mode and
    routing force those for that forward, leaving the algorithm to the layer. */
 TEST(MoeAuto, ForcingWorks)

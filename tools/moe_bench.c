@@ -2,7 +2,8 @@
  * moe_bench.c - incmoe-moe-bench, the INC-MoE layer benchmark (paper Figures 1 and 7).
  *
  *   incmoe-moe-bench [-N 4] [-t 64,256,1024] [-E 16] [-k 4] [-H 512] [-I 256] [-d float]
- *                    [-b BANDS] [--model olmoe] [--algo inc,ring,a2a] [--routing full,masked]
+ *                    [-b BANDS] [--model olmoe] [--algo inc,ring,a2a,auto]
+ *                    [--mode baseline,pipelined,auto] [--routing full,masked,auto]
  *                    [--route uniform|zipf:S] [--seed S] [-n 5] [-w 2] [--link-mbps BW]
  *                    [--depth D] [--no-verify] [--backend cpu|cuda] [--ranks-in-process]
  *   incmoe-moe-bench --switch HOST:PORT --rank R -N N [--job ID] ...  (one rank of a job)
@@ -11,8 +12,11 @@
  * MoE layer in baseline mode (AllGather, every expert, ReduceScatter: vLLM's
  * default expert-parallel path; with masked routing dispatch, every expert,
  * combine: the all-to-all baseline on the a2a algorithm) and in pipelined mode
- * (INC-MoE's band pipeline), checks the outputs (per-token cosine similarity
- * between the modes and a relative error against an fp64 evaluation of
+ * (INC-MoE's band pipeline), or in the modes --mode names (auto: the layer
+ * measures both on its first forward and keeps the faster; --algo auto: it
+ * measures the algorithms too, on communicators it holds beside an in-network
+ * one, and the table names the path it ran), checks the outputs (per-token
+ * cosine similarity against baseline mode and a relative error against an fp64 evaluation of
  * Equation (1) on sample tokens), and prints the layer time, tokens/s per rank
  * and the speedup over the ring baseline, then the ratios the MoE targets of
  * issue 18 name.  Embedded (no --rank) it starts incmoe-switchd on loopback and

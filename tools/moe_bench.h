@@ -17,8 +17,12 @@
 
 #define MAX_T     32
 #define MAX_RANKS 64
-#define NALGO     3 /* results are indexed by incmoe_algo_t: inc, ring, a2a */
-#define NROUTING  3 /* and by incmoe_moe_routing_t: full, masked, auto */
+/* Results are indexed by incmoe_algo_t (inc, ring, a2a), then MB_ALGO_AUTO: the layer's
+   choice among the three (incmoe_moe_path_t's INCMOE_MOE_ALGO_AUTO); */
+#define NALGO        4
+#define MB_ALGO_AUTO 3
+#define NROUTING     3 /* by incmoe_moe_routing_t: full, masked, auto */
+#define NMODE        3 /* and by incmoe_moe_mode_t: baseline, pipelined, auto */
 
 typedef struct {
     int nranks, rank; /* rank -1: embedded */
@@ -29,6 +33,7 @@ typedef struct {
     int depth; /* INCMOE_MOE_DEPTH, 0: the setting's */
     int algos[NALGO], nalgos;
     int routings[NROUTING], nroutings;
+    int modes[NMODE], nmodes;
     double zipf;   /* --route zipf:S: S; 0 uniform */
     uint64_t seed; /* --seed: 0 draws the tokens as before routing existed */
     const char *switch_addr;
@@ -44,14 +49,14 @@ typedef struct {
     int algo, routing, ti, mode;
     int used;       /* the routing the forwards ran (auto resolved) */
     double ms;      /* median layer time; -1: the algorithm has no dispatch and combine */
-    double cos_min; /* pipelined vs baseline (pipelined rows only) */
+    double cos_min; /* this mode's output vs baseline's (not the baseline's own rows) */
     double ref_err; /* worst sample-token relative error against fp64 */
     /* Baseline phases (medians): header exchange, AllGather or dispatch, FFN, ReduceScatter
        or combine. */
     double ex_ms, out_ms, ffn_ms, back_ms;
     /* This rank's tokens: other ranks a token goes to (k-bar), share needed elsewhere (u). */
     double kbar, ufrac;
-    char cfg[96];
+    char cfg[96]; /* pipelined: its configuration; with auto algo or mode: the path run */
 } result_t;
 
 /* What mb_reference_token computes in: an expert's matrix and its SwiGLU rows. */

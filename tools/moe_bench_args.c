@@ -20,8 +20,13 @@ void mb_usage(void)
            "  -d TYPE            float, half or bfloat16 (default float)\n"
            "  -b BANDS           bands of the pipeline, 1..256 (default 0: chosen automatically)\n"
            "  --model olmoe      OLMoE-1B-7B's shape: E=64 k=8 H=2048 I=1024\n"
-           "  --algo LIST        collective algorithms to run, of inc, ring, a2a (default\n"
+           "  --algo LIST        collective algorithms to run, of inc, ring, a2a, and auto:\n"
+           "                     the layer's measured choice among the three (default\n"
            "                     inc,ring)\n"
+           "  --mode LIST        the layer's modes, of baseline, pipelined, auto: the\n"
+           "                     faster of the two, measured by the layer on the first\n"
+           "                     forward, a warm-up with -w 1 or more (default\n"
+           "                     baseline,pipelined)\n"
            "  --routing LIST     the layer's routings, of full, masked, auto (default full)\n"
            "  --route R          expert choice: uniform, or zipf:S (popularity (e+1)^-S);\n"
            "                     experts placed contiguously, rank 0 holding the most popular\n"
@@ -119,11 +124,25 @@ static int algo_arg(void *dst, const char *flag, const char *text)
 {
     opts_t *o = dst;
     /* By incmoe_algo_t. */
-    static const char *const names[NALGO] = {"inc", "ring", "a2a"};
+    static const char *const names[NALGO] = {"inc", "ring", "a2a", "auto"};
     o->nalgos = name_list(text, names, NALGO, o->algos);
     if (o->nalgos <= 0) {
-        fprintf(stderr, "incmoe-moe-bench: --algo takes a list of inc, ring and a2a, e.g. "
-                        "inc,a2a\n");
+        fprintf(stderr, "incmoe-moe-bench: --algo takes a list of inc, ring and a2a, or auto "
+                        "(the layer's choice), e.g. inc,a2a,auto\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int mode_arg(void *dst, const char *flag, const char *text)
+{
+    opts_t *o = dst;
+    /* By incmoe_moe_mode_t. */
+    static const char *const names[NMODE] = {"baseline", "pipelined", "auto"};
+    o->nmodes = name_list(text, names, NMODE, o->modes);
+    if (o->nmodes <= 0) {
+        fprintf(stderr, "incmoe-moe-bench: --mode takes a list of baseline, pipelined and auto, "
+                        "e.g. baseline,auto\n");
         return -1;
     }
     return 0;
@@ -219,7 +238,9 @@ int mb_parse_args(int argc, char **argv, opts_t *o)
                   .algos = {INCMOE_ALGO_RING, INCMOE_ALGO_INC},
                   .nalgos = 2,
                   .routings = {INCMOE_MOE_ROUTING_FULL},
-                  .nroutings = 1};
+                  .nroutings = 1,
+                  .modes = {INCMOE_MOE_BASELINE, INCMOE_MOE_PIPELINED},
+                  .nmodes = 2};
     const inc_arg_t args[] = {
         {"-N", NULL, INC_ARG_INT, 1, MAX_RANKS, &o->nranks},
         {"-t", NULL, INC_ARG_FN, .dst = o, .fn = tokens_arg},
@@ -234,6 +255,7 @@ int mb_parse_args(int argc, char **argv, opts_t *o)
         {"--model", NULL, INC_ARG_FN, .dst = o, .fn = model_arg},
         {"--algo", NULL, INC_ARG_FN, .dst = o, .fn = algo_arg},
         {"--routing", NULL, INC_ARG_FN, .dst = o, .fn = routing_arg},
+        {"--mode", NULL, INC_ARG_FN, .dst = o, .fn = mode_arg},
         {"--route", NULL, INC_ARG_FN, .dst = &o->zipf, .fn = route_arg},
         {"--seed", NULL, INC_ARG_FN, .dst = &o->seed, .fn = seed_arg},
         {"--switch", NULL, INC_ARG_TEXT, .dst = &o->switch_addr},
@@ -268,6 +290,12 @@ int mb_check_opts(const opts_t *o)
         return -1;
     }
 #endif
+    for (int i = 0; i < o->nalgos; i++)
+        if (o->algos[i] == MB_ALGO_AUTO && o->backend != INCMOE_MOE_BACKEND_CPU) {
+            fprintf(stderr, "incmoe-moe-bench: --algo auto: only the cpu backend runs other "
+                            "algorithms than its communicator's\n");
+            return -1;
+        }
     if (o->in_process && o->rank >= 0) {
         fprintf(stderr, "incmoe-moe-bench: --ranks-in-process runs every rank; drop --rank\n");
         return -1;

@@ -16,23 +16,25 @@
 #include <cuda_runtime_api.h>
 #endif
 
-static incmoe_comm_t *join(const opts_t *o, int rank, int algo)
+/* The job of one algorithm (MB_ALGO_AUTO: an in-network communicator, beside which the
+   layer holds the others); *p keeps the parameters, which the auto layer's path names. */
+static incmoe_comm_t *join(const opts_t *o, int rank, int algo, incmoe_comm_params_t *p)
 {
-    incmoe_comm_params_t p;
-    memset(&p, 0, sizeof(p));
-    p.switch_addr = o->switch_addr;
-    p.job_id = o->job * NALGO + (uint64_t)algo;
-    p.rank = rank;
-    p.nranks = o->nranks;
-    p.field_mask = INCMOE_COMM_PARAM_ALGO;
-    p.algo = (incmoe_algo_t)algo;
+    memset(p, 0, sizeof(*p));
+    p->switch_addr = o->switch_addr;
+    p->job_id = o->job * NALGO + (uint64_t)algo;
+    p->rank = rank;
+    p->nranks = o->nranks;
+    p->field_mask = INCMOE_COMM_PARAM_ALGO;
+    p->algo = algo == MB_ALGO_AUTO ? INCMOE_ALGO_INC : (incmoe_algo_t)algo;
     incmoe_comm_t *comm;
-    incmoe_status_t st = incmoe_comm_create(&p, &comm);
+    incmoe_status_t st = incmoe_comm_create(p, &comm);
     if (st != INCMOE_OK) {
         fprintf(stderr, "rank %d: joining the %s job failed: %s\n", rank,
                 algo == INCMOE_ALGO_INC    ? "in-network"
                 : algo == INCMOE_ALGO_RING ? "ring"
-                                           : "a2a",
+                : algo == INCMOE_ALGO_A2A  ? "a2a"
+                                           : "in-network (auto)",
                 incmoe_strerror(st));
         return NULL;
     }
@@ -229,7 +231,10 @@ static void share_device(const opts_t *o, incmoe_moe_params_t *p)
 
 /* --- the layer and its measurements */
 
-static incmoe_moe_t *layer_create(const bench_t *b, incmoe_comm_t *comm)
+/* cp: the parameters comm was made with; with algo MB_ALGO_AUTO the layer's path leaves the
+   algorithm, and the mode and routing forwards do not force, to the layer. */
+static incmoe_moe_t *layer_create(const bench_t *b, incmoe_comm_t *comm, int algo,
+                                  const incmoe_comm_params_t *cp)
 {
     const opts_t *o = b->o;
     incmoe_moe_params_t p;
@@ -247,13 +252,32 @@ static incmoe_moe_t *layer_create(const bench_t *b, incmoe_comm_t *comm)
     p.config.nbands = o->bands;
     p.backend = o->backend;
     share_device(o, &p);
+    incmoe_moe_params_ext_t ext;
+    memset(&ext, 0, sizeof(ext));
+    if (algo == MB_ALGO_AUTO) {
+        ext.field_mask = INCMOE_MOE_PARAM_PATH;
+        ext.path = (incmoe_moe_path_t){.algo = INCMOE_MOE_ALGO_AUTO,
+                                       .mode = INCMOE_MOE_AUTO,
+                                       .routing = INCMOE_MOE_ROUTING_AUTO,
+                                       .comm_params = cp};
+    }
     incmoe_moe_t *L;
-    incmoe_status_t st = incmoe_moe_create(&p, &L);
+    incmoe_status_t st = incmoe_moe_create_ex(&p, algo == MB_ALGO_AUTO ? &ext : NULL, &L);
     if (st != INCMOE_OK) {
         fprintf(stderr, "rank %d: layer create failed: %s\n", b->rank, incmoe_strerror(st));
         return NULL;
     }
     return L;
+}
+
+/* "path ALGO/MODE/ROUTING": what a forward with something left to the layer ran (a layer
+   without a path names no algorithm: the row's). */
+static void path_text(result_t *res, const incmoe_moe_timing_t *tm)
+{
+    static const char *const algos[] = {"inc", "ring", "a2a"};
+    int a = tm->algo >= 0 && tm->algo < 3 ? tm->algo : res->algo;
+    snprintf(res->cfg, sizeof(res->cfg), "path %s/%s/%s", a >= 0 && a < 3 ? algos[a] : "comm",
+             incmoe_moe_mode_name(tm->mode), incmoe_moe_routing_name(tm->routing));
 }
 
 /* The warm-up and timed forwards of one mode: the medians of the layer time and of the
@@ -278,6 +302,8 @@ static int time_forwards(bench_t *b, incmoe_moe_t *L, const incmoe_moe_forward_p
         incmoe_moe_timing_t tm;
         incmoe_moe_last_timing_ex(L, &tm, sizeof(tm));
         res->used = (int)tm.routing;
+        if (res->algo == MB_ALGO_AUTO || res->mode == INCMOE_MOE_AUTO)
+            path_text(res, &tm);
         if (it < o->warmup)
             continue;
         int masked = tm.routing == INCMOE_MOE_ROUTING_MASKED;
@@ -341,12 +367,45 @@ static void result_write(FILE *out, const result_t *res)
     fflush(out);
 }
 
-/* One token count (index ti) with one routing in both modes: timed, then checked, then
-   written out. */
+/* A mode's outputs (in b->outh): baseline mode's kept as b->base; another mode's checked
+   against them where baseline ran before, and against fp64 on sample tokens. */
+static void check_mode(bench_t *b, int T, int have_base, result_t *res)
+{
+    const opts_t *o = b->o;
+    if (res->mode == INCMOE_MOE_BASELINE) {
+        memcpy(b->base, b->outh, (size_t)T * o->H * b->es);
+        return;
+    }
+    if (!o->verify)
+        return;
+    if (have_base)
+        res->cos_min = cosine_min(b, T);
+    res->ref_err = reference_error(b, T);
+}
+
+/* The pipelined configuration column: the layer's for these counts, unless the path the
+   forwards ran says more (auto). */
+static void config_column(incmoe_moe_t *L, const int *counts, result_t *res)
+{
+    if (res->cfg[0] != '\0')
+        return;
+    if (res->mode != INCMOE_MOE_PIPELINED) {
+        snprintf(res->cfg, sizeof(res->cfg), "-");
+        return;
+    }
+    incmoe_moe_config_t c;
+    incmoe_moe_config_for(L, counts, &c);
+    if (res->used == INCMOE_MOE_ROUTING_MASKED) /* one combine a band (incmoe_moe.h) */
+        c.reduce_workers = 1, c.tail_bands = 0;
+    incmoe_moe_config_str(&c, res->cfg, sizeof(res->cfg));
+}
+
+/* One token count (index ti) with one routing in each mode of --mode: timed, then checked,
+   then written out. */
 static int run_routing(bench_t *b, incmoe_moe_t *L, int algo, int routing, int ti)
 {
     const opts_t *o = b->o;
-    int T = o->tokens[ti], counts[MAX_RANKS];
+    int T = o->tokens[ti], counts[MAX_RANKS], have_base = 0;
     for (int r = 0; r < o->nranks; r++)
         counts[r] = T;
     incmoe_moe_forward_params_t f = {
@@ -359,39 +418,31 @@ static int run_routing(bench_t *b, incmoe_moe_t *L, int algo, int routing, int t
         .counts = counts,
         .stream = b->in.stream,
         .routing = (incmoe_moe_routing_t)routing};
-    for (int mode = INCMOE_MOE_BASELINE; mode <= INCMOE_MOE_PIPELINED; mode++) {
-        result_t res = {
-            .algo = algo, .routing = routing, .ti = ti, .mode = mode, .cos_min = 1, .ref_err = 0};
+    for (int mi = 0; mi < o->nmodes; mi++) {
+        result_t res = {.algo = algo,
+                        .routing = routing,
+                        .ti = ti,
+                        .mode = o->modes[mi],
+                        .cos_min = 1,
+                        .ref_err = 0};
         mb_routing_stats(o, b->rank, T, b->ids, &res.kbar, &res.ufrac);
         void *out_p = NULL;
-        f.mode = (incmoe_moe_mode_t)mode;
+        f.mode = (incmoe_moe_mode_t)res.mode;
         int rc = time_forwards(b, L, &f, &res, &out_p);
         if (rc == 2) { /* no dispatch and combine: the row says so */
             res.ms = -1;
             snprintf(res.cfg, sizeof(res.cfg), "-");
-            for (res.mode = INCMOE_MOE_BASELINE; res.mode <= INCMOE_MOE_PIPELINED; res.mode++)
-                result_write(b->out, &res);
+            for (int mj = 0; mj < o->nmodes; mj++)
+                res.mode = o->modes[mj], result_write(b->out, &res);
             return 0;
         }
         if (rc != 0)
             return 1;
-        if (mode == INCMOE_MOE_PIPELINED) {
-            incmoe_moe_config_t c;
-            incmoe_moe_config_for(L, counts, &c);
-            if (res.used == INCMOE_MOE_ROUTING_MASKED) /* one combine a band (incmoe_moe.h) */
-                c.reduce_workers = 1, c.tail_bands = 0;
-            incmoe_moe_config_str(&c, res.cfg, sizeof(res.cfg));
-        } else {
-            snprintf(res.cfg, sizeof(res.cfg), "-");
-        }
+        config_column(L, counts, &res);
         if (output_fetch(b, out_p, (size_t)T * o->H * b->es) != 0)
             return 1;
-        if (mode == INCMOE_MOE_BASELINE) {
-            memcpy(b->base, b->outh, (size_t)T * o->H * b->es);
-        } else if (o->verify) {
-            res.cos_min = cosine_min(b, T);
-            res.ref_err = reference_error(b, T);
-        }
+        check_mode(b, T, have_base, &res);
+        have_base |= res.mode == INCMOE_MOE_BASELINE;
         result_write(b->out, &res);
     }
     return 0;
@@ -413,10 +464,11 @@ static int run_point(bench_t *b, incmoe_moe_t *L, int algo, int ti)
 static int run_algo(bench_t *b, int algo, int first)
 {
     int rc = 1;
-    incmoe_comm_t *comm = join(b->o, b->rank, algo);
+    incmoe_comm_params_t cp;
+    incmoe_comm_t *comm = join(b->o, b->rank, algo, &cp);
     if (comm == NULL)
         return 1;
-    incmoe_moe_t *L = layer_create(b, comm);
+    incmoe_moe_t *L = layer_create(b, comm, algo, &cp);
     if (L == NULL)
         goto out_destroy_comm;
     if (b->rank == 0 && first) {

@@ -30,26 +30,32 @@ static double tol_of(incmoe_dtype_t dt)
 
 static const char *algo_name(int algo)
 {
-    return algo == INCMOE_ALGO_RING ? "ring" : algo == INCMOE_ALGO_A2A ? "a2a" : "inc";
+    return algo == INCMOE_ALGO_RING  ? "ring"
+           : algo == INCMOE_ALGO_A2A ? "a2a"
+           : algo == MB_ALGO_AUTO    ? "auto"
+                                     : "inc";
 }
 
 /* Every rank's results folded per (algorithm, routing, token count): the slowest rank's times
    and the worst rank's checks, as the table prints them. */
 typedef struct {
-    int have[NALGO][NROUTING][MAX_T][2];  /* per mode: some rank reported it */
-    double ms[NALGO][NROUTING][MAX_T][2]; /* per mode: layer time (-1: no dispatch/combine) */
+    int have[NALGO][NROUTING][MAX_T][NMODE];  /* per mode: some rank reported it */
+    double ms[NALGO][NROUTING][MAX_T][NMODE]; /* per mode: layer time (-1: no dispatch/combine) */
     /* baseline: exchange, AllGather or dispatch, FFN, ReduceScatter or combine */
     double phase[NALGO][NROUTING][MAX_T][4];
-    double cos[NALGO][NROUTING][MAX_T], err[NALGO][NROUTING][MAX_T];    /* pipelined */
+    /* the worst over the modes: cosine against baseline mode, error against fp64 */
+    double cos[NALGO][NROUTING][MAX_T], err[NALGO][NROUTING][MAX_T];
     double kbar[NALGO][NROUTING][MAX_T], ufrac[NALGO][NROUTING][MAX_T]; /* mean over ranks */
     int nranks[NALGO][NROUTING][MAX_T];                                 /* that reported them */
     int used[NALGO][NROUTING][MAX_T];                                   /* the routing run */
-    char cfg[NALGO][NROUTING][MAX_T][96];
+    char cfg[NALGO][NROUTING][MAX_T][NMODE][96]; /* config or path, per mode (alike on all ranks) */
+    int stats_mode; /* the mode whose rows' routing statistics are averaged: the first run */
 } table_t;
 
-static void table_fold(table_t *tb, const result_t *all, int n)
+static void table_fold(const opts_t *o, table_t *tb, const result_t *all, int n)
 {
     memset(tb, 0, sizeof(*tb));
+    tb->stats_mode = o->modes[0];
     for (int a = 0; a < NALGO; a++)
         for (int g = 0; g < NROUTING; g++)
             for (int t = 0; t < MAX_T; t++)
@@ -62,18 +68,20 @@ static void table_fold(table_t *tb, const result_t *all, int n)
             tb->ms[a][g][t][r->mode] = r->ms;
         tb->have[a][g][t][r->mode] = 1;
         tb->used[a][g][t] = r->used;
+        /* Every mode's rows carry the ranks' routing statistics; count them from one. */
         if (r->mode == INCMOE_MOE_BASELINE) {
             double v[4] = {r->ex_ms, r->out_ms, r->ffn_ms, r->back_ms};
             for (int k = 0; k < 4; k++)
                 tb->phase[a][g][t][k] = fmax(tb->phase[a][g][t][k], v[k]);
+        }
+        if (r->mode == tb->stats_mode) {
             tb->kbar[a][g][t] += r->kbar;
             tb->ufrac[a][g][t] += r->ufrac;
             tb->nranks[a][g][t]++;
-        } else {
-            tb->cos[a][g][t] = fmin(tb->cos[a][g][t], r->cos_min);
-            tb->err[a][g][t] = fmax(tb->err[a][g][t], r->ref_err);
-            snprintf(tb->cfg[a][g][t], sizeof(tb->cfg[0][0][0]), "%s", r->cfg);
         }
+        tb->cos[a][g][t] = fmin(tb->cos[a][g][t], r->cos_min);
+        tb->err[a][g][t] = fmax(tb->err[a][g][t], r->ref_err);
+        snprintf(tb->cfg[a][g][t][r->mode], sizeof(tb->cfg[0][0][0][0]), "%s", r->cfg);
     }
     for (int a = 0; a < NALGO; a++)
         for (int g = 0; g < NROUTING; g++)
@@ -110,10 +118,10 @@ static void table_header(const opts_t *o)
         o->in_process ? ", ranks in one process" : "", o->zipf > 0 ? "zipf" : "uniform", o->iters);
     if (o->zipf > 0)
         printf("route zipf:%g, seed %llu\n", o->zipf, (unsigned long long)o->seed);
-    printf("%8s %-5s %-13s %10s %10s %11s %11s %9s %9s %6s %9s %10s %10s %9s  %s\n", "tok/rank",
-           "algo", "routing", "base_ms", "pipe_ms", "base_tok/s", "pipe_tok/s", "pipe/base",
-           "vs_ring_b", "k-bar", "ideal_ms", "pipe/ideal", "min_cos", "ref_err",
-           "pipelined config");
+    printf("%8s %-5s %-13s %10s %10s %10s %11s %11s %9s %9s %6s %9s %10s %10s %9s  %s\n",
+           "tok/rank", "algo", "routing", "base_ms", "pipe_ms", "auto_ms", "base_tok/s",
+           "pipe_tok/s", "pipe/base", "vs_ring_b", "k-bar", "ideal_ms", "pipe/ideal", "min_cos",
+           "ref_err", "pipelined config; paths run where auto");
 }
 
 /* The routing column: the one asked for, and for auto the one it ran. */
@@ -125,39 +133,73 @@ static void routing_label(int asked, int used, char *buf, size_t len)
         snprintf(buf, len, "%s", incmoe_moe_routing_name((incmoe_moe_routing_t)asked));
 }
 
+/* A number of the table, or "-" where it has none (a mode not run, or a ratio without both
+   of its sides). */
+static const char *cell(char *buf, size_t len, const char *fmt, double v, int have)
+{
+    if (have)
+        snprintf(buf, len, fmt, v);
+    else
+        snprintf(buf, len, "-");
+    return buf;
+}
+
+/* The last column: pipelined mode's configuration, and the path each mode left to the layer
+   ran ("baseline: path ...", "auto: path ..."). */
+static void last_column(const table_t *tb, int a, int g, int t, char *buf, size_t len)
+{
+    static const char *const names[NMODE] = {"baseline", "pipelined", "auto"};
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int m = 0; m < NMODE && at < len; m++) {
+        const char *c = tb->cfg[a][g][t][m];
+        if (!tb->have[a][g][t][m] || c[0] == '\0' || strcmp(c, "-") == 0)
+            continue;
+        int path = strncmp(c, "path ", 5) == 0;
+        at += (size_t)snprintf(buf + at, len - at, "%s%s%s%s", at ? "; " : "", path ? names[m] : "",
+                               path ? ": " : "", c);
+    }
+    if (at == 0)
+        snprintf(buf, len, "-");
+}
+
 /* The row of algorithm a with routing g at token count index t: 1 when its outputs passed the
    checks (or the algorithm has no dispatch and combine, which the row says). */
 static int table_row(const opts_t *o, const table_t *tb, int t, int a, int g)
 {
     int T = o->tokens[t];
-    char route[24];
+    char route[24], c[9][32], last[320];
     routing_label(g, tb->used[a][g][t], route, sizeof(route));
-    if (!tb->have[a][g][t][0] || !tb->have[a][g][t][1]) {
-        printf("%8d %-5s %-13s   (missing results)\n", T, algo_name(a), route);
-        return 0;
+    for (int i = 0; i < o->nmodes; i++) {
+        int m = o->modes[i];
+        if (!tb->have[a][g][t][m]) {
+            printf("%8d %-5s %-13s   (missing results)\n", T, algo_name(a), route);
+            return 0;
+        }
+        if (tb->ms[a][g][t][m] < 0) {
+            printf("%8d %-5s %-13s   (the algorithm has no dispatch and combine in this build)\n",
+                   T, algo_name(a), route);
+            return 1;
+        }
     }
-    double b = tb->ms[a][g][t][0], p = tb->ms[a][g][t][1];
-    if (b < 0 || p < 0) {
-        printf("%8d %-5s %-13s   (the algorithm has no dispatch and combine in this build)\n", T,
-               algo_name(a), route);
-        return 1;
-    }
+    int hb = tb->have[a][g][t][0], hp = tb->have[a][g][t][1], ha = tb->have[a][g][t][2];
+    double b = tb->ms[a][g][t][0], p = tb->ms[a][g][t][1], au = tb->ms[a][g][t][2];
     int good =
         o->verify ? (tb->cos[a][g][t] >= 0.99999 && tb->err[a][g][t] <= tol_of(o->dtype)) : 1;
-    char vs[32] = "-";
     const int full = INCMOE_MOE_ROUTING_FULL;
     double ringb =
         tb->have[INCMOE_ALGO_RING][full][t][0] ? tb->ms[INCMOE_ALGO_RING][full][t][0] : 0;
-    if (ringb > 0)
-        snprintf(vs, sizeof(vs), "%.2fx", ringb / p);
     int masked = tb->used[a][g][t] == INCMOE_MOE_ROUTING_MASKED;
     double ideal =
         ideal_ms(a, masked, o->nranks, tb->kbar[a][g][t], tb->ufrac[a][g][t], tb->phase[a][g][t]);
-    printf("%8d %-5s %-13s %10.3f %10.3f %11.0f %11.0f %8.2fx %9s %6.2f %9.3f %9.2fx %10.7f "
-           "%9.2e  %s%s\n",
-           T, algo_name(a), route, b, p, T / (b * 1e-3), T / (p * 1e-3), b / p, vs,
-           tb->kbar[a][g][t], ideal, p / ideal, tb->cos[a][g][t], tb->err[a][g][t],
-           tb->cfg[a][g][t], good ? "" : "  VERIFY FAILED");
+    last_column(tb, a, g, t, last, sizeof(last));
+    printf("%8d %-5s %-13s %10s %10s %10s %11s %11s %9s %9s %6.2f %9s %10s %10.7f %9.2e  %s%s\n", T,
+           algo_name(a), route, cell(c[0], 32, "%.3f", b, hb), cell(c[1], 32, "%.3f", p, hp),
+           cell(c[2], 32, "%.3f", au, ha), cell(c[3], 32, "%.0f", T / (b * 1e-3), hb),
+           cell(c[4], 32, "%.0f", T / (p * 1e-3), hp), cell(c[5], 32, "%.2fx", b / p, hb && hp),
+           cell(c[6], 32, "%.2fx", ringb / p, hp && ringb > 0), tb->kbar[a][g][t],
+           cell(c[7], 32, "%.3f", ideal, hb), cell(c[8], 32, "%.2fx", p / ideal, hb && hp),
+           tb->cos[a][g][t], tb->err[a][g][t], last, good ? "" : "  VERIFY FAILED");
     return good;
 }
 
@@ -195,13 +237,15 @@ static int print_table(const opts_t *o, const result_t *all, int n)
         fprintf(stderr, "incmoe-moe-bench: out of memory for the table\n");
         return 1;
     }
-    table_fold(tb, all, n);
+    table_fold(o, tb, all, n);
     table_header(o);
     for (int t = 0; t < o->ntokens; t++)
         for (int ai = 0; ai < o->nalgos; ai++)
             for (int gi = 0; gi < o->nroutings; gi++)
                 ok &= table_row(o, tb, t, o->algos[ai], o->routings[gi]);
-    printf("pipe/base: speedup of the band pipeline over the same algorithm's baseline; "
+    printf("auto_ms: mode auto, the faster mode as the layer measured it (its first forward "
+           "measures, a warm-up unless -w 0); algo auto: the layer's choice of algorithm; "
+           "pipe/base: speedup of the band pipeline over the same algorithm's baseline; "
            "vs_ring_b: pipelined layer time of this row against the ring baseline with full "
            "routing (vLLM's default path); k-bar: the other ranks a token goes to (mean over "
            "ranks); ideal_ms: max(outbound || inbound collective, FFN) + header exchange from "
@@ -227,7 +271,7 @@ static int parse_results(const opts_t *o, FILE *f, result_t *all, int *n, int ma
                    &r.out_ms, &r.ffn_ms, &r.back_ms, &r.kbar, &r.ufrac, &off) == 14 &&
             r.algo >= 0 && r.algo < NALGO && r.routing >= 0 && r.routing < NROUTING &&
             r.used >= 0 && r.used < NROUTING && r.ti >= 0 && r.ti < o->ntokens && r.mode >= 0 &&
-            r.mode < 2) {
+            r.mode < NMODE) {
             snprintf(r.cfg, sizeof(r.cfg), "%s", line + off);
             r.cfg[strcspn(r.cfg, "\n")] = '\0';
             all[(*n)++] = r;
@@ -243,7 +287,7 @@ static int parse_results(const opts_t *o, FILE *f, result_t *all, int *n, int ma
    missing or failed its checks. */
 int mb_report(const opts_t *o, FILE *const *in, int nin)
 {
-    int max = 2 * NALGO * NROUTING * MAX_T * (nin > 0 ? nin : 1), n = 0, rc = 0;
+    int max = NMODE * NALGO * NROUTING * MAX_T * (nin > 0 ? nin : 1), n = 0, rc = 0;
     result_t *all = calloc((size_t)max, sizeof(result_t));
     if (all == NULL) {
         fprintf(stderr, "incmoe-moe-bench: out of memory for %d results\n", max);

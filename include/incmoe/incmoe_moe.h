@@ -185,10 +185,11 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_
 /*
  * Path: the algorithm, mode and routing forwards run.  Each is either forced
  * or left to the layer (INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO,
- * INCMOE_MOE_ROUTING_AUTO): the layer then runs every candidate path three
- * times on a forward's own inputs, agrees on every run's time as its slowest
- * rank's (an AllReduce(max) on the layer's communicator, so every rank picks
- * the same), and runs the path of smallest median.  The choice is kept with
+ * INCMOE_MOE_ROUTING_AUTO): the layer then runs every candidate path once
+ * on a forward's own inputs, agrees on every run's time as its slowest rank's
+ * (an AllReduce(max) on the layer's communicator, so every rank picks the
+ * same), runs those within 1.5x of the fastest twice more, and runs the
+ * close path of smallest median.  The choice is kept with
  * the token counts it was measured at (the last 8 choices): a forward runs a
  * kept one while no rank's count moved more than 2x from its counts, and
  * what the forward leaves to the layer is the same; otherwise it measures
@@ -299,6 +300,8 @@ typedef struct {
     int algo;               /* the incmoe_algo_t the forward ran on; -1: the communicator's */
     incmoe_moe_mode_t mode; /* baseline or pipelined (auto resolved) */
     int measured;           /* paths this forward ran to choose (0: it ran the chosen one) */
+    /* added with the measuring's pruning: */
+    int measure_runs; /* forwards those paths took: each once, the close ones up to 3 times */
 } incmoe_moe_timing_t;
 
 /* Copies the last forward's timings as they were before routing: the first five fields

@@ -220,6 +220,7 @@ class moe_timing_t(ctypes.Structure):
         ("algo", ctypes.c_int),
         ("mode", ctypes.c_int),
         ("measured", ctypes.c_int),
+        ("measure_runs", ctypes.c_int),
     ]
 
 

@@ -391,8 +391,10 @@ class MoE(torch.nn.Module):
         """This rank's last forward, in milliseconds (libincmoe_moe's breakdown),
         and the path it ran: "routing" ("full" or "masked"), "mode" ("baseline"
         or "pipelined"), "algo" ("inc", "ring", "a2a", or "comm": the
-        communicator's, when the layer was not told which), and "measured" (how
-        many paths the forward ran to choose; 0: it ran the chosen one)."""
+        communicator's, when the layer was not told which), "measured" (how
+        many paths the forward ran to choose; 0: it ran the chosen one) and
+        "measure_runs" (the forwards they took: each path once, those within
+        1.5x of the fastest up to three times)."""
         t = _lib.moe_timing_t()
         _errors.check("incmoe_moe_last_timing_ex", _lib.moe_lib().incmoe_moe_last_timing_ex(
             self._layer, ctypes.byref(t), ctypes.sizeof(t)))

@@ -16,6 +16,7 @@ sharded over a torch.distributed group of the "incmoe" backend.
 """
 
 import os
+import socket
 import subprocess
 import sys
 import weakref
@@ -181,6 +182,39 @@ def test_routing(switch, routing):
     run_ranks(routing_body, 4, switch.address, new_job(), "olmoe", routing)
 
 
+def default_body(rank, n, addr, job):
+    cfg = models.config("mixtral", "tiny")
+    x = _prompts(cfg, rank)
+    model = models.build(cfg, seed=5)
+    with torch.no_grad():
+        ref = model(x).logits
+    comm = incmoe.Communicator(addr, job, rank, n)
+    incmoe.hf.expert_parallel(model, comm)
+    layers = [m.layer for m in model.modules() if hasattr(m, "layer")]
+    assert layers and all((ly.mode, ly.algo, ly.routing) == ("auto", "auto", "auto") for ly in layers)
+    with torch.no_grad():
+        assert _rel(model(x).logits, ref) <= FP32_TOL
+        first = [ly.last_timing() for ly in layers]
+        assert _rel(model(x).logits, ref) <= FP32_TOL
+        second = [ly.last_timing() for ly in layers]
+    # The first forward measured every path (three algorithms, two modes, two routings),
+    # each once and the close ones again; the second ran the choice it kept.
+    for t in first:
+        assert t["measured"] == 12 and 12 <= t["measure_runs"] <= 36, t
+    for a, b in zip(first, second):
+        assert b["measured"] == 0 and (b["algo"], b["mode"], b["routing"]) == (
+            a["algo"], a["mode"], a["routing"]), (a, b)
+    del model, layers
+    comm.close()
+
+
+def test_the_default_is_the_layers_choice(switch):
+    """expert_parallel(model, comm) with nothing else: every layer left to choose its path
+    (algo, mode and routing "auto"), measured on the first forward and kept after, and the
+    model's logits unchanged."""
+    run_ranks(default_body, 2, switch.address, new_job())
+
+
 def test_generate_one_rank_hits_eos_first(switch):
     seed, eos, step = _eos_setup()
     run_ranks(eos_body, 4, switch.address, new_job(), seed, eos)
@@ -304,21 +338,70 @@ def test_from_pretrained_local_directory(switch, tmp_path, store_path):
     run_ranks(pretrained_body, 2, switch.address, str(tmp_path), store_path)
 
 
-def test_prefill_benchmark_runs():
+PREFILL_VARIANTS = ["agrs", "ring", "baseline", "pipelined", "masked", "a2a", "auto"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_prefill_benchmark_runs(dtype):
     """python -m incmoe.bench.prefill, embedded, as its README shows it: a
-    row per variant, every one (masked routing and the a2a baseline too)
-    with the same logits as the AgRs baseline's in fp32."""
+    row per variant (the incmoe ring baseline and the layer's own choice
+    too), every one with the AgRs baseline's logits (fp32: 1e-4 relative;
+    bf16, agrs in bf16 too: the bf16 tolerance), its MoE time, collectives
+    split or "overlapped" as its layers ran, the embedded switch's CPU per
+    prefill, and each timed prefill on a "# prefills" line."""
     env = dict(os.environ)
     env.pop("INCMOE_SWITCH", None)  # embedded: it starts its own switch
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     cmd = [sys.executable, "-m", "incmoe.bench.prefill", "--size", "tiny", "-N", "2", "-B", "2",
-           "-L", "8", "-n", "1", "-w", "0", "--generate", "2",
-           "--variants", "agrs,baseline,pipelined,masked,a2a"]
+           "-L", "8", "-n", "2", "-w", "0", "--generate", "2", "--dtype", dtype,
+           "--variants", ",".join(PREFILL_VARIANTS)]
     r = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = {line.split("|")[1].strip(): line.split("|") for line in r.stdout.splitlines()
+    lines = r.stdout.splitlines()
+    head = [c.strip() for c in next(x for x in lines if x.startswith("| variant")).split("|")]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")] for line in lines
             if line.startswith("| ") and not line.startswith("| variant")}
-    assert set(rows) == {"agrs", "baseline", "pipelined", "masked", "a2a"}, r.stdout
+    assert list(rows) == PREFILL_VARIANTS, r.stdout
+    col = {name: head.index(name) for name in head if name}
+    tol = FP32_TOL if dtype == "float32" else BF16_TOL
     for name, cols in rows.items():
-        assert float(cols[10]) <= FP32_TOL, (name, r.stdout)  # max rel. logit diff vs agrs
+        assert float(cols[col["max rel. logit diff vs agrs"]]) <= tol, (name, r.stdout)
+        assert float(cols[col["MoE ms (share)"]].split()[0]) > 0, (name, r.stdout)
+        coll = cols[col["MoE collectives ms (share)"]]
+        overlapped = name in ("pipelined", "masked")
+        assert (coll == "overlapped") == overlapped or name == "auto", (name, r.stdout)
+        if coll != "overlapped":
+            assert float(coll.split()[0]) > 0, (name, r.stdout)
+        sw = cols[col["switch CPU s per prefill"]]
+        assert (sw == "-") == (name == "agrs"), (name, r.stdout)
+        prefills = [x for x in lines if x.startswith("# prefills %s " % name)]
+        assert len(prefills) == 1 and len(prefills[0].split("ttft_ms=")[1].split()[0].split(",")) == 2
+    assert "switch CPU from /proc/" in r.stdout, r.stdout
+    assert "# paths ring ring/baseline/full ring/baseline/full" in lines, r.stdout
     assert "olmoe-tiny" in r.stdout and "N=2 ranks x B=2 prompts x L=8 tokens" in r.stdout
+    assert dtype in r.stdout
+
+
+def test_prefill_finds_a_launched_switch():
+    """The prefill bench finds a switch started elsewhere (as tools/testbed starts it) by
+    its --listen address, and only that one; its CPU time reads from /proc/PID/stat."""
+    from incmoe.bench import prefill
+    from incmoe.switch import find_switchd
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    addr = "127.0.0.1:%d" % port
+    proc = subprocess.Popen([find_switchd(), "--listen", addr], stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        assert b"listening" in proc.stdout.readline()
+        assert prefill.switch_pid(addr) == proc.pid
+        assert prefill.switch_pid("127.0.0.1:%d" % (port + 1 if port < 65535 else port - 1)) is None
+        assert prefill.switch_pid(addr, known=12345) == 12345
+        cpu = prefill.cpu_seconds(proc.pid)
+        assert cpu is not None and cpu >= 0
+    finally:
+        proc.terminate()
+        proc.wait()
+    assert prefill.cpu_seconds(proc.pid) is None

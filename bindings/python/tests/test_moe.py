@@ -252,3 +252,41 @@ def ownership_body(rank, n, addr, job, order):
 @pytest.mark.parametrize("order", ["closed", "dropped"])
 def test_moe_layer_outliving_its_communicator(switch, order):
     run_ranks(ownership_body, 2, switch.address, new_job(), order)
+
+
+def test_moe_bench_runs_the_layers_choice():
+    """incmoe-moe-bench --algo auto --mode auto: rows for the layer's own choice beside the
+    forced ones, each with the path it ran, every output verified (the bench exits 0 only
+    then); the mode-auto column of a forced algorithm names that algorithm."""
+    import os
+    import re
+    import subprocess
+
+    from incmoe import _lib
+    from conftest import error_lines
+
+    build = os.path.dirname(os.path.dirname(_lib._source_build_dirs()[0]))
+    bench = os.path.join(build, "tools", "incmoe-moe-bench")
+    if not os.access(bench, os.X_OK):
+        pytest.fail("no %s: build the tree first" % bench)
+    r = subprocess.run([bench, "-N", "2", "-t", "16", "-n", "1", "-w", "1", "--algo", "ring,auto",
+                        "--mode", "baseline,pipelined,auto", "--routing", "full,auto"],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0 and "outputs verified" in r.stdout, r.stdout + r.stderr
+    assert not error_lines(r.stdout + r.stderr), r.stdout + r.stderr
+    head = next(x for x in r.stdout.splitlines() if x.startswith("tok/rank")).split()
+    assert head[3:6] == ["base_ms", "pipe_ms", "auto_ms"], head
+    rows = [x.split() for x in r.stdout.splitlines() if x.split() and x.split()[0] == "16"]
+    assert [(x[1], x[2].split(">")[0]) for x in rows] == [
+        ("ring", "full"), ("ring", "auto"), ("auto", "full"), ("auto", "auto")], r.stdout
+    for x in rows:
+        assert all(float(v) > 0 for v in x[3:6]), x  # every mode ran
+        line = " ".join(x)
+        if x[1] == "ring":
+            assert "auto: path ring/" in line, line
+        else:
+            for mode in ("baseline", "pipelined", "auto"):
+                assert "%s: path " % mode in line, line
+        if x[2] == "full":  # a routing the forwards force stays forced in every path
+            paths = re.findall(r"path \w+/\w+/(\w+)", line)
+            assert paths and set(paths) == {"full"}, line

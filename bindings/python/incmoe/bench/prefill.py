@@ -15,20 +15,30 @@ tokens, once per variant:
 
     agrs       vLLM's AgRsAll2AllManager path over gloo: all-gather hidden states,
                top-k weights and ids, local experts on every token, reduce-scatter
+    ring       incmoe.MoE on the ring algorithm, mode baseline, full routing: the
+               AgRs path on incmoe's own ring collectives (what auto can fall back to)
     baseline   incmoe.MoE, mode baseline: in-network AllGather, experts, ReduceScatter
     pipelined  incmoe.MoE, mode pipelined: bands, AllGather and ReduceScatter in flight together
     masked     pipelined with routing-aware dispatch and combine
     a2a        routing-aware dispatch and combine over the ranks' own links, the
                "a2a" algorithm, mode baseline
+    auto       incmoe.MoE's own choice (algo, mode and routing "auto"), as
+               incmoe.hf.expert_parallel gives it by default
 
 It reports, per variant, TTFT (one prefill of the batch, the slowest rank's,
-median and p90 over the timed iterations), prefill tokens/s (N*B*L over the
-median), the time inside the sparse blocks and, for agrs, inside its MoE
-collectives (their share of TTFT bounds what in-network collectives can
-save), the TTFT that share predicts for each incmoe variant from its own
-MoE time (Amdahl), and how far each variant's last-position logits are from
-agrs's.  --generate K adds K greedy decode steps (EOS off) and reports the
-time per output token.
+median, min-max and p90 over the timed iterations), prefill tokens/s (N*B*L
+over the median), the time inside the sparse blocks and inside their
+collectives (agrs's calls; an incmoe layer's AllGather, ReduceScatter,
+dispatch, combine and header exchange in baseline mode; "overlapped" where a
+layer ran pipelined, its collectives hidden under its experts), the switch
+process's CPU seconds per timed prefill (utime + stime of the incmoe-switchd
+serving the job, from /proc/PID/stat, read by rank 0 around each timed
+prefill; see switch_pid), the TTFT agrs's non-MoE time plus each variant's
+own MoE time predicts (Amdahl), and how far each variant's last-position
+logits are from agrs's.  Each variant's timed prefills are also printed one
+by one ("# prefills" lines, read by bench/data/issue27/ttft/summary.py).
+--generate K adds K greedy decode steps (EOS off) and reports the time per
+output token.
 """
 
 import argparse
@@ -62,17 +72,64 @@ VARIANTS = {
     v.name: v
     for v in (
         Variant("agrs", "AgRs baseline: vLLM's allgather_reducescatter path over gloo"),
+        Variant("ring", "incmoe ring baseline: ring AllGather, experts, ring ReduceScatter over "
+                "the ranks' links (what auto can fall back to)", "ring", "baseline", "full"),
         Variant("baseline", "incmoe baseline: in-network AllGather, experts, ReduceScatter",
                 "inc", "baseline", "full"),
         Variant("pipelined", "incmoe pipelined, full routing", "inc", "pipelined", "full"),
         Variant("masked", "incmoe pipelined, masked routing", "inc", "pipelined", "masked"),
         Variant("a2a", "routing-aware dispatch/combine over the ranks' links (algo a2a), "
                 "mode baseline", "a2a", "baseline", "masked"),
-        Variant("auto", "incmoe.MoE's measured choice of algorithm, mode and routing "
-                "(its first forward measures the paths)", "auto", "auto", "auto"),
+        Variant("auto", "incmoe.MoE's measured choice of algorithm, mode and routing, as "
+                "incmoe.hf.expert_parallel gives it by default (each layer's first forward, "
+                "the warm-up, measures the paths)", "auto", "auto", "auto"),
     )
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+# ------------------------------------------------------------------ the switch's CPU
+
+
+def switch_pid(switch, known=None):
+    """The PID of the incmoe-switchd listening at `switch` ("host:port"), or None.
+
+    known: the PID of a switch this process started (embedded).  Otherwise the
+    switch was started elsewhere (tools/testbed runs it in its own network
+    namespace, but every namespace shares the PID namespace): the one process
+    whose command line is incmoe-switchd with `--listen` followed by exactly
+    this address.  The testbed starts it that way; the address holds the
+    testbed's id (10.213.ID.254), so another testbed's switch never matches.
+    """
+    if known is not None:
+        return known
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if not argv or os.path.basename(argv[0]) not in ("incmoe-switchd", "lt-incmoe-switchd"):
+            continue
+        if any(a == "--listen" and b == switch for a, b in zip(argv, argv[1:])):
+            found.append(int(d))
+    return found[0] if len(found) == 1 else None
+
+
+def cpu_seconds(pid):
+    """utime + stime of pid in seconds (/proc/PID/stat), None if it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Fields after the command name, which may hold spaces: state is field 3,
+    # utime and stime fields 14 and 15.
+    rest = stat[stat.rindex(")") + 2:].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------ one rank
@@ -103,22 +160,33 @@ def _shard(model, v, args, rank, switch, job):
     return model, comm
 
 
-def _measure(model, x, args):
+def _measure(model, x, args, sw_pid):
+    """Times args.iters prefills after args.warmup.  sw_pid (rank 0 only, None
+    elsewhere or when unknown): the switch whose CPU time each timed prefill
+    takes, read between barriers that every rank passes before and after it."""
     step = model._incmoe_step
-    rows, logits = [], None
+    rows, logits, switch_cpu = [], None, []
     with torch.no_grad():
         for i in range(args.warmup + args.iters):
             dist.barrier()
+            c0 = cpu_seconds(sw_pid) if sw_pid is not None else None
             step.moe_seconds = step.collective_seconds = 0.0
+            step.collectives_overlapped = False
             t0 = time.perf_counter()
             out = model(x)
             out.logits[:, -1].argmax(-1)  # the first token
             t = time.perf_counter() - t0
+            dist.barrier()
+            c1 = cpu_seconds(sw_pid) if c0 is not None else None
             if i >= args.warmup:
-                rows.append((t, step.moe_seconds, step.collective_seconds))
+                coll = None if step.collectives_overlapped else step.collective_seconds
+                rows.append((t, step.moe_seconds, coll))
+                if c1 is not None:
+                    switch_cpu.append(c1 - c0)
             if logits is None:
                 logits = out.logits[:, -1].float().clone()
             del out
+        paths = _paths(model)  # the prefill's (decode steps may choose again)
         tpot = None
         if args.generate:
             from transformers import LogitsProcessorList
@@ -128,10 +196,22 @@ def _measure(model, x, args):
             model.generate(x, max_new_tokens=args.generate + 1, do_sample=False, eos_token_id=None,
                            pad_token_id=0, logits_processor=LogitsProcessorList([stamps]))
             tpot = (stamps.t[-1] - stamps.t[0]) / args.generate
-    return {"rows": rows, "logits": logits, "tpot": tpot}
+    return {"rows": rows, "logits": logits, "tpot": tpot, "switch_cpu": switch_cpu,
+            "paths": paths}
 
 
-def rank_main(args, rank, switch, master):
+def _paths(model):
+    """The path each incmoe layer's last forward ran ("algo/mode/routing"), in block order."""
+    out = []
+    for ex in model._incmoe_step.experts:
+        layer = getattr(ex, "layer", None)
+        if layer is not None:
+            algo, mode, routing = layer.path
+            out.append("%s/%s/%s" % (layer.comm.algo if algo == "comm" else algo, mode, routing))
+    return out
+
+
+def rank_main(args, rank, switch, master, known_pid=None):
     torch.set_num_threads(args.threads)
     host, port = master.rsplit(":", 1)
     os.environ.update(MASTER_ADDR=host, MASTER_PORT=port)
@@ -145,11 +225,12 @@ def rank_main(args, rank, switch, master):
     job = box[0]
     cfg = _config(args)
     x = models.prompts(cfg, args.batch, args.length, seed=args.seed + 1000 + rank)
+    sw_pid = switch_pid(switch, known_pid) if rank == 0 else None
     results = {}
     for vi, name in enumerate(args.variants):
         model = models.build(cfg, seed=args.seed, dtype=DTYPES[args.dtype])
         model, comm = _shard(model, VARIANTS[name], args, rank, switch, job + vi)
-        results[name] = _measure(model, x, args)
+        results[name] = _measure(model, x, args, sw_pid)
         del model
         gc.collect()
         if comm is not None:
@@ -157,7 +238,7 @@ def rank_main(args, rank, switch, master):
     everyone = [None] * args.nranks if rank == 0 else None
     dist.gather_object(results, everyone, dst=0)
     if rank == 0:
-        report(args, cfg, everyone, switch)
+        report(args, cfg, everyone, switch, sw_pid)
     dist.destroy_process_group()
 
 
@@ -170,18 +251,24 @@ def _p90(v):
 
 
 def _summary(per_rank, name):
-    """Per timed iteration the slowest rank's (TTFT, MoE, collectives); medians."""
+    """Per timed iteration the slowest rank's (TTFT, MoE, collectives); medians.
+    Collectives are None where some layer ran pipelined (overlapped)."""
     its = []
     for i in range(len(per_rank[0][name]["rows"])):
         its.append(max((r[name]["rows"][i] for r in per_rank), key=lambda row: row[0]))
     ttft = [t for t, _, _ in its]
     tpots = [r[name]["tpot"] for r in per_rank if r[name]["tpot"] is not None]
+    split = all(c is not None for _, _, c in its)
+    sw = per_rank[0][name]["switch_cpu"]
     return {
+        "ttfts": ttft, "moes": [m for _, m, _ in its],
+        "colls": [c for _, _, c in its] if split else None,
         "ttft": statistics.median(ttft), "p90": _p90(ttft),
         "moe": statistics.median(m for _, m, _ in its),
-        "coll": statistics.median(c for _, _, c in its),
-        "share": statistics.median(c / t for t, _, c in its),
+        "coll": statistics.median(c for _, _, c in its) if split else None,
+        "share": statistics.median(c / t for t, _, c in its) if split else None,
         "moe_share": statistics.median(m / t for t, m, _ in its),
+        "switch_cpu": statistics.median(sw) if sw else None, "switch_cpus": sw,
         "tpot": max(tpots) if tpots else None,
     }
 
@@ -194,45 +281,72 @@ def _logit_gap(per_rank, name, ref):
     return max(gaps)
 
 
-def report(args, cfg, per_rank, switch):
+def _header(args, cfg, switch, sw_pid):
     import transformers
 
-    N, B, L = args.nranks, args.batch, args.length
     mbps = os.environ.get("TESTBED_MBPS")
     print("# incmoe.bench.prefill: %s" % cfg.incmoe_shape)
     print("# %s, N=%d ranks x B=%d prompts x L=%d tokens, %d timed prefills after %d warm-up, "
           "seed %d; torch %d threads per rank; transformers %s"
-          % (args.dtype, N, B, L, args.iters, args.warmup, args.seed, args.threads,
-             transformers.__version__))
-    print("# switch %s (%s)%s" % (switch, "embedded" if args.rank is None else "launched",
-                                  ", testbed rank links %s Mbit/s" % mbps if mbps else ""))
+          % (args.dtype, args.nranks, args.batch, args.length, args.iters, args.warmup, args.seed,
+             args.threads, transformers.__version__))
+    print("# switch %s (%s)%s; switch CPU from %s"
+          % (switch, "embedded" if args.rank is None else "launched",
+             ", testbed rank links %s Mbit/s" % mbps if mbps else "",
+             "/proc/%d/stat" % sw_pid if sw_pid is not None else "nowhere (its PID not found)"))
     for name in args.variants:
         print("#   %-9s %s" % (name, VARIANTS[name].what))
     print("# TTFT: one prefill of the batch, the slowest rank per iteration; MoE: time in the "
-          "sparse blocks; collectives: agrs's dispatch and combine calls (share of TTFT); Amdahl: "
-          "the TTFT ratio agrs's non-MoE time plus this variant's MoE time predicts")
+          "sparse blocks; collectives: their dispatch and combine calls (share of TTFT; "
+          "\"overlapped\" where a layer ran pipelined); switch CPU: utime + stime of the "
+          "incmoe-switchd per timed prefill; Amdahl: the TTFT ratio agrs's non-MoE time plus "
+          "this variant's MoE time predicts")
+
+
+def _raw_lines(s, per_rank):
+    """One line per variant with every timed prefill (milliseconds, switch CPU in
+    seconds), and the path each incmoe layer ran: what summary scripts read."""
+    for name, v in s.items():
+        fmt = lambda xs, k=1e3: ",".join("%.1f" % (x * k) for x in xs) if xs else "-"
+        print("# prefills %s ttft_ms=%s moe_ms=%s coll_ms=%s switch_cpu_s=%s" % (
+            name, fmt(v["ttfts"]), fmt(v["moes"]), fmt(v["colls"]),
+            ",".join("%.2f" % x for x in v["switch_cpus"]) if v["switch_cpus"] else "-"))
+        paths = per_rank[0][name]["paths"]
+        if paths:
+            print("# paths %s %s" % (name, " ".join(paths)))
+
+
+def _row(name, v, r0, ref, per_rank, args):
+    N, B, L = args.nranks, args.batch, args.length
+    toks = N * B * L / v["ttft"]
+    coll = ("%.1f (%.0f%%)" % (v["coll"] * 1e3, 100 * v["share"]) if v["coll"] is not None
+            else "overlapped")
+    sw = "%.2f" % v["switch_cpu"] if v["switch_cpu"] is not None and VARIANTS[name].algo else "-"
+    amdahl = (r0["ttft"] - r0["moe"] + v["moe"]) / r0["ttft"]
+    row = "| %s | %.1f | %.1f-%.1f | %.1f | %.0f | %.3f | %.2f | %.1f (%.0f%%) | %s | %s | %.3f | %.1e |" % (
+        name, v["ttft"] * 1e3, min(v["ttfts"]) * 1e3, max(v["ttfts"]) * 1e3, v["p90"] * 1e3, toks,
+        v["ttft"] / r0["ttft"], r0["ttft"] / v["ttft"], v["moe"] * 1e3, 100 * v["moe_share"], coll,
+        sw, amdahl, _logit_gap(per_rank, name, ref))
+    if args.generate:
+        row += " %.2f |" % (v["tpot"] * 1e3)
+    return row
+
+
+def report(args, cfg, per_rank, switch, sw_pid):
+    _header(args, cfg, switch, sw_pid)
     s = {name: _summary(per_rank, name) for name in args.variants}
     ref = "agrs" if "agrs" in s else args.variants[0]
-    head = ("| variant | TTFT median ms | TTFT p90 ms | prefill tok/s | TTFT / %s | tok/s / %s "
-            "| MoE ms (share) | MoE collectives ms (share) | Amdahl TTFT / %s | max rel. logit diff "
-            "vs %s |" % (ref, ref, ref, ref))
+    head = ("| variant | TTFT median ms | TTFT min-max ms | TTFT p90 ms | prefill tok/s "
+            "| TTFT / %s | tok/s / %s | MoE ms (share) | MoE collectives ms (share) "
+            "| switch CPU s per prefill | Amdahl TTFT / %s | max rel. logit diff vs %s |"
+            % (ref, ref, ref, ref))
     if args.generate:
         head += " ms per output token |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
-    r0 = s[ref]
     for name in args.variants:
-        v = s[name]
-        toks = N * B * L / v["ttft"]
-        coll = "%.1f (%.0f%%)" % (v["coll"] * 1e3, 100 * v["share"]) if VARIANTS[name].algo is None else "-"
-        amdahl = (r0["ttft"] - r0["moe"] + v["moe"]) / r0["ttft"]
-        row = "| %s | %.1f | %.1f | %.0f | %.3f | %.2f | %.1f (%.0f%%) | %s | %.3f | %.1e |" % (
-            name, v["ttft"] * 1e3, v["p90"] * 1e3, toks, v["ttft"] / r0["ttft"],
-            r0["ttft"] / v["ttft"], v["moe"] * 1e3, 100 * v["moe_share"], coll, amdahl,
-            _logit_gap(per_rank, name, ref))
-        if args.generate:
-            row += " %.2f |" % (v["tpot"] * 1e3)
-        print(row, flush=True)
+        print(_row(name, s[name], s[ref], ref, per_rank, args), flush=True)
+    _raw_lines(s, per_rank)
 
 
 # ------------------------------------------------------------------ launch
@@ -258,7 +372,9 @@ def _embedded(args):
         switch = sw.address
     master = args.master or "127.0.0.1:%d" % _free_port()
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=rank_main, args=(args, r, switch, master)) for r in range(args.nranks)]
+    known = sw.proc.pid if sw is not None else None
+    procs = [ctx.Process(target=rank_main, args=(args, r, switch, master, known))
+             for r in range(args.nranks)]
     for p in procs:
         p.start()
     rc = 0

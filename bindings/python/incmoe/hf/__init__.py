@@ -12,7 +12,8 @@ are sharded over the ranks and run on incmoe.MoE.  Families: OLMoE, Mixtral,
 Qwen2-MoE, Qwen3-MoE (transformers 5.x: the versions the [hf] extra names).
 Inference only.
 
-    expert_parallel(model, comm, routing, mode, max_tokens)   shard, in place
+    expert_parallel(model, comm, routing, mode, max_tokens, timeout_ms, algo)
+                           shard, in place; each layer's path measured (auto) unless forced
     finish(model)          a rank with no forward left serves the others' until all are done
     FAMILIES               the model types known, and what each one's router does
     models                 the four families' configs built in code, seeded models

@@ -3,6 +3,10 @@ rank's tokens through in-network dispatch and combine."""
 
 from .step import ShardedExperts
 
+# The parts of a baseline-mode forward that are collectives (milliseconds in
+# incmoe.MoE.last_timing()); a pipelined forward overlaps them with the experts.
+_COLLECTIVE_MS = ("exchange_ms", "allgather_ms", "reducescatter_ms", "dispatch_ms", "combine_ms")
+
 
 class IncmoeExperts(ShardedExperts):
     """Replaces transformers' fused experts with an incmoe.MoE layer.
@@ -21,14 +25,27 @@ class IncmoeExperts(ShardedExperts):
     def _run(self, hidden, ids, weights, counts):
         layer, mt = self.layer, self.layer.max_tokens
         if max(counts) <= mt:
-            return layer(hidden, ids, weights, counts=counts)
+            out = layer(hidden, ids, weights, counts=counts)
+            self._note_collectives()
+            return out
         out = hidden.new_empty(hidden.shape)
         me = layer.comm.rank
         for lo in range(0, max(counts), mt):
             part = [min(max(c - lo, 0), mt) for c in counts]
             sl = slice(lo, lo + part[me])
             layer(hidden[sl], ids[sl], weights[sl], counts=part, out=out[sl])
+            self._note_collectives()
         return out
+
+    def _note_collectives(self):
+        """Adds the last layer call's collective time to the step's (baseline
+        mode); a pipelined call marks the step's collectives as overlapped."""
+        t = self.layer.last_timing()
+        step = self._step
+        if t["mode"] == "baseline":
+            step.collective_seconds += sum(t[k] for k in _COLLECTIVE_MS) / 1e3
+        else:
+            step.collectives_overlapped = True
 
     def extra_repr(self):
         return self.layer.extra_repr()

@@ -147,8 +147,8 @@ def _finish_after_generate(model, step):
     model.generate = generate_then_finish
 
 
-def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_tokens=2048,
-                    timeout_ms=None, algo=None):
+def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=2048,
+                    timeout_ms=None, algo="auto"):
     """Shard a transformers MoE model's experts over comm's ranks, in place.
 
     model: a loaded OLMoE, Mixtral, Qwen2-MoE or Qwen3-MoE model (transformers
@@ -156,16 +156,25 @@ def expert_parallel(model, comm=None, routing="full", mode="pipelined", max_toke
     incmoe.Communicator, or a torch.distributed process group of the
     "incmoe" backend (None: the default group).  Rank r keeps experts
     [r*E/N, (r+1)*E/N) of every sparse block, in an incmoe.MoE layer
-    (mode "pipelined" or "baseline", max_tokens per rank per layer call;
-    longer forwards run as several calls); the others are freed.  routing:
-    "full" (every token to every rank), "masked" (each token only to the
-    ranks of its experts: incmoe.MoE's routing-aware dispatch and combine;
-    an algorithm without them fails the forwards on every rank) or "auto"
-    (masked where it moves fewer bytes; see incmoe.MoE).  mode "auto" and
-    algo ("auto", "inc", "ring", "a2a"; None: comm's) choose each layer's
-    path as incmoe.MoE does (measured on its first call, again for token
-    counts past 2x of every choice it keeps).  Attention stays data-parallel: each rank
-    runs its own prompts.
+    (max_tokens per rank per layer call; longer forwards run as several
+    calls); the others are freed.
+
+    The path each layer runs: by default (mode, algo and routing "auto")
+    the layer's own choice, as incmoe.MoE makes it: its first call runs
+    every path (in-network, ring and a2a; baseline and pipelined; full and
+    masked routing) on its own inputs, the close ones three times, and keeps
+    the fastest; it measures again for token counts past 2x of every choice
+    it keeps (a prefill and the decode steps each keep theirs).  So a
+    model's first forward, and its first decode step, cost up to 36 of the
+    layer's forwards; every one after runs the fastest path it has.  Or
+    force it: mode "pipelined" or "baseline"; algo "inc", "ring", "a2a" or
+    None (comm's own algorithm, and nothing else opened on the switch);
+    routing "full" (every token to every rank), "masked" (each token only
+    to the ranks of its experts: incmoe.MoE's routing-aware dispatch and
+    combine; an algorithm without them fails the forwards on every rank) or
+    "auto" (with algo None: masked where it moves fewer bytes; see
+    incmoe.MoE).  Attention stays data-parallel: each rank runs its own
+    prompts.
 
     Collective: every rank calls it with the same arguments, and every
     forward after it.  model.generate() then finishes (see incmoe.hf.finish)

@@ -37,10 +37,14 @@ class Step:
         self.next = 0  # the block this rank calls next
         self.counts = None  # every rank's tokens in the current forward
         self.failed = None
-        # Seconds spent in the sharded experts (and, for the AgRs baseline,
-        # in its collectives) since the caller last zeroed them.
+        # Seconds spent in the sharded experts, and in their collectives
+        # (the AgRs baseline's calls; an incmoe layer's in baseline mode), since
+        # the caller last zeroed them.  collectives_overlapped: some call since
+        # then ran pipelined, whose collectives overlap its experts and are not
+        # in collective_seconds.
         self.moe_seconds = 0.0
         self.collective_seconds = 0.0
+        self.collectives_overlapped = False
 
     def _gather(self, tokens, active):
         rows = self.peers.all_gather(torch.tensor([tokens, 1 if active else 0], dtype=torch.int64))
