@@ -19,7 +19,9 @@
 #
 # Environment: INCMOE_BUILD_DIR (default <checkout>/build: its incmoe-switchd and
 # libraries), ITERS (timed prefills per variant, default 3), WARMUP (default 1),
-# VARIANTS (default the seven above), OUT (default this script's directory).
+# VARIANTS (default the seven above), OUT (default this script's directory), TIMEOUT
+# (seconds a row's run may take, default 1800: seven variants at I=2048 on a loaded
+# machine passed the testbed's own 600).
 # torch and OpenBLAS run one thread per rank, as in issue 19's table.  The testbed
 # is brought down when a row ends, fails or the script is interrupted.  summary.py
 # prints the table from the files.
@@ -80,7 +82,7 @@ for r in "${rows[@]}"; do
     st=0
     {
         echo "# run.sh $ID $r: tools/testbed --id $ID up -N $N --rate ${RATE}mbit; tools/testbed --id $ID run -- ${cmd[*]}"
-        "${testbed[@]}" run -- "${cmd[@]}" 2>&1
+        "${testbed[@]}" run --timeout "${TIMEOUT:-1800}" -- "${cmd[@]}" 2>&1
     } >"$OUT/$r.txt" || st=$?
     "${testbed[@]}" down >/dev/null
     echo "$r: $(($(date +%s) - t0)) s, exit $st, $OUT/$r.txt"
