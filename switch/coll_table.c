@@ -290,10 +290,13 @@ static void stream_check_stall(membership_t *m, job_t *job, int stream, double n
         since = job->moved_at[stream];
     if (now - since <= bound_s)
         return;
+    char why[160] = "";
+    if (c->form != NULL && c->form->stalled != NULL)
+        c->form->stalled(c, why, sizeof(why));
     job_fail(m, job, INCMOE_ERR_TIMEOUT, 0,
              "%s epoch %llu: every rank posted it, and none of its messages came to this switch "
-             "within %.1f s",
-             inc_wire_stream_name(stream), (unsigned long long)c->epoch, bound_s);
+             "within %.1f s%s",
+             inc_wire_stream_name(stream), (unsigned long long)c->epoch, bound_s, why);
 }
 
 /*

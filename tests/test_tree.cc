@@ -2575,6 +2575,17 @@ TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
                                            c.raw.progress(200);
                                            c.chunk(0); /* its row is for ranks 0, 1 */
                                        });
+    /* Every rank posted, and the port never sends its ranks' chunks: the progress timeout ends
+       the stall with a reason naming what is missing, where the ranks used to wait for ever. */
+    expect_switch_port_breaks_dispatch(
+        root,
+        "every rank posted it, and none of its messages came to this switch within 5.0 s; "
+        "chunk 0 of rank 2 from the switch port of rank 2 next",
+        [](FakeChild &c) {
+            c.post(2);
+            c.post(3);
+            c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
+        });
     expect_switch_port_breaks_dispatch(
         root, "the switch port of rank 2 sent SMALL", [](FakeChild &c) {
             std::string junk(64, '\0');
