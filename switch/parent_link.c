@@ -5,12 +5,12 @@
  * Each link is this switch acting as a rank toward the parent: a
  * non-blocking TCP connect (LINK_CONNECTING), then the bootstrap exchange
  * with the parent link's key (LINK_HANDSHAKE), then, through the server's
- * finish, an endpoint from the parent's worker address.  The deadline is
- * min(timeout, 5 s): a quarter of the timeout, as when the handshake ran
- * blocking, failed joins of healthy trees on a loaded machine (500 ms under
- * ASan at a load of 15-20), and nothing waits for it now.  Nothing here waits:
+ * finish, an endpoint from the parent's worker address.  Nothing here waits:
  * the loop polls the sockets with its own, so other jobs' messages and
- * heartbeats go on while a parent is slow.
+ * heartbeats go on while a parent is slow.  So the deadline can be the
+ * liveness timeout's, min(timeout, 5 s); a quarter of it, kept from when the
+ * handshake blocked the loop, failed joins of healthy trees on a loaded
+ * machine (500 ms under ASan at a load of 15-20).
  */
 #include "parent_link.h"
 #include "base/clock.h"
