@@ -48,6 +48,9 @@ typedef struct coll_form {
     /* The collective is going (retired, or its job ended): let go of the form's state, which
        lives on while a send, receive or reduction holds it (coll_item.c). */
     void (*detach)(struct coll *c);
+    /* The collective stopped moving (coll_table.c's progress timeout): what it waits for, in
+       a few words, into why (empty if nothing to say).  NULL: the form says nothing. */
+    void (*stalled)(const struct coll *c, char *why, size_t len);
 } coll_form_t;
 
 #endif

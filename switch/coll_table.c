@@ -142,6 +142,7 @@ static coll_t *coll_new(membership_t *m, job_t *job, conn_t *conn, int stream, u
 
 coll_t *coll_get(membership_t *m, job_t *job, conn_t *conn, int stream, uint64_t epoch)
 {
+    job->moved_at[stream] = inc_now_s();
     for (coll_t *c = job->colls[stream]; c != NULL; c = c->next)
         if (c->epoch == epoch)
             return c;
@@ -173,6 +174,7 @@ void coll_check_done(job_t *job, coll_t *c)
 {
     if (c->armed && c->remaining == 0 && !c->done) {
         c->done = 1;
+        job->moved_at[c->stream] = inc_now_s();
         coll_retire(job, c->stream);
     }
 }
@@ -269,6 +271,35 @@ const coll_t *coll_owed(const job_t *job, int r)
 }
 
 /*
+ * The progress timeout, when every rank posted: a collective that every rank
+ * posted and that is not done here while no message of its stream came and
+ * none of the stream's collectives was done for the whole bound is stuck (a
+ * lost or withheld message, credits that never come back), and its ranks
+ * would wait for ever.  The job fails naming it, so a stall ends in an error.
+ */
+static void stream_check_stall(membership_t *m, job_t *job, int stream, double now)
+{
+    const coll_t *c = job->colls[stream];
+    while (c != NULL && c->done)
+        c = c->next;
+    if (c == NULL)
+        return;
+    const double bound_s = job->progress_timeout_ms / 1000.0;
+    double since = c->opened > job->all_posted_at[stream] ? c->opened : job->all_posted_at[stream];
+    if (job->moved_at[stream] > since)
+        since = job->moved_at[stream];
+    if (now - since <= bound_s)
+        return;
+    char why[160] = "";
+    if (c->form != NULL && c->form->stalled != NULL)
+        c->form->stalled(c, why, sizeof(why));
+    job_fail(m, job, INCMOE_ERR_TIMEOUT, 0,
+             "%s epoch %llu: every rank posted it, and none of its messages came to this switch "
+             "within %.1f s%s",
+             inc_wire_stream_name(stream), (unsigned long long)c->epoch, bound_s, why);
+}
+
+/*
  * The progress timeout.  Every rank posts a stream in epoch order, so the
  * stream's oldest collective still missing a POST is the one its laggards
  * owe, and they owe it only since it was opened and the collective before it
@@ -281,8 +312,10 @@ static void stream_check_progress(membership_t *m, job_t *job, int stream, doubl
     const coll_t *c = job->colls[stream];
     while (c != NULL && c->nposted == job->nranks)
         c = c->next;
-    if (c == NULL)
+    if (c == NULL) {
+        stream_check_stall(m, job, stream, now);
         return;
+    }
     const double bound_s = job->progress_timeout_ms / 1000.0;
     double since = c->opened > job->all_posted_at[stream] ? c->opened : job->all_posted_at[stream];
     if (now - since <= bound_s)

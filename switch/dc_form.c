@@ -24,6 +24,7 @@
 #include "base/dtype.h"
 #include "base/log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -640,6 +641,50 @@ static ucs_status_t dc_on_message(const coll_env_t *env, job_t *job, conn_t *con
     return UCS_ERR_INVALID_PARAM;
 }
 
+/* The oldest item still here, by (chunk, root), and what it waits for: its set chunk (or
+   source chunk) from the root's port, or the ports whose contributions are missing. */
+static void dc_stalled(const coll_t *c, char *why, size_t len)
+{
+    const dc_coll_t *dc = c->state;
+    const dc_item_t *old = NULL;
+    why[0] = '\0';
+    if (dc == NULL || !dc->planned) {
+        snprintf(why, len, "; no plan yet");
+        return;
+    }
+    for (const dc_item_t *it = dc->items; it != NULL; it = it->next)
+        if (old == NULL || it->chunk < old->chunk ||
+            (it->chunk == old->chunk && it->root < old->root))
+            old = it;
+    const job_t *job = dc->job;
+    char who[48];
+    if (old == NULL) { /* the first root whose chunks are not all here */
+        const int n = job->nranks, comb = c->stream == INCMOE_STREAM_COMBINE;
+        for (int s = 0; s < n; s++) {
+            const uint64_t next = comb ? dc->track[(size_t)s * n + job->rep[s]] : dc->next[s];
+            if (next < dc_nchunks(dc, dc->post[s].rows)) {
+                snprintf(why, len, "; chunk %llu of rank %d from %s next", (unsigned long long)next,
+                         s, dc_port_name(job, job->rep[s], who, sizeof(who)));
+                return;
+            }
+        }
+        snprintf(why, len, "; no chunk of it here");
+        return;
+    }
+    size_t at = (size_t)snprintf(why, len, "; chunk %u of rank %u waits (%s%s", old->chunk,
+                                 old->root, old->src_in ? "its sets in" : "its sets from ",
+                                 old->src_in ? "" : dc_port_name(job, old->from, who, sizeof(who)));
+    if (old->src_in && at < len)
+        at += (size_t)snprintf(why + at, len - at, ", %s, %d of %d contributions",
+                               old->taken ? "taken" : "not taken", old->nin, old->nexpected);
+    for (int p = 0; p < job->nranks && at < len; p++)
+        if (old->src_in && p != old->from && old->kd[p] > 0 && old->contrib[p].data == NULL)
+            at += (size_t)snprintf(why + at, len - at, "; none from %s",
+                                   dc_port_name(job, p, who, sizeof(who)));
+    if (at < len)
+        snprintf(why + at, len - at, ")");
+}
+
 const coll_form_t dc_form = {
     .what = "as dispatch or combine (POST or SMALL, then a plan)",
     .post = dc_on_message,
@@ -649,4 +694,5 @@ const coll_form_t dc_form = {
     .result_msg = WIRE_MSG_FWD,
     .parent_result = dc_on_message,
     .detach = dc_detach,
+    .stalled = dc_stalled,
 };

@@ -40,6 +40,7 @@ typedef struct job {
     struct coll *colls[INC_STREAM_COUNT];
     uint64_t retired[INC_STREAM_COUNT];     /* every epoch <= this is finished */
     double all_posted_at[INC_STREAM_COUNT]; /* when a collective last got its N-th POST */
+    double moved_at[INC_STREAM_COUNT]; /* when a message of the stream last came or one was done */
     /* Ports (tree.c): conns[r] is the connection of the port covering rank r (a rank, a child
        switch, or the parent); rep[r] the port's key, the lowest rank it covers (r itself on
        one switch).  Set when the job forms. */

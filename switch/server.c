@@ -26,8 +26,11 @@
 
 _Static_assert(INC_BOOT_TOKEN == INCMOE_WIRE_TOKEN, "the session token fits JOIN");
 
-typedef struct {
+typedef struct send_ctx {
     struct inc_wire_hdr hdr; /* alive until the send completes (UCX 1.13) */
+    struct send_ctx *next;   /* in the server's deferred sends, until it goes to UCX */
+    const void *payload;
+    size_t length;
     server_t *srv;
     conn_t *conn;
     switch_tx_cb_t cb;
@@ -47,6 +50,9 @@ typedef struct queued_send {
 } queued_send_t;
 
 static void egress_drain(server_t *srv, conn_t *conn);
+static void server_post(server_t *srv, send_ctx_t *ctx);
+static void server_enter_ucx(server_t *srv);
+static void server_leave_ucx(server_t *srv);
 
 /* ------------------------------------------------------------------------ */
 /* connections                                                               */
@@ -177,7 +183,9 @@ static void reap_conns(server_t *srv)
             if (c->refs > 0 && c->left == 0) {
                 p.flags = 0;
             }
+            server_enter_ucx(srv); /* a forced close completes its sends inside */
             ucs_status_ptr_t req = ucp_ep_close_nbx(c->ep, &p);
+            server_leave_ucx(srv);
             if (UCS_PTR_IS_PTR(req))
                 ucp_request_free(req); /* released by UCX when it completes */
         }
@@ -193,12 +201,61 @@ static void reap_conns(server_t *srv)
 /* ------------------------------------------------------------------------ */
 /* sending                                                                   */
 
+/*
+ * Nothing is handed to UCX from inside UCX: a send asked for during a progress
+ * call or a send's completion waits in the deferred list, and the list goes to
+ * UCX in order once UCX has returned.  UCX 1.13 reorders otherwise: its TCP
+ * endpoint lets a new send straight onto the socket whenever its own transmit
+ * buffer is empty, without looking at the requests waiting in its pending
+ * queue (uct_tcp_ep_check_tx_res), and it completes an eager send (calls
+ * send_cb) from inside the loop that drains that queue
+ * (uct_tcp_ep_pending_queue_dispatch, ucp_am_bcopy_multi), when the buffer is
+ * empty and the requests after the completed one still wait.  A send posted
+ * from that completion (the output queue's next chunk, a CREDIT, a PLAN) then
+ * overtook sends of the same endpoint posted before it: a leaf's chunk 5 of a
+ * root reached the root before chunk 3, a dispatch's rows reached a rank
+ * before its PLAN.  Outside UCX, a send finds either an empty pending queue or
+ * a transmit buffer that is not empty, and queues behind what waits.  Every
+ * send posted while the list holds one joins the list, so the list keeps the
+ * order the sends were asked for in.
+ */
+static void server_enter_ucx(server_t *srv)
+{
+    srv->in_ucx++;
+}
+
+static void server_leave_ucx(server_t *srv)
+{
+    if (--srv->in_ucx > 0 || srv->flushing)
+        return;
+    srv->flushing = 1; /* a send completed at once while posting joins the list's tail */
+    while (srv->deferred_head != NULL) {
+        send_ctx_t *ctx = srv->deferred_head;
+        srv->deferred_head = ctx->next;
+        if (srv->deferred_head == NULL)
+            srv->deferred_tail = NULL;
+        ctx->next = NULL;
+        server_post(srv, ctx);
+    }
+    srv->flushing = 0;
+}
+
+/* One progress call of the worker, its sends handed to UCX after it. */
+static unsigned server_worker_progress(server_t *srv)
+{
+    server_enter_ucx(srv);
+    unsigned n = ucp_worker_progress(srv->node.worker);
+    server_leave_ucx(srv);
+    return n;
+}
+
 static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_ctx_t *ctx = user_data;
     conn_t *conn = ctx->conn;
     server_t *srv = ctx->srv;
     size_t bytes = ctx->egress_bytes;
+    server_enter_ucx(srv); /* what the completion sends waits for UCX to return */
     conn->refs--;
     conn->egress_inflight -= bytes;
     if (status == UCS_OK)
@@ -214,6 +271,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
         egress_drain(srv, conn);
         conn->refs--;
     }
+    server_leave_ucx(srv);
 }
 
 /* owned: freed when the send completes; egress: payload bytes counted against the queue. */
@@ -236,9 +294,31 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
     ctx->arg = arg;
     ctx->owned = owned;
     ctx->egress_bytes = egress;
+    ctx->payload = payload;
+    ctx->length = length;
     conn->egress_inflight += egress;
     conn->refs++;
     conn->last_tx = inc_now_s();
+    if (srv->in_ucx > 0 || srv->deferred_head != NULL) {
+        if (srv->deferred_tail != NULL)
+            srv->deferred_tail->next = ctx;
+        else
+            srv->deferred_head = ctx;
+        srv->deferred_tail = ctx;
+        return;
+    }
+    server_post(srv, ctx);
+}
+
+/* Hand one send to UCX. */
+static void server_post(server_t *srv, send_ctx_t *ctx)
+{
+    conn_t *conn = ctx->conn;
+    const size_t egress = ctx->egress_bytes, length = ctx->length;
+    if (conn->closed) { /* closed while the send waited in the deferred list */
+        send_cb(NULL, UCS_ERR_NOT_CONNECTED, ctx);
+        return;
+    }
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
@@ -254,7 +334,7 @@ static void server_send_owned(server_t *srv, conn_t *conn, const struct inc_wire
                  (conn->role != CONN_RANK ? UCP_AM_SEND_FLAG_REPLY : 0),
     };
     ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
-                                           payload, length, &param);
+                                           ctx->payload, length, &param);
     if (UCS_PTR_IS_ERR(req))
         send_cb(NULL, UCS_PTR_STATUS(req), ctx);
 }
@@ -595,8 +675,7 @@ static void server_wait(server_t *srv, int wake_fd, int timeout_ms)
 {
     const int nlinks = srv->links.count;
     struct pollfd fds[2 + 1 + LISTENER_MAX_PENDING + nlinks];
-    int busy = ucp_worker_progress(srv->node.worker) != 0 ||
-               ucp_worker_arm(srv->node.worker) == UCS_ERR_BUSY;
+    int busy = server_worker_progress(srv) != 0 || ucp_worker_arm(srv->node.worker) == UCS_ERR_BUSY;
     fds[0] = (struct pollfd){.fd = srv->node.event_fd, .events = POLLIN};
     fds[1] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
     int nboot =
@@ -620,7 +699,7 @@ static void server_wait(server_t *srv, int wake_fd, int timeout_ms)
 static void server_progress(server_t *srv)
 {
     const double until = inc_now_s() + 0.001;
-    while (ucp_worker_progress(srv->node.worker) != 0 && inc_now_s() < until) {
+    while (server_worker_progress(srv) != 0 && inc_now_s() < until) {
     }
 }
 
@@ -636,6 +715,14 @@ void server_run(server_t *srv)
     }
 }
 
+/* Progress or sleep up to 10 ms, the sends asked for meanwhile handed to UCX after it. */
+static void server_node_wait(server_t *srv)
+{
+    server_enter_ucx(srv);
+    inc_ucx_node_wait(&srv->node, -1, 10);
+    server_leave_ucx(srv);
+}
+
 void server_stop(server_t *srv)
 {
     srv->engine_ops->on_shutdown(srv->engine, "the switch is shutting down");
@@ -644,13 +731,13 @@ void server_stop(server_t *srv)
     /* Let the ERRORs go out, then close everything. */
     double deadline = inc_now_s() + 0.5;
     while (inc_now_s() < deadline)
-        inc_ucx_node_wait(&srv->node, -1, 10);
+        server_node_wait(srv);
     for (conn_t *c = srv->conns; c != NULL; c = c->next)
         c->left = 1;
     reap_conns(srv);
     deadline = inc_now_s() + 1.0;
     while (srv->conns != NULL && inc_now_s() < deadline) {
-        inc_ucx_node_wait(&srv->node, -1, 10);
+        server_node_wait(srv);
         reap_conns(srv);
     }
     parent_links_close(&srv->links);

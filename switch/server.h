@@ -29,6 +29,10 @@ typedef struct server {
     const switch_engine_ops_t *engine_ops;
     void *engine;
     switch_demux_t demux; /* what a received message goes through */
+    /* Sends asked for inside UCX (a progress call, a send's completion), handed to it in
+       order once it returned (server.c, "sending"). */
+    struct send_ctx *deferred_head, *deferred_tail;
+    int in_ucx, flushing;
     /* Set by SIGINT/SIGTERM, whose handler may run on UCX's async thread. */
     atomic_int stop;
 } server_t;

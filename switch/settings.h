@@ -16,7 +16,9 @@ typedef struct {
     uint32_t credits;
     size_t max_memory;
     int timeout_ms;
-    int progress_timeout_ms; /* a posted collective's laggards fail the job after this; 0: never */
+    /* A posted collective's laggards, or one every rank posted that stops moving here, fail
+       the job after this; 0: never. */
+    int progress_timeout_ms;
     char secret[INCMOE_MAX_SECRET];
     size_t secret_len;
     int have_secret;

@@ -1708,6 +1708,58 @@ TEST(TreeDc, RendezvousChunksLandingOutOfOrderStayExact)
 }
 
 /*
+ * Dispatch and combine rounds of `rows` rows per rank of `row_bytes` bytes through 64 KiB chunks
+ * on two leaves whose links fill (UCX's TCP buffers at 8 KiB, so sends wait in UCX's pending
+ * queues on every link): UCX 1.13 sent a message asked for from another's completion ahead of
+ * the messages waiting in its endpoint's pending queue (switch/server.c, "sending"), and every
+ * round must still be exact.
+ */
+std::string dc_through_full_links(const std::vector<size_t> &rows, uint64_t row_bytes,
+                                  size_t row_count, int rounds)
+{
+    const Topology topo = two_leaves_of_two();
+    const uint64_t chunk = 64 * 1024;
+    setenv("UCX_TCP_SNDBUF", "8k", 1); /* the switches and the ranks inherit them */
+    setenv("UCX_TCP_RCVBUF", "8k", 1);
+    Tree tree;
+    /* A slow machine takes seconds between one rank's dispatch and another's combine here. */
+    if (!tree_start(&tree, topo, tree_args(chunk, {"--progress-timeout-ms", "60000"})))
+        return "the tree did not start";
+    auto res = run_job(tree, topo, chunk, [&](Rank &r) -> std::string {
+        uint64_t seed = 900;
+        for (int round = 0; round < rounds; round++) {
+            std::vector<DcCase> cases;
+            for (DcSets sh : {DC_REMOTE, DC_MIXED})
+                cases.push_back(dc_case(*r.order, rows, row_bytes, sh, seed++));
+            std::string e = dc_rounds<F32>(r, cases, row_count, INCMOE_SUM);
+            if (!e.empty())
+                return "round " + std::to_string(round) + ": " + e;
+        }
+        return "";
+    });
+    unsetenv("UCX_TCP_SNDBUF");
+    unsetenv("UCX_TCP_RCVBUF");
+    tree_stop(&tree);
+    return harness::failures(res);
+}
+
+/* A leaf's chunks of a root toward the root: the root takes them only in chunk order (on the
+   testbed's 2 x 4 tree: 'the switch port of rank 4 sent chunk 3 of root 7 ...; its next is
+   chunk 5'). */
+TEST(TreeDc, ChunksThroughLinksThatFillKeepTheirOrder)
+{
+    EXPECT_EQ(dc_through_full_links(dc_rows(4, 600, true), 1024, 256, 1), "");
+}
+
+/* Small dispatches back to back toward ranks whose links are full of the rounds before: each
+   PLAN waits in UCX behind them, and a rank takes no row of a dispatch before its PLAN ('a
+   result before an OK plan'). */
+TEST(TreeDc, RowsThroughAFullLinkComeAfterTheirPlan)
+{
+    EXPECT_EQ(dc_through_full_links(dc_rows(4, 40, true), 4096, 64, 6), "");
+}
+
+/*
  * Rank 3 of a job on two leaves is killed in the middle of a dispatch of 4 KiB rows to every
  * rank through links that fill (8 KiB UCX TCP buffers, so UCX holds sends on every link when it
  * dies), in each of `rounds` jobs: ranks 0..2 fail with a reason, and every switch then serves a
@@ -2523,6 +2575,17 @@ TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
                                            c.raw.progress(200);
                                            c.chunk(0); /* its row is for ranks 0, 1 */
                                        });
+    /* Every rank posted, and the port never sends its ranks' chunks: the progress timeout ends
+       the stall with a reason naming what is missing, where the ranks used to wait for ever. */
+    expect_switch_port_breaks_dispatch(
+        root,
+        "every rank posted it, and none of its messages came to this switch within 5.0 s; "
+        "chunk 0 of rank 2 from the switch port of rank 2 next",
+        [](FakeChild &c) {
+            c.post(2);
+            c.post(3);
+            c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
+        });
     expect_switch_port_breaks_dispatch(
         root, "the switch port of rank 2 sent SMALL", [](FakeChild &c) {
             std::string junk(64, '\0');
