@@ -13,18 +13,6 @@
 #define NR  CPU_GEMM_NR
 #define MRB CPU_GEMM_MR_BF16
 
-int cpu_gemm_bf16_native(void)
-{
-    static int native = -1;
-    int v = __atomic_load_n(&native, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-        __atomic_store_n(&native, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-
 void cpu_gemm_bf16_pack(uint16_t *dst, const uint16_t *w, size_t n, size_t k, size_t ldw)
 {
     const size_t k2 = (k + 1) / 2, panels = (n + NR - 1) / NR;
