@@ -1,8 +1,8 @@
 /*
- * gemm.c - C = A W^T over packed weight panels: a register tile of rows x 16 columns (12
- * rows on AVX-512, 6 on AVX2 and in C), every element one fused multiply-add chain over k
- * (gemm.h says why).  The panel of a bf16 or fp16 W is widened to fp32 once per call and
- * then serves every tile of rows.
+ * gemm.c - C = A W^T over packed weight panels, two panels of 16 columns at a time: a
+ * register tile of 12 rows x 32 columns on AVX-512, 6 x 16 per panel on AVX2 and in C, every
+ * element one fused multiply-add chain over k (gemm.h says why).  The panels of a bf16 or
+ * fp16 W are widened to fp32 once per call and then serve every tile of rows.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -83,8 +83,8 @@ void cpu_gemm_pack(void *dst, const void *w, size_t n, size_t k, size_t ldw, inc
 size_t cpu_gemm_scratch_floats(size_t m, size_t kmax)
 {
     size_t mp = (m + CPU_GEMM_MR_BF16 - 1) / CPU_GEMM_MR_BF16 * CPU_GEMM_MR_BF16;
-    /* a widened panel and a padded tile; then the bf16 rows (two to a float) */
-    return (NR + CPU_GEMM_MR_MAX) * kmax + mp * ((kmax + 1) / 2) + 16;
+    /* two widened panels and a padded tile; then the bf16 rows (two to a float) */
+    return (2 * NR + CPU_GEMM_MR_MAX) * kmax + mp * ((kmax + 1) / 2) + 16;
 }
 
 void cpu_gemm_prepare(cpu_gemm_a_t *a, size_t m, size_t k, const float *rows, size_t lda,
@@ -97,15 +97,15 @@ void cpu_gemm_prepare(cpu_gemm_a_t *a, size_t m, size_t k, const float *rows, si
     a->bf = NULL;
     if (bf16_kernel(dtype)) {
         /* after the region the fp32 path uses, which the bf16 path leaves alone */
-        uint16_t *bf = (uint16_t *)(scratch + (NR + CPU_GEMM_MR_MAX) * k);
+        uint16_t *bf = (uint16_t *)(scratch + (2 * NR + CPU_GEMM_MR_MAX) * k);
         cpu_gemm_bf16_prepare(bf, m, k, rows, lda);
         a->bf = bf;
     }
 }
 
-/* One 6 x NR tile over all of k: a (6 rows, lda), b (a panel [k][NR]), into t [6][NR]. */
-__attribute__((target("avx2,fma"))) static void tile_avx2(size_t k, const float *a, size_t lda,
-                                                          const float *b, float *t)
+/* One 6 x NR tile over all of k: a (6 rows, lda), b (a panel [k][NR]), into t (rows ldt). */
+__attribute__((target("avx2,fma"))) static void tile_avx2_one(size_t k, const float *a, size_t lda,
+                                                              const float *b, float *t, size_t ldt)
 {
     __m256 c[6][2];
 #pragma GCC unroll 6
@@ -122,45 +122,74 @@ __attribute__((target("avx2,fma"))) static void tile_avx2(size_t k, const float 
     }
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++) {
-        _mm256_storeu_ps(t + r * NR, c[r][0]);
-        _mm256_storeu_ps(t + r * NR + 8, c[r][1]);
+        _mm256_storeu_ps(t + r * ldt, c[r][0]);
+        _mm256_storeu_ps(t + r * ldt + 8, c[r][1]);
     }
 }
 
-/* The same chains 12 rows at a time, a row's 16 columns in one register: on CPUs with
-   AVX-512 twice the lanes of an FMA, and one load of b serves 12 rows. */
-__attribute__((target("avx512f"))) static void tile_avx512(size_t k, const float *a, size_t lda,
-                                                           const float *b, float *t)
+/* A tile: its rows of a (lda) against np (1 or 2) panels from b (the second NR k floats
+   on), into t [rows][2 NR]. */
+static void tile_avx2(size_t k, const float *a, size_t lda, const float *b, int np, float *t)
 {
-    __m512 c[12];
+    for (int p = 0; p < np; p++)
+        tile_avx2_one(k, a, lda, b + (size_t)p * NR * k, t + p * NR, 2 * NR);
+}
+
+/* The same chains 12 rows by two panels at a time, a row's 16 columns of a panel in one
+   register: on CPUs with AVX-512 twice the lanes of an FMA, and each broadcast of a serves
+   32 columns (24 accumulators; the loads keep up with two FMAs a cycle). */
+__attribute__((target("avx512f"))) static inline void
+tile_avx512_np(size_t k, const float *a, size_t lda, const float *b, int np, float *t)
+{
+    const float *b1 = b + (np == 2 ? NR * k : 0);
+    __m512 c[12][2];
 #pragma GCC unroll 12
     for (int r = 0; r < 12; r++)
-        c[r] = _mm512_setzero_ps();
+        c[r][0] = c[r][1] = _mm512_setzero_ps();
     for (size_t kk = 0; kk < k; kk++) {
-        __m512 bv = _mm512_loadu_ps(b + kk * NR);
+        __m512 b0v = _mm512_loadu_ps(b + kk * NR), b1v = _mm512_loadu_ps(b1 + kk * NR);
 #pragma GCC unroll 12
-        for (int r = 0; r < 12; r++)
-            c[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + kk]), bv, c[r]);
+        for (int r = 0; r < 12; r++) {
+            __m512 av = _mm512_set1_ps(a[r * lda + kk]);
+            c[r][0] = _mm512_fmadd_ps(av, b0v, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(av, b1v, c[r][1]);
+        }
     }
 #pragma GCC unroll 12
-    for (int r = 0; r < 12; r++)
-        _mm512_storeu_ps(t + r * NR, c[r]);
+    for (int r = 0; r < 12; r++) {
+        _mm512_storeu_ps(t + r * 2 * NR, c[r][0]);
+        _mm512_storeu_ps(t + r * 2 * NR + NR, c[r][1]);
+    }
+}
+
+/* np known where the tile is inlined; one panel reads it twice (the last of an odd count). */
+__attribute__((target("avx512f"))) static void tile_avx512(size_t k, const float *a, size_t lda,
+                                                           const float *b, int np, float *t)
+{
+    if (np == 2)
+        tile_avx512_np(k, a, lda, b, 2, t);
+    else
+        tile_avx512_np(k, a, lda, b, 1, t);
 }
 
 /* The same chains in portable C (fmaf: one rounding per step, as the vector paths). */
-static void tile_c(size_t k, const float *a, size_t lda, const float *b, float *t)
+static void tile_c(size_t k, const float *a, size_t lda, const float *b, int np, float *t)
 {
-    float c[6][NR] = {{0}};
-    for (size_t kk = 0; kk < k; kk++)
+    for (int p = 0; p < np; p++) {
+        const float *bp = b + (size_t)p * NR * k;
+        float c[6][NR] = {{0}};
+        for (size_t kk = 0; kk < k; kk++)
+            for (int r = 0; r < 6; r++)
+                for (int j = 0; j < NR; j++)
+                    c[r][j] = fmaf(a[r * lda + kk], bp[kk * NR + j], c[r][j]);
         for (int r = 0; r < 6; r++)
-            for (int j = 0; j < NR; j++)
-                c[r][j] = fmaf(a[r * lda + kk], b[kk * NR + j], c[r][j]);
-    memcpy(t, c, sizeof(c));
+            memcpy(t + r * 2 * NR + p * NR, c[r], sizeof(c[r]));
+    }
 }
 
 /* A tile function and its rows. */
 typedef struct {
-    void (*fn)(size_t, const float *, size_t, const float *, float *);
+    void (*fn)(size_t, const float *, size_t, const float *, int, float *);
     size_t mr;
 } tile_t;
 
@@ -177,11 +206,11 @@ static tile_t tile_pick(void)
     }
 }
 
-/* Every tile of rows against one fp32 panel b: columns [0, nc) of it into c. */
-static void panel_rows(tile_t tile, size_t m, size_t nc, size_t k, const float *a, size_t lda,
-                       const float *b, float *c, size_t ldc, float *apad)
+/* Every tile of rows against np fp32 panels from b: columns [0, nc) of them into c. */
+static void panel_rows(tile_t tile, size_t m, size_t nc, int np, size_t k, const float *a,
+                       size_t lda, const float *b, float *c, size_t ldc, float *apad)
 {
-    float t[CPU_GEMM_MR_MAX * NR];
+    float t[CPU_GEMM_MR_MAX * 2 * NR];
     for (size_t r0 = 0; r0 < m; r0 += tile.mr) {
         size_t mr = m - r0 < tile.mr ? m - r0 : tile.mr;
         const float *at = a + r0 * lda;
@@ -193,9 +222,9 @@ static void panel_rows(tile_t tile, size_t m, size_t nc, size_t k, const float *
             at = apad;
             ld = k;
         }
-        tile.fn(k, at, ld, b, t);
+        tile.fn(k, at, ld, b, np, t);
         for (size_t r = 0; r < mr; r++)
-            memcpy(c + (r0 + r) * ldc, t + r * NR, nc * sizeof(float));
+            memcpy(c + (r0 + r) * ldc, t + r * 2 * NR, nc * sizeof(float));
     }
 }
 
@@ -211,15 +240,16 @@ void cpu_gemm_packed(size_t n0, size_t n1, const cpu_gemm_a_t *a, const void *wp
     }
     tile_t tile = tile_pick();
     const size_t esize = dtype == INCMOE_FLOAT32 ? 4 : 2;
-    float *panel = scratch, *apad = scratch + NR * k;
-    for (size_t j0 = n0; j0 < n1; j0 += NR) {
+    float *panel = scratch, *apad = scratch + 2 * NR * k;
+    for (size_t j0 = n0; j0 < n1; j0 += 2 * NR) {
+        size_t nc = n1 - j0 < 2 * NR ? n1 - j0 : 2 * NR;
+        int np = nc > NR ? 2 : 1;
         const uint8_t *p = (const uint8_t *)wp + j0 * k * esize;
         const float *b = (const float *)p;
         if (dtype != INCMOE_FLOAT32) {
-            cpu_widen(panel, p, NR * k, dtype);
+            cpu_widen(panel, p, (size_t)np * NR * k, dtype);
             b = panel;
         }
-        size_t nc = n1 - j0 < NR ? n1 - j0 : NR;
-        panel_rows(tile, m, nc, k, a->f, a->lda, b, c + (j0 - n0), ldc, apad);
+        panel_rows(tile, m, nc, np, k, a->f, a->lda, b, c + (j0 - n0), ldc, apad);
     }
 }
