@@ -258,21 +258,30 @@ class MoeFfn : public ::testing::TestWithParam<incmoe_dtype_t>
 } // namespace
 
 /* Rows shared by 8 experts (each expert's GEMM from one row to about sixty, row tiles
-   whole and partial), H and I not multiples of a panel, columns split 1 to 5 ways. */
+   whole and partial), H and I not multiples of a panel, columns split 1 to 5 ways; then
+   a wider H and I (an odd count of panels, several tiles of 12 rows per expert), checked
+   against fp64 too. */
 TEST_P(MoeFfn, ARowsResultIsItsOwnWhateverTheGemmAndThreads)
 {
-    Problem p = make_problem(200, 136, 8, 3, 160, GetParam(), 7);
-    const size_t row_bytes = (size_t)p.H * p.es;
-    std::vector<uint8_t> alone = rows_alone(p);
     struct {
-        int C;
-        size_t chunk;
-    } runs[] = {{1, 0}, {2, 0}, {3, 7}, {4, 64}, {5, 33}};
-    for (auto r : runs) {
-        std::vector<uint8_t> z = run(p, 0, p.T(), r.C, r.chunk);
-        EXPECT_EQ(first_diff(z, alone, row_bytes), -1)
-            << "workers " << r.C << ", chunk " << r.chunk
-            << ": this row differs from the same row run alone";
+        int H, I, E, k;
+        size_t T;
+    } shapes[] = {{200, 136, 8, 3, 160}, {520, 300, 4, 2, 30}};
+    for (auto sh : shapes) {
+        Problem p = make_problem(sh.H, sh.I, sh.E, sh.k, sh.T, GetParam(), 7);
+        const size_t row_bytes = (size_t)p.H * p.es;
+        std::vector<uint8_t> alone = rows_alone(p);
+        struct {
+            int C;
+            size_t chunk;
+        } runs[] = {{1, 0}, {2, 0}, {3, 7}, {4, 64}, {5, 33}};
+        for (auto r : runs) {
+            std::vector<uint8_t> z = run(p, 0, p.T(), r.C, r.chunk);
+            EXPECT_EQ(first_diff(z, alone, row_bytes), -1)
+                << "H " << p.H << ", workers " << r.C << ", chunk " << r.chunk
+                << ": this row differs from the same row run alone";
+        }
+        EXPECT_LE(rel_error(p, alone), tolerance(p.dt)) << "H " << p.H;
     }
 }
 
