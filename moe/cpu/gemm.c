@@ -128,18 +128,19 @@ __attribute__((target("avx2,fma"))) static void tile_avx2_one(size_t k, const fl
 }
 
 /* A tile: its rows of a (lda) against np (1 or 2) panels from b (the second NR k floats
-   on), into t [rows][2 NR]. */
-static void tile_avx2(size_t k, const float *a, size_t lda, const float *b, int np, float *t)
+   on), into t [rows][np NR] (rows ldt apart). */
+static void tile_avx2(size_t k, const float *a, size_t lda, const float *b, int np, float *t,
+                      size_t ldt)
 {
     for (int p = 0; p < np; p++)
-        tile_avx2_one(k, a, lda, b + (size_t)p * NR * k, t + p * NR, 2 * NR);
+        tile_avx2_one(k, a, lda, b + (size_t)p * NR * k, t + p * NR, ldt);
 }
 
 /* The same chains 12 rows by two panels at a time, a row's 16 columns of a panel in one
    register: on CPUs with AVX-512 twice the lanes of an FMA, and each broadcast of a serves
    32 columns (24 accumulators; the loads keep up with two FMAs a cycle). */
 __attribute__((target("avx512f"))) static inline void
-tile_avx512_np(size_t k, const float *a, size_t lda, const float *b, int np, float *t)
+tile_avx512_np(size_t k, const float *a, size_t lda, const float *b, int np, float *t, size_t ldt)
 {
     const float *b1 = b + (np == 2 ? NR * k : 0);
     __m512 c[12][2];
@@ -157,23 +158,24 @@ tile_avx512_np(size_t k, const float *a, size_t lda, const float *b, int np, flo
     }
 #pragma GCC unroll 12
     for (int r = 0; r < 12; r++) {
-        _mm512_storeu_ps(t + r * 2 * NR, c[r][0]);
-        _mm512_storeu_ps(t + r * 2 * NR + NR, c[r][1]);
+        _mm512_storeu_ps(t + r * ldt, c[r][0]);
+        _mm512_storeu_ps(t + r * ldt + NR, c[r][1]);
     }
 }
 
 /* np known where the tile is inlined; one panel reads it twice (the last of an odd count). */
-__attribute__((target("avx512f"))) static void tile_avx512(size_t k, const float *a, size_t lda,
-                                                           const float *b, int np, float *t)
+__attribute__((target("avx512f"))) static void
+tile_avx512(size_t k, const float *a, size_t lda, const float *b, int np, float *t, size_t ldt)
 {
     if (np == 2)
-        tile_avx512_np(k, a, lda, b, 2, t);
+        tile_avx512_np(k, a, lda, b, 2, t, ldt);
     else
-        tile_avx512_np(k, a, lda, b, 1, t);
+        tile_avx512_np(k, a, lda, b, 1, t, ldt);
 }
 
 /* The same chains in portable C (fmaf: one rounding per step, as the vector paths). */
-static void tile_c(size_t k, const float *a, size_t lda, const float *b, int np, float *t)
+static void tile_c(size_t k, const float *a, size_t lda, const float *b, int np, float *t,
+                   size_t ldt)
 {
     for (int p = 0; p < np; p++) {
         const float *bp = b + (size_t)p * NR * k;
@@ -183,13 +185,13 @@ static void tile_c(size_t k, const float *a, size_t lda, const float *b, int np,
                 for (int j = 0; j < NR; j++)
                     c[r][j] = fmaf(a[r * lda + kk], bp[kk * NR + j], c[r][j]);
         for (int r = 0; r < 6; r++)
-            memcpy(t + r * 2 * NR + p * NR, c[r], sizeof(c[r]));
+            memcpy(t + r * ldt + p * NR, c[r], sizeof(c[r]));
     }
 }
 
 /* A tile function and its rows. */
 typedef struct {
-    void (*fn)(size_t, const float *, size_t, const float *, int, float *);
+    void (*fn)(size_t, const float *, size_t, const float *, int, float *, size_t);
     size_t mr;
 } tile_t;
 
@@ -222,7 +224,11 @@ static void panel_rows(tile_t tile, size_t m, size_t nc, int np, size_t k, const
             at = apad;
             ld = k;
         }
-        tile.fn(k, at, ld, b, np, t);
+        if (mr == tile.mr && nc == 2 * NR) { /* a whole tile, straight into c */
+            tile.fn(k, at, ld, b, np, c + r0 * ldc, ldc);
+            continue;
+        }
+        tile.fn(k, at, ld, b, np, t, 2 * NR);
         for (size_t r = 0; r < mr; r++)
             memcpy(c + (r0 + r) * ldc, t + r * 2 * NR, nc * sizeof(float));
     }

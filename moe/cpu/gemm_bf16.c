@@ -51,11 +51,11 @@ void cpu_gemm_bf16_prepare(uint16_t *dst, size_t m, size_t k, const float *rows,
 }
 
 /* One MRB x (16 np) tile over the k2 pairs: a (MRB rows, lda), np (1 or 2) panels [k2][NR][2]
-   from b, b + 2 NR k2 on, into t [MRB][2 NR].  Two panels at once: 24 accumulators, and
-   each pair of A broadcast once serves 32 columns, so the loads keep up with two dot
-   products a cycle. */
+   from b, b + 2 NR k2 on, into t [MRB][2 NR] (rows ldt apart).  Two panels at once: 24
+   accumulators, and each pair of A broadcast once serves 32 columns, so the loads keep up
+   with two dot products a cycle. */
 __attribute__((target("avx512f,avx512bf16"))) static inline void
-tile(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, int np, float *t)
+tile(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, int np, float *t, size_t ldt)
 {
     const uint16_t *b1 = b + 2 * NR * k2;
     __m512 c[MRB][2];
@@ -76,23 +76,23 @@ tile(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, int np, float 
     }
 #pragma GCC unroll 12
     for (int r = 0; r < MRB; r++) {
-        _mm512_storeu_ps(t + r * 2 * NR, c[r][0]);
-        _mm512_storeu_ps(t + r * 2 * NR + NR, c[r][1]);
+        _mm512_storeu_ps(t + r * ldt, c[r][0]);
+        _mm512_storeu_ps(t + r * ldt + NR, c[r][1]);
     }
 }
 
 /* The pair kernel for one or two panels, chosen once per pair of panels (the branch in
    tile() is then known where it is inlined). */
 __attribute__((target("avx512f,avx512bf16"))) static void
-tile2(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, float *t)
+tile2(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, float *t, size_t ldt)
 {
-    tile(k2, a, lda, b, 2, t);
+    tile(k2, a, lda, b, 2, t, ldt);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static void
-tile1(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, float *t)
+tile1(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, float *t, size_t ldt)
 {
-    tile(k2, a, lda, b, 1, t);
+    tile(k2, a, lda, b, 1, t, ldt);
 }
 
 void cpu_gemm_bf16_panels(size_t n0, size_t n1, size_t m, size_t k, const uint16_t *a,
@@ -104,11 +104,15 @@ void cpu_gemm_bf16_panels(size_t n0, size_t n1, size_t m, size_t k, const uint16
         const uint16_t *b = wp + j0 * kp;
         size_t nc = n1 - j0 < 2 * NR ? n1 - j0 : 2 * NR;
         for (size_t r0 = 0; r0 < m; r0 += MRB) {
+            /* A whole tile goes straight into c; an edge one through t, its part copied. */
+            int whole = nc == 2 * NR && r0 + MRB <= m;
+            float *dst = whole ? c + r0 * ldc + (j0 - n0) : t;
+            size_t ldd = whole ? ldc : 2 * NR;
             if (nc > NR)
-                tile2(k2, a + r0 * kp, kp, b, t);
+                tile2(k2, a + r0 * kp, kp, b, dst, ldd);
             else
-                tile1(k2, a + r0 * kp, kp, b, t);
-            for (size_t r = 0; r < MRB && r0 + r < m; r++)
+                tile1(k2, a + r0 * kp, kp, b, dst, ldd);
+            for (size_t r = 0; !whole && r < MRB && r0 + r < m; r++)
                 memcpy(c + (r0 + r) * ldc + (j0 - n0), t + r * 2 * NR, nc * sizeof(float));
         }
     }
