@@ -27,8 +27,8 @@ libincmoe_moe_la_SOURCES = \
 	cpu/backend.c \
 	cpu/pool.c \
 	cpu/ffn.c cpu/ffn_plan.c \
-	cpu/gemm.c cpu/gemm_bf16.c cpu/gemm.h \
-	cpu/swiglu.c cpu/swiglu.h
+	cpu/gemm.c cpu/gemm_bf16.c cpu/isa.c cpu/gemm.h \
+	cpu/swiglu.c cpu/swiglu.h cpu/swiglu_lanes.h
 libincmoe_moe_la_CPPFLAGS = $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe
 libincmoe_moe_la_LIBADD = $(top_builddir)/plugin/libincmoe.la $(top_builddir)/base/libincmoe_base.la \
 	-lpthread -lm

@@ -21,7 +21,7 @@ test_moe_routing_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_routing_LDADD = $(MOE_TEST_LIBS)
 # The CPU backend's expert compute, compiled in (the library hides it).
 test_moe_ffn_SOURCES = test_moe_ffn.cc ../moe/cpu/ffn.c ../moe/cpu/ffn_plan.c ../moe/cpu/gemm.c ../moe/cpu/gemm_bf16.c \
-	../moe/cpu/swiglu.c
+	../moe/cpu/isa.c ../moe/cpu/swiglu.c
 test_moe_ffn_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_ffn_LDADD = $(BASE_LIBS) $(TEST_LIBS) -lm
 test_moe_layer_SOURCES = test_moe_layer.cc moe_ref.cc moe_ref.h

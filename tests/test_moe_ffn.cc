@@ -5,8 +5,11 @@
  * - every row's output is bitwise the output of the same row run alone (every expert's
  *   GEMM then has one row), whatever the chunk and the number of workers in the team
  *   (the columns each GEMM is split into): the layer's bitwise tests rest on it;
- * - the outputs match an fp64 reference of the SwiGLU experts (fp32 and bf16 weights, the
- *   latter on the vdpbf16ps kernel where the CPU has AVX512-BF16; experts local and remote);
+ * - the outputs match an fp64 reference of the SwiGLU experts (fp32, fp16 and bf16 weights,
+ *   bf16 on the vdpbf16ps kernel where the CPU has AVX512-BF16; experts local and remote);
+ * - every kernel level below this CPU's (cpu_isa_test_cap: AVX-512, AVX2, portable C, as a CPU
+ *   without AVX-512 or AVX2 runs them) keeps both, and for fp32 and fp16 weights gives the
+ *   very bits of every other level;
  * - the vectorised SwiGLU against SiLU in double, each element alike wherever it sits.
  */
 #include <gtest/gtest.h>
@@ -21,8 +24,16 @@
 extern "C" {
 #include "base/dtype.h"
 #include "cpu/cpu.h"
+#include "cpu/gemm.h"
 #include "cpu/swiglu.h"
 #include "plan.h"
+}
+
+/* The library's hook (moe/cpu/isa.c): the highest kernel level to run. */
+static cpu_isa_t isa_cap = CPU_ISA_AVX512_BF16;
+extern "C" cpu_isa_t cpu_isa_test_cap(void)
+{
+    return isa_cap;
 }
 
 namespace
@@ -50,12 +61,16 @@ float rnd(std::mt19937 &g, float scale)
     return std::uniform_real_distribution<float>(-scale, scale)(g);
 }
 
-/* Rounds v to dt (its value as that type), and its bits in dt for a bf16 array. */
+/* Rounds v to dt (its value as that type), and its bits in dt for a 2-byte array. */
 float round_to(float v, incmoe_dtype_t dt, uint16_t *bits)
 {
     if (dt == INCMOE_BFLOAT16) {
         *bits = inc_dtype_float_to_bf16(v);
         return inc_dtype_bf16_to_float(*bits);
+    }
+    if (dt == INCMOE_FLOAT16) {
+        *bits = inc_dtype_float_to_half(v);
+        return inc_dtype_half_to_float(*bits);
     }
     return v;
 }
@@ -196,39 +211,28 @@ long first_diff(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b, si
     return -1;
 }
 
-class MoeFfn : public ::testing::TestWithParam<incmoe_dtype_t>
-{
+/* Runs the kernels of level `cap` at most while it lives (weights packed and used under it). */
+struct IsaCap {
+    cpu_isa_t old;
+    explicit IsaCap(cpu_isa_t cap) : old(isa_cap)
+    {
+        isa_cap = cap;
+    }
+    ~IsaCap()
+    {
+        isa_cap = old;
+    }
 };
 
-} // namespace
-
-/* Rows shared by 8 experts (each expert's GEMM from one row to about sixty, row tiles
-   whole and partial), H and I not multiples of a panel, columns split 1 to 5 ways. */
-TEST_P(MoeFfn, ARowsResultIsItsOwnWhateverTheGemmAndThreads)
+const char *isa_name(cpu_isa_t l)
 {
-    Problem p = make_problem(200, 136, 8, 3, 160, GetParam(), 7);
-    const size_t row_bytes = (size_t)p.H * p.es;
-    std::vector<uint8_t> alone = rows_alone(p);
-    struct {
-        int C;
-        size_t chunk;
-    } runs[] = {{1, 0}, {2, 0}, {3, 7}, {4, 64}, {5, 33}};
-    for (auto r : runs) {
-        std::vector<uint8_t> z = run(p, 0, p.T(), r.C, r.chunk);
-        EXPECT_EQ(first_diff(z, alone, row_bytes), -1)
-            << "workers " << r.C << ", chunk " << r.chunk
-            << ": this row differs from the same row run alone";
-    }
+    static const char *names[] = {"portable C", "AVX2", "AVX-512", "AVX512-BF16"};
+    return names[l];
 }
 
-/* The outputs against fp64; fp32 within 1e-5 of the largest, bf16 within its roundings: the
-   stored output (2^-8) and, with the bf16 kernel, the activations before the down
-   projection. */
-TEST_P(MoeFfn, MatchesAnFp64Reference)
+double rel_error(const Problem &p, const std::vector<uint8_t> &z)
 {
-    Problem p = make_problem(96, 80, 6, 2, 50, GetParam(), 11);
     std::vector<double> ref = reference(p);
-    std::vector<uint8_t> z = run(p, 0, p.T(), 2, 16);
     std::vector<float> y(ref.size());
     inc_dtype_to_float(y.data(), z.data(), y.size(), p.dt);
     double mag = 0, err = 0;
@@ -236,24 +240,105 @@ TEST_P(MoeFfn, MatchesAnFp64Reference)
         mag = std::max(mag, std::fabs(ref[i]));
         err = std::max(err, std::fabs(y[i] - ref[i]));
     }
-    ASSERT_GT(mag, 0.1);
-    EXPECT_LE(err / mag, p.dt == INCMOE_FLOAT32 ? 1e-5 : 8e-3) << "max error " << err;
+    EXPECT_GT(mag, 0.1);
+    return err / mag;
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, MoeFfn, ::testing::Values(INCMOE_FLOAT32, INCMOE_BFLOAT16),
+/* fp32 within 1e-5 of the largest; bf16 and fp16 within their roundings: the stored output
+   (2^-8 for bf16) and, with the bf16 kernel, the activations before the down projection. */
+double tolerance(incmoe_dtype_t dt)
+{
+    return dt == INCMOE_FLOAT32 ? 1e-5 : 8e-3;
+}
+
+class MoeFfn : public ::testing::TestWithParam<incmoe_dtype_t>
+{
+};
+
+} // namespace
+
+/* Rows shared by 8 experts (each expert's GEMM from one row to about sixty, row tiles
+   whole and partial), H and I not multiples of a panel, columns split 1 to 5 ways; then
+   a wider H and I (an odd count of panels, several tiles of 12 rows per expert), checked
+   against fp64 too. */
+TEST_P(MoeFfn, ARowsResultIsItsOwnWhateverTheGemmAndThreads)
+{
+    struct {
+        int H, I, E, k;
+        size_t T;
+    } shapes[] = {{200, 136, 8, 3, 160}, {520, 300, 4, 2, 30}};
+    for (auto sh : shapes) {
+        Problem p = make_problem(sh.H, sh.I, sh.E, sh.k, sh.T, GetParam(), 7);
+        const size_t row_bytes = (size_t)p.H * p.es;
+        std::vector<uint8_t> alone = rows_alone(p);
+        struct {
+            int C;
+            size_t chunk;
+        } runs[] = {{1, 0}, {2, 0}, {3, 7}, {4, 64}, {5, 33}};
+        for (auto r : runs) {
+            std::vector<uint8_t> z = run(p, 0, p.T(), r.C, r.chunk);
+            EXPECT_EQ(first_diff(z, alone, row_bytes), -1)
+                << "H " << p.H << ", workers " << r.C << ", chunk " << r.chunk
+                << ": this row differs from the same row run alone";
+        }
+        EXPECT_LE(rel_error(p, alone), tolerance(p.dt)) << "H " << p.H;
+    }
+}
+
+/* The outputs against fp64 (tolerance above). */
+TEST_P(MoeFfn, MatchesAnFp64Reference)
+{
+    Problem p = make_problem(96, 80, 6, 2, 50, GetParam(), 11);
+    std::vector<uint8_t> z = run(p, 0, p.T(), 2, 16);
+    EXPECT_LE(rel_error(p, z), tolerance(p.dt));
+}
+
+/* Every level this CPU can run, from portable C up: each row its own result across workers
+   and chunks, the fp64 reference met, and fp32 and fp16 weights (widened exactly, one FMA
+   chain per element on every level) the same bits as portable C.  bf16 leaves its own
+   kernel at AVX512-BF16 (rounded activations): below it, the same bits as portable C too. */
+TEST_P(MoeFfn, EveryKernelLevelKeepsTheResults)
+{
+    Problem p = make_problem(72, 56, 5, 2, 40, GetParam(), 13);
+    const size_t row_bytes = (size_t)p.H * p.es;
+    std::vector<uint8_t> portable;
+    for (int l = CPU_ISA_PORTABLE; l <= (int)cpu_isa(); l++) {
+        IsaCap cap((cpu_isa_t)l);
+        std::vector<uint8_t> alone = rows_alone(p), z = run(p, 0, p.T(), 3, 7);
+        EXPECT_EQ(first_diff(z, alone, row_bytes), -1)
+            << isa_name((cpu_isa_t)l) << ": this row differs from the same row run alone";
+        EXPECT_LE(rel_error(p, z), tolerance(p.dt)) << isa_name((cpu_isa_t)l);
+        if (l == CPU_ISA_PORTABLE) {
+            portable = z;
+        } else if (p.dt != INCMOE_BFLOAT16 || l < CPU_ISA_AVX512_BF16) {
+            EXPECT_EQ(first_diff(z, portable, row_bytes), -1)
+                << isa_name((cpu_isa_t)l) << " gives this row other bits than portable C";
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MoeFfn,
+                         ::testing::Values(INCMOE_FLOAT32, INCMOE_FLOAT16, INCMOE_BFLOAT16),
                          [](const ::testing::TestParamInfo<incmoe_dtype_t> &i) {
-                             return std::string(i.param == INCMOE_FLOAT32 ? "fp32" : "bf16");
+                             return std::string(i.param == INCMOE_FLOAT32   ? "fp32"
+                                                : i.param == INCMOE_FLOAT16 ? "fp16"
+                                                                            : "bf16");
                          });
 
 /* SiLU(g) * u within 4 ulp of double over [-100, 100] (within 1e-36 where it is smaller: exp's
-   clamp); an element alone gives the same bits as inside an array. */
+   clamp); an element alone gives the same bits as inside an array; and every level this CPU
+   runs (4 lanes, 16 with AVX-512) gives the bits of the portable one. */
 TEST(MoeFfnSwiglu, MatchesDoubleAndIgnoresPosition)
 {
     const size_t n = 4003;
-    std::vector<float> g(n), u(n), a(n);
+    std::vector<float> g(n), u(n), a(n), portable(n);
     for (size_t i = 0; i < n; i++) {
         g[i] = -100.0f + 200.0f * (float)i / (float)(n - 1);
         u[i] = 1.0f + 0.001f * (float)(i % 7);
+    }
+    {
+        IsaCap cap(CPU_ISA_PORTABLE);
+        cpu_swiglu(portable.data(), g.data(), u.data(), n);
     }
     cpu_swiglu(a.data(), g.data(), u.data(), n);
     for (size_t i = 0; i < n; i++) {
@@ -265,5 +350,7 @@ TEST(MoeFfnSwiglu, MatchesDoubleAndIgnoresPosition)
         float one;
         cpu_swiglu(&one, &g[i], &u[i], 1);
         ASSERT_EQ(memcmp(&one, &a[i], 4), 0) << "g " << g[i] << " alone differs";
+        ASSERT_EQ(memcmp(&portable[i], &a[i], 4), 0)
+            << "g " << g[i] << ": " << isa_name(cpu_isa()) << " differs from portable C";
     }
 }

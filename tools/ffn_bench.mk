@@ -4,7 +4,7 @@
 if HAVE_OPENBLAS
 noinst_PROGRAMS += incmoe-ffn-bench
 incmoe_ffn_bench_SOURCES = ffn_bench.c ../moe/cpu/ffn.c ../moe/cpu/ffn_plan.c \
-	../moe/cpu/gemm.c ../moe/cpu/gemm_bf16.c ../moe/cpu/swiglu.c
+	../moe/cpu/gemm.c ../moe/cpu/gemm_bf16.c ../moe/cpu/isa.c ../moe/cpu/swiglu.c
 incmoe_ffn_bench_CPPFLAGS = $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe $(OPENBLAS_CFLAGS)
 incmoe_ffn_bench_LDADD = $(top_builddir)/base/libincmoe_base.la \
 	$(top_builddir)/plugin/libincmoe.la $(OPENBLAS_LIBS) -lm -lpthread

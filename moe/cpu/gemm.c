@@ -1,7 +1,8 @@
 /*
- * gemm.c - C = A W^T over packed weight panels: a 6 x 16 register tile, every element one
- * fused multiply-add chain over k (gemm.h says why).  The panel of a bf16 or fp16 W is
- * widened to fp32 once per call and then serves every tile of rows.
+ * gemm.c - C = A W^T over packed weight panels, two panels of 16 columns at a time: a
+ * register tile of 12 rows x 32 columns on AVX-512, 6 x 16 per panel on AVX2 and in C, every
+ * element one fused multiply-add chain over k (gemm.h says why).  The panels of a bf16 or
+ * fp16 W are widened to fp32 once per call and then serve every tile of rows.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -12,7 +13,6 @@
 #include "cpu/gemm.h"
 
 #define NR CPU_GEMM_NR
-#define MR CPU_GEMM_MR
 
 typedef uint16_t u16x4 __attribute__((vector_size(8)));
 typedef uint32_t u32x4 __attribute__((vector_size(16)));
@@ -31,17 +31,29 @@ static void widen_bf16(float *dst, const uint16_t *src, size_t n)
         dst[i] = inc_dtype_bf16_to_float(src[i]);
 }
 
+/* fp16 with F16C, 8 at a time (exact, as the scalar conversion the tail takes). */
+__attribute__((target("avx,f16c"))) static void widen_f16c(float *dst, const uint16_t *src,
+                                                           size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    inc_dtype_to_float(dst + i, src + i, n - i, INCMOE_FLOAT16);
+}
+
 void cpu_widen(float *dst, const void *src, size_t n, incmoe_dtype_t dtype)
 {
     if (dtype == INCMOE_BFLOAT16)
         widen_bf16(dst, src, n);
+    else if (dtype == INCMOE_FLOAT16 && cpu_isa() >= CPU_ISA_AVX2)
+        widen_f16c(dst, src, n);
     else
         inc_dtype_to_float(dst, src, n, dtype);
 }
 
 static int bf16_kernel(incmoe_dtype_t dtype)
 {
-    return dtype == INCMOE_BFLOAT16 && cpu_gemm_bf16_native();
+    return dtype == INCMOE_BFLOAT16 && cpu_isa() >= CPU_ISA_AVX512_BF16;
 }
 
 size_t cpu_gemm_packed_elems(size_t n, size_t k, incmoe_dtype_t dtype)
@@ -71,8 +83,8 @@ void cpu_gemm_pack(void *dst, const void *w, size_t n, size_t k, size_t ldw, inc
 size_t cpu_gemm_scratch_floats(size_t m, size_t kmax)
 {
     size_t mp = (m + CPU_GEMM_MR_BF16 - 1) / CPU_GEMM_MR_BF16 * CPU_GEMM_MR_BF16;
-    /* a widened panel and a padded tile; then the bf16 rows (two to a float) */
-    return (NR + MR) * kmax + mp * ((kmax + 1) / 2) + 16;
+    /* two widened panels and a padded tile; then the bf16 rows (two to a float) */
+    return (2 * NR + CPU_GEMM_MR_MAX) * kmax + mp * ((kmax + 1) / 2) + 16;
 }
 
 void cpu_gemm_prepare(cpu_gemm_a_t *a, size_t m, size_t k, const float *rows, size_t lda,
@@ -85,80 +97,140 @@ void cpu_gemm_prepare(cpu_gemm_a_t *a, size_t m, size_t k, const float *rows, si
     a->bf = NULL;
     if (bf16_kernel(dtype)) {
         /* after the region the fp32 path uses, which the bf16 path leaves alone */
-        uint16_t *bf = (uint16_t *)(scratch + (NR + MR) * k);
+        uint16_t *bf = (uint16_t *)(scratch + (2 * NR + CPU_GEMM_MR_MAX) * k);
         cpu_gemm_bf16_prepare(bf, m, k, rows, lda);
         a->bf = bf;
     }
 }
 
-/* One MR x NR tile over all of k: a (MR rows, lda), b (a panel [k][NR]), into t [MR][NR]. */
-__attribute__((target("avx2,fma"))) static void tile_avx2(size_t k, const float *a, size_t lda,
-                                                          const float *b, float *t)
+/* One 6 x NR tile over all of k: a (6 rows, lda), b (a panel [k][NR]), into t (rows ldt). */
+__attribute__((target("avx2,fma"))) static void tile_avx2_one(size_t k, const float *a, size_t lda,
+                                                              const float *b, float *t, size_t ldt)
 {
-    __m256 c[MR][2];
+    __m256 c[6][2];
 #pragma GCC unroll 6
-    for (int r = 0; r < MR; r++)
+    for (int r = 0; r < 6; r++)
         c[r][0] = c[r][1] = _mm256_setzero_ps();
     for (size_t kk = 0; kk < k; kk++) {
         __m256 b0 = _mm256_loadu_ps(b + kk * NR), b1 = _mm256_loadu_ps(b + kk * NR + 8);
 #pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) {
+        for (int r = 0; r < 6; r++) {
             __m256 ar = _mm256_broadcast_ss(a + r * lda + kk);
             c[r][0] = _mm256_fmadd_ps(ar, b0, c[r][0]);
             c[r][1] = _mm256_fmadd_ps(ar, b1, c[r][1]);
         }
     }
 #pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        _mm256_storeu_ps(t + r * NR, c[r][0]);
-        _mm256_storeu_ps(t + r * NR + 8, c[r][1]);
+    for (int r = 0; r < 6; r++) {
+        _mm256_storeu_ps(t + r * ldt, c[r][0]);
+        _mm256_storeu_ps(t + r * ldt + 8, c[r][1]);
     }
 }
 
-/* The same chains in portable C (fmaf: one rounding per step, as the AVX2 path). */
-static void tile_c(size_t k, const float *a, size_t lda, const float *b, float *t)
+/* A tile: its rows of a (lda) against np (1 or 2) panels from b (the second NR k floats
+   on), into t [rows][np NR] (rows ldt apart). */
+static void tile_avx2(size_t k, const float *a, size_t lda, const float *b, int np, float *t,
+                      size_t ldt)
 {
-    float c[MR][NR] = {{0}};
-    for (size_t kk = 0; kk < k; kk++)
-        for (int r = 0; r < MR; r++)
-            for (int j = 0; j < NR; j++)
-                c[r][j] = fmaf(a[r * lda + kk], b[kk * NR + j], c[r][j]);
-    memcpy(t, c, sizeof(c));
+    for (int p = 0; p < np; p++)
+        tile_avx2_one(k, a, lda, b + (size_t)p * NR * k, t + p * NR, ldt);
 }
 
-typedef void (*tile_fn)(size_t, const float *, size_t, const float *, float *);
-
-static tile_fn tile_pick(void)
+/* The same chains 12 rows by two panels at a time, a row's 16 columns of a panel in one
+   register: on CPUs with AVX-512 twice the lanes of an FMA, and each broadcast of a serves
+   32 columns (24 accumulators; the loads keep up with two FMAs a cycle). */
+__attribute__((target("avx512f"))) static inline void
+tile_avx512_np(size_t k, const float *a, size_t lda, const float *b, int np, float *t, size_t ldt)
 {
-    static tile_fn fn;
-    tile_fn f = __atomic_load_n(&fn, __ATOMIC_RELAXED);
-    if (f == NULL) {
-        __builtin_cpu_init();
-        f = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? tile_avx2 : tile_c;
-        __atomic_store_n(&fn, f, __ATOMIC_RELAXED);
+    const float *b1 = b + (np == 2 ? NR * k : 0);
+    __m512 c[12][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++)
+        c[r][0] = c[r][1] = _mm512_setzero_ps();
+    for (size_t kk = 0; kk < k; kk++) {
+        __m512 b0v = _mm512_loadu_ps(b + kk * NR), b1v = _mm512_loadu_ps(b1 + kk * NR);
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            __m512 av = _mm512_set1_ps(a[r * lda + kk]);
+            c[r][0] = _mm512_fmadd_ps(av, b0v, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(av, b1v, c[r][1]);
+        }
     }
-    return f;
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        _mm512_storeu_ps(t + r * ldt, c[r][0]);
+        _mm512_storeu_ps(t + r * ldt + NR, c[r][1]);
+    }
 }
 
-/* Every tile of rows against one fp32 panel b: columns [0, nc) of it into c. */
-static void panel_rows(tile_fn tile, size_t m, size_t nc, size_t k, const float *a, size_t lda,
-                       const float *b, float *c, size_t ldc, float *apad)
+/* np known where the tile is inlined; one panel reads it twice (the last of an odd count). */
+__attribute__((target("avx512f"))) static void
+tile_avx512(size_t k, const float *a, size_t lda, const float *b, int np, float *t, size_t ldt)
 {
-    float t[MR * NR];
-    for (size_t r0 = 0; r0 < m; r0 += MR) {
-        size_t mr = m - r0 < MR ? m - r0 : MR;
+    if (np == 2)
+        tile_avx512_np(k, a, lda, b, 2, t, ldt);
+    else
+        tile_avx512_np(k, a, lda, b, 1, t, ldt);
+}
+
+/* The same chains in portable C (fmaf: one rounding per step, as the vector paths). */
+static void tile_c(size_t k, const float *a, size_t lda, const float *b, int np, float *t,
+                   size_t ldt)
+{
+    for (int p = 0; p < np; p++) {
+        const float *bp = b + (size_t)p * NR * k;
+        float c[6][NR] = {{0}};
+        for (size_t kk = 0; kk < k; kk++)
+            for (int r = 0; r < 6; r++)
+                for (int j = 0; j < NR; j++)
+                    c[r][j] = fmaf(a[r * lda + kk], bp[kk * NR + j], c[r][j]);
+        for (int r = 0; r < 6; r++)
+            memcpy(t + r * ldt + p * NR, c[r], sizeof(c[r]));
+    }
+}
+
+/* A tile function and its rows. */
+typedef struct {
+    void (*fn)(size_t, const float *, size_t, const float *, int, float *, size_t);
+    size_t mr;
+} tile_t;
+
+static tile_t tile_pick(void)
+{
+    switch (cpu_isa()) {
+    case CPU_ISA_AVX512:
+    case CPU_ISA_AVX512_BF16:
+        return (tile_t){tile_avx512, 12};
+    case CPU_ISA_AVX2:
+        return (tile_t){tile_avx2, 6};
+    default:
+        return (tile_t){tile_c, 6};
+    }
+}
+
+/* Every tile of rows against np fp32 panels from b: columns [0, nc) of them into c. */
+static void panel_rows(tile_t tile, size_t m, size_t nc, int np, size_t k, const float *a,
+                       size_t lda, const float *b, float *c, size_t ldc, float *apad)
+{
+    float t[CPU_GEMM_MR_MAX * 2 * NR];
+    for (size_t r0 = 0; r0 < m; r0 += tile.mr) {
+        size_t mr = m - r0 < tile.mr ? m - r0 : tile.mr;
         const float *at = a + r0 * lda;
         size_t ld = lda;
-        if (mr < MR) { /* the last rows, zero-padded to a whole tile */
-            memset(apad, 0, MR * k * sizeof(float));
+        if (mr < tile.mr) { /* the last rows, zero-padded to a whole tile */
+            memset(apad, 0, tile.mr * k * sizeof(float));
             for (size_t r = 0; r < mr; r++)
                 memcpy(apad + r * k, at + r * lda, k * sizeof(float));
             at = apad;
             ld = k;
         }
-        tile(k, at, ld, b, t);
+        if (mr == tile.mr && nc == 2 * NR) { /* a whole tile, straight into c */
+            tile.fn(k, at, ld, b, np, c + r0 * ldc, ldc);
+            continue;
+        }
+        tile.fn(k, at, ld, b, np, t, 2 * NR);
         for (size_t r = 0; r < mr; r++)
-            memcpy(c + (r0 + r) * ldc, t + r * NR, nc * sizeof(float));
+            memcpy(c + (r0 + r) * ldc, t + r * 2 * NR, nc * sizeof(float));
     }
 }
 
@@ -172,17 +244,18 @@ void cpu_gemm_packed(size_t n0, size_t n1, const cpu_gemm_a_t *a, const void *wp
         cpu_gemm_bf16_panels(n0, n1, m, k, a->bf, wp, c, ldc);
         return;
     }
-    tile_fn tile = tile_pick();
+    tile_t tile = tile_pick();
     const size_t esize = dtype == INCMOE_FLOAT32 ? 4 : 2;
-    float *panel = scratch, *apad = scratch + NR * k;
-    for (size_t j0 = n0; j0 < n1; j0 += NR) {
+    float *panel = scratch, *apad = scratch + 2 * NR * k;
+    for (size_t j0 = n0; j0 < n1; j0 += 2 * NR) {
+        size_t nc = n1 - j0 < 2 * NR ? n1 - j0 : 2 * NR;
+        int np = nc > NR ? 2 : 1;
         const uint8_t *p = (const uint8_t *)wp + j0 * k * esize;
         const float *b = (const float *)p;
         if (dtype != INCMOE_FLOAT32) {
-            cpu_widen(panel, p, NR * k, dtype);
+            cpu_widen(panel, p, (size_t)np * NR * k, dtype);
             b = panel;
         }
-        size_t nc = n1 - j0 < NR ? n1 - j0 : NR;
-        panel_rows(tile, m, nc, k, a->f, a->lda, b, c + (j0 - n0), ldc, apad);
+        panel_rows(tile, m, nc, np, k, a->f, a->lda, b, c + (j0 - n0), ldc, apad);
     }
 }

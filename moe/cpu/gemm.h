@@ -11,8 +11,9 @@
  * chain of fused multiply-adds (or bf16 pair dot products) over k in ascending order,
  * started from zero, whatever m, the columns asked for, or the tile it falls in (edge tiles
  * are zero-padded copies run through the same code).  One process always takes the same
- * path (AVX2 with FMA where the CPU has them, portable C otherwise; bf16 weights on
- * AVX512-BF16 where it has that).
+ * path (cpu_isa: AVX-512, AVX2 with FMA, or portable C; bf16 weights on AVX512-BF16 where
+ * the CPU has it).  The fp32 chains are the same on every path (a fused multiply-add rounds
+ * once whatever its width), so fp32 and fp16 weights give the same bits on any of them.
  */
 #ifndef INCMOE_MOE_CPU_GEMM_H
 #define INCMOE_MOE_CPU_GEMM_H
@@ -23,8 +24,20 @@
 #include "incmoe/incmoe.h"
 
 #define CPU_GEMM_NR      16 /* output columns of a panel */
-#define CPU_GEMM_MR      6  /* rows of a tile */
+#define CPU_GEMM_MR_MAX  12 /* rows of the tallest tile (AVX-512's, the bf16 kernel's) */
 #define CPU_GEMM_MR_BF16 12 /* rows of a tile of the bf16 kernel */
+
+/* The kernels a process runs, lowest first. */
+typedef enum {
+    CPU_ISA_PORTABLE,   /* C, fmaf */
+    CPU_ISA_AVX2,       /* AVX2, FMA and F16C */
+    CPU_ISA_AVX512,     /* AVX-512F */
+    CPU_ISA_AVX512_BF16 /* and AVX512-BF16: bf16 weights on vdpbf16ps */
+} cpu_isa_t;
+
+/* --- isa.c --- */
+/* The level this process runs (the same at every call unless a test caps it). */
+cpu_isa_t cpu_isa(void);
 
 /* Elements of W [n][k] (dtype) once packed: whole panels of CPU_GEMM_NR columns. */
 size_t cpu_gemm_packed_elems(size_t n, size_t k, incmoe_dtype_t dtype);
@@ -61,12 +74,10 @@ void cpu_gemm_prepare(cpu_gemm_a_t *a, size_t m, size_t k, const float *rows, si
 void cpu_gemm_packed(size_t n0, size_t n1, const cpu_gemm_a_t *a, const void *wp,
                      incmoe_dtype_t dtype, float *c, size_t ldc, float *scratch);
 
-/* dst[0..n) = src (dtype) widened to fp32. */
+/* dst[0..n) = src (dtype) widened to fp32 (exactly: the same bits on every path). */
 void cpu_widen(float *dst, const void *src, size_t n, incmoe_dtype_t dtype);
 
-/* --- gemm_bf16.c: the bf16 kernel (AVX512-BF16) --- */
-/* 1 where this CPU runs it (the same answer for the whole process). */
-int cpu_gemm_bf16_native(void);
+/* --- gemm_bf16.c: the bf16 kernel (AVX512-BF16, where cpu_isa() says so) --- */
 /* W [n][k] bf16 into panels [k / 2][16][2]. */
 void cpu_gemm_bf16_pack(uint16_t *dst, const uint16_t *w, size_t n, size_t k, size_t ldw);
 /* m fp32 rows rounded to bf16 into dst [m up to a tile][k up to even], the pads zero. */

@@ -1,9 +1,10 @@
 /*
  * gemm_bf16.c - bf16 weights on CPUs with AVX512-BF16: W packed as pairs of k, A rounded
- * to bf16, a 12 x 16 tile of vdpbf16ps (16 output columns, each lane the dot product of a
- * pair of k added into fp32).  Every element is one chain over the pairs in order; the
- * conversion of A takes every element through the same instruction (a tail is padded),
- * since vcvtneps2bf16 treats denormals as zero where a scalar rounding would not.
+ * to bf16, a tile of 12 rows x two panels of 16 columns of vdpbf16ps (each lane the dot
+ * product of a pair of k added into fp32).  Every element is one chain over the pairs in
+ * order, whichever tile it falls in; the conversion of A takes every element through the same
+ * instruction (a tail is padded), since vcvtneps2bf16 treats denormals as zero where a scalar
+ * rounding would not.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -12,18 +13,6 @@
 
 #define NR  CPU_GEMM_NR
 #define MRB CPU_GEMM_MR_BF16
-
-int cpu_gemm_bf16_native(void)
-{
-    static int native = -1;
-    int v = __atomic_load_n(&native, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-        __atomic_store_n(&native, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
 
 void cpu_gemm_bf16_pack(uint16_t *dst, const uint16_t *w, size_t n, size_t k, size_t ldw)
 {
@@ -61,40 +50,70 @@ void cpu_gemm_bf16_prepare(uint16_t *dst, size_t m, size_t k, const float *rows,
     memset(dst + m * kp, 0, (mp - m) * kp * sizeof(uint16_t));
 }
 
-/* One MRB x NR tile over the k2 pairs: a (MRB rows, lda), b (a panel [k2][NR][2]). */
-__attribute__((target("avx512f,avx512bf16"))) static void
-tile(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, float *t)
+/* One MRB x (16 np) tile over the k2 pairs: a (MRB rows, lda), np (1 or 2) panels [k2][NR][2]
+   from b, b + 2 NR k2 on, into t [MRB][2 NR] (rows ldt apart).  Two panels at once: 24
+   accumulators, and each pair of A broadcast once serves 32 columns, so the loads keep up
+   with two dot products a cycle. */
+__attribute__((target("avx512f,avx512bf16"))) static inline void
+tile(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, int np, float *t, size_t ldt)
 {
-    __m512 c[MRB];
+    const uint16_t *b1 = b + 2 * NR * k2;
+    __m512 c[MRB][2];
 #pragma GCC unroll 12
     for (int r = 0; r < MRB; r++)
-        c[r] = _mm512_setzero_ps();
+        c[r][0] = c[r][1] = _mm512_setzero_ps();
     for (size_t kk = 0; kk < k2; kk++) {
-        __m512bh bv = (__m512bh)_mm512_loadu_si512(b + kk * NR * 2);
+        __m512bh b0v = (__m512bh)_mm512_loadu_si512(b + kk * NR * 2);
+        __m512bh b1v = np == 2 ? (__m512bh)_mm512_loadu_si512(b1 + kk * NR * 2) : b0v;
 #pragma GCC unroll 12
         for (int r = 0; r < MRB; r++) {
             int32_t pair;
             memcpy(&pair, a + r * lda + 2 * kk, sizeof(pair));
-            c[r] = _mm512_dpbf16_ps(c[r], (__m512bh)_mm512_set1_epi32(pair), bv);
+            __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+            c[r][0] = _mm512_dpbf16_ps(c[r][0], av, b0v);
+            c[r][1] = _mm512_dpbf16_ps(c[r][1], av, b1v);
         }
     }
 #pragma GCC unroll 12
-    for (int r = 0; r < MRB; r++)
-        _mm512_storeu_ps(t + r * NR, c[r]);
+    for (int r = 0; r < MRB; r++) {
+        _mm512_storeu_ps(t + r * ldt, c[r][0]);
+        _mm512_storeu_ps(t + r * ldt + NR, c[r][1]);
+    }
+}
+
+/* The pair kernel for one or two panels, chosen once per pair of panels (the branch in
+   tile() is then known where it is inlined). */
+__attribute__((target("avx512f,avx512bf16"))) static void
+tile2(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, float *t, size_t ldt)
+{
+    tile(k2, a, lda, b, 2, t, ldt);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void
+tile1(size_t k2, const uint16_t *a, size_t lda, const uint16_t *b, float *t, size_t ldt)
+{
+    tile(k2, a, lda, b, 1, t, ldt);
 }
 
 void cpu_gemm_bf16_panels(size_t n0, size_t n1, size_t m, size_t k, const uint16_t *a,
                           const uint16_t *wp, float *c, size_t ldc)
 {
     const size_t k2 = (k + 1) / 2, kp = 2 * k2;
-    float t[MRB * NR];
-    for (size_t j0 = n0; j0 < n1; j0 += NR) {
+    float t[MRB * 2 * NR];
+    for (size_t j0 = n0; j0 < n1; j0 += 2 * NR) {
         const uint16_t *b = wp + j0 * kp;
-        size_t nc = n1 - j0 < NR ? n1 - j0 : NR;
+        size_t nc = n1 - j0 < 2 * NR ? n1 - j0 : 2 * NR;
         for (size_t r0 = 0; r0 < m; r0 += MRB) {
-            tile(k2, a + r0 * kp, kp, b, t);
-            for (size_t r = 0; r < MRB && r0 + r < m; r++)
-                memcpy(c + (r0 + r) * ldc + (j0 - n0), t + r * NR, nc * sizeof(float));
+            /* A whole tile goes straight into c; an edge one through t, its part copied. */
+            int whole = nc == 2 * NR && r0 + MRB <= m;
+            float *dst = whole ? c + r0 * ldc + (j0 - n0) : t;
+            size_t ldd = whole ? ldc : 2 * NR;
+            if (nc > NR)
+                tile2(k2, a + r0 * kp, kp, b, dst, ldd);
+            else
+                tile1(k2, a + r0 * kp, kp, b, dst, ldd);
+            for (size_t r = 0; !whole && r < MRB && r0 + r < m; r++)
+                memcpy(c + (r0 + r) * ldc + (j0 - n0), t + r * 2 * NR, nc * sizeof(float));
         }
     }
 }

@@ -1,4 +1,4 @@
-/* swiglu.h - the FFN's activation, SiLU(gate) * up, 4 elements at a time. */
+/* swiglu.h - the FFN's activation, SiLU(gate) * up, 4 or 16 elements at a time. */
 #ifndef INCMOE_MOE_CPU_SWIGLU_H
 #define INCMOE_MOE_CPU_SWIGLU_H
 
