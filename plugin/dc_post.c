@@ -48,17 +48,6 @@ static incmoe_status_t check_buffers(incmoe_comm_t *comm, coll_op_t *op, struct 
     return INCMOE_OK;
 }
 
-/* The op's buffers: the regions check_buffers held for it, at the caller's offsets. */
-static void take_buffers(coll_op_t *op, size_t send_offset, size_t recv_offset)
-{
-    op->send_base = op->send_mr->base;
-    op->send_off = send_offset;
-    op->send_memh = op->send_mr->memh;
-    op->recv_base = op->recv_mr->base;
-    op->recv_off = recv_offset;
-    op->recv_memh = op->recv_mr->memh;
-}
-
 /* The algorithm's own limits; INCMOE_OK or a rejection (op freed). */
 static incmoe_status_t algo_check(incmoe_comm_t *comm, coll_op_t *op)
 {
@@ -183,7 +172,7 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
                                   "dispatch: out of memory for %zu rows", params->nrows);
     if ((st = copy_sets(comm, op, params->sets)) != INCMOE_OK)
         return st;
-    take_buffers(op, params->send_offset, params->recv_offset);
+    client_op_set_buffers(op, params->send_offset, params->recv_offset);
     op->rows = params->nrows;
     op->row_bytes = params->row_bytes;
     op->capacity = params->capacity;
@@ -268,7 +257,7 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
     st = check_combine(comm, op, params, dc->nrecv, dc->nrows);
     if (st != INCMOE_OK)
         return st;
-    take_buffers(op, params->send_offset, params->recv_offset);
+    client_op_set_buffers(op, params->send_offset, params->recv_offset);
     op->rows = dc->nrecv;
     op->row_bytes = params->row_count * incmoe_dtype_size(params->dtype);
     op->dtype = params->dtype;
