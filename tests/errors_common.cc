@@ -92,7 +92,7 @@ void expect_switch_serves(const std::string &addr, int n)
     auto res = run_job(
         addr, job, n,
         [&](incmoe_comm_t *comm, int rank) -> std::string {
-            incmoe_status_t st;
+            incmoe_status_t st = INCMOE_OK;
             std::vector<int> send(16, rank), recv(16 * n, -1);
             incmoe_mr_t *ms, *mr;
             incmoe_mem_register(comm, send.data(), 64, &ms);

@@ -66,7 +66,7 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
     auto res = run_job(
         addr, job, n,
         [&](incmoe_comm_t *comm, int rank) -> std::string {
-            incmoe_status_t st;
+            incmoe_status_t st = INCMOE_OK;
             incmoe_req_t req;
             if (rank != 0)
                 harness::bump(&created->others);

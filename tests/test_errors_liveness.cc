@@ -114,7 +114,7 @@ void expect_dead_rank_detected(const std::string &addr, int sig,
     auto res = run_job(
         addr, job, n,
         [&](incmoe_comm_t *comm, int rank) -> std::string {
-            incmoe_status_t st;
+            incmoe_status_t st = INCMOE_OK;
             std::string pidfile = "/tmp/incmoe-stopped-" + std::to_string(job);
             if (rank == n - 1) {
                 FILE *f = fopen(pidfile.c_str(), "w");
@@ -234,7 +234,7 @@ TEST(ProgressTimeout, RankThatNeverPostsFailsTheJobNamingIt)
     auto res = run_job(
         sw.addr, job, n,
         [&](incmoe_comm_t *comm, int rank) -> std::string {
-            incmoe_status_t st;
+            incmoe_status_t st = INCMOE_OK;
             std::string fail;
             if (rank < 2)
                 st = allgather_64(comm, n);
@@ -316,7 +316,7 @@ TEST(ProgressTimeout, PostingAheadDoesNotMakeTheOthersLate)
     auto res = run_job(
         sw.addr, job, n,
         [&](incmoe_comm_t *comm, int rank) -> std::string {
-            incmoe_status_t st;
+            incmoe_status_t st = INCMOE_OK;
             incmoe_req_t req[count];
             for (int k = 0; k < count && st == INCMOE_OK; k++) {
                 if (rank == 1) {
@@ -363,7 +363,7 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
     auto res = run_job(
         doomed.addr, job, 2,
         [&](incmoe_comm_t *comm, int rank) -> std::string {
-            incmoe_status_t st;
+            incmoe_status_t st = INCMOE_OK;
             incmoe_req_t req;
             st = incmoe_barrier(comm, &req); /* both have joined */
             if (st == INCMOE_OK)
