@@ -51,6 +51,8 @@
 #include "plugin/notify.h"
 #include "plugin/post.h"
 #include "base/log.h"
+#include "fuzz_input.h"
+#include "fuzz_log.h"
 #include "ucx_fake.h"
 
 #include <pthread.h>
@@ -60,9 +62,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 
-#define JOB_ID      0x1234
-#define REGION      512 /* bytes of each registered region: N blocks of up to 128 */
-#define MAX_PAYLOAD 4096
+#define JOB_ID 0x1234
+#define REGION 512 /* bytes of each registered region: N blocks of up to 128 */
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -351,21 +352,11 @@ static void check_streams(void)
     }
 }
 
-/* Formats every message (the formatting is code under test) and prints them only when
-   FUZZ_LOG is set, for reading what an input did, as fuzz_switch_msg does. */
-static void discard_log(int level, const char *line)
-{
-    (void)level;
-    if (getenv("FUZZ_LOG") != NULL)
-        fprintf(stderr, "%s\n", line);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    inc_log_set_sink(discard_log);
-    inc_log_set_level(LOG_LEVEL_DEBUG); /* format every message, print none */
+    fuzz_log_quiet();
     fake_ucx_set_hooks(on_send, on_recv);
     return 0;
 }
@@ -384,19 +375,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
         uint8_t c = in[pos++];
         int action = c % 8;
         if (action <= 2) {
-            const size_t hlen = sizeof(struct inc_wire_hdr);
-            if (size - pos < 2 + hlen)
+            fuzz_msg_t m;
+            if (!fuzz_take_msg(in, size, &pos, &m))
                 break;
-            size_t length = (size_t)in[pos] | (size_t)in[pos + 1] << 8;
-            pos += 2;
-            const uint8_t *hdr = in + pos;
-            pos += hlen;
-            if (length > MAX_PAYLOAD)
-                length = MAX_PAYLOAD;
-            if (length > size - pos)
-                length = size - pos;
-            deliver(action == 2, hdr, in + pos, length);
-            pos += length;
+            deliver(action == 2, m.hdr, m.payload, m.length);
         } else if (action == 5) {
             if (size - pos < 3)
                 break;

@@ -54,14 +54,15 @@
 #include "switch/engine.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "fuzz_input.h"
+#include "fuzz_log.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NCONN       6
-#define MAX_PAYLOAD 4096
+#define NCONN 6
 
 /* A broken invariant is a crash libFuzzer records, with the reason on stderr. */
 #define CHECK(cond, ...)                                                                           \
@@ -245,16 +246,16 @@ static void queue_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
     H.sends_tail = &p->next;
 }
 
-static void tx_send(void *server, conn_t *conn, const struct inc_wire_hdr *hdr, const void *payload,
-                    size_t length, switch_tx_cb_t cb, void *arg)
+static void rec_send(void *server, conn_t *conn, const struct inc_wire_hdr *hdr,
+                     const void *payload, size_t length, switch_tx_cb_t cb, void *arg)
 {
     (void)server;
     queue_send(conn, hdr, payload, length, cb, arg, NULL);
 }
 
-static void tx_send_data(void *server, conn_t *conn, egress_class_t cls,
-                         const struct inc_wire_hdr *hdr, const void *payload, size_t length,
-                         switch_tx_cb_t cb, void *arg)
+static void rec_send_data(void *server, conn_t *conn, egress_class_t cls,
+                          const struct inc_wire_hdr *hdr, const void *payload, size_t length,
+                          switch_tx_cb_t cb, void *arg)
 {
     (void)server;
     CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_data in class %d", (int)cls);
@@ -265,9 +266,9 @@ static void tx_send_data(void *server, conn_t *conn, egress_class_t cls,
 }
 
 /* As the server, but built at once rather than when an output queue takes it. */
-static void tx_send_built(void *server, conn_t *conn, egress_class_t cls,
-                          const struct inc_wire_hdr *hdr, switch_tx_build_t build,
-                          switch_tx_cb_t cb, void *arg)
+static void rec_send_built(void *server, conn_t *conn, egress_class_t cls,
+                           const struct inc_wire_hdr *hdr, switch_tx_build_t build,
+                           switch_tx_cb_t cb, void *arg)
 {
     (void)server;
     CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_built in class %d", (int)cls);
@@ -287,8 +288,8 @@ static void tx_send_built(void *server, conn_t *conn, egress_class_t cls,
 }
 
 /* The ERROR the server would build (server_send_error), checked and queued. */
-static void tx_send_error(void *server, conn_t *conn, uint64_t job, incmoe_status_t status,
-                          uint32_t rank, const char *text)
+static void rec_send_error(void *server, conn_t *conn, uint64_t job, incmoe_status_t status,
+                           uint32_t rank, const char *text)
 {
     (void)server;
     struct inc_wire_hdr h;
@@ -307,7 +308,7 @@ static void tx_send_error(void *server, conn_t *conn, uint64_t job, incmoe_statu
     queue_send(conn, &h, copy, n, NULL, NULL, copy);
 }
 
-static void tx_drop(void *server, conn_t *conn)
+static void rec_drop(void *server, conn_t *conn)
 {
     (void)server;
     conn->state = CONN_DEAD;
@@ -319,7 +320,7 @@ static conn_t *conn_new(void);
    input speaks as the parent; its handshake, the server's states in the event loop, is done at
    once, so the link is up before connect_parent returns (as the server's is when its parent
    answers before the loop turns again). */
-static void tx_connect_parent(void *server, uint64_t job, switch_parent_cb_t done, void *arg)
+static void rec_connect_parent(void *server, uint64_t job, switch_parent_cb_t done, void *arg)
 {
     (void)server;
     conn_t *c = conn_new();
@@ -330,7 +331,7 @@ static void tx_connect_parent(void *server, uint64_t job, switch_parent_cb_t don
     done(arg, c, INCMOE_OK, NULL);
 }
 
-static void tx_recv_data(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx)
+static void rec_recv_data(void *server, void *desc, void *buf, size_t length, switch_rx_t *rx)
 {
     (void)server;
     rndv_desc_t *d = desc;
@@ -345,7 +346,7 @@ static void tx_recv_data(void *server, void *desc, void *buf, size_t length, swi
     H.recv_posted++;
 }
 
-static void tx_release_data(void *server, void *data)
+static void rec_release_data(void *server, void *data)
 {
     (void)server;
     for (kept_t **pp = &H.kept; *pp != NULL; pp = &(*pp)->next) {
@@ -361,14 +362,14 @@ static void tx_release_data(void *server, void *data)
 }
 
 static const switch_tx_ops_t recorder_ops = {
-    .send = tx_send,
-    .send_data = tx_send_data,
-    .send_built = tx_send_built,
-    .send_error = tx_send_error,
-    .drop = tx_drop,
-    .connect_parent = tx_connect_parent,
-    .recv_data = tx_recv_data,
-    .release_data = tx_release_data,
+    .send = rec_send,
+    .send_data = rec_send_data,
+    .send_built = rec_send_built,
+    .send_error = rec_send_error,
+    .drop = rec_drop,
+    .connect_parent = rec_connect_parent,
+    .recv_data = rec_recv_data,
+    .release_data = rec_release_data,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -537,21 +538,11 @@ static void age(int conns, int progress)
     }
 }
 
-/* Formats every message (the formatting is code under test) and prints them only when
-   FUZZ_LOG is set, for reading what a crashing input did. */
-static void discard_log(int level, const char *line)
-{
-    (void)level;
-    if (getenv("FUZZ_LOG") != NULL)
-        fprintf(stderr, "%s\n", line);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    inc_log_set_sink(discard_log);
-    inc_log_set_level(LOG_LEVEL_DEBUG); /* format every message, print none */
+    fuzz_log_quiet();
     return 0;
 }
 
@@ -615,20 +606,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
         int action = c % 8;
         int slot = (c / 8) % NCONN;
         if (action <= 3) {
-            const size_t hlen = sizeof(struct inc_wire_hdr);
-            if (size - pos < 2 + hlen)
+            fuzz_msg_t m;
+            if (!fuzz_take_msg(in, size, &pos, &m))
                 break;
-            size_t length = (size_t)in[pos] | (size_t)in[pos + 1] << 8;
-            pos += 2;
-            const uint8_t *hdr = in + pos;
-            pos += hlen;
-            if (length > MAX_PAYLOAD)
-                length = MAX_PAYLOAD;
-            if (length > size - pos)
-                length = size - pos;
-            const uint8_t *payload = in + pos;
-            pos += length;
-            deliver(H.slot[slot], action == 3 ? 0 : action, hdr, payload, length);
+            deliver(H.slot[slot], action == 3 ? 0 : action, m.hdr, m.payload, m.length);
         } else if (action == 6) {
             H.slot[slot]->state = CONN_DEAD;
         } else {

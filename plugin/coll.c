@@ -175,3 +175,46 @@ void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h)
     op->barrier_done = 1;
     client_op_progressed(comm, op);
 }
+
+typedef struct {
+    incmoe_comm_t *comm;
+    coll_op_t *op;
+    struct inc_wire_hdr h;
+    uint64_t rows;
+    client_land_fn land;
+    char *buf;
+} rndv_recv_t;
+
+static void rndv_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    (void)length;
+    rndv_recv_t *rc = user_data;
+    if (!rc->comm->freeing) { /* else the collective is gone */
+        rc->op->holds--;
+        if (status != UCS_OK)
+            client_fail(rc->comm, inc_ucx_status(status), "receiving a result failed: %s",
+                        ucs_status_string(status));
+        else if (atomic_load(&rc->comm->error) == 0) /* else failed: see client_on_message */
+            rc->land(rc->comm, rc->op, &rc->h, rc->rows, rc->buf);
+    }
+    free(rc->buf);
+    free(rc);
+    if (request != NULL)
+        ucp_request_free(request);
+}
+
+ucs_status_t client_op_recv_rndv(incmoe_comm_t *comm, coll_op_t *op, const struct inc_wire_hdr *h,
+                                 uint64_t rows, void *data, size_t length, client_land_fn land)
+{
+    rndv_recv_t *rc = calloc(1, sizeof(*rc));
+    char *buf = rc != NULL ? malloc(length ? length : 1) : NULL;
+    if (buf == NULL) {
+        free(rc);
+        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to receive a result");
+        return UCS_ERR_NO_MEMORY;
+    }
+    *rc = (rndv_recv_t){.comm = comm, .op = op, .h = *h, .rows = rows, .land = land, .buf = buf};
+    op->holds++; /* landing: keeps the collective from retiring */
+    inc_ucx_am_recv_data(comm->node.worker, data, buf, length, NULL, rndv_recv_cb, rc);
+    return UCS_INPROGRESS;
+}

@@ -19,6 +19,15 @@ void client_op_progressed(incmoe_comm_t *comm, coll_op_t *op);
 void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream);
 /* Free a collective that never retired (rejected, or its communicator is closing). */
 void client_op_free(incmoe_comm_t *comm, coll_op_t *op);
+/* Lands a result of op whose bytes are in buf: h is its header, rows what it carries. */
+typedef void (*client_land_fn)(incmoe_comm_t *comm, coll_op_t *op, const struct inc_wire_hdr *h,
+                               uint64_t rows, const char *buf);
+/* A rendezvous result of op (data: UCX's descriptor of length bytes) is received into a buffer
+   of its own and landed there by land, unless the communicator failed or is being freed by
+   then; op is held until it lands.  UCS_INPROGRESS, or UCS_ERR_NO_MEMORY with the communicator
+   failed. */
+ucs_status_t client_op_recv_rndv(incmoe_comm_t *comm, coll_op_t *op, const struct inc_wire_hdr *h,
+                                 uint64_t rows, void *data, size_t length, client_land_fn land);
 /* DONE from the switch: a barrier completed. */
 void client_on_done(incmoe_comm_t *comm, const struct inc_wire_hdr *h);
 

@@ -27,6 +27,27 @@ static int ranges_overlap(const struct incmoe_mr *a, size_t aoff, size_t alen,
     return a0 < b0 + blen && b0 < a0 + alen;
 }
 
+/* The buffers of a dispatch or combine: registered with this communicator (held for op), the
+   ranges inside their regions and apart; INCMOE_OK or a rejection (op freed). */
+static incmoe_status_t check_buffers(incmoe_comm_t *comm, coll_op_t *op, struct incmoe_mr *smr,
+                                     size_t soff, size_t sbytes, struct incmoe_mr *rmr, size_t roff,
+                                     size_t rbytes)
+{
+    const char *name = inc_wire_stream_name(op->stream);
+    if (smr == NULL || rmr == NULL || !client_mr_hold(comm, op, smr, rmr))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "%s: buffer NULL or not registered with this communicator", name);
+    if (!client_range_ok(smr, soff, sbytes) || !client_range_ok(rmr, roff, rbytes))
+        return client_post_reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
+                                  "%s: %zu bytes at send %zu / %zu at recv %zu exceed the "
+                                  "registered %zu / %zu",
+                                  name, sbytes, soff, rbytes, roff, smr->length, rmr->length);
+    if (ranges_overlap(smr, soff, sbytes, rmr, roff, rbytes))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "%s: the send and receive ranges overlap", name);
+    return INCMOE_OK;
+}
+
 /* The algorithm's own limits; INCMOE_OK or a rejection (op freed). */
 static incmoe_status_t algo_check(incmoe_comm_t *comm, coll_op_t *op)
 {
@@ -57,6 +78,31 @@ static incmoe_status_t post_refused(incmoe_comm_t *comm, coll_op_t *op, const ch
     op->redop = INCMOE_SUM;
     op->sig = inc_wire_signature(op->stream, INCMOE_UINT8, INCMOE_SUM, op->bytes, comm->nranks);
     return client_post_submit(comm, op, req_p);
+}
+
+/* The start of a dispatch or combine: the algorithm's support, a new op, the known field_mask
+   bits and the refusal the caller may ask for (refused_bit, with its reason refused).  The op
+   to check and post, or NULL when the call is over, *st_p saying how (unsupported, rejected,
+   or the refusal posted). */
+static coll_op_t *dc_open(incmoe_comm_t *comm, incmoe_stream_t stream, uint32_t field_mask,
+                          uint32_t refused_bit, const char *refused, incmoe_req_t *req_p,
+                          incmoe_status_t *st_p)
+{
+    const char *name = inc_wire_stream_name(stream);
+    *st_p = INCMOE_ERR_UNSUPPORTED; /* the same on every rank: nothing posted anywhere */
+    if (!comm->ops->has_dc)
+        return NULL;
+    coll_op_t *op = client_op_new(comm, stream);
+    if (op == NULL)
+        *st_p = client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "%s: out of memory", name);
+    else if ((field_mask & ~refused_bit) != 0)
+        *st_p = client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                   "%s: unknown field_mask bits 0x%x", name, field_mask);
+    else if (field_mask & refused_bit)
+        *st_p = post_refused(comm, op, refused, req_p);
+    else
+        return op;
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -103,22 +149,8 @@ static incmoe_status_t check_dispatch(incmoe_comm_t *comm, coll_op_t *op,
                                   "dispatch: %zu rows or a capacity of %zu rows of %zu bytes is "
                                   "too large",
                                   p->nrows, p->capacity, p->row_bytes);
-    if (p->send_mr == NULL || p->recv_mr == NULL ||
-        !client_mr_hold(comm, op, p->send_mr, p->recv_mr))
-        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                  "dispatch: buffer NULL or not registered with this communicator");
-    const size_t sbytes = p->nrows * p->row_bytes, rbytes = p->capacity * p->row_bytes;
-    if (!client_range_ok(p->send_mr, p->send_offset, sbytes) ||
-        !client_range_ok(p->recv_mr, p->recv_offset, rbytes))
-        return client_post_reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
-                                  "dispatch: %zu bytes at send %zu / %zu at recv %zu exceed the "
-                                  "registered %zu / %zu",
-                                  sbytes, p->send_offset, rbytes, p->recv_offset,
-                                  p->send_mr->length, p->recv_mr->length);
-    if (ranges_overlap(p->send_mr, p->send_offset, sbytes, p->recv_mr, p->recv_offset, rbytes))
-        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                  "dispatch: the send and receive ranges overlap");
-    return INCMOE_OK;
+    return check_buffers(comm, op, p->send_mr, p->send_offset, p->nrows * p->row_bytes, p->recv_mr,
+                         p->recv_offset, p->capacity * p->row_bytes);
 }
 
 incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_params_t *params,
@@ -126,17 +158,12 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
 {
     if (comm == NULL || params == NULL || req_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
-    if (!comm->ops->has_dc)
-        return INCMOE_ERR_UNSUPPORTED; /* the same on every rank: nothing posted anywhere */
-    coll_op_t *op = client_op_new(comm, INCMOE_STREAM_DISPATCH);
+    incmoe_status_t st;
+    coll_op_t *op = dc_open(comm, INCMOE_STREAM_DISPATCH, params->field_mask,
+                            INCMOE_DISPATCH_PARAM_REFUSED, params->refused, req_p, &st);
     if (op == NULL)
-        return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "dispatch: out of memory");
-    if ((params->field_mask & ~(uint32_t)INCMOE_DISPATCH_PARAM_REFUSED) != 0)
-        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                  "dispatch: unknown field_mask bits 0x%x", params->field_mask);
-    if (params->field_mask & INCMOE_DISPATCH_PARAM_REFUSED)
-        return post_refused(comm, op, params->refused, req_p);
-    incmoe_status_t st = check_dispatch(comm, op, params);
+        return st;
+    st = check_dispatch(comm, op, params);
     if (st != INCMOE_OK)
         return st;
     op->dc = client_dc_new(comm->nranks, params->nrows, params->row_bytes);
@@ -145,12 +172,7 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
                                   "dispatch: out of memory for %zu rows", params->nrows);
     if ((st = copy_sets(comm, op, params->sets)) != INCMOE_OK)
         return st;
-    op->send_base = op->send_mr->base;
-    op->send_off = params->send_offset;
-    op->send_memh = op->send_mr->memh;
-    op->recv_base = op->recv_mr->base;
-    op->recv_off = params->recv_offset;
-    op->recv_memh = op->recv_mr->memh;
+    client_op_set_buffers(op, params->send_offset, params->recv_offset);
     op->rows = params->nrows;
     op->row_bytes = params->row_bytes;
     op->capacity = params->capacity;
@@ -207,22 +229,9 @@ static incmoe_status_t check_combine(incmoe_comm_t *comm, coll_op_t *op,
         return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
                                   "combine: rows of %zu %s elements", p->row_count,
                                   incmoe_dtype_name(p->dtype));
-    if (p->send_mr == NULL || p->recv_mr == NULL ||
-        !client_mr_hold(comm, op, p->send_mr, p->recv_mr))
-        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                  "combine: buffer NULL or not registered with this communicator");
-    const size_t rb = p->row_count * esize, sbytes = nrecv * rb, rbytes = nrows * rb;
-    if (!client_range_ok(p->send_mr, p->send_offset, sbytes) ||
-        !client_range_ok(p->recv_mr, p->recv_offset, rbytes))
-        return client_post_reject(comm, op, INCMOE_ERR_OUT_OF_RANGE,
-                                  "combine: %zu bytes at send %zu / %zu at recv %zu exceed the "
-                                  "registered %zu / %zu",
-                                  sbytes, p->send_offset, rbytes, p->recv_offset,
-                                  p->send_mr->length, p->recv_mr->length);
-    if (ranges_overlap(p->send_mr, p->send_offset, sbytes, p->recv_mr, p->recv_offset, rbytes))
-        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                  "combine: the send and receive ranges overlap");
-    return INCMOE_OK;
+    const size_t rb = p->row_count * esize;
+    return check_buffers(comm, op, p->send_mr, p->send_offset, nrecv * rb, p->recv_mr,
+                         p->recv_offset, nrows * rb);
 }
 
 incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_t *params,
@@ -230,16 +239,11 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
 {
     if (comm == NULL || params == NULL || req_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
-    if (!comm->ops->has_dc)
-        return INCMOE_ERR_UNSUPPORTED;
-    coll_op_t *op = client_op_new(comm, INCMOE_STREAM_COMBINE);
+    incmoe_status_t st;
+    coll_op_t *op = dc_open(comm, INCMOE_STREAM_COMBINE, params->field_mask,
+                            INCMOE_COMBINE_PARAM_REFUSED, params->refused, req_p, &st);
     if (op == NULL)
-        return client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "combine: out of memory");
-    if ((params->field_mask & ~(uint32_t)INCMOE_COMBINE_PARAM_REFUSED) != 0)
-        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                  "combine: unknown field_mask bits 0x%x", params->field_mask);
-    if (params->field_mask & INCMOE_COMBINE_PARAM_REFUSED)
-        return post_refused(comm, op, params->refused, req_p);
+        return st;
     char why[200];
     pthread_mutex_lock(&comm->lock);
     client_dc_t *dc = named_dispatch_locked(comm, &params->dispatch, why, sizeof(why));
@@ -250,15 +254,10 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
     pthread_mutex_unlock(&comm->lock);
     if (dc == NULL)
         return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG, "combine: %s", why);
-    incmoe_status_t st = check_combine(comm, op, params, dc->nrecv, dc->nrows);
+    st = check_combine(comm, op, params, dc->nrecv, dc->nrows);
     if (st != INCMOE_OK)
         return st;
-    op->send_base = op->send_mr->base;
-    op->send_off = params->send_offset;
-    op->send_memh = op->send_mr->memh;
-    op->recv_base = op->recv_mr->base;
-    op->recv_off = params->recv_offset;
-    op->recv_memh = op->recv_mr->memh;
+    client_op_set_buffers(op, params->send_offset, params->recv_offset);
     op->rows = dc->nrecv;
     op->row_bytes = params->row_count * incmoe_dtype_size(params->dtype);
     op->dtype = params->dtype;

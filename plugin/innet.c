@@ -345,9 +345,13 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr *h, vo
     return UCS_OK;
 }
 
-/* Land a SMALL_FWD's results (length checked against the collective). */
-static void small_land(incmoe_comm_t *comm, coll_op_t *op, const char *data)
+/* Land a SMALL_FWD's results (length checked against the collective); the results of every root
+   come in one message, so its header and rows add nothing. */
+static void small_land(incmoe_comm_t *comm, coll_op_t *op, const struct inc_wire_hdr *h,
+                       uint64_t rows, const char *data)
 {
+    (void)h;
+    (void)rows;
     const int me = comm->rank, n = comm->nranks;
     switch (op->stream) {
     case INCMOE_STREAM_ALLGATHER:
@@ -374,30 +378,6 @@ static void small_land(incmoe_comm_t *comm, coll_op_t *op, const char *data)
     }
     op->recv_done = op->recv_expected;
     client_op_progressed(comm, op);
-}
-
-typedef struct {
-    incmoe_comm_t *comm;
-    coll_op_t *op;
-    char *buf;
-} small_recv_t;
-
-static void small_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
-{
-    (void)length;
-    small_recv_t *rc = user_data;
-    if (!rc->comm->freeing) { /* else the collective is gone */
-        rc->op->holds--;
-        if (status != UCS_OK)
-            client_fail(rc->comm, inc_ucx_status(status), "receiving a result failed: %s",
-                        ucs_status_string(status));
-        else if (atomic_load(&rc->comm->error) == 0) /* else failed: see client_on_message */
-            small_land(rc->comm, rc->op, rc->buf);
-    }
-    free(rc->buf);
-    free(rc);
-    if (request != NULL)
-        ucp_request_free(request);
 }
 
 /* A SMALL_FWD: every result of a small collective for this rank, and its credit. */
@@ -434,20 +414,10 @@ static ucs_status_t on_small_fwd(incmoe_comm_t *comm, const struct inc_wire_hdr 
     in->credits[h->stream]++;
     op->small_landed = 1;
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        small_land(comm, op, data);
+        small_land(comm, op, h, 0, data);
         return UCS_OK;
     }
-    small_recv_t *rc = calloc(1, sizeof(*rc));
-    char *buf = rc != NULL ? malloc(length ? length : 1) : NULL;
-    if (buf == NULL) {
-        free(rc);
-        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to receive a result");
-        return UCS_ERR_NO_MEMORY;
-    }
-    *rc = (small_recv_t){.comm = comm, .op = op, .buf = buf};
-    op->holds++; /* landing: keeps the collective from retiring */
-    inc_ucx_am_recv_data(comm->node.worker, data, buf, length, NULL, small_recv_cb, rc);
-    return UCS_INPROGRESS;
+    return client_op_recv_rndv(comm, op, h, 0, data, length, small_land);
 }
 
 static void on_credit(incmoe_comm_t *comm, const struct inc_wire_hdr *h)

@@ -503,32 +503,6 @@ static void fwd_land(incmoe_comm_t *comm, coll_op_t *op, const struct inc_wire_h
     client_op_progressed(comm, op);
 }
 
-typedef struct {
-    incmoe_comm_t *comm;
-    coll_op_t *op;
-    struct inc_wire_hdr h;
-    uint64_t rows;
-    char *buf;
-} fwd_recv_t;
-
-static void fwd_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
-{
-    (void)length;
-    fwd_recv_t *rc = user_data;
-    if (!rc->comm->freeing) { /* else the collective is gone */
-        rc->op->holds--;
-        if (status != UCS_OK)
-            client_fail(rc->comm, inc_ucx_status(status), "receiving a result failed: %s",
-                        ucs_status_string(status));
-        else if (atomic_load(&rc->comm->error) == 0) /* else failed: see client_on_message */
-            fwd_land(rc->comm, rc->op, &rc->h, rc->rows, rc->buf);
-    }
-    free(rc->buf);
-    free(rc);
-    if (request != NULL)
-        ucp_request_free(request);
-}
-
 static ucs_status_t on_fwd(incmoe_comm_t *comm, coll_op_t *op, const struct inc_wire_hdr *h,
                            void *data, size_t length, const ucp_am_recv_param_t *param)
 {
@@ -547,17 +521,7 @@ static ucs_status_t on_fwd(incmoe_comm_t *comm, coll_op_t *op, const struct inc_
         fwd_land(comm, op, h, rows, data);
         return UCS_OK;
     }
-    fwd_recv_t *rc = calloc(1, sizeof(*rc));
-    char *buf = rc != NULL ? malloc(length) : NULL;
-    if (buf == NULL) {
-        free(rc);
-        client_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory to receive a result");
-        return UCS_ERR_NO_MEMORY;
-    }
-    *rc = (fwd_recv_t){.comm = comm, .op = op, .h = *h, .rows = rows, .buf = buf};
-    op->holds++; /* landing: keeps the collective from retiring */
-    inc_ucx_am_recv_data(comm->node.worker, data, buf, length, NULL, fwd_recv_cb, rc);
-    return UCS_INPROGRESS;
+    return client_op_recv_rndv(comm, op, h, rows, data, length, fwd_land);
 }
 
 ucs_status_t innet_dc_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,

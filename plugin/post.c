@@ -132,8 +132,7 @@ coll_op_t *client_op_new(incmoe_comm_t *comm, incmoe_stream_t stream)
     return op;
 }
 
-/* The regions are held (client_mr_hold): describe where the data lies. */
-static void op_set_buffers(coll_op_t *op, size_t send_offset, size_t recv_offset)
+void client_op_set_buffers(coll_op_t *op, size_t send_offset, size_t recv_offset)
 {
     op->send_base = op->send_mr->base;
     op->send_off = send_offset;
@@ -219,7 +218,7 @@ static incmoe_status_t post_layout_coll(incmoe_comm_t *comm, incmoe_stream_t str
             comm, op, INCMOE_ERR_OUT_OF_RANGE,
             "%s: this rank's part [%zu,+%llu) is outside the registered %zu bytes", name, ooff,
             (unsigned long long)op->bytes[comm->rank], omr->length);
-    op_set_buffers(op, send_offset, recv_offset);
+    client_op_set_buffers(op, send_offset, recv_offset);
     op->stride = layout->block_stride;
     op->win = layout->offset;
     op->sig = inc_wire_signature(stream, op->dtype, op->redop, op->bytes, comm->nranks);
@@ -271,7 +270,7 @@ incmoe_status_t incmoe_allreduce(incmoe_comm_t *comm, incmoe_mr_t *send_mr, size
             send_offset, recv_offset, send_mr->length, recv_mr->length);
     for (int r = 0; r < comm->nranks; r++)
         op->bytes[r] = bytes;
-    op_set_buffers(op, send_offset, recv_offset);
+    client_op_set_buffers(op, send_offset, recv_offset);
     op->dtype = dtype;
     op->redop = redop;
     op->sig = inc_wire_signature(INCMOE_STREAM_ALLREDUCE, dtype, redop, op->bytes, comm->nranks);

@@ -14,6 +14,8 @@ int client_range_ok(const struct incmoe_mr *mr, size_t offset, size_t length);
 /* A collective of the stream being posted, with its zeroed bytes[nranks]; NULL out of
    memory. */
 coll_op_t *client_op_new(incmoe_comm_t *comm, incmoe_stream_t stream);
+/* The regions are held (client_mr_hold): describe where op's data lies. */
+void client_op_set_buffers(coll_op_t *op, size_t send_offset, size_t recv_offset);
 /* Queue op for the proxy, first waiting (bounded) for room in its stream's window; the epoch
    is fixed here and *req_p filled.  On failure op is freed and nothing was posted. */
 incmoe_status_t client_post_submit(incmoe_comm_t *comm, coll_op_t *op, incmoe_req_t *req_p);

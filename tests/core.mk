@@ -68,12 +68,12 @@ test_exports_LDADD = $(TEST_LIBS)
 # No #include crosses a layer and no directory's files call each other in a cycle
 # (tools/check-layers, README's "Architecture").
 check_PROGRAMS += test_layers
-test_layers_SOURCES = test_layers.cc test_perf_run.cc perf_run.h
+test_layers_SOURCES = test_layers.cc test_perf_run.cc perf_run.h text_file.h
 test_layers_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 test_layers_LDADD = $(GTEST_LIBS) -lpthread
 
 # No function of the product or its tools is over 80 lines (tools/check-length).
 check_PROGRAMS += test_length
-test_length_SOURCES = test_length.cc test_perf_run.cc perf_run.h
+test_length_SOURCES = test_length.cc test_perf_run.cc perf_run.h text_file.h
 test_length_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 test_length_LDADD = $(GTEST_LIBS) -lpthread

@@ -51,17 +51,48 @@ incmoe_status_t create(const std::string &addr, unsigned long long job, int rank
     return harness::comm_create(addr, job, rank, n, comm, opt);
 }
 
+std::vector<std::string>
+run_job(const std::string &addr, unsigned long long job, int n,
+        const std::function<std::string(incmoe_comm_t *comm, int rank)> &body, int timeout_s,
+        int timeout_ms, incmoe_algo_t algo)
+{
+    return harness::run_ranks(
+        n,
+        [&](int rank) -> std::string {
+            incmoe_comm_t *comm;
+            incmoe_status_t st = create(addr, job, rank, n, &comm, timeout_ms, nullptr, algo);
+            if (st != INCMOE_OK)
+                return "create: " + status_text(st);
+            return body(comm, rank);
+        },
+        timeout_s);
+}
+
+std::string destroy_expecting(incmoe_comm_t *comm, incmoe_status_t st, incmoe_status_t want,
+                              const std::string &what)
+{
+    std::string text = comm_text(comm);
+    incmoe_comm_destroy(comm);
+    if (st != want)
+        return "got " + status_text(st) + " (" + text + "), want " + status_text(want);
+    if (text.find(what) == std::string::npos)
+        return "reason '" + text + "' does not mention '" + what + "'";
+    return "";
+}
+
+std::string algo_param_name(const ::testing::TestParamInfo<incmoe_algo_t> &info)
+{
+    return info.param == INCMOE_ALGO_INC ? "inc" : info.param == INCMOE_ALGO_RING ? "ring" : "a2a";
+}
+
 /* A small AllGather on a fresh job proves the switch still serves. */
 void expect_switch_serves(const std::string &addr, int n)
 {
     unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(
-        n,
-        [&](int rank) -> std::string {
-            incmoe_comm_t *comm;
-            incmoe_status_t st = create(addr, job, rank, n, &comm);
-            if (st != INCMOE_OK)
-                return "create: " + status_text(st);
+    auto res = run_job(
+        addr, job, n,
+        [&](incmoe_comm_t *comm, int rank) -> std::string {
+            incmoe_status_t st = INCMOE_OK;
             std::vector<int> send(16, rank), recv(16 * n, -1);
             incmoe_mr_t *ms, *mr;
             incmoe_mem_register(comm, send.data(), 64, &ms);
@@ -148,13 +179,7 @@ void expect_raw_breaks_job(const std::string &addr, incmoe_status_t want, const 
             st = incmoe_allgather(comm, mr, 0, mr, 0, &l, &req);
             if (st == INCMOE_OK)
                 st = incmoe_wait(comm, &req);
-            std::string text = comm_text(comm);
-            incmoe_comm_destroy(comm);
-            if (st != want)
-                return "got " + status_text(st) + " (" + text + "), want " + status_text(want);
-            if (text.find(what) == std::string::npos)
-                return "reason '" + text + "' does not mention '" + what + "'";
-            return "";
+            return destroy_expecting(comm, st, want, what);
         },
         60);
     EXPECT_EQ(harness::failures(res), "");

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "harness.h"
 #include "raw_client.h"
@@ -32,6 +33,19 @@ incmoe_status_t create(const std::string &addr, unsigned long long job, int rank
                        incmoe_algo_t algo = INCMOE_ALGO_INC);
 
 using harness::comm_text;
+
+/* Runs the n ranks of job on the switch at addr: each joins (as create, with timeout_ms and
+   algo) and runs body on its communicator, which body destroys; one result per rank, a failed
+   join its own. */
+std::vector<std::string>
+run_job(const std::string &addr, unsigned long long job, int n,
+        const std::function<std::string(incmoe_comm_t *comm, int rank)> &body, int timeout_s = 60,
+        int timeout_ms = 3000, incmoe_algo_t algo = INCMOE_ALGO_INC);
+
+/* Destroys comm, which ended a call with st: "" when st is want and the communicator's reason
+   mentions what, else what differs. */
+std::string destroy_expecting(incmoe_comm_t *comm, incmoe_status_t st, incmoe_status_t want,
+                              const std::string &what);
 
 /* A small AllGather on a fresh job proves the switch still serves. */
 void expect_switch_serves(const std::string &addr, int n = 2);
@@ -76,6 +90,14 @@ class Errors : public ::testing::Test
         EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the switch crashed";
     }
 };
+
+/* The Errors fixture over the algorithms a test names (INSTANTIATE_TEST_SUITE_P in its suite). */
+class ErrorsByAlgo : public Errors, public ::testing::WithParamInterface<incmoe_algo_t>
+{
+};
+
+/* A test's name suffix for an algorithm: inc, ring or a2a. */
+std::string algo_param_name(const ::testing::TestParamInfo<incmoe_algo_t> &info);
 
 } // namespace errtest
 

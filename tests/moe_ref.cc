@@ -8,6 +8,10 @@
 #include <random>
 #include <sstream>
 
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
 extern "C" {
 #include "base/dtype.h"
 }
@@ -216,16 +220,10 @@ std::string check_cosine(const void *a, const void *b, int T, int H, incmoe_dtyp
 incmoe_comm_t *comm_create(const std::string &addr, unsigned long long job, int rank, int n,
                            incmoe_algo_t algo, std::string *err)
 {
-    incmoe_comm_params_t p;
-    memset(&p, 0, sizeof(p));
-    p.switch_addr = addr.c_str();
-    p.job_id = job;
-    p.rank = rank;
-    p.nranks = n;
-    p.field_mask = INCMOE_COMM_PARAM_ALGO;
-    p.algo = algo;
+    harness::CommOptions opt;
+    opt.algo = algo;
     incmoe_comm_t *comm = nullptr;
-    incmoe_status_t st = incmoe_comm_create(&p, &comm);
+    incmoe_status_t st = harness::comm_create(addr, job, rank, n, &comm, opt);
     if (st != INCMOE_OK) {
         *err = std::string("comm_create (") +
                (algo == INCMOE_ALGO_INC    ? "inc"
@@ -235,6 +233,57 @@ incmoe_comm_t *comm_create(const std::string &addr, unsigned long long job, int 
         return nullptr;
     }
     return comm;
+}
+
+incmoe_moe_params_t layer_params(const Shape &s, incmoe_comm_t *comm, const std::vector<uint8_t> &g,
+                                 const std::vector<uint8_t> &u, const std::vector<uint8_t> &d,
+                                 int max_tokens)
+{
+    incmoe_moe_params_t prm;
+    incmoe_moe_params_init(&prm);
+    prm.num_experts = s.E;
+    prm.top_k = s.k;
+    prm.hidden = s.H;
+    prm.intermediate = s.I;
+    prm.dtype = s.dtype;
+    prm.comm = comm;
+    prm.max_tokens = max_tokens;
+    prm.w_gate = g.data();
+    prm.w_up = u.data();
+    prm.w_down = d.data();
+    prm.timeout_ms = 20000;
+    return prm;
+}
+
+void destroy_layer(incmoe_moe_t *L, std::string *err)
+{
+    incmoe_status_t st = incmoe_moe_destroy(L);
+    if (err->empty() && st != INCMOE_OK)
+        *err = std::string("destroy: ") + incmoe_strerror(st);
+}
+
+void run_on_ranks(int N, incmoe_algo_t algo,
+                  const std::function<std::string(incmoe_comm_t *comm, int rank)> &body,
+                  int timeout_s)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw));
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(
+        N,
+        [&](int rank) -> std::string {
+            setenv("OPENBLAS_NUM_THREADS", "1", 1);
+            std::string err;
+            incmoe_comm_t *comm = comm_create(sw.addr, job, rank, N, algo, &err);
+            if (comm == nullptr)
+                return err;
+            err = body(comm, rank);
+            incmoe_comm_destroy(comm);
+            return err;
+        },
+        timeout_s);
+    harness::switch_stop(&sw);
+    EXPECT_EQ(harness::failures(res), "");
 }
 
 } // namespace moeref

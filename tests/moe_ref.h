@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,21 @@ std::string check_cosine(const void *a, const void *b, int T, int H, incmoe_dtyp
 /* Creates a communicator for rank r of n on the switch at addr. */
 incmoe_comm_t *comm_create(const std::string &addr, unsigned long long job, int rank, int n,
                            incmoe_algo_t algo, std::string *err);
+
+/* The layer's parameters for shape s on comm with rank's local weights g, u, d: room for
+   max_tokens tokens, a 20 s bound, the rest incmoe_moe_params_init's. */
+incmoe_moe_params_t layer_params(const Shape &s, incmoe_comm_t *comm, const std::vector<uint8_t> &g,
+                                 const std::vector<uint8_t> &u, const std::vector<uint8_t> &d,
+                                 int max_tokens = 64);
+
+/* Destroys L; *err, when still "", gets destroy's failure. */
+void destroy_layer(incmoe_moe_t *L, std::string *err);
+
+/* A switch and N rank processes, each running body on a communicator of algo (one BLAS thread);
+   every rank must return "". */
+void run_on_ranks(int N, incmoe_algo_t algo,
+                  const std::function<std::string(incmoe_comm_t *comm, int rank)> &body,
+                  int timeout_s = 150);
 
 } // namespace moeref
 

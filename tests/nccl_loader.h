@@ -106,4 +106,13 @@ struct Exchange {
 
 } // namespace nccltest
 
+/* In a rank's body (which returns "" or what went wrong): return the line and the condition
+   that failed, with what the arguments add. */
+#define REQUIRE(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return std::string("line ") + std::to_string(__LINE__) + ": " #cond " " +              \
+                   std::string(__VA_ARGS__);                                                       \
+    } while (0)
+
 #endif

@@ -18,6 +18,9 @@ struct RunResult {
 /* argv in its own process group, killed at the timeout. */
 RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s);
 
+/* "" when the run ended by itself with status 0, else how it ended and what it printed. */
+std::string failed_run(const RunResult &r);
+
 /* nccl-tests table rows of out (lines not starting with '#'), split on blanks. */
 std::vector<std::vector<std::string>> table_rows(const std::string &out);
 

@@ -20,6 +20,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "harness.h"
@@ -236,42 +237,17 @@ TEST_P(Collectives, SixtyFourMebibytes)
         300);
 }
 
-/* Reference reduction with the library's documented order (see wire.h). */
+/* Reference reduction with the library's documented order (see wire.h): integers wrap as
+   unsigned arithmetic does, floats add and multiply as they are. */
 template <typename T> T op_apply(int op, T a, T b)
 {
+    using W = typename std::conditional<std::is_integral<T>::value, std::make_unsigned<T>,
+                                        std::common_type<T>>::type::type;
     switch (op) {
     case INCMOE_SUM:
-        return (T)((typename std::make_unsigned<T>::type)a +
-                   (typename std::make_unsigned<T>::type)b);
+        return (T)((W)a + (W)b);
     case INCMOE_PROD:
-        return (T)((typename std::make_unsigned<T>::type)a *
-                   (typename std::make_unsigned<T>::type)b);
-    case INCMOE_MAX:
-        return a > b ? a : b;
-    default:
-        return a < b ? a : b;
-    }
-}
-template <> float op_apply<float>(int op, float a, float b)
-{
-    switch (op) {
-    case INCMOE_SUM:
-        return a + b;
-    case INCMOE_PROD:
-        return a * b;
-    case INCMOE_MAX:
-        return a > b ? a : b;
-    default:
-        return a < b ? a : b;
-    }
-}
-template <> double op_apply<double>(int op, double a, double b)
-{
-    switch (op) {
-    case INCMOE_SUM:
-        return a + b;
-    case INCMOE_PROD:
-        return a * b;
+        return (T)((W)a * (W)b);
     case INCMOE_MAX:
         return a > b ? a : b;
     default:

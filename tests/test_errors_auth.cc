@@ -45,16 +45,44 @@ using namespace errtest;
 namespace
 {
 
+/* A fresh key file holding key and a newline; its path, "" when it could not be written. */
+std::string key_file(const std::string &key)
+{
+    char path[] = "/tmp/incmoe-key-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return "";
+    const std::string line = key + "\n";
+    bool ok = write(fd, line.data(), line.size()) == (ssize_t)line.size();
+    close(fd);
+    return ok ? path : "";
+}
+
+/* Restarts the fixture's switch holding key; the key file's path, "" when it failed. */
+std::string restart_keyed(harness::SwitchProc *sw, const std::string &key)
+{
+    harness::switch_stop(sw);
+    const std::string path = key_file(key);
+    return !path.empty() && harness::switch_start(sw, {"--auth-key-file", path}) ? path : "";
+}
+
+/* The keyed switch of restart_keyed(sw, "s3cret") still serves a job holding the key; then the
+   fixture's keyless switch again, for TearDown's check. */
+void restore_keyless(harness::SwitchProc *sw, const std::string &keyfile)
+{
+    setenv("INCMOE_AUTH_KEY", "s3cret", 1);
+    expect_switch_serves(sw->addr);
+    unsetenv("INCMOE_AUTH_KEY");
+    harness::switch_stop(sw);
+    unlink(keyfile.c_str());
+    ASSERT_TRUE(harness::switch_start(sw));
+}
+
 TEST_F(Errors, WrongOrMissingSecretIsRefused)
 {
     harness::ExpectErrors errors_expected("secrets are wrong or missing");
-    harness::switch_stop(&sw);
-    char keyfile[] = "/tmp/incmoe-key-XXXXXX";
-    int fd = mkstemp(keyfile);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(write(fd, "s3cret\n", 7), 7);
-    close(fd);
-    ASSERT_TRUE(harness::switch_start(&sw, {"--auth-key-file", keyfile}));
+    const std::string keyfile = restart_keyed(&sw, "s3cret");
+    ASSERT_NE(keyfile, "");
     auto res = harness::run_ranks(1, [&](int) -> std::string {
         incmoe_comm_t *comm;
         incmoe_status_t st = create(sw.addr, harness::unique_job_id(), 0, 1, &comm, 3000, "wrong");
@@ -76,13 +104,7 @@ TEST_F(Errors, WrongOrMissingSecretIsRefused)
         return "";
     });
     EXPECT_EQ(harness::failures(res), "");
-    /* TearDown's check needs the key as well. */
-    setenv("INCMOE_AUTH_KEY", "s3cret", 1);
-    expect_switch_serves(sw.addr);
-    unsetenv("INCMOE_AUTH_KEY");
-    harness::switch_stop(&sw);
-    unlink(keyfile);
-    ASSERT_TRUE(harness::switch_start(&sw));
+    restore_keyless(&sw, keyfile);
 }
 
 /* A blocking TCP connection to "127.0.0.1:PORT" (-1 if refused). */
@@ -320,13 +342,8 @@ TEST_F(Errors, JunkOnThePublicPortIsSurvived)
 TEST_F(Errors, KeyedSwitchRefusesWrongKeysReplaysAndKeylessRanks)
 {
     harness::ExpectErrors errors_expected("ranks hold wrong keys");
-    harness::switch_stop(&sw);
-    char keyfile[] = "/tmp/incmoe-key-XXXXXX";
-    int fd = mkstemp(keyfile);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(write(fd, "s3cret\n", 7), 7);
-    close(fd);
-    ASSERT_TRUE(harness::switch_start(&sw, {"--auth-key-file", keyfile}));
+    const std::string keyfile = restart_keyed(&sw, "s3cret");
+    ASSERT_NE(keyfile, "");
     /* A real handshake, captured, then replayed: the switch's nonce is new, the proof fails. */
     std::string captured;
     ASSERT_EQ(boot_recorded(sw.addr, "s3cret", &captured), INCMOE_OK);
@@ -352,12 +369,7 @@ TEST_F(Errors, KeyedSwitchRefusesWrongKeysReplaysAndKeylessRanks)
     EXPECT_EQ(harness::failures(res), "");
     std::string sent;
     EXPECT_EQ(boot_recorded(sw.addr, "", &sent), INCMOE_ERR_AUTH);
-    setenv("INCMOE_AUTH_KEY", "s3cret", 1);
-    expect_switch_serves(sw.addr);
-    unsetenv("INCMOE_AUTH_KEY");
-    harness::switch_stop(&sw);
-    unlink(keyfile);
-    ASSERT_TRUE(harness::switch_start(&sw));
+    restore_keyless(&sw, keyfile);
 }
 
 TEST_F(Errors, KeyedRankRefusesAKeylessSwitch)
@@ -479,16 +491,8 @@ void expect_hello_without_token_refused(const std::string &addr, incmoe_algo_t a
     unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(2, [&](int rank) -> std::string {
         if (rank == 0) {
-            incmoe_comm_params_t p = {};
-            p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
-            p.switch_addr = addr.c_str();
-            p.job_id = job;
-            p.rank = 0;
-            p.nranks = 2;
-            p.timeout_ms = 2000;
-            p.algo = algo;
             incmoe_comm_t *comm;
-            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            incmoe_status_t st = create(addr, job, 0, 2, &comm, 2000, nullptr, algo);
             if (st == INCMOE_OK)
                 incmoe_comm_destroy(comm);
             return st == INCMOE_ERR_TIMEOUT || st == INCMOE_ERR_PEER_FAILED
@@ -520,17 +524,15 @@ void expect_hello_without_token_refused(const std::string &addr, incmoe_algo_t a
     EXPECT_EQ(harness::failures(res), "");
 }
 
-TEST_F(Errors, RingHelloWithoutTheJobsTokenIsRefused)
+TEST_P(ErrorsByAlgo, HelloWithoutTheJobsTokenIsRefused)
 {
     harness::ExpectErrors errors_expected("a hello without the job's token is refused");
-    expect_hello_without_token_refused(sw.addr, INCMOE_ALGO_RING);
+    expect_hello_without_token_refused(sw.addr, GetParam());
 }
 
-TEST_F(Errors, A2aHelloWithoutTheJobsTokenIsRefused)
-{
-    harness::ExpectErrors errors_expected("a hello without the job's token is refused");
-    expect_hello_without_token_refused(sw.addr, INCMOE_ALGO_A2A);
-}
+/* The algorithms whose ranks meet each other (in-network ranks meet only the switch). */
+INSTANTIATE_TEST_SUITE_P(PeerAlgos, ErrorsByAlgo,
+                         ::testing::Values(INCMOE_ALGO_RING, INCMOE_ALGO_A2A), algo_param_name);
 
 /* A peer's worker address from JOIN_ACK passes inc_ucx_addr_check before UCX unpacks it (UCX
    asserts on some malformed ones): a peer that joined with one UCX cannot unpack, or with none,
@@ -571,14 +573,11 @@ TEST_F(Errors, PeerAddressUcxCannotUnpackFailsCreateNamingThePeer)
 
 TEST_F(Errors, KeyLongerThanTheLimitIsRefusedByTheClient)
 {
-    char keyfile[] = "/tmp/incmoe-key-XXXXXX";
-    int fd = mkstemp(keyfile);
-    ASSERT_GE(fd, 0);
-    std::string key(INCMOE_MAX_SECRET + 1, 'k');
-    ASSERT_EQ(write(fd, (key + "\n").data(), key.size() + 1), (ssize_t)key.size() + 1);
-    close(fd);
+    const std::string key(INCMOE_MAX_SECRET + 1, 'k');
+    const std::string keyfile = key_file(key);
+    ASSERT_NE(keyfile, "");
     auto res = harness::run_ranks(1, [&](int) -> std::string {
-        setenv("INCMOE_AUTH_KEY_FILE", keyfile, 1);
+        setenv("INCMOE_AUTH_KEY_FILE", keyfile.c_str(), 1);
         incmoe_comm_t *comm;
         std::string log;
         incmoe_status_t st = create_logged(sw.addr, &comm, &log);
@@ -596,7 +595,7 @@ TEST_F(Errors, KeyLongerThanTheLimitIsRefusedByTheClient)
         return "";
     });
     EXPECT_EQ(harness::failures(res), "");
-    unlink(keyfile);
+    unlink(keyfile.c_str());
 }
 
 } // namespace

@@ -14,7 +14,6 @@
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,32 +57,21 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
     unsigned long long job = harness::unique_job_id();
     /* How many of the others have created their communicator: rank 0 leaves only then, so
        none of them hears of it while still joining. */
-    void *shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ASSERT_NE(shared, MAP_FAILED);
-    int *created = static_cast<int *>(shared);
-    auto res = harness::run_ranks(
-        n,
-        [&](int rank) -> std::string {
-            incmoe_comm_params_t p = {};
-            p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
-            p.switch_addr = addr.c_str();
-            p.job_id = job;
-            p.rank = rank;
-            p.nranks = n;
-            p.timeout_ms = bound_ms;
-            p.algo = algo;
-            incmoe_comm_t *comm;
-            incmoe_status_t st = incmoe_comm_create(&p, &comm);
-            if (st != INCMOE_OK)
-                return "create: " + status_text(st);
+    struct Created {
+        int others;
+    };
+    harness::SharedBoard<Created> shared;
+    Created *created = shared.get();
+    ASSERT_NE(created, nullptr);
+    auto res = run_job(
+        addr, job, n,
+        [&](incmoe_comm_t *comm, int rank) -> std::string {
+            incmoe_status_t st = INCMOE_OK;
             incmoe_req_t req;
             if (rank != 0)
-                __atomic_add_fetch(created, 1, __ATOMIC_SEQ_CST);
-            for (int ms = 0; rank == 0 && ms < 30000; ms++) {
-                if (__atomic_load_n(created, __ATOMIC_SEQ_CST) == n - 1)
-                    break;
-                usleep(1000);
-            }
+                harness::bump(&created->others);
+            else if (!harness::await_at_least(&created->others, n - 1, 30))
+                return "the others never created their communicators";
             double t0 = inc_now_s();
             if (rank == 0) {
                 static char buf[3 * 4096];
@@ -118,46 +106,25 @@ void expect_destroy_in_flight_fails_peers(const std::string &addr, incmoe_algo_t
                 return "noticed after " + std::to_string(waited) + " s";
             return "";
         },
-        60);
+        60, bound_ms, algo);
     EXPECT_EQ(harness::failures(res), "");
-    munmap(shared, 4096);
 }
 
-TEST_F(Errors, DestroyWithCollectiveInFlightFailsThePeers)
+TEST_P(ErrorsByAlgo, DestroyWithCollectiveInFlightFailsThePeers)
 {
     harness::ExpectErrors errors_expected("a rank destroys its communicator mid-collective");
-    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_INC);
+    expect_destroy_in_flight_fails_peers(sw.addr, GetParam());
 }
 
-TEST_F(Errors, RingDestroyWithCollectiveInFlightFailsThePeers)
-{
-    harness::ExpectErrors errors_expected("a rank destroys its communicator mid-collective");
-    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING);
-}
-
-TEST_F(Errors, ReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
+TEST_P(ErrorsByAlgo, ReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
 {
     harness::ExpectErrors errors_expected("a rank releases its communicator mid-collective");
-    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_INC, true);
+    expect_destroy_in_flight_fails_peers(sw.addr, GetParam(), true);
 }
 
-TEST_F(Errors, RingReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
-{
-    harness::ExpectErrors errors_expected("a rank releases its communicator mid-collective");
-    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_RING, true);
-}
-
-TEST_F(Errors, A2aDestroyWithCollectiveInFlightFailsThePeers)
-{
-    harness::ExpectErrors errors_expected("the collective's peer destroys its communicator");
-    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_A2A);
-}
-
-TEST_F(Errors, A2aReleaseWithCollectiveInFlightDoesNotWaitAndFailsThePeers)
-{
-    harness::ExpectErrors errors_expected("a rank releases its communicator mid-collective");
-    expect_destroy_in_flight_fails_peers(sw.addr, INCMOE_ALGO_A2A, true);
-}
+INSTANTIATE_TEST_SUITE_P(Algos, ErrorsByAlgo,
+                         ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING, INCMOE_ALGO_A2A),
+                         algo_param_name);
 
 /* With nothing in flight a release leaves in order: the others' next collective, among
    themselves in a job of their own, is unaffected, and release returns INCMOE_OK. */

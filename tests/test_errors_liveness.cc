@@ -111,13 +111,10 @@ void expect_dead_rank_detected(const std::string &addr, int sig,
     harness::SharedBoard<Posted> shared;
     Posted *posted = shared.get();
     ASSERT_NE(posted, nullptr);
-    auto res = harness::run_ranks(
-        n,
-        [&](int rank) -> std::string {
-            incmoe_comm_t *comm;
-            incmoe_status_t st = create(addr, job, rank, n, &comm, bound_ms, nullptr, algo);
-            if (st != INCMOE_OK)
-                return "create: " + status_text(st);
+    auto res = run_job(
+        addr, job, n,
+        [&](incmoe_comm_t *comm, int rank) -> std::string {
+            incmoe_status_t st = INCMOE_OK;
             std::string pidfile = "/tmp/incmoe-stopped-" + std::to_string(job);
             if (rank == n - 1) {
                 FILE *f = fopen(pidfile.c_str(), "w");
@@ -169,7 +166,7 @@ void expect_dead_rank_detected(const std::string &addr, int sig,
                 return "noticed after " + std::to_string(waited) + " s";
             return "";
         },
-        60);
+        60, bound_ms, algo);
     for (int r = 0; r < n - 1; r++)
         EXPECT_EQ(res[r], "") << "rank " << r;
 }
@@ -197,6 +194,31 @@ TEST_F(Errors, RankKilledDuringAPointToPointDispatchFailsThePeersNamingIt)
     expect_dead_rank_detected(sw.addr, SIGKILL, INCMOE_ALGO_RING, true);
 }
 
+/* An AllGather of 64-byte blocks among n ranks, waited for: its status.  The buffers stay
+   registered with the rank's communicator, which owns them after a failure. */
+incmoe_status_t allgather_64(incmoe_comm_t *comm, int n)
+{
+    auto &send = harness::buffer<char>(64);
+    auto &recv = harness::buffer<char>(64 * (size_t)n);
+    incmoe_mr_t *ms, *mr;
+    incmoe_mem_register(comm, send.data(), send.size(), &ms);
+    incmoe_mem_register(comm, recv.data(), recv.size(), &mr);
+    incmoe_layout_t l = {64, 0, 64, nullptr};
+    incmoe_req_t req;
+    incmoe_status_t st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
+    return st == INCMOE_OK ? incmoe_wait(comm, &req) : st;
+}
+
+/* A rank alive but posting nothing: its status once its communicator failed (within 60 s). */
+incmoe_status_t idle_until_failed(incmoe_comm_t *comm)
+{
+    incmoe_status_t st;
+    double deadline = inc_now_s() + 60;
+    while ((st = incmoe_comm_error(comm, nullptr, 0)) == INCMOE_OK && inc_now_s() < deadline)
+        usleep(20000);
+    return st;
+}
+
 /*
  * Rank 2 stays alive but never posts the AllGather ranks 0 and 1 posted: after the
  * switch's progress timeout every rank of the job fails with INCMOE_ERR_TIMEOUT and a
@@ -209,31 +231,15 @@ TEST(ProgressTimeout, RankThatNeverPostsFailsTheJobNamingIt)
     ASSERT_TRUE(harness::switch_start(&sw, {"--progress-timeout-ms", "1500"}));
     const int n = 3;
     unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(
-        n,
-        [&](int rank) -> std::string {
-            incmoe_comm_t *comm;
-            incmoe_status_t st = create(sw.addr, job, rank, n, &comm);
-            if (st != INCMOE_OK)
-                return "create: " + status_text(st);
+    auto res = run_job(
+        sw.addr, job, n,
+        [&](incmoe_comm_t *comm, int rank) -> std::string {
+            incmoe_status_t st = INCMOE_OK;
             std::string fail;
-            if (rank < 2) {
-                static char send[64], recv[3 * 64];
-                incmoe_mr_t *ms, *mr;
-                incmoe_mem_register(comm, send, sizeof(send), &ms);
-                incmoe_mem_register(comm, recv, sizeof(recv), &mr);
-                incmoe_layout_t l = {64, 0, 64, nullptr};
-                incmoe_req_t req;
-                st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
-                if (st == INCMOE_OK)
-                    st = incmoe_wait(comm, &req);
-            } else {
-                /* Alive (its proxy answers heartbeats) but posting nothing. */
-                double deadline = inc_now_s() + 60;
-                while ((st = incmoe_comm_error(comm, nullptr, 0)) == INCMOE_OK &&
-                       inc_now_s() < deadline)
-                    usleep(20000);
-            }
+            if (rank < 2)
+                st = allgather_64(comm, n);
+            else
+                st = idle_until_failed(comm); /* its proxy answers heartbeats */
             std::string text = comm_text(comm);
             incmoe_comm_destroy(comm);
             if (st != INCMOE_ERR_TIMEOUT)
@@ -279,23 +285,10 @@ TEST(ProgressTimeout, TheRanksAskTheJobsProgressTimeout)
             st = incmoe_comm_create(&p, &comm);
             if (st != INCMOE_OK)
                 return "create: " + status_text(st);
-            if (rank == 0) {
-                static char send[64], recv[2 * 64];
-                incmoe_mr_t *ms, *mr;
-                incmoe_mem_register(comm, send, sizeof(send), &ms);
-                incmoe_mem_register(comm, recv, sizeof(recv), &mr);
-                incmoe_layout_t l = {64, 0, 64, nullptr};
-                incmoe_req_t req;
-                st = incmoe_allgather(comm, ms, 0, mr, 0, &l, &req);
-                if (st == INCMOE_OK)
-                    st = incmoe_wait(comm, &req);
-            } else {
-                /* Alive but posting nothing; at the switch's own timeout this would still wait. */
-                double deadline = inc_now_s() + 60;
-                while ((st = incmoe_comm_error(comm, nullptr, 0)) == INCMOE_OK &&
-                       inc_now_s() < deadline)
-                    usleep(20000);
-            }
+            if (rank == 0)
+                st = allgather_64(comm, n);
+            else /* at the switch's own timeout this would still wait */
+                st = idle_until_failed(comm);
             std::string text = comm_text(comm);
             incmoe_comm_destroy(comm);
             if (st != INCMOE_ERR_TIMEOUT)
@@ -320,13 +313,10 @@ TEST(ProgressTimeout, PostingAheadDoesNotMakeTheOthersLate)
     ASSERT_TRUE(harness::switch_start(&sw, {"--progress-timeout-ms", "3000"}));
     const int n = 2, count = 4;
     unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(
-        n,
-        [&](int rank) -> std::string {
-            incmoe_comm_t *comm;
-            incmoe_status_t st = create(sw.addr, job, rank, n, &comm);
-            if (st != INCMOE_OK)
-                return "create: " + status_text(st);
+    auto res = run_job(
+        sw.addr, job, n,
+        [&](incmoe_comm_t *comm, int rank) -> std::string {
+            incmoe_status_t st = INCMOE_OK;
             incmoe_req_t req[count];
             for (int k = 0; k < count && st == INCMOE_OK; k++) {
                 if (rank == 1) {
@@ -370,13 +360,10 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
     harness::SharedBoard<Events> shared;
     Events *ev = shared.get();
     ASSERT_NE(ev, nullptr);
-    auto res = harness::run_ranks(
-        2,
-        [&](int rank) -> std::string {
-            incmoe_comm_t *comm;
-            incmoe_status_t st = create(doomed.addr, job, rank, 2, &comm, 2000);
-            if (st != INCMOE_OK)
-                return "create: " + status_text(st);
+    auto res = run_job(
+        doomed.addr, job, 2,
+        [&](incmoe_comm_t *comm, int rank) -> std::string {
+            incmoe_status_t st = INCMOE_OK;
             incmoe_req_t req;
             st = incmoe_barrier(comm, &req); /* both have joined */
             if (st == INCMOE_OK)
@@ -398,7 +385,7 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
             incmoe_comm_destroy(comm);
             return st == INCMOE_ERR_PEER_FAILED ? "" : "got " + status_text(st);
         },
-        60);
+        60, 2000);
     EXPECT_EQ(res[0], "");
     EXPECT_EQ(res[1], "");
     harness::switch_stop(&doomed);
@@ -564,16 +551,9 @@ TEST_F(Errors, RankBusyWithRingDataStillHeartbeats)
         n,
         [&](int rank) -> std::string {
             g_ring_rx_delay_us = 100;
-            incmoe_comm_params_t p = {};
-            p.field_mask = INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_ALGO;
-            p.switch_addr = sw.addr.c_str();
-            p.job_id = job;
-            p.rank = rank;
-            p.nranks = n;
-            p.timeout_ms = job_ms;
-            p.algo = INCMOE_ALGO_RING;
             incmoe_comm_t *comm;
-            incmoe_status_t st = incmoe_comm_create(&p, &comm);
+            incmoe_status_t st =
+                create(sw.addr, job, rank, n, &comm, job_ms, nullptr, INCMOE_ALGO_RING);
             if (st != INCMOE_OK)
                 return "create: " + status_text(st);
             std::vector<unsigned char> send(block), recv(block * n);

@@ -24,6 +24,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness.h"
@@ -61,13 +62,7 @@ void expect_job_fails(const std::string &addr, int n, incmoe_status_t want, cons
             if (st != INCMOE_OK)
                 return "create: " + status_text(st);
             st = body(comm, rank);
-            std::string text = comm_text(comm);
-            incmoe_comm_destroy(comm);
-            if (st != want)
-                return "got " + status_text(st) + " (" + text + "), want " + status_text(want);
-            if (text.find(what) == std::string::npos)
-                return "reason '" + text + "' does not mention '" + what + "'";
-            return "";
+            return destroy_expecting(comm, st, want, what);
         },
         60);
     EXPECT_EQ(harness::failures(res), "");
@@ -178,28 +173,19 @@ TEST_F(Errors, UnknownOperationAndDatatype)
                               h.msg = 99;
                               c.send(h);
                           });
-    expect_raw_breaks_job(
-        sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [](RawClient &c, uint64_t job) {
-            inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
-            h.root = 0;
-            h.length = 16;
-            h.total = 16;
-            h.dtype = 42;
-            h.redop = INCMOE_SUM;
-            char data[16] = {};
-            c.send(h, data, sizeof(data));
-        });
-    expect_raw_breaks_job(
-        sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [](RawClient &c, uint64_t job) {
-            inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
-            h.root = 0;
-            h.length = 16;
-            h.total = 16;
-            h.dtype = INCMOE_FLOAT32;
-            h.redop = 17;
-            char data[16] = {};
-            c.send(h, data, sizeof(data));
-        });
+    /* A reduction's chunk of 16 bytes of an unknown datatype, then of an unknown operation. */
+    for (auto bad : {std::pair<int, int>{42, INCMOE_SUM}, {INCMOE_FLOAT32, 17}})
+        expect_raw_breaks_job(
+            sw.addr, INCMOE_ERR_PROTOCOL, "unknown datatype", [&](RawClient &c, uint64_t job) {
+                inc_wire_hdr h = raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_REDUCESCATTER);
+                h.root = 0;
+                h.length = 16;
+                h.total = 16;
+                h.dtype = bad.first;
+                h.redop = bad.second;
+                char data[16] = {};
+                c.send(h, data, sizeof(data));
+            });
 }
 
 TEST_F(Errors, RangesOutsideWhatWasAnnounced)

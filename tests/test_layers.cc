@@ -9,14 +9,15 @@
 
 #include <stdlib.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "perf_run.h"
+#include "text_file.h"
 
+using perf_test::failed_run;
 using perf_test::run_cmd;
+using text_file::count_lines;
 
 namespace
 {
@@ -26,38 +27,12 @@ const std::string kCheck = kTop + "/tools/check-layers";
 
 TEST(Layers, TheTreeKeepsItsLayers)
 {
-    auto r = run_cmd({kCheck, "--includes", kTop}, 120);
-    ASSERT_FALSE(r.timed_out);
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_EQ(failed_run(run_cmd({kCheck, "--includes", kTop}, 120)), "");
 }
 
 TEST(Layers, TheTreeCallsOnlyDownward)
 {
-    auto r = run_cmd({kCheck, "--calls", kTop}, 120);
-    ASSERT_FALSE(r.timed_out);
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
-}
-
-std::string read_file(const std::string &path)
-{
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-void write_file(const std::string &path, const std::string &text)
-{
-    std::ofstream out(path, std::ios::trunc);
-    out << text;
-}
-
-int count_lines(const std::string &text)
-{
-    int n = 0;
-    for (char c : text)
-        n += c == '\n';
-    return n;
+    EXPECT_EQ(failed_run(run_cmd({kCheck, "--calls", kTop}, 120)), "");
 }
 
 struct Plant {
@@ -85,11 +60,11 @@ perf_test::RunResult run_planted(const std::string &copy, const std::string &mod
                                  const std::string &file, const std::string &text)
 {
     const std::string path = copy + "/" + file;
-    const std::string before = read_file(path);
+    const std::string before = text_file::read(path);
     EXPECT_FALSE(before.empty()) << file << " is not in the tree any more: plant elsewhere";
-    write_file(path, before + text + "\n");
+    text_file::write(path, before + text + "\n");
     auto r = run_cmd({kCheck, mode, copy}, 120);
-    write_file(path, before);
+    text_file::write(path, before);
     return r;
 }
 
@@ -112,7 +87,7 @@ TEST(Layers, EachCrossingPlantedInACopyFails)
         {"plugin/mr.c", "#include \"tools/launch.h\""}, /* a tool from below */
     };
     for (const Plant &p : plants) {
-        const std::string before = read_file(copy + "/" + p.file);
+        const std::string before = text_file::read(copy + "/" + p.file);
         auto r = run_planted(copy, "--includes", p.file, p.include);
         EXPECT_EQ(r.status, 1) << p.file << ": " << p.include << " was not caught\n" << r.out;
         std::string where = std::string(p.file) + ":" + std::to_string(count_lines(before) + 1);

@@ -9,14 +9,15 @@
 
 #include <stdlib.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "perf_run.h"
+#include "text_file.h"
 
+using perf_test::failed_run;
 using perf_test::run_cmd;
+using text_file::count_lines;
 
 namespace
 {
@@ -26,31 +27,7 @@ const std::string kCheck = kTop + "/tools/check-length";
 
 TEST(Length, TheTreeKeepsItsFunctionsShort)
 {
-    auto r = run_cmd({kCheck, kTop}, 120);
-    ASSERT_FALSE(r.timed_out);
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
-}
-
-std::string read_file(const std::string &path)
-{
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-void write_file(const std::string &path, const std::string &text)
-{
-    std::ofstream out(path, std::ios::trunc);
-    out << text;
-}
-
-int count_lines(const std::string &text)
-{
-    int n = 0;
-    for (char c : text)
-        n += c == '\n';
-    return n;
+    EXPECT_EQ(failed_run(run_cmd({kCheck, kTop}, 120)), "");
 }
 
 /* n lines of body, each indented by indent and built from line. */
@@ -112,14 +89,14 @@ TEST(Length, EachLongFunctionPlantedInACopyIsNamed)
     };
     for (const Plant &p : plants) {
         const std::string path = copy + "/" + p.file;
-        const std::string before = read_file(path);
+        const std::string before = text_file::read(path);
         ASSERT_FALSE(before.empty()) << p.file << " is not in the tree any more: plant elsewhere";
         const int at = count_lines(before) + 1 + (std::string(p.kind) == "method" ? 3 : 0) +
                        (std::string(p.kind) == "python" ? 2 : 0);
         for (int lines : {80, 81}) {
-            write_file(path, before + planted(p.kind, "planted_fn", lines));
+            text_file::write(path, before + planted(p.kind, "planted_fn", lines));
             auto r = run_cmd({kCheck, copy}, 120);
-            write_file(path, before);
+            text_file::write(path, before);
             const std::string named = std::string(p.file) + ":" + std::to_string(at) +
                                       ": planted_fn is " + std::to_string(lines) + " lines";
             if (lines == 80) {

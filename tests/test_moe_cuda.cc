@@ -242,23 +242,11 @@ std::string forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const DeviceInputs 
     return e == cudaSuccess ? "" : cuda_err("copying the outputs back", e);
 }
 
-incmoe_moe_params_t layer_params(const moeref::Shape &s, incmoe_comm_t *comm,
-                                 const std::vector<uint8_t> &g, const std::vector<uint8_t> &u,
-                                 const std::vector<uint8_t> &d)
+incmoe_moe_params_t cuda_layer_params(const moeref::Shape &s, incmoe_comm_t *comm,
+                                      const std::vector<uint8_t> &g, const std::vector<uint8_t> &u,
+                                      const std::vector<uint8_t> &d)
 {
-    incmoe_moe_params_t prm;
-    incmoe_moe_params_init(&prm);
-    prm.num_experts = s.E;
-    prm.top_k = s.k;
-    prm.hidden = s.H;
-    prm.intermediate = s.I;
-    prm.dtype = s.dtype;
-    prm.comm = comm;
-    prm.max_tokens = 64;
-    prm.w_gate = g.data();
-    prm.w_up = u.data();
-    prm.w_down = d.data();
-    prm.timeout_ms = 20000;
+    incmoe_moe_params_t prm = moeref::layer_params(s, comm, g, u, d);
     prm.backend = INCMOE_MOE_BACKEND_CUDA;
     return prm;
 }
@@ -283,7 +271,7 @@ std::string run_case(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed
     std::string err = in.load(p, rank, own_stream);
     std::vector<uint8_t> base;
     for (size_t i = 0; i <= c.configs.size(); i++) {
-        incmoe_moe_params_t prm = layer_params(c.shape, comm, g, u, d);
+        incmoe_moe_params_t prm = cuda_layer_params(c.shape, comm, g, u, d);
         if (i > 0)
             prm.config = c.configs[i - 1];
         incmoe_moe_t *L = nullptr;
@@ -324,11 +312,8 @@ std::string run_case(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed
         }
         if (bar != nullptr && !bar->wait() && err.empty())
             err = "the other ranks never finished their forwards";
-        if (L != nullptr) {
-            st = incmoe_moe_destroy(L);
-            if (err.empty() && st != INCMOE_OK)
-                err = std::string("destroy: ") + incmoe_strerror(st);
-        }
+        if (L != nullptr)
+            moeref::destroy_layer(L, &err);
         if (!err.empty())
             return tag + " [" + cs + "]: " + err;
     }
@@ -477,7 +462,7 @@ void run_error_case(
                 moeref::local_weights(p, rank, &g, &u, &d);
                 DeviceInputs in;
                 err = in.load(p, rank, true);
-                incmoe_moe_params_t prm = layer_params(p.s, comm, g, u, d);
+                incmoe_moe_params_t prm = cuda_layer_params(p.s, comm, g, u, d);
                 prm.config = cfg(8, 1, 2, 1, 1);
                 prm.timeout_ms = kErrTimeoutMs;
                 incmoe_moe_t *L = nullptr;

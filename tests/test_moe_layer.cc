@@ -68,19 +68,7 @@ std::string run_case(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed
 
     std::vector<uint8_t> base;
     for (size_t i = 0; i <= c.configs.size(); i++) {
-        incmoe_moe_params_t prm;
-        incmoe_moe_params_init(&prm);
-        prm.num_experts = c.shape.E;
-        prm.top_k = c.shape.k;
-        prm.hidden = c.shape.H;
-        prm.intermediate = c.shape.I;
-        prm.dtype = c.shape.dtype;
-        prm.comm = comm;
-        prm.max_tokens = 64;
-        prm.w_gate = g.data();
-        prm.w_up = u.data();
-        prm.w_down = d.data();
-        prm.timeout_ms = 20000;
+        incmoe_moe_params_t prm = moeref::layer_params(c.shape, comm, g, u, d);
         if (i > 0)
             prm.config = c.configs[i - 1];
         incmoe_moe_t *L;
@@ -111,9 +99,7 @@ std::string run_case(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed
                                                0.99999, "pipelined vs baseline");
             }
         }
-        st = incmoe_moe_destroy(L);
-        if (err.empty() && st != INCMOE_OK)
-            err = std::string("destroy: ") + incmoe_strerror(st);
+        moeref::destroy_layer(L, &err);
         if (!err.empty())
             return tag + " [" + cs + "]: " + err;
     }
@@ -122,25 +108,12 @@ std::string run_case(incmoe_comm_t *comm, int rank, const Case &c, uint64_t seed
 
 void run_cases(int N, incmoe_algo_t algo, const std::vector<Case> &cases)
 {
-    harness::SwitchProc sw;
-    ASSERT_TRUE(harness::switch_start(&sw));
-    unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(
-        N,
-        [&](int rank) -> std::string {
-            setenv("OPENBLAS_NUM_THREADS", "1", 1);
-            std::string err;
-            incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
-            if (comm == nullptr)
-                return err;
-            for (size_t i = 0; i < cases.size() && err.empty(); i++)
-                err = run_case(comm, rank, cases[i], 1000 + i);
-            incmoe_comm_destroy(comm);
-            return err;
-        },
-        150);
-    harness::switch_stop(&sw);
-    EXPECT_EQ(harness::failures(res), "");
+    moeref::run_on_ranks(N, algo, [&](incmoe_comm_t *comm, int rank) -> std::string {
+        std::string err;
+        for (size_t i = 0; i < cases.size() && err.empty(); i++)
+            err = run_case(comm, rank, cases[i], 1000 + i);
+        return err;
+    });
 }
 
 const incmoe_dtype_t kDtypes[] = {INCMOE_FLOAT32, INCMOE_FLOAT16, INCMOE_BFLOAT16};
@@ -239,12 +212,8 @@ std::string run_depths(incmoe_comm_t *comm, int rank, const Case &c, uint64_t se
     moeref::Problem p = moeref::make_problem(c.shape, c.counts, seed);
     std::vector<uint8_t> g, u, d;
     moeref::local_weights(p, rank, &g, &u, &d);
-    incmoe_moe_params_t prm;
-    incmoe_moe_params_init(&prm);
-    prm.num_experts = c.shape.E, prm.top_k = c.shape.k, prm.hidden = c.shape.H;
-    prm.intermediate = c.shape.I, prm.dtype = c.shape.dtype, prm.comm = comm;
-    prm.max_tokens = 64, prm.timeout_ms = 20000, prm.config = c.configs[0];
-    prm.w_gate = g.data(), prm.w_up = u.data(), prm.w_down = d.data();
+    incmoe_moe_params_t prm = moeref::layer_params(c.shape, comm, g, u, d);
+    prm.config = c.configs[0];
     incmoe_moe_t *L;
     if (incmoe_moe_create(&prm, &L) != INCMOE_OK)
         return "create failed";
@@ -273,26 +242,16 @@ std::string run_depths(incmoe_comm_t *comm, int rank, const Case &c, uint64_t se
 /* The depth of the posting queues changes no result. */
 TEST_P(MoeLayer, DepthKeepsResultsBitwise)
 {
-    harness::SwitchProc sw;
-    ASSERT_TRUE(harness::switch_start(&sw));
-    unsigned long long job = harness::unique_job_id();
     const Case cases[] = {
         {shape(3, 6, 3, INCMOE_FLOAT32), {23, 0, 17}, {cfg(7, 2, 2, 2, 2)}},
         {shape(3, 6, 3, INCMOE_BFLOAT16), {5, 11, 9}, {cfg(11, 1, 1, 3, 0)}},
     };
-    auto res = harness::run_ranks(3, [&](int rank) -> std::string {
-        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    moeref::run_on_ranks(3, GetParam(), [&](incmoe_comm_t *comm, int rank) -> std::string {
         std::string err;
-        incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, 3, GetParam(), &err);
-        if (comm == nullptr)
-            return err;
         for (size_t i = 0; i < 2 && err.empty(); i++)
             err = run_depths(comm, rank, cases[i], 7 + i);
-        incmoe_comm_destroy(comm);
         return err;
     });
-    harness::switch_stop(&sw);
-    EXPECT_EQ(harness::failures(res), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Algos, MoeLayer, ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING),
@@ -334,13 +293,10 @@ incmoe_moe_t *layer_for(incmoe_comm_t *comm, const moeref::Shape &s, const moere
                         int rank, incmoe_moe_config_t config, std::vector<uint8_t> w[3])
 {
     moeref::local_weights(p, rank, &w[0], &w[1], &w[2]);
-    incmoe_moe_params_t prm;
-    incmoe_moe_params_init(&prm);
-    prm.num_experts = s.E, prm.top_k = s.k, prm.hidden = s.H, prm.intermediate = s.I;
     int most = *std::max_element(p.counts.begin(), p.counts.end());
-    prm.dtype = s.dtype, prm.comm = comm, prm.max_tokens = most > 64 ? most : 64;
-    prm.timeout_ms = 20000, prm.config = config;
-    prm.w_gate = w[0].data(), prm.w_up = w[1].data(), prm.w_down = w[2].data();
+    incmoe_moe_params_t prm =
+        moeref::layer_params(s, comm, w[0], w[1], w[2], most > 64 ? most : 64);
+    prm.config = config;
     incmoe_moe_t *L = nullptr;
     if (incmoe_moe_create(&prm, &L) != INCMOE_OK)
         return nullptr;
@@ -406,9 +362,7 @@ std::string run_routing_case(incmoe_comm_t *comm, int rank, incmoe_algo_t algo, 
                                  &tm);
         if (err.empty() && out != masked)
             err = "a second masked forward differs from the first";
-        incmoe_status_t dst = incmoe_moe_destroy(L);
-        if (err.empty() && dst != INCMOE_OK)
-            err = std::string("destroy: ") + incmoe_strerror(dst);
+        moeref::destroy_layer(L, &err);
         if (!err.empty())
             return tag + " [" + cs + "]: " + err;
     }
@@ -419,25 +373,12 @@ std::string run_routing_case(incmoe_comm_t *comm, int rank, incmoe_algo_t algo, 
    dispatch and combine. */
 void run_routing_cases(int N, incmoe_algo_t algo, const std::vector<Case> &cases)
 {
-    harness::SwitchProc sw;
-    ASSERT_TRUE(harness::switch_start(&sw));
-    unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(
-        N,
-        [&](int rank) -> std::string {
-            setenv("OPENBLAS_NUM_THREADS", "1", 1);
-            std::string err;
-            incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
-            if (comm == nullptr)
-                return err;
-            for (size_t i = 0; i < cases.size() && err.empty(); i++)
-                err = run_routing_case(comm, rank, algo, cases[i], 2000 + i);
-            incmoe_comm_destroy(comm);
-            return err;
-        },
-        150);
-    harness::switch_stop(&sw);
-    EXPECT_EQ(harness::failures(res), "");
+    moeref::run_on_ranks(N, algo, [&](incmoe_comm_t *comm, int rank) -> std::string {
+        std::string err;
+        for (size_t i = 0; i < cases.size() && err.empty(); i++)
+            err = run_routing_case(comm, rank, algo, cases[i], 2000 + i);
+        return err;
+    });
 }
 
 class MoeLayerRouting : public ::testing::TestWithParam<incmoe_algo_t>

@@ -43,20 +43,8 @@ std::string one(incmoe_comm_t *comm, int rank, int N, incmoe_algo_t algo, std::m
     moeref::Problem p = moeref::make_problem(s, counts, 5000 + iter, rnd(0, 3));
     std::vector<uint8_t> g, u, dn;
     moeref::local_weights(p, rank, &g, &u, &dn);
-    incmoe_moe_params_t prm;
-    incmoe_moe_params_init(&prm);
-    prm.num_experts = s.E;
-    prm.top_k = s.k;
-    prm.hidden = s.H;
-    prm.intermediate = s.I;
-    prm.dtype = s.dtype;
-    prm.comm = comm;
-    prm.max_tokens = 24;
-    prm.w_gate = g.data();
-    prm.w_up = u.data();
-    prm.w_down = dn.data();
+    incmoe_moe_params_t prm = moeref::layer_params(s, comm, g, u, dn, 24);
     prm.config = cfg;
-    prm.timeout_ms = 20000;
     char desc[256];
     char cs[128];
     incmoe_moe_config_str(&cfg, cs, sizeof(cs));
@@ -134,26 +122,13 @@ TEST_P(MoeStress, RandomShapesAndConfigurations)
 {
     const int N = std::get<0>(GetParam());
     const incmoe_algo_t algo = std::get<1>(GetParam());
-    harness::SwitchProc sw;
-    ASSERT_TRUE(harness::switch_start(&sw));
-    unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(
-        N,
-        [&](int rank) -> std::string {
-            setenv("OPENBLAS_NUM_THREADS", "1", 1);
-            std::string err;
-            incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, algo, &err);
-            if (comm == nullptr)
-                return err;
-            std::mt19937 rng(424242 + N);
-            for (int it = 0; it < 40 && err.empty(); it++)
-                err = one(comm, rank, N, algo, rng, it);
-            incmoe_comm_destroy(comm);
-            return err;
-        },
-        150);
-    harness::switch_stop(&sw);
-    EXPECT_EQ(harness::failures(res), "");
+    moeref::run_on_ranks(N, algo, [&](incmoe_comm_t *comm, int rank) -> std::string {
+        std::string err;
+        std::mt19937 rng(424242 + N);
+        for (int it = 0; it < 40 && err.empty(); it++)
+            err = one(comm, rank, N, algo, rng, it);
+        return err;
+    });
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, MoeStress,

@@ -42,12 +42,6 @@ using nccltest::Plugin;
 namespace
 {
 
-#define REQUIRE(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            return std::string("line ") + std::to_string(__LINE__) + ": " #cond " " +              \
-                   std::string(__VA_ARGS__);                                                       \
-    } while (0)
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
         std::string e_ = (expr);                                                                   \

@@ -27,6 +27,7 @@ extern "C" {
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 #include "base/clock.h"
@@ -36,13 +37,6 @@ using nccltest::Plugin;
 
 namespace
 {
-
-#define REQUIRE(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            return std::string("line ") + std::to_string(__LINE__) + ": " #cond " " +              \
-                   std::string(__VA_ARGS__);                                                       \
-    } while (0)
 
 /* The byte pattern rank `from` sends in message `id`: no two messages alike. */
 unsigned char pattern(int from, int id, size_t j)
@@ -333,6 +327,26 @@ std::string net_rank(int version, int rank, Exchange *ex, int mem_type = NCCL_PT
     return teardown(&c);
 }
 
+/* Two ranks connected as NCCL connects them (junk at each listener first, when junk), each
+   running body on its connection: one result per rank. */
+std::vector<std::string> on_connected_pair(
+    int version, const std::function<std::string(Conn &c, int rank, Exchange *ex)> &body, bool junk)
+{
+    Exchange *ex = Exchange::create(2);
+    if (ex == nullptr)
+        return {"no exchange", "no exchange"};
+    auto res = harness::run_ranks(
+        2,
+        [&](int rank) -> std::string {
+            Conn c;
+            std::string err = setup(&c, version, rank, ex, junk);
+            return err.empty() ? body(c, rank, ex) : err;
+        },
+        100);
+    ex->destroy();
+    return res;
+}
+
 class NcclNet : public ::testing::TestWithParam<int>
 {
   protected:
@@ -360,15 +374,10 @@ TEST_P(NcclNet, SizesTagsGroupedReceivesAndBadArguments)
 TEST_P(NcclNet, JunkAtTheListenerDoesNotStopTheRealConnection)
 {
     int version = GetParam();
-    Exchange *ex = Exchange::create(2);
-    ASSERT_NE(ex, nullptr);
-    auto res = harness::run_ranks(
-        2,
-        [&](int rank) -> std::string {
-            Conn c;
-            std::string err = setup(&c, version, rank, ex, true);
-            if (!err.empty())
-                return err;
+    auto res = on_connected_pair(
+        version,
+        [&](Conn &c, int rank, Exchange *) -> std::string {
+            std::string err;
             char sbuf[64], rbuf[64];
             memset(sbuf, 'a' + rank, sizeof(sbuf));
             void *data[1] = {rbuf};
@@ -385,8 +394,7 @@ TEST_P(NcclNet, JunkAtTheListenerDoesNotStopTheRealConnection)
             REQUIRE(rbuf[0] == 'a' + (1 - rank) && rbuf[63] == 'a' + (1 - rank));
             return teardown(&c);
         },
-        100);
-    ex->destroy();
+        true);
     EXPECT_EQ(harness::failures(res), "");
 }
 
@@ -516,15 +524,10 @@ void junk_at(const std::string &ip, int port)
 TEST_P(NcclNet, JunkAtUcxsOwnPortsLeavesTheConnectionWorking)
 {
     int version = GetParam();
-    Exchange *ex = Exchange::create(2);
-    ASSERT_NE(ex, nullptr);
-    auto res = harness::run_ranks(
-        2,
-        [&](int rank) -> std::string {
-            Conn c;
-            std::string err = setup(&c, version, rank, ex);
-            if (!err.empty())
-                return err;
+    auto res = on_connected_pair(
+        version,
+        [&](Conn &c, int rank, Exchange *ex) -> std::string {
+            std::string err;
             auto ports = own_listeners();
             REQUIRE(!ports.empty(), "no UCX port found");
             for (auto &[ip, port] : ports) {
@@ -550,8 +553,7 @@ TEST_P(NcclNet, JunkAtUcxsOwnPortsLeavesTheConnectionWorking)
             REQUIRE(ex->barrier(2, rank, 2, 30));
             return teardown(&c);
         },
-        100);
-    ex->destroy();
+        false);
     EXPECT_EQ(harness::failures(res), "");
 }
 
@@ -615,15 +617,10 @@ struct Stranger {
 TEST_P(NcclNet, GuessedTagsNeverReachALiveReceive)
 {
     int version = GetParam();
-    Exchange *ex = Exchange::create(2);
-    ASSERT_NE(ex, nullptr);
-    auto res = harness::run_ranks(
-        2,
-        [&](int rank) -> std::string {
-            Conn c;
-            std::string err = setup(&c, version, rank, ex);
-            if (!err.empty())
-                return err;
+    auto res = on_connected_pair(
+        version,
+        [&](Conn &c, int rank, Exchange *ex) -> std::string {
+            std::string err;
             /* The listen handles of the real connection (round 0) and a second listener that
                only lets the stranger learn the worker's address. */
             void *lc2 = nullptr;
@@ -682,8 +679,7 @@ TEST_P(NcclNet, GuessedTagsNeverReachALiveReceive)
             REQUIRE(c.pl.net_close_listen(lc2) == ncclSuccess);
             return teardown(&c);
         },
-        100);
-    ex->destroy();
+        false);
     EXPECT_EQ(harness::failures(res), "");
 }
 
@@ -691,15 +687,9 @@ TEST_P(NcclNet, GuessedTagsNeverReachALiveReceive)
 TEST_P(NcclNet, DeadPeerFailsThePendingReceive)
 {
     int version = GetParam();
-    Exchange *ex = Exchange::create(2);
-    ASSERT_NE(ex, nullptr);
-    auto res = harness::run_ranks(
-        2,
-        [&](int rank) -> std::string {
-            Conn c;
-            std::string err = setup(&c, version, rank, ex);
-            if (!err.empty())
-                return err;
+    auto res = on_connected_pair(
+        version,
+        [&](Conn &c, int rank, Exchange *ex) -> std::string {
             REQUIRE(ex->barrier(1, rank, 2, 30));
             if (rank == 1)
                 raise(SIGKILL);
@@ -722,8 +712,7 @@ TEST_P(NcclNet, DeadPeerFailsThePendingReceive)
             /* NCCL closes after an error without testing the request again. */
             return teardown(&c);
         },
-        100);
-    ex->destroy();
+        false);
     EXPECT_EQ(res[0], "");
     EXPECT_NE(res[1].find("signal 9"), std::string::npos) << res[1];
 }
@@ -740,15 +729,9 @@ TEST_P(NcclNet, PtrSupportIsWhatUcxMoves)
     uint64_t memtypes = nccltest::ucx_memory_types();
     ASSERT_NE(memtypes, 0u) << "UCX reported no memory types";
     const int expect = plugin_ptr_support_of(memtypes, 0);
-    Exchange *ex = Exchange::create(2);
-    ASSERT_NE(ex, nullptr);
-    auto res = harness::run_ranks(
-        2,
-        [&](int rank) -> std::string {
-            Conn c;
-            std::string err = setup(&c, version, rank, ex);
-            if (!err.empty())
-                return err;
+    auto res = on_connected_pair(
+        version,
+        [&](Conn &c, int rank, Exchange *ex) -> std::string {
             ncclNetProperties_v11_t p;
             REQUIRE(c.pl.net_props(0, &p) == ncclSuccess);
             REQUIRE(p.ptrSupport == expect, "ptrSupport " + std::to_string(p.ptrSupport) +
@@ -767,8 +750,7 @@ TEST_P(NcclNet, PtrSupportIsWhatUcxMoves)
             REQUIRE(ex->barrier(1, rank, 2, 30));
             return teardown(&c);
         },
-        100);
-    ex->destroy();
+        false);
     EXPECT_EQ(harness::failures(res), "");
 }
 

@@ -89,6 +89,15 @@ RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s)
     return res;
 }
 
+std::string failed_run(const RunResult &r)
+{
+    if (r.timed_out)
+        return "timed out\n" + r.out + r.err;
+    if (r.status != 0)
+        return "exit status " + std::to_string(r.status) + "\n" + r.out + r.err;
+    return "";
+}
+
 std::vector<std::vector<std::string>> table_rows(const std::string &out)
 {
     std::vector<std::vector<std::string>> rows;

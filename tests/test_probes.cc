@@ -14,17 +14,24 @@
 
 #include "perf_run.h"
 
+using perf_test::failed_run;
 using perf_test::run_cmd;
 
-static const std::string kTools = TOP_SRCDIR "/tools/";
+/* tools/NAME ARGS... of this build, bounded at 300 s. */
+static perf_test::RunResult probe(std::vector<std::string> argv)
+{
+    argv[0] = TOP_SRCDIR "/tools/" + argv[0];
+    argv.insert(argv.begin(), "python3");
+    argv.push_back("--build");
+    argv.push_back(TOP_BUILDDIR);
+    return run_cmd(argv, 300);
+}
 
 TEST(Probes, KilledRanksNeverTakeTheSwitchDown)
 {
-    auto r = run_cmd({"python3", kTools + "probe-killloop", "--kills", "20", "--seed", "5",
-                      "--deadline-ms", "10000", "--settle-s", "20", "--build", TOP_BUILDDIR},
-                     300);
-    ASSERT_FALSE(r.timed_out) << r.out << r.err;
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    auto r = probe({"probe-killloop", "--kills", "20", "--seed", "5", "--deadline-ms", "10000",
+                    "--settle-s", "20"});
+    ASSERT_EQ(failed_run(r), "");
     EXPECT_NE(r.out.find("switch crashes               0"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("survivors with no error      0"), std::string::npos) << r.out;
 }
@@ -33,23 +40,18 @@ TEST(Probes, KilledRanksNeverTakeTheSwitchDown)
    resumed rank exits with one of its own, never by UCX's assertion. */
 TEST(Probes, RanksResumedAfterALongStopExitWithAnError)
 {
-    auto r =
-        run_cmd({"python3", kTools + "probe-killloop", "--fault", "stop", "--kills", "10", "--seed",
-                 "5", "--deadline-ms", "10000", "--settle-s", "20", "--build", TOP_BUILDDIR},
-                300);
-    ASSERT_FALSE(r.timed_out) << r.out << r.err;
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    auto r = probe({"probe-killloop", "--fault", "stop", "--kills", "10", "--seed", "5",
+                    "--deadline-ms", "10000", "--settle-s", "20"});
+    ASSERT_EQ(failed_run(r), "");
     EXPECT_NE(r.out.find("victims dead by a signal     0"), std::string::npos) << r.out;
 }
 
 TEST(Probes, JunkConnectionsLeaveTheSwitchServing)
 {
     /* Idle CPU is measured by the probe; the bound here is loose (a spin uses ~100%). */
-    auto r = run_cmd({"python3", kTools + "probe-junk", "--conns", "100", "--seed", "5", "--hold-s",
-                      "10", "--cpu-max", "50", "--build", TOP_BUILDDIR},
-                     300);
-    ASSERT_FALSE(r.timed_out) << r.out << r.err;
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    auto r =
+        probe({"probe-junk", "--conns", "100", "--seed", "5", "--hold-s", "10", "--cpu-max", "50"});
+    ASSERT_EQ(failed_run(r), "");
 }
 
 /* A key holder's handshakes whose PROOF carries a mutated copy of the switch's own worker
@@ -57,11 +59,9 @@ TEST(Probes, JunkConnectionsLeaveTheSwitchServing)
    descriptors and memory back at the baseline (the probe checks both and a job after). */
 TEST(Probes, MutatedWorkerAddressesLeaveTheSwitchServing)
 {
-    auto r = run_cmd({"python3", kTools + "probe-junk", "--case", "addr", "--conns", "100",
-                      "--seed", "5", "--cpu-max", "50", "--build", TOP_BUILDDIR},
-                     300);
-    ASSERT_FALSE(r.timed_out) << r.out << r.err;
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    auto r =
+        probe({"probe-junk", "--case", "addr", "--conns", "100", "--seed", "5", "--cpu-max", "50"});
+    ASSERT_EQ(failed_run(r), "");
     EXPECT_NE(r.out.find("100 handshakes"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("reject"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("welcome"), std::string::npos) << r.out;
@@ -72,11 +72,9 @@ TEST(Probes, MutatedWorkerAddressesLeaveTheSwitchServing)
    switch told 127.0.0.1. */
 TEST(Probes, JunkAtUcxsOwnPortLeavesTheSwitchServing)
 {
-    auto r = run_cmd({"python3", kTools + "probe-junk", "--case", "ucx-ports", "--conns", "100",
-                      "--seed", "5", "--hold-s", "5", "--cpu-max", "50", "--build", TOP_BUILDDIR},
-                     300);
-    ASSERT_FALSE(r.timed_out) << r.out << r.err;
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    auto r = probe({"probe-junk", "--case", "ucx-ports", "--conns", "100", "--seed", "5",
+                    "--hold-s", "5", "--cpu-max", "50"});
+    ASSERT_EQ(failed_run(r), "");
     EXPECT_NE(r.out.find("the switch's UCX ports: 127.0.0.1:"), std::string::npos) << r.out;
 }
 
@@ -84,11 +82,8 @@ TEST(Probes, JunkAtUcxsOwnPortLeavesTheSwitchServing)
    right, and the ranks listen on loopback alone (the interface toward the switch). */
 TEST(Probes, JunkAtARanksUcxPortLeavesItsJobCorrect)
 {
-    auto r = run_cmd({"python3", kTools + "probe-junk", "--case", "ucx-ports", "--target", "rank",
-                      "--conns", "100", "--seed", "5", "--hold-s", "5", "--cpu-max", "50",
-                      "--build", TOP_BUILDDIR},
-                     300);
-    ASSERT_FALSE(r.timed_out) << r.out << r.err;
-    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    auto r = probe({"probe-junk", "--case", "ucx-ports", "--target", "rank", "--conns", "100",
+                    "--seed", "5", "--hold-s", "5", "--cpu-max", "50"});
+    ASSERT_EQ(failed_run(r), "");
     EXPECT_NE(r.out.find("the job under the junk"), std::string::npos) << r.out;
 }

@@ -19,21 +19,21 @@ static ncclResult_t net_connect_v10(int dev, ncclNetCommConfig_t *config, void *
     return net_connect(dev, handle, send_comm);
 }
 
-static ncclResult_t net_accept_v10(void *listen_comm, void **recv_comm,
-                                   ncclNetDeviceHandle_t **recv_dev_comm)
+ncclResult_t net_accept_v10(void *listen_comm, void **recv_comm,
+                            ncclNetDeviceHandle_t **recv_dev_comm)
 {
     return net_accept(listen_comm, recv_comm);
 }
 
 /* phandle is NCCL's profiler handle; we record no profiler events. */
-static ncclResult_t net_isend_v10(void *send_comm, void *data, size_t size, int tag, void *mhandle,
-                                  void *phandle, void **request)
+ncclResult_t net_isend_v10(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                           void *phandle, void **request)
 {
     return net_isend(send_comm, data, size, tag, mhandle, request);
 }
 
-static ncclResult_t net_irecv_v10(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
-                                  void **mhandles, void **phandles, void **request)
+ncclResult_t net_irecv_v10(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                           void **mhandles, void **phandles, void **request)
 {
     return net_irecv(recv_comm, n, data, sizes, tags, mhandles, request);
 }

@@ -22,19 +22,27 @@ static ncclResult_t v11_ctx_new(void **ctx, uint64_t comm_id)
     return ncclSuccess;
 }
 
-static ncclResult_t net_init_v11(void **ctx, uint64_t comm_id, ncclNetCommConfig_t *config,
-                                 ncclDebugLogger_t logger, ncclProfilerCallback_t profiler)
+/* init of the net or the CollNet: NCCL's logger, a context of the communicator, the plugin's
+   init; no context when that fails. */
+static ncclResult_t v11_init(void **ctx, uint64_t comm_id, ncclDebugLogger_t logger,
+                             ncclResult_t (*init)(void))
 {
     plugin_set_logger(logger);
     ncclResult_t res = v11_ctx_new(ctx, comm_id);
     if (res != ncclSuccess)
         return res;
-    res = net_init();
+    res = init();
     if (res != ncclSuccess) {
         free(*ctx);
         *ctx = NULL;
     }
     return res;
+}
+
+static ncclResult_t net_init_v11(void **ctx, uint64_t comm_id, ncclNetCommConfig_t *config,
+                                 ncclDebugLogger_t logger, ncclProfilerCallback_t profiler)
+{
+    return v11_init(ctx, comm_id, logger, net_init);
 }
 
 static ncclResult_t net_props_v11(int dev, ncclNetProperties_v11_t *props)
@@ -51,24 +59,6 @@ static ncclResult_t net_connect_v11(void *ctx, int dev, void *handle, void **sen
                                     ncclNetDeviceHandle_t **send_dev_comm)
 {
     return net_connect(dev, handle, send_comm);
-}
-
-static ncclResult_t net_accept_v11(void *listen_comm, void **recv_comm,
-                                   ncclNetDeviceHandle_t **recv_dev_comm)
-{
-    return net_accept(listen_comm, recv_comm);
-}
-
-static ncclResult_t net_isend_v11(void *send_comm, void *data, size_t size, int tag, void *mhandle,
-                                  void *phandle, void **request)
-{
-    return net_isend(send_comm, data, size, tag, mhandle, request);
-}
-
-static ncclResult_t net_irecv_v11(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
-                                  void **mhandles, void **phandles, void **request)
-{
-    return net_irecv(recv_comm, n, data, sizes, tags, mhandles, request);
 }
 
 static ncclResult_t net_finalize_v11(void *ctx)
@@ -90,12 +80,12 @@ PLUGIN_EXPORT ncclNet_v11_t ncclNetPlugin_v11 = {
     .getProperties = net_props_v11,
     .listen = net_listen_v11,
     .connect = net_connect_v11,
-    .accept = net_accept_v11,
+    .accept = net_accept_v10, /* accept, isend and irecv are v10's */
     .regMr = net_reg_mr,
     .regMrDmaBuf = net_reg_mr_dmabuf,
     .deregMr = net_dereg_mr,
-    .isend = net_isend_v11,
-    .irecv = net_irecv_v11,
+    .isend = net_isend_v10,
+    .irecv = net_irecv_v10,
     .iflush = net_iflush,
     .test = net_test,
     .closeSend = net_close_send,
@@ -110,16 +100,7 @@ PLUGIN_EXPORT ncclNet_v11_t ncclNetPlugin_v11 = {
 
 static ncclResult_t collnet_init_v11(void **ctx, uint64_t comm_id, ncclDebugLogger_t logger)
 {
-    plugin_set_logger(logger);
-    ncclResult_t res = v11_ctx_new(ctx, comm_id);
-    if (res != ncclSuccess)
-        return res;
-    res = collnet_init();
-    if (res != ncclSuccess) {
-        free(*ctx);
-        *ctx = NULL;
-    }
-    return res;
+    return v11_init(ctx, comm_id, logger, collnet_init);
 }
 
 static ncclResult_t collnet_props_v11(int dev, ncclNetProperties_v11_t *props)

@@ -48,6 +48,15 @@ uint64_t plugin_ucx_memory_types(void);
 int plugin_net_ptr_support(void);
 /* The CollNet: host only (its client touches the bytes with the CPU). */
 int plugin_collnet_ptr_support(void);
+/* ---- adapt_v10.c: the calls of the v10 net whose form v11 keeps ------------- */
+
+ncclResult_t net_accept_v10(void *listen_comm, void **recv_comm,
+                            ncclNetDeviceHandle_t **recv_dev_comm);
+ncclResult_t net_isend_v10(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                           void *phandle, void **request);
+ncclResult_t net_irecv_v10(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                           void **mhandles, void **phandles, void **request);
+
 /* Make the struct visible past -fvisibility=hidden; exports.map has the final say. */
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
 

@@ -5,28 +5,17 @@ measured points in bench/data, points files and bad input.
 Run by `tools/quickstart test` (and alone: python3 -m pytest tests/model).
 """
 
-import importlib
 import itertools
 import math
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-TOOL = os.path.join(TOP, "tools", "incmoe-model")
+from model_tool import TOOL, TOP, check_targets_file, load_tool
+
 TARGETS = os.path.join(TOP, "bench", "data", "targets")
-
-
-def load_tool():
-    """The model's package, from the source tree beside its executable (TOOL)."""
-    tools = os.path.dirname(TOOL)
-    if tools not in sys.path:
-        sys.path.insert(0, tools)
-    return importlib.import_module("incmoe_model")
-
 
 m = load_tool()
 
@@ -471,12 +460,7 @@ def test_a_routed_output_in_other_types_is_counted_in_fp32_rows_of_its_bytes(tmp
 def test_issue_targets_file_has_every_point_measured(capsys):
     """bench/data/model/issue18-targets.points as BENCHMARKS.md quotes it: all 22 testbed points
     carry their measurement; check exits 1 while any bandwidth-bound point is over tolerance."""
-    path = os.path.join(TOP, "bench", "data", "model", "issue18-targets.points")
-    rc = m.main(["check", path])
-    out = capsys.readouterr().out
-    assert "to be measured" not in out
-    assert "22 of 22 points measured" in out
-    assert rc == (1 if "over tolerance" in out else 0)
+    check_targets_file("issue18-targets.points", 22, capsys)
 
 
 # --- bad input ------------------------------------------------------------------------------

@@ -6,23 +6,11 @@ points file, and bad input.  Bytes only: no test asserts a time.
 Run by `tools/quickstart test` (and alone: python3 -m pytest tests/model).
 """
 
-import importlib
 import itertools
-import os
-import sys
 
 import pytest
 
-TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-TOOL = os.path.join(TOP, "tools", "incmoe-model")
-
-
-def load_tool():
-    """The model's package, from the source tree beside its executable (TOOL)."""
-    tools = os.path.dirname(TOOL)
-    if tools not in sys.path:
-        sys.path.insert(0, tools)
-    return importlib.import_module("incmoe_model")
+from model_tool import check_targets_file, load_tool
 
 
 m = load_tool()
@@ -323,12 +311,7 @@ def test_issue22_targets_file_has_every_point_measured(capsys):
     """bench/data/model/issue22-targets.points as BENCHMARKS.md quotes it ("Switch trees,
     measured"): all 10 testbed points carry their measurement; check exits 1 while any
     bandwidth-bound point is over tolerance."""
-    path = os.path.join(TOP, "bench", "data", "model", "issue22-targets.points")
-    rc = m.main(["check", path])
-    out = capsys.readouterr().out
-    assert "to be measured" not in out
-    assert "10 of 10 points measured" in out
-    assert rc == (1 if "over tolerance" in out else 0)
+    check_targets_file("issue22-targets.points", 10, capsys)
 
 
 def test_fit_recovers_the_constants_from_tree_points(tmp_path):
