@@ -1,15 +1,17 @@
 /* bootstrap.c - the bootstrap handshake's messages and state machine (no sockets). */
 #include "bootstrap.h"
-#include "ucx_addr.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdio.h>
-#include <string.h>
+
+#include "ucx_addr.h"
 
 enum {
     CLIENT_WAIT_CHALLENGE = 1,

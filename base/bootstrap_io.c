@@ -1,8 +1,5 @@
 /* bootstrap_io.c - the bootstrap handshake over a non-blocking TCP socket. */
 #define _GNU_SOURCE
-#include "bootstrap.h"
-#include "clock.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -11,6 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "bootstrap.h"
+#include "clock.h"
 
 incmoe_status_t inc_boot_io(inc_boot_t *b, int fd, short *events)
 {

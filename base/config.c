@@ -1,8 +1,6 @@
 /* config.c - the parser of numbers users give, and the number settings of the table
    (config_table.c) read through it. */
 #include "config.h"
-#include "log.h"
-#include "text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "log.h"
+#include "text.h"
 
 /* v as text, with the largest exact K/M/G/T suffix for sizes. */
 static void format_num(long long v, int size, char *buf, size_t len)

@@ -3,11 +3,11 @@
  * logging (log.c reads INCMOE_LOG_LEVEL here) and so logs nothing itself;
  * config.c parses the numbers and logs a bad one.
  */
-#include "config.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "config.h"
 
 /* Numbers: kind, then the allowed range (bounds that keep every product the code forms in range).
  */

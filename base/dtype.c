@@ -1,7 +1,8 @@
 /* dtype.c - element sizes, names, and IEEE binary16 / bfloat16 conversions. */
 #pragma GCC optimize("O3") /* the vector conversions below are hot in the reductions and FFN */
-#include "incmoe/incmoe.h"
 #include "dtype.h"
+
+#include "incmoe/incmoe.h"
 
 static const struct {
     const char *name;

@@ -1,11 +1,11 @@
 /* keyfile.c - see keyfile.h. */
 #include "keyfile.h"
 
-#include "text.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "text.h"
 
 incmoe_status_t inc_keyfile_read(const char *path, char *secret, size_t *len, char *why,
                                  size_t why_len)

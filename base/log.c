@@ -1,6 +1,5 @@
 /* log.c - leveled logging to stderr or to a sink. */
 #include "log.h"
-#include "config.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -8,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/time.h>
+
+#include "config.h"
 
 int inc_log_current_level = LOG_LEVEL_WARN;
 

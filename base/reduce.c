@@ -13,10 +13,11 @@
  */
 #pragma GCC optimize("O3")
 #include "reduce.h"
-#include "dtype.h"
 
 #include <stdint.h>
 #include <string.h>
+
+#include "dtype.h"
 
 #define REDUCE_BLOCK 1024
 

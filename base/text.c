@@ -1,9 +1,9 @@
 /* text.c - see text.h. */
 #include "text.h"
 
-#include "wire.h"
-
 #include <stdio.h>
+
+#include "wire.h"
 
 char *inc_text_sanitize(char *dst, size_t dst_len, const void *src, size_t src_len)
 {

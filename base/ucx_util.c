@@ -1,7 +1,5 @@
 /* ucx_util.c - UCX context/worker setup, waiting, address parsing. */
 #include "ucx_util.h"
-#include "clock.h"
-#include "log.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -15,6 +13,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
 
 /* How long a node without an event fd sleeps between two progress calls. */
 #define NODE_NAP_US 100

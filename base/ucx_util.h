@@ -3,6 +3,7 @@
 #define INC_UCX_UTIL_H
 
 #include <sys/socket.h>
+
 #include <ucp/api/ucp.h>
 
 #include "incmoe/incmoe.h"

@@ -1,10 +1,11 @@
 /* wire.c - header construction and validation (see wire.h for the protocol). */
 #include "wire.h"
-#include "hash.h"
-#include "dtype.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include "dtype.h"
+#include "hash.h"
 
 static const char *const wire_msg_names[] = {
     [WIRE_MSG_JOIN] = "JOIN",

@@ -43,6 +43,18 @@
  *   6  next byte n: the next n % 4 + 1 sends fail at once
  *   7  a local failure the job must hear about (client_fail_job)
  */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+
+#include "fuzz_input.h"
+#include "fuzz_log.h"
+#include "ucx_fake.h"
+
+#include "base/log.h"
 #include "incmoe/incmoe.h"
 #include "plugin/algo.h"
 #include "plugin/comm.h"
@@ -50,17 +62,6 @@
 #include "plugin/mr.h"
 #include "plugin/notify.h"
 #include "plugin/post.h"
-#include "base/log.h"
-#include "fuzz_input.h"
-#include "fuzz_log.h"
-#include "ucx_fake.h"
-
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
 
 #define JOB_ID 0x1234
 #define REGION 512 /* bytes of each registered region: N blocks of up to 128 */

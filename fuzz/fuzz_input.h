@@ -3,10 +3,10 @@
 #ifndef INCMOE_FUZZ_INPUT_H
 #define INCMOE_FUZZ_INPUT_H
 
-#include "base/wire.h"
-
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/wire.h"
 
 /* The longest payload a message of the input carries. */
 #define FUZZ_MAX_PAYLOAD 4096

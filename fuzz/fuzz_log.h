@@ -3,10 +3,10 @@
 #ifndef INCMOE_FUZZ_LOG_H
 #define INCMOE_FUZZ_LOG_H
 
-#include "base/log.h"
-
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "base/log.h"
 
 static void fuzz_log_sink(int level, const char *line)
 {

@@ -49,18 +49,19 @@
  * input speaks as the parent there (JOIN_ACK, FWD, CREDIT, TREE_POST,
  * SMALL_FWD, ERROR) and as ranks on the others.
  */
-#include "switch/demux.h"
-#include "switch/coll_table.h"
-#include "switch/engine.h"
-#include "base/clock.h"
-#include "base/log.h"
-#include "fuzz_input.h"
-#include "fuzz_log.h"
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fuzz_input.h"
+#include "fuzz_log.h"
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "switch/coll_table.h"
+#include "switch/demux.h"
+#include "switch/engine.h"
 
 #define NCONN 6
 

@@ -12,6 +12,7 @@
 #define INCMOE_FUZZ_UCX_FAKE_H
 
 #include <stddef.h>
+
 #include <ucp/api/ucp.h>
 
 /* Handles a harness puts where the code expects a worker, a context and an endpoint. */

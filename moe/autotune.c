@@ -13,13 +13,13 @@
  * every rank (calibrate.c), so all ranks choose alike from the same numbers
  * (and the forward's header exchange checks that they did).
  */
-#include "layer.h"
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "layer.h"
 
 #include "base/config.h"
 #include "base/log.h"

@@ -16,11 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer.h"
+#include "wait.h"
+
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
-#include "layer.h"
-#include "wait.h"
 
 #define SUBSYS "moe"
 

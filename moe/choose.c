@@ -27,11 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lanes.h"
+#include "wait.h"
+
 #include "base/clock.h"
 #include "base/hash.h"
 #include "base/log.h"
-#include "lanes.h"
-#include "wait.h"
 
 #define SUBSYS        "moe"
 #define MOE_MAX_PATHS (MOE_MAX_LANES * 4)

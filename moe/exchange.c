@@ -15,9 +15,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/log.h"
 #include "layer.h"
 #include "wait.h"
+
+#include "base/log.h"
 
 #define SUBSYS    "moe"
 #define HDR_MAGIC 0x494d4f45u /* "IMOE" */

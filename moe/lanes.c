@@ -13,9 +13,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "wait.h"
+
 #include "base/hash.h"
 #include "base/log.h"
-#include "wait.h"
 
 #define SUBSYS "moe"
 

@@ -12,15 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
-#include "base/config.h"
-#include "base/hash.h"
-#include "base/log.h"
 #include "choose.h"
 #include "ext.h"
 #include "lanes.h"
 #include "plan.h"
 #include "routing.h"
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/hash.h"
+#include "base/log.h"
 
 #define SUBSYS "moe"
 

@@ -7,9 +7,10 @@
 
 #include <stdint.h>
 
-#include "incmoe/incmoe_moe.h"
 #include "backend.h"
 #include "ctx.h"
+
+#include "incmoe/incmoe_moe.h"
 
 /* Bytes of one rank's block in the header exchange. */
 #define MOE_HDR_BYTES 128

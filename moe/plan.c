@@ -2,13 +2,15 @@
  * plan.c - the host's half of the plan: expert ownership and the per-forward
  * layout the role loops read from the context (their half is plan.h).
  */
+#include "plan.h"
+
 #include <stdlib.h>
+
+#include "layer.h"
 
 #include "base/config.h"
 #include "base/hash.h"
 #include "base/wire.h"
-#include "layer.h"
-#include "plan.h"
 
 int plan_owner(const int *placement, int E, int N, int e)
 {

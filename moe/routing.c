@@ -5,10 +5,11 @@
 
 #include <string.h>
 
+#include "plan.h"
+
 #include "base/config.h"
 #include "base/log.h"
 #include "base/text.h"
-#include "plan.h"
 
 int routing_parse(const char *text, incmoe_moe_routing_t *out)
 {

@@ -6,9 +6,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "base/log.h"
 #include "lanes.h"
 #include "plan.h"
+
+#include "base/log.h"
 
 #define SUBSYS "moe"
 

@@ -35,9 +35,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "incmoe/incmoe.h"
 #include "base/ucx_util.h"
 #include "base/wire.h"
+#include "incmoe/incmoe.h"
 
 struct client_algo_ops;
 struct client_dc;

@@ -7,15 +7,16 @@
  * it complete, so a caller that saw it complete may deregister them at once.
  */
 #include "coll.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "client.h"
 #include "dc_shared.h"
 #include "mr.h"
 #include "notify.h"
 #include "send.h"
-
-#include <stddef.h>
-#include <stdlib.h>
-#include <string.h>
 
 coll_op_t *client_find_op(incmoe_comm_t *comm, unsigned stream, uint64_t epoch)
 {

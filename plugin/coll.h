@@ -6,6 +6,7 @@
 #define INCMOE_COLL_H
 
 #include "client.h"
+
 #include "base/wire.h"
 
 /* Append a drained submission to its stream and do its local part; 1 when the algorithm must

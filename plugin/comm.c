@@ -10,17 +10,6 @@
  * notify.c's.
  */
 #include "comm.h"
-#include "algo.h"
-#include "coll.h"
-#include "dc_shared.h"
-#include "join.h"
-#include "mr.h"
-#include "notify.h"
-#include "send.h"
-#include "base/clock.h"
-#include "base/config.h"
-#include "base/log.h"
-#include "base/text.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -28,6 +17,19 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+#include "algo.h"
+#include "coll.h"
+#include "dc_shared.h"
+#include "join.h"
+#include "mr.h"
+#include "notify.h"
+#include "send.h"
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/text.h"
 
 #define SUBSYS "client"
 

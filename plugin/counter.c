@@ -12,8 +12,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "incmoe/incmoe_fifo.h"
 #include "base/clock.h"
+#include "incmoe/incmoe_fifo.h"
 
 _Static_assert(COUNTER_WAKE_ALL == FUTEX_BITSET_MATCH_ANY, "a wake of every waiter");
 

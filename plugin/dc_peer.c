@@ -37,14 +37,15 @@
  * below it (dc_peer_rec.h lists them).
  */
 #include "dc_peer.h"
+
+#include <stdlib.h>
+
 #include "coll.h"
 #include "dc_peer_partials.h"
 #include "dc_peer_plan.h"
 #include "dc_peer_rec.h"
 #include "dc_peer_rows.h"
 #include "mesh.h"
-
-#include <stdlib.h>
 
 /* Keep a message until its collective started or decided. */
 static ucs_status_t keep_early(incmoe_comm_t *comm, client_dc_peer_t *dcp, int from,

@@ -6,6 +6,7 @@
 #define INCMOE_DC_PEER_H
 
 #include "client.h"
+
 #include "base/wire.h"
 
 typedef struct client_dc_peer client_dc_peer_t;

@@ -5,10 +5,11 @@
  * handed (the records may be gone by then: closing orphans it).
  */
 #include "dc_peer_land.h"
-#include "dc_peer_rec.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "dc_peer_rec.h"
 
 static void landing_unlink(client_dcp_recv_t *rr)
 {

@@ -8,14 +8,16 @@
  * (dc_peer.c has the whole protocol and why the credits cannot deadlock).
  */
 #include "dc_peer_partials.h"
+
+#include <stdlib.h>
+
 #include "dc_peer_land.h"
 #include "dc_peer_rec.h"
 #include "dc_shared.h"
 #include "mesh.h"
 #include "send.h"
-#include "base/reduce.h"
 
-#include <stdlib.h>
+#include "base/reduce.h"
 
 /* The owner chunk of a received row of owner s at position pos of its block. */
 static size_t owner_chunk_of(const client_dcp_rec_t *rec, int s, uint64_t pos)

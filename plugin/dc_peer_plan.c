@@ -8,16 +8,18 @@
  * replay it handed down (dcp->replay).
  */
 #include "dc_peer_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "dc_peer_land.h"
 #include "dc_peer_rec.h"
 #include "dc_shared.h"
 #include "mesh.h"
 #include "send.h"
-#include "base/dc_plan.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "base/dc_plan.h"
 
 static const struct inc_wire_dc_post *plan_head(const char *plan)
 {

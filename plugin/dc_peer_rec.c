@@ -4,15 +4,16 @@
  * that ends the job.  The bottom of the dc_peer files (dc_peer_rec.h).
  */
 #include "dc_peer_rec.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "coll.h"
 #include "dc_shared.h"
 #include "mesh.h"
 #include "notify.h"
 #include "send.h"
-
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 void client_dcp_init_credits(incmoe_comm_t *comm, client_dc_peer_t *dcp)
 {

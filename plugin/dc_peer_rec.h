@@ -17,6 +17,7 @@
 #include "client.h"
 #include "dc_peer.h"
 #include "mesh.h"
+
 #include "base/wire.h"
 
 /* Owner side of one combine chunk. */

@@ -6,12 +6,13 @@
  * receiver lands them at their final place (dc_peer.c has the whole protocol).
  */
 #include "dc_peer_rows.h"
-#include "dc_peer_land.h"
-#include "dc_peer_rec.h"
-#include "dc_shared.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "dc_peer_land.h"
+#include "dc_peer_rec.h"
+#include "dc_shared.h"
 
 /* The next chunk of a dispatch's rows for peer: straight from the send range when they lie
    side by side, else packed.  0 when none is left. */

@@ -9,13 +9,13 @@
  * collectives (post.c); a refusal the caller asks for fails only the
  * collective, through its plan.
  */
+#include <stdio.h>
+#include <string.h>
+
 #include "algo.h"
 #include "dc_shared.h"
 #include "mr.h"
 #include "submit.h"
-
-#include <stdio.h>
-#include <string.h>
 
 /* Do two byte ranges of registered memory overlap? */
 static int ranges_overlap(const struct incmoe_mr *a, size_t aoff, size_t alen,

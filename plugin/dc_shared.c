@@ -8,12 +8,14 @@
  * incmoe_test and incmoe_req_error.
  */
 #include "dc_shared.h"
-#include "client.h"
-#include "notify.h"
-#include "base/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "client.h"
+#include "notify.h"
+
+#include "base/reduce.h"
 
 /* ------------------------------------------------------------------------ */
 /* records                                                                   */

@@ -7,6 +7,7 @@
 #define INCMOE_DC_SHARED_H
 
 #include "client.h"
+
 #include "base/dc_plan.h"
 
 /*

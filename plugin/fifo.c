@@ -22,8 +22,9 @@
 #include <time.h>
 
 #include "counter.h"
-#include "base/log.h"
+
 #include "base/clock.h"
+#include "base/log.h"
 
 /* Collectives of one stream posted and not yet completed: the communicator's window.  The
    proxy waits for room on the FIFO's own completion counters (which an error also wakes),

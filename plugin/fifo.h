@@ -9,8 +9,8 @@
 #ifndef INCMOE_FIFO_INTERNAL_H
 #define INCMOE_FIFO_INTERNAL_H
 
-#include "incmoe/incmoe_fifo.h"
 #include "base/wire.h"
+#include "incmoe/incmoe_fifo.h"
 
 #ifdef __cplusplus
 extern "C" {

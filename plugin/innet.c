@@ -12,16 +12,18 @@
  * Dispatch and combine are innet_dc.c's, in the same stream order and
  * credits.  The wire protocol is described in base/wire.h.
  */
+#include "innet.h"
+
+#include <stdlib.h>
+#include <string.h>
+
 #include "algo.h"
 #include "coll.h"
 #include "notify.h"
 #include "send.h"
-#include "innet.h"
+
 #include "base/log.h"
 #include "base/reduce.h"
-
-#include <stdlib.h>
-#include <string.h>
 
 typedef struct {
     incmoe_comm_t *comm;

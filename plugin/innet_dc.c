@@ -12,16 +12,17 @@
  * set holds another rank), copied together; a combine sends its set chunks
  * from the record and its partials straight from the registered buffer.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "coll.h"
 #include "dc_shared.h"
 #include "innet.h"
 #include "notify.h"
 #include "send.h"
+
 #include "base/log.h"
 #include "base/text.h"
-
-#include <stdlib.h>
-#include <string.h>
 
 /* One DATA of this rank (or a piece of its SMALL). */
 typedef struct {

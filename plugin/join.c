@@ -8,22 +8,25 @@
  * chunk size and flow-control grant).
  */
 #include "join.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
 #include "client.h"
 #include "notify.h"
 #include "send.h"
+
 #include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/keyfile.h"
 #include "base/log.h"
 #include "base/ucx_addr.h"
-
-#include <errno.h>
-#include <openssl/crypto.h>
-#include <limits.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define SUBSYS "client"
 

@@ -23,18 +23,20 @@
  * needs the mesh fails with that reason instead (client_mesh_broken).
  */
 #include "mesh.h"
-#include "client.h"
-#include "notify.h"
-#include "send.h"
-#include "base/clock.h"
-#include "base/log.h"
-#include "base/ucx_addr.h"
-
-#include <openssl/crypto.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "client.h"
+#include "notify.h"
+#include "send.h"
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/ucx_addr.h"
 
 #define SUBSYS "mesh"
 

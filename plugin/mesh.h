@@ -6,6 +6,7 @@
 #define INCMOE_MESH_H
 
 #include "client.h"
+
 #include "base/wire.h"
 
 typedef struct client_mesh client_mesh_t;

@@ -16,11 +16,13 @@
  * registered, so memory a collective may still write is never unmapped.
  */
 #include "mr.h"
-#include "client.h"
-#include "notify.h"
-#include "base/log.h"
 
 #include <stdlib.h>
+
+#include "client.h"
+#include "notify.h"
+
+#include "base/log.h"
 
 #define SUBSYS "client"
 

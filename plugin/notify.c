@@ -6,15 +6,17 @@
  * collectives it starts.
  */
 #include "notify.h"
-#include "client.h"
-#include "base/clock.h"
-#include "base/log.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "client.h"
+
+#include "base/clock.h"
+#include "base/log.h"
 
 #define SUBSYS "client"
 

@@ -6,20 +6,22 @@
  * side (test, wait, the streams' counters).  A collective this rank rejects
  * still fails the job, or the other ranks would wait for it.
  */
-#include "submit.h"
-#include "client.h"
-#include "coll.h"
-#include "dc_shared.h"
-#include "mr.h"
-#include "notify.h"
 #include "post.h"
-#include "base/clock.h"
-#include "base/log.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "client.h"
+#include "coll.h"
+#include "dc_shared.h"
+#include "mr.h"
+#include "notify.h"
+#include "submit.h"
+
+#include "base/clock.h"
+#include "base/log.h"
 
 size_t incmoe_layout_bytes(const incmoe_layout_t *layout, int r)
 {

@@ -27,23 +27,24 @@
  * (algo.h), and so does the a2a algorithm (a2a.c); the barrier and liveness
  * stay with the switch.
  */
-#include "algo.h"
-#include "coll.h"
-#include "dc_peer.h"
-#include "mesh.h"
-#include "notify.h"
-#include "send.h"
-#include "base/log.h"
-#include "base/reduce.h"
-#include "base/text.h"
-
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "algo.h"
+#include "coll.h"
+#include "dc_peer.h"
+#include "mesh.h"
+#include "notify.h"
+#include "send.h"
+
 #include "base/clock.h"
+#include "base/log.h"
+#include "base/reduce.h"
+#include "base/text.h"
 
 #define SUBSYS "ring"
 

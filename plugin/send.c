@@ -7,14 +7,16 @@
  * owns the worker.
  */
 #include "send.h"
-#include "client.h"
-#include "notify.h"
-#include "base/clock.h"
-#include "base/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "client.h"
+#include "notify.h"
+
+#include "base/clock.h"
+#include "base/log.h"
 
 #define SUBSYS "client"
 

@@ -6,6 +6,7 @@
 #define INCMOE_SEND_H
 
 #include "client.h"
+
 #include "base/wire.h"
 
 /* One message in flight; UCX 1.13 needs the sent header alive until completion. */

@@ -18,14 +18,16 @@
  * reason sent to every rank, never the switch: other jobs carry on.
  */
 #include "chunked.h"
-#include "coll_item.h"
-#include "coll_table.h"
-#include "tree.h"
-#include "base/reduce.h"
 
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "coll_item.h"
+#include "coll_table.h"
+#include "tree.h"
+
+#include "base/reduce.h"
 
 /* One chunk of one window of one collective, and what the switch holds of it. */
 typedef struct item {

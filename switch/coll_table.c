@@ -13,10 +13,11 @@
  * (coll_item.c).
  */
 #include "coll_table.h"
-#include "base/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "base/clock.h"
 
 /* ------------------------------------------------------------------------ */
 /* stream kinds                                                              */

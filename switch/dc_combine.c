@@ -17,11 +17,12 @@
  * credits (job_dc_memory_bound in membership.c says why and what bounds
  * them).
  */
+#include <string.h>
+
 #include "dc_item.h"
+
 #include "base/dtype.h"
 #include "base/reduce.h"
-
-#include <string.h>
 
 /* The header of a combine set chunk or partial from port me; 0 if not (the job failed). */
 static int combine_admit(membership_t *m, job_t *job, coll_t *c, int me,

@@ -16,10 +16,10 @@
  * one of this switch's ranks more or fewer rows than its plan said fails the
  * job: the receiver's buffer is bounded by the plan.
  */
+#include <string.h>
+
 #include "dc_item.h"
 #include "tree.h"
-
-#include <string.h>
 
 /* Rows of the chunk for each port but the one it came from (kd: whose set names a rank the
    port covers); *present_p the rows that came with it (whose set names a rank beyond that

@@ -20,13 +20,15 @@
  * its bound (membership.c, job_admit_dc); everything here is job memory.
  */
 #include "dc_form.h"
-#include "dc_item.h"
-#include "base/dtype.h"
-#include "base/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "dc_item.h"
+
+#include "base/dtype.h"
+#include "base/log.h"
 
 #define SUBSYS "switch"
 

@@ -23,6 +23,7 @@
 
 #include "coll_item.h"
 #include "coll_table.h"
+
 #include "base/dc_plan.h"
 
 /* A SMALL: its payload, held by its collective until the plan (and by its rendezvous

@@ -5,11 +5,12 @@
  * and everything else goes to the engine.
  */
 #include "demux.h"
-#include "base/clock.h"
-#include "base/log.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
 
 #define SUBSYS "switch"
 

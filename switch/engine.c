@@ -16,15 +16,17 @@
  * reason sent to every rank, never the switch: other jobs carry on.
  */
 #include "engine.h"
+
+#include <string.h>
+
 #include "chunked.h"
 #include "coll_table.h"
 #include "dc_form.h"
 #include "small.h"
 #include "tree.h"
 #include "tree_join.h"
-#include "base/clock.h"
 
-#include <string.h>
+#include "base/clock.h"
 
 /* Membership retires a job (its hook): what it holds of collectives goes. */
 static void drop_collectives(void *engine, job_t *job)

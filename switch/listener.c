@@ -7,10 +7,6 @@
  */
 #define _GNU_SOURCE /* accept4 */
 #include "listener.h"
-#include "base/clock.h"
-#include "base/log.h"
-#include "base/text.h"
-#include "base/ucx_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/text.h"
+#include "base/ucx_util.h"
 
 #define SUBSYS "switch"
 

@@ -18,8 +18,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include "base/bootstrap.h"
 #include "throttle.h"
+
+#include "base/bootstrap.h"
 
 #define LISTENER_DEADLINE_MS  5000
 #define LISTENER_MAX_PENDING  64

@@ -10,17 +10,18 @@
  * last buffers when the sends that carry them complete.
  */
 #include "membership.h"
-#include "base/log.h"
-#include "base/text.h"
-
-#include <openssl/rand.h>
 
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/rand.h>
+
 #include "base/clock.h"
+#include "base/log.h"
+#include "base/text.h"
 
 #define SUBSYS "switch"
 

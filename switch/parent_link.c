@@ -13,13 +13,14 @@
  * machine (500 ms under ASan at a load of 15-20).
  */
 #include "parent_link.h"
-#include "base/clock.h"
-#include "base/ucx_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "base/clock.h"
+#include "base/ucx_util.h"
 
 /* Fail a link that could not start; done runs before the caller returns. */
 static void start_failed(parent_links_t *l, switch_parent_cb_t done, void *arg, incmoe_status_t st,

@@ -6,7 +6,6 @@
  * once.
  */
 #include "reduce_pool.h"
-#include "base/log.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -15,6 +14,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+#include "base/log.h"
 
 #define SUBSYS "switch"
 

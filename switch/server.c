@@ -10,17 +10,18 @@
  * (all of them for a wildcard address) unless UCX_NET_DEVICES says otherwise.
  */
 #include "server.h"
-#include "base/log.h"
-
-#include <openssl/crypto.h>
 
 #include <errno.h>
-#include <stddef.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
+
 #include "base/clock.h"
+#include "base/log.h"
 
 #define SUBSYS "switch"
 

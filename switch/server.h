@@ -8,13 +8,15 @@
 #define INCMOE_SWITCH_SERVER_H
 
 #include <stdatomic.h>
-#include "base/ucx_util.h"
+
 #include "demux.h"
 #include "engine_ops.h"
 #include "listener.h"
 #include "parent_link.h"
 #include "settings.h"
 #include "tx.h"
+
+#include "base/ucx_util.h"
 
 typedef struct server {
     inc_ucx_node_t node;

@@ -23,13 +23,15 @@
  * collectives whose results are still going out.
  */
 #include "small.h"
-#include "coll_item.h"
-#include "coll_table.h"
-#include "tree.h"
-#include "base/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "coll_item.h"
+#include "coll_table.h"
+#include "tree.h"
+
+#include "base/reduce.h"
 
 typedef struct small {
     coll_item_t ci;   /* first: its lifetime (coll_item.c), its job and its collective */

@@ -2,12 +2,6 @@
  * incmoe-switchd - the INC switch emulator: jobs of N ranks, multicast
  * AllGather, rooted-reduction ReduceScatter, AllReduce and barrier over UCX.
  */
-#include "base/config.h"
-#include "base/keyfile.h"
-#include "base/log.h"
-#include "engine.h"
-#include "server.h"
-
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -18,6 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+
+#include "engine.h"
+#include "server.h"
+
+#include "base/config.h"
+#include "base/keyfile.h"
+#include "base/log.h"
 
 static server_t *running;
 

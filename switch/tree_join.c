@@ -15,13 +15,14 @@
  * credits.  Admission, forming and failure are membership.c's.
  */
 #include "tree_join.h"
-#include "base/config.h"
-#include "base/log.h"
-#include "base/ucx_addr.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/config.h"
+#include "base/log.h"
+#include "base/ucx_addr.h"
 
 #define SUBSYS "switch"
 

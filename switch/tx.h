@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
 #include <ucp/api/ucp.h>
 
 #include "base/bootstrap.h"

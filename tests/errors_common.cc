@@ -1,14 +1,14 @@
 /* errors_common.cc - see errors_common.h. */
 #include "errors_common.h"
 
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -25,11 +25,11 @@
 #include "raw_client.h"
 
 extern "C" {
-#include "incmoe/incmoe.h"
 #include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/dtype.h"
 #include "base/wire.h"
+#include "incmoe/incmoe.h"
 #include "switch/throttle.h"
 }
 

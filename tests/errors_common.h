@@ -6,20 +6,20 @@
 #ifndef INCMOE_TEST_ERRORS_COMMON_H
 #define INCMOE_TEST_ERRORS_COMMON_H
 
-#include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "harness.h"
 #include "raw_client.h"
 
 extern "C" {
-#include "incmoe/incmoe.h"
 #include "base/wire.h"
+#include "incmoe/incmoe.h"
 }
 
 namespace errtest

@@ -12,8 +12,10 @@
 #include <atomic>
 #include <exception>
 #include <sstream>
-#include "base/clock.h"
+
 #include "launch.h"
+
+#include "base/clock.h"
 
 /* Present in sanitizer builds: lets a forked rank check for leaks before _exit(). */
 extern "C" void __lsan_do_leak_check(void) __attribute__((weak));

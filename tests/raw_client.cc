@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <utility>
+
 #include "base/clock.h"
 
 RawClient::~RawClient()

@@ -6,8 +6,6 @@
  * ReduceScatter in flight together, long runs of back-to-back collectives,
  * and bitwise reproducibility whatever order the ranks post in.
  */
-#include <gtest/gtest.h>
-
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,11 +21,13 @@
 #include <type_traits>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "harness.h"
 
 extern "C" {
-#include "incmoe/incmoe.h"
 #include "base/dtype.h"
+#include "incmoe/incmoe.h"
 }
 
 namespace

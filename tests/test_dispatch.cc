@@ -7,8 +7,6 @@
  * partials of exactly the ranks in its set.  Guard bytes around every receive
  * range must stay untouched.
  */
-#include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,12 +18,14 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "harness.h"
 #include "raw_client.h"
 
 extern "C" {
-#include "incmoe/incmoe.h"
 #include "base/dc_plan.h"
+#include "incmoe/incmoe.h"
 }
 
 namespace

@@ -4,16 +4,14 @@
  * error on the job's ranks (or a refused connection), and the switch goes on serving another job
  * (errors_common.h has what the error suites share).
  */
-#include <gtest/gtest.h>
-
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -26,15 +24,17 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "harness.h"
 #include "raw_client.h"
 
 extern "C" {
-#include "incmoe/incmoe.h"
 #include "base/bootstrap.h"
 #include "base/clock.h"
 #include "base/dtype.h"
 #include "base/wire.h"
+#include "incmoe/incmoe.h"
 #include "switch/throttle.h"
 }
 

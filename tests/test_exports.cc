@@ -6,8 +6,6 @@
  * function cannot go missing.  The headers are parsed, so the test follows
  * the API as it grows.  Also: the library reports the headers' version.
  */
-#include <gtest/gtest.h>
-
 #include <dirent.h>
 #include <stdio.h>
 
@@ -16,6 +14,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+
+#include <gtest/gtest.h>
 
 extern "C" {
 #include "incmoe/incmoe.h"

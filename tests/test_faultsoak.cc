@@ -9,16 +9,15 @@
  * proves the key by HMAC over fresh nonces (DESIGN.md, "The public edge"); a
  * join that sends the key in its message fails it.
  */
-#include <gtest/gtest.h>
-
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
-#include "testbed_probe.h"
+#include <gtest/gtest.h>
 
 #include "perf_run.h"
+#include "testbed_probe.h"
 
 using perf_test::run_cmd;
 using perf_test::RunResult;

@@ -5,12 +5,12 @@
  * copy of the tree each fails on every kind of crossing or cycle planted in it,
  * naming the file and line or the files of the cycle.
  */
-#include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "perf_run.h"
 #include "text_file.h"

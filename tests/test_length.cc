@@ -5,12 +5,12 @@
  * the tree it names each too-long function planted in it, of each kind, and
  * none of exactly 80 lines.
  */
-#include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "perf_run.h"
 #include "text_file.h"

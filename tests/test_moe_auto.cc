@@ -7,14 +7,14 @@
  * rank learns it through the agreement and not by itself.  Every forward's
  * output is checked against the fp64 reference (moe_ref.h).
  */
-#include <gtest/gtest.h>
-
 #include <stdlib.h>
 #include <string.h>
 
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "harness.h"
 #include "moe_ref.h"

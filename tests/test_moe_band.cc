@@ -1,7 +1,7 @@
 /* test_moe_band.cc - the band arithmetic every role shares (moe/band.h). */
-#include <gtest/gtest.h>
-
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "band.h"
 

@@ -26,9 +26,6 @@
  * SwiGLU rows to the datatype between its two GEMMs (the CPU keeps them in
  * fp32); pipelined against baseline, per-token cosine similarity >= 0.99999.
  */
-#include <gtest/gtest.h>
-
-#include <cuda_runtime_api.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -43,6 +40,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include "harness.h"
 #include "moe_ref.h"

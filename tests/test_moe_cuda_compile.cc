@@ -5,13 +5,13 @@
  * and sm_90.  Compiled, not run; built only where configure found CUDA, with
  * the nvcc it found.
  */
-#include <gtest/gtest.h>
-
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
+
+#include <gtest/gtest.h>
 
 class MoeCuda : public ::testing::TestWithParam<const char *>
 {

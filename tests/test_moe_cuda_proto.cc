@@ -6,7 +6,6 @@
  * transport; and the buffer-placement rule with stand-ins for UCX's
  * memory-type answer.
  */
-#include <gtest/gtest.h>
 #include <string.h>
 
 #include <atomic>
@@ -14,14 +13,16 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 extern "C" {
 #include "base/ucx_util.h"
 }
+#include <ucs/memory/memory_type.h>
+
 #include "cuda/devfifo.h"
 #include "cuda/placement.h"
 #include "plugin/fifo.h"
-
-#include <ucs/memory/memory_type.h>
 
 namespace
 {

@@ -3,12 +3,12 @@
  * a hang: each case runs under the harness's timeout, every rank must see the
  * stated error, and afterwards a good forward must still work.
  */
-#include <gtest/gtest.h>
-
 #include <string.h>
 
 #include <functional>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "harness.h"
 #include "moe_ref.h"

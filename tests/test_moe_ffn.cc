@@ -12,8 +12,6 @@
  *   very bits of every other level;
  * - the vectorised SwiGLU against SiLU in double, each element alike wherever it sits.
  */
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,12 +19,15 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 extern "C" {
+#include "plan.h"
+
 #include "base/dtype.h"
 #include "cpu/cpu.h"
 #include "cpu/gemm.h"
 #include "cpu/swiglu.h"
-#include "plan.h"
 }
 
 /* The library's hook (moe/cpu/isa.c): the highest kernel level to run. */

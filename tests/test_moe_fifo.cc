@@ -5,8 +5,6 @@
  * (the result in the producer's block before its ticket, a combine's
  * dispatch by ticket); then through a real communicator and switch.
  */
-#include <gtest/gtest.h>
-
 #include <pthread.h>
 #include <stddef.h>
 #include <string.h>
@@ -23,10 +21,13 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+#include "base/wire.h"
 #include "plugin/counter.h"
 #include "plugin/fifo.h"
-#include "harness.h"
-#include "base/wire.h"
 
 namespace
 {

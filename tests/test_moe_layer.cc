@@ -16,13 +16,13 @@
  * band plan, on every algorithm that has dispatch and combine (the others
  * refuse masked alike on every rank and fall back to full with auto).
  */
-#include <gtest/gtest.h>
-
 #include <stddef.h>
 #include <string.h>
 
 #include <algorithm>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "harness.h"
 #include "moe_ref.h"

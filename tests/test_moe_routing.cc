@@ -5,11 +5,11 @@
  * find a band's received rows by list position (moe/plan.h).  Each against
  * an independent count.
  */
-#include <gtest/gtest.h>
-
 #include <random>
 #include <set>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 extern "C" {
 #include "plan.h"

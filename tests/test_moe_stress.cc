@@ -5,13 +5,13 @@
  * with masked or auto routing in either mode against the reference and the
  * pipelined full forward (bitwise in fp32 in-network, with the same bands).
  */
-#include <gtest/gtest.h>
-
 #include <string.h>
 
 #include <random>
 #include <tuple>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "harness.h"
 #include "moe_ref.h"

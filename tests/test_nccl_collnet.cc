@@ -17,8 +17,6 @@ extern "C" {
 #include "plugin/nccl/ptr_support.h"
 }
 
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -34,6 +32,9 @@ extern "C" {
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+
 #include "base/clock.h"
 
 using nccltest::Exchange;

@@ -1,6 +1,4 @@
 /* test_nccl_common.cc - see nccl_loader.h. */
-#include "nccl_loader.h"
-
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,10 +7,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ucp/api/ucp.h>
-
 #include <atomic>
 #include <mutex>
+
+#include <ucp/api/ucp.h>
+
+#include "nccl_loader.h"
+
 #include "base/clock.h"
 
 namespace nccltest

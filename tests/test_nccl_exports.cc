@@ -3,10 +3,6 @@
  * structs and nothing else, NCCL's newest-first lookup finds v11, and the
  * plugin names no CUDA runtime (it never copies GPU memory itself).
  */
-#include "nccl_loader.h"
-
-#include <gtest/gtest.h>
-
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -14,6 +10,10 @@
 #include <iterator>
 #include <set>
 #include <string>
+
+#include <gtest/gtest.h>
+
+#include "nccl_loader.h"
 
 using nccltest::kPluginPath;
 

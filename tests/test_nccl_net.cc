@@ -14,15 +14,13 @@ extern "C" {
 #include "plugin/nccl/ptr_support.h"
 }
 
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +28,9 @@ extern "C" {
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+
 #include "base/clock.h"
 
 using nccltest::Exchange;

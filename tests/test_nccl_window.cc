@@ -3,9 +3,9 @@ extern "C" {
 #include "plugin/nccl/window.h"
 }
 
-#include <gtest/gtest.h>
-
 #include <vector>
+
+#include <gtest/gtest.h>
 
 /* Every window of every small shape: the pieces cover the window exactly once. */
 TEST(NcclWindow, PiecesCoverEveryWindowExactlyOnce)

@@ -13,8 +13,10 @@
 #include <sstream>
 #include <string>
 #include <vector>
-#include "base/clock.h"
+
 #include "perf_run.h"
+
+#include "base/clock.h"
 
 namespace perf_test
 {

@@ -7,7 +7,6 @@
  * routes through the root, and `run` starting the switches as a tree.  Needs
  * root and working ip/tc: otherwise it SKIPs and says why.
  */
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,9 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "testbed_probe.h"
+#include <gtest/gtest.h>
 
 #include "perf_run.h"
+#include "testbed_probe.h"
 
 using perf_test::run_cmd;
 using perf_test::RunResult;

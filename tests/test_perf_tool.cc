@@ -8,8 +8,6 @@
  * algorithm this build does not have yet (or without dispatch and combine) is
  * skipped, saying so.
  */
-#include <gtest/gtest.h>
-
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,6 +17,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "harness.h"
 #include "perf_run.h"

@@ -7,10 +7,10 @@
  * each) and their figures are in RELIABILITY.md; deadlines here are generous
  * bounds against a hang, not speed checks.
  */
-#include <gtest/gtest.h>
-
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "perf_run.h"
 

@@ -1,15 +1,15 @@
 /* test_reduce.cc - the reduction kernels and 16-bit conversions against independent references. */
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 extern "C" {
-#include "incmoe/incmoe.h"
 #include "base/dtype.h"
 #include "base/reduce.h"
+#include "incmoe/incmoe.h"
 }
 
 /* Reference conversions through the compiler's own _Float16. */

@@ -4,11 +4,11 @@
  * model draws them (checked against the exact probabilities of successive
  * sampling, enumerated here), and any rank computes any rank's sets alike.
  */
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 extern "C" {
 #include "route.h"

@@ -14,8 +14,6 @@
  * Every switch runs with a short liveness and progress timeout, so a failure
  * ends a test in seconds instead of hanging it.
  */
-#include <gtest/gtest.h>
-
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,13 +31,15 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "harness.h"
 #include "raw_client.h"
 
 extern "C" {
-#include "incmoe/incmoe.h"
 #include "base/clock.h"
 #include "base/wire.h"
+#include "incmoe/incmoe.h"
 }
 
 namespace

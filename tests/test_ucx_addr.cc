@@ -3,8 +3,6 @@
  * the fuzz corpus's seeds, and the UCX this build runs) and against addresses built here by
  * hand from UCX's layout (src/ucp/wireup/address.c), one defect each.
  */
-#include <gtest/gtest.h>
-
 #include <dirent.h>
 
 #include <cmath>
@@ -14,6 +12,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 extern "C" {
 #include <ucp/api/ucp.h>

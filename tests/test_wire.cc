@@ -1,7 +1,5 @@
 /* test_wire.cc - header validation, signatures, layout arithmetic, status texts, settings,
    numbers, key files and remote text. */
-#include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <climits>
@@ -10,13 +8,15 @@
 #include <set>
 #include <string>
 
+#include <gtest/gtest.h>
+
 extern "C" {
-#include "incmoe/incmoe.h"
 #include "base/bootstrap.h"
 #include "base/config.h"
 #include "base/keyfile.h"
 #include "base/text.h"
 #include "base/wire.h"
+#include "incmoe/incmoe.h"
 }
 
 static inc_wire_hdr data_hdr()

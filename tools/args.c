@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "incmoe/incmoe.h"
 #include "base/config.h"
+#include "incmoe/incmoe.h"
 
 #define ARG_MAX 64
 

@@ -20,10 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan.h"
+
 #include "base/clock.h"
 #include "base/dtype.h"
 #include "cpu/cpu.h"
-#include "plan.h"
 
 void openblas_set_num_threads(int num_threads);
 

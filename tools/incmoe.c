@@ -12,9 +12,6 @@
  *       Lists every INCMOE_* setting with its value and meaning.
  */
 #include "incmoe/incmoe.h"
-#include "base/config.h"
-#include "launch.h"
-#include "switchd_find.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -23,7 +20,12 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "launch.h"
+#include "switchd_find.h"
+
 #include "base/clock.h"
+#include "base/config.h"
 
 #define MAX_SIZES  32
 #define MAX_LEAVES 16

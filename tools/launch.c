@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
 #include "base/clock.h"
 
 /* After a rank fails, the others get this long to end by themselves (they are

@@ -45,8 +45,6 @@
  * to the datatype between its two GEMMs (the CPU keeps them in fp32).
  */
 #include "moe_bench.h"
-#include "launch.h"
-#include "switchd_find.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -54,6 +52,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "launch.h"
+#include "switchd_find.h"
 
 /* What every embedded rank needs; out[r] collects rank r's result lines. */
 typedef struct {

@@ -3,12 +3,13 @@
  * args.h), the checks no single option can make, and the settings the layer
  * reads from the environment.
  */
-#include "moe_bench.h"
-#include "args.h"
-#include "base/config.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "args.h"
+#include "moe_bench.h"
+
+#include "base/config.h"
 
 void mb_usage(void)
 {

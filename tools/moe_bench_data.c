@@ -4,12 +4,13 @@
  * uniform, or zipf:S by popularity (e+1)^-S, seeded by --seed), with the
  * routing's statistics under the contiguous placement.
  */
-#include "moe_bench.h"
-#include "base/dtype.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "moe_bench.h"
+
+#include "base/dtype.h"
 
 static uint64_t mix(uint64_t x)
 {

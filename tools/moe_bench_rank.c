@@ -5,12 +5,13 @@
  * fp64 reference on sample tokens) and writes one "result" line each.  Every
  * #ifdef of the CUDA backend is in its "backend's memory" section.
  */
-#include "moe_bench.h"
-#include "base/clock.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "moe_bench.h"
+
+#include "base/clock.h"
 
 #ifdef INCMOE_MOE_CUDA
 #include <cuda_runtime_api.h>

@@ -3,10 +3,10 @@
  * the paper for one token in fp64, its experts' weights recomputed from the
  * problem data (moe_bench_data.c), not read from the layer.
  */
-#include "moe_bench.h"
-
 #include <math.h>
 #include <string.h>
+
+#include "moe_bench.h"
 
 /* fp64 Equation (1) for token t of the inputs, recomputing the experts' weights into s. */
 void mb_reference_token(const opts_t *o, const void *x, const int32_t *ids, const float *w, int t,

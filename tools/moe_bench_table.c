@@ -4,11 +4,11 @@
  * baseline, the ideal of the cost model, then the ratios the MoE targets of
  * issue 18 name; a missing row or a failed check makes the exit status 1.
  */
-#include "moe_bench.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "moe_bench.h"
 
 static int cmp_double(const void *a, const void *b)
 {

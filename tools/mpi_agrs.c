@@ -19,12 +19,13 @@
  * Data are fp32 with a sum; the check fills small integers so the exact result
  * is known, and compares every element.  Rank 0 prints the table.
  */
-#include <mpi.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <mpi.h>
 
 typedef struct {
     size_t min_bytes, max_bytes;

@@ -19,9 +19,6 @@
  * exact in fp16 and bf16 too), and every output element is compared.
  * Exit status 0 only when every rank checked every element.
  */
-#include <cuda_runtime.h>
-#include <nccl.h>
-
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -32,6 +29,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
 
 #define MAX_RANKS 8
 #define MAX_SIZES 8

@@ -23,6 +23,8 @@
  * Collectives go through the public API (incmoe/incmoe.h) only; embedded runs
  * start the switch and the ranks with launch.h.
  */
+#include "perf.h"
+
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,12 +34,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "incmoe/incmoe.h"
 #include "args.h"
 #include "launch.h"
-#include "perf.h"
 #include "switchd_find.h"
+
 #include "base/clock.h"
+#include "incmoe/incmoe.h"
 
 const char *const op_names[OP_COUNT] = {"allgather", "reducescatter", "allreduce", "agrs",
                                         "dispatch",  "combine",       "dc"};

@@ -10,8 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "incmoe/incmoe.h"
 #include "route.h"
+
+#include "incmoe/incmoe.h"
 
 typedef enum {
     OP_ALLGATHER,

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "perf.h"
+
 #include "base/clock.h"
 
 typedef struct {

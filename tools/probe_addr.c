@@ -25,8 +25,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <ucp/api/ucp.h>
 #include <unistd.h>
+
+#include <ucp/api/ucp.h>
 
 #include "base/ucx_addr.h"
 

@@ -27,8 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "incmoe/incmoe.h"
 #include "args.h"
+
+#include "incmoe/incmoe.h"
 
 #define PROG "incmoe-soak-rank"
 

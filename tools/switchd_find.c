@@ -1,12 +1,13 @@
 /* switchd_find.c - see switchd_find.h. */
 #include "switchd_find.h"
-#include "base/config.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "base/config.h"
 
 #define SWITCHD "incmoe-switchd"
 

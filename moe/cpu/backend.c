@@ -9,9 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer.h"
+
 #include "base/clock.h"
 #include "cpu/prims.h"
-#include "layer.h"
 
 #define FIFO_SLOTS 256
 

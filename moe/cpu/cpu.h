@@ -5,8 +5,8 @@
 #ifndef INCMOE_MOE_CPU_H
 #define INCMOE_MOE_CPU_H
 
-#include "ctx.h"
 #include "band.h"
+#include "ctx.h"
 
 /* Rows of one expert a GEMM takes at a time (bounds a worker's scratch). */
 #define MOE_FFN_GEMM_ROWS 256

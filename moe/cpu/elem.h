@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "incmoe/incmoe.h"
 #include "base/dtype.h"
+#include "incmoe/incmoe.h"
 
 /* dst (fp32) = src rounded to dtype and widened back. */
 static inline void elem_round(float *dst, const float *src, size_t n, incmoe_dtype_t dtype)

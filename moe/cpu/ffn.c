@@ -19,11 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan.h"
+
 #include "cpu/cpu.h"
 #include "cpu/elem.h"
 #include "cpu/gemm.h"
 #include "cpu/swiglu.h"
-#include "plan.h"
 
 incmoe_status_t ffn_weights_load(cpu_state_t *cs, const incmoe_moe_params_t *p, size_t esize)
 {

@@ -5,8 +5,9 @@
  */
 #include <string.h>
 
-#include "cpu/cpu.h"
 #include "plan.h"
+
+#include "cpu/cpu.h"
 
 /* The rows of list positions [p, p + n) of band j: full routing, every one; masked, the
    received ones.  Their rows, blocks (-1: received) and indices (row in the block, or

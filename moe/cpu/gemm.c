@@ -4,13 +4,14 @@
  * element one fused multiply-add chain over k (gemm.h says why).  The panels of a bf16 or
  * fp16 W are widened to fp32 once per call and then serve every tile of rows.
  */
+#include "cpu/gemm.h"
+
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "base/dtype.h"
-#include "cpu/gemm.h"
 
 #define NR CPU_GEMM_NR
 

@@ -7,10 +7,10 @@
  * launch itself uses a mutex and a condition variable (the host's side); the
  * roles hand data to each other only through the counters of ctx.h.
  */
-#include "cpu/prims.h"
-
 #include <pthread.h>
 #include <stdlib.h>
+
+#include "cpu/prims.h"
 
 typedef enum { ROLE_IDLE = 0, ROLE_GATHER, ROLE_COMPUTE, ROLE_REDUCE } role_t;
 

@@ -9,9 +9,10 @@
 
 #include <string.h>
 
+#include "plan.h"
+
 #include "cpu/cpu.h"
 #include "cpu/elem.h"
-#include "plan.h"
 
 static inline incmoe_status_t prim_wait_geq(const moe_ctx_t *x, const uint64_t *c, uint64_t v)
 {

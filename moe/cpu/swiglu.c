@@ -9,11 +9,12 @@
  */
 #pragma GCC optimize("fp-contract=off")
 
+#include "cpu/swiglu.h"
+
 #include <stdint.h>
 #include <string.h>
 
 #include "cpu/gemm.h"
-#include "cpu/swiglu.h"
 
 #define LANES         4
 #define LANES_NAME(x) x##4

@@ -11,18 +11,20 @@
  * so the return comes.  The counters are then copied back so the layer
  * reports the first failure as for the CPU backend.
  */
-#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "layer.h"
+#include "plan.h"
 
 #include "base/log.h"
 #include "base/ucx_util.h"
 #include "cuda/kernel.h"
 #include "cuda/placement.h"
 #include "cuda/state.h"
-#include "layer.h"
-#include "plan.h"
 
 #define SUBSYS        "moe"
 #define FIFO_SLOTS    256

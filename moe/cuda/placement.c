@@ -2,6 +2,7 @@
 #include "cuda/placement.h"
 
 #include <stdio.h>
+
 #include <ucp/api/ucp.h>
 
 moe_cuda_buf_t moe_cuda_placement(uint64_t ucx_types, int client_device_ok, char *why,

@@ -27,6 +27,7 @@
 
 #include "ctx.h"
 #include "plan.h"
+
 #include "cuda/devfifo.h"
 #include "cuda/state.h"
 

@@ -2,9 +2,9 @@
  * adapt_v11.c - the v11 structs (NCCL 2.28-2.29) over the one implementation.
  * v11 adds a per-communicator context to init/listen and a finalize.
  */
-#include "plugin.h"
-
 #include <stdlib.h>
+
+#include "plugin.h"
 
 typedef struct {
     uint64_t comm_id;

@@ -25,12 +25,6 @@
  * sendProxyProgress).  NCCL's proxy thread is the only poster on this
  * communicator, so room it saw cannot shrink before it posts.
  */
-#include "plugin.h"
-#include "window.h"
-#include "base/config.h"
-#include "base/keyfile.h"
-#include "plugin/post.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +32,13 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "plugin.h"
+#include "window.h"
+
+#include "base/config.h"
+#include "base/keyfile.h"
+#include "plugin/post.h"
 
 #define HANDLE_MAGIC 0x43434e49u /* "INCC" */
 #define MR_MAGIC     0x524d4343u

@@ -2,12 +2,6 @@
  * common.c - what the net and the CollNet share: NCCL's logger, the status
  * mapping at the boundary, and the description of our one device.
  */
-#include "plugin.h"
-
-#include "base/config.h"
-#include "base/log.h"
-#include "base/ucx_util.h"
-
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <limits.h>
@@ -19,6 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "plugin.h"
+
+#include "base/config.h"
+#include "base/log.h"
+#include "base/ucx_util.h"
 
 static ncclDebugLogger_t plugin_logger;
 

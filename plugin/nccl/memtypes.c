@@ -2,12 +2,14 @@
  * memtypes.c - ptrSupport of the net and of the CollNet, from the memory
  * types the UCX found at run time can move (ptr_support.h says why).
  */
+#include <pthread.h>
+
+#include <ucp/api/ucp.h>
+
 #include "plugin.h"
 #include "ptr_support.h"
-#include "base/ucx_util.h"
 
-#include <pthread.h>
-#include <ucp/api/ucp.h>
+#include "base/ucx_util.h"
 
 static pthread_once_t memtypes_once = PTHREAD_ONCE_INIT;
 static uint64_t memtypes;

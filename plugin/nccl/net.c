@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+
 #include "base/clock.h"
 
 typedef struct net_req {

@@ -20,9 +20,11 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
 #include <ucp/api/ucp.h>
 
 #include "plugin.h"
+
 #include "base/bootstrap.h"
 #include "base/ucx_util.h"
 

@@ -22,13 +22,15 @@
  * and fails on one UCX could not unpack) and handed to UCX (comm_create).
  */
 #define _GNU_SOURCE /* accept4 */
-#include "net.h"
-
 #include <netinet/in.h>
-#include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include "net.h"
+
 #include "base/clock.h"
 
 #define TAG_HELLO   1u

@@ -7,14 +7,16 @@
  * INCMOE_SWITCH) unless UCX_NET_DEVICES says otherwise.  The bottom of the
  * net: every other file calls it, it calls none of them.
  */
-#include "net.h"
-#include "base/config.h"
-#include "base/keyfile.h"
+#include <stdlib.h>
+#include <string.h>
 
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
-#include <stdlib.h>
-#include <string.h>
+
+#include "net.h"
+
+#include "base/config.h"
+#include "base/keyfile.h"
 
 net_proc_t net_proc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 

@@ -3,13 +3,13 @@
  * host's address (net_init.c's) and the accept() handshake (net_handshake.c)
  * a listen comm carries; the top of the net, above the handshake it starts.
  */
-#include "net.h"
-
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "net.h"
 
 /* A non-blocking TCP listener on this host's address, any port. */
 static int listen_socket(struct sockaddr_storage *bound)

@@ -3,10 +3,10 @@
  * pointers, so a registration only records the range and the memory type:
  * isend and irecv check that a buffer lies inside the one NCCL names.
  */
-#include "net.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "net.h"
 
 typedef struct {
     char magic[4]; /* "MRH\0": catches a foreign pointer passed as mhandle */

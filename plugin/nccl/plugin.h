@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "abi.h"
+
 #include "incmoe/incmoe.h"
 
 #define PLUGIN_NAME "incmoe"

@@ -13,6 +13,7 @@
 #define INCMOE_NCCL_PTR_SUPPORT_H
 
 #include <stdint.h>
+
 #include <ucs/memory/memory_type.h>
 
 #include "abi.h"

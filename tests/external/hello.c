@@ -8,11 +8,11 @@
  * libraries and prints the version the headers and the library report
  * (tools/quickstart install-check builds and runs it).
  */
+#include <stdio.h>
+
 #include <incmoe/incmoe.h>
 #include <incmoe/incmoe_fifo.h>
 #include <incmoe/incmoe_moe.h>
-
-#include <stdio.h>
 
 int main(void)
 {
