@@ -10,6 +10,7 @@
 #include "incmoe/incmoe_moe.h"
 #include "backend.h"
 #include "ctx.h"
+#include "routing.h"
 
 /* Bytes of one rank's block in the header exchange. */
 #define MOE_HDR_BYTES 128
@@ -69,9 +70,10 @@ struct incmoe_moe {
     size_t valid_z[INCMOE_MAX_RANKS];
 
     /* The configuration model's inputs, agreed by every rank at create (calibrate.c):
-       seconds of a band's fixed cost, of one byte on the link, of one FFN flop. */
+       seconds of a band's fixed cost, of an all-rank synchronisation, of one byte on the
+       link, of one FFN flop. */
     struct {
-        double band_s, byte_s, flop_s;
+        double band_s, sync_s, byte_s, flop_s;
     } model;
 
     int failed;                 /* a forward failed mid-pipeline: the layer is unusable */
@@ -100,7 +102,10 @@ struct incmoe_moe {
 };
 
 /* --- autotune.c --- */
-void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_p);
+/* The configuration for tmax rows per block: full routing's bands, or with masked (the
+   forward's load, every rank's pairs from its header exchange) masked routing's. */
+void autotune_choose(const incmoe_moe_t *L, size_t tmax, const routing_load_t *masked,
+                     incmoe_moe_config_t *cfg_p);
 
 /* --- calibrate.c --- */
 /* Whether this rank asks for the model's costs to be measured (every rank's wish is in the

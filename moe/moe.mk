@@ -21,6 +21,7 @@ libincmoe_moe_la_SOURCES = \
 	routing.c routing.h \
 	names.c \
 	autotune.c \
+	bandmodel.c bandmodel.h \
 	calibrate.c \
 	wait.c wait.h \
 	cpu/cpu.h cpu/prims.h cpu/elem.h \
