@@ -73,6 +73,7 @@ static bandmodel_in_t model_inputs(const incmoe_moe_t *L, size_t tmax, const rou
                          .row_flops = 6.0 * L->H * L->I,
                          .band_s = L->model.band_s,
                          .sync_s = L->model.sync_s,
+                         .seen_s = L->model.masked_band_s,
                          .byte_s = L->model.byte_s,
                          .flop_s = L->model.flop_s};
     if (load != NULL)
@@ -131,6 +132,15 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, const routing_load_t *m
     }
     c.tail_bands = clampi(c.tail_bands, 0, c.nbands);
     *cfg_p = c;
+}
+
+void autotune_observe(incmoe_moe_t *L, size_t tmax, const routing_load_t *masked, int nb,
+                      double seconds)
+{
+    bandmodel_in_t in = model_inputs(L, tmax, masked);
+    double seen = bandmodel_seen_s(&in, nb, seconds);
+    if (seen > 0)
+        L->band_seen_s = seen;
 }
 
 int incmoe_moe_config_str(const incmoe_moe_config_t *c, char *buf, size_t len)

@@ -28,7 +28,17 @@ double bandmodel_stage_s(const bandmodel_in_t *in)
 
 double bandmodel_overhead_s(const bandmodel_in_t *in)
 {
-    return in->masked ? in->band_s + in->sync_s : in->band_s;
+    if (!in->masked)
+        return in->band_s;
+    return in->seen_s > 0 ? in->seen_s : in->band_s + in->sync_s;
+}
+
+double bandmodel_seen_s(const bandmodel_in_t *in, int nb, double seconds)
+{
+    if (nb < 1)
+        return 0;
+    double left = seconds - (double)(nb + 2) / nb * bandmodel_stage_s(in);
+    return left > 0 ? left / nb : 0;
 }
 
 int bandmodel_count(const bandmodel_in_t *in)

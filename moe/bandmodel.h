@@ -29,6 +29,7 @@ typedef struct {
     double row_flops;    /* one routed row's FFN flops */
     double band_s;       /* a small AllGather's and ReduceScatter's fixed cost */
     double sync_s;       /* a small all-rank collective's (masked bands pay it once more) */
+    double seen_s;       /* masked: a band's cost as a forward showed it (0: none) */
     double byte_s;       /* one byte's time on the busier link direction */
     double flop_s;       /* one FFN flop's time */
 } bandmodel_in_t;
@@ -36,8 +37,15 @@ typedef struct {
 /* The slowest stage's seconds over the whole forward. */
 double bandmodel_stage_s(const bandmodel_in_t *in);
 
-/* A band's fixed cost in seconds. */
+/* A band's fixed cost in seconds: full routing's band_s; masked routing's seen_s where a
+   forward showed one, else band_s + sync_s. */
 double bandmodel_overhead_s(const bandmodel_in_t *in);
+
+/* The band cost a pipelined forward of nb bands that took `seconds` shows: what the model
+   leaves of its time over the stages, (seconds - (nb + 2) / nb * stage) / nb; 0 where
+   nothing is left.  Whatever the model's stage misses (a slower FFN than its rate, a
+   contended CPU) counts as band cost, so the next count errs toward fewer bands. */
+double bandmodel_seen_s(const bandmodel_in_t *in, int nb, double seconds);
 
 /* The band count: sqrt(2 * stage / overhead) rounded, within 1 .. min(64, tmax / 8
    rounded up) (bands of fewer than 8 rows only add fixed costs); 8 where nothing

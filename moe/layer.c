@@ -348,6 +348,20 @@ static void fwd_load(const incmoe_moe_t *L, routing_load_t *load_p)
     *load_p = load;
 }
 
+/* The slowest rank's masked band cost as its last pipelined masked forward showed it: every
+   rank reads the same headers, so every rank's model takes the same value. */
+static void fwd_agree_band_seen(incmoe_moe_t *L)
+{
+    double most = 0;
+    for (int s = 0; s < L->N; s++) {
+        moe_hdr_t h;
+        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        if (h.band_seen_s > most)
+            most = h.band_seen_s;
+    }
+    L->model.masked_band_s = most;
+}
+
 /* Whether the forward leaves something to measure: its mode, or with a path its algorithm
    or routing (without one, routing auto is the bytes rule of routing.h). */
 static int fwd_measures(const incmoe_moe_t *L, incmoe_moe_mode_t mode, incmoe_moe_routing_t routing)
@@ -427,6 +441,7 @@ static void fwd_header(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f, vo
     mine->gather = cfg.gather_workers;
     mine->reduce = cfg.reduce_workers;
     mine->tail = cfg.tail_bands;
+    mine->band_seen_s = L->band_seen_s;
     *tmax_p = tmax;
 }
 
@@ -462,6 +477,7 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
     for (int s = 0; s < L->N; s++)
         L->counts[s] = (size_t)in.counts[s];
     fwd_load(L, &in.load);
+    fwd_agree_band_seen(L);
     double t_exchanged = inc_now_ms();
     moe_path_t path;
     int ran, runs;

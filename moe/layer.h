@@ -71,10 +71,15 @@ struct incmoe_moe {
 
     /* The configuration model's inputs, agreed by every rank at create (calibrate.c):
        seconds of a band's fixed cost, of an all-rank synchronisation, of one byte on the
-       link, of one FFN flop. */
+       link, of one FFN flop; and agreed at each forward's header exchange, a masked band's
+       cost as the slowest rank's last pipelined masked forward showed it (0: none yet). */
     struct {
         double band_s, sync_s, byte_s, flop_s;
+        double masked_band_s;
     } model;
+    /* This rank's own masked band cost from its last pipelined masked forward
+       (autotune_observe), offered at the next header exchange. */
+    double band_seen_s;
 
     int failed;                 /* a forward failed mid-pipeline: the layer is unusable */
     incmoe_moe_timing_t timing; /* of the last successful forward */
@@ -106,6 +111,12 @@ struct incmoe_moe {
    forward's load, every rank's pairs from its header exchange) masked routing's. */
 void autotune_choose(const incmoe_moe_t *L, size_t tmax, const routing_load_t *masked,
                      incmoe_moe_config_t *cfg_p);
+
+/* After a pipelined masked forward of nb bands over tmax rows per block with the load
+   masked that took this rank `seconds`: keeps in L->band_seen_s the band cost the model
+   puts on it (unchanged where the model leaves none). */
+void autotune_observe(incmoe_moe_t *L, size_t tmax, const routing_load_t *masked, int nb,
+                      double seconds);
 
 /* --- calibrate.c --- */
 /* Whether this rank asks for the model's costs to be measured (every rank's wish is in the
@@ -149,6 +160,7 @@ typedef struct {
     int32_t algo;    /* create: the path's algorithm (INCMOE_MOE_ALGO_*: no path) */
     uint64_t pairs;  /* forward: this rank's (token, other rank) pairs (routing.h) */
     uint64_t routed; /* forward: this rank's tokens some other rank needs */
+    double band_seen_s; /* forward: this rank's L->band_seen_s */
 } moe_hdr_t;
 
 /* AllGathers every rank's header (bounded by L->timeout_ms) and judges them

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "lanes.h"
 #include "plan.h"
@@ -79,9 +80,14 @@ incmoe_status_t run_path(incmoe_moe_t *L, const moe_path_t *p, const moe_inputs_
     run_config(L, p->mode, masked ? &in->load : NULL, in->tmax, &cfg);
     lanes_use(L, p->lane);
     plan_forward(L, p->mode, masked, &cfg, in->tmax, in->counts, in->x, in->ids, in->w);
+    double t0 = inc_now_s();
     incmoe_status_t st = L->ops->forward(L, in->f);
     if (st == INCMOE_OK)
         st = loops_status(L);
+    /* A masked band's cost depends on the whole job's load (the plan waits for every rank's
+       POST), which no probe at create sees: the forward itself shows it. */
+    if (st == INCMOE_OK && masked && p->mode == INCMOE_MOE_PIPELINED)
+        autotune_observe(L, in->tmax, &in->load, cfg.nbands, inc_now_s() - t0);
     plan_retire(L);
     if (st != INCMOE_OK)
         L->failed = 1;

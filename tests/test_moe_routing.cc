@@ -142,6 +142,22 @@ TEST(MoeRouting, MaskedRunsFewerBandsThanFullAtTheSameShape)
     EXPECT_EQ(bandmodel_count(&masked), 31);
 }
 
+/* A masked forward of 34 bands that took 1.6 s shows (1.6 - 36 / 34 * 0.9896) / 34 =
+   16.24 ms a band, which then replaces the probes' 14 ms: sqrt(2 * 0.9896 / 0.01624) =
+   11.0 bands.  A forward no slower than its stages shows none; full routing ignores it. */
+TEST(MoeRouting, AMaskedForwardShowsItsBandCost)
+{
+    bandmodel_in_t masked = issue27_n8(1), full = issue27_n8(0);
+    double seen = bandmodel_seen_s(&masked, 34, 1.6);
+    EXPECT_NEAR(seen, (1.6 - 36.0 / 34 * 0.9895936) / 34, 1e-12);
+    masked.seen_s = full.seen_s = seen;
+    EXPECT_DOUBLE_EQ(bandmodel_overhead_s(&masked), seen);
+    EXPECT_EQ(bandmodel_count(&masked), 11);
+    EXPECT_EQ(bandmodel_count(&full), 35);
+    EXPECT_EQ(bandmodel_seen_s(&masked, 34, 1.0), 0.0);
+    EXPECT_EQ(bandmodel_seen_s(&masked, 0, 1.6), 0.0);
+}
+
 /* The FFN sets the stage where it is the slower; the count stays within 1 .. tmax / 8
    rounded up (at most 64), and 8 where nothing costs. */
 TEST(MoeRouting, BandCountBounds)
