@@ -204,6 +204,8 @@ incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *p,
     }
     if (st == INCMOE_OK)
         st = lanes_open(L);
+    if (st == INCMOE_OK)
+        st = choices_hold(L);
     L->path.comm_params = NULL; /* read during create only */
     if (st != INCMOE_OK) {
         incmoe_moe_destroy(L);
@@ -217,6 +219,7 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *L)
 {
     if (L == NULL)
         return INCMOE_OK;
+    choices_put(L);
     incmoe_status_t lanes = L->ops ? lanes_close(L) : INCMOE_OK;
     incmoe_status_t st = L->ops ? L->ops->destroy(L) : INCMOE_OK;
     if (st == INCMOE_OK)

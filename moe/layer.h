@@ -40,6 +40,25 @@ typedef struct {
     incmoe_moe_routing_t routing;
 } moe_path_t;
 
+/* The measured choices (choose.c), each for what a forward left to the layer and the counts
+   it was measured at; the oldest is replaced first.  Shared by the layers of one
+   communicator with the same shape and lanes (choices.c): a model's MoE blocks choose
+   once. */
+typedef struct moe_choices {
+    struct {
+        int valid;
+        uint32_t asked; /* choose.c's key of what was left to the layer */
+        moe_path_t path;
+        size_t counts[INCMOE_MAX_RANKS];
+    } c[MOE_MAX_CHOICES];
+    unsigned next; /* the entry the next measurement replaces */
+    /* The registry's (choices.c): whose they are and how many layers hold them. */
+    incmoe_comm_t *comm;
+    uint64_t shape;
+    int refs;
+    struct moe_choices *next_group;
+} moe_choices_t;
+
 struct incmoe_moe {
     int E, k, H, I, N, rank;
     incmoe_dtype_t dtype;
@@ -95,15 +114,7 @@ struct incmoe_moe {
     int has_path;
     incmoe_moe_path_t path;
 
-    /* The measured choices (choose.c), each for what a forward left to the layer and the
-       counts it was measured at; the oldest is replaced first. */
-    struct {
-        int valid;
-        uint32_t asked; /* choose.c's key of what was left to the layer */
-        moe_path_t path;
-        size_t counts[INCMOE_MAX_RANKS];
-    } choice[MOE_MAX_CHOICES];
-    unsigned choice_next; /* the entry the next measurement replaces */
+    moe_choices_t *choices; /* shared (choices.c); NULL until create opened the lanes */
 };
 
 /* --- autotune.c --- */
@@ -117,6 +128,13 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, const routing_load_t *m
    puts on it (unchanged where the model leaves none). */
 void autotune_observe(incmoe_moe_t *L, size_t tmax, const routing_load_t *masked, int nb,
                       double seconds);
+
+/* --- choices.c --- */
+/* Points L->choices at the choices of the layers on L->comm with L's shape and lanes,
+   made empty for the first of them. */
+incmoe_status_t choices_hold(incmoe_moe_t *L);
+/* Lets go of L->choices (freed with its last layer). */
+void choices_put(incmoe_moe_t *L);
 
 /* --- calibrate.c --- */
 /* Whether this rank asks for the model's costs to be measured (every rank's wish is in the

@@ -20,6 +20,7 @@ libincmoe_moe_la_SOURCES = \
 	plan.c \
 	routing.c routing.h \
 	names.c \
+	choices.c \
 	autotune.c \
 	bandmodel.c bandmodel.h \
 	calibrate.c \

@@ -582,3 +582,47 @@ TEST(MoeAuto, MaskedBandsFollowThePairsAlikeOnEveryRank)
         return "";
     });
 }
+
+/* The layers of one communicator with one shape share their choices: the first layer's
+   first forward measures, the second's runs that path without measuring; a layer of
+   another shape (more tokens allowed) measures for itself; a layer created after the others
+   are destroyed measures again (nothing outlives them). */
+TEST(MoeAuto, LayersOfOneShapeChooseOnce)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        if (rank == 1)
+            setenv("INCMOE_MOE_TEST_PATH_MS", "inc=10000,a2a=10000", 1);
+        moeref::Problem p = moeref::make_problem(small_shape(), {9, 3, 12, 5}, 43);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_moe_params_ext_t ext =
+            path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL);
+        incmoe_moe_params_t wide = l.prm;
+        wide.max_tokens = 128;
+        incmoe_moe_t *L[3] = {nullptr, nullptr, nullptr};
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L[0]);
+        if (st == INCMOE_OK)
+            st = incmoe_moe_create_ex(&l.prm, &ext, &L[1]);
+        if (st == INCMOE_OK)
+            st = incmoe_moe_create_ex(&wide, &ext, &L[2]);
+        std::string err = st == INCMOE_OK ? "" : std::string("create_ex: ") + incmoe_strerror(st);
+        incmoe_moe_timing_t t[4];
+        for (int i = 0; i < 3 && err.empty(); i++)
+            err = forward_checked(L[i], p, rank, &t[i]);
+        for (incmoe_moe_t *x : L)
+            incmoe_moe_destroy(x);
+        if (err.empty() && (st = incmoe_moe_create_ex(&l.prm, &ext, &L[0])) != INCMOE_OK)
+            err = std::string("create_ex again: ") + incmoe_strerror(st);
+        if (err.empty()) {
+            err = forward_checked(L[0], p, rank, &t[3]);
+            incmoe_moe_destroy(L[0]);
+        }
+        if (!err.empty())
+            return err;
+        for (int i = 0; i < 4; i++)
+            if (t[i].algo != INCMOE_ALGO_RING || t[i].measured != (i == 1 ? 0 : 3))
+                return "layer " + std::to_string(i) + " ran " + path_str(t[i]) +
+                       (i == 1 ? ", expected ring measured 0" : ", expected ring measured 3");
+        return "";
+    });
+}
