@@ -69,6 +69,10 @@ const inc_config_entry_t inc_config_table[] = {
      "MoE layer config model: fixed cost of one band, microseconds (unset: measured; slowest "
      "rank's)",
      INC_CONFIG_INT, 0, 1 << 30},
+    {"INCMOE_MOE_SYNC_US", "2000",
+     "MoE layer config model: one all-rank synchronisation, which a masked band's dispatch "
+     "adds to the band's cost, microseconds (unset: measured; slowest rank's)",
+     INC_CONFIG_INT, 0, 1 << 30},
 };
 #undef TEXT
 const size_t inc_config_table_size = sizeof(inc_config_table) / sizeof(inc_config_table[0]);

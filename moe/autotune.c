@@ -2,23 +2,20 @@
  * autotune.c - choosing the band count, worker split and tail assistance.
  *
  * The paper swept these per token-count regime on its hardware; here a small
- * model of the stage costs does the choosing, so it follows the shape and the
- * token count.  A three-stage pipeline of nb bands takes about
- *     (nb + 2) * stage / nb + nb * overhead
- * where stage is the slowest of AllGather, FFN and ReduceScatter over the
- * whole layer and overhead is a band's fixed cost (collective latency,
- * smaller GEMMs); the minimum is at nb = sqrt(2 * stage / overhead).
- * The model's inputs (a band's fixed cost, a byte's time on the link, a
- * flop's time) are measured or set when the layer is created and agreed by
- * every rank (calibrate.c), so all ranks choose alike from the same numbers
- * (and the forward's header exchange checks that they did).
+ * model of the stage costs does the choosing (bandmodel.h), so it follows the
+ * shape, the token count and the routing.  The model's inputs (a band's fixed
+ * cost, an all-rank synchronisation's, a byte's time on the link, a flop's
+ * time) are measured or set when the layer is created and agreed by every rank
+ * (calibrate.c), and a masked forward's pairs come from its header exchange,
+ * so all ranks choose alike from the same numbers (and the forward's header
+ * exchange checks that they did for full routing's count).
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bandmodel.h"
 #include "layer.h"
 
 #include "base/config.h"
@@ -65,7 +62,27 @@ static void workers_setting(int w[3])
     }
 }
 
-void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_p)
+/* The band model's inputs for tmax rows per block; with load (masked routing) the forward's
+   pairs, else full routing's rows. */
+static bandmodel_in_t model_inputs(const incmoe_moe_t *L, size_t tmax, const routing_load_t *load)
+{
+    bandmodel_in_t in = {.load = {.N = L->N, .grow = L->grow, .zrow = L->zrow},
+                         .tmax = tmax,
+                         .masked = load != NULL,
+                         .k = L->k,
+                         .row_flops = 6.0 * L->H * L->I,
+                         .band_s = L->model.band_s,
+                         .sync_s = L->model.sync_s,
+                         .seen_s = L->model.masked_band_s,
+                         .byte_s = L->model.byte_s,
+                         .flop_s = L->model.flop_s};
+    if (load != NULL)
+        in.load = *load;
+    return in;
+}
+
+void autotune_choose(const incmoe_moe_t *L, size_t tmax, const routing_load_t *masked,
+                     incmoe_moe_config_t *cfg_p)
 {
     incmoe_moe_config_t c = L->override;
 
@@ -98,17 +115,8 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cf
         if (env > 0) {
             c.nbands = clampi(env, 1, INCMOE_MOE_MAX_BANDS);
         } else {
-            double ovh = L->model.band_s;
-            double others = (double)(L->N - 1) * (double)tmax;
-            double t_ag = others * (double)L->grow * L->model.byte_s;
-            double t_rs = others * (double)L->zrow * L->model.byte_s;
-            /* Each rank runs its experts over about tmax * k routed rows. */
-            double t_ffn = (double)tmax * L->k * 6.0 * L->H * L->I * L->model.flop_s;
-            double stage = fmax(fmax(t_ag, t_rs), t_ffn);
-            double nb = ovh > 0 ? sqrt(2 * stage / ovh) : 8;
-            /* Bands of fewer than 8 rows only add fixed costs. */
-            long long most = (long long)((tmax + 7) / 8);
-            c.nbands = clampi(llround(nb), 1, most < 1 ? 1 : (most > 64 ? 64 : most));
+            bandmodel_in_t in = model_inputs(L, tmax, masked);
+            c.nbands = bandmodel_count(&in);
         }
     }
     c.nbands = clampi(c.nbands, 1, INCMOE_MOE_MAX_BANDS);
@@ -124,6 +132,15 @@ void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cf
     }
     c.tail_bands = clampi(c.tail_bands, 0, c.nbands);
     *cfg_p = c;
+}
+
+void autotune_observe(incmoe_moe_t *L, size_t tmax, const routing_load_t *masked, int nb,
+                      double seconds)
+{
+    bandmodel_in_t in = model_inputs(L, tmax, masked);
+    double seen = bandmodel_seen_s(&in, nb, seconds);
+    if (seen > 0)
+        L->band_seen_s = seen;
 }
 
 int incmoe_moe_config_str(const incmoe_moe_config_t *c, char *buf, size_t len)

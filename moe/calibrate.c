@@ -2,13 +2,15 @@
  * calibrate.c - the inputs of the configuration model (autotune.c), fixed
  * once per layer when it is created and agreed by every rank.
  *
- * Each rank brings three costs: a band's fixed cost, a byte's time on the
- * link and a flop's time in the FFN.  A setting that is set
- * (INCMOE_MOE_BAND_US, INCMOE_MOE_LINK_MBPS, INCMOE_MOE_GFLOPS) gives its
- * cost; an unset link or band cost is measured on the layer's own
- * communicator with a few AllGathers (when INCMOE_MOE_CALIBRATE allows and
- * some rank's configuration is chosen automatically), else the setting's
- * default is used.  An AllReduce(max) then gives every rank the slowest
+ * Each rank brings four costs: a band's fixed cost, an all-rank
+ * synchronisation's (a masked band's dispatch waits for a plan that needs
+ * every rank's POST), a byte's time on the link and a flop's time in the FFN.
+ * A setting that is set (INCMOE_MOE_BAND_US, INCMOE_MOE_SYNC_US,
+ * INCMOE_MOE_LINK_MBPS, INCMOE_MOE_GFLOPS) gives its cost; an unset link,
+ * band or synchronisation cost is measured on the layer's own communicator
+ * with a few AllGathers and small AllReduces (when INCMOE_MOE_CALIBRATE
+ * allows and some rank's configuration is chosen automatically), else the
+ * setting's default is used.  An AllReduce(max) then gives every rank the slowest
  * rank's costs, so all ranks choose the same configuration from the same
  * numbers whatever each measured.
  */
@@ -45,7 +47,8 @@ int calib_wanted(const incmoe_moe_t *L)
     (void)inc_config_get_int("INCMOE_MOE_CALIBRATE", &on);
     if (!on || L->override.nbands > 0 || setting_is_set("INCMOE_MOE_BANDS"))
         return 0;
-    return !setting_is_set("INCMOE_MOE_BAND_US") || !setting_is_set("INCMOE_MOE_LINK_MBPS");
+    return !setting_is_set("INCMOE_MOE_BAND_US") || !setting_is_set("INCMOE_MOE_SYNC_US") ||
+           !setting_is_set("INCMOE_MOE_LINK_MBPS");
 }
 
 /* Posts an AllGather, waits for it at most L->timeout_ms; its time in seconds in *t_p. */
@@ -63,16 +66,35 @@ static incmoe_status_t timed_allgather(incmoe_moe_t *L, incmoe_mr_t *mr, size_t 
     return st;
 }
 
-/* This rank's fixed cost of one collective and time of one received byte, measured. */
-static incmoe_status_t measure(incmoe_moe_t *L, double *lat_p, double *byte_p)
+/* Posts a one-element AllReduce(max), waits for it at most L->timeout_ms; its time in
+   seconds in *t_p. */
+static incmoe_status_t timed_allreduce(incmoe_moe_t *L, double *t_p)
 {
-    double lat = 1e30, bulk = 1e30, t;
+    incmoe_req_t req;
+    double t0 = inc_now_s();
+    incmoe_status_t st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, sizeof(uint64_t), 1,
+                                          INCMOE_UINT64, INCMOE_MAX, &req);
+    if (st == INCMOE_OK)
+        st = moe_wait_bounded(L->comm, L->timeout_ms, &req);
+    *t_p = inc_now_s() - t0;
+    return st;
+}
+
+/* This rank's fixed cost of one small collective, of one all-rank synchronisation and time
+   of one received byte, measured (each small one the fastest of a few). */
+static incmoe_status_t measure(incmoe_moe_t *L, double *lat_p, double *sync_p, double *byte_p)
+{
+    double lat = 1e30, sync = 1e30, bulk = 1e30, t;
     incmoe_status_t st;
     for (int i = 0; i < PROBE_SMALL_ROUNDS; i++) {
         if ((st = timed_allgather(L, L->hdr_mr, MOE_HDR_BYTES, 64, &t)) != INCMOE_OK)
             return st;
         lat = t < lat ? t : lat;
+        if ((st = timed_allreduce(L, &t)) != INCMOE_OK)
+            return st;
+        sync = t < sync ? t : sync;
     }
+    *sync_p = sync;
     /* The gather buffer is free until the first forward packs it. */
     size_t stride = L->max_tokens * L->grow;
     size_t bytes = stride < PROBE_BULK_BYTES ? stride : PROBE_BULK_BYTES;
@@ -116,9 +138,9 @@ static double setting_cost(const char *name, double scale)
 
 incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
 {
-    double lat = 0, byte = 0;
+    double lat = 0, sync = 0, byte = 0;
     incmoe_status_t st = INCMOE_OK;
-    if (measure_costs && (st = measure(L, &lat, &byte)) != INCMOE_OK) {
+    if (measure_costs && (st = measure(L, &lat, &sync, &byte)) != INCMOE_OK) {
         char why[256] = "";
         incmoe_comm_error(L->comm, why, sizeof(why));
         log_error(SUBSYS, "rank %d: create: measuring the collectives' cost failed: %s (%s)",
@@ -129,6 +151,9 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     double band_s = measure_costs && !setting_is_set("INCMOE_MOE_BAND_US")
                         ? 2 * lat
                         : setting_cost("INCMOE_MOE_BAND_US", 1e-6);
+    double sync_s = measure_costs && !setting_is_set("INCMOE_MOE_SYNC_US")
+                        ? sync
+                        : setting_cost("INCMOE_MOE_SYNC_US", 1e-6);
     double byte_s = measure_costs && !setting_is_set("INCMOE_MOE_LINK_MBPS")
                         ? byte
                         : setting_cost("INCMOE_MOE_LINK_MBPS", -8e-6);
@@ -138,8 +163,9 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     mine[0] = to_fs(band_s);
     mine[1] = to_fs(byte_s);
     mine[2] = to_fs(flop_s);
+    mine[3] = to_fs(sync_s);
     incmoe_req_t req;
-    st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, 4 * sizeof(uint64_t), 3, INCMOE_UINT64,
+    st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, 4 * sizeof(uint64_t), 4, INCMOE_UINT64,
                           INCMOE_MAX, &req);
     if (st == INCMOE_OK)
         st = moe_wait_bounded(L->comm, L->timeout_ms, &req);
@@ -153,13 +179,14 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     L->model.band_s = (double)all[0] / FS_PER_S;
     L->model.byte_s = (double)all[1] / FS_PER_S;
     L->model.flop_s = (double)all[2] / FS_PER_S;
+    L->model.sync_s = (double)all[3] / FS_PER_S;
     log_info(SUBSYS,
-             "rank %d: configuration model: band %.0f us, link %.1f Mbit/s, %.2f GFLOP/s (%s; "
-             "this rank's: %.0f us, %.1f Mbit/s)",
-             L->rank, L->model.band_s * 1e6, mbps(L->model.byte_s),
+             "rank %d: configuration model: band %.0f us, sync %.0f us, link %.1f Mbit/s, %.2f "
+             "GFLOP/s (%s; this rank's: %.0f us, %.0f us, %.1f Mbit/s)",
+             L->rank, L->model.band_s * 1e6, L->model.sync_s * 1e6, mbps(L->model.byte_s),
              L->model.flop_s > 0 ? 1e-9 / L->model.flop_s : 0.0,
              measure_costs ? "measured where not set, slowest rank" : "settings, slowest rank",
-             band_s * 1e6, mbps(byte_s));
+             band_s * 1e6, sync_s * 1e6, mbps(byte_s));
     return INCMOE_OK;
 }
 

@@ -128,7 +128,7 @@ static uint32_t cands_key(const cands_t *c)
 static int counts_moved(const incmoe_moe_t *L, int i, const int *counts)
 {
     for (int s = 0; s < L->N; s++) {
-        size_t was = L->choice[i].counts[s], now = (size_t)counts[s];
+        size_t was = L->choices->c[i].counts[s], now = (size_t)counts[s];
         if (now > 2 * was || was > 2 * now)
             return 1;
     }
@@ -139,7 +139,7 @@ static int counts_moved(const incmoe_moe_t *L, int i, const int *counts)
 static int choice_find(const incmoe_moe_t *L, uint32_t key, const int *counts)
 {
     for (int i = 0; i < MOE_MAX_CHOICES; i++)
-        if (L->choice[i].valid && L->choice[i].asked == key && !counts_moved(L, i, counts))
+        if (L->choices->c[i].valid && L->choices->c[i].asked == key && !counts_moved(L, i, counts))
             return i;
     return -1;
 }
@@ -309,18 +309,18 @@ incmoe_status_t choose_path(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_
     uint32_t key = cands_key(&c);
     int kept = c.n == 1 ? -1 : choice_find(L, key, in->counts);
     if (c.n == 1 || kept >= 0) {
-        *path_p = c.n == 1 ? c.p[0] : L->choice[kept].path;
+        *path_p = c.n == 1 ? c.p[0] : L->choices->c[kept].path;
         return INCMOE_OK;
     }
     int best, runs;
     if ((st = measure(L, in, &c, &best, &runs)) != INCMOE_OK)
         return st;
-    unsigned at = L->choice_next++ % MOE_MAX_CHOICES;
-    L->choice[at].valid = 1;
-    L->choice[at].asked = key;
-    L->choice[at].path = c.p[best];
+    unsigned at = L->choices->next++ % MOE_MAX_CHOICES;
+    L->choices->c[at].valid = 1;
+    L->choices->c[at].asked = key;
+    L->choices->c[at].path = c.p[best];
     for (int s = 0; s < L->N; s++)
-        L->choice[at].counts[s] = (size_t)in->counts[s];
+        L->choices->c[at].counts[s] = (size_t)in->counts[s];
     *path_p = c.p[best];
     *ran_p = c.n;
     *runs_p = runs;

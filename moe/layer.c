@@ -205,6 +205,8 @@ incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *p,
     }
     if (st == INCMOE_OK)
         st = lanes_open(L);
+    if (st == INCMOE_OK)
+        st = choices_hold(L);
     L->path.comm_params = NULL; /* read during create only */
     if (st != INCMOE_OK) {
         incmoe_moe_destroy(L);
@@ -218,6 +220,7 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *L)
 {
     if (L == NULL)
         return INCMOE_OK;
+    choices_put(L);
     incmoe_status_t lanes = L->ops ? lanes_close(L) : INCMOE_OK;
     incmoe_status_t st = L->ops ? L->ops->destroy(L) : INCMOE_OK;
     if (st == INCMOE_OK)
@@ -309,21 +312,13 @@ static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_p
    on an algorithm without dispatch and combine fails alike on every rank before anything is
    posted. */
 static incmoe_status_t resolve_routing(incmoe_moe_t *L, int i, incmoe_moe_routing_t asked,
-                                       incmoe_moe_routing_t *used_p)
+                                       const routing_load_t *load, incmoe_moe_routing_t *used_p)
 {
     *used_p = INCMOE_MOE_ROUTING_FULL;
     if (asked == INCMOE_MOE_ROUTING_FULL)
         return INCMOE_OK;
     if (asked == INCMOE_MOE_ROUTING_AUTO) {
-        routing_load_t load = {.N = L->N, .grow = L->grow, .zrow = L->zrow};
-        for (int s = 0; s < L->N; s++) {
-            moe_hdr_t h;
-            memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
-            load.tokens += L->counts[s];
-            load.pairs += h.pairs;
-            load.routed += h.routed;
-        }
-        if (routing_choose(&load) == INCMOE_MOE_ROUTING_FULL)
+        if (routing_choose(load) == INCMOE_MOE_ROUTING_FULL)
             return INCMOE_OK;
     }
     incmoe_status_t st = lanes_dc_probe(L, i);
@@ -340,6 +335,35 @@ static incmoe_status_t resolve_routing(incmoe_moe_t *L, int i, incmoe_moe_routin
     }
     *used_p = INCMOE_MOE_ROUTING_MASKED;
     return INCMOE_OK;
+}
+
+/* What every header of the forward's exchange says the ranks' tokens need (read before
+   anything else reuses the header buffer). */
+static void fwd_load(const incmoe_moe_t *L, routing_load_t *load_p)
+{
+    routing_load_t load = {.N = L->N, .grow = L->grow, .zrow = L->zrow};
+    for (int s = 0; s < L->N; s++) {
+        moe_hdr_t h;
+        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        load.tokens += L->counts[s];
+        load.pairs += h.pairs;
+        load.routed += h.routed;
+    }
+    *load_p = load;
+}
+
+/* The slowest rank's masked band cost as its last pipelined masked forward showed it: every
+   rank reads the same headers, so every rank's model takes the same value. */
+static void fwd_agree_band_seen(incmoe_moe_t *L)
+{
+    double most = 0;
+    for (int s = 0; s < L->N; s++) {
+        moe_hdr_t h;
+        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        if (h.band_seen_s > most)
+            most = h.band_seen_s;
+    }
+    L->model.masked_band_s = most;
 }
 
 /* Whether the forward leaves something to measure: its mode, or with a path its algorithm
@@ -366,7 +390,7 @@ static incmoe_status_t fwd_run(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_m
         int n;
         choose_lanes(L, &path_p->lane, &n);
         path_p->mode = mode;
-        st = resolve_routing(L, path_p->lane, routing, &path_p->routing);
+        st = resolve_routing(L, path_p->lane, routing, &in->load, &path_p->routing);
     }
     if (st == INCMOE_OK && *ran_p == 0)
         st = run_path(L, path_p, in);
@@ -382,7 +406,7 @@ incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *L, const int *counts,
     for (int s = 0; s < L->N; s++)
         if (counts[s] > 0 && (size_t)counts[s] > tmax)
             tmax = (size_t)counts[s];
-    autotune_choose(L, tmax, cfg_p);
+    autotune_choose(L, tmax, NULL, cfg_p);
     return INCMOE_OK;
 }
 
@@ -413,7 +437,7 @@ static void fwd_header(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f, vo
                 tmax = (size_t)counts[s];
         }
         /* auto: the pipelined configuration its candidates would run, as a check. */
-        run_config(L, mode == INCMOE_MOE_AUTO ? INCMOE_MOE_PIPELINED : mode, 0, tmax, &cfg);
+        run_config(L, mode == INCMOE_MOE_AUTO ? INCMOE_MOE_PIPELINED : mode, NULL, tmax, &cfg);
     }
     mine->status = local;
     mine->hash = hash;
@@ -421,6 +445,7 @@ static void fwd_header(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f, vo
     mine->gather = cfg.gather_workers;
     mine->reduce = cfg.reduce_workers;
     mine->tail = cfg.tail_bands;
+    mine->band_seen_s = L->band_seen_s;
     *tmax_p = tmax;
 }
 
@@ -455,6 +480,8 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
                        .w = (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL};
     for (int s = 0; s < L->N; s++)
         L->counts[s] = (size_t)in.counts[s];
+    fwd_load(L, &in.load);
+    fwd_agree_band_seen(L);
     double t_exchanged = inc_now_ms();
     moe_path_t path;
     int ran, runs;
@@ -472,6 +499,7 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
     L->timing.mode = path.mode;
     L->timing.measured = ran;
     L->timing.measure_runs = runs;
+    L->timing.nbands = (int)L->ctx.nb;
     return INCMOE_OK;
 }
 

@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "ctx.h"
+#include "routing.h"
 
 #include "incmoe/incmoe_moe.h"
 
@@ -40,6 +41,25 @@ typedef struct {
     incmoe_moe_routing_t routing;
 } moe_path_t;
 
+/* The measured choices (choose.c), each for what a forward left to the layer and the counts
+   it was measured at; the oldest is replaced first.  Shared by the layers of one
+   communicator with the same shape and lanes (choices.c): a model's MoE blocks choose
+   once. */
+typedef struct moe_choices {
+    struct {
+        int valid;
+        uint32_t asked; /* choose.c's key of what was left to the layer */
+        moe_path_t path;
+        size_t counts[INCMOE_MAX_RANKS];
+    } c[MOE_MAX_CHOICES];
+    unsigned next; /* the entry the next measurement replaces */
+    /* The registry's (choices.c): whose they are and how many layers hold them. */
+    incmoe_comm_t *comm;
+    uint64_t shape;
+    int refs;
+    struct moe_choices *next_group;
+} moe_choices_t;
+
 struct incmoe_moe {
     int E, k, H, I, N, rank;
     incmoe_dtype_t dtype;
@@ -70,10 +90,16 @@ struct incmoe_moe {
     size_t valid_z[INCMOE_MAX_RANKS];
 
     /* The configuration model's inputs, agreed by every rank at create (calibrate.c):
-       seconds of a band's fixed cost, of one byte on the link, of one FFN flop. */
+       seconds of a band's fixed cost, of an all-rank synchronisation, of one byte on the
+       link, of one FFN flop; and agreed at each forward's header exchange, a masked band's
+       cost as the slowest rank's last pipelined masked forward showed it (0: none yet). */
     struct {
-        double band_s, byte_s, flop_s;
+        double band_s, sync_s, byte_s, flop_s;
+        double masked_band_s;
     } model;
+    /* This rank's own masked band cost from its last pipelined masked forward
+       (autotune_observe), offered at the next header exchange. */
+    double band_seen_s;
 
     int failed;                 /* a forward failed mid-pipeline: the layer is unusable */
     incmoe_moe_timing_t timing; /* of the last successful forward */
@@ -89,19 +115,27 @@ struct incmoe_moe {
     int has_path;
     incmoe_moe_path_t path;
 
-    /* The measured choices (choose.c), each for what a forward left to the layer and the
-       counts it was measured at; the oldest is replaced first. */
-    struct {
-        int valid;
-        uint32_t asked; /* choose.c's key of what was left to the layer */
-        moe_path_t path;
-        size_t counts[INCMOE_MAX_RANKS];
-    } choice[MOE_MAX_CHOICES];
-    unsigned choice_next; /* the entry the next measurement replaces */
+    moe_choices_t *choices; /* shared (choices.c); NULL until create opened the lanes */
 };
 
 /* --- autotune.c --- */
-void autotune_choose(const incmoe_moe_t *L, size_t tmax, incmoe_moe_config_t *cfg_p);
+/* The configuration for tmax rows per block: full routing's bands, or with masked (the
+   forward's load, every rank's pairs from its header exchange) masked routing's. */
+void autotune_choose(const incmoe_moe_t *L, size_t tmax, const routing_load_t *masked,
+                     incmoe_moe_config_t *cfg_p);
+
+/* After a pipelined masked forward of nb bands over tmax rows per block with the load
+   masked that took this rank `seconds`: keeps in L->band_seen_s the band cost the model
+   puts on it (unchanged where the model leaves none). */
+void autotune_observe(incmoe_moe_t *L, size_t tmax, const routing_load_t *masked, int nb,
+                      double seconds);
+
+/* --- choices.c --- */
+/* Points L->choices at the choices of the layers on L->comm with L's shape and lanes,
+   made empty for the first of them. */
+incmoe_status_t choices_hold(incmoe_moe_t *L);
+/* Lets go of L->choices (freed with its last layer). */
+void choices_put(incmoe_moe_t *L);
 
 /* --- calibrate.c --- */
 /* Whether this rank asks for the model's costs to be measured (every rank's wish is in the
@@ -145,6 +179,7 @@ typedef struct {
     int32_t algo;    /* create: the path's algorithm (INCMOE_MOE_ALGO_*: no path) */
     uint64_t pairs;  /* forward: this rank's (token, other rank) pairs (routing.h) */
     uint64_t routed; /* forward: this rank's tokens some other rank needs */
+    double band_seen_s; /* forward: this rank's L->band_seen_s */
 } moe_hdr_t;
 
 /* AllGathers every rank's header (bounded by L->timeout_ms) and judges them

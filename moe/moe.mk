@@ -20,7 +20,9 @@ libincmoe_moe_la_SOURCES = \
 	plan.c \
 	routing.c routing.h \
 	names.c \
+	choices.c \
 	autotune.c \
+	bandmodel.c bandmodel.h \
 	calibrate.c \
 	wait.c wait.h \
 	cpu/cpu.h cpu/prims.h cpu/elem.h \

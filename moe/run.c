@@ -9,15 +9,16 @@
 #include "lanes.h"
 #include "plan.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 
 #define SUBSYS "moe"
 
-void run_config(const incmoe_moe_t *L, incmoe_moe_mode_t mode, int masked, size_t tmax,
-                incmoe_moe_config_t *cfg_p)
+void run_config(const incmoe_moe_t *L, incmoe_moe_mode_t mode, const routing_load_t *masked,
+                size_t tmax, incmoe_moe_config_t *cfg_p)
 {
     incmoe_moe_config_t cfg;
-    autotune_choose(L, tmax, &cfg);
+    autotune_choose(L, tmax, masked, &cfg);
     if (mode == INCMOE_MOE_BASELINE)
         cfg.nbands = 1, cfg.gather_workers = 1, cfg.reduce_workers = 1, cfg.tail_bands = 0;
     if (masked)
@@ -77,12 +78,17 @@ incmoe_status_t run_path(incmoe_moe_t *L, const moe_path_t *p, const moe_inputs_
 {
     int masked = p->routing == INCMOE_MOE_ROUTING_MASKED;
     incmoe_moe_config_t cfg;
-    run_config(L, p->mode, masked, in->tmax, &cfg);
+    run_config(L, p->mode, masked ? &in->load : NULL, in->tmax, &cfg);
     lanes_use(L, p->lane);
     plan_forward(L, p->mode, masked, &cfg, in->tmax, in->counts, in->x, in->ids, in->w);
+    double t0 = inc_now_s();
     incmoe_status_t st = L->ops->forward(L, in->f);
     if (st == INCMOE_OK)
         st = loops_status(L);
+    /* A masked band's cost depends on the whole job's load (the plan waits for every rank's
+       POST), which no probe at create sees: the forward itself shows it. */
+    if (st == INCMOE_OK && masked && p->mode == INCMOE_MOE_PIPELINED)
+        autotune_observe(L, in->tmax, &in->load, cfg.nbands, inc_now_s() - t0);
     plan_retire(L);
     if (st != INCMOE_OK)
         L->failed = 1;

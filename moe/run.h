@@ -15,13 +15,15 @@ typedef struct {
     const void *x;
     const int32_t *ids;
     const float *w;
+    routing_load_t load; /* every rank's tokens and pairs, from the header exchange */
 } moe_inputs_t;
 
-/* The configuration a path runs with tmax rows per block: the automatic one (autotune.c),
-   one band and one gather and reduce worker in baseline mode, one reduce worker and no
-   tail assistance with masked routing (a band's combine is one collective). */
-void run_config(const incmoe_moe_t *L, incmoe_moe_mode_t mode, int masked, size_t tmax,
-                incmoe_moe_config_t *cfg_p);
+/* The configuration a path runs with tmax rows per block: the automatic one (autotune.c;
+   with masked, the forward's load, masked routing's bands), one band and one gather and
+   reduce worker in baseline mode, one reduce worker and no tail assistance with masked
+   routing (a band's combine is one collective). */
+void run_config(const incmoe_moe_t *L, incmoe_moe_mode_t mode, const routing_load_t *masked,
+                size_t tmax, incmoe_moe_config_t *cfg_p);
 
 /* Runs the forward on path p; its output is then at run_output.  A failure leaves the
    layer unusable (L->failed) and is logged naming what failed. */

@@ -15,8 +15,8 @@ test_moe_fifo_LDADD = libharness.la $(top_builddir)/plugin/libincmoe_client.la $
 test_moe_band_SOURCES = test_moe_band.cc
 test_moe_band_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_band_LDADD = $(MOE_TEST_LIBS)
-# The routing's pure functions, compiled in (the library hides them).
-test_moe_routing_SOURCES = test_moe_routing.cc ../moe/routing.c
+# The routing's and the band model's pure functions, compiled in (the library hides them).
+test_moe_routing_SOURCES = test_moe_routing.cc ../moe/routing.c ../moe/bandmodel.c
 test_moe_routing_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_routing_LDADD = $(MOE_TEST_LIBS)
 # The CPU backend's expert compute, compiled in (the library hides it).
@@ -28,8 +28,9 @@ test_moe_layer_SOURCES = test_moe_layer.cc moe_ref.cc moe_ref.h
 test_moe_layer_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_layer_LDADD = $(MOE_TEST_LIBS)
 # The path's choice (incmoe_moe_create_ex): what it picks, forcing, measuring again, and
-# bad extensions refused on every rank.
-test_moe_auto_SOURCES = test_moe_auto.cc moe_ref.cc moe_ref.h
+# bad extensions refused on every rank; the bands each routing runs (the band model compiled
+# in: the library hides it).
+test_moe_auto_SOURCES = test_moe_auto.cc moe_ref.cc moe_ref.h ../moe/routing.c ../moe/bandmodel.c
 test_moe_auto_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_auto_LDADD = $(MOE_TEST_LIBS)
 test_moe_errors_SOURCES = test_moe_errors.cc moe_ref.cc moe_ref.h

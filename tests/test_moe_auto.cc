@@ -19,6 +19,10 @@
 #include "harness.h"
 #include "moe_ref.h"
 
+extern "C" {
+#include "bandmodel.h"
+}
+
 namespace
 {
 
@@ -486,6 +490,139 @@ TEST(MoeAuto, AnUnreachableOtherAlgorithmFailsCreateOnEveryRank)
             incmoe_moe_destroy(L);
             return "create_ex succeeded with rank 2's switch unreachable";
         }
+        return "";
+    });
+}
+
+namespace
+{
+
+/* Every rank's (token, other rank) pairs and tokens some other rank needs, counted here from
+   the problem's ids with the contiguous placement (the layer counts them on each rank and
+   sums them through its header exchange). */
+routing_load_t problem_load(const moeref::Problem &p, size_t grow, size_t zrow)
+{
+    routing_load_t load = {p.s.N, 0, 0, 0, grow, zrow};
+    const int per = p.s.E / p.s.N;
+    for (int s = 0; s < p.s.N; s++) {
+        load.tokens += (uint64_t)p.counts[s];
+        for (int t = 0; t < p.counts[s]; t++) {
+            std::vector<bool> to(p.s.N, false);
+            for (int a = 0; a < p.s.k; a++)
+                to[p.ids[s][(size_t)t * p.s.k + a] / per] = true;
+            int others = 0;
+            for (int r = 0; r < p.s.N; r++)
+                others += r != s && to[r];
+            load.pairs += (uint64_t)others;
+            load.routed += others > 0;
+        }
+    }
+    return load;
+}
+
+} // namespace
+
+/* The bands a pipelined forward runs follow its routing: with the costs set alike on every
+   rank (a 1 Mbit/s link, a band 0.1 ms, a plan's synchronisation 20 ms, the FFN free), full
+   routing's bands are the model's for every other rank's rows (8: as many as 64 tokens
+   allow) and masked routing's the model's for the pairs of all ranks, which each rank knows
+   only through the header exchange; every rank runs the same count, before and after a
+   forward showed a band's cost. */
+TEST(MoeAuto, MaskedBandsFollowThePairsAlikeOnEveryRank)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        setenv("INCMOE_MOE_BAND_US", "100", 1);
+        setenv("INCMOE_MOE_SYNC_US", "20000", 1);
+        setenv("INCMOE_MOE_LINK_MBPS", "1", 1);
+        setenv("INCMOE_MOE_GFLOPS", "1000000", 1);
+        moeref::Problem p = moeref::make_problem(small_shape(), {40, 7, 0, 64}, 41);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_moe_t *L;
+        incmoe_status_t st = incmoe_moe_create(&l.prm, &L);
+        if (st != INCMOE_OK)
+            return std::string("create: ") + incmoe_strerror(st);
+        incmoe_moe_mode_t mode = INCMOE_MOE_PIPELINED;
+        incmoe_moe_routing_t full = INCMOE_MOE_ROUTING_FULL, masked = INCMOE_MOE_ROUTING_MASKED;
+        incmoe_moe_timing_t tf, tm, tm2;
+        std::string err = forward_checked(L, p, rank, &tf, &mode, &full);
+        if (err.empty())
+            err = forward_checked(L, p, rank, &tm, &mode, &masked);
+        /* The second masked forward takes the band cost the first showed on the slowest
+           rank: a count the model cannot know here, but one every rank must run alike, or
+           the dispatch's bands would not match and the outputs checked would be wrong. */
+        if (err.empty())
+            err = forward_checked(L, p, rank, &tm2, &mode, &masked);
+        incmoe_moe_destroy(L);
+        if (!err.empty())
+            return err;
+        if (tm2.nbands < 1 || tm2.nbands > 8)
+            return "the second masked forward ran " + std::to_string(tm2.nbands) + " bands";
+        /* fp32 rows of 16 with 2 ids and weights: 80 bytes gathered, 64 reduced. */
+        bandmodel_in_t in = {};
+        in.load = problem_load(p, 80, 64);
+        in.tmax = 64;
+        in.k = p.s.k;
+        in.row_flops = 6.0 * p.s.H * p.s.I;
+        in.band_s = 100e-6;
+        in.sync_s = 20e-3;
+        in.byte_s = 8e-6;
+        in.flop_s = 1e-15;
+        int want_full = bandmodel_count(&in);
+        in.masked = 1;
+        int want_masked = bandmodel_count(&in);
+        if (want_full != 8 || want_masked >= want_full)
+            return "the model gives " + std::to_string(want_full) + " full and " +
+                   std::to_string(want_masked) + " masked bands, expected 8 and fewer";
+        if (tf.nbands != want_full || tm.nbands != want_masked ||
+            tm.routing != INCMOE_MOE_ROUTING_MASKED)
+            return "ran " + std::to_string(tf.nbands) + " full and " + std::to_string(tm.nbands) +
+                   " masked bands (" + path_str(tm) + "), expected " + std::to_string(want_full) +
+                   " and " + std::to_string(want_masked);
+        return "";
+    });
+}
+
+/* The layers of one communicator with one shape share their choices: the first layer's
+   first forward measures, the second's runs that path without measuring; a layer of
+   another shape (more tokens allowed) measures for itself; a layer created after the others
+   are destroyed measures again (nothing outlives them). */
+TEST(MoeAuto, LayersOfOneShapeChooseOnce)
+{
+    run_job([&](int rank, Rank &r) -> std::string {
+        if (rank == 1)
+            setenv("INCMOE_MOE_TEST_PATH_MS", "inc=10000,a2a=10000", 1);
+        moeref::Problem p = moeref::make_problem(small_shape(), {9, 3, 12, 5}, 43);
+        Layer l;
+        layer_params(&l, p, r.comm, rank);
+        incmoe_moe_params_ext_t ext =
+            path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_FULL);
+        incmoe_moe_params_t wide = l.prm;
+        wide.max_tokens = 128;
+        incmoe_moe_t *L[3] = {nullptr, nullptr, nullptr};
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L[0]);
+        if (st == INCMOE_OK)
+            st = incmoe_moe_create_ex(&l.prm, &ext, &L[1]);
+        if (st == INCMOE_OK)
+            st = incmoe_moe_create_ex(&wide, &ext, &L[2]);
+        std::string err = st == INCMOE_OK ? "" : std::string("create_ex: ") + incmoe_strerror(st);
+        incmoe_moe_timing_t t[4];
+        for (int i = 0; i < 3 && err.empty(); i++)
+            err = forward_checked(L[i], p, rank, &t[i]);
+        for (incmoe_moe_t *x : L)
+            incmoe_moe_destroy(x);
+        if (err.empty() && (st = incmoe_moe_create_ex(&l.prm, &ext, &L[0])) != INCMOE_OK)
+            err = std::string("create_ex again: ") + incmoe_strerror(st);
+        if (err.empty()) {
+            err = forward_checked(L[0], p, rank, &t[3]);
+            incmoe_moe_destroy(L[0]);
+        }
+        if (!err.empty())
+            return err;
+        for (int i = 0; i < 4; i++)
+            if (t[i].algo != INCMOE_ALGO_RING || t[i].measured != (i == 1 ? 0 : 3))
+                return "layer " + std::to_string(i) + " ran " + path_str(t[i]) +
+                       (i == 1 ? ", expected ring measured 0" : ", expected ring measured 3");
         return "";
     });
 }

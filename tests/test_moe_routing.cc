@@ -1,7 +1,8 @@
 /*
  * test_moe_routing.cc - the pure functions behind masked routing: a token's
  * destination set, what a rank's tokens need of the others, the bytes of
- * each routing and auto's choice (moe/routing.c), and where the compute roles
+ * each routing and auto's choice (moe/routing.c), the band count that follows
+ * the routing (moe/bandmodel.c), and where the compute roles
  * find a band's received rows by list position (moe/plan.h).  Each against
  * an independent count.
  */
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
+#include "bandmodel.h"
 #include "plan.h"
 #include "routing.h"
 }
@@ -96,6 +98,81 @@ TEST(MoeRouting, AutoChoosesByTheShareOfBytes)
     routing_load_t one = {1, 400, 0, 0, 1000, 1000}, none = {4, 0, 0, 0, 1000, 1000};
     EXPECT_EQ(routing_choose(&one), INCMOE_MOE_ROUTING_FULL);
     EXPECT_EQ(routing_choose(&none), INCMOE_MOE_ROUTING_FULL);
+}
+
+namespace
+{
+
+/* Issue 27's N=8 layer: E=64 k=8, H=512 fp32 (rows of 2112 bytes with their ids and
+   weights, partials of 2048), 1024 tokens a rank, k-bar 4.75, every token needed
+   elsewhere; 100 Mbit/s, 20 GFLOP/s, a band's AllGather and ReduceScatter 2 ms, a plan's
+   synchronisation 12 ms. */
+bandmodel_in_t issue27_n8(int masked)
+{
+    bandmodel_in_t in = {};
+    in.load = {8, 8 * 1024, 38912, 8 * 1024, 2112, 2048};
+    in.tmax = 1024;
+    in.masked = masked;
+    in.k = 8;
+    in.row_flops = 6.0 * 512 * 256;
+    in.band_s = 2e-3;
+    in.sync_s = 12e-3;
+    in.byte_s = 8e-8;
+    in.flop_s = 1 / 20e9;
+    return in;
+}
+
+} // namespace
+
+/* Full routing: every other rank's rows, 7 * 1024 * 2112 bytes = 1.2111 s, over the band's
+   2 ms: sqrt(2 * 1.2111 / 0.002) = 34.8.  Masked: the busier direction is down, (38912 *
+   2112 + 8192 * 2048) / 8 bytes = 0.9896 s, over 2 + 12 ms: sqrt(141.4) = 11.9.  The FFN
+   (1024 * 8 * 786432 flops, 0.322 s) is the slower stage of neither. */
+TEST(MoeRouting, MaskedRunsFewerBandsThanFullAtTheSameShape)
+{
+    bandmodel_in_t full = issue27_n8(0), masked = issue27_n8(1);
+    EXPECT_NEAR(bandmodel_stage_s(&full), 1.21110528, 1e-9);
+    EXPECT_NEAR(bandmodel_stage_s(&masked), 0.9895936, 1e-9);
+    EXPECT_DOUBLE_EQ(bandmodel_overhead_s(&full), 2e-3);
+    EXPECT_DOUBLE_EQ(bandmodel_overhead_s(&masked), 14e-3);
+    EXPECT_EQ(bandmodel_count(&full), 35);
+    EXPECT_EQ(bandmodel_count(&masked), 12);
+    /* Without the plan's cost the pairs alone give fewer: sqrt(2 * 0.9896 / 0.002) = 31.5. */
+    masked.sync_s = 0;
+    EXPECT_EQ(bandmodel_count(&masked), 31);
+}
+
+/* A masked forward of 34 bands that took 1.6 s shows (1.6 - 36 / 34 * 0.9896) / 34 =
+   16.24 ms a band, which then replaces the probes' 14 ms: sqrt(2 * 0.9896 / 0.01624) =
+   11.0 bands.  A forward no slower than its stages shows none; full routing ignores it. */
+TEST(MoeRouting, AMaskedForwardShowsItsBandCost)
+{
+    bandmodel_in_t masked = issue27_n8(1), full = issue27_n8(0);
+    double seen = bandmodel_seen_s(&masked, 34, 1.6);
+    EXPECT_NEAR(seen, (1.6 - 36.0 / 34 * 0.9895936) / 34, 1e-12);
+    masked.seen_s = full.seen_s = seen;
+    EXPECT_DOUBLE_EQ(bandmodel_overhead_s(&masked), seen);
+    EXPECT_EQ(bandmodel_count(&masked), 11);
+    EXPECT_EQ(bandmodel_count(&full), 35);
+    EXPECT_EQ(bandmodel_seen_s(&masked, 34, 1.0), 0.0);
+    EXPECT_EQ(bandmodel_seen_s(&masked, 0, 1.6), 0.0);
+}
+
+/* The FFN sets the stage where it is the slower; the count stays within 1 .. tmax / 8
+   rounded up (at most 64), and 8 where nothing costs. */
+TEST(MoeRouting, BandCountBounds)
+{
+    bandmodel_in_t in = issue27_n8(1);
+    in.flop_s = 1 / 1e9; /* 6.44 s of FFN */
+    EXPECT_NEAR(bandmodel_stage_s(&in), 1024.0 * 8 * 786432 / 1e9, 1e-9);
+    EXPECT_EQ(bandmodel_count(&in), 30); /* sqrt(2 * 6.4425 / 0.014) = 30.3 */
+    in.tmax = 20;                        /* at most 3 bands of 8 rows */
+    EXPECT_EQ(bandmodel_count(&in), 3);
+    in = issue27_n8(1);
+    in.sync_s = 10; /* sqrt(2 * 0.99 / 10.002) rounds to 0 */
+    EXPECT_EQ(bandmodel_count(&in), 1);
+    in.band_s = in.sync_s = 0;
+    EXPECT_EQ(bandmodel_count(&in), 8);
 }
 
 namespace

@@ -48,6 +48,7 @@ typedef struct {
 typedef struct {
     int algo, routing, ti, mode;
     int used;       /* the routing the forwards ran (auto resolved) */
+    int nbands;     /* the bands the last forward ran (its timings) */
     double ms;      /* median layer time; -1: the algorithm has no dispatch and combine */
     double cos_min; /* this mode's output vs baseline's (not the baseline's own rows) */
     double ref_err; /* worst sample-token relative error against fp64 */

@@ -303,6 +303,7 @@ static int time_forwards(bench_t *b, incmoe_moe_t *L, const incmoe_moe_forward_p
         incmoe_moe_timing_t tm;
         incmoe_moe_last_timing_ex(L, &tm, sizeof(tm));
         res->used = (int)tm.routing;
+        res->nbands = tm.nbands;
         if (res->algo == MB_ALGO_AUTO || res->mode == INCMOE_MOE_AUTO)
             path_text(res, &tm);
         if (it < o->warmup)
@@ -384,8 +385,9 @@ static void check_mode(bench_t *b, int T, int have_base, result_t *res)
     res->ref_err = reference_error(b, T);
 }
 
-/* The pipelined configuration column: the layer's for these counts, unless the path the
-   forwards ran says more (auto). */
+/* The pipelined configuration column: the layer's for these counts with the bands the
+   forwards ran (masked routing's follow its pairs), unless the path they ran says more
+   (auto). */
 static void config_column(incmoe_moe_t *L, const int *counts, result_t *res)
 {
     if (res->cfg[0] != '\0')
@@ -396,6 +398,8 @@ static void config_column(incmoe_moe_t *L, const int *counts, result_t *res)
     }
     incmoe_moe_config_t c;
     incmoe_moe_config_for(L, counts, &c);
+    if (res->nbands > 0)
+        c.nbands = res->nbands;
     if (res->used == INCMOE_MOE_ROUTING_MASKED) /* one combine a band (incmoe_moe.h) */
         c.reduce_workers = 1, c.tail_bands = 0;
     incmoe_moe_config_str(&c, res->cfg, sizeof(res->cfg));

@@ -302,6 +302,8 @@ typedef struct {
     int measured;           /* paths this forward ran to choose (0: it ran the chosen one) */
     /* added with the measuring's pruning: */
     int measure_runs; /* forwards those paths took: each once, the close ones up to 3 times */
+    /* added with the band model following the routing: */
+    int nbands; /* bands the forward's path ran (1 in baseline mode) */
 } incmoe_moe_timing_t;
 
 /* Copies the last forward's timings as they were before routing: the first five fields

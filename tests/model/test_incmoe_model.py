@@ -524,3 +524,24 @@ def test_plot_writes_a_png(tmp_path):
     out = tmp_path / "model.png"
     assert m.main(["plot", "-o", str(out), "--models", "olmoe", "--samples", "2000"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_moe_bench_table_is_read_by_its_header_names():
+    """incmoe-moe-bench's columns moved (routing with masked routing, auto_ms with mode
+    auto): each output is read by the names its own header gives, values from the file."""
+    layer = os.path.join(TOP, "bench", "data", "issue27", "n8-layer")
+    pts, _ = m.read_measurements([os.path.join(layer, "model", "model-before-r1.txt")])
+    got = {(p.label.split()[1], m.parse_point(p.argv, "here").routing): p for p in pts}
+    assert sorted(got) == [("baseline", "masked"), ("pipelined", "masked")]
+    assert got["baseline", "masked"].measured_s == pytest.approx(2.388735)
+    pipe = got["pipelined", "masked"]
+    assert pipe.measured_s == pytest.approx(1.632042)
+    assert (m.parse_point(pipe.argv, "here").bands, m.parse_point(pipe.argv, "here").N) == (30, 8)
+    # Pipelined mode only: baseline's column is "-", so no baseline point.
+    pts, _ = m.read_measurements([os.path.join(layer, "n4", "n4-after-r1.txt")])
+    assert [(p.label.split()[1], round(p.measured_s, 6)) for p in pts] == [
+        ("pipelined", 0.771928), ("pipelined", 0.5606)]
+    # The format before routing: full routing, base_ms and pipe_ms by name as well.
+    pts, _ = m.read_measurements([os.path.join(TARGETS, "moe", "calibrated-r1.txt")])
+    assert pts[0].measured_s == pytest.approx(1.1400, abs=1e-4)
+    assert m.parse_point(pts[0].argv, "here").routing == "full"

@@ -102,26 +102,51 @@ def read_perf(text, path, rate):
     return points, sw
 
 
+MOE_COLUMNS = ("tok/rank", "algo", "base_ms", "pipe_ms")
+
+
+def moe_columns(text, path):
+    """The table's column names, from its header line: every output names its own (the
+    routing column came with masked routing, auto_ms with mode auto), and the last
+    column's name is several words, of which only the first is kept."""
+    for line in text.splitlines():
+        if line.startswith("tok/rank"):
+            names = line.split()
+            if "pipelined" in names:  # "pipelined config[; paths run where auto]"
+                names = names[: names.index("pipelined") + 1]
+            missing = [c for c in MOE_COLUMNS if c not in names]
+            if missing:
+                raise ModelError(f"{path}: incmoe-moe-bench header without {', '.join(missing)}")
+            return names
+    raise ModelError(f"{path}: incmoe-moe-bench output without its 'tok/rank' header")
+
+
 def read_moe(text, path, rate):
     m = MOE_RE.search(text)
     n, E, k, H, I = m.groups()
     tb = TESTBED_RE.search(text)
     if not tb and not rate:
         raise ModelError(f"{path}: incmoe-moe-bench output without a testbed line: give --rate")
-    base = ["-N", n, "-E", E, "-k", k, "--hidden", H, "--inter", I, "--op", "moe",
-            "--routing", "full"]
+    names = moe_columns(text, path)
+    col = {c: i for i, c in enumerate(names)}
+    base = ["-N", n, "-E", E, "-k", k, "--hidden", H, "--inter", I, "--op", "moe"]
     base += testbed_options(tb) if tb else ["--rate", rate]
     points = []
     for line in text.splitlines():
         f = line.split()
-        if len(f) >= 4 and f[0].isdigit() and f[1] in ALGOS:
-            nb = re.search(r"nb=(\d+)", line)
-            common = base + ["--tokens", f[0], "--algo", f[1]]
-            what = f"{f[1]} N={n} @{common[common.index('--rate') + 1]} E={E} k={k} T={f[0]}"
-            points.append(Point(common + ["--mode", "baseline"], float(f[2]) * 1e-3,
+        if len(f) < len(names) or not f[0].isdigit() or f[col["algo"]] not in ALGOS:
+            continue
+        routing = f[col["routing"]] if "routing" in col else "full"
+        common = base + ["--routing", routing, "--tokens", f[0], "--algo", f[col["algo"]]]
+        what = (f"{f[col['algo']]} {routing} N={n} @{common[common.index('--rate') + 1]} "
+                f"E={E} k={k} T={f[0]}")
+        if f[col["base_ms"]] != "-":
+            points.append(Point(common + ["--mode", "baseline"], float(f[col["base_ms"]]) * 1e-3,
                                 f"moe baseline {what}", path))
+        nb = re.search(r"nb=(\d+)", line)
+        if f[col["pipe_ms"]] != "-" and nb:
             points.append(Point(common + ["--mode", "pipelined", "--bands", nb.group(1)],
-                                float(f[3]) * 1e-3, f"moe pipelined {what}", path))
+                                float(f[col["pipe_ms"]]) * 1e-3, f"moe pipelined {what}", path))
     return points
 
 

@@ -221,6 +221,7 @@ class moe_timing_t(ctypes.Structure):
         ("mode", ctypes.c_int),
         ("measured", ctypes.c_int),
         ("measure_runs", ctypes.c_int),
+        ("nbands", ctypes.c_int),
     ]
 
 

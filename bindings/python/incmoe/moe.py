@@ -394,7 +394,9 @@ class MoE(torch.nn.Module):
         communicator's, when the layer was not told which), "measured" (how
         many paths the forward ran to choose; 0: it ran the chosen one) and
         "measure_runs" (the forwards they took: each path once, those within
-        1.5x of the fastest up to three times)."""
+        1.5x of the fastest up to three times) and "nbands" (the bands its path
+        ran: masked routing's follow the forward's pairs, so they may differ
+        from config's)."""
         t = _lib.moe_timing_t()
         _errors.check("incmoe_moe_last_timing_ex", _lib.moe_lib().incmoe_moe_last_timing_ex(
             self._layer, ctypes.byref(t), ctypes.sizeof(t)))

@@ -160,13 +160,15 @@ def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=20
     calls); the others are freed.
 
     The path each layer runs: by default (mode, algo and routing "auto")
-    the layer's own choice, as incmoe.MoE makes it: its first call runs
-    every path (in-network, ring and a2a; baseline and pipelined; full and
-    masked routing) on its own inputs, the close ones three times, and keeps
-    the fastest; it measures again for token counts past 2x of every choice
-    it keeps (a prefill and the decode steps each keep theirs).  So a
-    model's first forward, and its first decode step, cost up to 36 of the
-    layer's forwards; every one after runs the fastest path it has.  Or
+    the layers' own choice, as incmoe.MoE makes it: the first block's first
+    call runs every path (in-network, ring and a2a; baseline and pipelined;
+    full and masked routing) on its own inputs, the close ones three times,
+    and keeps the fastest; the layers of one shape on one communicator share
+    their choices, so the later blocks run that path without measuring and
+    the whole model runs one.  It is measured again for token counts past 2x
+    of every choice kept (a prefill and the decode steps each keep theirs).
+    So a model's first forward, and its first decode step, cost up to 36 of
+    one layer's forwards; every one after runs the fastest path there is.  Or
     force it: mode "pipelined" or "baseline"; algo "inc", "ring", "a2a" or
     None (comm's own algorithm, and nothing else opened on the switch);
     routing "full" (every token to every rank), "masked" (each token only
