@@ -239,6 +239,9 @@ def rank_main(args, rank, switch, master, known_pid=None):
     dist.gather_object(results, everyone, dst=0)
     if rank == 0:
         report(args, cfg, everyone, switch, sw_pid)
+    # Every rank leaves gloo together: a rank that tore its group down while rank 0 was still
+    # reporting once ended in torch's "terminate called without an active exception" (SIGABRT).
+    dist.barrier()
     dist.destroy_process_group()
 
 
