@@ -265,20 +265,27 @@ class Communicator:
     def _region(self, buf):
         return self._mrs.region(buf)
 
+    def _blocks(self, call, out, inp, whole):
+        """out and inp of call as buffers, (o, i): one dtype, and the one named whole ("output"
+        or "input") holding nranks blocks of the other's elements."""
+        i = _buffers.as_buffer(inp, "%s input" % call)
+        o = _buffers.as_buffer(out, "%s output" % call)
+        if o.dtype != i.dtype:
+            raise ValueError(
+                "%s: output dtype %s differs from input dtype %s" % (call, o.dtype, i.dtype)
+            )
+        w, b, t, block = (o, i, out, "input") if whole == "output" else (i, o, inp, "output")
+        if w.numel != self.nranks * b.numel:
+            raise ValueError(
+                "%s: %s has %d elements (shape %s), expected nranks x %s = %d x %d"
+                % (call, whole, w.numel, tuple(t.shape), block, self.nranks, b.numel)
+            )
+        return o, i
+
     def all_gather(self, out, inp, async_op=False):
         """out (N * inp.numel() elements, inp's dtype) receives every rank's inp, in rank order."""
         comm = self._handle()
-        i = _buffers.as_buffer(inp, "all_gather input")
-        o = _buffers.as_buffer(out, "all_gather output")
-        if o.dtype != i.dtype:
-            raise ValueError(
-                "all_gather: output dtype %s differs from input dtype %s" % (o.dtype, i.dtype)
-            )
-        if o.numel != self.nranks * i.numel:
-            raise ValueError(
-                "all_gather: output has %d elements (shape %s), expected nranks x input = %d x %d"
-                % (o.numel, tuple(out.shape), self.nranks, i.numel)
-            )
+        o, i = self._blocks("all_gather", out, inp, "output")
         return self._allgather(comm, o, i, [i.nbytes] * self.nranks, 0, async_op)
 
     def broadcast(self, t, root=0, async_op=False):
@@ -314,17 +321,7 @@ class Communicator:
     def reduce_scatter(self, out, inp, op="sum", async_op=False):
         """out gets this rank's share (block `rank` of inp's N blocks) reduced over the ranks."""
         comm = self._handle()
-        i = _buffers.as_buffer(inp, "reduce_scatter input")
-        o = _buffers.as_buffer(out, "reduce_scatter output")
-        if o.dtype != i.dtype:
-            raise ValueError(
-                "reduce_scatter: output dtype %s differs from input dtype %s" % (o.dtype, i.dtype)
-            )
-        if i.numel != self.nranks * o.numel:
-            raise ValueError(
-                "reduce_scatter: input has %d elements (shape %s), expected nranks x output "
-                "= %d x %d" % (i.numel, tuple(inp.shape), self.nranks, o.numel)
-            )
+        o, i = self._blocks("reduce_scatter", out, inp, "input")
         check_op(op, i.dtype, "reduce_scatter")
         if o.nbytes == 0:
             return self._finish(Work(self), async_op)
