@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "errors_common.h"
 #include "harness.h"
 #include "raw_client.h"
 
@@ -1451,20 +1452,8 @@ void expect_raw_breaks_dispatch(incmoe_status_t want, const std::string &what,
     auto res = harness::run_ranks(
         2,
         [&](int rank) -> std::string {
-            if (rank == 1) {
-                RawClient c;
-                if (!c.connect(g_raw_switch.addr))
-                    return "connect";
-                c.join(job, 1, 2);
-                if (!c.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000))
-                    return "no JOIN_ACK";
-                c.progress(300); /* let rank 0 finish joining and post */
-                misbehave(c, job);
-                RawMsg m;
-                if (!c.wait_for(WIRE_MSG_ERROR, &m, 5000))
-                    return "the misbehaving rank got no ERROR";
-                return "";
-            }
+            if (rank == 1)
+                return errtest::raw_rank_misbehaves(g_raw_switch.addr, job, misbehave);
             incmoe_comm_t *comm;
             incmoe_status_t st = harness::comm_create(g_raw_switch.addr, job, 0, 2, &comm);
             if (st != INCMOE_OK)
