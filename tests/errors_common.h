@@ -69,6 +69,7 @@ void expect_raw_breaks_job(const std::string &addr, incmoe_status_t want, const 
                            const std::function<void(RawClient &, uint64_t job)> &misbehave,
                            size_t block = 4096);
 
+/* A raw rank 1's header of msg on stream, epoch 1. */
 inc_wire_hdr raw_hdr(inc_wire_msg_t msg, uint64_t job, incmoe_stream_t stream);
 
 /* Runs fn with this process's stderr going to a fresh file, which stays where any child started

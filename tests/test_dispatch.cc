@@ -1415,11 +1415,7 @@ void raw_post(RawClient &c, uint64_t job, uint32_t rows, std::vector<uint32_t> c
     p.nranks = nranks;
     std::string payload((const char *)&p, sizeof(p));
     payload.append((const char *)count.data(), 4 * count.size());
-    inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_POST, job);
-    h.rank = 1;
-    h.stream = INCMOE_STREAM_DISPATCH;
-    h.epoch = 1;
+    inc_wire_hdr h = errtest::raw_hdr(WIRE_MSG_POST, job, INCMOE_STREAM_DISPATCH);
     h.total = rows;
     h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
                                std::vector<uint64_t>(2, 0).data(), 2);
@@ -1432,12 +1428,8 @@ void raw_data(RawClient &c, uint64_t job, std::vector<uint64_t> sets, size_t row
 {
     std::string payload((const char *)sets.data(), 8 * sets.size());
     payload.append(16 * rows_out, 'r');
-    inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_DATA, job);
-    h.rank = 1;
+    inc_wire_hdr h = errtest::raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_DISPATCH);
     h.root = 1;
-    h.stream = INCMOE_STREAM_DISPATCH;
-    h.epoch = 1;
     h.total = sets.size();
     h.length = payload.size();
     c.send(h, payload.data(), payload.size());
