@@ -931,17 +931,22 @@ TEST_P(Dc, ARefusalFailsTheCollectiveOnEveryRankWithItsReason)
     }));
 }
 
+/* A barrier, waited for. */
+incmoe_status_t barrier_wait(incmoe_comm_t *comm)
+{
+    incmoe_req_t req;
+    incmoe_status_t st = incmoe_barrier(comm, &req);
+    return st == INCMOE_OK ? incmoe_wait(comm, &req) : st;
+}
+
 /* A set naming a rank the job does not have is refused where it is posted, and every rank
    hears why. */
 TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
 {
     harness::ExpectErrors errors_expected("rank 0 posts a set naming rank 5 of 3: the job fails");
-    struct Heard {
-        int others; /* ranks other than 0 that have the job's reason */
-    };
-    harness::SharedBoard<Heard> shared;
-    Heard *heard = shared.get();
-    ASSERT_NE(heard, nullptr);
+    harness::SharedBoard<int> shared;
+    int *others_heard = shared.get(); /* ranks other than 0 that have the job's reason */
+    ASSERT_NE(others_heard, nullptr);
     EXPECT_RANKS(run(
         3,
         [&](incmoe_comm_t *comm, int me) -> std::string {
@@ -952,9 +957,7 @@ TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
             incmoe_req_t req;
             /* Everyone is in before rank 0 fails the job: a failure while a rank still joins
                would fail its create instead. */
-            incmoe_status_t st = incmoe_barrier(comm, &req);
-            if (st == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            incmoe_status_t st = barrier_wait(comm);
             if (st != INCMOE_OK)
                 return why(comm, st, "barrier");
             st = post_dispatch(comm, c, me, b, &req);
@@ -966,8 +969,8 @@ TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
                CI machine once did).  What is tested is the reason reaching everyone, so rank 0
                keeps its communicator until the others have theirs. */
             if (me != 0)
-                harness::bump(&heard->others);
-            else if (!harness::await_at_least(&heard->others, 2, 30))
+                harness::bump(others_heard);
+            else if (!harness::await_at_least(others_heard, 2, 30))
                 return "the other ranks' dispatch never ended";
             incmoe_comm_destroy(comm);
             if (st != INCMOE_ERR_INVALID_ARG || strstr(text, "names a rank >= 3") == nullptr)
@@ -981,12 +984,9 @@ TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
 TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
 {
     harness::ExpectErrors errors_expected("rank 2 exits in the middle of a dispatch");
-    struct Heard {
-        int survivors; /* ranks 0 and 1 that have their failure's reason */
-    };
-    harness::SharedBoard<Heard> shared;
-    Heard *heard = shared.get();
-    ASSERT_NE(heard, nullptr);
+    harness::SharedBoard<int> shared;
+    int *survivors_heard = shared.get(); /* ranks 0 and 1 that have their failure's reason */
+    ASSERT_NE(survivors_heard, nullptr);
     EXPECT_RANKS(run(
         3,
         [&](incmoe_comm_t *comm, int me) -> std::string {
@@ -994,9 +994,7 @@ TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
             Buffers b;
             incmoe_req_t req;
             /* Everyone is in before rank 2 goes. */
-            incmoe_status_t st = incmoe_barrier(comm, &req);
-            if (st == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            incmoe_status_t st = barrier_wait(comm);
             if (st != INCMOE_OK)
                 return why(comm, st, "barrier");
             if (me == 2) {
@@ -1007,15 +1005,15 @@ TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
             st = post_dispatch(comm, c, me, b, &req);
             /* Point to point, rank 2's rows may all have left before it went (nothing for the
                others then waits on it): the next collective it never joins fails instead. */
-            if (st == INCMOE_OK && (st = incmoe_barrier(comm, &req)) == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            if (st == INCMOE_OK)
+                st = barrier_wait(comm);
             char text[300] = "";
             incmoe_comm_error(comm, text, sizeof(text));
             b.forget();
             /* A survivor that left at once could fail the other for leaving before the other
                heard of rank 2 (seen once under ASan on a2a): each leaves once both heard. */
-            harness::bump(&heard->survivors);
-            harness::await_at_least(&heard->survivors, 2, 30);
+            harness::bump(survivors_heard);
+            harness::await_at_least(survivors_heard, 2, 30);
             incmoe_comm_destroy(comm);
             if (st != INCMOE_ERR_PEER_FAILED || strstr(text, "rank 2") == nullptr)
                 return std::string("got ") + incmoe_strerror(st) + " '" + text + "'";
