@@ -311,12 +311,8 @@ class Communicator:
         lay.length = lay.block_stride
         arr = (ctypes.c_size_t * self.nranks)(*valid)
         lay.valid = arr
-        req = _lib.req_t()
-        st = _lib.lib().incmoe_allgather(
-            comm, smr, soff, rmr, (roff + shift) % _U64, ctypes.byref(lay), ctypes.byref(req)
-        )
-        _errors.check("incmoe_allgather", st, comm)
-        return self._finish(Work(self, req, (o.obj, i.obj)), async_op)
+        args = (smr, soff, rmr, (roff + shift) % _U64, ctypes.byref(lay))
+        return self._post("incmoe_allgather", comm, args, (o.obj, i.obj), async_op)
 
     def reduce_scatter(self, out, inp, op="sum", async_op=False):
         """out gets this rank's share (block `rank` of inp's N blocks) reduced over the ranks."""
@@ -331,20 +327,8 @@ class Communicator:
         lay.block_stride = o.nbytes
         lay.offset = 0
         lay.length = o.nbytes
-        req = _lib.req_t()
-        st = _lib.lib().incmoe_reducescatter(
-            comm,
-            smr,
-            soff,
-            rmr,
-            roff,
-            ctypes.byref(lay),
-            _lib.DTYPES[i.dtype],
-            _lib.REDOPS[op],
-            ctypes.byref(req),
-        )
-        _errors.check("incmoe_reducescatter", st, comm)
-        return self._finish(Work(self, req, (o.obj, i.obj)), async_op)
+        args = (smr, soff, rmr, roff, ctypes.byref(lay), _lib.DTYPES[i.dtype], _lib.REDOPS[op])
+        return self._post("incmoe_reducescatter", comm, args, (o.obj, i.obj), async_op)
 
     def all_reduce(self, t, op="sum", async_op=False):
         """t becomes the element-wise reduction of every rank's t (in place)."""
@@ -354,26 +338,12 @@ class Communicator:
         if b.nbytes == 0:
             return self._finish(Work(self), async_op)
         mr, off = self._region(b)
-        req = _lib.req_t()
-        st = _lib.lib().incmoe_allreduce(
-            comm,
-            mr,
-            off,
-            mr,
-            off,
-            b.numel,
-            _lib.DTYPES[b.dtype],
-            _lib.REDOPS[op],
-            ctypes.byref(req),
-        )
-        _errors.check("incmoe_allreduce", st, comm)
-        return self._finish(Work(self, req, (b.obj,)), async_op)
+        args = (mr, off, mr, off, b.numel, _lib.DTYPES[b.dtype], _lib.REDOPS[op])
+        return self._post("incmoe_allreduce", comm, args, (b.obj,), async_op)
 
     def barrier(self, async_op=False):
         comm = self._handle()
-        req = _lib.req_t()
-        _errors.check("incmoe_barrier", _lib.lib().incmoe_barrier(comm, ctypes.byref(req)), comm)
-        return self._finish(Work(self, req), async_op)
+        return self._post("incmoe_barrier", comm, (), (), async_op)
 
     def _settle_dispatch(self):
         """Complete the dispatch of this communicator still in flight, if any, before another
@@ -458,6 +428,14 @@ class Communicator:
         if getattr(self, "_blank_buf", None) is None:
             self._blank_buf = _buffers.as_buffer(_buffers.blank(8), "blank")
         return self._blank_buf
+
+    def _post(self, call, comm, args, keep, async_op):
+        """Posts the collective call(comm, *args, &req) and hands back its Work, waited for
+        unless async_op; keep: what the Work holds until it completes."""
+        req = _lib.req_t()
+        st = getattr(_lib.lib(), call)(comm, *args, ctypes.byref(req))
+        _errors.check(call, st, comm)
+        return self._finish(Work(self, req, keep), async_op)
 
     @staticmethod
     def _finish(work, async_op):
