@@ -931,14 +931,6 @@ TEST_P(Dc, ARefusalFailsTheCollectiveOnEveryRankWithItsReason)
     }));
 }
 
-/* A barrier, waited for. */
-incmoe_status_t barrier_wait(incmoe_comm_t *comm)
-{
-    incmoe_req_t req;
-    incmoe_status_t st = incmoe_barrier(comm, &req);
-    return st == INCMOE_OK ? incmoe_wait(comm, &req) : st;
-}
-
 /* A set naming a rank the job does not have is refused where it is posted, and every rank
    hears why. */
 TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
@@ -957,7 +949,7 @@ TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
             incmoe_req_t req;
             /* Everyone is in before rank 0 fails the job: a failure while a rank still joins
                would fail its create instead. */
-            incmoe_status_t st = barrier_wait(comm);
+            incmoe_status_t st = harness::barrier_wait(comm);
             if (st != INCMOE_OK)
                 return why(comm, st, "barrier");
             st = post_dispatch(comm, c, me, b, &req);
@@ -994,7 +986,7 @@ TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
             Buffers b;
             incmoe_req_t req;
             /* Everyone is in before rank 2 goes. */
-            incmoe_status_t st = barrier_wait(comm);
+            incmoe_status_t st = harness::barrier_wait(comm);
             if (st != INCMOE_OK)
                 return why(comm, st, "barrier");
             if (me == 2) {
@@ -1006,7 +998,7 @@ TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
             /* Point to point, rank 2's rows may all have left before it went (nothing for the
                others then waits on it): the next collective it never joins fails instead. */
             if (st == INCMOE_OK)
-                st = barrier_wait(comm);
+                st = harness::barrier_wait(comm);
             char text[300] = "";
             incmoe_comm_error(comm, text, sizeof(text));
             b.forget();

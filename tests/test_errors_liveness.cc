@@ -363,11 +363,7 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
     auto res = run_job(
         doomed.addr, job, 2,
         [&](incmoe_comm_t *comm, int rank) -> std::string {
-            incmoe_status_t st = INCMOE_OK;
-            incmoe_req_t req;
-            st = incmoe_barrier(comm, &req); /* both have joined */
-            if (st == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            incmoe_status_t st = harness::barrier_wait(comm); /* both have joined */
             if (st != INCMOE_OK)
                 return "first barrier: " + status_text(st);
             harness::bump(&ev->passed_first);
@@ -379,9 +375,7 @@ TEST_F(Errors, DeadSwitchFailsEveryRank)
             } else if (!harness::await_at_least(&ev->killed, 1)) {
                 return "rank 0 never killed the switch";
             }
-            st = incmoe_barrier(comm, &req);
-            if (st == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            st = harness::barrier_wait(comm);
             incmoe_comm_destroy(comm);
             return st == INCMOE_ERR_PEER_FAILED ? "" : "got " + status_text(st);
         },
@@ -418,9 +412,7 @@ TEST_F(Errors, StoppedSwitchDuringACollectiveEndsEveryRankPromptly)
             if (st != INCMOE_OK)
                 return "create: " + status_text(st);
             incmoe_req_t req;
-            st = incmoe_barrier(comm, &req); /* both have joined */
-            if (st == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            st = harness::barrier_wait(comm); /* both have joined */
             if (st != INCMOE_OK)
                 return "first barrier: " + status_text(st);
             harness::bump(passed_first);
