@@ -55,13 +55,19 @@ struct DispatchPlan {
     }
 };
 
+/* A plan's verdict: the status, the rank it names (-1: none) and the reason. */
+void expect_verdict(const inc_dc_verdict_t &v, incmoe_status_t status, int rank, const char *reason)
+{
+    EXPECT_EQ(v.status, status);
+    EXPECT_EQ(v.rank, rank);
+    EXPECT_STREQ(v.reason, reason);
+}
+
 TEST(DispatchPlan, EveryRankWithinItsCapacityIsOk)
 {
     DispatchPlan p({{1, 2, 0}, {0, 0, 3}, {4, 0, 0}}, {5, 2, 3}, {64, 64, 64});
     inc_dc_verdict_t v = p.verdict(1);
-    EXPECT_EQ(v.status, INCMOE_OK);
-    EXPECT_EQ(v.rank, -1);
-    EXPECT_STREQ(v.reason, "");
+    expect_verdict(v, INCMOE_OK, -1, "");
     EXPECT_EQ(inc_dc_rows_to(3, p.in.data(), 0), 5u);
 }
 
@@ -69,18 +75,16 @@ TEST(DispatchPlan, TheFirstRankOverItsCapacityFailsWithItsCounts)
 {
     DispatchPlan p({{1, 3, 2}, {0, 0, 3}, {4, 0, 0}}, {5, 2, 4}, {8, 8, 8});
     inc_dc_verdict_t v = p.verdict(7);
-    EXPECT_EQ(v.status, INCMOE_ERR_NO_MEMORY);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason, "dispatch epoch 7: rank 1 would receive 3 rows, capacity 2");
+    expect_verdict(v, INCMOE_ERR_NO_MEMORY, 1,
+                   "dispatch epoch 7: rank 1 would receive 3 rows, capacity 2");
 }
 
 TEST(DispatchPlan, RowSizesThatDisagreeAreAMismatchBeforeCapacity)
 {
     DispatchPlan p({{9, 0}, {0, 0}}, {0, 0}, {16, 32});
     inc_dc_verdict_t v = p.verdict(3);
-    EXPECT_EQ(v.status, INCMOE_ERR_MISMATCH);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason, "dispatch epoch 3: rank 1 has rows of 32 bytes, rank 0 of 16");
+    expect_verdict(v, INCMOE_ERR_MISMATCH, 1,
+                   "dispatch epoch 3: rank 1 has rows of 32 bytes, rank 0 of 16");
 }
 
 /* A rank that refused its arguments fails the dispatch on every rank with its reason, before
@@ -90,10 +94,9 @@ TEST(DispatchPlan, ARefusalComesFirstAndNamesTheLowestRefusingRank)
     DispatchPlan p({{9, 0, 0}, {0, 0, 0}, {0, 0, 0}}, {0, 0, 0}, {16, 32, 16});
     p.in[2].refused = "mask has shape (3, 2), expected (3, 3)";
     inc_dc_verdict_t v = p.verdict(5);
-    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
-    EXPECT_EQ(v.rank, 2);
-    EXPECT_STREQ(v.reason, "dispatch epoch 5: rank 2 refused its dispatch arguments: mask has "
-                           "shape (3, 2), expected (3, 3)");
+    expect_verdict(v, INCMOE_ERR_INVALID_ARG, 2,
+                   "dispatch epoch 5: rank 2 refused its dispatch arguments: mask has "
+                   "shape (3, 2), expected (3, 3)");
     p.in[1].refused = "x is not contiguous";
     v = p.verdict(5);
     EXPECT_EQ(v.rank, 1);
@@ -144,10 +147,9 @@ TEST(CombinePlan, AReceiverWithOtherCountsIsTheRankAtFault)
 {
     CombinePlan p({{1, 2}, {3, 0}}, {{1, 3}, {1, 0}});
     inc_dc_verdict_t v = p.verdict(2);
-    EXPECT_EQ(v.status, INCMOE_ERR_MISMATCH);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason, "combine epoch 2: rank 1 gives 1 partial rows for rank 0, which sent "
-                           "it 2 rows in dispatch epoch 4");
+    expect_verdict(v, INCMOE_ERR_MISMATCH, 1,
+                   "combine epoch 2: rank 1 gives 1 partial rows for rank 0, which sent "
+                   "it 2 rows in dispatch epoch 4");
 }
 
 TEST(CombinePlan, AnotherDispatchOrShapeIsAMismatchNamingTheRank)
@@ -155,10 +157,8 @@ TEST(CombinePlan, AnotherDispatchOrShapeIsAMismatchNamingTheRank)
     CombinePlan p({{0, 0}, {0, 0}}, {{0, 0}, {0, 0}});
     p.in[1].dispatch_epoch = 5;
     inc_dc_verdict_t v = p.verdict(9);
-    EXPECT_EQ(v.status, INCMOE_ERR_MISMATCH);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason,
-                 "combine epoch 9: rank 1 names dispatch epoch 5, rank 0 dispatch epoch 4");
+    expect_verdict(v, INCMOE_ERR_MISMATCH, 1,
+                   "combine epoch 9: rank 1 names dispatch epoch 5, rank 0 dispatch epoch 4");
     p.in[1].dispatch_epoch = 4;
     p.in[1].dtype = INCMOE_BFLOAT16;
     v = p.verdict(9);
@@ -173,10 +173,9 @@ TEST(CombinePlan, ARefusalComesBeforeTheDispatchAndTheShapes)
     p.in[1].dispatch_epoch = 8;
     p.in[1].refused = "partials have 3 rows, the dispatch delivered 4";
     inc_dc_verdict_t v = p.verdict(6);
-    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason, "combine epoch 6: rank 1 refused its combine arguments: partials "
-                           "have 3 rows, the dispatch delivered 4");
+    expect_verdict(v, INCMOE_ERR_INVALID_ARG, 1,
+                   "combine epoch 6: rank 1 refused its combine arguments: partials "
+                   "have 3 rows, the dispatch delivered 4");
 }
 
 /* ------------------------------------------------------------------------ */
