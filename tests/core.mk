@@ -25,11 +25,12 @@ test_ucx_addr_SOURCES = test_ucx_addr.cc
 test_ucx_addr_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 test_ucx_addr_LDADD = $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
 
-# Dispatch and combine: the plan's verdict, and the collectives on every algorithm.
+# Dispatch and combine: the plan's verdict, and the collectives on every algorithm; a raw rank
+# that breaks a dispatch is the error suites' (errors_common).
 check_PROGRAMS += test_dispatch
-test_dispatch_SOURCES = test_dispatch.cc raw_client.cc raw_client.h
+test_dispatch_SOURCES = test_dispatch.cc
 test_dispatch_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
-test_dispatch_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
+test_dispatch_LDADD = $(ERRORS_LIBS)
 
 # Every failure the switch and the client must survive, one suite per subsystem; what they
 # share (the Errors fixture, a communicator on it, raw messages that break a job) is built once.

@@ -142,6 +142,23 @@ bool switch_saw_join(const std::string &log, unsigned long long job, int rank)
     return false;
 }
 
+std::string raw_rank_misbehaves(const std::string &addr, uint64_t job,
+                                const std::function<void(RawClient &, uint64_t job)> &misbehave)
+{
+    RawClient c;
+    if (!c.connect(addr))
+        return "connect";
+    c.join(job, 1, 2);
+    if (!c.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000))
+        return "no JOIN_ACK";
+    c.progress(300); /* let rank 0 finish joining and post */
+    misbehave(c, job);
+    RawMsg m;
+    if (!c.wait_for(WIRE_MSG_ERROR, &m, 5000))
+        return "the misbehaving rank got no ERROR";
+    return "";
+}
+
 /* A raw rank 1 next to a real rank 0: whatever the raw one sends wrong, rank 0 hears why.
    Rank 0 posts an AllGather of two blocks of `block` bytes: small (SMALL) at the default,
    in chunks (POST/DATA) from 65544 bytes. */
@@ -153,20 +170,8 @@ void expect_raw_breaks_job(const std::string &addr, incmoe_status_t want, const 
     auto res = harness::run_ranks(
         2,
         [&](int rank) -> std::string {
-            if (rank == 1) {
-                RawClient c;
-                if (!c.connect(addr))
-                    return "connect";
-                c.join(job, 1, 2);
-                if (!c.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000))
-                    return "no JOIN_ACK";
-                c.progress(300); /* let rank 0 finish joining and post */
-                misbehave(c, job);
-                RawMsg m;
-                if (!c.wait_for(WIRE_MSG_ERROR, &m, 5000))
-                    return "the misbehaving rank got no ERROR";
-                return "";
-            }
+            if (rank == 1)
+                return raw_rank_misbehaves(addr, job, misbehave);
             incmoe_comm_t *comm;
             incmoe_status_t st = create(addr, job, 0, 2, &comm, 5000);
             if (st != INCMOE_OK)

@@ -57,6 +57,11 @@ std::string restart_logged(harness::SwitchProc *sw);
 /* Waits (at most 10 s) until the switch logged the join of rank to job. */
 bool switch_saw_join(const std::string &log, unsigned long long job, int rank);
 
+/* Rank 1 of a job of two as a raw client on the switch at addr: it joins, gives rank 0 time to
+   join and post, misbehaves and must then hear an ERROR; "" or what went otherwise. */
+std::string raw_rank_misbehaves(const std::string &addr, uint64_t job,
+                                const std::function<void(RawClient &, uint64_t job)> &misbehave);
+
 /* A raw rank 1 next to a real rank 0: whatever the raw one sends wrong, rank 0 hears why.
    Rank 0 posts an AllGather of two blocks of `block` bytes: small (SMALL) at the default,
    in chunks (POST/DATA) from 65544 bytes. */
@@ -64,6 +69,7 @@ void expect_raw_breaks_job(const std::string &addr, incmoe_status_t want, const 
                            const std::function<void(RawClient &, uint64_t job)> &misbehave,
                            size_t block = 4096);
 
+/* A raw rank 1's header of msg on stream, epoch 1. */
 inc_wire_hdr raw_hdr(inc_wire_msg_t msg, uint64_t job, incmoe_stream_t stream);
 
 /* Runs fn with this process's stderr going to a fresh file, which stays where any child started

@@ -272,6 +272,13 @@ std::string why(incmoe_comm_t *comm, incmoe_status_t st, const std::string &what
     return what + ": " + incmoe_strerror(st) + " " + comm_text(comm);
 }
 
+incmoe_status_t barrier_wait(incmoe_comm_t *comm)
+{
+    incmoe_req_t req;
+    incmoe_status_t st = incmoe_barrier(comm, &req);
+    return st == INCMOE_OK ? incmoe_wait(comm, &req) : st;
+}
+
 std::vector<std::shared_ptr<void>> &registered()
 {
     static std::vector<std::shared_ptr<void>> store;

@@ -118,6 +118,8 @@ incmoe_status_t comm_create(const std::string &addr, unsigned long long job, int
 std::string comm_text(incmoe_comm_t *comm);
 /* "what: STATUS REASON": a call that failed, and why. */
 std::string why(incmoe_comm_t *comm, incmoe_status_t st, const std::string &what);
+/* A barrier, waited for: every rank of the job has joined when it returns INCMOE_OK. */
+incmoe_status_t barrier_wait(incmoe_comm_t *comm);
 
 /* In a rank's body (which returns "" or what went wrong): return why() if call fails. */
 #define CHECK_OK_ON(comm, call)                                                                    \

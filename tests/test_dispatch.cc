@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "errors_common.h"
 #include "harness.h"
 #include "raw_client.h"
 
@@ -54,13 +55,19 @@ struct DispatchPlan {
     }
 };
 
+/* A plan's verdict: the status, the rank it names (-1: none) and the reason. */
+void expect_verdict(const inc_dc_verdict_t &v, incmoe_status_t status, int rank, const char *reason)
+{
+    EXPECT_EQ(v.status, status);
+    EXPECT_EQ(v.rank, rank);
+    EXPECT_STREQ(v.reason, reason);
+}
+
 TEST(DispatchPlan, EveryRankWithinItsCapacityIsOk)
 {
     DispatchPlan p({{1, 2, 0}, {0, 0, 3}, {4, 0, 0}}, {5, 2, 3}, {64, 64, 64});
     inc_dc_verdict_t v = p.verdict(1);
-    EXPECT_EQ(v.status, INCMOE_OK);
-    EXPECT_EQ(v.rank, -1);
-    EXPECT_STREQ(v.reason, "");
+    expect_verdict(v, INCMOE_OK, -1, "");
     EXPECT_EQ(inc_dc_rows_to(3, p.in.data(), 0), 5u);
 }
 
@@ -68,18 +75,16 @@ TEST(DispatchPlan, TheFirstRankOverItsCapacityFailsWithItsCounts)
 {
     DispatchPlan p({{1, 3, 2}, {0, 0, 3}, {4, 0, 0}}, {5, 2, 4}, {8, 8, 8});
     inc_dc_verdict_t v = p.verdict(7);
-    EXPECT_EQ(v.status, INCMOE_ERR_NO_MEMORY);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason, "dispatch epoch 7: rank 1 would receive 3 rows, capacity 2");
+    expect_verdict(v, INCMOE_ERR_NO_MEMORY, 1,
+                   "dispatch epoch 7: rank 1 would receive 3 rows, capacity 2");
 }
 
 TEST(DispatchPlan, RowSizesThatDisagreeAreAMismatchBeforeCapacity)
 {
     DispatchPlan p({{9, 0}, {0, 0}}, {0, 0}, {16, 32});
     inc_dc_verdict_t v = p.verdict(3);
-    EXPECT_EQ(v.status, INCMOE_ERR_MISMATCH);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason, "dispatch epoch 3: rank 1 has rows of 32 bytes, rank 0 of 16");
+    expect_verdict(v, INCMOE_ERR_MISMATCH, 1,
+                   "dispatch epoch 3: rank 1 has rows of 32 bytes, rank 0 of 16");
 }
 
 /* A rank that refused its arguments fails the dispatch on every rank with its reason, before
@@ -89,10 +94,9 @@ TEST(DispatchPlan, ARefusalComesFirstAndNamesTheLowestRefusingRank)
     DispatchPlan p({{9, 0, 0}, {0, 0, 0}, {0, 0, 0}}, {0, 0, 0}, {16, 32, 16});
     p.in[2].refused = "mask has shape (3, 2), expected (3, 3)";
     inc_dc_verdict_t v = p.verdict(5);
-    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
-    EXPECT_EQ(v.rank, 2);
-    EXPECT_STREQ(v.reason, "dispatch epoch 5: rank 2 refused its dispatch arguments: mask has "
-                           "shape (3, 2), expected (3, 3)");
+    expect_verdict(v, INCMOE_ERR_INVALID_ARG, 2,
+                   "dispatch epoch 5: rank 2 refused its dispatch arguments: mask has "
+                   "shape (3, 2), expected (3, 3)");
     p.in[1].refused = "x is not contiguous";
     v = p.verdict(5);
     EXPECT_EQ(v.rank, 1);
@@ -143,10 +147,9 @@ TEST(CombinePlan, AReceiverWithOtherCountsIsTheRankAtFault)
 {
     CombinePlan p({{1, 2}, {3, 0}}, {{1, 3}, {1, 0}});
     inc_dc_verdict_t v = p.verdict(2);
-    EXPECT_EQ(v.status, INCMOE_ERR_MISMATCH);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason, "combine epoch 2: rank 1 gives 1 partial rows for rank 0, which sent "
-                           "it 2 rows in dispatch epoch 4");
+    expect_verdict(v, INCMOE_ERR_MISMATCH, 1,
+                   "combine epoch 2: rank 1 gives 1 partial rows for rank 0, which sent "
+                   "it 2 rows in dispatch epoch 4");
 }
 
 TEST(CombinePlan, AnotherDispatchOrShapeIsAMismatchNamingTheRank)
@@ -154,10 +157,8 @@ TEST(CombinePlan, AnotherDispatchOrShapeIsAMismatchNamingTheRank)
     CombinePlan p({{0, 0}, {0, 0}}, {{0, 0}, {0, 0}});
     p.in[1].dispatch_epoch = 5;
     inc_dc_verdict_t v = p.verdict(9);
-    EXPECT_EQ(v.status, INCMOE_ERR_MISMATCH);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason,
-                 "combine epoch 9: rank 1 names dispatch epoch 5, rank 0 dispatch epoch 4");
+    expect_verdict(v, INCMOE_ERR_MISMATCH, 1,
+                   "combine epoch 9: rank 1 names dispatch epoch 5, rank 0 dispatch epoch 4");
     p.in[1].dispatch_epoch = 4;
     p.in[1].dtype = INCMOE_BFLOAT16;
     v = p.verdict(9);
@@ -172,10 +173,9 @@ TEST(CombinePlan, ARefusalComesBeforeTheDispatchAndTheShapes)
     p.in[1].dispatch_epoch = 8;
     p.in[1].refused = "partials have 3 rows, the dispatch delivered 4";
     inc_dc_verdict_t v = p.verdict(6);
-    EXPECT_EQ(v.status, INCMOE_ERR_INVALID_ARG);
-    EXPECT_EQ(v.rank, 1);
-    EXPECT_STREQ(v.reason, "combine epoch 6: rank 1 refused its combine arguments: partials "
-                           "have 3 rows, the dispatch delivered 4");
+    expect_verdict(v, INCMOE_ERR_INVALID_ARG, 1,
+                   "combine epoch 6: rank 1 refused its combine arguments: partials "
+                   "have 3 rows, the dispatch delivered 4");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -935,12 +935,9 @@ TEST_P(Dc, ARefusalFailsTheCollectiveOnEveryRankWithItsReason)
 TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
 {
     harness::ExpectErrors errors_expected("rank 0 posts a set naming rank 5 of 3: the job fails");
-    struct Heard {
-        int others; /* ranks other than 0 that have the job's reason */
-    };
-    harness::SharedBoard<Heard> shared;
-    Heard *heard = shared.get();
-    ASSERT_NE(heard, nullptr);
+    harness::SharedBoard<int> shared;
+    int *others_heard = shared.get(); /* ranks other than 0 that have the job's reason */
+    ASSERT_NE(others_heard, nullptr);
     EXPECT_RANKS(run(
         3,
         [&](incmoe_comm_t *comm, int me) -> std::string {
@@ -951,9 +948,7 @@ TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
             incmoe_req_t req;
             /* Everyone is in before rank 0 fails the job: a failure while a rank still joins
                would fail its create instead. */
-            incmoe_status_t st = incmoe_barrier(comm, &req);
-            if (st == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            incmoe_status_t st = harness::barrier_wait(comm);
             if (st != INCMOE_OK)
                 return why(comm, st, "barrier");
             st = post_dispatch(comm, c, me, b, &req);
@@ -965,8 +960,8 @@ TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
                CI machine once did).  What is tested is the reason reaching everyone, so rank 0
                keeps its communicator until the others have theirs. */
             if (me != 0)
-                harness::bump(&heard->others);
-            else if (!harness::await_at_least(&heard->others, 2, 30))
+                harness::bump(others_heard);
+            else if (!harness::await_at_least(others_heard, 2, 30))
                 return "the other ranks' dispatch never ended";
             incmoe_comm_destroy(comm);
             if (st != INCMOE_ERR_INVALID_ARG || strstr(text, "names a rank >= 3") == nullptr)
@@ -980,12 +975,9 @@ TEST_P(Dc, ASetNamingNoRankFailsTheJobWithItsReason)
 TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
 {
     harness::ExpectErrors errors_expected("rank 2 exits in the middle of a dispatch");
-    struct Heard {
-        int survivors; /* ranks 0 and 1 that have their failure's reason */
-    };
-    harness::SharedBoard<Heard> shared;
-    Heard *heard = shared.get();
-    ASSERT_NE(heard, nullptr);
+    harness::SharedBoard<int> shared;
+    int *survivors_heard = shared.get(); /* ranks 0 and 1 that have their failure's reason */
+    ASSERT_NE(survivors_heard, nullptr);
     EXPECT_RANKS(run(
         3,
         [&](incmoe_comm_t *comm, int me) -> std::string {
@@ -993,9 +985,7 @@ TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
             Buffers b;
             incmoe_req_t req;
             /* Everyone is in before rank 2 goes. */
-            incmoe_status_t st = incmoe_barrier(comm, &req);
-            if (st == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            incmoe_status_t st = harness::barrier_wait(comm);
             if (st != INCMOE_OK)
                 return why(comm, st, "barrier");
             if (me == 2) {
@@ -1006,15 +996,15 @@ TEST_P(Dc, ARankThatDiesMidDispatchFailsItsPeers)
             st = post_dispatch(comm, c, me, b, &req);
             /* Point to point, rank 2's rows may all have left before it went (nothing for the
                others then waits on it): the next collective it never joins fails instead. */
-            if (st == INCMOE_OK && (st = incmoe_barrier(comm, &req)) == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            if (st == INCMOE_OK)
+                st = harness::barrier_wait(comm);
             char text[300] = "";
             incmoe_comm_error(comm, text, sizeof(text));
             b.forget();
             /* A survivor that left at once could fail the other for leaving before the other
                heard of rank 2 (seen once under ASan on a2a): each leaves once both heard. */
-            harness::bump(&heard->survivors);
-            harness::await_at_least(&heard->survivors, 2, 30);
+            harness::bump(survivors_heard);
+            harness::await_at_least(survivors_heard, 2, 30);
             incmoe_comm_destroy(comm);
             if (st != INCMOE_ERR_PEER_FAILED || strstr(text, "rank 2") == nullptr)
                 return std::string("got ") + incmoe_strerror(st) + " '" + text + "'";
@@ -1414,11 +1404,7 @@ void raw_post(RawClient &c, uint64_t job, uint32_t rows, std::vector<uint32_t> c
     p.nranks = nranks;
     std::string payload((const char *)&p, sizeof(p));
     payload.append((const char *)count.data(), 4 * count.size());
-    inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_POST, job);
-    h.rank = 1;
-    h.stream = INCMOE_STREAM_DISPATCH;
-    h.epoch = 1;
+    inc_wire_hdr h = errtest::raw_hdr(WIRE_MSG_POST, job, INCMOE_STREAM_DISPATCH);
     h.total = rows;
     h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
                                std::vector<uint64_t>(2, 0).data(), 2);
@@ -1431,12 +1417,8 @@ void raw_data(RawClient &c, uint64_t job, std::vector<uint64_t> sets, size_t row
 {
     std::string payload((const char *)sets.data(), 8 * sets.size());
     payload.append(16 * rows_out, 'r');
-    inc_wire_hdr h;
-    inc_wire_hdr_init(&h, WIRE_MSG_DATA, job);
-    h.rank = 1;
+    inc_wire_hdr h = errtest::raw_hdr(WIRE_MSG_DATA, job, INCMOE_STREAM_DISPATCH);
     h.root = 1;
-    h.stream = INCMOE_STREAM_DISPATCH;
-    h.epoch = 1;
     h.total = sets.size();
     h.length = payload.size();
     c.send(h, payload.data(), payload.size());
@@ -1451,20 +1433,8 @@ void expect_raw_breaks_dispatch(incmoe_status_t want, const std::string &what,
     auto res = harness::run_ranks(
         2,
         [&](int rank) -> std::string {
-            if (rank == 1) {
-                RawClient c;
-                if (!c.connect(g_raw_switch.addr))
-                    return "connect";
-                c.join(job, 1, 2);
-                if (!c.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000))
-                    return "no JOIN_ACK";
-                c.progress(300); /* let rank 0 finish joining and post */
-                misbehave(c, job);
-                RawMsg m;
-                if (!c.wait_for(WIRE_MSG_ERROR, &m, 5000))
-                    return "the misbehaving rank got no ERROR";
-                return "";
-            }
+            if (rank == 1)
+                return errtest::raw_rank_misbehaves(g_raw_switch.addr, job, misbehave);
             incmoe_comm_t *comm;
             incmoe_status_t st = harness::comm_create(g_raw_switch.addr, job, 0, 2, &comm);
             if (st != INCMOE_OK)

@@ -177,44 +177,37 @@ double spread_value(uint64_t h)
     return std::ldexp((double)(h >> 11) / 9007199254740992.0 * 2 - 1, (int)(h & 7) - 3);
 }
 
-struct F32 : ArithBase<float, float> {
+/* A type that accumulates in itself: widen and narrow keep a value as it is; its inputs are
+   spread values (a type of integers says its own). */
+template <typename E> struct SelfArith : ArithBase<E, E> {
+    static E widen(E x)
+    {
+        return x;
+    }
+    static E narrow(E a)
+    {
+        return a;
+    }
+    static E input(uint64_t h)
+    {
+        return (E)spread_value(h);
+    }
+};
+
+struct F32 : SelfArith<float> {
     static constexpr const char *name = "float32";
     static constexpr incmoe_dtype_t dtype = INCMOE_FLOAT32;
     static constexpr double unit_roundoff = 0x1p-24;
-    static float widen(float x)
-    {
-        return x;
-    }
-    static float narrow(float a)
-    {
-        return a;
-    }
-    static float input(uint64_t h)
-    {
-        return (float)spread_value(h);
-    }
 };
 
-struct F64 : ArithBase<double, double> {
+struct F64 : SelfArith<double> {
     static constexpr const char *name = "float64";
     static constexpr incmoe_dtype_t dtype = INCMOE_FLOAT64;
     static constexpr double unit_roundoff = 0x1p-53;
-    static double widen(double x)
-    {
-        return x;
-    }
-    static double narrow(double a)
-    {
-        return a;
-    }
-    static double input(uint64_t h)
-    {
-        return spread_value(h);
-    }
 };
 
 /* Signed sums wrap (two's complement), so every order gives the same bits. */
-struct I32 : ArithBase<int32_t, int32_t> {
+struct I32 : SelfArith<int32_t> {
     static constexpr const char *name = "int32";
     static constexpr incmoe_dtype_t dtype = INCMOE_INT32;
     static constexpr double unit_roundoff = 0;
@@ -223,14 +216,6 @@ struct I32 : ArithBase<int32_t, int32_t> {
         if (op == INCMOE_SUM)
             return (int32_t)((uint32_t)a + (uint32_t)b);
         return ArithBase::apply(op, a, b);
-    }
-    static int32_t widen(int32_t x)
-    {
-        return x;
-    }
-    static int32_t narrow(int32_t a)
-    {
-        return a;
     }
     static int32_t input(uint64_t h)
     {
@@ -2288,8 +2273,9 @@ struct FakeChild {
     RawClient raw;
     uint64_t job;
 
-    bool join(const std::string &root_addr)
+    bool join(const std::string &root_addr, uint64_t job_id)
     {
+        job = job_id;
         if (!raw.connect(root_addr))
             return false;
         inc_wire_tree_join tj = {};
@@ -2363,8 +2349,7 @@ void expect_switch_port_breaks_dispatch(const harness::SwitchProc &root, const s
         [&](int proc) -> std::string {
             if (proc == 2) {
                 FakeChild child;
-                child.job = job;
-                if (!child.join(root.addr))
+                if (!child.join(root.addr, job))
                     return "the fake child switch got no JOIN_ACK";
                 if (!child.raw.wait_for(WIRE_MSG_POST, nullptr, 5000))
                     return "the root relayed no POST to the fake child switch";
@@ -2544,8 +2529,7 @@ TEST(TreeDc, RowsComingAfterADispatchFailedAreNeverWritten)
             if (proc < 2)
                 return rank_sees_no_rows_after_failing(root.addr, job, proc);
             FakeChild child;
-            child.job = job;
-            if (!child.join(root.addr))
+            if (!child.join(root.addr, job))
                 return "the fake child switch got no JOIN_ACK";
             return fake_child_floods_then_fails(child);
         },

@@ -14,7 +14,6 @@ switch unless INCMOE_SWITCH=host:port names one.
 """
 
 import argparse
-import multiprocessing
 import os
 import sys
 
@@ -27,6 +26,7 @@ import incmoe  # noqa: E402
 import incmoe.hf  # noqa: E402
 from incmoe.hf import models  # noqa: E402
 from incmoe.hf.experts import IncmoeExperts  # noqa: E402
+from ranks import run_ranks  # noqa: E402
 
 N, BATCH, LENGTH, NEW = 4, 2, 8, 16
 
@@ -44,7 +44,7 @@ def generate(model, prompts):
                               pad_token_id=0)
 
 
-def rank_main(rank, args, switch, job, prompts, results):
+def rank_main(rank, switch, job, args, prompts, results):
     torch.set_num_threads(1)
     model = load(args)
     with incmoe.Communicator(switch, job, rank, N) as comm:
@@ -67,31 +67,7 @@ def main():
     prompts = [models.prompts(model.config, BATCH, LENGTH, seed=r) for r in range(N)]
     want = [generate(model, p) for p in prompts]  # the whole model, one process
 
-    sw = None
-    switch = os.environ.get("INCMOE_SWITCH")
-    if not switch:
-        sw = incmoe.Switch()
-        switch = sw.address
-    job = int.from_bytes(os.urandom(8), "little") >> 1
-    ctx = multiprocessing.get_context("fork")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, args, switch, job, prompts[r], results))
-             for r in range(N)]
-    for p in procs:
-        p.start()
-    got = {}
-    try:
-        for _ in range(N):
-            r, out = results.get(timeout=300)
-            got[r] = torch.from_numpy(out)
-    except Exception as e:
-        print("a rank did not report: %s" % e)
-    for p in procs:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
-    if sw is not None:
-        sw.stop()
+    got = run_ranks(N, rank_main, [(args, prompts[r]) for r in range(N)], timeout_s=300)
     ok = len(got) == N
     for r in sorted(got):
         same = torch.equal(got[r], want[r])

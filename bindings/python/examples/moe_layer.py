@@ -14,7 +14,6 @@ Starts its own switch unless INCMOE_SWITCH=host:port names one.
 """
 
 import argparse
-import multiprocessing
 import os
 import sys
 
@@ -24,6 +23,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import incmoe  # noqa: E402
+from ranks import run_ranks  # noqa: E402
 
 N, E, TOP_K, H, I = 4, 16, 4, 256, 128
 TOKENS = [37, 0, 12, 64]  # per rank
@@ -69,35 +69,12 @@ def main():
     weights, ids = torch.softmax(logits, dim=-1).topk(TOP_K, dim=-1)  # the caller's routing
     ref = single_process_moe(x, ids, weights, w13, w2)
 
-    sw = None
-    switch = os.environ.get("INCMOE_SWITCH")
-    if not switch:
-        sw = incmoe.Switch()
-        switch = sw.address
-    job = int.from_bytes(os.urandom(8), "little") >> 1
-    ctx = multiprocessing.get_context("fork")
-    results = ctx.Queue()
     starts = [sum(TOKENS[:r]) for r in range(N)]
-    procs = []
+    rank_args = []
     for r in range(N):
         sl = slice(starts[r], starts[r] + TOKENS[r])
-        procs.append(ctx.Process(target=rank_main, args=(
-            r, switch, job, args.mode, args.algo, w13, w2, x[sl], ids[sl], weights[sl], results)))
-    for p in procs:
-        p.start()
-    got = {}
-    try:
-        for _ in range(N):
-            r, y = results.get(timeout=120)
-            got[r] = torch.from_numpy(y)
-    except Exception as e:
-        print("a rank did not report: %s" % e)
-    for p in procs:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
-    if sw is not None:
-        sw.stop()
+        rank_args.append((args.mode, args.algo, w13, w2, x[sl], ids[sl], weights[sl]))
+    got = run_ranks(N, rank_main, rank_args, timeout_s=120)
     ok = len(got) == N
     for r in sorted(got):
         sl = slice(starts[r], starts[r] + TOKENS[r])

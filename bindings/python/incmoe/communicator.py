@@ -265,20 +265,27 @@ class Communicator:
     def _region(self, buf):
         return self._mrs.region(buf)
 
+    def _blocks(self, call, out, inp, whole):
+        """out and inp of call as buffers, (o, i): one dtype, and the one named whole ("output"
+        or "input") holding nranks blocks of the other's elements."""
+        i = _buffers.as_buffer(inp, "%s input" % call)
+        o = _buffers.as_buffer(out, "%s output" % call)
+        if o.dtype != i.dtype:
+            raise ValueError(
+                "%s: output dtype %s differs from input dtype %s" % (call, o.dtype, i.dtype)
+            )
+        w, b, t, block = (o, i, out, "input") if whole == "output" else (i, o, inp, "output")
+        if w.numel != self.nranks * b.numel:
+            raise ValueError(
+                "%s: %s has %d elements (shape %s), expected nranks x %s = %d x %d"
+                % (call, whole, w.numel, tuple(t.shape), block, self.nranks, b.numel)
+            )
+        return o, i
+
     def all_gather(self, out, inp, async_op=False):
         """out (N * inp.numel() elements, inp's dtype) receives every rank's inp, in rank order."""
         comm = self._handle()
-        i = _buffers.as_buffer(inp, "all_gather input")
-        o = _buffers.as_buffer(out, "all_gather output")
-        if o.dtype != i.dtype:
-            raise ValueError(
-                "all_gather: output dtype %s differs from input dtype %s" % (o.dtype, i.dtype)
-            )
-        if o.numel != self.nranks * i.numel:
-            raise ValueError(
-                "all_gather: output has %d elements (shape %s), expected nranks x input = %d x %d"
-                % (o.numel, tuple(out.shape), self.nranks, i.numel)
-            )
+        o, i = self._blocks("all_gather", out, inp, "output")
         return self._allgather(comm, o, i, [i.nbytes] * self.nranks, 0, async_op)
 
     def broadcast(self, t, root=0, async_op=False):
@@ -304,27 +311,13 @@ class Communicator:
         lay.length = lay.block_stride
         arr = (ctypes.c_size_t * self.nranks)(*valid)
         lay.valid = arr
-        req = _lib.req_t()
-        st = _lib.lib().incmoe_allgather(
-            comm, smr, soff, rmr, (roff + shift) % _U64, ctypes.byref(lay), ctypes.byref(req)
-        )
-        _errors.check("incmoe_allgather", st, comm)
-        return self._finish(Work(self, req, (o.obj, i.obj)), async_op)
+        args = (smr, soff, rmr, (roff + shift) % _U64, ctypes.byref(lay))
+        return self._post("incmoe_allgather", comm, args, (o.obj, i.obj), async_op)
 
     def reduce_scatter(self, out, inp, op="sum", async_op=False):
         """out gets this rank's share (block `rank` of inp's N blocks) reduced over the ranks."""
         comm = self._handle()
-        i = _buffers.as_buffer(inp, "reduce_scatter input")
-        o = _buffers.as_buffer(out, "reduce_scatter output")
-        if o.dtype != i.dtype:
-            raise ValueError(
-                "reduce_scatter: output dtype %s differs from input dtype %s" % (o.dtype, i.dtype)
-            )
-        if i.numel != self.nranks * o.numel:
-            raise ValueError(
-                "reduce_scatter: input has %d elements (shape %s), expected nranks x output "
-                "= %d x %d" % (i.numel, tuple(inp.shape), self.nranks, o.numel)
-            )
+        o, i = self._blocks("reduce_scatter", out, inp, "input")
         check_op(op, i.dtype, "reduce_scatter")
         if o.nbytes == 0:
             return self._finish(Work(self), async_op)
@@ -334,20 +327,8 @@ class Communicator:
         lay.block_stride = o.nbytes
         lay.offset = 0
         lay.length = o.nbytes
-        req = _lib.req_t()
-        st = _lib.lib().incmoe_reducescatter(
-            comm,
-            smr,
-            soff,
-            rmr,
-            roff,
-            ctypes.byref(lay),
-            _lib.DTYPES[i.dtype],
-            _lib.REDOPS[op],
-            ctypes.byref(req),
-        )
-        _errors.check("incmoe_reducescatter", st, comm)
-        return self._finish(Work(self, req, (o.obj, i.obj)), async_op)
+        args = (smr, soff, rmr, roff, ctypes.byref(lay), _lib.DTYPES[i.dtype], _lib.REDOPS[op])
+        return self._post("incmoe_reducescatter", comm, args, (o.obj, i.obj), async_op)
 
     def all_reduce(self, t, op="sum", async_op=False):
         """t becomes the element-wise reduction of every rank's t (in place)."""
@@ -357,26 +338,12 @@ class Communicator:
         if b.nbytes == 0:
             return self._finish(Work(self), async_op)
         mr, off = self._region(b)
-        req = _lib.req_t()
-        st = _lib.lib().incmoe_allreduce(
-            comm,
-            mr,
-            off,
-            mr,
-            off,
-            b.numel,
-            _lib.DTYPES[b.dtype],
-            _lib.REDOPS[op],
-            ctypes.byref(req),
-        )
-        _errors.check("incmoe_allreduce", st, comm)
-        return self._finish(Work(self, req, (b.obj,)), async_op)
+        args = (mr, off, mr, off, b.numel, _lib.DTYPES[b.dtype], _lib.REDOPS[op])
+        return self._post("incmoe_allreduce", comm, args, (b.obj,), async_op)
 
     def barrier(self, async_op=False):
         comm = self._handle()
-        req = _lib.req_t()
-        _errors.check("incmoe_barrier", _lib.lib().incmoe_barrier(comm, ctypes.byref(req)), comm)
-        return self._finish(Work(self, req), async_op)
+        return self._post("incmoe_barrier", comm, (), (), async_op)
 
     def _settle_dispatch(self):
         """Complete the dispatch of this communicator still in flight, if any, before another
@@ -461,6 +428,14 @@ class Communicator:
         if getattr(self, "_blank_buf", None) is None:
             self._blank_buf = _buffers.as_buffer(_buffers.blank(8), "blank")
         return self._blank_buf
+
+    def _post(self, call, comm, args, keep, async_op):
+        """Posts the collective call(comm, *args, &req) and hands back its Work, waited for
+        unless async_op; keep: what the Work holds until it completes."""
+        req = _lib.req_t()
+        st = getattr(_lib.lib(), call)(comm, *args, ctypes.byref(req))
+        _errors.check(call, st, comm)
+        return self._finish(Work(self, req, keep), async_op)
 
     @staticmethod
     def _finish(work, async_op):

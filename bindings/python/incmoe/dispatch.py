@@ -66,10 +66,18 @@ def _req_reason(comm_ptr, req):
     return st, buf.value.decode(errors="replace")
 
 
-def _wait_refused(comm, req):
-    """Wait for a refused collective (it fails on every rank; the library's status is not this
-    rank's news, its ValueError is)."""
+def _refuse(comm, call, params_t, refused_flag, problem):
+    """Posts call (incmoe_dispatch or incmoe_combine) refusing with problem's reason and waits
+    for it: it fails on every rank; the library's status is not this rank's news, its
+    ValueError is.  Returns the request."""
+    req = _lib.req_t()
+    p = params_t()
+    p.field_mask = refused_flag
+    p.refused = _refusal_bytes(problem)
+    st = getattr(_lib.lib(), call)(comm._handle(), ctypes.byref(p), ctypes.byref(req))
+    _errors.check(call, st, comm._ptr)
     _lib.lib().incmoe_wait(comm._handle(), ctypes.byref(req))
+    return req
 
 
 class Dispatch:
@@ -365,13 +373,9 @@ def dispatch(comm, x, mask, out=None, async_op=False):
         xb, T, row_shape, row_bytes = _check_dispatch(comm, x, mask, out)
         sets = _sets_of(mask, comm.nranks)
     except ValueError as problem:
-        req = _lib.req_t()
-        p = _lib.dispatch_params_t()
-        p.field_mask = _lib.DISPATCH_PARAM_REFUSED
-        p.refused = _refusal_bytes(problem)
-        st = _lib.lib().incmoe_dispatch(comm._handle(), ctypes.byref(p), ctypes.byref(req))
-        _errors.check("incmoe_dispatch", st, comm._ptr)
-        _wait_refused(comm, req)
+        req = _refuse(
+            comm, "incmoe_dispatch", _lib.dispatch_params_t, _lib.DISPATCH_PARAM_REFUSED, problem
+        )
         _lib.lib().incmoe_dispatch_release(comm._handle(), ctypes.byref(req))
         raise problem from None
     handle = Dispatch(comm, T, row_shape, x.dtype)
@@ -451,13 +455,7 @@ def combine(comm, h, partials, op="sum", out=None, async_op=False):
     try:
         pb, ob, out, row_count = _check_combine(comm, h, partials, op, out)
     except ValueError as problem:
-        req = _lib.req_t()
-        p = _lib.combine_params_t()
-        p.field_mask = _lib.COMBINE_PARAM_REFUSED
-        p.refused = _refusal_bytes(problem)
-        st = _lib.lib().incmoe_combine(comm._handle(), ctypes.byref(p), ctypes.byref(req))
-        _errors.check("incmoe_combine", st, comm._ptr)
-        _wait_refused(comm, req)
+        _refuse(comm, "incmoe_combine", _lib.combine_params_t, _lib.COMBINE_PARAM_REFUSED, problem)
         raise problem from None
     p = _lib.combine_params_t()
     p.dispatch = h._req

@@ -42,6 +42,18 @@ SWITCH_ARGS = ["--progress-timeout-ms", "20000"]
 PG_TIMEOUT = datetime.timedelta(seconds=20)
 RANK_TIMEOUT_S = 150
 
+# Every element type the library carries (incmoe_dtype_t), for the suites that try each.
+DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int32,
+    torch.int64,
+    torch.int8,
+    torch.uint8,
+]
+
 
 # What libincmoe's log (base/log.c) writes at level error: "[SEC.USEC] IDENT error SUBSYS ...".
 _ERROR_LINE = re.compile(r"^\[\d+\.\d+\] \S+ error ", re.M)

@@ -9,18 +9,8 @@ import torch
 import torch.distributed as dist
 
 import incmoe
-from conftest import new_job, run_ranks
+from conftest import DTYPES, new_job, run_ranks
 
-DTYPES = [
-    torch.float32,
-    torch.float16,
-    torch.bfloat16,
-    torch.float64,
-    torch.int32,
-    torch.int64,
-    torch.int8,
-    torch.uint8,
-]
 OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 COUNT = 37  # elements per rank: odd, so no block is a round size
 

@@ -13,21 +13,28 @@ import pytest
 import torch
 
 import incmoe
-from conftest import new_job, run_ranks
+from conftest import DTYPES, new_job, run_ranks
 
 ALGOS = ["inc", "ring", "a2a"]
 NRANKS = [2, 3, 4]
-DTYPES = [
-    torch.float32,
-    torch.float16,
-    torch.bfloat16,
-    torch.float64,
-    torch.int32,
-    torch.int64,
-    torch.int8,
-    torch.uint8,
-]
 ROW = (3, 2)  # the shape of a row past dim 0
+
+
+def every_algo_and_size(test):
+    """test(switch, algo, n) on each algorithm and each number of ranks."""
+    return pytest.mark.parametrize("n", NRANKS)(pytest.mark.parametrize("algo", ALGOS)(test))
+
+
+def run_comms(body, switch, algo, n):
+    """body(c, rank, n) on n ranks, each with its communicator c of a new job on switch by
+    algo; c is closed after a body that returns."""
+
+    def rank_body(rank, n, addr, job):
+        c = incmoe.Communicator(addr, job, rank, n, algo=algo)
+        body(c, rank, n)
+        c.close()
+
+    run_ranks(rank_body, n, switch.address, new_job())
 
 
 def _gen(*key):
@@ -121,8 +128,7 @@ def _ops(dtype):
 # --- exact results ---------------------------------------------------------------------------
 
 
-def exact_body(rank, n, addr, job, algo):
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
+def exact_body(c, rank, n):
     step = 0
     for dtype in DTYPES:
         for op in _ops(dtype):
@@ -136,19 +142,16 @@ def exact_body(rank, n, addr, job, algo):
             _eq("combine %s %s step %d" % (dtype, op, step), y, _combined(rank, n, step, dtype, op))
             with pytest.raises(ValueError, match="combined already"):
                 c.combine(h, _partials(rank, src, step, dtype, op), op=op)
-    c.close()
 
 
-@pytest.mark.parametrize("n", NRANKS)
-@pytest.mark.parametrize("algo", ALGOS)
+@every_algo_and_size
 def test_dispatch_and_combine_match_the_reference_in_every_type(switch, algo, n):
-    run_ranks(exact_body, n, switch.address, new_job(), algo)
+    run_comms(exact_body, switch, algo, n)
 
 
-def order_body(rank, n, addr, job, algo):
+def order_body(c, rank, n):
     """float32 rows of random values: the others' partials summed in ascending rank order,
     the owner's own last, bit for bit."""
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
     for step in range(3):
         x = torch.randn((_rows_of(rank, step), 5), generator=_gen("fx", rank, step))
         h = c.dispatch(x, _mask(rank, n, step, 0.7))
@@ -181,18 +184,15 @@ def order_body(rank, n, addr, job, algo):
                 else (own if own is not None else (acc if acc is not None else torch.zeros(5)))
             )
         assert torch.equal(y, want), "step %d: %s against %s" % (step, y, want)
-    c.close()
 
 
-@pytest.mark.parametrize("n", NRANKS)
-@pytest.mark.parametrize("algo", ALGOS)
+@every_algo_and_size
 def test_float_sums_are_the_reduce_scatter_order_bit_for_bit(switch, algo, n):
-    run_ranks(order_body, n, switch.address, new_job(), algo)
+    run_comms(order_body, switch, algo, n)
 
 
-def nowhere_body(rank, n, addr, job, algo):
+def nowhere_body(c, rank, n):
     """Every mask empty (rows on every rank, none received anywhere), then no rows at all."""
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
     x = _ints(_gen("nowhere", rank), (5 + rank,) + ROW, torch.int64)
     h = c.dispatch(x, torch.zeros(5 + rank, n, dtype=torch.bool))
     _eq("rows of empty masks", h.rows, torch.empty((0,) + ROW, dtype=torch.int64))
@@ -202,21 +202,18 @@ def nowhere_body(rank, n, addr, job, algo):
     h = c.dispatch(torch.empty((0,) + ROW), torch.zeros(0, n, dtype=torch.bool))
     assert len(h) == 0
     _eq("combine of no rows", c.combine(h, torch.empty(0, 3)), torch.empty(0, 3))
-    c.close()
 
 
-@pytest.mark.parametrize("n", NRANKS)
-@pytest.mark.parametrize("algo", ALGOS)
+@every_algo_and_size
 def test_masks_that_name_no_rank_deliver_nothing_and_combine_to_zeros(switch, algo, n):
-    run_ranks(nowhere_body, n, switch.address, new_job(), algo)
+    run_comms(nowhere_body, switch, algo, n)
 
 
 # --- async, out=, the capacity retry ------------------------------------------------------------
 
 
-def async_body(rank, n, addr, job, algo):
+def async_body(c, rank, n):
     """The MoE case: the dispatch of step i in flight with the combine of step i - 1."""
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
     dt = torch.float32
     prev, prev_step = None, None
     for step in range(1, 7):
@@ -245,17 +242,14 @@ def async_body(rank, n, addr, job, algo):
     prev.release()
     with pytest.raises(ValueError, match="released"):
         c.combine(prev, _partials(rank, prev.source, prev_step, dt, "sum"))
-    c.close()
 
 
-@pytest.mark.parametrize("n", NRANKS)
-@pytest.mark.parametrize("algo", ALGOS)
+@every_algo_and_size
 def test_async_dispatch_in_flight_with_the_previous_combine(switch, algo, n):
-    run_ranks(async_body, n, switch.address, new_job(), algo)
+    run_comms(async_body, switch, algo, n)
 
 
-def capacity_body(rank, n, addr, job, algo):
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
+def capacity_body(c, rank, n):
     dt = torch.int32
     T = 6
     x = _ints(_gen("cap", rank), (T,) + ROW, dt)
@@ -302,21 +296,18 @@ def capacity_body(rank, n, addr, job, algo):
     _eq("own rows", h.rows, x)
     _eq("own sources", h.source, torch.tensor([[rank, i] for i in range(T)]))
     _eq("own combine", c.combine(h, h.rows), x)
-    c.close()
 
 
-@pytest.mark.parametrize("n", NRANKS)
-@pytest.mark.parametrize("algo", ALGOS)
+@every_algo_and_size
 def test_out_and_the_capacity_retry(switch, algo, n):
-    run_ranks(capacity_body, n, switch.address, new_job(), algo)
+    run_comms(capacity_body, switch, algo, n)
 
 
-def async_retry_body(rank, n, addr, job, algo):
+def async_retry_body(c, rank, n):
     """An async dispatch whose guess is short retries inside is_completed() or wait(), and a
     dispatch posted meanwhile waits for it, so every rank posts the retry in the same place
     whoever polled first: rank 0 polls the first to the end before posting the second, the
     others post the second at once."""
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
     dt = torch.float32
     a = _x(rank, 60, dt)
     b = _ints(_gen("b", rank), (4,) + ROW, dt)
@@ -338,19 +329,16 @@ def async_retry_body(rank, n, addr, job, algo):
     y = c.combine(wb.handle, torch.ones_like(wb.handle.rows))
     _eq("second combine", y, torch.full_like(b, n))
     wa.handle.release()
-    c.close()
 
 
-@pytest.mark.parametrize("n", NRANKS)
-@pytest.mark.parametrize("algo", ALGOS)
+@every_algo_and_size
 def test_an_async_capacity_retry_keeps_every_ranks_order(switch, algo, n):
-    run_ranks(async_retry_body, n, switch.address, new_job(), algo)
+    run_comms(async_retry_body, switch, algo, n)
 
 
-def dropped_body(rank, n, addr, job, algo):
+def dropped_body(c, rank, n):
     """Dispatches never combined are freed when their handle is dropped: more than the
     library's window of them (1024 kept per communicator) and the next still posts."""
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
     x = torch.full((2, 3), float(rank))
     m = torch.ones(2, n, dtype=torch.bool)
     for _ in range(1100):
@@ -362,19 +350,17 @@ def dropped_body(rank, n, addr, job, algo):
         h.rows,
         torch.arange(n).float().repeat_interleave(2).unsqueeze(1).expand(2 * n, 3).contiguous(),
     )
-    c.close()
 
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_dropped_dispatches_are_released(switch, algo):
-    run_ranks(dropped_body, 2, switch.address, new_job(), algo)
+    run_comms(dropped_body, switch, algo, 2)
 
 
 # --- refusals ---------------------------------------------------------------------------------
 
 
-def refusal_body(rank, n, addr, job, algo):
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
+def refusal_body(c, rank, n):
     dt = torch.float32
     bad = n - 1  # the rank whose arguments are wrong
     step = 40
@@ -429,19 +415,16 @@ def refusal_body(rank, n, addr, job, algo):
     # The failed combines kept the dispatch: it combines now, exactly.
     _eq("combine after the refusals", c.combine(h, parts), _combined(rank, n, step, dt, "sum"))
     c.barrier()
-    c.close()
 
 
-@pytest.mark.parametrize("n", NRANKS)
-@pytest.mark.parametrize("algo", ALGOS)
+@every_algo_and_size
 def test_a_refusal_on_one_rank_fails_the_others_with_its_reason(switch, algo, n):
-    run_ranks(refusal_body, n, switch.address, new_job(), algo)
+    run_comms(refusal_body, switch, algo, n)
 
 
-def mismatch_body(rank, n, addr, job, algo):
+def mismatch_body(c, rank, n):
     """Ranks that disagree on a row's size fail the dispatch, or the combine, on every rank
     alike with the library's reason; the failed combine keeps its dispatch."""
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
     T = 3
     m = torch.ones(T, n, dtype=torch.bool)
     odd = n - 1
@@ -474,18 +457,15 @@ def mismatch_body(rank, n, addr, job, algo):
         assert e.value.status == incmoe.Status.ERR_MISMATCH
     y = c.combine(h, torch.ones(n * T, 4))
     _eq("combine after the mismatches", y, torch.full((T, 4), float(n)))
-    c.close()
 
 
-@pytest.mark.parametrize("n", NRANKS)
-@pytest.mark.parametrize("algo", ALGOS)
+@every_algo_and_size
 def test_ranks_that_disagree_fail_the_call_on_every_rank(switch, algo, n):
-    run_ranks(mismatch_body, n, switch.address, new_job(), algo)
+    run_comms(mismatch_body, switch, algo, n)
 
 
-def two_refusals_body(rank, n, addr, job, algo):
+def two_refusals_body(c, rank, n):
     """Two ranks refuse: every other rank reads the lowest one's reason."""
-    c = incmoe.Communicator(addr, job, rank, n, algo=algo)
     x = torch.zeros(2, 3)
     if rank in (0, n - 1):
         with pytest.raises(ValueError, match="mask has shape"):
@@ -498,23 +478,20 @@ def two_refusals_body(rank, n, addr, job, algo):
             c.dispatch(x, torch.ones(2, n, dtype=torch.bool))
     h = c.dispatch(x, torch.ones(2, n, dtype=torch.bool))
     assert len(h) == 2 * n
-    c.close()
 
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_the_lowest_refusing_rank_gives_the_reason(switch, algo):
-    run_ranks(two_refusals_body, 3, switch.address, new_job(), algo)
+    run_comms(two_refusals_body, switch, algo, 3)
 
 
 def test_a_dispatch_in_flight_has_no_rows_yet(switch):
-    def body(rank, n, addr, job):
-        c = incmoe.Communicator(addr, job, rank, n, algo="inc")
+    def body(c, rank, n):
         w = c.dispatch(torch.ones(3, 2), torch.ones(3, n, dtype=torch.bool), async_op=True)
         if rank == 0 and not w.is_completed():
             with pytest.raises(RuntimeError, match="not completed"):
                 w.handle.rows
         w.wait()
         assert len(w.handle) == 3 * n
-        c.close()
 
-    run_ranks(body, 2, switch.address, new_job())
+    run_comms(body, switch, "inc", 2)

@@ -174,19 +174,24 @@ def test_backend_env_store(switch):
     run_ranks(env_body, 2, switch.address, port)
 
 
-def timeout_body(rank, n, addr, store):
-    """init_process_group(timeout=2 s) on a switch whose own progress timeout is
-    20 s (conftest): rank 1 never posts the all_reduce rank 0 posted, and both
-    ranks' communicators fail naming the 2 s bound."""
+def _world_comm(rank, n, addr, store, timeout_s):
+    """The incmoe world group on addr with a timeout_s bound, and its communicator."""
     os.environ["INCMOE_SWITCH"] = addr
     dist.init_process_group(
         "incmoe",
         init_method="file://" + store,
         rank=rank,
         world_size=n,
-        timeout=datetime.timedelta(seconds=2),
+        timeout=datetime.timedelta(seconds=timeout_s),
     )
-    comm = dist.group.WORLD._get_backend(torch.device("cpu")).comm
+    return dist.group.WORLD._get_backend(torch.device("cpu")).comm
+
+
+def timeout_body(rank, n, addr, store):
+    """init_process_group(timeout=2 s) on a switch whose own progress timeout is
+    20 s (conftest): rank 1 never posts the all_reduce rank 0 posted, and both
+    ranks' communicators fail naming the 2 s bound."""
+    comm = _world_comm(rank, n, addr, store, timeout_s=2)
     want = "rank 1 did not post within 2.0 s"
     if rank == 0:
         with pytest.raises(Exception, match=want):
@@ -208,15 +213,7 @@ def test_backend_timeout_bounds_each_collective(switch, store_path):
 def silent_rank_body(rank, n, addr, store):
     """init_process_group(timeout=300 s): rank 1 stops (alive, silent) and rank 0's
     all_reduce still fails by the liveness timeout, 10 s, long before 300 s."""
-    os.environ["INCMOE_SWITCH"] = addr
-    dist.init_process_group(
-        "incmoe",
-        init_method="file://" + store,
-        rank=rank,
-        world_size=n,
-        timeout=datetime.timedelta(seconds=300),
-    )
-    comm = dist.group.WORLD._get_backend(torch.device("cpu")).comm
+    comm = _world_comm(rank, n, addr, store, timeout_s=300)
     kv = dist.FileStore(store + ".pids", n)
     if rank == 1:
         kv.set("rank1", str(os.getpid()))
