@@ -152,22 +152,32 @@ void run_job(const std::function<std::string(int, Rank &)> &body)
     EXPECT_EQ(harness::failures(res), "");
 }
 
+/* A layer over p with algorithm, mode and routing all left to it, with `slow` added to the
+   paths' times on rank 1 only (INCMOE_MOE_TEST_PATH_MS); "" or why it was not made. l holds
+   the layer's buffers and must outlive it. */
+std::string create_auto(int rank, Rank &r, const char *slow, const moeref::Problem &p, Layer *l,
+                        incmoe_moe_t **L_p)
+{
+    if (rank == 1)
+        setenv("INCMOE_MOE_TEST_PATH_MS", slow, 1);
+    layer_params(l, p, r.comm, rank);
+    incmoe_moe_params_ext_t ext =
+        path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO, INCMOE_MOE_ROUTING_AUTO);
+    incmoe_status_t st = incmoe_moe_create_ex(&l->prm, &ext, L_p);
+    return st == INCMOE_OK ? "" : std::string("create_ex: ") + incmoe_strerror(st);
+}
+
 /* The algorithm every rank must choose when `slow` (on rank 1 only) makes the others slower,
    with the mode and routing left to the layer. */
 void expect_algo_chosen(const char *slow, int want)
 {
     run_job([&](int rank, Rank &r) -> std::string {
-        if (rank == 1)
-            setenv("INCMOE_MOE_TEST_PATH_MS", slow, 1);
         moeref::Problem p = moeref::make_problem(small_shape(), {12, 7, 0, 20}, 31);
         Layer l;
-        layer_params(&l, p, r.comm, rank);
-        incmoe_moe_params_ext_t ext =
-            path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO, INCMOE_MOE_ROUTING_AUTO);
         incmoe_moe_t *L;
-        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
-        if (st != INCMOE_OK)
-            return std::string("create_ex: ") + incmoe_strerror(st);
+        std::string made = create_auto(rank, r, slow, p, &l, &L);
+        if (!made.empty())
+            return made;
         incmoe_moe_timing_t t1, t2;
         std::string err = forward_checked(L, p, rank, &t1);
         if (err.empty())
@@ -207,17 +217,12 @@ namespace
    paths it measured, the forwards that took, and what it chose. */
 std::string measure_once(int rank, Rank &r, const char *slow, incmoe_moe_timing_t *t)
 {
-    if (rank == 1)
-        setenv("INCMOE_MOE_TEST_PATH_MS", slow, 1);
     moeref::Problem p = moeref::make_problem(small_shape(), {9, 4, 13, 2}, 35);
     Layer l;
-    layer_params(&l, p, r.comm, rank);
-    incmoe_moe_params_ext_t ext =
-        path_ext(r, INCMOE_MOE_ALGO_AUTO, INCMOE_MOE_AUTO, INCMOE_MOE_ROUTING_AUTO);
     incmoe_moe_t *L;
-    incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &ext, &L);
-    if (st != INCMOE_OK)
-        return std::string("create_ex: ") + incmoe_strerror(st);
+    std::string made = create_auto(rank, r, slow, p, &l, &L);
+    if (!made.empty())
+        return made;
     std::string err = forward_checked(L, p, rank, t);
     incmoe_moe_destroy(L);
     return err;

@@ -48,6 +48,17 @@ def _prompts(cfg, rank, batch=2):
     return models.prompts(cfg, batch, 5 + rank, seed=100 + rank)  # lengths differ per rank
 
 
+def _tiny_with_reference(name, rank, seed):
+    """A tiny `name` model, this rank's prompts and the single-process model's logits on them,
+    taken before the model is sharded."""
+    cfg = models.config(name, "tiny")
+    x = _prompts(cfg, rank)
+    model = models.build(cfg, seed=seed)
+    with torch.no_grad():
+        ref = model(x).logits
+    return cfg, model, x, ref
+
+
 def test_transformers_version(record_testsuite_property):
     """Which transformers these tests ran with: in the junit report (tools/quickstart
     prints it too); the [hf] extra of pyproject.toml names the range tested."""
@@ -155,11 +166,8 @@ def eos_body(rank, n, addr, job, seed, eos):
 
 
 def routing_body(rank, n, addr, job, name, routing):
-    cfg = models.config(name, "tiny")
-    x = _prompts(cfg, rank)
-    model = models.build(cfg, seed=2)
+    _, model, x, ref = _tiny_with_reference(name, rank, seed=2)
     with torch.no_grad():
-        ref = model(x).logits
         ref_gen = model.generate(x, eos_token_id=None, **GEN)
     comm = incmoe.Communicator(addr, job, rank, n)
     if routing == "path":  # everything left to the layers: measured on their first calls
@@ -183,11 +191,7 @@ def test_routing(switch, routing):
 
 
 def default_body(rank, n, addr, job):
-    cfg = models.config("mixtral", "tiny")
-    x = _prompts(cfg, rank)
-    model = models.build(cfg, seed=5)
-    with torch.no_grad():
-        ref = model(x).logits
+    _, model, x, ref = _tiny_with_reference("mixtral", rank, seed=5)
     comm = incmoe.Communicator(addr, job, rank, n)
     incmoe.hf.expert_parallel(model, comm)
     layers = [m.layer for m in model.modules() if hasattr(m, "layer")]
@@ -264,11 +268,8 @@ def test_refusals(switch):
 
 
 def failures_body(rank, n, addr, job):
-    cfg = models.config("mixtral", "tiny")  # two layers, a sparse block in each
-    x = _prompts(cfg, rank)
-    model = models.build(cfg, seed=4)
-    with torch.no_grad():
-        ref = model(x).logits
+    # two layers, a sparse block in each
+    cfg, model, x, ref = _tiny_with_reference("mixtral", rank, seed=4)
     comm = incmoe.Communicator(addr, job, rank, n)
     incmoe.hf.expert_parallel(model, comm)
     attn1 = model.model.layers[1].self_attn
