@@ -1771,7 +1771,6 @@ void dc_rank_killed_mid_dispatch(int rounds)
             incmoe_status_t st = create_on(tree, topo, job, me, kJobTimeoutMs, &comm);
             if (st != INCMOE_OK)
                 return std::string("comm_create: ") + incmoe_strerror(st);
-            Rank r = {comm, me, (int)n, nullptr, chunk, nullptr};
             incmoe_mr_t *ms, *mr;
             incmoe_req_t req;
             CHECK_OK(incmoe_mem_register(comm, send.data(), send.size(), &ms));
