@@ -21,6 +21,9 @@ RunResult run_cmd(const std::vector<std::string> &argv, int timeout_s);
 /* "" when the run ended by itself with status 0, else how it ended and what it printed. */
 std::string failed_run(const RunResult &r);
 
+/* How the run ended and what it printed, for a failed expectation's message. */
+std::string describe(const RunResult &r);
+
 /* nccl-tests table rows of out (lines not starting with '#'), split on blanks. */
 std::vector<std::vector<std::string>> table_rows(const std::string &out);
 

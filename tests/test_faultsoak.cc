@@ -19,17 +19,12 @@
 #include "perf_run.h"
 #include "testbed_probe.h"
 
+using perf_test::describe;
 using perf_test::run_cmd;
 using perf_test::RunResult;
 
 static const std::string kFaultsoak = TOP_SRCDIR "/tools/faultsoak";
 static const std::string kRankProg = TOP_BUILDDIR "/tools/incmoe-soak-rank";
-
-static std::string describe(const RunResult &r)
-{
-    return "exit " + std::to_string(r.status) + (r.timed_out ? " (timed out)" : "") +
-           "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
-}
 
 static std::string slurp(const std::string &path)
 {

@@ -100,6 +100,12 @@ std::string failed_run(const RunResult &r)
     return "";
 }
 
+std::string describe(const RunResult &r)
+{
+    return "exit " + std::to_string(r.status) + (r.timed_out ? " (timed out)" : "") +
+           "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
+}
+
 std::vector<std::vector<std::string>> table_rows(const std::string &out)
 {
     std::vector<std::vector<std::string>> rows;

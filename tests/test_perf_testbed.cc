@@ -20,6 +20,7 @@
 #include "perf_run.h"
 #include "testbed_probe.h"
 
+using perf_test::describe;
 using perf_test::run_cmd;
 using perf_test::RunResult;
 using testbed_probe::cannot_run_testbed;
@@ -30,12 +31,6 @@ static const std::string kTestbed = TOP_SRCDIR "/tools/testbed";
 static const std::string kMpiRef = TOP_SRCDIR "/tools/mpi-reference";
 static const std::string kPerf = TOP_BUILDDIR "/tools/incmoe-perf";
 static const std::string kMpiAgrs = TOP_BUILDDIR "/tools/mpi_agrs";
-
-static std::string describe(const RunResult &r)
-{
-    return "exit " + std::to_string(r.status) + (r.timed_out ? " (timed out)" : "") +
-           "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
-}
 
 TEST(Testbed, RefusesWithoutRoot)
 {

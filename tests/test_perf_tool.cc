@@ -23,6 +23,7 @@
 #include "harness.h"
 #include "perf_run.h"
 
+using perf_test::describe;
 using perf_test::RunResult;
 
 static const std::string kPerf = TOP_BUILDDIR "/tools/incmoe-perf";
@@ -31,12 +32,6 @@ static RunResult perf(std::vector<std::string> args, int timeout_s = 90)
 {
     args.insert(args.begin(), kPerf);
     return perf_test::run_cmd(args, timeout_s);
-}
-
-static std::string describe(const RunResult &r)
-{
-    return "exit " + std::to_string(r.status) + (r.timed_out ? " (timed out)" : "") +
-           "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
 }
 
 /* The sizes incmoe-perf must print for -b lo -e hi -f f: lo, lo*f, ... <= hi. */
@@ -119,6 +114,24 @@ TEST(Demo, ACorrectRunIsAQuietRun)
     ASSERT_EQ(r.status, 0) << describe(r);
     EXPECT_NE(r.out.find("incmoe demo: all results correct"), std::string::npos) << describe(r);
     EXPECT_EQ(error_text(r), "") << describe(r);
+}
+
+/* ---- incmoe config ---------------------------------------------------------- */
+
+TEST(Config, AValueASettingDoesNotTakeIsNamedAndTheCommandFails)
+{
+    RunResult ok = perf_test::run_cmd({TOP_BUILDDIR "/tools/incmoe", "config"}, 30);
+    EXPECT_EQ(ok.status, 0) << describe(ok);
+    EXPECT_NE(ok.out.find("INCMOE_CREDITS"), std::string::npos) << describe(ok);
+    setenv("INCMOE_CREDITS", "abc", 1);
+    setenv("INCMOE_LOG_LEVEL", "bogus", 1);
+    RunResult bad = perf_test::run_cmd({TOP_BUILDDIR "/tools/incmoe", "config"}, 30);
+    unsetenv("INCMOE_CREDITS");
+    unsetenv("INCMOE_LOG_LEVEL");
+    EXPECT_EQ(bad.status, 1) << describe(bad);
+    EXPECT_NE(bad.err.find("INCMOE_CREDITS=abc"), std::string::npos) << describe(bad);
+    EXPECT_NE(bad.err.find("INCMOE_LOG_LEVEL=bogus"), std::string::npos) << describe(bad);
+    EXPECT_NE(bad.err.find("not a log level"), std::string::npos) << describe(bad);
 }
 
 /* ---- every op with every algorithm ------------------------------------------ */

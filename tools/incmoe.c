@@ -26,25 +26,51 @@
 
 #include "base/clock.h"
 #include "base/config.h"
+#include "base/log.h"
+#include "base/text.h"
 
 #define MAX_SIZES  32
 #define MAX_LEAVES 16
 
-static int cmd_config(void)
+/* Why the setting's value in force is not one it takes, into why; 0 when it is valid (or
+   unset, or a text this tool cannot judge). */
+static int config_invalid(const inc_config_entry_t *e, const char *v, char *why, size_t len)
 {
-    printf("%-22s %-12s %s\n", "setting", "value", "meaning");
-    for (size_t i = 0; i < inc_config_table_size; i++) {
-        const char *v = inc_config_get_str(inc_config_table[i].name);
-        char range[64] = "";
-        if (inc_config_table[i].kind != INC_CONFIG_TEXT) {
-            strcpy(range, " [");
-            inc_config_range(&inc_config_table[i], range + 2, sizeof(range) - 3);
-            strcat(range, "]");
-        }
-        printf("%-22s %-12s %s%s\n", inc_config_table[i].name, v ? v : "(unset)",
-               inc_config_table[i].doc, range);
+    long long x;
+    if (v == NULL)
+        return 0;
+    if (e->kind != INC_CONFIG_TEXT)
+        return inc_parse_int(v, e->min, e->max, e->kind == INC_CONFIG_SIZE, &x, why, len) != 0;
+    if (strcmp(e->name, "INCMOE_LOG_LEVEL") == 0 && inc_log_level_parse(v) < 0) {
+        snprintf(why, len, "not a log level (error, warn, info, debug, trace, or 0..4)");
+        return 1;
     }
     return 0;
+}
+
+/* The table with the values in force; a value a setting does not take is named on stderr
+   (the library logs it and goes on with the default), and the exit status is 1. */
+static int cmd_config(void)
+{
+    int bad = 0;
+    printf("%-22s %-12s %s\n", "setting", "value", "meaning");
+    for (size_t i = 0; i < inc_config_table_size; i++) {
+        const inc_config_entry_t *e = &inc_config_table[i];
+        const char *v = inc_config_get_str(e->name);
+        char range[64] = "", why[160], shown[64];
+        if (e->kind != INC_CONFIG_TEXT) {
+            strcpy(range, " [");
+            inc_config_range(e, range + 2, sizeof(range) - 3);
+            strcat(range, "]");
+        }
+        printf("%-22s %-12s %s%s\n", e->name, v ? v : "(unset)", e->doc, range);
+        if (config_invalid(e, v, why, sizeof(why))) {
+            fprintf(stderr, "incmoe config: %s=%s: %s; the default is used\n", e->name,
+                    inc_text_sanitize(shown, sizeof(shown), v, strlen(v)), why);
+            bad = 1;
+        }
+    }
+    return bad;
 }
 
 /* Values that sum exactly in fp32 for any rank count used here. */
