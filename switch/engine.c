@@ -214,6 +214,8 @@ static void check_progress(engine_t *eng)
     for (job_t *job = eng->members.jobs; job != NULL; job = next) {
         next = job->next; /* a failed job moves to the orphans */
         coll_check_progress(&eng->members, job, now);
+        if (job->state == JOB_ACTIVE) /* whose ranks all left while it owed its parent */
+            job_release(&eng->members, job);
     }
 }
 

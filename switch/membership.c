@@ -19,6 +19,8 @@
 
 #include <openssl/rand.h>
 
+#include "coll_table.h"
+
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/text.h"
@@ -248,6 +250,17 @@ static void job_let_parent_go(membership_t *m, job_t *job)
     m->tx.ops->drop(m->tx.server, up);
 }
 
+/* Has the job a collective this switch has not finished (one listed and not done: a done
+   one stays listed only behind an older one that is not)? */
+static int job_owes_tree(const job_t *job)
+{
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
+        for (const coll_t *c = job->colls[s]; c != NULL; c = c->next)
+            if (!c->done)
+                return 1;
+    return 0;
+}
+
 void job_release(membership_t *m, job_t *job)
 {
     if (job->refs > 0) /* first: every send completion asks, and counting members is O(N) */
@@ -256,6 +269,12 @@ void job_release(membership_t *m, job_t *job)
     for (int r = 0; r < job->nranks; r++)
         members += job->conns[r] != NULL && job->conns[r] != job->parent;
     if (members > 0)
+        return;
+    /* Beneath a parent, the ranks' leaving in order does not end what this switch owes the
+       tree: a combine's partials may wait here for the owner's set chunk, a chunk for the
+       parent's credits.  The job stays until its collectives are done (the engine's progress
+       check asks again) or it fails (their progress timeout bounds the wait). */
+    if (job->state == JOB_ACTIVE && job->parent != NULL && job_owes_tree(job))
         return;
     job_let_parent_go(m, job);
     if (job->state != JOB_FAILED) {
