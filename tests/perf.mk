@@ -9,6 +9,13 @@ test_perf_tool_LDADD = libharness.la $(TEST_LIBS)
 test_moe_bench_SOURCES = test_moe_bench.cc test_perf_run.cc perf_run.h
 test_moe_bench_LDADD = $(GTEST_LIBS) -lpthread
 
+# tools/mpi_dc, the OpenMPI reference of --op dc, against incmoe-perf's a2a.
+if HAVE_MPI
+check_PROGRAMS += test_mpi_dc
+test_mpi_dc_SOURCES = test_mpi_dc.cc test_perf_run.cc perf_run.h
+test_mpi_dc_LDADD = $(GTEST_LIBS) -lpthread
+endif
+
 # The routing of incmoe-perf's dispatch, combine and dc (tools/route.h).
 check_PROGRAMS += test_route
 test_route_SOURCES = test_route.cc
