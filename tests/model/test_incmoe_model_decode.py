@@ -75,6 +75,20 @@ def test_a_slow_switch_sets_the_in_network_time():
     assert t.total * 1e3 == pytest.approx(2 + 4.0)
 
 
+def test_a_message_over_the_jobs_credits_is_refused_by_the_form():
+    # Chunks of 64 B: the in-network combine's LL (304 B) takes 5 credits, its dispatch's
+    # (296 B) 5; a point-to-point message to the one peer 272 B (dispatch), 264 B (combine).
+    p, stats = hand_point("--chunk", "64", "--credits", "5")
+    for op, algo, credits in (("dispatch", "inc", 5), ("combine", "inc", 5), ("dc", "inc", 5),
+                              ("dispatch", "a2a", 5), ("combine", "a2a", 5)):
+        t = m.ll_time(op, algo, p, stats)
+        assert (t.credits, t.fits) == (credits, True), (op, algo)
+    p, stats = hand_point("--chunk", "64", "--credits", "4")
+    assert not m.ll_time("combine", "inc", p, stats).fits
+    p, stats = hand_point("--chunk", "100")
+    assert m.ll_time("dispatch", "inc", p, stats).credits == 3  # ceil(296 / 100)
+
+
 def test_point_to_point_streams_and_pays_per_message():
     p, stats = hand_point()
     # One hop, one message to the other rank, the busier direction at the rate.

@@ -35,6 +35,8 @@ def print_ll_time(p, op, algo):
     print(f"  time {fmt_time(t.total)} = hops {fmt_time(t.hops)} + max(links in sequence "
           f"{fmt_time(t.links)}, switch work {fmt_time(t.switch)})")
     print(f"  bound {fmt_time(t.bound)}; time / bound {t.total / t.bound if t.bound else 0:.3f}")
+    print(f"  its largest message takes {t.credits} credits of {fmt_bytes(p.chunk)} (the job "
+          f"grants {p.credits})" + ("" if t.fits else ": over them, the form refuses it"))
     return 0
 
 

@@ -2,7 +2,7 @@
 the published ones beside them."""
 
 from .presets import PREDICT_N, PRESETS
-from .units import fmt_rate, parse_rate, table
+from .units import fmt_bytes, fmt_rate, parse_rate, table
 from .routing import route_stats
 from .lowlat import ll_time
 from .layer import decode_time
@@ -64,10 +64,13 @@ def fabric_rows(rate):
         t = {(op, algo): ll_time(op, algo, p, stats, rd, rc)
              for op in ("dispatch", "combine") for algo in ("inc", "a2a")}
         d_us, c_us = DEEPEP_LL_US[n]
+        credits = max(x.credits for x in t.values())
         rows.append([n, f"{stats.kbar():.2f}"] +
                     [f"{t[key].total * 1e6:.0f}" for key in
                      (("dispatch", "inc"), ("combine", "inc"), ("dispatch", "a2a"),
-                      ("combine", "a2a"))] + [d_us, c_us])
+                      ("combine", "a2a"))] + [d_us, c_us,
+                                              f"{credits}" + ("" if credits <= p.credits else
+                                                              f" (over {p.credits})")])
     return rows
 
 
@@ -97,5 +100,9 @@ def cmd_decode(args, preset):
               f"400 Gbit/s CX7 NIC each:\n")
         print(table(["EP", "k-bar", "model inc dispatch", "model inc combine",
                      "model a2a dispatch", "model a2a combine", "DeepEP dispatch",
-                     "DeepEP combine"], fabric_rows(rate)))
+                     "DeepEP combine", "model credits of the largest message"],
+                    fabric_rows(rate)))
+        print(f"\n(credits: of {fmt_bytes(PRESETS['fabric']['chunk'])} chunks, a job's "
+              f"{PRESETS['fabric']['credits']} by default; a message over them is refused, "
+              f"base/wire.h: the form needs incmoe_comm_params_t's credits raised there)")
     return 0

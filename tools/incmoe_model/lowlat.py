@@ -45,11 +45,12 @@ def pad8(n):
 
 class LLTraffic:
     """The bytes of a low-latency dispatch (up_d, down_d) and combine (up_c, down_c), lists
-    by rank, and the messages a rank sends in each (sends)."""
+    by rank, the messages a rank sends in each (sends) and the largest one's bytes (largest:
+    dispatch, combine)."""
 
-    def __init__(self, up_d, down_d, up_c, down_c, sends):
+    def __init__(self, up_d, down_d, up_c, down_c, sends, largest):
         self.up_d, self.down_d, self.up_c, self.down_c = up_d, down_d, up_c, down_c
-        self.sends = sends
+        self.sends, self.largest = sends, largest
 
 
 def ll_traffic(algo, p, stats, dispatch_row=None, combine_row=None):
@@ -63,26 +64,34 @@ def ll_traffic(algo, p, stats, dispatch_row=None, combine_row=None):
     u, out, inn = stats.rows(T)
     if N == 1:
         zero = [0.0]
-        return LLTraffic(zero, zero, zero, zero, 0)
+        return LLTraffic(zero, zero, zero, zero, 0, (0.0, 0.0))
     sets = T * 8 * math.ceil(N / 64)
     if algo == "inc":
         up_d = [MSG_BYTES + sets + x * Rd for x in u]
         down_d = [(N - 1) * MSG_BYTES + 4 * i + i * Rd for i in inn]
         up_c = [MSG_BYTES + sets + pad8(4 * N) + i * Rc for i in inn]
         down_c = [MSG_BYTES + x * Rc for x in u]
-        return LLTraffic(up_d, down_d, up_c, down_c, 1)
+        return LLTraffic(up_d, down_d, up_c, down_c, 1, (max(up_d), max(up_c)))
     up_d = [(N - 1) * MSG_BYTES + 4 * o + o * Rd for o in out]
     down_d = [(N - 1) * MSG_BYTES + 4 * i + i * Rd for i in inn]
     up_c = [(N - 1) * MSG_BYTES + i * Rc for i in inn]
     down_c = [(N - 1) * MSG_BYTES + o * Rc for o in out]
-    return LLTraffic(up_d, down_d, up_c, down_c, N - 1)
+    # A rank's rows to one peer: its share of what it sends to all (the routing statistics
+    # are expectations, alike for every peer).
+    largest = (MSG_BYTES + max(out) / (N - 1) * (Rd + 4), MSG_BYTES + max(inn) / (N - 1) * Rc)
+    return LLTraffic(up_d, down_d, up_c, down_c, N - 1, largest)
 
 
 class LLTiming:
     """One low-latency collective's time: total = hops + links (+ the switch's work on
-    inc), with the bytes behind it and incmoe-perf's bound."""
+    inc), with the bytes behind it, incmoe-perf's bound, and the credits its largest message
+    takes (credits; a message over the job's credits is refused, base/wire.h: fits)."""
 
     def __init__(self, op, algo, p, tr):
+        largest = {"dispatch": tr.largest[0], "combine": tr.largest[1],
+                   "dc": max(tr.largest)}[op]
+        self.credits = max(1, math.ceil(largest / p.chunk))
+        self.fits = self.credits <= p.credits
         rate = p.efficiency * p.rate_bps / 8
         Ud, Dd, Uc, Dc = (max(x) for x in (tr.up_d, tr.down_d, tr.up_c, tr.down_c))
         up = {"dispatch": tr.up_d, "combine": tr.up_c,
