@@ -296,6 +296,79 @@
  *   ReduceScatter's order over a tree, per row, restricted to the ports S
  *   names; on one switch, ascending rank order.
  *
+ * The low-latency form of dispatch and combine (incmoe.h, "The low-latency
+ * form"): one message up per rank and collective, no POST, no PLAN.  It uses
+ * the dispatch and combine streams and their epochs; a collective's first
+ * message sets its form (a rank sending POST or SMALL for an epoch another
+ * sent LL for, or the reverse, fails the job with INCMOE_ERR_MISMATCH).
+ * W = INCMOE_SET_WORDS(N).  Every payload starts with struct inc_wire_ll (the
+ * sender's description), then its refusal's reason (`refused` bytes, no NUL)
+ * padded to 8; what follows is said per message.  A refused message (status
+ * not 0) carries nothing after the reason and rows = 0.
+ *   LL         client -> switch, rank s.  total = T_s, sig = the stream's
+ *              signature, length = payload bytes.  Takes max(1, ceil(length /
+ *              chunk_size)) credits of its stream, which CREDIT returns once
+ *              the switch freed the message; a message that would take more
+ *              than the job's credits is never sent: the rank refuses instead
+ *              (status INCMOE_ERR_NO_MEMORY).
+ *              dispatch: uint64 sets[T x W], then its network rows (set holds a
+ *              rank other than s), row_bytes each, in row order.  By expert a
+ *              row on the wire is the caller's row, then its topk int32 expert
+ *              ids, padded to 8 (row_bytes counts them all); the combine folds
+ *              over local experts before it sends, so its partials are by
+ *              source.
+ *              combine: uint64 sets[T x W] (the sets of its own dispatch, so
+ *              the switch knows each row's contributors), uint32 recvd[N]
+ *              padded to 8 (the partials it gives each owner: the rows it
+ *              received from each in the dispatch; its own entry 0), then for
+ *              each owner o != s, ascending, recvd[o] partials of row_bytes, in
+ *              the order of its region of o (ascending source row).
+ *   LL_FWD     switch -> client.  hdr.status 0:
+ *              dispatch, to d, for source s, sent as soon as s's LL arrived
+ *              (one per source s != d, rows for d or not): root = s, total = n,
+ *              the rows of s whose set holds d; payload: s's struct inc_wire_ll
+ *              and reason as s sent them, uint32 src_row[n] padded to 8 (the
+ *              source row of each, ascending), then the n rows.  The receiver
+ *              checks s's description against its own before writing region
+ *              s (a disagreement or a refusal: region s is not written), and
+ *              decides once all N - 1 sources are in, every rank alike from
+ *              the same N descriptions: the lowest refusing rank's status and
+ *              reason, else the first disagreement (max_tokens, row_bytes,
+ *              layout, layout_sig, nranks), else OK.
+ *              combine, to owner s, once every rank's LL of the combine
+ *              arrived and they agree: root = s, total = n, the rows of s whose
+ *              set holds a rank other than s; payload: the reduction of each
+ *              such row over those ranks' partials in ascending rank order
+ *              (fp32 accumulation for 16-bit types), in row order; s applies
+ *              its own partial last.  Exactly one per rank, n = 0 included.
+ *              hdr.status not 0: the switch's verdict, the collective fails on
+ *              this rank with that status; payload: a NUL-terminated reason.
+ *              No other LL_FWD of the collective follows.  Sent to every rank
+ *              for a combine whose LLs disagree (dtype, redop, row_count,
+ *              row_bytes, dispatch_epoch, max_tokens, or a recvd count against
+ *              the owner's sets: INCMOE_ERR_MISMATCH) or include a refusal
+ *              (the lowest refusing rank's); to a rank of a job over a switch
+ *              tree, which the form does not cross yet
+ *              (INCMOE_ERR_UNSUPPORTED), for each LL it sends.
+ *   PEER_LL    between the ranks (ring, a2a), on the mesh.  dispatch, source s
+ *              to every other rank d (rows for d or not): header and payload
+ *              as LL_FWD's dispatch above, decided the same way.  combine,
+ *              contributor d to every other rank o (partials for o or not):
+ *              root = o, total = n = recvd[o]; payload: d's struct and reason,
+ *              then n partials in the order of d's region of o; o checks n
+ *              against its own sets (a disagreement there fails the job: the
+ *              library keeps dispatches, so only a broken peer gets here),
+ *              decides from the N descriptions as a dispatch does (dtype,
+ *              redop, row_count, row_bytes, dispatch_epoch added), and reduces
+ *              as the switch does, its own partial last.  Each takes max(1,
+ *              ceil(length / chunk_size)) of the sender's credits toward that
+ *              rank and stream (JOIN_ACK's credits), which PEER_CREDIT returns
+ *              once the receiver landed it; a message that would take more
+ *              than credits is never sent (the rank refuses instead).
+ *              PEER_CREDIT, on the PEER_LL's stream, returns them.
+ * The switch counts each job's messages per stream and direction (trips) and
+ * logs them at info when the job ends, so a test can count a decode step's.
+ *
  * Reductions are done in ascending rank order with fp32 accumulation for
  * 16-bit types, so results are bitwise reproducible whatever order the
  * messages arrive in.  The ReduceScatter root adds its own partial last.
@@ -313,7 +386,7 @@
 
 #define INCMOE_AM_ID         7
 #define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION  6           /* 6: switch trees (TREE_JOIN, TREE_POST) */
+#define INCMOE_WIRE_VERSION  7           /* 7: the low-latency form (LL, LL_FWD, PEER_LL) */
 #define INCMOE_WIRE_MAX_ADDR 4096        /* bytes of one rank address in JOIN */
 #define INCMOE_WIRE_TOKEN    16          /* bytes of a session or ring token */
 #define INCMOE_WIRE_MAX_TEXT 256         /* bytes of an ERROR reason */
@@ -343,7 +416,10 @@ typedef enum {
     WIRE_MSG_PEER_CREDIT,
     WIRE_MSG_TREE_JOIN,
     WIRE_MSG_TREE_POST,
-    WIRE_MSG_LAST = WIRE_MSG_TREE_POST
+    WIRE_MSG_LL,
+    WIRE_MSG_LL_FWD,
+    WIRE_MSG_PEER_LL,
+    WIRE_MSG_LAST = WIRE_MSG_PEER_LL
 } inc_wire_msg_t;
 
 struct inc_wire_hdr {
@@ -416,6 +492,25 @@ struct inc_wire_dc_plan {
     uint32_t nranks;
     uint32_t reserved;                 /* 0 */
     char reason[INCMOE_WIRE_MAX_TEXT]; /* NUL-terminated */
+};
+
+/* The head of every low-latency message's payload (see "The low-latency form"). */
+struct inc_wire_ll {
+    uint64_t rows;           /* T of the sender; 0 when refused */
+    uint64_t row_bytes;      /* dispatch: of a row on the wire; combine: of a partial row */
+    uint64_t max_tokens;     /* the bound on every rank's T */
+    uint64_t dispatch_epoch; /* combine: the dispatch it inverts; dispatch: 0 */
+    uint64_t row_count;      /* combine: elements of a partial row; dispatch: 0 */
+    uint64_t layout_sig;     /* by expert: a hash of num_experts, topk and expert_rank; else 0 */
+    uint32_t nranks;
+    int32_t status;       /* 0, or the refusal's: INCMOE_ERR_INVALID_ARG (its arguments) or
+                             INCMOE_ERR_NO_MEMORY (over max_tokens, or over the credits) */
+    uint8_t dtype, redop; /* combine: the partials'; dispatch: 0 */
+    uint8_t layout;       /* 0 by source, 1 by expert */
+    uint8_t reserved;     /* 0 */
+    uint16_t refused;     /* bytes of the reason after this struct, at most INCMOE_REFUSAL_MAX - 1;
+                             0 when status is 0 */
+    uint16_t topk;        /* by expert: expert ids each row carries; else 0 */
 };
 
 /* One DATA inside a SMALL: the header fields it would have carried, then length bytes

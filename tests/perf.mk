@@ -1,9 +1,20 @@
 # incmoe-perf and the testbed: the tools driven as a user runs them.
 # Included by tests/Makefile.am inside `if HAVE_GTEST`.
-check_PROGRAMS += test_perf_tool test_perf_testbed
+check_PROGRAMS += test_perf_tool test_perf_testbed test_moe_bench
 
 test_perf_tool_SOURCES = test_perf_tool.cc test_perf_run.cc perf_run.h
 test_perf_tool_LDADD = libharness.la $(TEST_LIBS)
+
+# incmoe-moe-bench's decode rows and their bound.
+test_moe_bench_SOURCES = test_moe_bench.cc test_perf_run.cc perf_run.h
+test_moe_bench_LDADD = $(GTEST_LIBS) -lpthread
+
+# tools/mpi_dc, the OpenMPI reference of --op dc, against incmoe-perf's a2a.
+if HAVE_MPI
+check_PROGRAMS += test_mpi_dc
+test_mpi_dc_SOURCES = test_mpi_dc.cc test_perf_run.cc perf_run.h
+test_mpi_dc_LDADD = $(GTEST_LIBS) -lpthread
+endif
 
 # The routing of incmoe-perf's dispatch, combine and dc (tools/route.h).
 check_PROGRAMS += test_route

@@ -31,6 +31,7 @@ static const std::string kTestbed = TOP_SRCDIR "/tools/testbed";
 static const std::string kMpiRef = TOP_SRCDIR "/tools/mpi-reference";
 static const std::string kPerf = TOP_BUILDDIR "/tools/incmoe-perf";
 static const std::string kMpiAgrs = TOP_BUILDDIR "/tools/mpi_agrs";
+static const std::string kMpiDc = TOP_BUILDDIR "/tools/mpi_dc";
 
 TEST(Testbed, RefusesWithoutRoot)
 {
@@ -146,6 +147,16 @@ TEST_F(TestbedSmoke, UpShapesBothEndsAndDownLeavesNothing)
     EXPECT_EQ(rows.size(), 3u) << describe(m);
     for (auto &row : rows)
         EXPECT_EQ(row.size() > 7 ? row[7] : "", "0") << describe(m);
+    /* and so does the reference of --op dc, its bound at the testbed's rate */
+    RunResult d = run_cmd({kMpiRef, "--id", std::to_string(id_), "--program", kMpiDc, "--timeout",
+                           "60", "--", "--tokens", "4", "--hidden", "64", "-n", "2", "-w", "0"},
+                          90);
+    EXPECT_EQ(d.status, 0) << describe(d);
+    rows = perf_test::table_rows(d.out);
+    ASSERT_EQ(rows.size(), 1u) << describe(d);
+    EXPECT_EQ(rows[0].size() > 7 ? rows[0][7] : "", "0") << describe(d);
+    EXPECT_EQ(rows[0].size(), 14u) << "bound and t/bound\n" << describe(d);
+    EXPECT_NE(d.out.find("# link 200 Mbit/s per direction"), std::string::npos) << describe(d);
 #endif
     bring_down();
 }

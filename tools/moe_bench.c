@@ -19,9 +19,12 @@
  * cosine similarity against baseline mode and a relative error against an fp64 evaluation of
  * Equation (1) on sample tokens), and prints the layer time, tokens/s per rank
  * and the speedup over the ring baseline, then the ratios the MoE targets of
- * issue 18 name.  Embedded (no --rank) it starts incmoe-switchd on loopback and
- * N rank processes itself; with --rank it is one rank of a job whose ranks all
- * run the same command (tools/testbed run), and rank 0 prints the table.
+ * issue 18 name, then the decode rows: each mode's forward against its bound,
+ * the busiest rank's dispatch bytes at the link rate + the FFN alone + its
+ * combine bytes at the link rate, in sequence (issue 28; moe_bench_decode.c;
+ * the rate from --link-mbps or the testbed).  Embedded (no --rank) it starts incmoe-switchd on
+ * loopback and N rank processes itself; with --rank it is one rank of a job whose ranks all run the
+ * same command (tools/testbed run), and rank 0 prints the table.
  *
  * Routing (--route, seeded by --seed): uniform draws a token's k distinct
  * experts uniformly; zipf:S draws them without replacement in proportion to

@@ -4,7 +4,8 @@
  * or one rank of a job) over moe_bench_rank.c (one rank: the layer, its
  * forwards, their checks), moe_bench_table.c (the table rank 0 prints),
  * moe_bench_ref.c (the fp64 reference), moe_bench_data.c (the problem data
- * and the routing) and moe_bench_args.c (the command line).
+ * and the routing), moe_bench_decode.c (the decode rows' bound) and
+ * moe_bench_args.c (the command line).
  */
 #ifndef INCMOE_TOOLS_MOE_BENCH_H
 #define INCMOE_TOOLS_MOE_BENCH_H
@@ -22,7 +23,10 @@
 #define NALGO        4
 #define MB_ALGO_AUTO 3
 #define NROUTING     3 /* by incmoe_moe_routing_t: full, masked, auto */
-#define NMODE        3 /* and by incmoe_moe_mode_t: baseline, pipelined, auto */
+/* And by incmoe_moe_mode_t: baseline, pipelined, auto.  A mode the layer gains (its decode
+   step) is a name in mb_mode_names and NMODE one more: --mode takes it and the decode rows
+   show it. */
+#define NMODE 3
 
 typedef struct {
     int nranks, rank; /* rank -1: embedded */
@@ -80,6 +84,16 @@ void mb_make_tokens(const opts_t *o, int r, int T, void *x, int32_t *ids, float 
 void mb_routing_stats(const opts_t *o, int rank, int T, const int32_t *ids, double *kbar_p,
                       double *ufrac_p);
 
+/* ---- moe_bench_decode.c: the decode rows' bound ---- */
+
+/* The link rate of the decode bound in Mbit/s: --link-mbps, else the testbed's
+   (TESTBED_MBPS), else 0 (unknown); -1 when TESTBED_MBPS is not a rate. */
+double mb_link_mbps(const opts_t *o);
+/* The busiest rank's rows on its busier link direction in a dispatch of T tokens per rank,
+   a row up once and down to each other rank of its set (the combine's the same): -1 out of
+   memory. */
+double mb_decode_rows(const opts_t *o, int T);
+
 /* ---- moe_bench_ref.c: the fp64 reference ---- */
 
 /* fp64 Equation (1) for token t of the inputs, recomputing the experts' weights into s. */
@@ -100,6 +114,9 @@ double mb_median(double *v, int n);
 int mb_report(const opts_t *o, FILE *const *in, int nin);
 
 /* ---- moe_bench_args.c: the command line ---- */
+
+/* The modes' names, by incmoe_moe_mode_t, as --mode and the tables write them. */
+extern const char *const mb_mode_names[NMODE];
 
 /* The usage text, on stderr. */
 void mb_usage(void);

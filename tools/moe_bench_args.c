@@ -35,6 +35,8 @@ void mb_usage(void)
            "  -n ITERS, -w WARM  timed and warm-up forwards per point (default 5, 2)\n"
            "  --link-mbps BW     per-rank link rate for the configuration model (default:\n"
            "                     measured when the layer is created, INCMOE_MOE_CALIBRATE)\n"
+           "                     and the decode rows' bound (default: the testbed's,\n"
+           "                     TESTBED_MBPS; without either the bound is not shown)\n"
            "  --depth D          collectives each poster keeps in flight, 1..8 (default\n"
            "                     INCMOE_MOE_DEPTH, 4)\n"
            "  --no-verify        skip the output checks\n"
@@ -135,12 +137,13 @@ static int algo_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
+/* By incmoe_moe_mode_t; the layer's decode step, when it has one, is named here. */
+const char *const mb_mode_names[NMODE] = {"baseline", "pipelined", "auto"};
+
 static int mode_arg(void *dst, const char *flag, const char *text)
 {
     opts_t *o = dst;
-    /* By incmoe_moe_mode_t. */
-    static const char *const names[NMODE] = {"baseline", "pipelined", "auto"};
-    o->nmodes = name_list(text, names, NMODE, o->modes);
+    o->nmodes = name_list(text, mb_mode_names, NMODE, o->modes);
     if (o->nmodes <= 0) {
         fprintf(stderr, "incmoe-moe-bench: --mode takes a list of baseline, pipelined and auto, "
                         "e.g. baseline,auto\n");
@@ -297,6 +300,13 @@ int mb_check_opts(const opts_t *o)
                             "algorithms than its communicator's\n");
             return -1;
         }
+    if (mb_link_mbps(o) < 0) {
+        fprintf(stderr,
+                "incmoe-moe-bench: TESTBED_MBPS='%s' is not a link rate (0 < Mbit/s <= 1e9); "
+                "give --link-mbps\n",
+                getenv("TESTBED_MBPS"));
+        return -1;
+    }
     if (o->in_process && o->rank >= 0) {
         fprintf(stderr, "incmoe-moe-bench: --ranks-in-process runs every rank; drop --rank\n");
         return -1;

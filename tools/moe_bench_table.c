@@ -2,7 +2,9 @@
  * moe_bench_table.c - the table rank 0 of incmoe-moe-bench prints from every
  * rank's result lines: layer time, tokens/s per rank, the speedup over the ring
  * baseline, the ideal of the cost model, then the ratios the MoE targets of
- * issue 18 name; a missing row or a failed check makes the exit status 1.
+ * issue 18 name, then the decode rows (each mode's forward against the decode
+ * bound of moe_bench_decode.c); a missing row or a failed check makes the exit
+ * status 1.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -43,6 +45,7 @@ typedef struct {
     double ms[NALGO][NROUTING][MAX_T][NMODE]; /* per mode: layer time (-1: no dispatch/combine) */
     /* baseline: exchange, AllGather or dispatch, FFN, ReduceScatter or combine */
     double phase[NALGO][NROUTING][MAX_T][4];
+    double ffn[NALGO][NROUTING][MAX_T][NMODE]; /* per mode: the FFN as the layer timed it */
     /* the worst over the modes: cosine against baseline mode, error against fp64 */
     double cos[NALGO][NROUTING][MAX_T], err[NALGO][NROUTING][MAX_T];
     double kbar[NALGO][NROUTING][MAX_T], ufrac[NALGO][NROUTING][MAX_T]; /* mean over ranks */
@@ -68,6 +71,7 @@ static void table_fold(const opts_t *o, table_t *tb, const result_t *all, int n)
             tb->ms[a][g][t][r->mode] = r->ms;
         tb->have[a][g][t][r->mode] = 1;
         tb->used[a][g][t] = r->used;
+        tb->ffn[a][g][t][r->mode] = fmax(tb->ffn[a][g][t][r->mode], r->ffn_ms);
         /* Every mode's rows carry the ranks' routing statistics; count them from one. */
         if (r->mode == INCMOE_MOE_BASELINE) {
             double v[4] = {r->ex_ms, r->out_ms, r->ffn_ms, r->back_ms};
@@ -148,7 +152,7 @@ static const char *cell(char *buf, size_t len, const char *fmt, double v, int ha
    ran ("baseline: path ...", "auto: path ..."). */
 static void last_column(const table_t *tb, int a, int g, int t, char *buf, size_t len)
 {
-    static const char *const names[NMODE] = {"baseline", "pipelined", "auto"};
+    const char *const *names = mb_mode_names;
     size_t at = 0;
     buf[0] = '\0';
     for (int m = 0; m < NMODE && at < len; m++) {
@@ -228,6 +232,55 @@ static void print_targets(const opts_t *o, const table_t *tb)
     }
 }
 
+/* The FFN of a decode row: its mode's, else (a mode whose timing leaves it out) the
+   baseline's of the same point; 0 when neither ran it. */
+static double decode_ffn(const table_t *tb, int a, int g, int t, int m)
+{
+    if (tb->ffn[a][g][t][m] > 0)
+        return tb->ffn[a][g][t][m];
+    return tb->have[a][g][t][INCMOE_MOE_BASELINE] ? tb->ffn[a][g][t][INCMOE_MOE_BASELINE] : 0;
+}
+
+/* The decode rows: every mode's layer time of each point against the decode bound
+   (moe_bench_decode.c), one row per mode, "-" where the bound lacks a part (no link rate
+   known, no FFN timed).  Each line starts with "decode" so readers of the table above
+   (tools/incmoe-model) tell them apart. */
+static void print_decode(const opts_t *o, const table_t *tb)
+{
+    const double mbps = mb_link_mbps(o), row = (double)o->H * incmoe_dtype_size(o->dtype);
+    printf("\ndecode rows: one layer forward against its bound, the busiest rank's dispatch "
+           "bytes at the link rate + the FFN alone + its combine bytes at the link rate, in "
+           "sequence (rows of %.0f B, a row up once, and down to each other rank of its set; "
+           "ffn_ms as the layer timed it, the baseline's where the mode gives none)\n",
+           row);
+    if (mbps > 0)
+        printf("link %.0f Mbit/s per direction (%s)\n", mbps,
+               o->link_mbps > 0 ? "--link-mbps" : "the testbed's, TESTBED_MBPS");
+    else
+        printf("link rate unknown (no --link-mbps, not under tools/testbed): no bound\n");
+    printf("decode %8s %-5s %-13s %-9s %10s %6s %9s %10s %8s\n", "tok/rank", "algo", "routing",
+           "mode", "ms", "rows", "ffn_ms", "bound_ms", "t/bound");
+    for (int t = 0; t < o->ntokens; t++) {
+        double rows = mb_decode_rows(o, o->tokens[t]);
+        for (int ai = 0; ai < o->nalgos; ai++)
+            for (int gi = 0; gi < o->nroutings; gi++)
+                for (int mi = 0; mi < o->nmodes; mi++) {
+                    int a = o->algos[ai], g = o->routings[gi], m = o->modes[mi];
+                    double ms = table_ms(tb, a, g, t, m), ffn = decode_ffn(tb, a, g, t, m);
+                    double bound = 2 * rows * row * 8 / (mbps * 1e3) + ffn;
+                    int hb = mbps > 0 && ffn > 0 && rows >= 0;
+                    char route[24], c[5][32];
+                    routing_label(g, tb->used[a][g][t], route, sizeof(route));
+                    printf("decode %8d %-5s %-13s %-9s %10s %6s %9s %10s %8s\n", o->tokens[t],
+                           algo_name(a), route, mb_mode_names[m],
+                           cell(c[0], 32, "%.3f", ms, ms > 0),
+                           cell(c[1], 32, "%.0f", rows, rows >= 0),
+                           cell(c[2], 32, "%.3f", ffn, ffn > 0), cell(c[3], 32, "%.3f", bound, hb),
+                           cell(c[4], 32, "%.2f", ms / bound, hb && ms > 0));
+                }
+    }
+}
+
 /* The table of every rank's results: 0 when every row is there and passed its checks. */
 static int print_table(const opts_t *o, const result_t *all, int n)
 {
@@ -251,6 +304,7 @@ static int print_table(const opts_t *o, const result_t *all, int n)
            "ranks); ideal_ms: max(outbound || inbound collective, FFN) + header exchange from "
            "the baseline's measured phases; pipe/ideal: how far the pipeline is from it.\n");
     print_targets(o, tb);
+    print_decode(o, tb);
     printf("incmoe-moe-bench: %s\n", ok ? "outputs verified" : "VERIFICATION FAILED");
     free(tb);
     return ok ? 0 : 1;

@@ -17,14 +17,18 @@ EXTRA_DIST += testbed mpi-reference plot-eqbw
 incmoe-testbed: $(srcdir)/testbed
 	$(AM_V_GEN)cp $(srcdir)/testbed $@ && chmod +x $@
 
-# The independent ring reference is an MPI program: built with mpicc when
-# configure found it, left in the build tree (tools/mpi-reference finds it there).
-# Never with the sanitizers: it is OpenMPI's code under test there, and
-# OpenMPI's own allocations outlive MPI_Finalize.
-EXTRA_DIST += mpi_agrs.c
+# The independent references are MPI programs: mpi_agrs (the ring's AllGather ||
+# ReduceScatter) and mpi_dc (dispatch || combine as two MPI_Ialltoallv, with route.c's
+# routing), built with mpicc when configure found it, left in the build tree
+# (tools/mpi-reference finds them there).  Never with the sanitizers: it is OpenMPI's code
+# under test there, and OpenMPI's own allocations outlive MPI_Finalize.
+EXTRA_DIST += mpi_agrs.c mpi_dc.c
 if HAVE_MPI
-noinst_DATA = mpi_agrs
+noinst_DATA = mpi_agrs mpi_dc
 mpi_agrs: $(srcdir)/mpi_agrs.c
 	$(AM_V_CC)$(MPICC) $(filter-out $(SAN_FLAGS),$(AM_CFLAGS)) $(CFLAGS) -o $@ $(srcdir)/mpi_agrs.c
-CLEANFILES += mpi_agrs
+mpi_dc: $(srcdir)/mpi_dc.c $(srcdir)/route.c $(srcdir)/route.h
+	$(AM_V_CC)$(MPICC) $(filter-out $(SAN_FLAGS),$(AM_CFLAGS)) $(CFLAGS) -I$(top_srcdir)/include \
+		-I$(top_builddir)/include/incmoe -o $@ $(srcdir)/mpi_dc.c $(srcdir)/route.c -lm
+CLEANFILES += mpi_agrs mpi_dc
 endif

@@ -389,9 +389,56 @@ incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p);
 /* Bytes of a refusal's reason that reach the other ranks, its NUL included. */
 #define INCMOE_REFUSAL_MAX 128
 
+/*
+ * The low-latency form (decode: a few tokens per rank).  A dispatch posted
+ * with INCMOE_DISPATCH_PARAM_LOW_LATENCY sizes its receive range up front
+ * from max_tokens, a bound on every rank's nrows that is the same on every
+ * rank (DeepEP's num_max_dispatch_tokens_per_rank), so no rank waits for a
+ * plan: each rank sends its rows (and sets) in one message, each receiver
+ * takes every source's rows as that source's message arrives, and learns how
+ * many rows each source sent it (none included).  Its combine (a combine
+ * naming a low-latency dispatch) takes the same form.  Results equal the bulk
+ * form's: the same rows, the same reduction order (bitwise, in fp32).
+ *
+ * Layouts of the receive range (and of the combine's partials, which follow
+ * their dispatch's):
+ *   - by source (the default): region s holds the rows of source rank s whose
+ *     set holds this rank, ascending source row, from row s * max_tokens;
+ *     capacity >= N * max_tokens.  R counts the rows of every region; the
+ *     source pairs of incmoe_dispatch_result list region 0's rows, then
+ *     region 1's, and so on.  Own rows are copied into region `rank`.
+ *   - by expert (INCMOE_DISPATCH_PARAM_EXPERT_LAYOUT, vLLM's batched-experts
+ *     format): each row names topk experts (ids < num_experts, -1 for none),
+ *     expert_rank[e] is the rank holding expert e, the same table on every
+ *     rank, and a row's set is the ranks of its experts (sets must be NULL).
+ *     This rank's experts, ascending id, are its local experts 0..L-1; region
+ *     j holds every received row routed to local expert j, ordered by source
+ *     rank then source row, from row j * N * max_tokens; capacity >= L * N *
+ *     max_tokens.  A row routed to two local experts is in both regions.  R
+ *     counts the rows of every region, the source pairs list them region by
+ *     region.  The combine takes one partial per region row, in the same
+ *     layout, and first folds the partials of each received row over its
+ *     local experts in ascending local expert order (op); then as by source.
+ * incmoe_dispatch_counts gives each region's rows.
+ *
+ * A rank whose nrows exceeds max_tokens refuses (see "A refusal"): the
+ * dispatch fails on every rank with INCMOE_ERR_NO_MEMORY and a reason such as
+ * "dispatch epoch 7: rank 3 has 70 rows, max_tokens 64", nothing written.
+ * Ranks that disagree on max_tokens, row_bytes or the layout: on every rank
+ * INCMOE_ERR_MISMATCH with a reason; a region whose source disagreed is not
+ * written, others may be (the dispatch failed; their contents are
+ * unspecified).  A combine's disagreement fails the combine on every rank
+ * with INCMOE_ERR_MISMATCH.  A message of the form larger than the memory the
+ * switch grants a rank per stream (credits x chunk size) is refused the same
+ * way with INCMOE_ERR_NO_MEMORY: use the bulk form for such batches.
+ */
+
 /* Fields of incmoe_dispatch_params_t that the caller set (the struct may grow). */
 enum {
-    INCMOE_DISPATCH_PARAM_REFUSED = 1u << 0, /* refused: see "A refusal" */
+    INCMOE_DISPATCH_PARAM_REFUSED = 1u << 0,       /* refused: see "A refusal" */
+    INCMOE_DISPATCH_PARAM_LOW_LATENCY = 1u << 1,   /* max_tokens: the low-latency form */
+    INCMOE_DISPATCH_PARAM_EXPERT_LAYOUT = 1u << 2, /* experts, topk, num_experts, expert_rank:
+                                                      the low-latency form by expert */
 };
 
 typedef struct {
@@ -407,7 +454,18 @@ typedef struct {
     size_t capacity; /* rows this rank can receive */
     /* INCMOE_DISPATCH_PARAM_REFUSED: why this rank refuses its arguments */
     const char *refused;
+    /* INCMOE_DISPATCH_PARAM_LOW_LATENCY: the bound on every rank's nrows, > 0, the same on
+       every rank (see "The low-latency form") */
+    size_t max_tokens;
+    /* INCMOE_DISPATCH_PARAM_EXPERT_LAYOUT (with LOW_LATENCY): host memory, copied at post */
+    const int32_t *experts;     /* nrows x topk expert ids, -1: none */
+    int topk;                   /* 1..INCMOE_MAX_TOPK */
+    int num_experts;            /* 1..INCMOE_MAX_EXPERTS */
+    const int32_t *expert_rank; /* [num_experts], each < N */
 } incmoe_dispatch_params_t;
+
+#define INCMOE_MAX_TOPK    64
+#define INCMOE_MAX_EXPERTS 65536
 
 incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_params_t *params,
                                 incmoe_req_t *req_p);
@@ -423,6 +481,16 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
  */
 incmoe_status_t incmoe_dispatch_result(incmoe_comm_t *comm, const incmoe_req_t *dispatch,
                                        size_t *nrecv_p, uint32_t *source_p, size_t source_rows);
+
+/*
+ * Once the dispatch completed: the rows of each region of its receive range
+ * into counts[0 .. ncounts-1]: the bulk form and the low-latency form by
+ * source, N regions (the rows from each source rank); by expert, one per
+ * local expert.  *nregions_p (may be NULL) gets how many regions there are;
+ * counts beyond ncounts are not written.  Errors as incmoe_dispatch_result.
+ */
+incmoe_status_t incmoe_dispatch_counts(incmoe_comm_t *comm, const incmoe_req_t *dispatch,
+                                       uint32_t *counts, size_t ncounts, size_t *nregions_p);
 
 /*
  * Frees what the library keeps of a dispatch (its sets, plan and source
@@ -441,7 +509,8 @@ enum {
 typedef struct {
     uint32_t field_mask;   /* INCMOE_COMBINE_PARAM_* of the optional fields set */
     incmoe_req_t dispatch; /* the completed dispatch this combine inverts */
-    incmoe_mr_t *send_mr;  /* R partial rows, in the dispatch's received order */
+    incmoe_mr_t *send_mr;  /* R partial rows, in the dispatch's received order (the
+                              low-latency form: in its dispatch's layout, region by region) */
     size_t send_offset;
     incmoe_mr_t *recv_mr; /* T result rows, in the dispatch's source row order */
     size_t recv_offset;

@@ -477,7 +477,7 @@ def test_issue_targets_file_has_every_point_measured(capsys):
     (["time", "-b", "lots"], "-b: expected bytes"),
     (["time", "--op", "scatter"], "--op scatter: expected one of"),
     (["time", "--algo", "tree"], "--algo tree: expected one of"),
-    (["time", "--op", "moe", "--mode", "eager"], "--mode eager: expected baseline or pipelined"),
+    (["time", "--op", "moe", "--mode", "eager"], "--mode eager: expected baseline, pipelined or decode"),
     (["time", "--efficiency", "1.5"], "--efficiency 1.5: must be in"),
     (["time", "--tokens", "inf"], "--tokens inf: must be in"),
     (["time", "--latency", "nan"], "--latency nan: must be in"),

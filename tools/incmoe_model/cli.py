@@ -8,14 +8,16 @@
   incmoe-model [--preset ...] check [--tolerance PCT] [--rate RATE] FILE...
   incmoe-model [--preset ...] fit [--rate RATE] FILE...
   incmoe-model [--preset ...] plot -o OUT.png [predict's options]
+  incmoe-model decode [--rate RATE]
 
 time     the time of one collective or MoE layer, with the bytes per rank and link
          direction behind it and its bound (max over ranks and directions of
          bytes / link rate, as incmoe-perf reports it).  OP: allgather,
          reducescatter, allreduce, agrs (an AllGather and a ReduceScatter of -b
          bytes each, concurrent), dispatch, combine, dc (dispatch || combine of
-         --tokens rows per rank), moe (the layer: --mode baseline|pipelined,
-         --routing full|masked).  ALGO: ring, inc (in-network), a2a.
+         --tokens rows per rank; --form ll: the low-latency form), moe (the
+         layer: --mode baseline|pipelined|decode, --routing full|masked).
+         ALGO: ring, inc (in-network), a2a.
 rows     rows per rank and link direction of the four paths (issue 18's tables);
          with a tree, also those of the busiest up-link.
 predict  OLMoE, Qwen3-30B-A3B and DeepSeek-V3 at N = 8 ... 256: dispatch ||
@@ -23,10 +25,12 @@ predict  OLMoE, Qwen3-30B-A3B and DeepSeek-V3 at N = 8 ... 256: dispatch ||
          the switch memory and per-port bandwidth the masked path needs.
 check    the model against measured points: incmoe-perf outputs (every op,
          dispatch, combine and dc included: their tokens, rows and routing come
-         from the output) and incmoe-moe-bench outputs (the runs of one setting
-         are taken at their median), and points files; exits 1 when a
-         bandwidth-bound point is off by more than --tolerance percent
-         (default 10).
+         from the output; an output whose '#' lines say low-latency, a
+         --low-latency run, is modelled in that form) and incmoe-moe-bench
+         outputs (its table and its decode rows, a decode mode's row modelled
+         as the decode step; the runs of one setting are taken at their
+         median), and points files; exits 1 when a bandwidth-bound point is off
+         by more than --tolerance percent (default 10).
 fit      the testbed preset's constants from measured outputs (see "Fit").
 plot     predict's dispatch || combine times as a PNG (gnuplot).
 
@@ -66,6 +70,25 @@ header + per-message terms once + A + F + R + (nb-1) * max(P, F) + nb * band
 cost, with A, R, P the AllGather/dispatch, ReduceScatter/combine and concurrent
 pair of one band and F its FFN (6*H*I flops per routed token and expert on the
 busiest rank).
+
+The low-latency form and the decode step (issue 28).  The form (base/wire.h)
+sends one message up per rank: in-network the switch forwards each source's
+rows to every other rank as that source's message arrives (one message per
+source and receiver, none empty-skipped), and a combine's results leave once
+every rank's message is in, one down per owner; point to point a rank sends
+one message to every other rank.  Each message carries 136 bytes of header
+and description, a dispatch its sets (8*ceil(N/64) bytes a token) and 4 bytes
+per row forwarded, a combine its sets and N counts.  A loop of decode steps
+drains a shaped link's bucket, so every byte is charged at the rate, no burst;
+the switch stores and forwards whole messages, so in-network a dispatch or a
+combine takes 2 hops + the busiest rank's bytes up + its bytes down (or the
+switch's serial work, if longer), dispatch || combine 2 hops + dispatch up +
+max(combine up, dispatch down) + combine down; point to point one hop,
+--msg-cost per message sent, and the busier direction's bytes.  The decode
+step is a low-latency dispatch + the FFN of the busiest rank + a low-latency
+combine, in sequence, with no header exchange and no bands; its bound is
+incmoe-moe-bench's (the busiest rank's rows on its busier direction at the
+link rate both ways, plus the FFN).  The form does not cross switch trees.
 
 Trees (issue 22).  --leaves K puts the N ranks under K leaf switches below one
 root, contiguously, the first N % K leaves one more (tools/testbed's rule);
@@ -136,6 +159,7 @@ from .params import add_model_options, add_time_options
 from .commands import cmd_predict, cmd_rows, cmd_time
 from .measured import cmd_check
 from .fit import cmd_fit
+from .decode import cmd_decode
 from .plot import cmd_plot
 
 
@@ -171,6 +195,8 @@ def main(argv=None):
         sp.set_defaults(tokens=4096.0)
         if name == "plot":
             sp.add_argument("-o", dest="output", required=True, help="the PNG to write")
+    sp = sub.add_parser("decode", help="the decode points (issue 28) beside DeepEP's figures")
+    sp.add_argument("--rate", help="the fabric's rank link rate (default: 100gbit and 400gbit)")
     sp = sub.add_parser("check", help="the model against measured points")
     sp.add_argument("--tolerance", type=float, default=10.0, help="percent (default 10)")
     sp.add_argument("--rate", help="link rate of outputs that do not state theirs")
@@ -192,10 +218,14 @@ def main(argv=None):
             raise ModelError(f"{args.command} spans N = {', '.join(map(str, PREDICT_N))}: "
                              + ("give its tree as --leaves K, not --tree" if args.tree
                                 else "-N is not taken"))
+        if args.command == "decode" and args.preset:
+            raise ModelError("decode prints the testbed preset's points and the fabric's: "
+                             "--preset is not taken (--rate sets the fabric's rate)")
         if getattr(args, "skew", 0.0) < 0 or not math.isfinite(getattr(args, "skew", 0.0)):
             raise ModelError(f"--skew {args.skew:g}: the zipf exponent must be >= 0")
         return {"time": cmd_time, "rows": cmd_rows, "predict": cmd_predict, "plot": cmd_plot,
-                "check": cmd_check, "fit": cmd_fit}[args.command](args, preset)
+                "check": cmd_check, "fit": cmd_fit, "decode": cmd_decode}[args.command](args,
+                                                                                     preset)
     except ModelError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2

@@ -9,12 +9,43 @@ from .flows import FULL_OPS, MASKED_OPS
 from .tree import build_tree, rank_range, tree_text
 from .params import params_from
 from .collective import collective_time, traffic
+from .lowlat import ll_time
 from .layer import moe_time
 from .switchmem import job_memory, line_rate_credits
 
 
+def print_decode_time(p, algo):
+    r = moe_time(p, "decode", algo, "masked")
+    print(f"moe decode algo {algo}: N={p.N} E={p.E} k={p.k} route {route_text(p.route)} "
+          f"T={p.tokens:g} H={p.hidden} I={p.inter}")
+    print(f"  time {fmt_time(r['total'])} = low-latency dispatch {fmt_time(r['dispatch'])} + "
+          f"FFN {fmt_time(r['ffn'])} + low-latency combine {fmt_time(r['combine'])}")
+    print(f"  decode bound {fmt_time(r['bound'])}; time / bound {r['total'] / r['bound']:.3f}"
+          if r["bound"] > 0 else "  decode bound 0")
+    return 0
+
+
+def print_ll_time(p, op, algo):
+    stats = route_stats(p)
+    t = ll_time(op, algo, p, stats)
+    print(f"{op} algo {algo}, low-latency form: N={p.N}, T={p.tokens:g} rows of {p.row} B, "
+          f"E={p.E} k={p.k} route {route_text(p.route)}, {fmt_rate(p.rate_bps)} per rank link")
+    print(f"  busiest rank and direction {fmt_bytes(t.busiest)}; up {fmt_bytes(max(t.up))}, "
+          f"down {fmt_bytes(max(t.down))}")
+    print(f"  time {fmt_time(t.total)} = hops {fmt_time(t.hops)} + max(links in sequence "
+          f"{fmt_time(t.links)}, switch work {fmt_time(t.switch)})")
+    print(f"  bound {fmt_time(t.bound)}; time / bound {t.total / t.bound if t.bound else 0:.3f}")
+    print(f"  its largest message takes {t.credits} credits of {fmt_bytes(p.chunk)} (the job "
+          f"grants {p.credits})" + ("" if t.fits else ": over them, the form refuses it"))
+    return 0
+
+
 def cmd_time(args, preset):
     p = params_from(args, preset)
+    if args.op == "moe" and args.mode == "decode":
+        return print_decode_time(p, args.algo)
+    if args.form == "ll":
+        return print_ll_time(p, args.op, args.algo)
     if args.op == "moe":
         r = moe_time(p, args.mode, args.algo, args.routing, args.bands)
         print(f"moe {args.mode} algo {args.algo} routing {args.routing}: N={p.N} E={p.E} "

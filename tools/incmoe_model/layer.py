@@ -1,10 +1,12 @@
-"""The MoE layer: its FFN, header exchange and bands, baseline and pipelined."""
+"""The MoE layer: its FFN, header exchange and bands, baseline and pipelined, and its decode
+step (one low-latency dispatch, the local experts, one low-latency combine)."""
 
 import math
 
 from .presets import ModelError
 from .routing import route_stats
 from .collective import collective_time
+from .lowlat import ll_time
 
 
 DISPATCH = {"full": ("allgather", "reducescatter", "agrs"), "masked": ("dispatch", "combine", "dc")}
@@ -34,8 +36,30 @@ def auto_bands(p, algo, routing, stats, ffn):
     return int(min(max(round(nb), 1), most))
 
 
+def decode_time(p, algo, dispatch_row=None, combine_row=None):
+    """The decode step: a low-latency dispatch, the FFN of the busiest rank's received rows,
+    a low-latency combine, in sequence, with no header exchange and no bands.  A dict:
+    total, ffn, dispatch, combine, and bound (moe-bench's decode bound: the busiest rank's
+    rows on its busier direction, a row up once and down to each other rank of its set, at
+    the link rate both ways, plus the FFN)."""
+    stats = route_stats(p)
+    ffn = ffn_time(p, stats)
+    d = ll_time("dispatch", algo, p, stats, dispatch_row, combine_row)
+    c = ll_time("combine", algo, p, stats, dispatch_row, combine_row)
+    u, _, inn = stats.rows(p.tokens)
+    rows = max(max(u), max(inn)) if p.N > 1 else 0.0
+    rd = p.row if dispatch_row is None else dispatch_row
+    rc = p.row if combine_row is None else combine_row
+    bound = rows * (rd + rc) / (p.rate_bps / 8) + ffn
+    return {"total": d.total + ffn + c.total, "ffn": ffn, "dispatch": d.total,
+            "combine": c.total, "bound": bound, "comm": d.total + c.total, "bands": 0,
+            "header": 0.0}
+
+
 def moe_time(p, mode, algo, routing, bands=None):
-    """Layer time and its parts: dict with total, ffn, comm, bands."""
+    """Layer time and its parts: dict with total, ffn, comm, bands (decode: decode_time's)."""
+    if mode == "decode":
+        return decode_time(p, algo)
     if routing == "masked" and algo == "ring":
         algo = "a2a"  # dispatch and combine on the ring are point to point
     if routing == "full" and algo == "a2a":
@@ -50,7 +74,7 @@ def moe_time(p, mode, algo, routing, bands=None):
         return {"total": head + d.total + ffn + c.total, "ffn": ffn, "comm": d.total + c.total,
                 "bands": 1, "header": head}
     if mode != "pipelined":
-        raise ModelError(f"--mode {mode}: expected baseline or pipelined")
+        raise ModelError(f"--mode {mode}: expected baseline, pipelined or decode")
     if bands is not None and not 1 <= bands <= 1 << 20:
         raise ModelError(f"--bands {bands}: must be in 1..{1 << 20}")
     nb = bands if bands is not None else auto_bands(p, algo, routing, stats, ffn)

@@ -5,13 +5,15 @@ import argparse
 import re
 import shlex
 import statistics
+import types
 
 from .presets import ModelError, PROG
 from .units import fmt_bytes, table
-from .routing import expert_owner
+from .routing import expert_owner, route_stats
 from .flows import ALGOS, FULL_OPS, MASKED_OPS
 from .params import Params, add_time_options, params_from
 from .collective import collective_time
+from .lowlat import ll_time
 from .layer import moe_time
 
 
@@ -32,6 +34,10 @@ ROUTED_RE = re.compile(r"# tokens (\d+), hidden (\d+), row (\d+) B, E (\d+), k (
 
 SWITCH_RE = re.compile(r"stopped: .* (\d+) bytes in, (\d+) out, .* cpu ([0-9.]+) s user "
                        r"([0-9.]+) s sys")
+
+
+# An incmoe-perf header line naming the low-latency form (its --low-latency runs).
+LOW_LATENCY_RE = re.compile(r"^#.*\blow-latency\b", re.M)
 
 
 MOE_RE = re.compile(r"incmoe-moe-bench: N=(\d+) E=(\d+) k=(\d+) H=(\d+) I=(\d+) float")
@@ -81,6 +87,9 @@ def read_perf(text, path, rate):
         base += ["--rate", f"{link.group(1)}mbit" if link else rate]
     label = f"{op} {algo} N={n} @{base[base.index('--rate') + 1]}"
     routed = op in MASKED_OPS
+    if routed and LOW_LATENCY_RE.search(text):
+        base += ["--form", "ll"]
+        label += " low-latency"
     if routed:
         more, what = routed_options(text, path)
         base += more
@@ -147,6 +156,36 @@ def read_moe(text, path, rate):
         if f[col["pipe_ms"]] != "-" and nb:
             points.append(Point(common + ["--mode", "pipelined", "--bands", nb.group(1)],
                                 float(f[col["pipe_ms"]]) * 1e-3, f"moe pipelined {what}", path))
+    return points + decode_points(text, path, base + ["--routing", "masked"], n, E, k)
+
+
+# incmoe-moe-bench's decode rows: a line "decode T algo routing mode ms ...", under the
+# section's header "decode tok/rank ..." that names the columns.
+DECODE_COLUMNS = ("tok/rank", "algo", "mode", "ms")
+
+
+def decode_points(text, path, base, n, E, k):
+    """The decode mode's rows of a moe-bench output (the layer's decode step), read by the
+    section header's column names; no section, or no decode mode in it: none."""
+    names = None
+    points = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) > 1 and f[0] == "decode" and f[1] == "tok/rank":
+            names = f[1:]
+            missing = [c for c in DECODE_COLUMNS if c not in names]
+            if missing:
+                raise ModelError(f"{path}: decode rows' header without {', '.join(missing)}")
+            continue
+        if names is None or len(f) < len(names) + 1 or f[0] != "decode" or not f[1].isdigit():
+            continue
+        col = {c: f[1 + i] for i, c in enumerate(names)}
+        if col["mode"] != "decode" or col["algo"] not in ALGOS or col["ms"] == "-":
+            continue
+        common = base + ["--mode", "decode", "--tokens", col["tok/rank"], "--algo", col["algo"]]
+        what = (f"{col['algo']} N={n} @{common[common.index('--rate') + 1]} E={E} k={k} "
+                f"T={col['tok/rank']}")
+        points.append(Point(common, float(col["ms"]) * 1e-3, f"moe decode {what}", path))
     return points
 
 
@@ -227,8 +266,15 @@ def parse_point(argv, where):
 def model_point(ns, preset):
     """(model seconds, Timing or None) of a parsed point."""
     p = params_from(ns, preset)
+    if ns.op == "moe" and ns.mode == "decode":
+        # The decode step's bound is moe-bench's decode bound; a step is its bytes at the rate.
+        r = moe_time(p, ns.mode, ns.algo, ns.routing)
+        return r["total"], types.SimpleNamespace(bound=r["bound"], bandwidth_bound=True)
     if ns.op == "moe":
         return moe_time(p, ns.mode, ns.algo, ns.routing, ns.bands)["total"], None
+    if ns.form == "ll":
+        t = ll_time(ns.op, ns.algo, p, route_stats(p))
+        return t.total, t
     t = collective_time(ns.op, ns.algo, p)
     return t.total, t
 
@@ -259,7 +305,8 @@ def grouped(points, preset):
                 expert_owner(p.N, p.E, p.placement)
         except ModelError as e:
             raise ModelError(f"{pt.source}: {e}") from None
-        key = (tuple(getattr(p, f) for f in Params.FIELDS), ns.op, ns.algo, ns.mode, ns.routing)
+        key = (tuple(getattr(p, f) for f in Params.FIELDS), ns.op, ns.algo, ns.mode, ns.routing,
+               ns.form)
         if key not in groups:
             groups[key] = Group(ns, re.sub(r" nb=\d+", "", pt.label))
             order.append(key)

@@ -171,7 +171,10 @@ def add_time_options(ap):
     ap.add_argument("--op", default="agrs",
                     help="allgather, reducescatter, allreduce, agrs, dispatch, combine, dc, moe")
     ap.add_argument("--algo", default="inc", help="ring, inc, a2a (default inc)")
-    ap.add_argument("--mode", default="pipelined", help="moe: baseline or pipelined")
+    ap.add_argument("--mode", default="pipelined",
+                    help="moe: baseline, pipelined or decode (the decode step)")
+    ap.add_argument("--form", default="bulk", choices=("bulk", "ll"),
+                    help="dispatch, combine, dc: bulk (default) or ll, the low-latency form")
     ap.add_argument("--routing", default="full", help="moe: full or masked")
     ap.add_argument("--bands", type=int, help="moe pipelined: bands (default: as the layer picks)")
     add_model_options(ap)

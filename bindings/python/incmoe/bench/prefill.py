@@ -24,6 +24,8 @@ tokens, once per variant:
                "a2a" algorithm, mode baseline
     auto       incmoe.MoE's own choice (algo, mode and routing "auto"), as
                incmoe.hf.expert_parallel gives it by default
+    inc-auto   the in-network algorithm, mode and routing the layer's choice
+    a2a-auto   the a2a algorithm, mode and routing the layer's choice
 
 It reports, per variant, TTFT (one prefill of the batch, the slowest rank's,
 median, min-max and p90 over the timed iterations), prefill tokens/s (N*B*L
@@ -38,7 +40,13 @@ own MoE time predicts (Amdahl), and how far each variant's last-position
 logits are from agrs's.  Each variant's timed prefills are also printed one
 by one ("# prefills" lines, read by bench/data/issue27/ttft/summary.py).
 --generate K adds K greedy decode steps (EOS off) and reports the time per
-output token.
+output token; with --decode-batches 1,4,16 also at those batches per rank
+(B prompts of L tokens each, after an untimed warm-up generate unless -w 0,
+so that a layer's own choice for that decode step is made untimed), in a
+decode table per variant with each batch's ratio to agrs and the path each
+layer's last decode step ran ("# decode paths" lines).  The auto, inc-auto
+and a2a-auto variants leave the mode (and routing) to the layer, so a decode
+step runs the layer's decode path wherever the layer has one and chooses it.
 """
 
 import argparse
@@ -57,6 +65,8 @@ import torch.distributed as dist
 
 import incmoe
 from incmoe.hf import expert_parallel, models
+
+from .tpot import decode_batches, generate_tpot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +93,12 @@ VARIANTS = {
         Variant("auto", "incmoe.MoE's measured choice of algorithm, mode and routing, as "
                 "incmoe.hf.expert_parallel gives it by default (each layer's first forward, "
                 "the warm-up, measures the paths)", "auto", "auto", "auto"),
+        Variant("inc-auto", "the in-network algorithm with the layer's measured choice of "
+                "mode and routing (a decode step's: its decode path, where it has one)", "inc",
+                "auto", "auto"),
+        Variant("a2a-auto", "the a2a algorithm with the layer's measured choice of mode and "
+                "routing (a decode step's: its decode path, where it has one)", "a2a", "auto",
+                "auto"),
     )
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -135,17 +151,6 @@ def cpu_seconds(pid):
 # ------------------------------------------------------------------ one rank
 
 
-class _Stamps:
-    """A logits processor that only notes when each decode step's logits came."""
-
-    def __init__(self):
-        self.t = []
-
-    def __call__(self, input_ids, scores):
-        self.t.append(time.perf_counter())
-        return scores
-
-
 def _shard(model, v, args, rank, switch, job):
     if v.algo is None:
         from .agrs import agrs_parallel
@@ -155,12 +160,13 @@ def _shard(model, v, args, rank, switch, job):
     comm_algo = "inc" if v.algo == "auto" else v.algo
     comm = incmoe.Communicator(switch, job, rank, args.nranks, algo=comm_algo)
     expert_parallel(model, comm, routing=v.routing, mode=v.mode,
-                    max_tokens=args.max_tokens or args.batch * args.length,
+                    max_tokens=args.max_tokens or max([args.batch] + args.decode_batches) *
+                    args.length,
                     algo="auto" if v.algo == "auto" else None)
     return model, comm
 
 
-def _measure(model, x, args, sw_pid):
+def _measure(model, x, args, sw_pid, prompts):
     """Times args.iters prefills after args.warmup.  sw_pid (rank 0 only, None
     elsewhere or when unknown): the switch whose CPU time each timed prefill
     takes, read between barriers that every rank passes before and after it."""
@@ -187,17 +193,10 @@ def _measure(model, x, args, sw_pid):
                 logits = out.logits[:, -1].float().clone()
             del out
         paths = _paths(model)  # the prefill's (decode steps may choose again)
-        tpot = None
-        if args.generate:
-            from transformers import LogitsProcessorList
-
-            stamps = _Stamps()
-            dist.barrier()
-            model.generate(x, max_new_tokens=args.generate + 1, do_sample=False, eos_token_id=None,
-                           pad_token_id=0, logits_processor=LogitsProcessorList([stamps]))
-            tpot = (stamps.t[-1] - stamps.t[0]) / args.generate
+        tpot = generate_tpot(model, x, args.generate) if args.generate else None
+        decode = decode_batches(model, prompts, args, _paths) if args.generate else {}
     return {"rows": rows, "logits": logits, "tpot": tpot, "switch_cpu": switch_cpu,
-            "paths": paths}
+            "paths": paths, "decode": decode}
 
 
 def _paths(model):
@@ -225,12 +224,15 @@ def rank_main(args, rank, switch, master, known_pid=None):
     job = box[0]
     cfg = _config(args)
     x = models.prompts(cfg, args.batch, args.length, seed=args.seed + 1000 + rank)
+
+    def prompts(batch):  # a decode batch's prompts, this rank's own
+        return models.prompts(cfg, batch, args.length, seed=args.seed + 2000 + rank)
     sw_pid = switch_pid(switch, known_pid) if rank == 0 else None
     results = {}
     for vi, name in enumerate(args.variants):
         model = models.build(cfg, seed=args.seed, dtype=DTYPES[args.dtype])
         model, comm = _shard(model, VARIANTS[name], args, rank, switch, job + vi)
-        results[name] = _measure(model, x, args, sw_pid)
+        results[name] = _measure(model, x, args, sw_pid, prompts)
         del model
         gc.collect()
         if comm is not None:
@@ -335,6 +337,36 @@ def _row(name, v, r0, ref, per_rank, args):
     return row
 
 
+def _decode_table(args, per_rank):
+    """Per variant the slowest rank's ms per output token at each decode batch, its ratio to
+    agrs's, and the path of each layer's last decode step."""
+    if not args.decode_batches:
+        return
+    tpot = {name: {B: max(r[name]["decode"][B]["tpot"] for r in per_rank)
+                   for B in args.decode_batches} for name in args.variants}
+    ref = "agrs" if "agrs" in tpot else None
+    print("# decode: ms per output token, the slowest rank's, %d greedy steps at B prompts "
+          "per rank (of L=%d tokens), after an untimed 1-step generate%s"
+          % (args.generate, args.length, "" if args.warmup > 0 else " (none: -w 0)"))
+    head = "| decode variant |" + "".join(" B=%d ms/token |" % B for B in args.decode_batches)
+    if ref:
+        head += "".join(" B=%d / %s |" % (B, ref) for B in args.decode_batches)
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
+    for name in args.variants:
+        row = "| %s |" % name + "".join(" %.2f |" % (tpot[name][B] * 1e3)
+                                         for B in args.decode_batches)
+        if ref:
+            row += "".join(" %.3f |" % (tpot[name][B] / tpot[ref][B])
+                           for B in args.decode_batches)
+        print(row, flush=True)
+    for name in args.variants:
+        for B in args.decode_batches:
+            paths = per_rank[0][name]["decode"][B]["paths"]
+            if paths:
+                print("# decode paths %s B=%d %s" % (name, B, " ".join(paths)))
+
+
 def report(args, cfg, per_rank, switch, sw_pid):
     _header(args, cfg, switch, sw_pid)
     s = {name: _summary(per_rank, name) for name in args.variants}
@@ -350,6 +382,7 @@ def report(args, cfg, per_rank, switch, sw_pid):
     for name in args.variants:
         print(_row(name, s[name], s[ref], ref, per_rank, args), flush=True)
     _raw_lines(s, per_rank)
+    _decode_table(args, per_rank)
 
 
 # ------------------------------------------------------------------ launch
@@ -422,6 +455,9 @@ def parse(argv=None):
     ap.add_argument("-n", "--iters", type=int, default=5, help="timed prefills per variant")
     ap.add_argument("-w", "--warmup", type=int, default=1, help="untimed prefills first")
     ap.add_argument("--generate", type=int, default=0, metavar="K", help="K decode steps after")
+    ap.add_argument("--decode-batches", default="", metavar="B1,B2,...",
+                    help="with --generate: also K decode steps at each of these batches per "
+                    "rank (e.g. 1,4,16)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, help="torch threads per rank (default: cores / N)")
     ap.add_argument("--max-tokens", type=int, help="incmoe.MoE max_tokens (default: B*L)")
@@ -442,6 +478,16 @@ def parse(argv=None):
             ap.error("--%s must be at least 1" % name)
     if args.warmup < 0 or args.generate < 0:
         ap.error("--warmup and --generate must be >= 0")
+    try:
+        args.decode_batches = [int(b) for b in args.decode_batches.split(",") if b]
+    except ValueError:
+        ap.error("--decode-batches %r: expected batches per rank such as 1,4,16"
+                 % args.decode_batches)
+    if any(b < 1 for b in args.decode_batches) or \
+            len(set(args.decode_batches)) != len(args.decode_batches):
+        ap.error("--decode-batches: each batch at least 1, each once")
+    if args.decode_batches and not args.generate:
+        ap.error("--decode-batches needs --generate K (the decode steps to time)")
     if args.rank is not None:
         if not 0 <= args.rank < args.nranks:
             ap.error("--rank %d: expected 0..%d" % (args.rank, args.nranks - 1))
