@@ -8,6 +8,11 @@ test_reduce_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 test_wire_SOURCES = test_wire.cc
 test_wire_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 
+# The low-latency form's payloads (base/ll_wire.h): layout, parser, verdict.
+check_PROGRAMS += test_wire_ll
+test_wire_ll_SOURCES = test_wire_ll.cc
+test_wire_ll_LDADD = $(BASE_LIBS) $(TEST_LIBS)
+
 test_collectives_SOURCES = test_collectives.cc
 test_collectives_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
