@@ -507,7 +507,8 @@ struct inc_wire_ll {
     uint64_t max_tokens;     /* the bound on every rank's T */
     uint64_t dispatch_epoch; /* combine: the dispatch it inverts; dispatch: 0 */
     uint64_t row_count;      /* combine: elements of a partial row; dispatch: 0 */
-    uint64_t layout_sig;     /* by expert: a hash of num_experts, topk and expert_rank; else 0 */
+    uint64_t layout_sig;     /* by expert: a hash of num_experts, topk, expert_rank and the
+                                caller's row bytes (the ids' offset in a row); else 0 */
     uint32_t nranks;
     int32_t status;       /* 0, or the refusal's: INCMOE_ERR_INVALID_ARG (its arguments) or
                              INCMOE_ERR_NO_MEMORY (over max_tokens, or over the credits) */

@@ -41,7 +41,6 @@ static incmoe_status_t refuse(coll_op_t *op, incmoe_status_t status, const char 
 
 int client_ll_post_refused(incmoe_comm_t *comm, coll_op_t *op, size_t max_tokens)
 {
-    (void)comm;
     if (max_tokens == 0 || max_tokens > UINT32_MAX)
         return 1; /* no bound to size regions by: the bulk form's refusal */
     return client_dc_set_low_latency(op->dc, comm->nranks, max_tokens);
@@ -59,8 +58,9 @@ static incmoe_status_t bound_refusal(incmoe_comm_t *comm, coll_op_t *op)
     const uint64_t chunks = bytes == 0 ? 1 : (bytes + comm->chunk_size - 1) / comm->chunk_size;
     if (chunks <= comm->credits)
         return INCMOE_OK;
-    client_dc_t *dc = op->dc;
-    memset(dc->sent, 0, (size_t)comm->nranks * sizeof(uint32_t));
+    /* A dispatch sends no row now; a combine's record is its dispatch's, kept as it is. */
+    if (op->stream == INCMOE_STREAM_DISPATCH)
+        memset(op->dc->sent, 0, (size_t)comm->nranks * sizeof(uint32_t));
     return refuse(op, INCMOE_ERR_NO_MEMORY,
                   "rank %d's message of %llu bytes exceeds the %u x %llu bytes granted per stream",
                   comm->rank, (unsigned long long)bytes, comm->credits,
@@ -84,8 +84,11 @@ static incmoe_status_t take_table(incmoe_comm_t *comm, coll_op_t *op,
     dc->local = malloc((size_t)p->num_experts * sizeof(int32_t));
     if (dc->local == NULL)
         return client_post_reject(comm, op, INCMOE_ERR_NO_MEMORY, "dispatch: out of memory");
+    /* The row's bytes too: the ids follow them on the wire, where the padding could hide two
+       sizes. */
     uint64_t sig = inc_fnv1a_u64(INC_FNV1A_INIT, (uint64_t)p->num_experts);
     sig = inc_fnv1a_u64(sig, (uint64_t)p->topk);
+    sig = inc_fnv1a_u64(sig, (uint64_t)p->row_bytes);
     int nlocal = 0;
     for (int e = 0; e < p->num_experts; e++) {
         int32_t r = p->expert_rank[e];

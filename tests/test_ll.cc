@@ -604,13 +604,19 @@ TEST_P(Ll, EveryDatatypeAndOperationOfCombine)
 TEST_P(Ll, DisagreeingMaxTokensOrRowBytesFailEveryRankWithOneReason)
 {
     EXPECT_RANKS(run(3, [&](incmoe_comm_t *comm, int me) -> std::string {
-        std::string first;
-        for (int round = 0; round < 2; round++) {
-            LlCase c = make_case(3, {2, 2, 2}, 4, ALL_RANKS, 20 + round);
+        /* max_tokens; row_bytes; row_bytes by expert (the ids follow the row: 20 and 17
+           bytes pad to the same 24 on the wire, and still disagree); the layout */
+        for (int round = 0; round < 4; round++) {
+            LlCase c = round < 2 ? make_case(3, {2, 2, 2}, 4, ALL_RANKS, 20 + round)
+                                 : make_expert_case(3, {2, 2, 2}, 4, 5, 1, 20 + round);
             if (me == 2 && round == 0)
                 c.max_tokens = 3;
             if (me == 1 && round == 1)
                 c.row_bytes = 32;
+            if (round == 2)
+                c.row_bytes = me == 1 ? 17 : 20;
+            if (me == 1 && round == 3)
+                c.by_expert = false; /* the same rows and sets, by source */
             Buffers b;
             incmoe_req_t req;
             incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
@@ -760,6 +766,99 @@ TEST_P(Ll, Fp32ResultsAreBitwiseTheBulkForms)
     }));
 }
 
+/* Bulk and low-latency collectives in flight together on one communicator share the streams
+   (and, between the ranks, the combine's credits): every result is still exact. */
+TEST_P(Ll, BulkAndLowLatencyCollectivesInFlightTogether)
+{
+    const int n = 3;
+    EXPECT_RANKS(run(n, [&](incmoe_comm_t *comm, int me) -> std::string {
+        /* bulk: 30 rows of 1 KiB to every rank (many chunks and credits) */
+        const size_t T = 30, rb = 1024, cnt = 256;
+        std::vector<unsigned char> x(T * rb), recv(n * T * rb);
+        for (size_t i = 0; i < x.size(); i++)
+            x[i] = (unsigned char)(me * 7 + i);
+        std::vector<uint64_t> sets(T, (1u << n) - 1);
+        std::vector<float> part(n * T * cnt), out(T * cnt);
+        for (size_t i = 0; i < part.size(); i++)
+            part[i] = (float)(me + 1);
+        incmoe_mr_t *m[4];
+        CHECK_OK(incmoe_mem_register(comm, x.data(), x.size(), &m[0]));
+        CHECK_OK(incmoe_mem_register(comm, recv.data(), recv.size(), &m[1]));
+        CHECK_OK(incmoe_mem_register(comm, part.data(), part.size() * 4, &m[2]));
+        CHECK_OK(incmoe_mem_register(comm, out.data(), out.size() * 4, &m[3]));
+        incmoe_dispatch_params_t p = {};
+        p.send_mr = m[0];
+        p.nrows = T;
+        p.row_bytes = rb;
+        p.sets = sets.data();
+        p.recv_mr = m[1];
+        p.capacity = n * T;
+        LlCase c = make_case(n, {3, 2, 4}, 4, MIXED, 80);
+        Buffers b;
+        incmoe_req_t d_bulk, d_ll, c_bulk;
+        CHECK_OK(incmoe_dispatch(comm, &p, &d_bulk));
+        CHECK_OK(post_dispatch(comm, c, me, b, &d_ll, false));
+        CHECK_OK(incmoe_wait(comm, &d_bulk));
+        CHECK_OK(incmoe_wait(comm, &d_ll));
+        std::string e = check_dispatch(comm, c, me, b, &d_ll);
+        if (!e.empty())
+            return e;
+        incmoe_combine_params_t cp = {};
+        cp.dispatch = d_bulk;
+        cp.send_mr = m[2];
+        cp.recv_mr = m[3];
+        cp.row_count = cnt;
+        cp.dtype = INCMOE_FLOAT32;
+        cp.op = INCMOE_SUM;
+        CHECK_OK(incmoe_combine(comm, &cp, &c_bulk));
+        e = run_combine(comm, c, me, b, &d_ll); /* while the bulk combine is in flight */
+        CHECK_OK(incmoe_wait(comm, &c_bulk));
+        for (size_t i = 0; i < out.size(); i++)
+            if (out[i] != (float)(n * (n + 1) / 2))
+                return "bulk combined element " + std::to_string(i) + " is " +
+                       std::to_string(out[i]);
+        for (int s = 0; s < n; s++)
+            for (size_t i = 0; i < T * rb; i++)
+                if (recv[s * T * rb + i] != (unsigned char)(s * 7 + i))
+                    return "bulk dispatched byte " + std::to_string(i) + " of rank " +
+                           std::to_string(s) + " differs";
+        for (incmoe_mr_t *r : m)
+            CHECK_OK(incmoe_mem_deregister(comm, r));
+        return e;
+    }));
+}
+
+/* Many low-latency dispatches posted before any is waited for, each message taking 3 of a
+   peer's 8 credits: they queue in epoch order and all complete exact; so do their combines. */
+TEST_P(Ll, ManyInFlightUnderTightCreditsAllCompleteExact)
+{
+    const int n = 4, k = 12;
+    EXPECT_RANKS(run(n, [&](incmoe_comm_t *comm, int me) -> std::string {
+        std::vector<LlCase> cases;
+        std::vector<Buffers> bufs(k);
+        std::vector<incmoe_req_t> reqs(k);
+        for (int i = 0; i < k; i++) {
+            cases.push_back(make_case(n, rows_for(n, 5, i % 2 == 1), 5, ALL_RANKS, 90 + i));
+            cases.back().row_bytes = 2000; /* 5 rows to a peer: 10 KB, 3 chunks */
+            cases.back().row_count = 500;
+        }
+        for (int i = 0; i < k; i++)
+            CHECK_OK(post_dispatch(comm, cases[i], me, bufs[i], &reqs[i], false));
+        for (int i = 0; i < k; i++) {
+            CHECK_OK(incmoe_wait(comm, &reqs[i]));
+            std::string e = check_dispatch(comm, cases[i], me, bufs[i], &reqs[i]);
+            if (!e.empty())
+                return "dispatch " + std::to_string(i) + ": " + e;
+        }
+        for (int i = 0; i < k; i++) {
+            std::string e = run_combine(comm, cases[i], me, bufs[i], &reqs[i]);
+            if (!e.empty())
+                return "combine " + std::to_string(i) + ": " + e;
+        }
+        return "";
+    }));
+}
+
 /* By expert (vLLM's batched layout): each local expert's region, its rows by source then
    source row, a row in every region of an expert it names; the combine folds each received
    row's partials over its local experts first.  Some ranks hold no expert. */
@@ -769,9 +868,21 @@ TEST_P(Ll, ByExpertRegionsAndTheFoldedCombineMatchTheFold)
         EXPECT_RANKS(run(n,
                          [&](incmoe_comm_t *comm, int me) -> std::string {
                              unsigned seed = 500;
-                             for (int topk : {1, 2, 4}) {
+                             /* the fold and the reduction in several types and operations */
+                             const struct {
+                                 int topk;
+                                 incmoe_dtype_t dtype;
+                                 incmoe_redop_t op;
+                             } kinds[] = {{1, INCMOE_FLOAT32, INCMOE_SUM},
+                                          {2, INCMOE_BFLOAT16, INCMOE_MAX},
+                                          {4, INCMOE_INT32, INCMOE_PROD},
+                                          {3, INCMOE_FLOAT16, INCMOE_SUM}};
+                             for (const auto &k : kinds) {
+                                 const int topk = k.topk;
                                  LlCase c = make_expert_case(n, rows_for(n, 4, topk == 2), 4,
                                                              2 * n + 1, topk, seed++);
+                                 c.dtype = k.dtype;
+                                 c.op = k.op;
                                  std::string e = ll_case(comm, c, me);
                                  if (!e.empty())
                                      return "topk " + std::to_string(topk) + ": " + e;
