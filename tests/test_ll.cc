@@ -11,11 +11,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -437,7 +436,13 @@ harness::SwitchProc g_switch;
 const char *const kChunk = "4096";
 const char *const kCredits = "8";
 
-class Ll : public ::testing::TestWithParam<incmoe_algo_t>
+/* An algorithm, and whether payloads past 512 bytes go rendezvous (else eager). */
+struct Variant {
+    incmoe_algo_t algo;
+    bool rndv;
+};
+
+class Ll : public ::testing::TestWithParam<Variant>
 {
   protected:
     static void SetUpTestSuite()
@@ -461,8 +466,9 @@ class Ll : public ::testing::TestWithParam<incmoe_algo_t>
         return harness::run_ranks(
             n,
             [&](int rank) -> std::string {
+                setenv("INCMOE_RNDV_THRESH", GetParam().rndv ? "512" : "0", 1);
                 harness::CommOptions opt;
-                opt.algo = GetParam();
+                opt.algo = GetParam().algo;
                 opt.timeout_ms = comm_timeout_ms;
                 incmoe_comm_t *comm;
                 incmoe_status_t st = harness::comm_create(g_switch.addr, job, rank, n, &comm, opt);
@@ -978,13 +984,20 @@ TEST_P(Ll, WrongArgumentsAreRejectedWithTheirReason)
     }
 }
 
-std::string algo_name(const ::testing::TestParamInfo<incmoe_algo_t> &info)
+std::string variant_name(const ::testing::TestParamInfo<Variant> &info)
 {
-    return info.param == INCMOE_ALGO_INC ? "inc" : info.param == INCMOE_ALGO_RING ? "ring" : "a2a";
+    const incmoe_algo_t a = info.param.algo;
+    return std::string(a == INCMOE_ALGO_INC    ? "inc"
+                       : a == INCMOE_ALGO_RING ? "ring"
+                                               : "a2a") +
+           (info.param.rndv ? "_rndv" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Algos, Ll,
-                         ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_A2A, INCMOE_ALGO_RING),
-                         algo_name);
+INSTANTIATE_TEST_SUITE_P(
+    Algos, Ll,
+    ::testing::Values(Variant{INCMOE_ALGO_INC, false}, Variant{INCMOE_ALGO_INC, true},
+                      Variant{INCMOE_ALGO_A2A, false}, Variant{INCMOE_ALGO_A2A, true},
+                      Variant{INCMOE_ALGO_RING, false}, Variant{INCMOE_ALGO_RING, true}),
+    variant_name);
 
 } // namespace
