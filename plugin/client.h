@@ -12,11 +12,16 @@
  *                    device-side posting over the public API
  *   post.c, join.c   the posting API and its checks; the join handshake
  *   dc_post.c        the posting calls of dispatch and combine, over post.c's
+ *   ll_post.c        their low-latency form's checks, for dc_post.c, over post.c's
  *   innet.c, ring.c, the algorithms, behind algo.h (algo.c names them);
  *   a2a.c            a2a.c runs ring.c's entries over the full mesh
- *   dc_peer.c        dispatch and combine between the ranks (ring, a2a)
+ *   dc_peer.c        dispatch and combine between the ranks (ring, a2a), and
+ *   ll_peer.c        their low-latency form
  *   mesh.c           the connections between the ranks (ring, a2a)
  *   coll.c           the collectives' common life: start, local part, retire
+ *   ll_shared.c      the low-latency form's messages taken and decided, over
+ *   ll_pack.c,       what this rank sends, and where rows go (regions, the
+ *   ll_place.c       fold, the own partial last); both paths use them
  *   dc_shared.c      what dispatch and combine share: the kept dispatches,
  *                    the plan applied, the local rows, the outcomes
  *   send.c, mr.c     messages out; registered memory

@@ -82,8 +82,8 @@ static int row_locals(const client_dc_t *dc, const char *ids, int32_t *out)
 }
 
 /* Row r (the k-th from s) into each region it goes to; the slot's region rows kept. */
-static void put_row(const incmoe_comm_t *comm, coll_op_t *op, int s, const ll_row_t *r,
-                    const int32_t *locals, int nl, uint32_t *cursor)
+static void put_row(coll_op_t *op, int s, const ll_row_t *r, const int32_t *locals, int nl,
+                    uint32_t *cursor)
 {
     client_dc_t *dc = op->dc;
     for (int m = 0; m < nl; m++) {
@@ -97,7 +97,6 @@ static void put_row(const incmoe_comm_t *comm, coll_op_t *op, int s, const ll_ro
         if (dc->by_expert)
             dc->slots[(*cursor)++] = (uint32_t)pos;
     }
-    (void)comm;
 }
 
 /* The record's tables for the placement: the source table by slot, and by expert the region
@@ -171,7 +170,7 @@ int client_ll_place(incmoe_comm_t *comm, coll_op_t *op, char *why, size_t why_le
                 continue;
             ll_row_t r = row_of(comm, op, s, k, own);
             int nl = dc->by_expert ? row_locals(dc, r.ids, locals) : 1;
-            put_row(comm, op, s, &r, locals, nl, &cursor);
+            put_row(op, s, &r, locals, nl, &cursor);
         }
         dc->recvd[s] = (uint32_t)n;
     }
