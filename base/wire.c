@@ -189,7 +189,7 @@ static incmoe_status_t check_peer_dc_msg(const struct inc_wire_hdr *h, size_t pa
     int dispatch = h->stream == INCMOE_STREAM_DISPATCH,
         combine = h->stream == INCMOE_STREAM_COMBINE;
     if (!(dispatch || combine) || (h->msg == WIRE_MSG_PEER_ROWS && !dispatch) ||
-        ((h->msg == WIRE_MSG_PEER_PARTIALS || h->msg == WIRE_MSG_PEER_CREDIT) && !combine))
+        (h->msg == WIRE_MSG_PEER_PARTIALS && !combine))
         FAIL("%s on the %s stream", name, inc_wire_stream_name(h->stream));
     if (h->epoch == 0)
         FAIL("%s with epoch 0", name);

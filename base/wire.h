@@ -183,7 +183,8 @@
  *                  credits toward that owner (JOIN_ACK's credits, for the
  *                  stream), so an owner stages at most N - 1 times credits
  *                  chunks.
- *   PEER_CREDIT    combine, owner -> contributor: length = credits returned
+ *   PEER_CREDIT    owner -> contributor (combine), receiver -> sender (a low-latency
+ *                  dispatch, see PEER_LL): length = credits returned
  *                  (the owner reduced the chunks they held).
  *
  * Flow control: JOIN_ACK grants every rank `credits` chunks of `chunk_size`

@@ -37,6 +37,12 @@ test_dispatch_SOURCES = test_dispatch.cc
 test_dispatch_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
 test_dispatch_LDADD = $(ERRORS_LIBS)
 
+# The low-latency form of dispatch and combine on every algorithm, by source and by expert.
+check_PROGRAMS += test_ll
+test_ll_SOURCES = test_ll.cc
+test_ll_CPPFLAGS = $(AM_CPPFLAGS)
+test_ll_LDADD = $(ERRORS_LIBS)
+
 # Every failure the switch and the client must survive, one suite per subsystem; what they
 # share (the Errors fixture, a communicator on it, raw messages that break a job) is built once.
 ERRORS_SUITES = test_errors_auth test_errors_protocol test_errors_admission \
