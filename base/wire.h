@@ -307,7 +307,8 @@
  * padded to 8; what follows is said per message.  A refused message (status
  * not 0) carries nothing after the reason and rows = 0.  Its nranks is the
  * job's (anything else is malformed).  Headers: offset and chunk 0, status 0
- * but for an LL_FWD verdict, dtype and redop unused (the struct has them).
+ * but for an LL_FWD verdict, dtype and redop unused (the struct has them);
+ * the switch compares no LL's sig (the descriptions decide) and sends sig 0.
  * base/ll_wire.h lays the payloads out and checks them.
  *   LL         client -> switch, rank s.  total = T_s, sig = the stream's
  *              signature, root 0, length = payload bytes.  Takes max(1, ceil(length /
@@ -373,7 +374,12 @@
  *              than credits is never sent (the rank refuses instead).
  *              PEER_CREDIT, on the PEER_LL's stream, returns them.
  * The switch counts each job's messages per stream and direction (trips) and
- * logs them at info when the job ends, so a test can count a decode step's.
+ * logs them at info when the job ends, so a test can count a decode step's:
+ * per stream that carried any, one line "job ID trips STREAM: in T=n ... out
+ * T=n ...", T a message type's name (inc_wire_msg_name) in wire order, n its
+ * count, types of count 0 left out; "in": from the job's ranks, "out": to
+ * them; only POST, DATA, FWD, CREDIT, DONE, SMALL, SMALL_FWD, PLAN, LL and
+ * LL_FWD count (switch/trips.c).
  *
  * Reductions are done in ascending rank order with fp32 accumulation for
  * 16-bit types, so results are bitwise reproducible whatever order the

@@ -89,3 +89,10 @@ check_PROGRAMS += test_length
 test_length_SOURCES = test_length.cc test_perf_run.cc perf_run.h text_file.h
 test_length_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 test_length_LDADD = $(GTEST_LIBS) -lpthread
+
+# The switch's low-latency form of dispatch and combine, spoken raw to a real switch: forwarding,
+# reduction against a reference, verdicts, credits, malformed LLs, failures, trees, trips.
+check_PROGRAMS += test_switch_ll
+test_switch_ll_SOURCES = test_switch_ll.cc
+test_switch_ll_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_switch_ll_LDADD = $(ERRORS_LIBS)
