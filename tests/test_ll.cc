@@ -640,6 +640,41 @@ TEST_P(Ll, DisagreeingMaxTokensOrRowBytesFailEveryRankWithOneReason)
     }));
 }
 
+/* A combine whose ranks disagree (rank 1's partials are of another type) fails on every rank
+   with INCMOE_ERR_MISMATCH and one reason, writes nothing, and keeps its dispatch: combined
+   again, it is exact. */
+TEST_P(Ll, ACombineThatDisagreesFailsEveryRankAndKeepsItsDispatch)
+{
+    EXPECT_RANKS(run(3, [&](incmoe_comm_t *comm, int me) -> std::string {
+        LlCase c = make_case(3, {3, 2, 3}, 4, MIXED, 33);
+        Buffers b;
+        incmoe_req_t disp, req;
+        CHECK_OK(post_dispatch(comm, c, me, b, &disp));
+        std::vector<unsigned char> part(3 * 4 * 64, 0), out(3 * 64, kCanary);
+        incmoe_mr_t *mp, *mo;
+        CHECK_OK(incmoe_mem_register(comm, part.data(), part.size(), &mp));
+        CHECK_OK(incmoe_mem_register(comm, out.data(), out.size(), &mo));
+        incmoe_combine_params_t p = {};
+        p.dispatch = disp;
+        p.send_mr = mp;
+        p.recv_mr = mo;
+        p.row_count = 8;
+        p.dtype = me == 1 ? INCMOE_INT32 : INCMOE_FLOAT32;
+        p.op = INCMOE_SUM;
+        CHECK_OK(incmoe_combine(comm, &p, &req));
+        incmoe_status_t st = incmoe_wait(comm, &req);
+        std::string reason = req_why(comm, &req);
+        if (st != INCMOE_ERR_MISMATCH || reason.find("combine epoch 1: rank 1") != 0)
+            return std::string("got ") + incmoe_strerror(st) + " '" + reason + "'";
+        for (unsigned char x : out)
+            if (x != kCanary)
+                return "the failed combine wrote its result";
+        CHECK_OK(incmoe_mem_deregister(comm, mp));
+        CHECK_OK(incmoe_mem_deregister(comm, mo));
+        return run_combine(comm, c, me, b, &disp);
+    }));
+}
+
 /* A caller's refusal with the form: every rank fails with INCMOE_ERR_INVALID_ARG and the
    lowest refusing rank's reason, for the dispatch and for its combine (which keeps its
    dispatch, combined for real after). */
