@@ -765,8 +765,13 @@ TEST_P(Ll, Fp32ResultsAreBitwiseTheBulkForms)
         CHECK_OK(incmoe_wait(comm, &dbulk));
         Buffers ll;
         CHECK_OK(post_dispatch(comm, c, me, ll, &dll));
-        std::vector<uint32_t> counts(n);
+        std::vector<uint32_t> counts(n), bulk_counts(n);
+        size_t bulk_regions = 0;
         CHECK_OK(incmoe_dispatch_counts(comm, &dll, counts.data(), n, nullptr));
+        /* the bulk form's regions are its sources too */
+        CHECK_OK(incmoe_dispatch_counts(comm, &dbulk, bulk_counts.data(), n, &bulk_regions));
+        if (bulk_regions != (size_t)n || bulk_counts != counts)
+            return "the bulk form's counts differ from the low-latency form's";
         /* the same partial per received row in both layouts */
         std::mt19937 rng(me + 1);
         std::uniform_real_distribution<float> val(-3.f, 3.f);
