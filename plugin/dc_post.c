@@ -196,8 +196,8 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
         inc_wire_signature(INCMOE_STREAM_DISPATCH, op->dtype, op->redop, op->bytes, comm->nranks);
     if ((st = algo_check(comm, op)) != INCMOE_OK)
         return st;
-    if (op->dc->ll)
-        client_ll_post_bound(comm, op);
+    if (op->dc->ll && (st = client_ll_post_bound(comm, op)) != INCMOE_OK)
+        return st;
     return client_post_submit(comm, op, req_p);
 }
 
@@ -300,8 +300,8 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
                                  comm->nranks);
     if ((st = algo_check(comm, op)) != INCMOE_OK)
         return st;
-    if (dc->ll)
-        client_ll_post_bound(comm, op);
+    if (dc->ll && (st = client_ll_post_bound(comm, op)) != INCMOE_OK)
+        return st;
     return client_post_submit(comm, op, req_p);
 }
 

@@ -51,26 +51,23 @@ size_t client_ll_partial_rows(const client_dc_t *dc)
     return dc->nregions * dc->region_rows;
 }
 
-/* The largest message beyond the credits: the form refuses it. */
-static incmoe_status_t bound_refusal(incmoe_comm_t *comm, coll_op_t *op)
+incmoe_status_t client_ll_post_bound(incmoe_comm_t *comm, coll_op_t *op)
 {
+    if (op->refused != NULL)
+        return INCMOE_OK;
     const uint64_t bytes = comm->ops->ll_bytes(comm, op);
-    const uint64_t chunks = bytes == 0 ? 1 : (bytes + comm->chunk_size - 1) / comm->chunk_size;
-    if (chunks <= comm->credits)
+    if (client_ll_credits(comm, bytes) <= comm->credits)
         return INCMOE_OK;
     /* A dispatch sends no row now; a combine's record is its dispatch's, kept as it is. */
     if (op->stream == INCMOE_STREAM_DISPATCH)
         memset(op->dc->sent, 0, (size_t)comm->nranks * sizeof(uint32_t));
-    return refuse(op, INCMOE_ERR_NO_MEMORY,
-                  "rank %d's message of %llu bytes exceeds the %u x %llu bytes granted per stream",
-                  comm->rank, (unsigned long long)bytes, comm->credits,
-                  (unsigned long long)comm->chunk_size);
-}
-
-void client_ll_post_bound(incmoe_comm_t *comm, coll_op_t *op)
-{
-    if (op->refused == NULL)
-        bound_refusal(comm, op);
+    if (refuse(op, INCMOE_ERR_NO_MEMORY,
+               "rank %d's message of %llu bytes exceeds the %u x %llu bytes granted per stream",
+               comm->rank, (unsigned long long)bytes, comm->credits,
+               (unsigned long long)comm->chunk_size) == INCMOE_OK)
+        return INCMOE_OK;
+    return client_post_reject(comm, op, INCMOE_ERR_NO_MEMORY, "%s: out of memory",
+                              inc_wire_stream_name(op->stream));
 }
 
 /* ------------------------------------------------------------------------ */

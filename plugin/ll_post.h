@@ -16,9 +16,9 @@ incmoe_status_t client_ll_post_dispatch(incmoe_comm_t *comm, coll_op_t *op,
                                         const incmoe_dispatch_params_t *p);
 /* The rows of partials a combine of the low-latency dispatch dc reads (its layout's slots). */
 size_t client_ll_partial_rows(const client_dc_t *dc);
-/* A combine of a low-latency dispatch, described: refused when a message would exceed the
-   credits (INCMOE_OK either way: it is posted). */
-void client_ll_post_bound(incmoe_comm_t *comm, coll_op_t *op);
+/* A low-latency dispatch or combine, described: refused when its largest message would take
+   more than the credits.  INCMOE_OK (post it, refused or not), or a rejection (op freed). */
+incmoe_status_t client_ll_post_bound(incmoe_comm_t *comm, coll_op_t *op);
 /* A refusal posted with the form (max_tokens of a refused dispatch, the form of the dispatch a
    refused combine names): its empty record takes the form.  0 out of memory. */
 int client_ll_post_refused(incmoe_comm_t *comm, coll_op_t *op, size_t max_tokens);
