@@ -45,7 +45,8 @@
  *
  * Every rank must call create, forward and destroy collectively, with the same
  * shape and the same token counts; disagreements and bad arguments are
- * detected through a small exchange and reported on every rank.
+ * detected through a small exchange and reported on every rank (the decode
+ * step has no exchange: bad arguments ride on its dispatch, see "Decode").
  *
  * Backends, chosen at create (where the weights and buffers are placed):
  * - INCMOE_MOE_BACKEND_CPU: host memory; the roles run on threads the layer

@@ -202,7 +202,8 @@ def auto_body(rank, n, addr, job, slow, want):
         ref = reference_moe(x, ids, w, W13, W2)
         assert (y.double() - ref).abs().max().item() <= 1e-5 * ref.abs().max().item()
         t = layer.last_timing()
-        assert t["measured"] == (12 if step == 0 else 0), t
+        # 12 bulk paths, and the decode step on each algorithm (counts within its capacity).
+        assert t["measured"] == (15 if step == 0 else 0), t
         assert layer.path[0] == want, (layer.path, t)
     layer.close()
     comm.close()
