@@ -367,7 +367,8 @@ TEST(MoeAuto, ModeAutoWithoutAPath)
         incmoe_moe_params_ext_t no_decode;
         memset(&no_decode, 0, sizeof(no_decode));
         no_decode.field_mask = INCMOE_MOE_PARAM_DECODE;
-        no_decode.decode_tokens = -1; /* the bulk modes only (test_moe_decode has the decode step) */
+        no_decode.decode_tokens =
+            -1; /* the bulk modes only (test_moe_decode has the decode step) */
         incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &no_decode, &L);
         if (st != INCMOE_OK)
             return std::string("create: ") + incmoe_strerror(st);
