@@ -126,6 +126,31 @@ def test_matches_single_process(switch, name, n):
     run_ranks(matches_body, n, switch.address, new_job(), name)
 
 
+def decode_body(rank, n, addr, job, name):
+    """mode="decode": every forward within the layers' decode capacity (the prompts' and each
+    generated token's) runs the decode step; logits and greedy tokens as the single-process
+    model's, fp32."""
+    cfg, model, x, ref = _tiny_with_reference(name, rank, seed=3)
+    with torch.no_grad():
+        ref_gen = model.generate(x, eos_token_id=None, **GEN)
+    comm = incmoe.Communicator(addr, job, rank, n)
+    incmoe.hf.expert_parallel(model, comm, mode="decode", algo=None)
+    layers = [m.layer for m in model.modules() if isinstance(m, incmoe.hf.experts.IncmoeExperts)]
+    with torch.no_grad():
+        err = _rel(model(x).logits, ref)
+        assert err <= FP32_TOL, (name, n, err)
+        gen = model.generate(x, eos_token_id=None, **GEN)
+    assert torch.equal(gen, ref_gen), (name, n, gen, ref_gen)
+    assert layers and all(l.last_timing()["mode"] == "decode" for l in layers), [
+        l.last_timing() for l in layers]
+    comm.close()
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_decode_step_matches_single_process(switch, name):
+    run_ranks(decode_body, 2, switch.address, new_job(), name)
+
+
 def _eos_setup():
     """A seed and an EOS token such that rank 0's single prompt stops early
     while ranks 1..3's prompts never produce it within NEW_TOKENS tokens."""
