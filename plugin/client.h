@@ -41,6 +41,7 @@
 
 struct client_algo_ops;
 struct client_dc;
+struct client_ll;
 struct client_mesh;
 struct client_outcome;
 struct incmoe_mr;
@@ -104,6 +105,9 @@ typedef struct coll_op {
     char *why;              /* its reason (owned), else NULL */
     char *refused;          /* this rank refused its arguments (incmoe.h, "A refusal"): why, at most
                                INCMOE_REFUSAL_MAX - 1 bytes (owned); its plan carries it.  Else NULL */
+    incmoe_status_t refused_status; /* the refusal's: INCMOE_ERR_INVALID_ARG (the caller's), or
+                                       INCMOE_ERR_NO_MEMORY (the low-latency form's bounds) */
+    struct client_ll *ll; /* the low-latency form (ll_shared.h): what came from the others */
 } coll_op_t;
 
 /*

@@ -5,6 +5,11 @@ check_PROGRAMS += test_perf_tool test_perf_testbed
 test_perf_tool_SOURCES = test_perf_tool.cc test_perf_run.cc perf_run.h
 test_perf_tool_LDADD = libharness.la $(TEST_LIBS)
 
+# incmoe-perf --low-latency: the routed ops in the low-latency form.
+check_PROGRAMS += test_ll_perf
+test_ll_perf_SOURCES = test_ll_perf.cc test_perf_run.cc perf_run.h
+test_ll_perf_LDADD = $(GTEST_LIBS) -lpthread
+
 # The routing of incmoe-perf's dispatch, combine and dc (tools/route.h).
 check_PROGRAMS += test_route
 test_route_SOURCES = test_route.cc
