@@ -104,8 +104,8 @@ static incmoe_status_t decode_failed(incmoe_moe_t *L, int i, const incmoe_req_t 
     char why[256] = "";
     if (req != NULL)
         incmoe_req_error(l->comm, req, why, sizeof(why));
-    else
-        incmoe_comm_error(l->comm, why, sizeof(why));
+    else if (incmoe_comm_error(l->comm, why, sizeof(why)) == INCMOE_OK)
+        snprintf(why, sizeof(why), "refused at posting"); /* nothing failed but this call */
     if (st == INCMOE_ERR_NO_MEMORY || st == INCMOE_ERR_UNSUPPORTED) {
         log_warn(SUBSYS,
                  "rank %d: forward: %s refused the decode step's %s (%s: %s); this and later "

@@ -13,12 +13,14 @@
  * step's output or experts still use.  Arguments refused on one rank fail the
  * forward on every rank and leave the layer usable; the automatic choice
  * measures the decode step where the counts fit and then runs it without an
- * exchange.
+ * exchange; the switch counts one message up per rank per collective.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,14 @@ std::string counts_str(const std::vector<int> &c)
     return "{" + s + "}";
 }
 
+/* p with the experts' weights of `from` (nullptr: its own), so that one layer serves both. */
+moeref::Problem same_weights(moeref::Problem p, const moeref::Problem *from)
+{
+    if (from != nullptr)
+        p.wg = from->wg, p.wu = from->wu, p.wd = from->wd;
+    return p;
+}
+
 /* A decode forward of p (or, over the capacity, the bulk path it takes), checked against the
    reference, against the masked baseline bitwise in fp32, and for the path it reports. */
 std::string decode_checked(incmoe_moe_t *L, const moeref::Problem &p, int rank,
@@ -141,7 +151,8 @@ void run_decode_cases(int N, incmoe_algo_t algo, const std::vector<std::vector<i
     moeref::run_on_ranks(N, algo, [&](incmoe_comm_t *comm, int rank) -> std::string {
         std::vector<moeref::Problem> ps;
         for (size_t i = 0; i < counts.size(); i++)
-            ps.push_back(moeref::make_problem(shape(N, dt), counts[i], 500 + i));
+            ps.push_back(same_weights(moeref::make_problem(shape(N, dt), counts[i], 500 + i),
+                                      ps.empty() ? nullptr : &ps[0]));
         incmoe_moe_t *L = nullptr;
         incmoe_status_t st = create(comm, ps[0], rank, kCapacity, &L);
         if (st != INCMOE_OK)
@@ -196,6 +207,7 @@ TEST_P(MoeDecode, EightRanks)
    next decode step succeeds. */
 TEST_P(MoeDecode, RefusalOnOneRankFailsEveryRank)
 {
+    harness::ExpectErrors errors_expected("one rank refuses its forward's arguments");
     const int N = 4;
     moeref::run_on_ranks(N, GetParam(), [&](incmoe_comm_t *comm, int rank) -> std::string {
         moeref::Problem p = moeref::make_problem(shape(N), {2, 0, 3, 1}, 77);
@@ -248,11 +260,12 @@ namespace
 void expect_auto(const char *slow, bool want_decode)
 {
     const int N = 4;
-    moeref::run_on_ranks(N, INCMOE_ALGO_INC, [&](incmoe_comm_t *comm, int rank) -> std::string {
+    moeref::run_on_ranks(N, INCMOE_ALGO_RING, [&](incmoe_comm_t *comm, int rank) -> std::string {
         if (rank == 1)
             setenv("INCMOE_MOE_TEST_PATH_MS", slow, 1);
         moeref::Problem small = moeref::make_problem(shape(N), {2, 1, 0, 3}, 91);
-        moeref::Problem big = moeref::make_problem(shape(N), {9, 6, 0, 12}, 92);
+        moeref::Problem big =
+            same_weights(moeref::make_problem(shape(N), {9, 6, 0, 12}, 92), &small);
         incmoe_moe_t *L = nullptr;
         incmoe_status_t st = create(comm, small, rank, kCapacity, &L);
         if (st != INCMOE_OK)
@@ -313,6 +326,7 @@ TEST(MoeDecodeAuto, KeepsTheBulkPathWhereItIsFaster)
    decode runs pipelined. */
 TEST(MoeDecodeCreate, CapacityCheckedAndAgreed)
 {
+    harness::ExpectErrors errors_expected("a capacity over max_tokens, and two that disagree");
     const int N = 2;
     moeref::run_on_ranks(N, INCMOE_ALGO_INC, [&](incmoe_comm_t *comm, int rank) -> std::string {
         moeref::Problem p = moeref::make_problem(shape(N), {1, 2}, 5);
@@ -338,4 +352,75 @@ TEST(MoeDecodeCreate, CapacityCheckedAndAgreed)
         moeref::destroy_layer(L, &err);
         return err;
     });
+}
+
+namespace
+{
+
+/* The switch's trips line of job and stream ("in ... out ..."), once the job ended and the
+   switch wrote it to log (at most 10 s after), or "(no line)". */
+std::string trips_line(const std::string &log, unsigned long long job, const char *stream)
+{
+    const std::string head = "job " + std::to_string(job) + " trips " + stream + ": ";
+    for (int polls = 0; polls < 1000; polls++) {
+        std::ifstream f(log);
+        std::string line;
+        while (std::getline(f, line)) {
+            size_t at = line.find(head);
+            if (at != std::string::npos)
+                return line.substr(at + head.size());
+        }
+        usleep(10000); /* polling the log for the line, not ordering the test */
+    }
+    return "(no line)";
+}
+
+} // namespace
+
+/* A decode step costs one message up per rank per collective: K decode forwards on N ranks
+   send the switch N * K LLs on each of the dispatch and combine streams and nothing else
+   there (no POST, no SMALL, no PLAN), and it sends back one LL_FWD per other source of each
+   dispatch and one per owner of each combine (base/wire.h, "The low-latency form"). */
+TEST(MoeDecodeTrips, OneMessageUpPerRankPerCollective)
+{
+    const int N = 4, K = 3;
+    const std::string log = "/tmp/incmoe-moe-decode-" + std::to_string(harness::unique_job_id());
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--log-level", "info"}, log));
+    const unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks(N, [&](int rank) -> std::string {
+        std::string err;
+        incmoe_comm_t *comm = moeref::comm_create(sw.addr, job, rank, N, INCMOE_ALGO_INC, &err);
+        if (comm == nullptr)
+            return err;
+        moeref::Problem p = moeref::make_problem(shape(N), {1, 0, 2, kCapacity}, 61);
+        incmoe_moe_t *L = nullptr;
+        incmoe_status_t st = create(comm, p, rank, kCapacity, &L);
+        if (st != INCMOE_OK)
+            err = std::string("create: ") + incmoe_strerror(st);
+        std::vector<double> mag, ref = moeref::reference(p, rank, &mag);
+        for (int i = 0; i < K && err.empty(); i++) {
+            std::vector<uint8_t> out;
+            incmoe_moe_timing_t t;
+            if ((st = forward(L, p, rank, Fwd(), &out, &t)) != INCMOE_OK)
+                err = std::string("forward: ") + incmoe_strerror(st);
+            else if (t.mode != INCMOE_MOE_DECODE)
+                err = std::string("ran ") + incmoe_moe_mode_name(t.mode);
+            else
+                err = moeref::check_against_ref(out.data(), ref, mag, p.counts[rank], p.s.H,
+                                                p.s.dtype, "decode");
+        }
+        if (L != nullptr)
+            moeref::destroy_layer(L, &err);
+        incmoe_comm_destroy(comm);
+        return err;
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    const std::string ll = std::to_string(N * K);
+    EXPECT_EQ(trips_line(log, job, "dispatch"),
+              "in LL=" + ll + " out CREDIT=" + ll + " LL_FWD=" + std::to_string(N * (N - 1) * K));
+    EXPECT_EQ(trips_line(log, job, "combine"),
+              "in LL=" + ll + " out CREDIT=" + ll + " LL_FWD=" + ll);
+    harness::switch_stop(&sw);
+    unlink(log.c_str());
 }
