@@ -252,15 +252,15 @@ INSTANTIATE_TEST_SUITE_P(Algos, MoeDecode,
 namespace
 {
 
-/* With mode auto and `slow` added on rank 1 to the paths it names (INCMOE_MOE_TEST_PATH_MS):
-   the first small forward measures the decode step against baseline and pipelined (full
-   routing: the setting's default), the second runs the choice without measuring; a forward
-   over the capacity measures the bulk paths only.  want_decode: whether the choice is the
+/* On algo's communicator, with mode auto and `slow` added on rank 1 to the paths it names
+   (INCMOE_MOE_TEST_PATH_MS): the first small forward measures the decode step against baseline and
+   pipelined (full routing: the setting's default), the second runs the choice without measuring; a
+   forward over the capacity measures the bulk paths only.  want_decode: whether the choice is the
    decode step. */
-void expect_auto(const char *slow, bool want_decode)
+void expect_auto(incmoe_algo_t algo, const char *slow, bool want_decode)
 {
     const int N = 4;
-    moeref::run_on_ranks(N, INCMOE_ALGO_RING, [&](incmoe_comm_t *comm, int rank) -> std::string {
+    moeref::run_on_ranks(N, algo, [&](incmoe_comm_t *comm, int rank) -> std::string {
         if (rank == 1)
             setenv("INCMOE_MOE_TEST_PATH_MS", slow, 1);
         moeref::Problem small = moeref::make_problem(shape(N), {2, 1, 0, 3}, 91);
@@ -313,12 +313,14 @@ void expect_auto(const char *slow, bool want_decode)
 
 TEST(MoeDecodeAuto, ChoosesTheDecodeStepWhereItIsFaster)
 {
-    expect_auto("baseline=10000,pipelined=10000", true);
+    for (incmoe_algo_t algo : {INCMOE_ALGO_INC, INCMOE_ALGO_RING})
+        expect_auto(algo, "baseline=10000,pipelined=10000", true);
 }
 
 TEST(MoeDecodeAuto, KeepsTheBulkPathWhereItIsFaster)
 {
-    expect_auto("decode=10000", false);
+    for (incmoe_algo_t algo : {INCMOE_ALGO_INC, INCMOE_ALGO_RING})
+        expect_auto(algo, "decode=10000", false);
 }
 
 /* The capacity is checked at create on every rank: over max_tokens fails every rank's create,
