@@ -87,6 +87,8 @@ COMM_PARAM_PROGRESS_TIMEOUT = 1 << 4
 MAX_RANKS = 256
 MAX_SECRET = 64
 DISPATCH_PARAM_REFUSED = 1 << 0
+DISPATCH_PARAM_LOW_LATENCY = 1 << 1
+DISPATCH_PARAM_EXPERT_LAYOUT = 1 << 2
 COMBINE_PARAM_REFUSED = 1 << 0
 REFUSAL_MAX = 128
 
@@ -150,6 +152,11 @@ class dispatch_params_t(ctypes.Structure):
         ("recv_offset", ctypes.c_size_t),
         ("capacity", ctypes.c_size_t),
         ("refused", ctypes.c_char_p),
+        ("max_tokens", ctypes.c_size_t),
+        ("experts", ctypes.POINTER(ctypes.c_int32)),
+        ("topk", ctypes.c_int),
+        ("num_experts", ctypes.c_int),
+        ("expert_rank", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
