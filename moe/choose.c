@@ -95,8 +95,8 @@ static incmoe_status_t lane_routings(incmoe_moe_t *L, int i, incmoe_moe_routing_
 }
 
 /* The paths that may run: the bulk modes asked on each lane with the routings it may run,
-   and where the counts fit, the decode step on each lane that has it (mode auto or decode;
-   its routing is masked: dispatch and combine). */
+   and where the counts fit, the decode step on each lane that has it (mode decode, or mode
+   auto where the routing asked is not full: the decode step is dispatch and combine). */
 static incmoe_status_t candidates(incmoe_moe_t *L, incmoe_moe_mode_t mode,
                                   incmoe_moe_routing_t routing, const int *counts, cands_t *c)
 {
@@ -104,7 +104,8 @@ static incmoe_status_t candidates(incmoe_moe_t *L, incmoe_moe_mode_t mode,
     int first, n;
     choose_lanes(L, &first, &n);
     c->n = 0;
-    if (mode == INCMOE_MOE_AUTO || mode == INCMOE_MOE_DECODE)
+    if (mode == INCMOE_MOE_DECODE ||
+        (mode == INCMOE_MOE_AUTO && routing != INCMOE_MOE_ROUTING_FULL))
         for (int i = first; i < first + n; i++)
             if (decode_fits(L, i, counts))
                 c->p[c->n++] = (moe_path_t){

@@ -253,10 +253,11 @@ namespace
 {
 
 /* On algo's communicator, with mode auto and `slow` added on rank 1 to the paths it names
-   (INCMOE_MOE_TEST_PATH_MS): the first small forward measures the decode step against baseline and
-   pipelined (full routing: the setting's default), the second runs the choice without measuring; a
-   forward over the capacity measures the bulk paths only.  want_decode: whether the choice is the
-   decode step. */
+   (INCMOE_MOE_TEST_PATH_MS): the first small forward (routing auto) measures the decode step
+   against baseline and pipelined with full and masked routing, the second runs the choice
+   without measuring; a forward over the capacity measures the bulk paths only, and so does a
+   small one with routing full (it keeps the forward on AllGather and ReduceScatter).
+   want_decode: whether the choice is the decode step. */
 void expect_auto(incmoe_algo_t algo, const char *slow, bool want_decode)
 {
     const int N = 4;
@@ -270,16 +271,17 @@ void expect_auto(incmoe_algo_t algo, const char *slow, bool want_decode)
         incmoe_status_t st = create(comm, small, rank, kCapacity, &L);
         if (st != INCMOE_OK)
             return std::string("create: ") + incmoe_strerror(st);
-        Fwd a;
-        a.mode = INCMOE_MOE_AUTO;
-        a.routing = INCMOE_MOE_ROUTING_FULL;
+        Fwd a, full;
+        a.mode = full.mode = INCMOE_MOE_AUTO;
+        a.routing = INCMOE_MOE_ROUTING_AUTO;
+        full.routing = INCMOE_MOE_ROUTING_FULL;
         std::string err;
-        incmoe_moe_timing_t t1, t2, t3;
+        incmoe_moe_timing_t t[4];
         std::vector<uint8_t> out;
-        const moeref::Problem *ps[] = {&small, &small, &big};
-        incmoe_moe_timing_t *ts[] = {&t1, &t2, &t3};
-        for (int i = 0; i < 3 && err.empty(); i++) {
-            st = forward(L, *ps[i], rank, a, &out, ts[i]);
+        const moeref::Problem *ps[] = {&small, &small, &big, &small};
+        const Fwd *fs[] = {&a, &a, &a, &full};
+        for (int i = 0; i < 4 && err.empty(); i++) {
+            st = forward(L, *ps[i], rank, *fs[i], &out, &t[i]);
             if (st != INCMOE_OK) {
                 err = std::string("forward: ") + incmoe_strerror(st);
                 break;
@@ -291,20 +293,25 @@ void expect_auto(incmoe_algo_t algo, const char *slow, bool want_decode)
         moeref::destroy_layer(L, &err);
         if (!err.empty())
             return err;
-        bool chose_decode = t1.mode == INCMOE_MOE_DECODE;
-        if (t1.measured != 3 || chose_decode != want_decode)
-            return std::string("first small forward measured ") + std::to_string(t1.measured) +
-                   " paths and chose " + incmoe_moe_mode_name(t1.mode) + ", expected 3 and " +
+        bool chose_decode = t[0].mode == INCMOE_MOE_DECODE;
+        if (t[0].measured != 5 || chose_decode != want_decode)
+            return std::string("first small forward measured ") + std::to_string(t[0].measured) +
+                   " paths and chose " + incmoe_moe_mode_name(t[0].mode) + ", expected 5 and " +
                    (want_decode ? "decode" : "a bulk mode");
-        if (t2.measured != 0 || t2.mode != t1.mode)
-            return std::string("second small forward ran ") + incmoe_moe_mode_name(t2.mode) +
-                   " measuring " + std::to_string(t2.measured);
-        if (want_decode && t2.exchange_ms != 0)
+        if (t[1].measured != 0 || t[1].mode != t[0].mode)
+            return std::string("second small forward ran ") + incmoe_moe_mode_name(t[1].mode) +
+                   " measuring " + std::to_string(t[1].measured);
+        if (want_decode && t[1].exchange_ms != 0)
             return "the kept decode choice ran a header exchange";
-        if (t3.measured != 2 || t3.mode == INCMOE_MOE_DECODE)
+        if (t[2].measured != 4 || t[2].mode == INCMOE_MOE_DECODE)
             return std::string("the forward over the capacity measured ") +
-                   std::to_string(t3.measured) + " paths and ran " + incmoe_moe_mode_name(t3.mode) +
-                   ", expected the 2 bulk modes";
+                   std::to_string(t[2].measured) + " paths and ran " +
+                   incmoe_moe_mode_name(t[2].mode) + ", expected the 4 bulk paths";
+        if (t[3].measured != 2 || t[3].mode == INCMOE_MOE_DECODE ||
+            t[3].routing != INCMOE_MOE_ROUTING_FULL)
+            return std::string("a small forward with routing full measured ") +
+                   std::to_string(t[3].measured) + " paths and ran " +
+                   incmoe_moe_mode_name(t[3].mode) + ", expected the 2 full ones";
         return "";
     });
 }

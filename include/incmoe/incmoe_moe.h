@@ -234,9 +234,11 @@ typedef struct {
  *     counts are all at most C; a larger one runs pipelined;
  *   - mode INCMOE_MOE_AUTO: the decode step on each algorithm that may run is
  *     one more candidate of the measured choice (see "Path") whenever the
- *     counts are all at most C, whatever the routing asked (the decode step is
- *     dispatch and combine); a larger forward measures the bulk paths only.
- *     A kept choice that is the decode step runs without a header exchange.
+ *     counts are all at most C and the routing asked is masked or auto (the
+ *     decode step is dispatch and combine; routing full keeps a forward on
+ *     AllGather and ReduceScatter); a larger forward measures the bulk paths
+ *     only.  A kept choice that is the decode step runs without a header
+ *     exchange.  Mode INCMOE_MOE_DECODE takes it whatever the routing.
  * Every rank must pass the same counts and mode, as for any forward: the
  * ranks decide alike from them before anything is exchanged.  Arguments one
  * rank refuses fail the forward on every rank (INCMOE_ERR_INVALID_ARG, the

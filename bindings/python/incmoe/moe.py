@@ -127,8 +127,8 @@ class MoE(torch.nn.Module):
     one low-latency dispatch, the local experts and one low-latency combine,
     with no count exchange of its own (the C header's "Decode").  mode="decode"
     runs it for every forward that fits (larger ones run pipelined);
-    mode="auto" measures it against the bulk paths where the counts fit and
-    keeps the faster.  The rows are laid out by source rank (region s holds
+    mode="auto" with routing "masked" or "auto" measures it against the bulk
+    paths where the counts fit and keeps the faster.  The rows are laid out by source rank (region s holds
     rank s's rows for this rank), each carrying its expert ids and weights.
     The layer's buffers are made and registered once, at construction; pass
     counts= and out= to run a step with no gather and no output allocation.
