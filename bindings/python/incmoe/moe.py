@@ -209,6 +209,9 @@ class MoE(torch.nn.Module):
         self._owned = comm._adopt(layer, lib.incmoe_moe_destroy)
         self._counts = (ctypes.c_int * comm.nranks)()
         self._fwd = _lib.moe_forward_params_t()  # filled anew by every forward
+        # A decode step's ids and weights converted in place of new tensors (_as).
+        self._ids_buf = torch.empty(self.decode_tokens, top_k, dtype=torch.int32)
+        self._w_buf = torch.empty(self.decode_tokens, top_k, dtype=torch.float32)
         # The token counts' AllGather: [T_r, refused] per rank, registered once.
         self._count_send = torch.zeros(2, dtype=torch.int32)
         self._count_recv = torch.zeros(2 * comm.nranks, dtype=torch.int32)
@@ -274,6 +277,16 @@ class MoE(torch.nn.Module):
 
     # ---------------------------------------------------------------- forward
 
+    @staticmethod
+    def _as(t, buf, dtype):
+        """t as a contiguous dtype tensor: itself where it is one, else converted into the first
+        rows of buf, the layer's own, where they hold it (a decode step's), else a new one."""
+        if t.dtype == dtype and t.is_contiguous():
+            return t
+        if t.shape[0] <= buf.shape[0]:
+            return buf[: t.shape[0]].copy_(t)
+        return t.to(dtype).contiguous()
+
     def _check_forward(self, hidden, topk_ids, topk_weights, counts, out, mode, routing):
         H, k, E = self.hidden_size, self.top_k, self.num_experts
         if mode not in _lib.MOE_MODES:
@@ -303,14 +316,14 @@ class MoE(torch.nn.Module):
             raise ValueError("topk_ids has dtype %s, expected an integer type" % topk_ids.dtype)
         if not topk_weights.dtype.is_floating_point:
             raise ValueError("topk_weights has dtype %s, expected a floating type" % topk_weights.dtype)
-        ids = topk_ids.to(torch.int32).contiguous()
+        ids = self._as(topk_ids, self._ids_buf, torch.int32)
         if T:
             if int(ids.min()) < 0 or int(ids.max()) >= E:
                 raise ValueError("topk_ids holds ids outside 0..%d" % (E - 1))
             s = ids.sort(dim=1).values
             if k > 1 and bool((s[:, 1:] == s[:, :-1]).any()):
                 raise ValueError("topk_ids lists an expert twice for one token")
-        w = topk_weights.to(torch.float32).contiguous()
+        w = self._as(topk_weights, self._w_buf, torch.float32)
         if out is not None:
             _cpu_tensor(out, "out")
             if tuple(out.shape) != (T, H) or out.dtype != self.dtype or not out.is_contiguous():
