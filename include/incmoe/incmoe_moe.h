@@ -140,7 +140,8 @@ typedef struct {
     const void *w_up;
     const void *w_down;
     incmoe_moe_config_t config; /* overrides; all zero (tail_bands -1) = automatic */
-    int timeout_ms;             /* bound on any wait inside a forward; 0 = 2 * INCMOE_TIMEOUT_MS */
+    int timeout_ms; /* bound on any wait inside a forward (the decode step's collectives:
+                       see "Decode"); 0 = 2 * INCMOE_TIMEOUT_MS */
     incmoe_moe_backend_t backend; /* default INCMOE_MOE_BACKEND_CPU */
 } incmoe_moe_params_t;
 
@@ -228,8 +229,11 @@ typedef struct {
  * (the partials summed back to their owners as a masked forward sums them, so
  * the outputs equal masked routing's: bitwise in fp32 in-network).  No header
  * exchange, no bands, no role workers but the compute team: the calling
- * thread posts both collectives and sleeps on them (incmoe_wait).  Its
- * buffers are the layer's, registered at create.  Which forwards take it:
+ * thread posts both collectives and sleeps on them (incmoe_wait), so those two
+ * waits are bounded by the communicator's liveness timeout (a dead rank) and
+ * progress timeout (a live rank that never posts: incmoe.h, "Timeouts"), not
+ * by the layer's timeout_ms, which bounds the compute team's.  Its buffers are
+ * the layer's, registered at create.  Which forwards take it:
  *   - mode INCMOE_MOE_DECODE (the forward's, else the path's): every one whose
  *     counts are all at most C; a larger one runs pipelined;
  *   - mode INCMOE_MOE_AUTO: the decode step on each algorithm that may run is
