@@ -99,6 +99,20 @@ static inline int inc_wire_ll_set_holds(const inc_wire_ll_view_t *v, uint64_t j,
     return (int)((inc_wire_ll_set_word(v, j, r / 64) >> (r % 64)) & 1u);
 }
 
+/* Does the set of row j of rank s's LL hold a rank other than s (the row crosses the
+   network)? */
+static inline int inc_wire_ll_network_row(const inc_wire_ll_view_t *v, uint64_t j, int s)
+{
+    for (int w = 0; w < v->words; w++) {
+        uint64_t word = inc_wire_ll_set_word(v, j, w);
+        if (w == s / 64)
+            word &= ~((uint64_t)1 << (s % 64));
+        if (word != 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* recvd[r] of a combine's LL. */
 static inline uint32_t inc_wire_ll_recvd(const inc_wire_ll_view_t *v, int r)
 {

@@ -197,14 +197,7 @@ static void dispatch_build(void *arg, const struct inc_wire_hdr *h, void *buf)
     memset(out + at.src_row, 0, (size_t)(at.rows - at.src_row));
     uint64_t i = 0, network = 0;
     for (uint64_t j = 0; j < v->ll.rows; j++) {
-        int others = 0;
-        for (int w = 0; w < v->words && !others; w++) {
-            uint64_t word = inc_wire_ll_set_word(v, j, w);
-            if (w == in->from / 64)
-                word &= ~((uint64_t)1 << (in->from % 64));
-            others = word != 0;
-        }
-        if (!others)
+        if (!inc_wire_ll_network_row(v, j, in->from))
             continue;
         if (inc_wire_ll_set_holds(v, j, d)) {
             uint32_t row = (uint32_t)j;
@@ -288,25 +281,13 @@ static void in_sent(coll_item_t *ci)
 /* ------------------------------------------------------------------------ */
 /* combine                                                                   */
 
-/* Rows of owner o whose set holds d, and whether row j holds a rank other than o. */
+/* Rows of an owner's LL whose set holds d. */
 static uint32_t rows_held(const inc_wire_ll_view_t *v, int d)
 {
     uint32_t n = 0;
     for (uint64_t j = 0; j < v->ll.rows; j++)
         n += (uint32_t)inc_wire_ll_set_holds(v, j, d);
     return n;
-}
-
-static int network_row(const inc_wire_ll_view_t *v, uint64_t j, int o)
-{
-    for (int w = 0; w < v->words; w++) {
-        uint64_t word = inc_wire_ll_set_word(v, j, w);
-        if (w == o / 64)
-            word &= ~((uint64_t)1 << (o % 64));
-        if (word != 0)
-            return 1;
-    }
-    return 0;
 }
 
 /* The verdict of the N descriptions, then of every recvd count against its owner's sets. */
@@ -407,7 +388,7 @@ static void combine_answer(ll_coll_t *lc, coll_t *c)
         const inc_wire_ll_view_t *own = &lc->v[o];
         uint64_t rows = 0;
         for (uint64_t j = 0; j < own->ll.rows; j++)
-            rows += (uint64_t)network_row(own, j, o);
+            rows += (uint64_t)inc_wire_ll_network_row(own, j, o);
         struct inc_wire_hdr h;
         coll_hdr_init(&h, WIRE_MSG_LL_FWD, job, c);
         h.rank = (uint32_t)o;

@@ -193,6 +193,9 @@ TEST(WireLL, ADispatchLLParsesToItsSetsAndNetworkRows)
     EXPECT_TRUE(inc_wire_ll_set_holds(&v, 0, 2));
     EXPECT_FALSE(inc_wire_ll_set_holds(&v, 2, 0));
     EXPECT_EQ(inc_wire_ll_set_word(&v, 2, 0), 0x6u);
+    EXPECT_TRUE(inc_wire_ll_network_row(&v, 0, 1));
+    EXPECT_FALSE(inc_wire_ll_network_row(&v, 1, 1)); /* its own rank only */
+    EXPECT_TRUE(inc_wire_ll_network_row(&v, 1, 0));
     EXPECT_EQ(v.rows, m.p.data() + 64 + 24);
     EXPECT_EQ(v.rows[0], 'a');
     EXPECT_EQ(v.reason, nullptr);
