@@ -988,13 +988,22 @@ TEST_P(Ll, WrongArgumentsAreRejectedWithTheirReason)
              p->sets = nullptr;
          }},
     };
+    struct Board {
+        int created; /* ranks whose communicator exists */
+        int heard;   /* rank 1 has the job's reason */
+    };
     for (const Bad &k : bad) {
-        harness::SharedBoard<int> shared;
-        int *heard = shared.get(); /* rank 1 has the job's reason */
-        ASSERT_NE(heard, nullptr);
+        harness::SharedBoard<Board> shared;
+        ASSERT_NE(shared.get(), nullptr);
+        int *created = &shared.get()->created, *heard = &shared.get()->heard;
         EXPECT_RANKS(run(
             2,
             [&](incmoe_comm_t *comm, int me) -> std::string {
+                /* Rank 0's refusal fails the job: not before rank 1's create returned, or
+                   that is what fails (with the job's error). */
+                harness::bump(created);
+                if (!harness::await_at_least(created, 2, 30))
+                    return "the other rank's communicator never came";
                 LlCase c = make_case(2, {2, 2}, 4, ALL_RANKS, 70);
                 Buffers b;
                 incmoe_dispatch_params_t p;
