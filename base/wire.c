@@ -30,6 +30,9 @@ static const char *const wire_msg_names[] = {
     [WIRE_MSG_PEER_CREDIT] = "PEER_CREDIT",
     [WIRE_MSG_TREE_JOIN] = "TREE_JOIN",
     [WIRE_MSG_TREE_POST] = "TREE_POST",
+    [WIRE_MSG_LL] = "LL",
+    [WIRE_MSG_LL_FWD] = "LL_FWD",
+    [WIRE_MSG_PEER_LL] = "PEER_LL",
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
@@ -186,7 +189,7 @@ static incmoe_status_t check_peer_dc_msg(const struct inc_wire_hdr *h, size_t pa
     int dispatch = h->stream == INCMOE_STREAM_DISPATCH,
         combine = h->stream == INCMOE_STREAM_COMBINE;
     if (!(dispatch || combine) || (h->msg == WIRE_MSG_PEER_ROWS && !dispatch) ||
-        ((h->msg == WIRE_MSG_PEER_PARTIALS || h->msg == WIRE_MSG_PEER_CREDIT) && !combine))
+        (h->msg == WIRE_MSG_PEER_PARTIALS && !combine))
         FAIL("%s on the %s stream", name, inc_wire_stream_name(h->stream));
     if (h->epoch == 0)
         FAIL("%s with epoch 0", name);
@@ -216,6 +219,37 @@ static incmoe_status_t check_peer_dc_msg(const struct inc_wire_hdr *h, size_t pa
             FAIL("%s of %llu bytes: not whole %s elements", name, (unsigned long long)h->length,
                  incmoe_dtype_name((incmoe_dtype_t)h->dtype));
     }
+    return INCMOE_OK;
+}
+
+/* LL, LL_FWD and PEER_LL (wire.h, "The low-latency form"): a dispatch or combine epoch, the
+   payload the header announces, at least a head (or an LL_FWD verdict's reason); the payload
+   itself is base/ll_wire.h's to check. */
+static incmoe_status_t check_ll_msg(const struct inc_wire_hdr *h, size_t payload_length, char *why,
+                                    size_t why_len)
+{
+    const char *name = inc_wire_msg_name(h->msg);
+    if (!inc_wire_is_dc(h->stream))
+        FAIL("%s on the %s stream", name, inc_wire_stream_name(h->stream));
+    if (h->epoch == 0)
+        FAIL("%s with epoch 0", name);
+    if (h->length != payload_length)
+        FAIL("%s says %llu bytes but carries %zu: truncated or overlong", name,
+             (unsigned long long)h->length, payload_length);
+    if (h->offset != 0 || h->chunk != 0)
+        FAIL("%s with offset %llu, chunk %u (both must be 0)", name, (unsigned long long)h->offset,
+             h->chunk);
+    if (h->msg == WIRE_MSG_LL && h->root != 0)
+        FAIL("LL with root %u (must be 0)", h->root);
+    if (h->msg == WIRE_MSG_LL_FWD && h->status != 0) {
+        if (h->status > 0 || payload_length == 0 || payload_length > INCMOE_WIRE_MAX_TEXT)
+            FAIL("LL_FWD verdict %d with a reason of %zu bytes", h->status, payload_length);
+        return INCMOE_OK;
+    }
+    if (h->status != 0)
+        FAIL("%s with status %d", name, h->status);
+    if (payload_length < sizeof(struct inc_wire_ll))
+        FAIL("%s payload of %zu bytes is truncated", name, payload_length);
     return INCMOE_OK;
 }
 
@@ -268,6 +302,10 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
     case WIRE_MSG_PEER_PARTIALS:
     case WIRE_MSG_PEER_CREDIT:
         return check_peer_dc_msg(&h, payload_length, why, why_len);
+    case WIRE_MSG_LL:
+    case WIRE_MSG_LL_FWD:
+    case WIRE_MSG_PEER_LL:
+        return check_ll_msg(&h, payload_length, why, why_len);
     case WIRE_MSG_TREE_JOIN:
         if (payload_length < sizeof(struct inc_wire_tree_join))
             FAIL("TREE_JOIN payload of %zu bytes is truncated", payload_length);

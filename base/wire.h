@@ -183,7 +183,8 @@
  *                  credits toward that owner (JOIN_ACK's credits, for the
  *                  stream), so an owner stages at most N - 1 times credits
  *                  chunks.
- *   PEER_CREDIT    combine, owner -> contributor: length = credits returned
+ *   PEER_CREDIT    owner -> contributor (combine), receiver -> sender (a low-latency
+ *                  dispatch, see PEER_LL): length = credits returned
  *                  (the owner reduced the chunks they held).
  *
  * Flow control: JOIN_ACK grants every rank `credits` chunks of `chunk_size`
@@ -304,9 +305,13 @@
  * W = INCMOE_SET_WORDS(N).  Every payload starts with struct inc_wire_ll (the
  * sender's description), then its refusal's reason (`refused` bytes, no NUL)
  * padded to 8; what follows is said per message.  A refused message (status
- * not 0) carries nothing after the reason and rows = 0.
+ * not 0) carries nothing after the reason and rows = 0.  Its nranks is the
+ * job's (anything else is malformed).  Headers: offset and chunk 0, status 0
+ * but for an LL_FWD verdict, dtype and redop unused (the struct has them);
+ * the switch compares no LL's sig (the descriptions decide) and sends sig 0.
+ * base/ll_wire.h lays the payloads out and checks them.
  *   LL         client -> switch, rank s.  total = T_s, sig = the stream's
- *              signature, length = payload bytes.  Takes max(1, ceil(length /
+ *              signature, root 0, length = payload bytes.  Takes max(1, ceil(length /
  *              chunk_size)) credits of its stream, which CREDIT returns once
  *              the switch freed the message; a message that would take more
  *              than the job's credits is never sent: the rank refuses instead
@@ -334,15 +339,17 @@
  *              decides once all N - 1 sources are in, every rank alike from
  *              the same N descriptions: the lowest refusing rank's status and
  *              reason, else the first disagreement (max_tokens, row_bytes,
- *              layout, layout_sig, nranks), else OK.
+ *              layout, topk, layout_sig), else OK (inc_wire_ll_verdict).
  *              combine, to owner s, once every rank's LL of the combine
  *              arrived and they agree: root = s, total = n, the rows of s whose
- *              set holds a rank other than s; payload: the reduction of each
- *              such row over those ranks' partials in ascending rank order
+ *              set holds a rank other than s; payload: s's struct inc_wire_ll
+ *              as s sent it (not refused, so no reason), then the reduction of
+ *              each such row over those ranks' partials in ascending rank order
  *              (fp32 accumulation for 16-bit types), in row order; s applies
  *              its own partial last.  Exactly one per rank, n = 0 included.
  *              hdr.status not 0: the switch's verdict, the collective fails on
- *              this rank with that status; payload: a NUL-terminated reason.
+ *              this rank with that status; root = the receiver, total = 0,
+ *              payload: a NUL-terminated reason.
  *              No other LL_FWD of the collective follows.  Sent to every rank
  *              for a combine whose LLs disagree (dtype, redop, row_count,
  *              row_bytes, dispatch_epoch, max_tokens, or a recvd count against
@@ -367,7 +374,12 @@
  *              than credits is never sent (the rank refuses instead).
  *              PEER_CREDIT, on the PEER_LL's stream, returns them.
  * The switch counts each job's messages per stream and direction (trips) and
- * logs them at info when the job ends, so a test can count a decode step's.
+ * logs them at info when the job ends, so a test can count a decode step's:
+ * per stream that carried any, one line "job ID trips STREAM: in T=n ... out
+ * T=n ...", T a message type's name (inc_wire_msg_name) in wire order, n its
+ * count, types of count 0 left out; "in": from the job's ranks, "out": to
+ * them; only POST, DATA, FWD, CREDIT, DONE, SMALL, SMALL_FWD, PLAN, LL and
+ * LL_FWD count (switch/trips.c).
  *
  * Reductions are done in ascending rank order with fp32 accumulation for
  * 16-bit types, so results are bitwise reproducible whatever order the
@@ -438,7 +450,7 @@ struct inc_wire_hdr {
     uint32_t chunk;   /* offset / chunk_size */
     uint8_t dtype;    /* incmoe_dtype_t */
     uint8_t redop;    /* incmoe_redop_t */
-    int16_t status;   /* incmoe_status_t, ERROR only */
+    int16_t status;   /* incmoe_status_t: ERROR, and an LL_FWD verdict */
 };
 
 /* Payload of JOIN: fixed part, then addr_len address bytes. */
@@ -501,7 +513,8 @@ struct inc_wire_ll {
     uint64_t max_tokens;     /* the bound on every rank's T */
     uint64_t dispatch_epoch; /* combine: the dispatch it inverts; dispatch: 0 */
     uint64_t row_count;      /* combine: elements of a partial row; dispatch: 0 */
-    uint64_t layout_sig;     /* by expert: a hash of num_experts, topk and expert_rank; else 0 */
+    uint64_t layout_sig;     /* by expert: a hash of num_experts, topk, expert_rank and the
+                                caller's row bytes (the ids' offset in a row); else 0 */
     uint32_t nranks;
     int32_t status;       /* 0, or the refusal's: INCMOE_ERR_INVALID_ARG (its arguments) or
                              INCMOE_ERR_NO_MEMORY (over max_tokens, or over the credits) */

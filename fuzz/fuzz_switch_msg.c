@@ -7,8 +7,10 @@
  * its forms table), chunked.c (POST, DATA, reductions, FWD, CREDIT, DONE),
  * small.c (SMALL, SMALL_FWD), dc_form.c, dc_item.c, dc_dispatch.c and
  * dc_combine.c (dispatch and combine: POST with its plan, PLAN, SMALL pieces,
- * the filtered multicast, the masked reduction), coll_item.c (their items'
- * lifetime) and the base library under them.  Each
+ * the filtered multicast, the masked reduction), ll_form.c (their low-latency
+ * form: LL in, LL_FWD out, each LL_FWD checked by base/ll_wire.c's parser),
+ * trips.c (the counts and their tx), coll_item.c (their items' lifetime) and
+ * the base library under them.  Each
  * message goes to switch_demux() exactly as server.c's UCX receive
  * callback hands it over once it has found the connection.
  *
@@ -58,6 +60,7 @@
 #include "fuzz_log.h"
 
 #include "base/clock.h"
+#include "base/ll_wire.h"
 #include "base/log.h"
 #include "switch/coll_table.h"
 #include "switch/demux.h"
@@ -158,6 +161,7 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
               hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_FWD ||
               hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
               hdr->msg == WIRE_MSG_SMALL_FWD || hdr->msg == WIRE_MSG_PLAN ||
+              (conn->role == CONN_RANK && hdr->msg == WIRE_MSG_LL_FWD) ||
               (conn->role == CONN_CHILD &&
                (hdr->msg == WIRE_MSG_TREE_POST ||
                 /* a rank's dispatch or combine POST, relayed to every other switch port */
@@ -167,7 +171,7 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
           inc_wire_msg_name(hdr->msg), length);
     if (hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
         hdr->msg == WIRE_MSG_JOIN_ACK || hdr->msg == WIRE_MSG_SMALL_FWD ||
-        hdr->msg == WIRE_MSG_PLAN) {
+        hdr->msg == WIRE_MSG_PLAN || hdr->msg == WIRE_MSG_LL_FWD) {
         CHECK(conn->job != NULL && conn->job->id == hdr->job,
               "%s for job %llu to a connection that is not its member", inc_wire_msg_name(hdr->msg),
               (unsigned long long)hdr->job);
@@ -210,6 +214,18 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
         CHECK(memchr(((const struct inc_wire_dc_plan *)payload)->reason, '\0',
                      INCMOE_WIRE_MAX_TEXT) != NULL,
               "PLAN reason without its NUL");
+    }
+    if (hdr->msg == WIRE_MSG_LL_FWD) {
+        CHECK(hdr->rank == (uint32_t)conn->rank, "LL_FWD names rank %u, sent to rank %d", hdr->rank,
+              conn->rank);
+        inc_wire_ll_view_t v;
+        CHECK(inc_wire_ll_parse(hdr, conn->job->nranks, payload, length, &v, why, sizeof(why)) ==
+                  INCMOE_OK,
+              "the switch sent an LL_FWD its ranks refuse: %s", why);
+        CHECK(hdr->status != 0 || hdr->stream != INCMOE_STREAM_DISPATCH || hdr->root != hdr->rank,
+              "rank %u's dispatch LL went back to it", hdr->root);
+        CHECK(hdr->status != 0 || hdr->stream != INCMOE_STREAM_COMBINE || hdr->root == hdr->rank,
+              "combined rows of rank %u went to rank %u", hdr->root, hdr->rank);
     }
     if (hdr->msg == WIRE_MSG_ERROR)
         CHECK(memchr(payload, '\0', length) != NULL, "ERROR reason without its NUL");
@@ -261,6 +277,7 @@ static void rec_send_data(void *server, conn_t *conn, egress_class_t cls,
     (void)server;
     CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_data in class %d", (int)cls);
     CHECK(hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_SMALL_FWD ||
+              hdr->msg == WIRE_MSG_LL_FWD ||
               (hdr->msg == WIRE_MSG_DATA && conn->role == CONN_PARENT),
           "send_data of %s", inc_wire_msg_name(hdr->msg));
     queue_send(conn, hdr, payload, length, cb, arg, NULL);
@@ -274,6 +291,7 @@ static void rec_send_built(void *server, conn_t *conn, egress_class_t cls,
     (void)server;
     CHECK(cls > EGRESS_CONTROL && cls < EGRESS_CLASSES, "send_built in class %d", (int)cls);
     CHECK(hdr->msg == WIRE_MSG_FWD || hdr->msg == WIRE_MSG_SMALL_FWD ||
+              hdr->msg == WIRE_MSG_LL_FWD ||
               ((hdr->msg == WIRE_MSG_SMALL || hdr->msg == WIRE_MSG_DATA) &&
                conn->role == CONN_PARENT),
           "send_built of %s", inc_wire_msg_name(hdr->msg));

@@ -9,10 +9,10 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 6
+MAGIC, VERSION = 0x4D434E49, 7
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, PEER_HELLO,
  RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD, PLAN, PEER_PLAN, PEER_ROWS, PEER_PARTIALS,
- PEER_CREDIT, TREE_JOIN, TREE_POST) = range(1, 23)
+ PEER_CREDIT, TREE_JOIN, TREE_POST, LL, LL_FWD, PEER_LL) = range(1, 26)
 AG, RS, AR, BARRIER, DISPATCH, COMBINE = range(6)
 UINT8, INT32, FLOAT32 = 1, 2, 7
 SUM = 0
@@ -321,6 +321,72 @@ def dc_switch_seeds():
     write("switch_msg", "dispatch_more_than_planned", s)
 
 
+# --- the low-latency form (wire.h, "The low-latency form"; base/ll_wire.h) ----------------
+def ll_head(rows, row_bytes, nranks, max_tokens=4, status=0, reason=b"", dispatch_epoch=0,
+            row_count=0, dtype=0, redop=0):
+    """struct inc_wire_ll (64 bytes), then the refusal's reason padded to 8."""
+    head = struct.pack("<QQQQQQIiBBBBHH", rows, row_bytes, max_tokens, dispatch_epoch,
+                       row_count, 0, nranks, status, dtype, redop, 0, 0, len(reason), 0)
+    return head + reason + bytes(-len(reason) % 8)
+
+
+def ll_msg(conn, job, rank, stream, epoch, rows, payload, mode=0):
+    return smsg(conn, hdr(LL, job, rank=rank, stream=stream, epoch=epoch, length=len(payload),
+                          total=rows), payload, mode)
+
+
+def ll_dispatch(conn, job, s, n, sets, row_bytes, epoch=1, mode=0):
+    """Rank s's dispatch LL: its sets (bit d: rank d), then its rows for other ranks."""
+    net = [x for x in sets if x & ~(1 << s)]
+    payload = ll_head(len(sets), row_bytes, n) + b"".join(struct.pack("<Q", x) for x in sets)
+    payload += bytes((s * 16 + i) & 0xFF for i in range(len(net) * row_bytes))
+    return ll_msg(conn, job, s, DISPATCH, epoch, len(sets), payload, mode)
+
+
+def ll_combine(conn, job, d, n, all_sets, epoch=1, mode=0):
+    """Rank d's combine LL of one float32 a partial: its own sets, recvd (the rows of each
+    owner whose set holds d), then its partials for each owner, ascending."""
+    recvd = [0 if o == d else sum(1 for x in all_sets[o] if x >> d & 1) for o in range(n)]
+    payload = ll_head(len(all_sets[d]), 4, n, dispatch_epoch=1, row_count=1, dtype=FLOAT32)
+    payload += b"".join(struct.pack("<Q", x) for x in all_sets[d])
+    payload += struct.pack("<%dI" % n, *recvd) + bytes(-4 * n % 8)
+    payload += b"".join(struct.pack("<f", float(d + i)) for i in range(sum(recvd)))
+    return ll_msg(conn, job, d, COMBINE, epoch, len(all_sets[d]), payload, mode)
+
+
+def ll_switch_seeds():
+    job = 11
+    sets = [[0b11, 0b01], [0b01]]
+    base = join(0, job, 0, 2) + join(1, job, 1, 2)
+    # A dispatch and its combine of 2 ranks, eager, then rendezvous.
+    s = base + ll_dispatch(0, job, 0, 2, sets[0], 8) + ll_dispatch(1, job, 1, 2, sets[1], 8)
+    s += complete() + ll_combine(0, job, 0, 2, sets) + ll_combine(1, job, 1, 2, sets)
+    s += complete() + complete()
+    s += ll_dispatch(0, job, 0, 2, sets[0], 8, epoch=2, mode=2)
+    s += ll_dispatch(1, job, 1, 2, sets[1], 8, epoch=2, mode=2) + bytes([5, 15]) + complete()
+    s += smsg(0, hdr(LEAVE, job, rank=0)) + smsg(1, hdr(LEAVE, job, rank=1))
+    write("switch_msg", "ll_dispatch_combine2", s)
+    # 3 ranks with sends completing inline: rank 2 refuses its combine (every rank hears the
+    # verdict), an empty dispatch, then rank 1 names another dispatch.
+    sets3 = [[0b110], [], [0b011]]
+    s = bytes([4, 64]) + join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3)
+    for r in range(3):
+        s += ll_dispatch(r, job, r, 3, sets3[r], 8)
+    s += ll_combine(0, job, 0, 3, sets3) + ll_combine(1, job, 1, 3, sets3)
+    refusal = ll_head(0, 4, 3, status=-1, reason=b"no")
+    s += ll_msg(2, job, 2, COMBINE, 1, 0, refusal)
+    write("switch_msg", "ll_refused_inline3", s)
+    # An LL and a POST for the same dispatch: a form mismatch; then an LL_FWD from a rank.
+    s = base + ll_dispatch(0, job, 0, 2, sets[0], 8)
+    post_payload = struct.pack("<QQQQQIBBH", 2, 8, 4, 0, 0, 2, 0, 0, 0) + struct.pack("<2I", 1, 1)
+    s += smsg(1, hdr(POST, job, rank=1, stream=DISPATCH, epoch=1, length=len(post_payload),
+                     total=2, sig=1, dtype=UINT8), post_payload) + complete()
+    write("switch_msg", "ll_then_post", s)
+    s = base + smsg(0, hdr(LL_FWD, job, rank=0, stream=DISPATCH, epoch=1, length=64, total=0),
+                    ll_head(0, 8, 2))
+    write("switch_msg", "ll_fwd_from_a_rank", s)
+
+
 def dc_client_seeds():
     job = 0x1234
     # setup: nranks 2, rank 0, credits 2, chunk 64, eager; posts: a dispatch of 3 rows of 8
@@ -492,6 +558,7 @@ def tree_child_seeds():
 if __name__ == "__main__":
     switch_seeds()
     dc_switch_seeds()
+    ll_switch_seeds()
     tree_seeds()
     tree_child_seeds()
     client_seeds()

@@ -8,6 +8,7 @@
  * other ranks at its first dispatch or combine.
  */
 #include "algo.h"
+#include "ll_shared.h"
 #include "mesh.h"
 
 static incmoe_status_t a2a_open(incmoe_comm_t *comm, int *share_addr)
@@ -48,6 +49,7 @@ const client_algo_ops_t client_a2a_ops = {
     .connect = a2a_connect,
     .barrier_before_leave = 1,
     .has_dc = 1,
+    .ll_bytes = client_ll_peer_largest,
     /* The ring's. */
     .open = a2a_open,
     .start = a2a_start,

@@ -46,6 +46,10 @@ typedef struct client_algo_ops {
        algorithm's own limits on it; INCMOE_OK, or the error with the reason in why. */
     incmoe_status_t (*dc_check)(incmoe_comm_t *comm, const coll_op_t *op, char *why,
                                 size_t why_len);
+    /* The low-latency form of dispatch and combine (NULL: posting it returns
+       INCMOE_ERR_UNSUPPORTED): on the posting thread, the bytes of the largest message this rank
+       sends for op, each taking max(1, ceil(bytes / chunk_size)) credits (ll_shared.h). */
+    uint64_t (*ll_bytes)(const incmoe_comm_t *comm, const coll_op_t *op);
 } client_algo_ops_t;
 
 extern const client_algo_ops_t client_innet_ops;

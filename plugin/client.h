@@ -12,11 +12,16 @@
  *                    device-side posting over the public API
  *   post.c, join.c   the posting API and its checks; the join handshake
  *   dc_post.c        the posting calls of dispatch and combine, over post.c's
+ *   ll_post.c        their low-latency form's checks, for dc_post.c, over post.c's
  *   innet.c, ring.c, the algorithms, behind algo.h (algo.c names them);
  *   a2a.c            a2a.c runs ring.c's entries over the full mesh
- *   dc_peer.c        dispatch and combine between the ranks (ring, a2a)
+ *   dc_peer.c        dispatch and combine between the ranks (ring, a2a), and
+ *   ll_peer.c        their low-latency form
  *   mesh.c           the connections between the ranks (ring, a2a)
  *   coll.c           the collectives' common life: start, local part, retire
+ *   ll_shared.c      the low-latency form's messages taken and decided, over
+ *   ll_pack.c,       what this rank sends, and where rows go (regions, the
+ *   ll_place.c       fold, the own partial last); both paths use them
  *   dc_shared.c      what dispatch and combine share: the kept dispatches,
  *                    the plan applied, the local rows, the outcomes
  *   send.c, mr.c     messages out; registered memory
@@ -41,6 +46,7 @@
 
 struct client_algo_ops;
 struct client_dc;
+struct client_ll;
 struct client_mesh;
 struct client_outcome;
 struct incmoe_mr;
@@ -104,6 +110,9 @@ typedef struct coll_op {
     char *why;              /* its reason (owned), else NULL */
     char *refused;          /* this rank refused its arguments (incmoe.h, "A refusal"): why, at most
                                INCMOE_REFUSAL_MAX - 1 bytes (owned); its plan carries it.  Else NULL */
+    incmoe_status_t refused_status; /* the refusal's: INCMOE_ERR_INVALID_ARG (the caller's), or
+                                       INCMOE_ERR_NO_MEMORY (the low-latency form's bounds) */
+    struct client_ll *ll; /* the low-latency form (ll_shared.h): what came from the others */
 } coll_op_t;
 
 /*

@@ -14,6 +14,7 @@
 
 #include "client.h"
 #include "dc_shared.h"
+#include "ll_shared.h"
 #include "mr.h"
 #include "notify.h"
 #include "send.h"
@@ -80,6 +81,7 @@ void client_stream_retire(incmoe_comm_t *comm, incmoe_stream_t stream)
     pthread_mutex_unlock(&comm->lock);
     while (done != NULL) {
         coll_op_t *next = done->next;
+        client_ll_free(done->ll, comm->nranks);
         free(done->why);
         free(done->refused);
         free(done->bytes);
@@ -94,6 +96,7 @@ void client_op_free(incmoe_comm_t *comm, coll_op_t *op)
     client_mr_release_locked(op);
     client_dc_drop_locked(op);
     pthread_mutex_unlock(&comm->lock);
+    client_ll_free(op->ll, comm->nranks);
     free(op->why);
     free(op->refused);
     free(op->bytes);
@@ -151,7 +154,9 @@ int client_op_start(incmoe_comm_t *comm, coll_op_t *op)
     op->started = 1;
     op_local_part(comm, op);
     if (comm->nranks == 1) {
-        if (op_is_dc(op))
+        if (op_is_dc(op) && op->dc->ll)
+            client_ll_alone(comm, op);
+        else if (op_is_dc(op))
             client_dc_plan_alone(comm, op);
         op->all_issued = 1;
         op->barrier_done = 1;

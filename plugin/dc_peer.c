@@ -45,6 +45,8 @@
 #include "dc_peer_plan.h"
 #include "dc_peer_rec.h"
 #include "dc_peer_rows.h"
+#include "ll_peer.h"
+#include "ll_shared.h"
 #include "mesh.h"
 
 /* Keep a message until its collective started or decided. */
@@ -73,9 +75,10 @@ ucs_status_t client_dc_peer_on_message(incmoe_comm_t *comm, client_dc_peer_t *dc
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     client_dcp_init_credits(comm, dcp);
     if (h->msg == WIRE_MSG_PEER_CREDIT) {
-        if (h->length > dcp->window - dcp->credits[from])
+        uint32_t *credits = client_dcp_credits(dcp, h->stream);
+        if (h->length > dcp->window - credits[from])
             return client_dcp_refuse(comm, h, from, "more credits than this rank used");
-        dcp->credits[from] += (uint32_t)h->length;
+        credits[from] += (uint32_t)h->length;
         return UCS_OK;
     }
     client_dcp_rec_t *rec = client_dcp_rec_find(dcp, h->stream, h->epoch);
@@ -87,6 +90,16 @@ ucs_status_t client_dc_peer_on_message(incmoe_comm_t *comm, client_dc_peer_t *dc
             return client_dcp_refuse(comm, h, from, "an epoch past the window");
         return keep_early(comm, dcp, from, h, data, length, param);
     }
+    if (rec->ll != (h->msg == WIRE_MSG_PEER_LL)) {
+        client_dcp_fail(comm, INCMOE_ERR_MISMATCH,
+                        "%s epoch %llu: rank %d sent the %s form, rank %d posted the %s form",
+                        inc_wire_stream_name(h->stream), (unsigned long long)h->epoch, from,
+                        rec->ll ? "bulk" : "low-latency", comm->rank,
+                        rec->ll ? "low-latency" : "bulk");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (rec->ll)
+        return client_llp_on_message(comm, dcp, rec, from, h, data, length, rndv);
     if (h->msg == WIRE_MSG_PEER_PLAN)
         return client_dcp_on_plan(comm, dcp, rec, from, h, data, length, rndv);
     if (!rec->decided)
@@ -136,7 +149,10 @@ client_dc_peer_t *client_dc_peer_open(incmoe_comm_t *comm)
     if (dcp == NULL)
         return NULL;
     dcp->credits = calloc((size_t)comm->nranks, sizeof(uint32_t));
-    if (dcp->credits == NULL) {
+    dcp->dispatch_credits = calloc((size_t)comm->nranks, sizeof(uint32_t));
+    if (dcp->credits == NULL || dcp->dispatch_credits == NULL) {
+        free(dcp->credits);
+        free(dcp->dispatch_credits);
         free(dcp);
         return NULL;
     }
@@ -167,6 +183,11 @@ void client_dc_peer_start(incmoe_comm_t *comm, client_dc_peer_t *dcp, coll_op_t 
         return;
     }
     rec->op = op;
+    rec->ll = op->dc->ll;
+    if (rec->ll && !client_ll_start(comm, op)) {
+        client_dcp_rec_free(rec, n);
+        return;
+    }
     /* A refusal has no rows, and rows of 0 bytes: it moves none. */
     const size_t rb = op->row_bytes > 0 ? op->row_bytes : 1;
     rec->rpc = comm->chunk_size / rb > 0 ? comm->chunk_size / rb : 1;
@@ -175,7 +196,7 @@ void client_dc_peer_start(incmoe_comm_t *comm, client_dc_peer_t *dcp, coll_op_t 
     while (*tail != NULL)
         tail = &(*tail)->next;
     *tail = rec;
-    for (int k = 1; k < n; k++)
+    for (int k = 1; k < n && !rec->ll; k++)
         client_dcp_send_plan(comm, op, (comm->rank + k) % n);
     replay_early(comm, dcp, op->stream, op->epoch);
     client_dc_peer_progress(comm, dcp);
@@ -184,13 +205,21 @@ void client_dc_peer_start(incmoe_comm_t *comm, client_dc_peer_t *dcp, coll_op_t 
 void client_dc_peer_progress(incmoe_comm_t *comm, client_dc_peer_t *dcp)
 {
     const int n = comm->nranks;
-    /* An owner takes a contributor's pieces in (epoch, chunk) order: a later combine sends it
-       nothing while an earlier one still has pieces for it. */
-    uint8_t blocked[INCMOE_MAX_RANKS] = {0};
+    /* A rank takes a peer's credited messages of a stream (a combine's pieces, a low-latency
+       message) in epoch order: a later collective sends it nothing while an earlier one still
+       has some for it. */
+    uint8_t blocked_by[2][INCMOE_MAX_RANKS] = {{0}};
     client_dcp_rec_t *rec = dcp->recs;
     while (rec != NULL && atomic_load(&comm->error) == 0) {
         client_dcp_rec_t *next = rec->next;
-        if (rec->decided && rec->ok && client_dcp_is_dispatch(rec->op)) {
+        uint8_t *blocked = blocked_by[rec->op->stream == INCMOE_STREAM_COMBINE];
+        if (rec->ll) {
+            for (int k = 1; k < n; k++) {
+                int s = (comm->rank + k) % n;
+                if (!blocked[s] && !client_llp_send(comm, dcp, rec, s))
+                    blocked[s] = 1;
+            }
+        } else if (rec->decided && rec->ok && client_dcp_is_dispatch(rec->op)) {
             client_dcp_pump_dispatch(comm, dcp, rec);
         } else if (rec->op->stream == INCMOE_STREAM_COMBINE) {
             for (int k = 1; k < n; k++) {
@@ -225,5 +254,6 @@ void client_dc_peer_close(incmoe_comm_t *comm, client_dc_peer_t *dcp)
     for (client_dcp_recv_t *rr = dcp->landing; rr != NULL; rr = rr->next)
         rr->dcp = NULL; /* its callback, when the worker goes, only frees it */
     free(dcp->credits);
+    free(dcp->dispatch_credits);
     free(dcp);
 }

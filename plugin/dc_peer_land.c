@@ -29,6 +29,7 @@ static void recv_landed_cb(void *request, ucs_status_t status, size_t length, vo
     if (request != NULL)
         ucp_request_free(request);
     if (dcp == NULL || comm->freeing) { /* closed: its records are gone */
+        free(rr->buf);
         free(rr);
         return;
     }
@@ -39,6 +40,7 @@ static void recv_landed_cb(void *request, ucs_status_t status, size_t length, vo
     } else {
         rr->landed(comm, dcp, rr, length);
     }
+    free(rr->buf);
     free(rr);
 }
 

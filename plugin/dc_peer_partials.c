@@ -56,20 +56,6 @@ int client_dcp_partials_left(const client_dcp_rec_t *rec, int s)
     return rec->decided && rec->ok && rec->cursor[s] < rec->op->dc->recvd[s];
 }
 
-static void credit_back(incmoe_comm_t *comm, coll_op_t *op, int peer)
-{
-    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_PEER_CREDIT);
-    if (ctx == NULL) {
-        client_dcp_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a PEER_CREDIT");
-        return;
-    }
-    ctx->hdr.stream = (uint8_t)op->stream;
-    ctx->hdr.epoch = op->epoch;
-    ctx->hdr.length = 1;
-    ctx->to = peer;
-    client_send_ep(comm, client_mesh_ep(comm, peer), ctx, NULL, 0, NULL, &op->sent);
-}
-
 /* Every piece of owner chunk c landed: reduce each row over its other contributors in
    ascending rank order, then this rank's own partial (dc_shared.c); credits back. */
 static void reduce_chunk(incmoe_comm_t *comm, client_dcp_rec_t *rec, size_t c)
@@ -105,7 +91,7 @@ static void reduce_chunk(incmoe_comm_t *comm, client_dcp_rec_t *rec, size_t c)
     op->recv_done += rows;
     for (int d = 0; d < n; d++)
         if (cnt[d] > 0)
-            credit_back(comm, op, d);
+            client_dcp_credit_back(comm, op, d, 1);
 }
 
 static void piece_landed(incmoe_comm_t *comm, client_dc_peer_t *dcp, client_dcp_rec_t *rec,

@@ -21,7 +21,26 @@ void client_dcp_init_credits(incmoe_comm_t *comm, client_dc_peer_t *dcp)
         return;
     dcp->window = comm->credits;
     for (int r = 0; r < comm->nranks; r++)
-        dcp->credits[r] = dcp->window;
+        dcp->credits[r] = dcp->dispatch_credits[r] = dcp->window;
+}
+
+uint32_t *client_dcp_credits(client_dc_peer_t *dcp, unsigned stream)
+{
+    return stream == INCMOE_STREAM_DISPATCH ? dcp->dispatch_credits : dcp->credits;
+}
+
+void client_dcp_credit_back(incmoe_comm_t *comm, coll_op_t *op, int peer, uint32_t n)
+{
+    send_ctx_t *ctx = client_ctx(comm, WIRE_MSG_PEER_CREDIT);
+    if (ctx == NULL) {
+        client_dcp_fail(comm, INCMOE_ERR_NO_MEMORY, "no memory for a PEER_CREDIT");
+        return;
+    }
+    ctx->hdr.stream = (uint8_t)op->stream;
+    ctx->hdr.epoch = op->epoch;
+    ctx->hdr.length = n;
+    ctx->to = peer;
+    client_send_ep(comm, client_mesh_ep(comm, peer), ctx, NULL, 0, NULL, &op->sent);
 }
 
 void client_dcp_rec_free(client_dcp_rec_t *rec, int nranks)
@@ -95,7 +114,10 @@ void client_dcp_rec_check_done(incmoe_comm_t *comm, client_dc_peer_t *dcp, clien
     coll_op_t *op = rec->op;
     if (!rec->decided)
         return;
-    if (rec->ok) {
+    for (int r = 0; rec->ll && r < comm->nranks; r++)
+        if (r != comm->rank && !rec->sent[r])
+            return; /* its PEER_LL to r waits for credits */
+    if (rec->ok && !rec->ll) {
         const int n = comm->nranks;
         for (int r = 0; r < n; r++)
             if (r != comm->rank && (client_dcp_is_dispatch(op) ? rec->sent[r] < op->dc->sent[r]

@@ -42,6 +42,8 @@ typedef struct client_dcp_rec {
     size_t nchunks;             /* combine, owner side: chunks of this rank's rows */
     uint32_t *cnt;              /* [nchunks * nranks] rows of chunk c whose set holds d */
     client_dcp_chunk_t *chunks; /* [nchunks] */
+    int ll;                     /* the low-latency form (ll_peer.c): sent[r] is 1 once its
+                                   PEER_LL to r went, decided once every other rank's came */
 } client_dcp_rec_t;
 
 typedef struct client_dcp_recv client_dcp_recv_t;
@@ -61,6 +63,7 @@ struct client_dcp_recv {
     uint64_t rows;              /* dispatch: rows landing */
     size_t chunk;               /* combine: the owner chunk */
     client_dcp_landed_t landed; /* called once it landed, unless it failed or was closed */
+    char *buf;                  /* a buffer of its own it lands in (owned; landed may take it) */
     struct inc_wire_hdr hdr;
 };
 
@@ -68,7 +71,9 @@ struct client_dc_peer {
     client_dcp_rec_t *recs;     /* started, unfinished, in start order */
     client_kept_t *early;       /* for a collective not started or not decided, in arrival order */
     client_dcp_recv_t *landing; /* rendezvous receives in flight */
-    uint32_t *credits;          /* [nranks] combine pieces this rank may still send each owner */
+    uint32_t *credits;          /* [nranks] combine credits this rank may still use toward each
+                                   owner (bulk pieces and low-latency messages alike) */
+    uint32_t *dispatch_credits; /* [nranks] the same for the low-latency dispatch's messages */
     uint32_t window;            /* the credits' bound, and a dispatch's messages in flight */
     /* The messages kept for (stream, epoch) handled once more, now that its verdict let them
        in: dc_peer.c's, handed down at open so the verdict (dc_peer_plan.c) reaches it. */
@@ -83,6 +88,10 @@ static inline int client_dcp_is_dispatch(const coll_op_t *op)
 /* The grant is known once the job formed: JOIN_ACK's credits, taken when first needed. */
 void client_dcp_init_credits(incmoe_comm_t *comm, client_dc_peer_t *dcp);
 void client_dcp_rec_free(client_dcp_rec_t *rec, int nranks);
+/* The credits toward each rank of the stream (dispatch or combine). */
+uint32_t *client_dcp_credits(client_dc_peer_t *dcp, unsigned stream);
+/* PEER_CREDIT: n credits of op's stream back to peer (this rank took what they carried). */
+void client_dcp_credit_back(incmoe_comm_t *comm, coll_op_t *op, int peer, uint32_t n);
 /* The started record of (stream, epoch), or NULL. */
 client_dcp_rec_t *client_dcp_rec_find(client_dc_peer_t *dcp, unsigned stream, uint64_t epoch);
 /* Once every row it sends went out and every row it expects came (or its verdict failed):

@@ -14,6 +14,7 @@
 
 #include "algo.h"
 #include "dc_shared.h"
+#include "ll_post.h"
 #include "mr.h"
 #include "submit.h"
 
@@ -52,7 +53,7 @@ static incmoe_status_t check_buffers(incmoe_comm_t *comm, coll_op_t *op, struct 
 static incmoe_status_t algo_check(incmoe_comm_t *comm, coll_op_t *op)
 {
     char why[200];
-    if (comm->ops->dc_check == NULL)
+    if (comm->ops->dc_check == NULL || op->dc->ll) /* the form has bounds of its own */
         return INCMOE_OK;
     incmoe_status_t st = comm->ops->dc_check(comm, op, why, sizeof(why));
     if (st != INCMOE_OK)
@@ -65,14 +66,16 @@ static incmoe_status_t algo_check(incmoe_comm_t *comm, coll_op_t *op)
 
 /* Post op (a dispatch or combine) as this rank's refusal: no rows, no buffers, an empty record
    of its own (a combine names no dispatch), and the reason its plan carries, which fails the
-   collective on every rank.  Nothing of the caller's is read but the reason. */
+   collective on every rank.  Nothing of the caller's is read but the reason, and the form's
+   bound (ll_max_tokens, 0 for the bulk form). */
 static incmoe_status_t post_refused(incmoe_comm_t *comm, coll_op_t *op, const char *why,
-                                    incmoe_req_t *req_p)
+                                    size_t ll_max_tokens, incmoe_req_t *req_p)
 {
     const char *name = inc_wire_stream_name(op->stream);
     op->refused = strndup(why != NULL ? why : "(no reason given)", INCMOE_REFUSAL_MAX - 1);
+    op->refused_status = INCMOE_ERR_INVALID_ARG;
     op->dc = client_dc_new(comm->nranks, 0, 1);
-    if (op->refused == NULL || op->dc == NULL)
+    if (op->refused == NULL || op->dc == NULL || !client_ll_post_refused(comm, op, ll_max_tokens))
         return client_post_reject(comm, op, INCMOE_ERR_NO_MEMORY, "%s: out of memory", name);
     op->dtype = INCMOE_UINT8;
     op->redop = INCMOE_SUM;
@@ -80,26 +83,34 @@ static incmoe_status_t post_refused(incmoe_comm_t *comm, coll_op_t *op, const ch
     return client_post_submit(comm, op, req_p);
 }
 
-/* The start of a dispatch or combine: the algorithm's support, a new op, the known field_mask
-   bits and the refusal the caller may ask for (refused_bit, with its reason refused).  The op
-   to check and post, or NULL when the call is over, *st_p saying how (unsupported, rejected,
-   or the refusal posted). */
-static coll_op_t *dc_open(incmoe_comm_t *comm, incmoe_stream_t stream, uint32_t field_mask,
-                          uint32_t refused_bit, const char *refused, incmoe_req_t *req_p,
-                          incmoe_status_t *st_p)
+/* What dc_open needs of the caller's params. */
+typedef struct {
+    uint32_t field_mask;
+    uint32_t known;       /* the stream's field_mask bits */
+    uint32_t refused_bit; /* the refusal's bit, with its reason */
+    const char *refused;
+    size_t ll_max_tokens; /* > 0: the low-latency form (a refusal takes it too) */
+} dc_open_t;
+
+/* The start of a dispatch or combine: the algorithm's support (of the form too), a new op,
+   the known field_mask bits and the refusal the caller may ask for.  The op to check and post,
+   or NULL when the call is over, *st_p saying how (unsupported, rejected, or the refusal
+   posted). */
+static coll_op_t *dc_open(incmoe_comm_t *comm, incmoe_stream_t stream, const dc_open_t *o,
+                          incmoe_req_t *req_p, incmoe_status_t *st_p)
 {
     const char *name = inc_wire_stream_name(stream);
     *st_p = INCMOE_ERR_UNSUPPORTED; /* the same on every rank: nothing posted anywhere */
-    if (!comm->ops->has_dc)
+    if (!comm->ops->has_dc || (o->ll_max_tokens > 0 && comm->ops->ll_bytes == NULL))
         return NULL;
     coll_op_t *op = client_op_new(comm, stream);
     if (op == NULL)
         *st_p = client_post_reject(comm, NULL, INCMOE_ERR_NO_MEMORY, "%s: out of memory", name);
-    else if ((field_mask & ~refused_bit) != 0)
+    else if ((o->field_mask & ~o->known) != 0)
         *st_p = client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                   "%s: unknown field_mask bits 0x%x", name, field_mask);
-    else if (field_mask & refused_bit)
-        *st_p = post_refused(comm, op, refused, req_p);
+                                   "%s: unknown field_mask bits 0x%x", name, o->field_mask);
+    else if (o->field_mask & o->refused_bit)
+        *st_p = post_refused(comm, op, o->refused, o->ll_max_tokens, req_p);
     else
         return op;
     return NULL;
@@ -112,25 +123,10 @@ static coll_op_t *dc_open(incmoe_comm_t *comm, incmoe_stream_t stream, uint32_t 
    for each destination; where its own rows land in its own source block. */
 static incmoe_status_t copy_sets(incmoe_comm_t *comm, coll_op_t *op, const uint64_t *sets)
 {
-    client_dc_t *dc = op->dc;
-    const int n = comm->nranks, me = comm->rank;
-    const size_t words = dc->words;
-    const uint64_t last_mask = n % 64 == 0 ? ~(uint64_t)0 : ((uint64_t)1 << (n % 64)) - 1;
-    uint32_t own = 0;
-    if (dc->nrows > 0)
-        memcpy(dc->sets, sets, dc->nrows * words * sizeof(uint64_t));
-    for (size_t i = 0; i < dc->nrows; i++) {
-        const uint64_t *set = &dc->sets[i * words];
-        if ((set[words - 1] & ~last_mask) != 0)
-            return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
-                                      "dispatch: row %zu's set names a rank >= %d (word %zu is "
-                                      "0x%016llx)",
-                                      i, n, words - 1, (unsigned long long)set[words - 1]);
-        for (size_t w = 0; w < words; w++)
-            for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1)
-                dc->sent[w * 64 + (size_t)__builtin_ctzll(bits)]++;
-        dc->own_at[i] = client_dc_in_set(dc, i, me) ? own++ : UINT32_MAX;
-    }
+    char why[160];
+    if (!client_dc_take_sets(op->dc, comm->nranks, sets, why, sizeof(why)))
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG, "dispatch: %s", why);
+    client_dc_count_sets(comm, op->dc);
     return INCMOE_OK;
 }
 
@@ -138,10 +134,14 @@ static incmoe_status_t copy_sets(incmoe_comm_t *comm, coll_op_t *op, const uint6
 static incmoe_status_t check_dispatch(incmoe_comm_t *comm, coll_op_t *op,
                                       const incmoe_dispatch_params_t *p)
 {
-    if (p->row_bytes == 0 || (p->nrows > 0 && p->sets == NULL))
+    const int ll = (p->field_mask & INCMOE_DISPATCH_PARAM_LOW_LATENCY) != 0;
+    if (p->row_bytes == 0 || (!ll && p->nrows > 0 && p->sets == NULL))
         return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
                                   "dispatch: %zu rows of %zu bytes with %s sets", p->nrows,
                                   p->row_bytes, p->sets == NULL ? "NULL" : "given");
+    if ((p->field_mask & INCMOE_DISPATCH_PARAM_EXPERT_LAYOUT) && !ll)
+        return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG,
+                                  "dispatch: the expert layout without the low-latency form");
     if (p->nrows > UINT32_MAX || p->nrows > SIZE_MAX / p->row_bytes ||
         p->nrows > SIZE_MAX / sizeof(uint64_t) / INCMOE_SET_WORDS(comm->nranks) ||
         p->capacity > SIZE_MAX / p->row_bytes)
@@ -159,21 +159,33 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
     if (comm == NULL || params == NULL || req_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
     incmoe_status_t st;
-    coll_op_t *op = dc_open(comm, INCMOE_STREAM_DISPATCH, params->field_mask,
-                            INCMOE_DISPATCH_PARAM_REFUSED, params->refused, req_p, &st);
+    const dc_open_t o = {.field_mask = params->field_mask,
+                         .known = INCMOE_DISPATCH_PARAM_REFUSED |
+                                  INCMOE_DISPATCH_PARAM_LOW_LATENCY |
+                                  INCMOE_DISPATCH_PARAM_EXPERT_LAYOUT,
+                         .refused_bit = INCMOE_DISPATCH_PARAM_REFUSED,
+                         .refused = params->refused,
+                         .ll_max_tokens = (params->field_mask & INCMOE_DISPATCH_PARAM_LOW_LATENCY)
+                                              ? (params->max_tokens > 0 ? params->max_tokens : 1)
+                                              : 0};
+    coll_op_t *op = dc_open(comm, INCMOE_STREAM_DISPATCH, &o, req_p, &st);
     if (op == NULL)
         return st;
     st = check_dispatch(comm, op, params);
     if (st != INCMOE_OK)
         return st;
-    op->dc = client_dc_new(comm->nranks, params->nrows, params->row_bytes);
-    if (op->dc == NULL)
-        return client_post_reject(comm, op, INCMOE_ERR_NO_MEMORY,
-                                  "dispatch: out of memory for %zu rows", params->nrows);
-    if ((st = copy_sets(comm, op, params->sets)) != INCMOE_OK)
+    if (params->field_mask & INCMOE_DISPATCH_PARAM_LOW_LATENCY) {
+        st = client_ll_post_dispatch(comm, op, params);
+    } else if ((op->dc = client_dc_new(comm->nranks, params->nrows, params->row_bytes)) == NULL) {
+        st = client_post_reject(comm, op, INCMOE_ERR_NO_MEMORY,
+                                "dispatch: out of memory for %zu rows", params->nrows);
+    } else {
+        st = copy_sets(comm, op, params->sets);
+    }
+    if (st != INCMOE_OK)
         return st;
     client_op_set_buffers(op, params->send_offset, params->recv_offset);
-    op->rows = params->nrows;
+    op->rows = op->dc->nrows;
     op->row_bytes = params->row_bytes;
     op->capacity = params->capacity;
     op->dtype = INCMOE_UINT8;
@@ -183,6 +195,8 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
     op->sig =
         inc_wire_signature(INCMOE_STREAM_DISPATCH, op->dtype, op->redop, op->bytes, comm->nranks);
     if ((st = algo_check(comm, op)) != INCMOE_OK)
+        return st;
+    if (op->dc->ll && (st = client_ll_post_bound(comm, op)) != INCMOE_OK)
         return st;
     return client_post_submit(comm, op, req_p);
 }
@@ -215,6 +229,20 @@ static client_dc_t *named_dispatch_locked(incmoe_comm_t *comm, const incmoe_req_
     return NULL;
 }
 
+/* The form a combine's refusal takes: the low-latency form's bound when its dispatch field
+   names a kept low-latency dispatch (so it meets the others' messages), else 0. */
+static size_t refused_form(incmoe_comm_t *comm, const incmoe_combine_params_t *p)
+{
+    if (!(p->field_mask & INCMOE_COMBINE_PARAM_REFUSED) ||
+        p->dispatch.stream != INCMOE_STREAM_DISPATCH)
+        return 0;
+    pthread_mutex_lock(&comm->lock);
+    const client_dc_t *dc = client_dc_find_locked(comm, p->dispatch.epoch);
+    size_t max_tokens = dc != NULL && dc->ll ? dc->max_tokens : 0;
+    pthread_mutex_unlock(&comm->lock);
+    return max_tokens;
+}
+
 /* Shapes and ranges of a combine of a dispatch of R received and T own rows. */
 static incmoe_status_t check_combine(incmoe_comm_t *comm, coll_op_t *op,
                                      const incmoe_combine_params_t *p, size_t nrecv, size_t nrows)
@@ -240,8 +268,12 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
     if (comm == NULL || params == NULL || req_p == NULL)
         return INCMOE_ERR_INVALID_ARG;
     incmoe_status_t st;
-    coll_op_t *op = dc_open(comm, INCMOE_STREAM_COMBINE, params->field_mask,
-                            INCMOE_COMBINE_PARAM_REFUSED, params->refused, req_p, &st);
+    const dc_open_t o = {.field_mask = params->field_mask,
+                         .known = INCMOE_COMBINE_PARAM_REFUSED,
+                         .refused_bit = INCMOE_COMBINE_PARAM_REFUSED,
+                         .refused = params->refused,
+                         .ll_max_tokens = refused_form(comm, params)};
+    coll_op_t *op = dc_open(comm, INCMOE_STREAM_COMBINE, &o, req_p, &st);
     if (op == NULL)
         return st;
     char why[200];
@@ -254,7 +286,8 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
     pthread_mutex_unlock(&comm->lock);
     if (dc == NULL)
         return client_post_reject(comm, op, INCMOE_ERR_INVALID_ARG, "combine: %s", why);
-    st = check_combine(comm, op, params, dc->nrecv, dc->nrows);
+    st =
+        check_combine(comm, op, params, dc->ll ? client_ll_partial_rows(dc) : dc->nrecv, dc->nrows);
     if (st != INCMOE_OK)
         return st;
     client_op_set_buffers(op, params->send_offset, params->recv_offset);
@@ -267,11 +300,48 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
                                  comm->nranks);
     if ((st = algo_check(comm, op)) != INCMOE_OK)
         return st;
+    if (dc->ll && (st = client_ll_post_bound(comm, op)) != INCMOE_OK)
+        return st;
     return client_post_submit(comm, op, req_p);
 }
 
 /* ------------------------------------------------------------------------ */
 /* a kept dispatch                                                           */
+
+/* Under comm->lock: the completed dispatch req names, its status in *st_p (INCMOE_IN_PROGRESS
+   while it runs); NULL (with *st_p) when it is not kept or not complete. */
+static const client_dc_t *completed_dispatch_locked(incmoe_comm_t *comm, const incmoe_req_t *req,
+                                                    incmoe_status_t *st_p)
+{
+    const client_dc_t *dc = client_dc_find_locked(comm, req->epoch);
+    if (dc == NULL) {
+        *st_p = INCMOE_ERR_INVALID_ARG;
+    } else if (!dc->complete) {
+        *st_p = (incmoe_status_t)atomic_load(&comm->error);
+        if (*st_p == INCMOE_OK)
+            *st_p = INCMOE_IN_PROGRESS;
+        return NULL;
+    } else {
+        *st_p = dc->status;
+    }
+    return dc;
+}
+
+/* The first n (source rank, source row) pairs of the received rows: the bulk form's table as
+   it is, the low-latency form's region by region. */
+static void copy_sources(const client_dc_t *dc, uint32_t *out, size_t n)
+{
+    if (!dc->ll) {
+        memcpy(out, dc->source, 2 * n * sizeof(uint32_t));
+        return;
+    }
+    size_t at = 0;
+    for (size_t j = 0; j < dc->nregions && at < n; j++) {
+        size_t k = dc->counts[j] < n - at ? dc->counts[j] : n - at;
+        memcpy(out + 2 * at, dc->source + 2 * j * dc->region_rows, 2 * k * sizeof(uint32_t));
+        at += k;
+    }
+}
 
 incmoe_status_t incmoe_dispatch_result(incmoe_comm_t *comm, const incmoe_req_t *dispatch,
                                        size_t *nrecv_p, uint32_t *source_p, size_t source_rows)
@@ -281,22 +351,35 @@ incmoe_status_t incmoe_dispatch_result(incmoe_comm_t *comm, const incmoe_req_t *
         return INCMOE_ERR_INVALID_ARG;
     incmoe_status_t st;
     pthread_mutex_lock(&comm->lock);
-    const client_dc_t *dc = client_dc_find_locked(comm, dispatch->epoch);
-    if (dc == NULL) {
-        st = INCMOE_ERR_INVALID_ARG;
-    } else if (!dc->complete) {
-        st = (incmoe_status_t)atomic_load(&comm->error);
-        if (st == INCMOE_OK)
-            st = INCMOE_IN_PROGRESS;
-    } else {
-        st = dc->status;
+    const client_dc_t *dc = completed_dispatch_locked(comm, dispatch, &st);
+    if (dc != NULL) {
         if (st == INCMOE_OK || st == INCMOE_ERR_NO_MEMORY)
             *nrecv_p = dc->nrecv;
-        if (st == INCMOE_OK && source_p != NULL) {
-            size_t n = source_rows < dc->nrecv ? source_rows : dc->nrecv;
-            if (n > 0)
-                memcpy(source_p, dc->source, 2 * n * sizeof(uint32_t));
-        }
+        size_t n = source_rows < dc->nrecv ? source_rows : dc->nrecv;
+        if (st == INCMOE_OK && source_p != NULL && n > 0)
+            copy_sources(dc, source_p, n);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+}
+
+incmoe_status_t incmoe_dispatch_counts(incmoe_comm_t *comm, const incmoe_req_t *dispatch,
+                                       uint32_t *counts, size_t ncounts, size_t *nregions_p)
+{
+    if (comm == NULL || dispatch == NULL || (counts == NULL && ncounts > 0) ||
+        dispatch->stream != INCMOE_STREAM_DISPATCH)
+        return INCMOE_ERR_INVALID_ARG;
+    incmoe_status_t st;
+    pthread_mutex_lock(&comm->lock);
+    const client_dc_t *dc = completed_dispatch_locked(comm, dispatch, &st);
+    if (dc != NULL && (st == INCMOE_OK || st == INCMOE_ERR_NO_MEMORY)) {
+        /* The bulk form's regions are its sources: recvd is their rows. */
+        const size_t regions = dc->ll ? dc->nregions : (size_t)comm->nranks;
+        const uint32_t *rows = dc->ll ? dc->counts : dc->recvd;
+        if (nregions_p != NULL)
+            *nregions_p = regions;
+        for (size_t j = 0; j < regions && j < ncounts; j++)
+            counts[j] = rows[j];
     }
     pthread_mutex_unlock(&comm->lock);
     return st;

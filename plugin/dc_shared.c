@@ -9,6 +9,7 @@
  */
 #include "dc_shared.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,10 +42,57 @@ client_dc_t *client_dc_new(int nranks, size_t nrows, size_t row_bytes)
     return dc;
 }
 
+int client_dc_take_sets(client_dc_t *dc, int nranks, const uint64_t *sets, char *why,
+                        size_t why_len)
+{
+    const size_t words = dc->words;
+    const uint64_t last_mask = nranks % 64 == 0 ? ~(uint64_t)0 : ((uint64_t)1 << (nranks % 64)) - 1;
+    if (dc->nrows > 0)
+        memcpy(dc->sets, sets, dc->nrows * words * sizeof(uint64_t));
+    for (size_t i = 0; i < dc->nrows; i++) {
+        const uint64_t last = dc->sets[i * words + words - 1];
+        if ((last & ~last_mask) != 0) {
+            snprintf(why, why_len, "row %zu's set names a rank >= %d (word %zu is 0x%016llx)", i,
+                     nranks, words - 1, (unsigned long long)last);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void client_dc_count_sets(const incmoe_comm_t *comm, client_dc_t *dc)
+{
+    uint32_t own = 0;
+    for (size_t i = 0; i < dc->nrows; i++) {
+        const uint64_t *set = &dc->sets[i * dc->words];
+        for (size_t w = 0; w < dc->words; w++)
+            for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1)
+                dc->sent[w * 64 + (size_t)__builtin_ctzll(bits)]++;
+        dc->own_at[i] = client_dc_in_set(dc, i, comm->rank) ? own++ : UINT32_MAX;
+    }
+}
+
+int client_dc_set_low_latency(client_dc_t *dc, int nranks, size_t max_tokens)
+{
+    dc->ll = 1;
+    dc->max_tokens = max_tokens;
+    dc->nregions = (size_t)nranks;
+    dc->region_rows = max_tokens;
+    for (int s = 0; s <= nranks; s++)
+        dc->base[s] = (uint64_t)s * max_tokens;
+    dc->counts = calloc((size_t)nranks, sizeof(uint32_t));
+    return dc->counts != NULL;
+}
+
 void client_dc_free(client_dc_t *dc)
 {
     if (dc == NULL)
         return;
+    free(dc->counts);
+    free(dc->experts);
+    free(dc->local);
+    free(dc->slot_first);
+    free(dc->slots);
     free(dc->sets);
     free(dc->own_at);
     free(dc->sent);

@@ -31,7 +31,27 @@ typedef struct client_dc {
     uint32_t *own_at; /* [nrows]: where a row whose set holds this rank was received, else
                          UINT32_MAX */
     size_t nrecv;     /* R */
-    uint32_t *source; /* [2 R]: (rank, row) of each received row, as they land */
+    uint32_t *source; /* [2 R]: (rank, row) of each received row, as they land; the low-latency
+                         form: [2 nregions region_rows], by slot (region j's from j region_rows) */
+
+    /* The low-latency form (incmoe.h, "The low-latency form"; ll_shared.c); ll 0: the bulk
+       form.  base[s] = s * max_tokens: the slots of source s's rows in a by-source view, which
+       the combine's partials take (by expert, after the fold). */
+    int ll;
+    int by_expert;
+    size_t max_tokens;
+    size_t nregions;     /* by source N, by expert L (this rank's experts) */
+    size_t region_rows;  /* rows of one region: by source max_tokens, by expert N max_tokens */
+    uint32_t *counts;    /* [nregions] rows of each region */
+    uint64_t layout_sig; /* by expert: inc_ll_layout_sig of the table; else 0 */
+    int topk;
+    int num_experts;
+    int32_t *experts; /* [nrows * topk] this rank's rows' expert ids (by expert) */
+    int32_t *local;   /* [num_experts] this rank's local index of an expert, or -1 */
+    /* By expert: the region rows of the k-th row received from s (slot s * max_tokens + k), in
+       ascending local expert: slots[slot_first[slot] .. slot_first[slot + 1]). */
+    uint32_t *slot_first; /* [nranks * max_tokens + 1] */
+    uint32_t *slots;      /* [R] */
 } client_dc_t;
 
 /* Does row's set hold rank r? */
@@ -49,6 +69,16 @@ typedef struct client_outcome {
 
 /* A dispatch's record for nrows rows of this rank, its sets zeroed; NULL out of memory. */
 client_dc_t *client_dc_new(int nranks, size_t nrows, size_t row_bytes);
+/* The record takes the low-latency form by source: max_tokens rows per region, N regions;
+   0 out of memory. */
+int client_dc_set_low_latency(client_dc_t *dc, int nranks, size_t max_tokens);
+/* The sets copied into the record, each naming only ranks < nranks; 0 with the reason in why
+   (the record's sets then unspecified). */
+int client_dc_take_sets(client_dc_t *dc, int nranks, const uint64_t *sets, char *why,
+                        size_t why_len);
+/* From the record's sets: its rows for each destination (sent) and where its own rows land in
+   its own source block (own_at). */
+void client_dc_count_sets(const incmoe_comm_t *comm, client_dc_t *dc);
 /* Free a record that is not kept. */
 void client_dc_free(client_dc_t *dc);
 /* Under comm->lock, the dispatch's epoch fixed: keep its record; 0 (nothing changed) when

@@ -9,8 +9,9 @@
  * A small collective (inc_wire_is_small) instead goes out as one SMALL
  * carrying the POST and the whole contribution, for one credit, and its
  * results come back in one SMALL_FWD that also returns the credit.
- * Dispatch and combine are innet_dc.c's, in the same stream order and
- * credits.  The wire protocol is described in base/wire.h.
+ * Dispatch and combine are innet_dc.c's, their low-latency form
+ * innet_ll.c's, in the same stream order and credits.  The wire protocol is described in
+ * base/wire.h.
  */
 #include "innet.h"
 
@@ -19,6 +20,7 @@
 
 #include "algo.h"
 #include "coll.h"
+#include "ll_shared.h"
 #include "notify.h"
 #include "send.h"
 
@@ -87,6 +89,10 @@ static const char *op_send_ptr(coll_op_t *op, int root, uint64_t offset)
 
 static void innet_start(incmoe_comm_t *comm, coll_op_t *op)
 {
+    if (inc_wire_is_dc(op->stream) && op->dc->ll) {
+        innet_ll_start(comm, op);
+        return;
+    }
     if (inc_wire_is_dc(op->stream)) {
         innet_dc_start(comm, op);
         return;
@@ -168,7 +174,8 @@ static void pump_stream(incmoe_comm_t *comm, incmoe_stream_t stream)
             continue;
         op->holds++;
         if (inc_wire_is_dc(stream)) {
-            int ok = innet_dc_pump(comm, op, credits);
+            int ok =
+                op->dc->ll ? innet_ll_pump(comm, op, credits) : innet_dc_pump(comm, op, credits);
             op->holds--;
             if (!ok || !op->all_issued)
                 break; /* its plan, or credits, come first */
@@ -436,6 +443,8 @@ static void on_credit(incmoe_comm_t *comm, const struct inc_wire_hdr *h)
 static ucs_status_t innet_on_message(incmoe_comm_t *comm, const struct inc_wire_hdr *h, void *data,
                                      size_t length, const ucp_am_recv_param_t *param)
 {
+    if (h->msg == WIRE_MSG_LL_FWD)
+        return innet_ll_on_message(comm, h, data, length, param);
     if ((h->msg == WIRE_MSG_FWD || h->msg == WIRE_MSG_PLAN) && inc_wire_is_dc(h->stream))
         return innet_dc_on_message(comm, h, data, length, param);
     if (h->msg == WIRE_MSG_FWD)
@@ -472,6 +481,7 @@ static incmoe_status_t innet_connect(incmoe_comm_t *comm)
 
 static void innet_close(incmoe_comm_t *comm)
 {
+    innet_ll_close(comm);
     free(comm->algo);
     comm->algo = NULL;
 }
@@ -487,4 +497,5 @@ const client_algo_ops_t client_innet_ops = {
     .barrier_before_leave = 0,
     .has_dc = 1,
     .dc_check = innet_dc_check,
+    .ll_bytes = client_ll_up_length,
 };

@@ -37,6 +37,7 @@
 #include "algo.h"
 #include "coll.h"
 #include "dc_peer.h"
+#include "ll_shared.h"
 #include "mesh.h"
 #include "notify.h"
 #include "send.h"
@@ -353,7 +354,8 @@ static ucs_status_t ring_on_message(incmoe_comm_t *comm, const struct inc_wire_h
         return ring_on_data(comm, h, data, length, param);
     }
     if (h->msg == WIRE_MSG_PEER_PLAN || h->msg == WIRE_MSG_PEER_ROWS ||
-        h->msg == WIRE_MSG_PEER_PARTIALS || h->msg == WIRE_MSG_PEER_CREDIT)
+        h->msg == WIRE_MSG_PEER_PARTIALS || h->msg == WIRE_MSG_PEER_CREDIT ||
+        h->msg == WIRE_MSG_PEER_LL)
         return client_dc_peer_on_message(comm, ((ring_t *)comm->algo)->dcp, from, h, data, length,
                                          param);
     client_fail(comm, INCMOE_ERR_PROTOCOL, "unexpected %s%s from rank %d",
@@ -407,4 +409,5 @@ const client_algo_ops_t client_ring_ops = {
     .close = ring_close,
     .barrier_before_leave = 1,
     .has_dc = 1,
+    .ll_bytes = client_ll_peer_largest,
 };

@@ -7,7 +7,8 @@
  *  - chunked (chunked.c): POST, then DATA chunk by chunk, FWD back;
  *  - small (small.c): one SMALL in per rank, one SMALL_FWD out;
  *  - dispatch and combine (dc_form.c): POST or SMALL, a PLAN, then chunks
- *    whose destinations travel with the rows.
+ *    whose destinations travel with the rows;
+ *  - their low-latency form (ll_form.c): one LL in per rank, LL_FWDs out.
  * A new form is a new file exporting a coll_form_t and one line in the
  * router's choice (engine.c, form_of).  A message a form does not take is a
  * NULL entry: the router fails the job with a reason naming the message.
@@ -39,6 +40,7 @@ typedef struct coll_form {
     coll_msg_fn post;        /* a rank's POST */
     coll_msg_fn data;        /* a rank's or a child switch's DATA */
     coll_msg_fn small;       /* a rank's SMALL */
+    coll_msg_fn ll;          /* a rank's LL */
     coll_msg_fn tree_post;   /* a switch port's TREE_POST: every rank it covers posted */
     coll_msg_fn parent_post; /* the parent's POST: a rank's beyond this switch, relayed */
     /* The parent's answer for the ports beyond this switch: result_msg (FWD or SMALL_FWD),

@@ -3,8 +3,9 @@
  * the code that owns it.
  *
  * A collective's messages go to its form (coll_form.h) through the forms
- * table: form_of picks the form a message belongs to (dispatch and combine:
- * their own; SMALL and SMALL_FWD: small; the rest: chunked), and the form's
+ * table: form_of picks the form a message belongs to (LL: the low-latency
+ * form; dispatch and combine: their own; SMALL and SMALL_FWD: small; the
+ * rest: chunked), and the form's
  * entry for the message kind takes it; a message no form takes fails the job.
  * The router keeps what is not a collective's: HEARTBEAT, LEAVE, ERROR
  * (membership.c), a JOIN, a child's TREE_JOIN and the parent's JOIN_ACK
@@ -22,6 +23,7 @@
 #include "chunked.h"
 #include "coll_table.h"
 #include "dc_form.h"
+#include "ll_form.h"
 #include "small.h"
 #include "tree.h"
 #include "tree_join.h"
@@ -39,6 +41,8 @@ static void drop_collectives(void *engine, job_t *job)
 /* The form a collective's message belongs to: a new form is a line here. */
 static const coll_form_t *form_of(int stream, int msg)
 {
+    if (msg == WIRE_MSG_LL)
+        return &ll_form;
     if (coll_streams[stream].planned)
         return &dc_form;
     if (msg == WIRE_MSG_SMALL || msg == WIRE_MSG_SMALL_FWD)
@@ -57,6 +61,8 @@ static coll_msg_fn member_entry(const conn_t *conn, const struct inc_wire_hdr *h
         return form_of(h->stream, h->msg)->data;
     case WIRE_MSG_SMALL:
         return form_of(h->stream, h->msg)->small;
+    case WIRE_MSG_LL:
+        return conn->role == CONN_RANK ? form_of(h->stream, h->msg)->ll : NULL;
     case WIRE_MSG_TREE_POST:
         return conn->role == CONN_CHILD ? form_of(h->stream, h->msg)->tree_post : NULL;
     default:
@@ -142,6 +148,8 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
         return st;
     if (conn->role == CONN_PARENT)
         return on_parent_message(eng, job, conn, h, data, length, param);
+    if (conn->role == CONN_RANK)
+        trips_count(&job->trips, TRIPS_IN, h);
     switch ((inc_wire_msg_t)h->msg) {
     case WIRE_MSG_HEARTBEAT:
         return UCS_OK;
@@ -251,7 +259,7 @@ int engine_init(engine_t *eng, const switch_settings_t *set, switch_stats_t *sta
 {
     *eng = (engine_t){.set = set, .stats = stats, .tx = tx};
     eng->env = (coll_env_t){.m = &eng->members, .pool = &eng->pool};
-    membership_init(&eng->members, set, stats, tx, drop_collectives, eng);
+    membership_init(&eng->members, set, stats, trips_tx(&eng->counted, tx), drop_collectives, eng);
     return reduce_pool_start(&eng->pool, set->nthreads - 1, chunked_compute);
 }
 

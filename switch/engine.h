@@ -18,6 +18,7 @@ typedef struct engine {
     const switch_settings_t *set;
     switch_stats_t *stats;
     switch_tx_t tx;
+    trips_tx_arg_t counted; /* tx, counting what goes to the ranks (trips.c): what jobs send by */
     membership_t members;
     reduce_pool_t pool;
     coll_env_t env;          /* what the forms get: &members, &pool */

@@ -107,7 +107,10 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
  * what went where, for about credits collectives per stream.  While a plan copies the SMALLs'
  * pieces into their items, their N buffers exist twice: one plan at a time.  The dispatch copies
  * toward each rank are built only as its output queue takes them (--egress-chunks bounds
- * them per connection) and are not charged here.
+ * them per connection) and are not charged here.  The low-latency form (ll_form.c) fits the
+ * same terms: its LLs take the same credits as the contributions above, its LL_FWDs are built
+ * as the queues take them, and a combine whose results go out adds a table of N x N offsets;
+ * as it holds a credit of every rank until they went, at most credits such combines at once.
  *
  * Over a tree (its job has switch ports) a child's dispatch chunks take its credits here as a
  * rank's do, but the parent's take none: counted as N more ranks' worth, as for the other
@@ -126,7 +129,8 @@ static size_t job_dc_memory_bound(const switch_settings_t *set, const job_t *job
     const size_t c = set->chunk_size, n = (size_t)job->nranks;
     const size_t plan = n * (sizeof(struct inc_wire_dc_post) + 8 * n) + 12 * n * n + 16 * n + 256 +
                         INCMOE_REFUSAL_MAX; /* + the lowest refusal's reason */
-    size_t bound = (size_t)set->credits * (2 * n * c + n * c + 2 * plan) + n * c;
+    const size_t ll_offsets = n * n * sizeof(uint64_t);
+    size_t bound = (size_t)set->credits * (2 * n * c + n * c + 2 * plan + ll_offsets) + n * c;
     size_t switch_ports = 0;
     for (int r = 0; r < job->nranks; r++)
         switch_ports +=
@@ -261,6 +265,16 @@ static int job_owes_tree(const job_t *job)
     return 0;
 }
 
+/* One line per stream that carried messages (base/wire.h, "The low-latency form"). */
+static void job_log_trips(const job_t *job)
+{
+    char counts[768];
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
+        if (trips_format(&job->trips, s, counts, sizeof(counts)))
+            log_info(SUBSYS, "job %llu trips %s: %s", (unsigned long long)job->id,
+                     inc_wire_stream_name(s), counts);
+}
+
 void job_release(membership_t *m, job_t *job)
 {
     if (job->refs > 0) /* first: every send completion asks, and counting members is O(N) */
@@ -292,6 +306,7 @@ void job_release(membership_t *m, job_t *job)
     }
     log_info(SUBSYS, "job %llu released (peak %zu bytes buffered)", (unsigned long long)job->id,
              job->mem_peak);
+    job_log_trips(job);
     job_free(job);
 }
 
@@ -519,7 +534,7 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
         return UCS_ERR_INVALID_PARAM;
     }
     int bulk =
-        h->msg == WIRE_MSG_DATA || h->msg == WIRE_MSG_SMALL ||
+        h->msg == WIRE_MSG_DATA || h->msg == WIRE_MSG_SMALL || h->msg == WIRE_MSG_LL ||
         (conn->role == CONN_PARENT && (h->msg == WIRE_MSG_FWD || h->msg == WIRE_MSG_SMALL_FWD));
     if (rndv && !bulk) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank, "rank %d sent %s rendezvous", conn->rank,

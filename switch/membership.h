@@ -9,6 +9,7 @@
 #define INCMOE_SWITCH_MEMBERSHIP_H
 
 #include "settings.h"
+#include "trips.h"
 #include "tx.h"
 
 struct coll;
@@ -54,6 +55,7 @@ typedef struct job {
     uint32_t up_credits[INC_STREAM_COUNT]; /* DATA or SMALL this switch may send up now */
     uint32_t up_granted;                   /* per stream, by the parent's JOIN_ACK */
     struct up_send *up_head[INC_STREAM_COUNT], *up_tail[INC_STREAM_COUNT]; /* waiting, in order */
+    trips_t trips; /* its ranks' messages (trips.c), logged when it is released */
 } job_t;
 
 typedef struct membership {

@@ -8,6 +8,11 @@ test_reduce_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 test_wire_SOURCES = test_wire.cc
 test_wire_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 
+# The low-latency form's payloads (base/ll_wire.h): layout, parser, verdict.
+check_PROGRAMS += test_wire_ll
+test_wire_ll_SOURCES = test_wire_ll.cc
+test_wire_ll_LDADD = $(BASE_LIBS) $(TEST_LIBS)
+
 test_collectives_SOURCES = test_collectives.cc
 test_collectives_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
@@ -31,6 +36,12 @@ check_PROGRAMS += test_dispatch
 test_dispatch_SOURCES = test_dispatch.cc
 test_dispatch_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
 test_dispatch_LDADD = $(ERRORS_LIBS)
+
+# The low-latency form of dispatch and combine on every algorithm, by source and by expert.
+check_PROGRAMS += test_ll
+test_ll_SOURCES = test_ll.cc
+test_ll_CPPFLAGS = $(AM_CPPFLAGS)
+test_ll_LDADD = $(ERRORS_LIBS)
 
 # Every failure the switch and the client must survive, one suite per subsystem; what they
 # share (the Errors fixture, a communicator on it, raw messages that break a job) is built once.
@@ -78,3 +89,10 @@ check_PROGRAMS += test_length
 test_length_SOURCES = test_length.cc test_perf_run.cc perf_run.h text_file.h
 test_length_CPPFLAGS = $(AM_CPPFLAGS) -DTOP_SRCDIR='"$(abs_top_srcdir)"'
 test_length_LDADD = $(GTEST_LIBS) -lpthread
+
+# The switch's low-latency form of dispatch and combine, spoken raw to a real switch: forwarding,
+# reduction against a reference, verdicts, credits, malformed LLs, failures, trees, trips.
+check_PROGRAMS += test_switch_ll
+test_switch_ll_SOURCES = test_switch_ll.cc
+test_switch_ll_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
+test_switch_ll_LDADD = $(ERRORS_LIBS)

@@ -16,6 +16,11 @@ test_mpi_dc_SOURCES = test_mpi_dc.cc test_perf_run.cc perf_run.h
 test_mpi_dc_LDADD = $(GTEST_LIBS) -lpthread
 endif
 
+# incmoe-perf --low-latency: the routed ops in the low-latency form.
+check_PROGRAMS += test_ll_perf
+test_ll_perf_SOURCES = test_ll_perf.cc test_perf_run.cc perf_run.h
+test_ll_perf_LDADD = $(GTEST_LIBS) -lpthread
+
 # The routing of incmoe-perf's dispatch, combine and dc (tools/route.h).
 check_PROGRAMS += test_route
 test_route_SOURCES = test_route.cc

@@ -80,6 +80,9 @@ static void usage(FILE *f)
                "                        popular) or strided (expert e on rank e %% N); default\n"
                "                        contiguous, as incmoe-model's\n"
                "      --seed S          the routing's seed, 0..2^62 (default 1)\n"
+               "      --low-latency     the low-latency form (decode): receive regions sized by\n"
+               "                        max_tokens = --tokens, one message per rank and peer, no\n"
+               "                        plan; checked as the bulk form is\n"
                "  -N, --nranks N        ranks, 1..256 (default 4)\n"
                "      --switch H:P      incmoe-switchd address (embedded mode starts one)\n"
                "      --rank R          run only rank R of the job (needs --switch)\n"
@@ -232,6 +235,13 @@ static int check_routed(opts_t *o)
    --tokens x --hidden elements per rank. */
 static int check_full(opts_t *o)
 {
+    if (o->low_latency) {
+        fprintf(stderr,
+                "incmoe-perf: --low-latency is a form of dispatch, combine and dc, not --op "
+                "%s\n",
+                op_names[o->op]);
+        return -1;
+    }
     if (o->routing_given || o->route.experts != 0 || o->route.k != 0) {
         fprintf(stderr,
                 "incmoe-perf: -E, -k, --route, --placement and --seed route dispatch, combine "
@@ -337,6 +347,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"--route", NULL, INC_ARG_FN, .dst = o, .fn = route_arg},
         {"--placement", NULL, INC_ARG_FN, .dst = o, .fn = placement_arg},
         {"--seed", NULL, INC_ARG_FN, .dst = o, .fn = seed_arg},
+        {"--low-latency", NULL, INC_ARG_SET, 1, .dst = &o->low_latency},
         {"-h", "--help", INC_ARG_HELP},
     };
     for (int i = 1; i < argc; i++) {

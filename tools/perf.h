@@ -51,6 +51,7 @@ typedef struct {
     int tokens, hidden;
     inc_route_spec_t route;
     int routing_given; /* -E, -k, --route, --placement or --seed */
+    int low_latency;   /* --low-latency: the routed ops' low-latency form, max_tokens = --tokens */
 } opts_t;
 
 typedef struct {

@@ -43,6 +43,9 @@ typedef struct {
     uint32_t *src;               /* [2 R]: the reference's (rank, row) of each received row */
     uint32_t *got;               /* [2 R]: incmoe_dispatch_result's */
     size_t got_rows;             /* its R */
+    size_t *at;                  /* [R]: the row of the p-th received row in the receive range
+                                    (and of its partial): p, or in the low-latency form's regions
+                                    s * T + its rank among the rows from s */
     void *x, *recv, *part, *out; /* T rows; R rows; R partials; T results */
     incmoe_mr_t *mr_x, *mr_recv, *mr_part, *mr_out;
 } dc_t;
@@ -65,7 +68,8 @@ void dc_print_header(const opts_t *o)
         [OP_DISPATCH] = "dispatch: each row to the ranks of its set",
         [OP_COMBINE] = "combine: the partials of each row reduced back to its owner",
         [OP_DC] = "dc: the dispatch of step i in flight with the combine of step i-1, per step"};
-    printf("# %s\n", what[o->op]);
+    printf("# %s%s\n", what[o->op],
+           o->low_latency ? " (the low-latency form, max_tokens = tokens)" : "");
     /* tools/incmoe-model reads this line (its `check` and `fit`). */
     printf("# tokens %d, hidden %d, row %zu B, E %d, k %d, route %s, placement %s, seed %" PRIu64
            "\n",
@@ -164,13 +168,19 @@ static int make_reference(dc_t *dc)
     dc->got = malloc(2 * dc->nrecv * sizeof(uint32_t) + 1);
     if (dc->src == NULL || dc->got == NULL)
         return -1;
+    dc->at = malloc(dc->nrecv * sizeof(size_t) + 1);
+    if (dc->at == NULL)
+        return -1;
     size_t p = 0;
     for (int s = 0; s < n; s++) {
+        size_t k = 0;
         for (size_t i = 0; i < dc->T; i++) {
             if (inc_route_has(inc_route_set(&dc->route, s, i), me)) {
                 dc->src[2 * p] = (uint32_t)s;
                 dc->src[2 * p + 1] = (uint32_t)i;
+                dc->at[p] = dc->o->low_latency ? (size_t)s * dc->T + k : p;
                 p++;
+                k++;
             }
         }
     }
@@ -218,10 +228,17 @@ static traffic_t traffic_of(const dc_t *dc, int r)
 /* Buffers and the collectives                                                */
 /* ------------------------------------------------------------------------- */
 
+/* Rows of the receive range (and of the partials): R, or the low-latency form's N regions of
+   max_tokens = T rows. */
+static size_t recv_rows(const dc_t *dc)
+{
+    return dc->o->low_latency ? (size_t)dc->rk->n * dc->T : dc->nrecv;
+}
+
 static int dc_buffers(dc_t *dc)
 {
     rank_t *rk = dc->rk;
-    const size_t T = dc->T, R = dc->nrecv, H = dc->H;
+    const size_t T = dc->T, R = recv_rows(dc), H = dc->H;
     const incmoe_dtype_t t = dc->o->dtype;
     if (alloc_reg(rk, T * dc->rb, &dc->x, &dc->mr_x) != 0 ||
         alloc_reg(rk, R * dc->rb, &dc->recv, &dc->mr_recv) != 0 ||
@@ -232,9 +249,9 @@ static int dc_buffers(dc_t *dc)
         for (size_t j = 0; j < H; j++)
             store(t, dc->x, i * H + j, row_value(dc, rk->rank, i, j));
     /* The partials in the received order, from the reference's sources (not the library's). */
-    for (size_t p = 0; p < R; p++)
+    for (size_t p = 0; p < dc->nrecv; p++)
         for (size_t j = 0; j < H; j++)
-            store(t, dc->part, p * H + j,
+            store(t, dc->part, dc->at[p] * H + j,
                   partial_value(dc, rk->rank, (int)dc->src[2 * p], dc->src[2 * p + 1], j));
     memset(dc->recv, 0x80, R * dc->rb); /* never a small integer in any type */
     memset(dc->out, 0x80, T * dc->rb);
@@ -248,7 +265,11 @@ static int post_dispatch(dc_t *dc, incmoe_req_t *req)
                                   .row_bytes = dc->rb,
                                   .sets = inc_route_set(&dc->route, dc->rk->rank, 0),
                                   .recv_mr = dc->mr_recv,
-                                  .capacity = dc->nrecv};
+                                  .capacity = recv_rows(dc)};
+    if (dc->o->low_latency) {
+        p.field_mask = INCMOE_DISPATCH_PARAM_LOW_LATENCY;
+        p.max_tokens = dc->T;
+    }
     CHECK(dc->rk, "incmoe_dispatch", incmoe_dispatch(dc->rk->comm, &p, req));
     return 0;
 }
@@ -389,7 +410,7 @@ static uint64_t check(const dc_t *dc)
             size_t i = dc->src[2 * p + 1];
             wrong += dc->got[2 * p] != dc->src[2 * p] || dc->got[2 * p + 1] != dc->src[2 * p + 1];
             for (size_t j = 0; j < H; j++)
-                wrong += !matches(t, dc->recv, p * H + j, row_value(dc, s, i, j));
+                wrong += !matches(t, dc->recv, dc->at[p] * H + j, row_value(dc, s, i, j));
         }
     }
     if (dc->o->op != OP_DISPATCH) {
@@ -459,6 +480,7 @@ static void dc_close(dc_t *dc)
     free(dc->recv);
     free(dc->x);
     free(dc->got);
+    free(dc->at);
     free(dc->src);
     free(dc->count);
     inc_route_free(&dc->route);
@@ -488,7 +510,7 @@ int dc_run(rank_t *rk)
             if (o->op != OP_DISPATCH && dc.T > 0)
                 ((uint8_t *)dc.out)[0] ^= 0x01;
             else if (o->op == OP_DISPATCH && dc.nrecv > 0)
-                ((uint8_t *)dc.recv)[0] ^= 0x01;
+                ((uint8_t *)dc.recv)[dc.at[0] * dc.rb] ^= 0x01;
         }
         mine = check(&dc);
     }

@@ -395,8 +395,9 @@ incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p);
  * from max_tokens, a bound on every rank's nrows that is the same on every
  * rank (DeepEP's num_max_dispatch_tokens_per_rank), so no rank waits for a
  * plan: each rank sends its rows (and sets) in one message, each receiver
- * takes every source's rows as that source's message arrives, and learns how
- * many rows each source sent it (none included).  Its combine (a combine
+ * keeps every source's rows as that source's message arrives, learns how many
+ * rows each source sent it (none included), and places them once every
+ * source's message is in and the verdict (below) is OK.  Its combine (a combine
  * naming a low-latency dispatch) takes the same form.  Results equal the bulk
  * form's: the same rows, the same reduction order (bitwise, in fp32).
  *
@@ -419,18 +420,30 @@ incmoe_status_t incmoe_barrier(incmoe_comm_t *comm, incmoe_req_t *req_p);
  *     region.  The combine takes one partial per region row, in the same
  *     layout, and first folds the partials of each received row over its
  *     local experts in ascending local expert order (op); then as by source.
- * incmoe_dispatch_counts gives each region's rows.
+ *     An expert a row names twice takes it once.
+ * incmoe_dispatch_counts gives each region's rows.  The combine's send range
+ * is laid out as the receive range: the partial of region j's row k at row
+ * j * (region rows) + k, the range holding every region (N * max_tokens rows
+ * by source, L * N * max_tokens by expert); rows past a region's count are
+ * not read.
  *
  * A rank whose nrows exceeds max_tokens refuses (see "A refusal"): the
  * dispatch fails on every rank with INCMOE_ERR_NO_MEMORY and a reason such as
  * "dispatch epoch 7: rank 3 has 70 rows, max_tokens 64", nothing written.
  * Ranks that disagree on max_tokens, row_bytes or the layout: on every rank
- * INCMOE_ERR_MISMATCH with a reason; a region whose source disagreed is not
- * written, others may be (the dispatch failed; their contents are
- * unspecified).  A combine's disagreement fails the combine on every rank
- * with INCMOE_ERR_MISMATCH.  A message of the form larger than the memory the
- * switch grants a rank per stream (credits x chunk size) is refused the same
- * way with INCMOE_ERR_NO_MEMORY: use the bulk form for such batches.
+ * INCMOE_ERR_MISMATCH with a reason, nothing written.  A combine's
+ * disagreement fails the combine on every rank with INCMOE_ERR_MISMATCH.  A
+ * message of the form larger than the memory a rank is granted per stream
+ * (credits x chunk size, toward the switch or toward each peer) is refused the
+ * same way with INCMOE_ERR_NO_MEMORY ("dispatch epoch 7: rank 3's message of
+ * 40960 bytes exceeds the 8 x 4096 bytes granted per stream"): use the bulk
+ * form for such batches.  A failed low-latency dispatch's
+ * incmoe_dispatch_result gives, with INCMOE_ERR_NO_MEMORY, the rows its
+ * sources announced to this rank.  A refusal of the caller's (below) posted
+ * with INCMOE_DISPATCH_PARAM_LOW_LATENCY and max_tokens takes the form, and
+ * so does a refused combine whose dispatch field names a kept low-latency
+ * dispatch (those fields are read for the form only), so it meets the other
+ * ranks' messages.
  */
 
 /* Fields of incmoe_dispatch_params_t that the caller set (the struct may grow). */
