@@ -66,10 +66,12 @@ static int all_zero(const char *p, uint64_t n)
 
 /* The switch's verdict in an LL_FWD: a NUL-terminated reason and nothing else. */
 static incmoe_status_t parse_verdict(const struct inc_wire_hdr *h, const char *p, uint64_t length,
-                                     inc_wire_ll_view_t *v, char *why, size_t why_len)
+                                     inc_wire_ll_view_t *v, char *why, size_t why_len, int nranks)
 {
     if (h->status > 0)
         FAIL("LL_FWD with status %d", h->status);
+    if (h->root >= (uint32_t)nranks)
+        FAIL("LL_FWD verdict for rank %u of %d", h->root, nranks);
     if (length == 0 || length > INCMOE_WIRE_MAX_TEXT || p[length - 1] != '\0')
         FAIL("LL_FWD verdict of %llu bytes: not a NUL-terminated reason of at most %d",
              (unsigned long long)length, INCMOE_WIRE_MAX_TEXT);
@@ -214,16 +216,17 @@ incmoe_status_t inc_wire_ll_parse(const struct inc_wire_hdr *hdr, int nranks, co
     if (nranks < 1 || nranks > INCMOE_MAX_RANKS)
         FAIL("%s in a job of %d ranks", name, nranks);
     if (hdr->msg == WIRE_MSG_LL_FWD && hdr->status != 0)
-        return parse_verdict(hdr, p, length, v, why, why_len);
+        return parse_verdict(hdr, p, length, v, why, why_len, nranks);
     if (length < sizeof(v->ll))
         FAIL("%s of %llu bytes: truncated head", name, (unsigned long long)length);
     memcpy(&v->ll, p, sizeof(v->ll));
     int dispatch = hdr->stream == INCMOE_STREAM_DISPATCH;
-    v->sender =
-        (int)((hdr->msg == WIRE_MSG_LL || (hdr->msg == WIRE_MSG_PEER_LL && !dispatch)) ? hdr->rank
-                                                                                       : hdr->root);
-    if (v->sender >= nranks)
-        FAIL("%s for rank %d of %d", name, v->sender, nranks);
+    const uint32_t sender = (hdr->msg == WIRE_MSG_LL || (hdr->msg == WIRE_MSG_PEER_LL && !dispatch))
+                                ? hdr->rank
+                                : hdr->root;
+    if (sender >= (uint32_t)nranks)
+        FAIL("%s for rank %u of %d", name, sender, nranks);
+    v->sender = (int)sender;
     char head_why[160];
     if (check_head(&v->ll, hdr->stream, nranks, head_why, sizeof(head_why)) != INCMOE_OK)
         FAIL("%s of rank %d: %s", name, v->sender, head_why);

@@ -7,7 +7,8 @@
  * (join.c), ERROR/HEARTBEAT/DONE handling (comm.c, coll.c), the in-network
  * algorithm's FWD, SMALL_FWD and CREDIT handling and its DATA and SMALL
  * pump (innet.c, send.c), dispatch and combine's PLAN and FWD handling and
- * their POST, SMALL and DATA (innet_dc.c, dc_shared.c),
+ * their POST, SMALL and DATA (innet_dc.c, dc_shared.c), their low-latency
+ * form's LL and LL_FWD (innet_ll.c, ll_shared.c, ll_pack.c, ll_place.c),
  * the posting API (post.c: incmoe_allgather, incmoe_reducescatter,
  * incmoe_allreduce, incmoe_barrier; dc_post.c: incmoe_dispatch,
  * incmoe_combine; with their argument checks), retirement (coll.c), and at
@@ -54,6 +55,7 @@
 #include "fuzz_log.h"
 #include "ucx_fake.h"
 
+#include "base/ll_wire.h"
 #include "base/log.h"
 #include "incmoe/incmoe.h"
 #include "plugin/algo.h"
@@ -107,8 +109,18 @@ static void on_send(ucp_ep_h ep, const void *header, size_t header_length, const
     CHECK(h.job == JOB_ID && h.rank == (uint32_t)comm->rank, "%s for job %llu rank %u",
           inc_wire_msg_name(h.msg), (unsigned long long)h.job, h.rank);
     CHECK(h.msg == WIRE_MSG_POST || h.msg == WIRE_MSG_DATA || h.msg == WIRE_MSG_HEARTBEAT ||
-              h.msg == WIRE_MSG_LEAVE || h.msg == WIRE_MSG_ERROR || h.msg == WIRE_MSG_SMALL,
+              h.msg == WIRE_MSG_LEAVE || h.msg == WIRE_MSG_ERROR || h.msg == WIRE_MSG_SMALL ||
+              h.msg == WIRE_MSG_LL,
           "the client sent %s to the switch", inc_wire_msg_name(h.msg));
+    if (h.msg == WIRE_MSG_LL) { /* what the switch's parser takes, within the credits */
+        inc_wire_ll_view_t v;
+        CHECK(inc_wire_ll_parse(&h, comm->nranks, payload, length, &v, why, sizeof(why)) ==
+                  INCMOE_OK,
+              "the client sent an LL the switch refuses: %s", why);
+        CHECK((length + comm->chunk_size - 1) / comm->chunk_size <= comm->credits,
+              "an LL of %zu bytes, beyond %u credits of %llu bytes", length, comm->credits,
+              (unsigned long long)comm->chunk_size);
+    }
     if (h.msg == WIRE_MSG_DATA && inc_wire_is_dc(h.stream)) {
         /* A dispatch's chunk is built, a combine's set chunk comes from the kept sets; its
            partials come from the send region. */
@@ -238,6 +250,11 @@ static void post_dc(const uint8_t *b, incmoe_stream_t stream, incmoe_dtype_t dty
                                       .sets = sets,
                                       .recv_mr = H.recv_mr,
                                       .capacity = b[2] % 16};
+        if ((b[0] / 6) % 2) { /* the low-latency form (its combine follows it) */
+            p.field_mask = INCMOE_DISPATCH_PARAM_LOW_LATENCY;
+            p.max_tokens = 2 + (size_t)(b[2] & 3);
+            p.capacity = (size_t)comm->nranks * p.max_tokens;
+        }
         for (size_t i = 0; i < p.nrows; i++)
             sets[i] = ((uint64_t)(b[2] >> 4) + i) % ((uint64_t)1 << comm->nranks);
         (void)incmoe_dispatch(comm, &p, &req);
@@ -259,7 +276,8 @@ static void post_dc(const uint8_t *b, incmoe_stream_t stream, incmoe_dtype_t dty
 }
 
 /*
- * One collective from 3 bytes: k = b0 % 6 the stream (4, 5: post_dc); AllGather and
+ * One collective from 3 bytes: k = b0 % 6 the stream (4, 5: post_dc, a dispatch in the
+ * low-latency form if b0 / 6 is odd: max_tokens 2 + b2 % 4, capacity N x max_tokens); AllGather and
  * ReduceScatter: block stride 8 * (1 + b1 % 16), window offset 8 * (b2 % 4),
  * the rest of the block its length, every rank's valid bytes the whole block
  * or (b2 & 8) less for odd ranks; ReduceScatter and AllReduce: dtype from

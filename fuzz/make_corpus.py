@@ -426,6 +426,37 @@ def dc_client_seeds():
     write("client_msg", "dispatch_capacity_plan", s)
 
 
+def ll_client_seeds():
+    job = 0x1234
+    # setup: nranks 2, rank 0, credits 4, chunk 64, eager; a dispatch in the low-latency form
+    # (b0 = 4 + 6): one row of 8 bytes for rank 1 (b1 = 1, b2 >> 4 = 2), max_tokens 2.
+    setup = bytes([0, 0, 3, 7, 0])
+    ll_post = bytes([DISPATCH + 6, 1, 0x20])
+    # Rank 1's LL_FWD comes before rank 0 posted: kept, then taken at the start.
+    fwd = ll_head(1, 8, 2, max_tokens=2) + struct.pack("<I", 0) + bytes(4) + bytes(range(8))
+    s = setup + bytes([0]) + cmsg(hdr(LL_FWD, job, rank=0, stream=DISPATCH, epoch=1, root=1,
+                                      length=len(fwd), total=1), fwd)
+    s += bytes([5]) + ll_post + bytes([3, 15])
+    s += cmsg(hdr(CREDIT, job, stream=DISPATCH, epoch=1, length=2))
+    # Its combine of one float32 (b0 = 5 + 6, b1 = 0, b2 = 0): rank 0's row reduced by rank 1.
+    s += bytes([5, COMBINE + 6, 0, 0]) + bytes([3, 15])
+    res = ll_head(1, 4, 2, max_tokens=2, dispatch_epoch=1, row_count=1, dtype=FLOAT32)
+    res += struct.pack("<f", 2.5)
+    s += cmsg(hdr(LL_FWD, job, rank=0, stream=COMBINE, epoch=1, root=0, length=len(res),
+                  total=1), res, mode=2)
+    s += bytes([4, 15]) + cmsg(hdr(CREDIT, job, stream=COMBINE, epoch=1, length=2))
+    write("client_msg", "ll_dispatch_combine", s)
+    # The switch's verdict on the dispatch (a tree), then an LL_FWD nobody awaits.
+    s = setup + bytes([1]) + ll_post + bytes([3, 15])
+    why = b"the low-latency form of dispatch and combine does not cross switch trees yet\0"
+    s += cmsg(hdr(LL_FWD, job, rank=0, stream=DISPATCH, epoch=1, root=0, length=len(why),
+                  status=-10), why)
+    s += cmsg(hdr(CREDIT, job, stream=DISPATCH, epoch=1, length=2))
+    s += cmsg(hdr(LL_FWD, job, rank=0, stream=COMBINE, epoch=3, root=0, length=len(why),
+                  status=-8), why)
+    write("client_msg", "ll_verdict", s)
+
+
 # --- client_msg: setup bytes, then records (see fuzz_client_msg.c) -------------------------
 def cmsg(h, payload=b"", mode=0):
     return bytes([mode]) + struct.pack("<H", len(payload)) + h + payload
@@ -563,3 +594,4 @@ if __name__ == "__main__":
     tree_child_seeds()
     client_seeds()
     dc_client_seeds()
+    ll_client_seeds()

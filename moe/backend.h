@@ -44,6 +44,13 @@ typedef struct {
     incmoe_status_t (*lane_open)(incmoe_moe_t *L, incmoe_comm_t *comm, void **lane_p);
     void (*lane_use)(incmoe_moe_t *L, void *lane);
     incmoe_status_t (*lane_close)(incmoe_moe_t *L, void *lane);
+    /* The decode step (decode.h) over the plan in L->ctx; NULL: the backend has none and
+       every forward takes the bulk path.  decode_pack puts this rank's rows (its hidden
+       states, expert ids and weights) and their destination sets where the dispatch sends
+       them from; decode_experts runs the local experts on the rows received into their
+       partial rows, and returns INCMOE_OK or why it gave up. */
+    void (*decode_pack)(incmoe_moe_t *L);
+    incmoe_status_t (*decode_experts)(incmoe_moe_t *L);
 } moe_backend_ops_t;
 
 extern const moe_backend_ops_t moe_cpu_backend;

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode.h"
 #include "lanes.h"
 #include "wait.h"
 
@@ -35,7 +36,7 @@
 #include "base/log.h"
 
 #define SUBSYS        "moe"
-#define MOE_MAX_PATHS (MOE_MAX_LANES * 4)
+#define MOE_MAX_PATHS (MOE_MAX_LANES * 5) /* two modes x two routings, and decode */
 /* Runs of each candidate: one sample of a path is as noisy as the difference between two
    paths on a shared machine (testbed, N=4 @600 Mbit/s: one forward's min-max spread
    exceeded the gap between the fastest paths); the median of three is not fooled by one
@@ -93,14 +94,23 @@ static incmoe_status_t lane_routings(incmoe_moe_t *L, int i, incmoe_moe_routing_
     return INCMOE_OK;
 }
 
+/* The paths that may run: the bulk modes asked on each lane with the routings it may run,
+   and where the counts fit, the decode step on each lane that has it (mode decode, or mode
+   auto where the routing asked is not full: the decode step is dispatch and combine). */
 static incmoe_status_t candidates(incmoe_moe_t *L, incmoe_moe_mode_t mode,
-                                  incmoe_moe_routing_t routing, cands_t *c)
+                                  incmoe_moe_routing_t routing, const int *counts, cands_t *c)
 {
     static const incmoe_moe_mode_t both[] = {INCMOE_MOE_BASELINE, INCMOE_MOE_PIPELINED};
     int first, n;
     choose_lanes(L, &first, &n);
     c->n = 0;
-    for (int i = first; i < first + n; i++) {
+    if (mode == INCMOE_MOE_DECODE ||
+        (mode == INCMOE_MOE_AUTO && routing != INCMOE_MOE_ROUTING_FULL))
+        for (int i = first; i < first + n; i++)
+            if (decode_fits(L, i, counts))
+                c->p[c->n++] = (moe_path_t){
+                    .lane = i, .mode = INCMOE_MOE_DECODE, .routing = INCMOE_MOE_ROUTING_MASKED};
+    for (int i = first; i < first + n && mode != INCMOE_MOE_DECODE; i++) {
         incmoe_moe_routing_t r[2];
         int nr;
         incmoe_status_t st = lane_routings(L, i, routing, r, &nr);
@@ -230,10 +240,10 @@ static double median(double *v, int n)
 /* Runs candidate i once and agrees its time; the first full baseline run also gives the
    FFN's rate (*ffn: 0 until then). */
 static incmoe_status_t run_candidate(incmoe_moe_t *L, const moe_inputs_t *in, const cands_t *c,
-                                     int i, double *ms_p, double *ffn)
+                                     int i, double *ms_p, double *ffn, int *again_p)
 {
     double t0 = inc_now_ms();
-    incmoe_status_t st = run_path(L, &c->p[i], in);
+    incmoe_status_t st = run_path(L, &c->p[i], in, again_p);
     if (st != INCMOE_OK)
         return st;
     double flop_s = *ffn > 0 ? 0 : ffn_rate(L, &c->p[i], in->tmax);
@@ -268,7 +278,7 @@ static int prune(int n, double ms[][MOE_MEASURE_ROUNDS], int *keep)
    more are close; picks the smallest median of the agreed times among the close ones.
    *runs_p: the forwards it ran. */
 static incmoe_status_t measure(incmoe_moe_t *L, const moe_inputs_t *in, const cands_t *c,
-                               int *best_p, int *runs_p)
+                               int *best_p, int *runs_p, int *again_p)
 {
     double ms[MOE_MAX_PATHS][MOE_MEASURE_ROUNDS], med[MOE_MAX_PATHS], ffn = 0;
     int keep[MOE_MAX_PATHS], nrun[MOE_MAX_PATHS] = {0}, kept = c->n;
@@ -277,7 +287,7 @@ static incmoe_status_t measure(incmoe_moe_t *L, const moe_inputs_t *in, const ca
         for (int i = 0; i < c->n; i++) {
             if (r > 0 && !keep[i])
                 continue;
-            incmoe_status_t st = run_candidate(L, in, c, i, &ms[i][r], &ffn);
+            incmoe_status_t st = run_candidate(L, in, c, i, &ms[i][r], &ffn, again_p);
             if (st != INCMOE_OK)
                 return st;
             nrun[i]++;
@@ -297,23 +307,44 @@ static incmoe_status_t measure(incmoe_moe_t *L, const moe_inputs_t *in, const ca
     return INCMOE_OK;
 }
 
-incmoe_status_t choose_path(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_mode_t mode,
-                            incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p,
-                            int *runs_p)
+/* The path of c that runs without measuring: its one candidate, or the choice kept for it
+   and these counts; 0 when there is none. */
+static int known(const incmoe_moe_t *L, const cands_t *c, const int *counts, moe_path_t *path_p)
+{
+    if (c->n == 1) {
+        *path_p = c->p[0];
+        return 1;
+    }
+    int kept = choice_find(L, cands_key(c), counts);
+    if (kept >= 0)
+        *path_p = L->choices->c[kept].path;
+    return kept >= 0;
+}
+
+incmoe_status_t choose_known(incmoe_moe_t *L, const int *counts, incmoe_moe_mode_t mode,
+                             incmoe_moe_routing_t routing, moe_path_t *path_p, int *known_p)
 {
     cands_t c;
-    incmoe_status_t st = candidates(L, mode, routing, &c);
+    incmoe_status_t st = candidates(L, mode, routing, counts, &c);
+    *known_p = st == INCMOE_OK && known(L, &c, counts, path_p);
+    return st;
+}
+
+incmoe_status_t choose_path(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_mode_t mode,
+                            incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p,
+                            int *runs_p, int *again_p)
+{
+    *again_p = 0;
+    cands_t c;
+    incmoe_status_t st = candidates(L, mode, routing, in->counts, &c);
     if (st != INCMOE_OK)
         return st;
     *ran_p = *runs_p = 0;
     uint32_t key = cands_key(&c);
-    int kept = c.n == 1 ? -1 : choice_find(L, key, in->counts);
-    if (c.n == 1 || kept >= 0) {
-        *path_p = c.n == 1 ? c.p[0] : L->choices->c[kept].path;
+    if (known(L, &c, in->counts, path_p))
         return INCMOE_OK;
-    }
     int best, runs;
-    if ((st = measure(L, in, &c, &best, &runs)) != INCMOE_OK)
+    if ((st = measure(L, in, &c, &best, &runs, again_p)) != INCMOE_OK)
         return st;
     unsigned at = L->choices->next++ % MOE_MAX_CHOICES;
     L->choices->c[at].valid = 1;

@@ -100,6 +100,12 @@ typedef struct {
        is the host's address of the same table. */
     const uint32_t *src;
     uint64_t src_host;
+    /* The decode step (decode.h): one band whose rows were received in the low-latency
+       form by source, source s's from row s * region_rows of xg (their partials at the
+       same rows of z); region_first[s] is the received index of region s's first row.
+       region_rows 0: a bulk forward, received rows contiguous as above. */
+    size_t region_rows;
+    const uint32_t *region_first;
 
     moe_counters_t *cnt;
     incmoe_fifo_device_t fifo;

@@ -1,7 +1,7 @@
 /*
  * exchange.c - the small AllGather every create and forward starts with.
  *
- * Each rank contributes a header (the shape, the token counts, the chosen
+ * Each rank contributes a header (the shape, the decode capacity, the token counts, the chosen
  * configuration, the routing asked for and what its tokens need of the
  * others, and whether the rank's own arguments passed its checks).
  * Each rank then judges all headers alike, so a bad argument on one rank
@@ -72,23 +72,24 @@ incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
             h.H != mine->H || h.I != mine->I || h.dtype != mine->dtype ||
             h.max_tokens != mine->max_tokens || h.mode != mine->mode || h.nb != mine->nb ||
             h.gather != mine->gather || h.reduce != mine->reduce || h.tail != mine->tail ||
-            h.routing != mine->routing || h.algo != mine->algo) {
+            h.routing != mine->routing || h.algo != mine->algo || h.decode != mine->decode) {
             log_error(
                 SUBSYS,
                 "rank %d: %s: rank %d disagrees: it has call %llu, %s hash %016llx, "
                 "E=%d k=%d H=%d I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d "
-                "tail=%d routing=%s algo=%d; this rank has call %llu, hash %016llx, E=%d k=%d H=%d "
-                "I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d tail=%d routing=%s "
-                "algo=%d",
+                "tail=%d routing=%s algo=%d decode=%d; this rank has call %llu, hash %016llx, E=%d "
+                "k=%d H=%d I=%d dtype=%d max_tokens=%d mode=%d nb=%d workers=%d/%d tail=%d "
+                "routing=%s algo=%d decode=%d",
                 L->rank, what, s, (unsigned long long)h.seq,
                 mine->phase == HDR_CREATE ? "placement" : "token counts",
                 (unsigned long long)h.hash, h.E, h.k, h.H, h.I, h.dtype, h.max_tokens, h.mode, h.nb,
                 h.gather, h.reduce, h.tail,
-                incmoe_moe_routing_name((incmoe_moe_routing_t)h.routing), h.algo,
+                incmoe_moe_routing_name((incmoe_moe_routing_t)h.routing), h.algo, h.decode,
                 (unsigned long long)mine->seq, (unsigned long long)mine->hash, mine->E, mine->k,
                 mine->H, mine->I, mine->dtype, mine->max_tokens, mine->mode, mine->nb, mine->gather,
                 mine->reduce, mine->tail,
-                incmoe_moe_routing_name((incmoe_moe_routing_t)mine->routing), mine->algo);
+                incmoe_moe_routing_name((incmoe_moe_routing_t)mine->routing), mine->algo,
+                mine->decode);
             return INCMOE_ERR_MISMATCH;
         }
     }

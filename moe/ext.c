@@ -3,6 +3,8 @@
  */
 #include "ext.h"
 
+#include "decode.h"
+
 #include "base/log.h"
 
 #define SUBSYS "moe"
@@ -22,8 +24,9 @@ static incmoe_status_t path_read(incmoe_moe_t *L, const incmoe_moe_path_t *p)
             "an incmoe_algo_t (0..2)",
             p->algo);
     if (p->mode != INCMOE_MOE_BASELINE && p->mode != INCMOE_MOE_PIPELINED &&
-        p->mode != INCMOE_MOE_AUTO)
-        BAD(L, "path.mode is %d: expected baseline (0), pipelined (1) or auto (2)", (int)p->mode);
+        p->mode != INCMOE_MOE_AUTO && p->mode != INCMOE_MOE_DECODE)
+        BAD(L, "path.mode is %d: expected baseline (0), pipelined (1), auto (2) or decode (3)",
+            (int)p->mode);
     if (p->routing != INCMOE_MOE_ROUTING_FULL && p->routing != INCMOE_MOE_ROUTING_MASKED &&
         p->routing != INCMOE_MOE_ROUTING_AUTO)
         BAD(L, "path.routing is %d: expected full (0), masked (1) or auto (2)", (int)p->routing);
@@ -50,7 +53,7 @@ incmoe_status_t ext_read(incmoe_moe_t *L, const incmoe_moe_params_ext_t *ext)
 {
     L->has_path = 0;
     if (ext == NULL)
-        return INCMOE_OK;
+        return decode_read(L, 0, 0);
     uint64_t unknown = ext->field_mask & ~(uint64_t)INCMOE_MOE_PARAM_ALL;
     if (unknown != 0)
         BAD(L,
@@ -58,7 +61,10 @@ incmoe_status_t ext_read(incmoe_moe_t *L, const incmoe_moe_params_ext_t *ext)
             "not know (it knows 0x%llx)",
             (unsigned long long)ext->field_mask, (unsigned long long)unknown, INCMOE_VERSION_MAJOR,
             INCMOE_VERSION_MINOR, INCMOE_VERSION_PATCH, (unsigned long long)INCMOE_MOE_PARAM_ALL);
-    if (ext->field_mask & INCMOE_MOE_PARAM_PATH)
-        return path_read(L, &ext->path);
-    return INCMOE_OK;
+    if (ext->field_mask & INCMOE_MOE_PARAM_PATH) {
+        incmoe_status_t st = path_read(L, &ext->path);
+        if (st != INCMOE_OK)
+            return st;
+    }
+    return decode_read(L, (ext->field_mask & INCMOE_MOE_PARAM_DECODE) != 0, ext->decode_tokens);
 }

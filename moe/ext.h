@@ -8,7 +8,8 @@
 
 #include "layer.h"
 
-/* This rank's verdict on ext (NULL: no field set); fills L->has_path and L->path. */
+/* This rank's verdict on ext (NULL: no field set); fills L->has_path, L->path and
+   L->decode_tokens. */
 incmoe_status_t ext_read(incmoe_moe_t *L, const incmoe_moe_params_ext_t *ext);
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "choose.h"
+#include "decode.h"
 #include "ext.h"
 #include "lanes.h"
 #include "plan.h"
@@ -180,6 +181,8 @@ incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *p,
     incmoe_status_t local = setup(L, p);
     if (local == INCMOE_OK)
         local = ext_read(L, ext);
+    if (local == INCMOE_OK)
+        local = decode_setup(L);
     moe_hdr_t mine = {.status = local,
                       .phase = HDR_CREATE,
                       .nranks = (uint32_t)L->N,
@@ -190,7 +193,8 @@ incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *p,
                       .I = L->I,
                       .dtype = (int32_t)L->dtype,
                       .max_tokens = (int32_t)L->max_tokens,
-                      .calib = calib_wanted(L)};
+                      .calib = calib_wanted(L),
+                      .decode = (int32_t)L->decode_tokens};
     hdr_path(L, &mine);
     st = exchange(L, &mine, "create");
     if (st == INCMOE_OK) {
@@ -228,6 +232,7 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *L)
     if (L->hdr_mr)
         incmoe_mem_deregister(L->comm, L->hdr_mr);
     free(L->hdr);
+    decode_free(L);
     free(L->local_ids);
     free(L->owner);
     free(L);
@@ -258,20 +263,25 @@ static incmoe_moe_routing_t fwd_routing(const incmoe_moe_t *L, const incmoe_moe_
     return L->has_path ? L->path.routing : routing_setting();
 }
 
-/* This rank's arguments; with them, what its tokens need of the others (hdr->pairs,
+/* This rank's arguments (a refusal: why[0 .. why_len) says why, for the decode step's
+   dispatch to carry); with them, what its tokens need of the others (hdr->pairs,
    hdr->routed). */
 static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
                                      incmoe_moe_mode_t mode, const void *x, const int32_t *ids,
                                      const float *w, const int *counts, void **out_p,
-                                     moe_hdr_t *hdr)
+                                     moe_hdr_t *hdr, char *why, size_t why_len)
 {
 #define BAD(fmt, ...)                                                                              \
     do {                                                                                           \
-        log_error(SUBSYS, "rank %d: forward: " fmt, L->rank, ##__VA_ARGS__);                       \
+        snprintf(why, why_len, "rank %d: forward: " fmt, L->rank, ##__VA_ARGS__);                  \
+        log_error(SUBSYS, "%s", why);                                                              \
         return INCMOE_ERR_INVALID_ARG;                                                             \
     } while (0)
-    if (mode != INCMOE_MOE_BASELINE && mode != INCMOE_MOE_PIPELINED && mode != INCMOE_MOE_AUTO)
-        BAD("mode %d is not baseline, pipelined or auto", (int)mode);
+    if (f->field_mask & INCMOE_MOE_FWD_REFUSED)
+        BAD("refused by its caller: %s", f->refused ? f->refused : "(no reason given)");
+    if (mode != INCMOE_MOE_BASELINE && mode != INCMOE_MOE_PIPELINED && mode != INCMOE_MOE_AUTO &&
+        mode != INCMOE_MOE_DECODE)
+        BAD("mode %d is not baseline, pipelined, auto or decode", (int)mode);
     if (hdr->routing != INCMOE_MOE_ROUTING_FULL && hdr->routing != INCMOE_MOE_ROUTING_MASKED &&
         hdr->routing != INCMOE_MOE_ROUTING_AUTO)
         BAD("routing %d is not full, masked or auto", (int)hdr->routing);
@@ -287,8 +297,11 @@ static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_p
     if (T > 0 && L->ops->stage_ids != NULL) {
         /* Device ids: checked on a host copy, so every rank agrees on the verdict. */
         incmoe_status_t st = L->ops->stage_ids(L, f, ids, (size_t)T * L->k, &ids);
-        if (st != INCMOE_OK)
+        if (st != INCMOE_OK) {
+            snprintf(why, why_len, "rank %d: forward: copying the expert ids failed: %s", L->rank,
+                     incmoe_strerror(st));
             return st;
+        }
     }
     if (fwd_stream(f) != NULL && !L->ops->device_inputs)
         BAD("the %s backend takes no stream", L->ops->name);
@@ -377,15 +390,16 @@ static int fwd_measures(const incmoe_moe_t *L, incmoe_moe_mode_t mode, incmoe_mo
 }
 
 /* Picks the path (measuring the candidates if choose.c must) and runs it unless measuring
-   did; *ran_p: how many paths ran to choose, *runs_p: in how many forwards. */
+   did; *ran_p: how many paths ran to choose, *runs_p: in how many forwards; *again_p: a
+   decode step's form was refused (run.h). */
 static incmoe_status_t fwd_run(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_moe_mode_t mode,
                                incmoe_moe_routing_t routing, moe_path_t *path_p, int *ran_p,
-                               int *runs_p)
+                               int *runs_p, int *again_p)
 {
     incmoe_status_t st;
-    *ran_p = *runs_p = 0;
+    *ran_p = *runs_p = *again_p = 0;
     if (fwd_measures(L, mode, routing)) {
-        st = choose_path(L, in, mode, routing, path_p, ran_p, runs_p);
+        st = choose_path(L, in, mode, routing, path_p, ran_p, runs_p, again_p);
     } else {
         int n;
         choose_lanes(L, &path_p->lane, &n);
@@ -393,7 +407,7 @@ static incmoe_status_t fwd_run(incmoe_moe_t *L, const moe_inputs_t *in, incmoe_m
         st = resolve_routing(L, path_p->lane, routing, &in->load, &path_p->routing);
     }
     if (st == INCMOE_OK && *ran_p == 0)
-        st = run_path(L, path_p, in);
+        st = run_path(L, path_p, in, again_p);
     return st;
 }
 
@@ -410,22 +424,37 @@ incmoe_status_t incmoe_moe_config_for(const incmoe_moe_t *L, const int *counts,
     return INCMOE_OK;
 }
 
-/* The forward's header, with this rank's verdict on its arguments and what it asks. */
+/* Whether some lane a forward of these counts may run on has a decode step that fits them. */
+static int fwd_decode_fits(const incmoe_moe_t *L, const int *counts)
+{
+    int first, n;
+    choose_lanes(L, &first, &n);
+    for (int i = first; i < first + n; i++)
+        if (decode_fits(L, i, counts))
+            return 1;
+    return 0;
+}
+
+/* The forward's header, with this rank's verdict on its arguments (why: its reason) and what
+   it asks; mode decode where no decode step fits the counts asks pipelined. */
 static void fwd_header(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f, void **out_p,
-                       moe_hdr_t *mine, size_t *tmax_p)
+                       moe_hdr_t *mine, size_t *tmax_p, char *why, size_t why_len)
 {
     const uint32_t m = f->field_mask;
     incmoe_moe_mode_t mode = fwd_mode(L, f);
     const int *counts = (m & INCMOE_MOE_FWD_COUNTS) ? f->counts : NULL;
+    if (mode == INCMOE_MOE_DECODE && !fwd_decode_fits(L, counts))
+        mode = INCMOE_MOE_PIPELINED;
     *mine = (moe_hdr_t){.phase = HDR_FORWARD,
                         .nranks = (uint32_t)L->N,
                         .seq = L->band_total,
                         .mode = (int32_t)mode,
                         .routing = (int32_t)fwd_routing(L, f)};
-    incmoe_status_t local = check_forward(
-        L, f, mode, (m & INCMOE_MOE_FWD_X) ? f->x : NULL,
-        (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL,
-        (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL, counts, out_p, mine);
+    incmoe_status_t local =
+        check_forward(L, f, mode, (m & INCMOE_MOE_FWD_X) ? f->x : NULL,
+                      (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL,
+                      (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL, counts, out_p,
+                      mine, why, why_len);
     incmoe_moe_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
     uint64_t hash = 1469598103934665603ull;
@@ -436,8 +465,9 @@ static void fwd_header(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f, vo
             if ((size_t)counts[s] > tmax)
                 tmax = (size_t)counts[s];
         }
-        /* auto: the pipelined configuration its candidates would run, as a check. */
-        run_config(L, mode == INCMOE_MOE_AUTO ? INCMOE_MOE_PIPELINED : mode, NULL, tmax, &cfg);
+        /* auto and decode: the pipelined configuration a bulk candidate would run, as a
+           check. */
+        run_config(L, mode == INCMOE_MOE_BASELINE ? mode : INCMOE_MOE_PIPELINED, NULL, tmax, &cfg);
     }
     mine->status = local;
     mine->hash = hash;
@@ -449,50 +479,74 @@ static void fwd_header(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f, vo
     *tmax_p = tmax;
 }
 
-incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
-                                      void **out_p)
+/* Whether the forward runs the decode step without a header exchange (*path_p): its mode
+   leaves the decode step to the layer or forces it, the counts fit, and the path is known
+   without measuring (choose.h).  Every rank decides alike from the same counts and asks. */
+static incmoe_status_t fwd_decode_first(incmoe_moe_t *L, const moe_inputs_t *in,
+                                        const moe_hdr_t *mine, moe_path_t *path_p, int *decode_p)
 {
-    if (L == NULL || f == NULL) {
-        log_error(SUBSYS, "forward: layer and parameters are required");
-        return INCMOE_ERR_INVALID_ARG;
-    }
-    if (L->failed) {
-        log_error(SUBSYS,
-                  "rank %d: forward: an earlier forward failed mid-pipeline; the layer "
-                  "must be destroyed",
-                  L->rank);
-        return INCMOE_ERR_CLOSED;
-    }
+    *decode_p = 0;
+    incmoe_moe_mode_t mode = (incmoe_moe_mode_t)mine->mode;
+    if ((mode != INCMOE_MOE_AUTO && mode != INCMOE_MOE_DECODE) || !fwd_decode_fits(L, in->counts))
+        return INCMOE_OK;
+    int known;
+    incmoe_status_t st =
+        choose_known(L, in->counts, mode, (incmoe_moe_routing_t)mine->routing, path_p, &known);
+    *decode_p = st == INCMOE_OK && known && path_p->mode == INCMOE_MOE_DECODE;
+    return st;
+}
+
+/* The bulk path: the header exchange, then the path chosen (and run) as fwd_run does. */
+static incmoe_status_t fwd_bulk(incmoe_moe_t *L, double t_start, moe_hdr_t *mine, moe_inputs_t *in,
+                                moe_path_t *path_p, int *ran_p, int *runs_p, int *again_p)
+{
+    *ran_p = *runs_p = *again_p = 0;
+    incmoe_status_t st = exchange(L, mine, "forward");
+    if (st != INCMOE_OK)
+        return st;
+    for (int s = 0; s < L->N; s++)
+        L->counts[s] = (size_t)in->counts[s];
+    fwd_load(L, &in->load);
+    fwd_agree_band_seen(L);
+    L->timing.exchange_ms = inc_now_ms() - t_start;
+    return fwd_run(L, in, (incmoe_moe_mode_t)mine->mode, (incmoe_moe_routing_t)mine->routing,
+                   path_p, ran_p, runs_p, again_p);
+}
+
+/* One try of a forward; *again_p: a decode step's form was refused on every rank alike, so
+   every rank tries again (on the bulk path where it was refused). */
+static incmoe_status_t forward_once(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
+                                    void **out_p, int *again_p)
+{
     double t_start = inc_now_ms();
     moe_hdr_t mine;
     size_t tmax;
-    fwd_header(L, f, out_p, &mine, &tmax);
+    char why[INCMOE_REFUSAL_MAX] = "";
+    fwd_header(L, f, out_p, &mine, &tmax, why, sizeof(why));
     memset(&L->timing, 0, sizeof(L->timing));
-    incmoe_status_t st = exchange(L, &mine, "forward");
-    if (st != INCMOE_OK)
-        return st;
     const uint32_t m = f->field_mask;
     moe_inputs_t in = {.f = f,
                        .tmax = tmax,
-                       .counts = f->counts,
+                       .counts = (m & INCMOE_MOE_FWD_COUNTS) ? f->counts : NULL,
                        .x = (m & INCMOE_MOE_FWD_X) ? f->x : NULL,
                        .ids = (m & INCMOE_MOE_FWD_TOPK_IDS) ? f->topk_ids : NULL,
                        .w = (m & INCMOE_MOE_FWD_TOPK_WEIGHTS) ? f->topk_weights : NULL};
-    for (int s = 0; s < L->N; s++)
-        L->counts[s] = (size_t)in.counts[s];
-    fwd_load(L, &in.load);
-    fwd_agree_band_seen(L);
-    double t_exchanged = inc_now_ms();
     moe_path_t path;
-    int ran, runs;
-    st = fwd_run(L, &in, (incmoe_moe_mode_t)mine.mode, (incmoe_moe_routing_t)mine.routing, &path,
-                 &ran, &runs);
+    int ran = 0, runs = 0, decode;
+    *again_p = 0;
+    incmoe_status_t st = fwd_decode_first(L, &in, &mine, &path, &decode);
+    if (st == INCMOE_OK && decode) {
+        st = decode_run(L, path.lane, &in, mine.status != INCMOE_OK ? why : NULL, again_p);
+        if (st == INCMOE_OK && mine.status != INCMOE_OK)
+            st = (incmoe_status_t)mine.status; /* only a library that lost the refusal */
+    } else if (st == INCMOE_OK) {
+        st = fwd_bulk(L, t_start, &mine, &in, &path, &ran, &runs, again_p);
+    }
     if (st != INCMOE_OK) {
         memset(&L->timing, 0, sizeof(L->timing));
         return st;
     }
     *out_p = run_output(L);
-    L->timing.exchange_ms = t_exchanged - t_start;
     L->timing.total_ms = inc_now_ms() - t_start;
     L->timing.routing = path.routing;
     L->timing.algo = L->lanes[path.lane].algo;
@@ -501,6 +555,29 @@ incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_
     L->timing.measure_runs = runs;
     L->timing.nbands = (int)L->ctx.nb;
     return INCMOE_OK;
+}
+
+incmoe_status_t incmoe_moe_forward_ex(incmoe_moe_t *L, const incmoe_moe_forward_params_t *f,
+                                      void **out_p)
+{
+    if (L == NULL || f == NULL) {
+        log_error(SUBSYS, "forward: layer and parameters are required");
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    /* Each try that asks again turned one lane off the decode step: at most one per lane. */
+    for (int tries = 0;; tries++) {
+        if (L->failed) {
+            log_error(SUBSYS,
+                      "rank %d: forward: an earlier forward failed mid-pipeline; the layer "
+                      "must be destroyed",
+                      L->rank);
+            return INCMOE_ERR_CLOSED;
+        }
+        int again;
+        incmoe_status_t st = forward_once(L, f, out_p, &again);
+        if (!again || tries >= MOE_MAX_LANES)
+            return st;
+    }
 }
 
 incmoe_status_t incmoe_moe_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, const void *x,

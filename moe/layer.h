@@ -28,6 +28,7 @@ typedef struct {
     struct moe_sibling *sib; /* the shared communicator held; NULL: the layer's own */
     int dc_support;    /* comm's algorithm has dispatch and combine: 1, 0 not, -1 not asked yet */
     uint64_t dc_total; /* dispatches pushed on this lane's FIFO so far (their tickets) */
+    int ll_refused;    /* the communicator refused the decode step's form (decode.h) */
 } moe_lane_t;
 
 /* Measured choices a layer keeps: a prefill's and a decode step's counts (more than 2x
@@ -116,6 +117,11 @@ struct incmoe_moe {
     incmoe_moe_path_t path;
 
     moe_choices_t *choices; /* shared (choices.c); NULL until create opened the lanes */
+
+    /* The decode step (decode.c): its capacity, tokens per rank (0: none), and [N] the
+       received index of each source region's first row in the current step. */
+    size_t decode_tokens;
+    uint32_t *decode_first;
 };
 
 /* --- autotune.c --- */
@@ -180,6 +186,7 @@ typedef struct {
     uint64_t pairs;  /* forward: this rank's (token, other rank) pairs (routing.h) */
     uint64_t routed; /* forward: this rank's tokens some other rank needs */
     double band_seen_s; /* forward: this rank's L->band_seen_s */
+    int32_t decode;     /* create: the decode capacity (L->decode_tokens) */
 } moe_hdr_t;
 
 /* AllGathers every rank's header (bounded by L->timeout_ms) and judges them

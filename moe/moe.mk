@@ -15,6 +15,7 @@ libincmoe_moe_la_SOURCES = \
 	ext.c ext.h \
 	choose.c choose.h \
 	run.c run.h \
+	decode.c decode.h \
 	lanes.c lanes.h \
 	exchange.c \
 	plan.c \
@@ -27,6 +28,7 @@ libincmoe_moe_la_SOURCES = \
 	wait.c wait.h \
 	cpu/cpu.h cpu/prims.h cpu/elem.h \
 	cpu/backend.c \
+	cpu/decode.c \
 	cpu/pool.c \
 	cpu/ffn.c cpu/ffn_plan.c \
 	cpu/gemm.c cpu/gemm_bf16.c cpu/isa.c cpu/gemm.h \

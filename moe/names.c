@@ -13,6 +13,8 @@ const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode)
         return "pipelined";
     case INCMOE_MOE_AUTO:
         return "auto";
+    case INCMOE_MOE_DECODE:
+        return "decode";
     }
     return "unknown";
 }

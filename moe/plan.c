@@ -126,6 +126,7 @@ void plan_forward(incmoe_moe_t *L, incmoe_moe_mode_t mode, int masked,
     c->rs_base = L->rs_total;
     c->dc_base = L->lanes[L->cur_lane].dc_total;
     c->timeout_ms = L->timeout_ms;
+    c->region_rows = 0; /* decode.c's plan sets its own */
     if (masked)
         plan_dispatch_blocks(c);
 }

@@ -22,14 +22,23 @@ BAND_FN uint8_t *z_row(const moe_ctx_t *x, size_t s, size_t r)
     return x->z + (s * x->tmax + r) * x->zrow;
 }
 
-/* Masked routing: received row i of band b in xg, and the row of its partial in z. */
+/* Masked routing: the row of xg (and of z, its partial's) holding received row i of band b:
+   the bulk form's band b from row N * b.start on, one after the other; the decode step's
+   in its source's region (ctx.h: region_rows). */
+BAND_FN size_t recv_at(const moe_ctx_t *x, band_t b, size_t i)
+{
+    if (x->region_rows == 0)
+        return (size_t)x->N * b.start + i;
+    uint32_t s = x->src[2 * i];
+    return (size_t)s * x->region_rows + (i - x->region_first[s]);
+}
 BAND_FN uint8_t *recv_row(const moe_ctx_t *x, band_t b, size_t i)
 {
-    return x->xg + ((size_t)x->N * b.start + i) * x->grow;
+    return x->xg + recv_at(x, b, i) * x->grow;
 }
 BAND_FN uint8_t *partial_row(const moe_ctx_t *x, band_t b, size_t i)
 {
-    return x->z + ((size_t)x->N * b.start + i) * x->zrow;
+    return x->z + recv_at(x, b, i) * x->zrow;
 }
 
 /* The destination set of a token: the ranks hosting its k experts, set[0..words). */
@@ -96,10 +105,14 @@ BAND_FN size_t plan_recv_pos(const moe_ctx_t *x, band_t b, size_t i)
     return pos;
 }
 
-/* The first received row of band j (of rows b) at list position p or later (R if none). */
+/* The first received row of band j (of rows b) at list position p or later (R if none).
+   The decode step's list is its received rows themselves (a row's result does not depend
+   on the rows beside it, cpu/gemm.h), so it needs no other rank's count. */
 BAND_FN size_t plan_recv_lower(const moe_ctx_t *x, size_t j, band_t b, size_t p)
 {
     size_t lo = 0, hi = (size_t)x->dcb[j].nrecv;
+    if (x->region_rows != 0)
+        return p < hi ? p : hi;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (plan_recv_pos(x, b, mid) < p)
@@ -108,6 +121,12 @@ BAND_FN size_t plan_recv_lower(const moe_ctx_t *x, size_t j, band_t b, size_t p)
             hi = mid;
     }
     return lo;
+}
+
+/* Positions of band j's row list (plan_band_rows; the decode step's: its received rows). */
+BAND_FN size_t plan_list_rows(const moe_ctx_t *x, size_t j, band_t b)
+{
+    return x->region_rows != 0 ? (size_t)x->dcb[j].nrecv : plan_band_rows(x, b);
 }
 
 BAND_FN void plan_trigger_clear(incmoe_fifo_trigger_t *t)

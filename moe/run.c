@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "decode.h"
 #include "lanes.h"
 #include "plan.h"
 
@@ -74,8 +75,11 @@ static incmoe_status_t loops_status(const incmoe_moe_t *L)
     return st;
 }
 
-incmoe_status_t run_path(incmoe_moe_t *L, const moe_path_t *p, const moe_inputs_t *in)
+incmoe_status_t run_path(incmoe_moe_t *L, const moe_path_t *p, const moe_inputs_t *in, int *again_p)
 {
+    *again_p = 0;
+    if (p->mode == INCMOE_MOE_DECODE)
+        return decode_run(L, p->lane, in, NULL, again_p);
     int masked = p->routing == INCMOE_MOE_ROUTING_MASKED;
     incmoe_moe_config_t cfg;
     run_config(L, p->mode, masked ? &in->load : NULL, in->tmax, &cfg);

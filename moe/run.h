@@ -26,8 +26,11 @@ void run_config(const incmoe_moe_t *L, incmoe_moe_mode_t mode, const routing_loa
                 size_t tmax, incmoe_moe_config_t *cfg_p);
 
 /* Runs the forward on path p; its output is then at run_output.  A failure leaves the
-   layer unusable (L->failed) and is logged naming what failed. */
-incmoe_status_t run_path(incmoe_moe_t *L, const moe_path_t *p, const moe_inputs_t *in);
+   layer unusable (L->failed) and is logged naming what failed; the decode step's own
+   failures are as decode.h says (*again_p: its form was refused, run the forward again on
+   the bulk path). */
+incmoe_status_t run_path(incmoe_moe_t *L, const moe_path_t *p, const moe_inputs_t *in,
+                         int *again_p);
 
 /* Where the last forward run left this rank's outputs. */
 void *run_output(incmoe_moe_t *L);

@@ -6,7 +6,7 @@ MOE_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/moe
 MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) $(TEST_LIBS)
 
 check_PROGRAMS += test_moe_fifo test_moe_band test_moe_routing test_moe_layer test_moe_errors \
-	test_moe_stress test_moe_cuda_proto test_moe_ffn test_moe_auto
+	test_moe_stress test_moe_cuda_proto test_moe_ffn test_moe_auto test_moe_decode
 test_moe_fifo_SOURCES = test_moe_fifo.cc
 test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 # The FIFO suite drives the FIFO's internal transport seam, so it links the
@@ -33,6 +33,10 @@ test_moe_layer_LDADD = $(MOE_TEST_LIBS)
 test_moe_auto_SOURCES = test_moe_auto.cc moe_ref.cc moe_ref.h ../moe/routing.c ../moe/bandmodel.c
 test_moe_auto_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_auto_LDADD = $(MOE_TEST_LIBS)
+# The decode step: the low-latency form's dispatch, experts and combine (incmoe_moe.h, "Decode").
+test_moe_decode_SOURCES = test_moe_decode.cc moe_ref.cc moe_ref.h
+test_moe_decode_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_decode_LDADD = $(MOE_TEST_LIBS)
 test_moe_errors_SOURCES = test_moe_errors.cc moe_ref.cc moe_ref.h
 test_moe_errors_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_errors_LDADD = $(MOE_TEST_LIBS)

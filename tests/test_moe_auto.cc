@@ -84,7 +84,9 @@ incmoe_moe_params_ext_t path_ext(const Rank &r, int algo, incmoe_moe_mode_t mode
 {
     incmoe_moe_params_ext_t ext;
     memset(&ext, 0, sizeof(ext));
-    ext.field_mask = INCMOE_MOE_PARAM_PATH;
+    /* The bulk paths' choice: the decode step's is test_moe_decode's. */
+    ext.field_mask = INCMOE_MOE_PARAM_PATH | INCMOE_MOE_PARAM_DECODE;
+    ext.decode_tokens = -1;
     ext.path.algo = algo;
     ext.path.mode = mode;
     ext.path.routing = routing;
@@ -362,7 +364,12 @@ TEST(MoeAuto, ModeAutoWithoutAPath)
         Layer l;
         layer_params(&l, p, r.comm, rank);
         incmoe_moe_t *L;
-        incmoe_status_t st = incmoe_moe_create(&l.prm, &L);
+        incmoe_moe_params_ext_t no_decode;
+        memset(&no_decode, 0, sizeof(no_decode));
+        no_decode.field_mask = INCMOE_MOE_PARAM_DECODE;
+        no_decode.decode_tokens =
+            -1; /* the bulk modes only (test_moe_decode has the decode step) */
+        incmoe_status_t st = incmoe_moe_create_ex(&l.prm, &no_decode, &L);
         if (st != INCMOE_OK)
             return std::string("create: ") + incmoe_strerror(st);
         incmoe_moe_mode_t mode = INCMOE_MOE_AUTO;

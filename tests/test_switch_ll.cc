@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -137,10 +138,11 @@ std::string pack(int stream, int nranks, const Rank &r)
     memcpy(&p[at.reason], r.reason.data(), r.reason.size());
     if (r.ll.status != 0)
         return p;
-    memcpy(&p[at.sets], r.sets.data(), 8 * r.sets.size());
+    if (!r.sets.empty())
+        memcpy(&p[at.sets], r.sets.data(), 8 * r.sets.size());
     if (at.recvd != 0)
         memcpy(&p[at.recvd], r.recvd.data(), 4 * r.recvd.size());
-    memcpy(&p[at.rows], r.rows.data(), r.rows.size());
+    std::copy(r.rows.begin(), r.rows.end(), p.begin() + (ptrdiff_t)at.rows);
     return p;
 }
 

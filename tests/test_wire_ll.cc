@@ -243,6 +243,9 @@ TEST(WireLL, AVerdictParsesToItsStatusAndReason)
     EXPECT_EQ(v.verdict, INCMOE_ERR_MISMATCH);
     EXPECT_STREQ(v.reason, text);
 
+    m.h.root = 3; /* no rank of the job */
+    EXPECT_EQ(parse(m, &v), INCMOE_ERR_PROTOCOL);
+    m.h.root = 1;
     m.p.back() = 'x'; /* no NUL */
     std::string why;
     EXPECT_EQ(parse(m, &v, &why), INCMOE_ERR_PROTOCOL);
@@ -326,6 +329,7 @@ TEST(WireLL, EveryKindOfDamageIsRefusedWithAReason)
         {"src range", dispatch_fwd, [](Msg &m) { m.p[68] = 4; }, "source row 4"},
         {"fwd n", dispatch_fwd, [](Msg &m) { m.h.total = 3; }, "payload bytes"},
         {"sender", dispatch_fwd, [](Msg &m) { m.h.root = 3; }, "rank 3"},
+        {"sender's sign", dispatch_fwd, [](Msg &m) { m.h.root = 0x80000001u; }, "rank 2147483649"},
     };
     for (const Damage &d : damages) {
         Msg m = d.base();

@@ -23,10 +23,9 @@
 #define NALGO        4
 #define MB_ALGO_AUTO 3
 #define NROUTING     3 /* by incmoe_moe_routing_t: full, masked, auto */
-/* And by incmoe_moe_mode_t: baseline, pipelined, auto.  A mode the layer gains (its decode
-   step) is a name in mb_mode_names and NMODE one more: --mode takes it and the decode rows
-   show it. */
-#define NMODE 3
+/* And by incmoe_moe_mode_t: baseline, pipelined, auto, decode.  A mode the layer gains is a
+   name in mb_mode_names and NMODE one more: --mode takes it and the decode rows show it. */
+#define NMODE 4
 
 typedef struct {
     int nranks, rank; /* rank -1: embedded */
@@ -34,7 +33,8 @@ typedef struct {
     incmoe_dtype_t dtype;
     int tokens[MAX_T], ntokens;
     int bands, iters, warmup, verify;
-    int depth; /* INCMOE_MOE_DEPTH, 0: the setting's */
+    int decode_tokens; /* the layer's decode capacity (INCMOE_MOE_PARAM_DECODE); 0: its own */
+    int depth;         /* INCMOE_MOE_DEPTH, 0: the setting's */
     int algos[NALGO], nalgos;
     int routings[NROUTING], nroutings;
     int modes[NMODE], nmodes;

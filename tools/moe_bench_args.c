@@ -26,8 +26,11 @@ void mb_usage(void)
            "                     inc,ring)\n"
            "  --mode LIST        the layer's modes, of baseline, pipelined, auto: the\n"
            "                     faster of the two, measured by the layer on the first\n"
-           "                     forward, a warm-up with -w 1 or more (default\n"
-           "                     baseline,pipelined)\n"
+           "                     forward, a warm-up with -w 1 or more, and decode: the\n"
+           "                     layer's decode step for counts within its capacity\n"
+           "                     (default baseline,pipelined)\n"
+           "  --decode-tokens C  the layer's decode capacity, tokens per rank, 1..max of -t\n"
+           "                     (default: the layer's, min(max of -t, 32))\n"
            "  --routing LIST     the layer's routings, of full, masked, auto (default full)\n"
            "  --route R          expert choice: uniform, or zipf:S (popularity (e+1)^-S);\n"
            "                     experts placed contiguously, rank 0 holding the most popular\n"
@@ -137,16 +140,16 @@ static int algo_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
-/* By incmoe_moe_mode_t; the layer's decode step, when it has one, is named here. */
-const char *const mb_mode_names[NMODE] = {"baseline", "pipelined", "auto"};
+/* By incmoe_moe_mode_t. */
+const char *const mb_mode_names[NMODE] = {"baseline", "pipelined", "auto", "decode"};
 
 static int mode_arg(void *dst, const char *flag, const char *text)
 {
     opts_t *o = dst;
     o->nmodes = name_list(text, mb_mode_names, NMODE, o->modes);
     if (o->nmodes <= 0) {
-        fprintf(stderr, "incmoe-moe-bench: --mode takes a list of baseline, pipelined and auto, "
-                        "e.g. baseline,auto\n");
+        fprintf(stderr, "incmoe-moe-bench: --mode takes a list of baseline, pipelined, auto "
+                        "and decode, e.g. baseline,decode\n");
         return -1;
     }
     return 0;
@@ -254,6 +257,7 @@ int mb_parse_args(int argc, char **argv, opts_t *o)
         {"-I", NULL, INC_ARG_INT, 1, 1 << 16, &o->I},
         {"-d", NULL, INC_ARG_FN, .dst = &o->dtype, .fn = dtype_arg},
         {"-b", NULL, INC_ARG_INT, 0, INCMOE_MOE_MAX_BANDS, &o->bands},
+        {"--decode-tokens", NULL, INC_ARG_INT, 1, 1 << 20, &o->decode_tokens},
         {"-n", NULL, INC_ARG_INT, 1, 1 << 20, &o->iters},
         {"-w", NULL, INC_ARG_INT, 0, 1 << 20, &o->warmup},
         {"--model", NULL, INC_ARG_FN, .dst = o, .fn = model_arg},
@@ -300,6 +304,16 @@ int mb_check_opts(const opts_t *o)
                             "algorithms than its communicator's\n");
             return -1;
         }
+    int max_t = 0;
+    for (int i = 0; i < o->ntokens; i++)
+        max_t = o->tokens[i] > max_t ? o->tokens[i] : max_t;
+    if (o->decode_tokens > max_t) {
+        fprintf(stderr,
+                "incmoe-moe-bench: --decode-tokens %d is over the largest -t, %d (the layer's "
+                "max_tokens)\n",
+                o->decode_tokens, max_t);
+        return -1;
+    }
     if (mb_link_mbps(o) < 0) {
         fprintf(stderr,
                 "incmoe-moe-bench: TESTBED_MBPS='%s' is not a link rate (0 < Mbit/s <= 1e9); "

@@ -262,8 +262,12 @@ static incmoe_moe_t *layer_create(const bench_t *b, incmoe_comm_t *comm, int alg
                                        .routing = INCMOE_MOE_ROUTING_AUTO,
                                        .comm_params = cp};
     }
+    if (o->decode_tokens > 0) {
+        ext.field_mask |= INCMOE_MOE_PARAM_DECODE;
+        ext.decode_tokens = o->decode_tokens;
+    }
     incmoe_moe_t *L;
-    incmoe_status_t st = incmoe_moe_create_ex(&p, algo == MB_ALGO_AUTO ? &ext : NULL, &L);
+    incmoe_status_t st = incmoe_moe_create_ex(&p, ext.field_mask != 0 ? &ext : NULL, &L);
     if (st != INCMOE_OK) {
         fprintf(stderr, "rank %d: layer create failed: %s\n", b->rank, incmoe_strerror(st));
         return NULL;

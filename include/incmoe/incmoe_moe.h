@@ -45,7 +45,8 @@
  *
  * Every rank must call create, forward and destroy collectively, with the same
  * shape and the same token counts; disagreements and bad arguments are
- * detected through a small exchange and reported on every rank.
+ * detected through a small exchange and reported on every rank (the decode
+ * step has no exchange: bad arguments ride on its dispatch, see "Decode").
  *
  * Backends, chosen at create (where the weights and buffers are placed):
  * - INCMOE_MOE_BACKEND_CPU: host memory; the roles run on threads the layer
@@ -96,7 +97,8 @@ extern "C" {
 typedef enum {
     INCMOE_MOE_BASELINE = 0,
     INCMOE_MOE_PIPELINED = 1,
-    INCMOE_MOE_AUTO = 2, /* the layer's choice, measured (see "Path" below) */
+    INCMOE_MOE_AUTO = 2,   /* the layer's choice, measured (see "Path" below) */
+    INCMOE_MOE_DECODE = 3, /* the decode step where the counts allow it (see "Decode" below) */
 } incmoe_moe_mode_t;
 
 typedef enum {
@@ -138,7 +140,8 @@ typedef struct {
     const void *w_up;
     const void *w_down;
     incmoe_moe_config_t config; /* overrides; all zero (tail_bands -1) = automatic */
-    int timeout_ms;             /* bound on any wait inside a forward; 0 = 2 * INCMOE_TIMEOUT_MS */
+    int timeout_ms; /* bound on any wait inside a forward (the decode step's collectives:
+                       see "Decode"); 0 = 2 * INCMOE_TIMEOUT_MS */
     incmoe_moe_backend_t backend; /* default INCMOE_MOE_BACKEND_CPU */
 } incmoe_moe_params_t;
 
@@ -173,9 +176,10 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_
  * shorter struct) runs unchanged.  A bit this library does not know fails
  * create on every rank with INCMOE_ERR_INVALID_ARG, naming the bits.
  */
-#define INCMOE_MOE_PARAM_PATH (1ull << 0) /* path: which algorithm, mode and routing to run */
+#define INCMOE_MOE_PARAM_PATH   (1ull << 0) /* path: which algorithm, mode and routing to run */
+#define INCMOE_MOE_PARAM_DECODE (1ull << 1) /* decode_tokens: the decode step's capacity */
 /* Every bit this version knows. */
-#define INCMOE_MOE_PARAM_ALL INCMOE_MOE_PARAM_PATH
+#define INCMOE_MOE_PARAM_ALL (INCMOE_MOE_PARAM_PATH | INCMOE_MOE_PARAM_DECODE)
 
 /* incmoe_moe_path_t.algo: measured among in-network, ring and a2a. */
 #define INCMOE_MOE_ALGO_AUTO (-1)
@@ -216,9 +220,51 @@ typedef struct {
     const incmoe_comm_params_t *comm_params;
 } incmoe_moe_path_t;
 
+/*
+ * Decode: the decode step.  A forward whose every rank's count is at most the
+ * layer's decode capacity C (decode_tokens) may run as one low-latency
+ * dispatch (incmoe.h, "The low-latency form": max_tokens C, by source: each
+ * row this rank's hidden state, expert ids and weights, as a masked forward's
+ * rows), the local experts on the rows received, and one low-latency combine
+ * (the partials summed back to their owners as a masked forward sums them, so
+ * the outputs equal masked routing's: bitwise in fp32 in-network).  No header
+ * exchange, no bands, no role workers but the compute team: the calling
+ * thread posts both collectives and sleeps on them (incmoe_wait), so those two
+ * waits are bounded by the communicator's liveness timeout (a dead rank) and
+ * progress timeout (a live rank that never posts: incmoe.h, "Timeouts"), not
+ * by the layer's timeout_ms, which bounds the compute team's.  Its buffers are
+ * the layer's, registered at create.  Which forwards take it:
+ *   - mode INCMOE_MOE_DECODE (the forward's, else the path's): every one whose
+ *     counts are all at most C; a larger one runs pipelined;
+ *   - mode INCMOE_MOE_AUTO: the decode step on each algorithm that may run is
+ *     one more candidate of the measured choice (see "Path") whenever the
+ *     counts are all at most C and the routing asked is masked or auto (the
+ *     decode step is dispatch and combine; routing full keeps a forward on
+ *     AllGather and ReduceScatter); a larger forward measures the bulk paths
+ *     only.  A kept choice that is the decode step runs without a header
+ *     exchange.  Mode INCMOE_MOE_DECODE takes it whatever the routing.
+ * Every rank must pass the same counts and mode, as for any forward: the
+ * ranks decide alike from them before anything is exchanged.  Arguments one
+ * rank refuses fail the forward on every rank (INCMOE_ERR_INVALID_ARG, the
+ * dispatch's refusal carrying the reason; the layer stays usable).  A form the
+ * communicator refuses alike on every rank (INCMOE_ERR_NO_MEMORY: its messages
+ * exceed what the switch grants a rank; INCMOE_ERR_UNSUPPORTED: an algorithm
+ * or a switch tree without it) is logged once and that forward and every later
+ * one on that algorithm take the bulk path.  Only the CPU backend has the
+ * decode step; the CUDA backend runs every forward on the bulk path.
+ * incmoe_moe_last_timing_ex reports mode INCMOE_MOE_DECODE, routing masked,
+ * dispatch_ms, ffn_ms and combine_ms (exchange_ms 0).
+ *
+ * decode_tokens: C, 1 .. max_tokens; 0 (and without INCMOE_MOE_PARAM_DECODE)
+ * the default, min(max_tokens, INCMOE_MOE_DECODE_TOKENS); -1: no decode step.
+ * The same on every rank (create fails with INCMOE_ERR_MISMATCH otherwise).
+ */
+#define INCMOE_MOE_DECODE_TOKENS 32
+
 typedef struct {
     uint64_t field_mask;    /* INCMOE_MOE_PARAM_* of the fields set below */
     incmoe_moe_path_t path; /* INCMOE_MOE_PARAM_PATH */
+    int decode_tokens;      /* INCMOE_MOE_PARAM_DECODE (see "Decode" above) */
 } incmoe_moe_params_ext_t;
 
 /* incmoe_moe_create with the extension's fields (ext NULL: none). */
@@ -236,6 +282,7 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *layer);
 #define INCMOE_MOE_FWD_COUNTS       (1u << 4) /* required */
 #define INCMOE_MOE_FWD_STREAM       (1u << 5) /* CUDA backend only */
 #define INCMOE_MOE_FWD_ROUTING      (1u << 6) /* absent: the INCMOE_MOE_ROUTING setting (full) */
+#define INCMOE_MOE_FWD_REFUSED      (1u << 7) /* refused: see the forward's refusal below */
 
 /*
  * One forward.  x, topk_ids and topk_weights are in the backend's memory
@@ -252,7 +299,18 @@ typedef struct {
     const int *counts;            /* [N] every rank's token count (must agree across ranks) */
     void *stream;                 /* cudaStream_t (CUDA backend); NULL or absent for the CPU */
     incmoe_moe_routing_t routing; /* the same on every rank */
+    /* INCMOE_MOE_FWD_REFUSED: why this rank refuses its arguments (NULL: none given) */
+    const char *refused;
 } incmoe_moe_forward_params_t;
+
+/*
+ * A forward's refusal.  A caller that finds its own arguments wrong above this
+ * API (a binding's checks) still takes part in the forward its peers run, so
+ * that they are not left waiting: INCMOE_MOE_FWD_REFUSED with its reason, and
+ * the counts, mode and routing every rank passes (they choose the path).  The
+ * forward fails on every rank with INCMOE_ERR_INVALID_ARG, as for arguments
+ * the layer's own checks reject, and the layer stays usable.
+ */
 
 /*
  * Collective forward pass.  *out_p receives [counts[rank]][H] outputs
@@ -316,7 +374,7 @@ incmoe_status_t incmoe_moe_last_timing(const incmoe_moe_t *layer, incmoe_moe_tim
 incmoe_status_t incmoe_moe_last_timing_ex(const incmoe_moe_t *layer, incmoe_moe_timing_t *timing_p,
                                           size_t timing_size);
 
-/* "baseline", "pipelined" or "unknown".  Pure. */
+/* "baseline", "pipelined", "auto", "decode" or "unknown".  Pure. */
 const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode);
 
 /* "full", "masked", "auto" or "unknown".  Pure. */

@@ -205,4 +205,6 @@ const moe_backend_ops_t moe_cpu_backend = {.name = "cpu",
                                            .destroy = cpu_destroy,
                                            .lane_open = cpu_lane_open,
                                            .lane_use = cpu_lane_use,
-                                           .lane_close = cpu_lane_close};
+                                           .lane_close = cpu_lane_close,
+                                           .decode_pack = cpu_decode_pack,
+                                           .decode_experts = cpu_decode_experts};

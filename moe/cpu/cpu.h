@@ -100,6 +100,11 @@ incmoe_status_t ffn_band(const moe_ctx_t *x, cpu_state_t *cs, int c, size_t j, b
 size_t ffn_plan_chunk(const moe_ctx_t *x, const cpu_state_t *cs, ffn_scratch_t *s, size_t j,
                       band_t b, size_t p, size_t n);
 
+/* --- decode.c: the decode step's part (backend.h), over the plan in L->ctx --- */
+struct incmoe_moe;
+void cpu_decode_pack(struct incmoe_moe *L);
+incmoe_status_t cpu_decode_experts(struct incmoe_moe *L);
+
 /* --- pool.c --- */
 incmoe_status_t cpu_pool_create(const moe_ctx_t *x, cpu_pool_t **pool_p);
 void cpu_pool_destroy(cpu_pool_t *pool);

@@ -266,7 +266,7 @@ static incmoe_status_t ffn_chunk(const moe_ctx_t *x, cpu_state_t *cs, int c, siz
 
 incmoe_status_t ffn_band(const moe_ctx_t *x, cpu_state_t *cs, int c, size_t j, band_t b)
 {
-    const size_t n = plan_band_rows(x, b), chunk = cs->team.chunk;
+    const size_t n = plan_list_rows(x, j, b), chunk = cs->team.chunk;
     for (size_t p = 0; p < n; p += chunk) {
         incmoe_status_t st = ffn_chunk(x, cs, c, j, b, p, n - p < chunk ? n - p : chunk);
         if (st != INCMOE_OK)

@@ -87,11 +87,13 @@ COMM_PARAM_PROGRESS_TIMEOUT = 1 << 4
 MAX_RANKS = 256
 MAX_SECRET = 64
 DISPATCH_PARAM_REFUSED = 1 << 0
+DISPATCH_PARAM_LOW_LATENCY = 1 << 1
+DISPATCH_PARAM_EXPERT_LAYOUT = 1 << 2
 COMBINE_PARAM_REFUSED = 1 << 0
 REFUSAL_MAX = 128
 
 # incmoe_moe_mode_t
-MOE_MODES = {"baseline": 0, "pipelined": 1, "auto": 2}
+MOE_MODES = {"baseline": 0, "pipelined": 1, "auto": 2, "decode": 3}
 MOE_MAX_WORKERS = 16  # INCMOE_MOE_MAX_WORKERS
 MOE_FWD_MODE = 1 << 0
 MOE_FWD_X = 1 << 1
@@ -99,10 +101,13 @@ MOE_FWD_TOPK_IDS = 1 << 2
 MOE_FWD_TOPK_WEIGHTS = 1 << 3
 MOE_FWD_COUNTS = 1 << 4
 MOE_FWD_ROUTING = 1 << 6
+MOE_FWD_REFUSED = 1 << 7
 MOE_ROUTINGS = {"full": 0, "masked": 1, "auto": 2}
 # incmoe_moe_params_ext_t
 MOE_PARAM_PATH = 1 << 0
-MOE_PARAM_ALL = MOE_PARAM_PATH
+MOE_PARAM_DECODE = 1 << 1
+MOE_PARAM_ALL = MOE_PARAM_PATH | MOE_PARAM_DECODE
+MOE_DECODE_TOKENS = 32  # the decode capacity's default bound
 MOE_ALGO_AUTO = -1
 MOE_ALGO_COMM = -2
 
@@ -147,6 +152,11 @@ class dispatch_params_t(ctypes.Structure):
         ("recv_offset", ctypes.c_size_t),
         ("capacity", ctypes.c_size_t),
         ("refused", ctypes.c_char_p),
+        ("max_tokens", ctypes.c_size_t),
+        ("experts", ctypes.POINTER(ctypes.c_int32)),
+        ("topk", ctypes.c_int),
+        ("num_experts", ctypes.c_int),
+        ("expert_rank", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
@@ -204,6 +214,7 @@ class moe_forward_params_t(ctypes.Structure):
         ("counts", ctypes.POINTER(ctypes.c_int)),
         ("stream", ctypes.c_void_p),
         ("routing", ctypes.c_int),
+        ("refused", ctypes.c_char_p),
     ]
 
 
@@ -235,7 +246,11 @@ class moe_path_t(ctypes.Structure):
 
 
 class moe_params_ext_t(ctypes.Structure):
-    _fields_ = [("field_mask", ctypes.c_uint64), ("path", moe_path_t)]
+    _fields_ = [
+        ("field_mask", ctypes.c_uint64),
+        ("path", moe_path_t),
+        ("decode_tokens", ctypes.c_int),
+    ]
 
 
 _c = ctypes

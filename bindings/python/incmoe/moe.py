@@ -17,7 +17,7 @@ import torch
 from . import _errors, _lib
 
 _DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-_BAD_MODE = 99  # a mode every rank's check refuses: spreads one rank's refusal to all
+_MODES_TEXT = "'pipelined', 'baseline', 'auto' or 'decode'"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +58,20 @@ def _with_team(config):
     if "compute_workers" not in cfg and not os.environ.get("INCMOE_MOE_WORKERS"):
         cfg["compute_workers"] = max(1, min(torch.get_num_threads(), _lib.MOE_MAX_WORKERS))
     return cfg
+
+
+def _check_decode_tokens(decode_tokens, max_tokens):
+    """The decode capacity the layer gets: None the default, -1 none (0 here)."""
+    if decode_tokens is None:
+        return min(max_tokens, _lib.MOE_DECODE_TOKENS)
+    if decode_tokens == -1:
+        return 0
+    if not isinstance(decode_tokens, int) or not 1 <= decode_tokens <= max_tokens:
+        raise ValueError(
+            "decode_tokens is %r: expected None, -1 (no decode step) or 1 .. max_tokens = %d"
+            % (decode_tokens, max_tokens)
+        )
+    return decode_tokens
 
 
 def _cpu_tensor(x, what):
@@ -107,6 +121,18 @@ class MoE(torch.nn.Module):
     more than 2x from those of every choice the layer keeps (its last 8).
     layer.path says what the last forward ran.
 
+    The decode step: a forward whose every rank's count is at most the
+    layer's decode capacity (decode_tokens: None for min(max_tokens, 32), 1 ..
+    max_tokens, or -1 for none; layer.decode_tokens says which) may run as
+    one low-latency dispatch, the local experts and one low-latency combine,
+    with no count exchange of its own (the C header's "Decode").  mode="decode"
+    runs it for every forward that fits (larger ones run pipelined);
+    mode="auto" with routing "masked" or "auto" measures it against the bulk
+    paths where the counts fit and keeps the faster.  The rows are laid out by source rank (region s holds
+    rank s's rows for this rank), each carrying its expert ids and weights.
+    The layer's buffers are made and registered once, at construction; pass
+    counts= and out= to run a step with no gather and no output allocation.
+
     Construction and every forward are collective: all ranks call them in
     the same order.  A rank whose arguments are refused raises ValueError,
     and the other ranks' matching call fails too (never waits forever).
@@ -128,6 +154,7 @@ class MoE(torch.nn.Module):
         timeout_ms=None,
         routing=None,
         algo=None,
+        decode_tokens=None,
     ):
         super().__init__()
         lib = _lib.moe_lib()
@@ -139,6 +166,7 @@ class MoE(torch.nn.Module):
         self._last_counts = None
         self.routing = None
         self.algo = None
+        self.decode_tokens = decode_tokens
         p = _lib.moe_params_t()
         lib.incmoe_moe_params_init(ctypes.byref(p))
         problem = None
@@ -148,6 +176,7 @@ class MoE(torch.nn.Module):
             )
             self.routing = _check_routing(routing)
             self.algo = _check_algo(algo)
+            self.decode_tokens = _check_decode_tokens(decode_tokens, max_tokens)
             if self.algo is not None and self.routing is None:
                 self.routing = "auto"
         except ValueError as e:
@@ -179,16 +208,24 @@ class MoE(torch.nn.Module):
         # The communicator owns the layer: it destroys it first if it closes first.
         self._owned = comm._adopt(layer, lib.incmoe_moe_destroy)
         self._counts = (ctypes.c_int * comm.nranks)()
+        self._fwd = _lib.moe_forward_params_t()  # filled anew by every forward
+        # A decode step's ids and weights converted in place of new tensors (_as).
+        self._ids_buf = torch.empty(self.decode_tokens, top_k, dtype=torch.int32)
+        self._w_buf = torch.empty(self.decode_tokens, top_k, dtype=torch.float32)
         # The token counts' AllGather: [T_r, refused] per rank, registered once.
         self._count_send = torch.zeros(2, dtype=torch.int32)
         self._count_recv = torch.zeros(2 * comm.nranks, dtype=torch.int32)
 
     def _ext(self, problem):
-        """The create extension: the path when algo is given (None: no field set)."""
-        if problem is not None or getattr(self, "algo", None) is None:
+        """The create extension: the path when algo is given, and the decode capacity."""
+        if problem is not None:
             return None
         ext = _lib.moe_params_ext_t()
-        ext.field_mask = _lib.MOE_PARAM_PATH
+        ext.field_mask = _lib.MOE_PARAM_DECODE
+        ext.decode_tokens = self.decode_tokens if self.decode_tokens > 0 else -1
+        if self.algo is None:
+            return ctypes.byref(ext)
+        ext.field_mask |= _lib.MOE_PARAM_PATH
         a = self.algo
         ext.path.algo = {"auto": _lib.MOE_ALGO_AUTO, "comm": _lib.MOE_ALGO_COMM}.get(
             a, _lib.ALGOS.get(a, 0))
@@ -210,7 +247,7 @@ class MoE(torch.nn.Module):
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError("max_tokens is %r: expected an integer >= 0" % (max_tokens,))
         if mode not in _lib.MOE_MODES:
-            raise ValueError("mode is %r: expected 'pipelined', 'baseline' or 'auto'" % (mode,))
+            raise ValueError("mode is %r: expected %s" % (mode, _MODES_TEXT))
         self.mode = mode
         _cpu_tensor(w13, "w13")
         _cpu_tensor(w2, "w2")
@@ -240,10 +277,20 @@ class MoE(torch.nn.Module):
 
     # ---------------------------------------------------------------- forward
 
+    @staticmethod
+    def _as(t, buf, dtype):
+        """t as a contiguous dtype tensor: itself where it is one, else converted into the first
+        rows of buf, the layer's own, where they hold it (a decode step's), else a new one."""
+        if t.dtype == dtype and t.is_contiguous():
+            return t
+        if t.shape[0] <= buf.shape[0]:
+            return buf[: t.shape[0]].copy_(t)
+        return t.to(dtype).contiguous()
+
     def _check_forward(self, hidden, topk_ids, topk_weights, counts, out, mode, routing):
         H, k, E = self.hidden_size, self.top_k, self.num_experts
         if mode not in _lib.MOE_MODES:
-            raise ValueError("mode is %r: expected 'pipelined', 'baseline' or 'auto'" % (mode,))
+            raise ValueError("mode is %r: expected %s" % (mode, _MODES_TEXT))
         _check_routing(routing)
         _cpu_tensor(hidden, "hidden")
         if hidden.dim() != 2 or hidden.shape[1] != H:
@@ -269,14 +316,14 @@ class MoE(torch.nn.Module):
             raise ValueError("topk_ids has dtype %s, expected an integer type" % topk_ids.dtype)
         if not topk_weights.dtype.is_floating_point:
             raise ValueError("topk_weights has dtype %s, expected a floating type" % topk_weights.dtype)
-        ids = topk_ids.to(torch.int32).contiguous()
+        ids = self._as(topk_ids, self._ids_buf, torch.int32)
         if T:
             if int(ids.min()) < 0 or int(ids.max()) >= E:
                 raise ValueError("topk_ids holds ids outside 0..%d" % (E - 1))
             s = ids.sort(dim=1).values
             if k > 1 and bool((s[:, 1:] == s[:, :-1]).any()):
                 raise ValueError("topk_ids lists an expert twice for one token")
-        w = topk_weights.to(torch.float32).contiguous()
+        w = self._as(topk_weights, self._w_buf, torch.float32)
         if out is not None:
             _cpu_tensor(out, "out")
             if tuple(out.shape) != (T, H) or out.dtype != self.dtype or not out.is_contiguous():
@@ -333,14 +380,13 @@ class MoE(torch.nn.Module):
                     % ", ".join(map(str, refused))
                 )
             counts = gathered
-        f = _lib.moe_forward_params_t()
+        f = self._fwd
         f.field_mask = _lib.MOE_FWD_MODE | _lib.MOE_FWD_COUNTS
         if problem is not None:
             # Counts were given, so the ranks meet first in the layer's own
-            # check: a mode nobody accepts fails this forward on every rank.
-            f.mode = _BAD_MODE
-            f.counts = self._counts
-            lib.incmoe_moe_forward_ex(self._layer, ctypes.byref(f), ctypes.byref(ctypes.c_void_p()))
+            # forward: refused, with the mode, routing and counts the others
+            # choose their path from, it fails on every rank.
+            self._refuse(f, problem, counts, mode, routing)
             raise problem
         for r, c in enumerate(counts):
             self._counts[r] = c
@@ -362,6 +408,24 @@ class MoE(torch.nn.Module):
         if T:
             ctypes.memmove(out.data_ptr(), res.value, out.numel() * out.element_size())
         return out
+
+    def _refuse(self, f, problem, counts, mode, routing):
+        """Takes part in the forward the others run, refused with problem's text."""
+        try:
+            given = [int(c) for c in counts]
+        except (TypeError, ValueError):
+            given = []
+        for r in range(self.comm.nranks):
+            self._counts[r] = given[r] if len(given) == self.comm.nranks else -1
+        f.field_mask |= _lib.MOE_FWD_REFUSED
+        f.refused = str(problem).encode()[: _lib.REFUSAL_MAX - 1]
+        f.mode = _lib.MOE_MODES.get(mode, _lib.MOE_MODES[self.mode])
+        f.counts = self._counts
+        if routing in _lib.MOE_ROUTINGS:
+            f.field_mask |= _lib.MOE_FWD_ROUTING
+            f.routing = _lib.MOE_ROUTINGS[routing]
+        lib = _lib.moe_lib()
+        lib.incmoe_moe_forward_ex(self._layer, ctypes.byref(f), ctypes.byref(ctypes.c_void_p()))
 
     # -------------------------------------------------------------- inspect
 
@@ -389,8 +453,8 @@ class MoE(torch.nn.Module):
 
     def last_timing(self):
         """This rank's last forward, in milliseconds (libincmoe_moe's breakdown),
-        and the path it ran: "routing" ("full" or "masked"), "mode" ("baseline"
-        or "pipelined"), "algo" ("inc", "ring", "a2a", or "comm": the
+        and the path it ran: "routing" ("full" or "masked"), "mode" ("baseline",
+        "pipelined" or "decode": the decode step), "algo" ("inc", "ring", "a2a", or "comm": the
         communicator's, when the layer was not told which), "measured" (how
         many paths the forward ran to choose; 0: it ran the chosen one) and
         "measure_runs" (the forwards they took: each path once, those within

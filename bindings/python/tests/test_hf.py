@@ -126,6 +126,31 @@ def test_matches_single_process(switch, name, n):
     run_ranks(matches_body, n, switch.address, new_job(), name)
 
 
+def decode_body(rank, n, addr, job, name):
+    """mode="decode": every forward within the layers' decode capacity (the prompts' and each
+    generated token's) runs the decode step; logits and greedy tokens as the single-process
+    model's, fp32."""
+    cfg, model, x, ref = _tiny_with_reference(name, rank, seed=3)
+    with torch.no_grad():
+        ref_gen = model.generate(x, eos_token_id=None, **GEN)
+    comm = incmoe.Communicator(addr, job, rank, n)
+    incmoe.hf.expert_parallel(model, comm, mode="decode", algo=None)
+    layers = [m.layer for m in model.modules() if isinstance(m, incmoe.hf.experts.IncmoeExperts)]
+    with torch.no_grad():
+        err = _rel(model(x).logits, ref)
+        assert err <= FP32_TOL, (name, n, err)
+        gen = model.generate(x, eos_token_id=None, **GEN)
+    assert torch.equal(gen, ref_gen), (name, n, gen, ref_gen)
+    assert layers and all(l.last_timing()["mode"] == "decode" for l in layers), [
+        l.last_timing() for l in layers]
+    comm.close()
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_decode_step_matches_single_process(switch, name):
+    run_ranks(decode_body, 2, switch.address, new_job(), name)
+
+
 def _eos_setup():
     """A seed and an EOS token such that rank 0's single prompt stops early
     while ranks 1..3's prompts never produce it within NEW_TOKENS tokens."""
@@ -202,11 +227,12 @@ def default_body(rank, n, addr, job):
         assert _rel(model(x).logits, ref) <= FP32_TOL
         second = [ly.last_timing() for ly in layers]
     # The first block's first forward measured every path (three algorithms, two modes, two
-    # routings), each once and the close ones again; the other blocks (one shape, one
-    # communicator) ran its choice without measuring, and the second forward every block's
-    # kept choice: one path for the whole model.
+    # routings, and the decode step on each algorithm: the prompts are within its capacity),
+    # each once and the close ones again; the other blocks (one shape, one communicator) ran
+    # its choice without measuring, and the second forward every block's kept choice: one
+    # path for the whole model.
     t0 = first[0]
-    assert t0["measured"] == 12 and 12 <= t0["measure_runs"] <= 36, t0
+    assert t0["measured"] == 15 and 15 <= t0["measure_runs"] <= 45, t0
     for t in first[1:] + second:
         assert t["measured"] == 0 and (t["algo"], t["mode"], t["routing"]) == (
             t0["algo"], t0["mode"], t0["routing"]), (t0, t)

@@ -1,8 +1,9 @@
 """incmoe.MoE against a plain PyTorch MoE layer (written here, evaluated in
 float64 on the same rounded inputs): N = 1, 2, 4 ranks, both modes, fp32,
 fp16 and bf16, unequal and zero token counts, counts= and out=; routing=
-masked and auto against full (bitwise in fp32 in-network), and a routing
-refused on one rank failing the others' forward too.
+masked and auto against full (bitwise in fp32 in-network), a routing
+refused on one rank failing the others' forward too, and the decode step
+(mode="decode").
 
 Tolerances, as max |incmoe - reference| / max |reference| over a rank's
 outputs: fp32 1e-5; fp16 2e-3 and bf16 1.5e-2, about three times the worst
@@ -202,7 +203,8 @@ def auto_body(rank, n, addr, job, slow, want):
         ref = reference_moe(x, ids, w, W13, W2)
         assert (y.double() - ref).abs().max().item() <= 1e-5 * ref.abs().max().item()
         t = layer.last_timing()
-        assert t["measured"] == (12 if step == 0 else 0), t
+        # 12 bulk paths, and the decode step on each algorithm (counts within its capacity).
+        assert t["measured"] == (15 if step == 0 else 0), t
         assert layer.path[0] == want, (layer.path, t)
     layer.close()
     comm.close()
@@ -212,6 +214,53 @@ def auto_body(rank, n, addr, job, slow, want):
 @pytest.mark.parametrize("slow,want", [("inc=10000,a2a=10000", "ring"), ("ring=10000,a2a=10000", "inc")])
 def test_moe_auto_picks_the_faster_path(switch, slow, want):
     run_ranks(auto_body, 4, switch.address, new_job(), slow, want)
+
+
+def decode_body(rank, n, addr, job, algo):
+    """mode="decode": forwards within the decode capacity run the decode step (no count
+    exchange), into out= in place, matching the reference; one over it runs pipelined; a rank
+    that refuses its arguments (counts given) fails the others' decode step too, and the
+    layer carries on."""
+    g = torch.Generator().manual_seed(11)
+    W13 = torch.randn(E, 2 * I, H, generator=g) / H**0.5
+    W2 = torch.randn(E, H, I, generator=g) / I**0.5
+    el = E // n
+    comm = incmoe.Communicator(addr, job, rank, n, algo=algo)
+    layer = incmoe.MoE(comm, E, K, H, I, W13[rank * el : (rank + 1) * el],
+                       W2[rank * el : (rank + 1) * el], mode="decode", max_tokens=16,
+                       decode_tokens=3)
+    assert layer.decode_tokens == 3
+    out = torch.empty(3, H)
+    for step, counts in enumerate(([1, 3, 0, 2][:n], [0, 1, 2, 3][:n], [5, 1, 4, 0][:n])):
+        T = counts[rank]
+        x, ids, w = _inputs(200 + 10 * step + rank, T)
+        y = layer(x, ids, w, counts=counts, out=out[:T] if T <= 3 else None)
+        ref = reference_moe(x, ids, w, W13, W2)
+        if T:
+            assert (y.double() - ref).abs().max().item() <= 1e-5 * ref.abs().max().item()
+        want = "decode" if max(counts) <= 3 else "pipelined"
+        assert layer.last_timing()["mode"] == want, (counts, layer.last_timing())
+        if T and T <= 3:
+            assert y.data_ptr() == out.data_ptr()
+    counts = [2] * n
+    x, ids, w = _inputs(300 + rank, 2)
+    bad = x.double() if rank == n - 1 else x
+    with pytest.raises((ValueError, incmoe.IncmoeError), match="dtype" if rank == n - 1 else "invalid"):
+        layer(bad, ids, w, counts=counts)
+    y = layer(x, ids, w, counts=counts)
+    assert layer.last_timing()["mode"] == "decode"
+    ref = reference_moe(x, ids, w, W13, W2)
+    assert (y.double() - ref).abs().max().item() <= 1e-5 * ref.abs().max().item()
+    with pytest.raises(ValueError, match="decode_tokens"):
+        incmoe.MoE(comm, E, K, H, I, W13[:el], W2[:el], max_tokens=4, decode_tokens=5)
+    layer.close()
+    comm.close()
+
+
+@pytest.mark.expect_errors("a rank refuses its decode step's arguments")
+@pytest.mark.parametrize("algo", ["inc", "a2a"])
+def test_moe_decode_step(switch, algo):
+    run_ranks(decode_body, 4, switch.address, new_job(), algo)
 
 
 def ownership_body(rank, n, addr, job, order):

@@ -1,9 +1,11 @@
 """A sparse block's experts on incmoe.MoE: this rank's E/N of them, every
 rank's tokens through in-network dispatch and combine."""
 
+import torch
+
 from .step import ShardedExperts
 
-# The parts of a baseline-mode forward that are collectives (milliseconds in
+# The parts of a baseline-mode (or decode) forward that are collectives (milliseconds in
 # incmoe.MoE.last_timing()); a pipelined forward overlaps them with the experts.
 _COLLECTIVE_MS = ("exchange_ms", "allgather_ms", "reducescatter_ms", "dispatch_ms", "combine_ms")
 
@@ -16,14 +18,24 @@ class IncmoeExperts(ShardedExperts):
     tokens than the layer's max_tokens on some rank runs as several layer
     calls of at most max_tokens per rank, the same number on every rank
     (the counts are agreed before).
+
+    A decode step (every rank's count within the layer's decode capacity)
+    writes into one output buffer this block keeps, so it allocates nothing
+    per step: the model consumes a block's output (the residual add) before
+    its next step calls the block again.
     """
 
     def __init__(self, step, index, layer):
         super().__init__(step, index, layer.hidden_size, layer.top_k, layer.dtype)
         self.layer = layer
+        self._decode_out = torch.empty(layer.decode_tokens, layer.hidden_size, dtype=layer.dtype)
 
     def _run(self, hidden, ids, weights, counts):
         layer, mt = self.layer, self.layer.max_tokens
+        if max(counts) <= layer.decode_tokens:
+            out = layer(hidden, ids, weights, counts=counts, out=self._decode_out[: hidden.shape[0]])
+            self._note_collectives()
+            return out
         if max(counts) <= mt:
             out = layer(hidden, ids, weights, counts=counts)
             self._note_collectives()
@@ -39,10 +51,10 @@ class IncmoeExperts(ShardedExperts):
 
     def _note_collectives(self):
         """Adds the last layer call's collective time to the step's (baseline
-        mode); a pipelined call marks the step's collectives as overlapped."""
+        mode and the decode step); a pipelined call marks the step's collectives as overlapped."""
         t = self.layer.last_timing()
         step = self._step
-        if t["mode"] == "baseline":
+        if t["mode"] in ("baseline", "decode"):  # their collectives are timed, not overlapped
             step.collective_seconds += sum(t[k] for k in _COLLECTIVE_MS) / 1e3
         else:
             step.collectives_overlapped = True

@@ -22,7 +22,7 @@ from .families import find_blocks
 from .peers import CommPeers
 from .step import ShardedExperts, Step
 
-MODES = ("pipelined", "baseline", "auto")
+MODES = ("pipelined", "baseline", "auto", "decode")
 ROUTINGS = ("full", "masked", "auto")
 
 
@@ -167,9 +167,14 @@ def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=20
     their choices, so the later blocks run that path without measuring and
     the whole model runs one.  It is measured again for token counts past 2x
     of every choice kept (a prefill and the decode steps each keep theirs).
-    So a model's first forward, and its first decode step, cost up to 36 of
+    Where every rank's tokens are within the layers' decode capacity
+    (min(max_tokens, 32)), the decode step on each algorithm is measured too
+    (incmoe.MoE, "The decode step": one low-latency dispatch and combine, no
+    count exchange), and a kept decode choice runs with no exchange at all.
+    So a model's first forward, and its first decode step, cost up to 45 of
     one layer's forwards; every one after runs the fastest path there is.  Or
-    force it: mode "pipelined" or "baseline"; algo "inc", "ring", "a2a" or
+    force it: mode "pipelined" or "baseline", or "decode" (the decode step for
+    every forward within the decode capacity, pipelined above it); algo "inc", "ring", "a2a" or
     None (comm's own algorithm, and nothing else opened on the switch);
     routing "full" (every token to every rank), "masked" (each token only
     to the ranks of its experts: incmoe.MoE's routing-aware dispatch and
