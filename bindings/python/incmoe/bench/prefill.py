@@ -26,6 +26,10 @@ tokens, once per variant:
                incmoe.hf.expert_parallel gives it by default
     inc-auto   the in-network algorithm, mode and routing the layer's choice
     a2a-auto   the a2a algorithm, mode and routing the layer's choice
+    inc-decode the in-network algorithm, mode decode: the layer's decode step for
+               forwards within its capacity (a decode step's), pipelined masked
+               otherwise (the prefill)
+    a2a-decode the same over the a2a algorithm
 
 It reports, per variant, TTFT (one prefill of the batch, the slowest rank's,
 median, min-max and p90 over the timed iterations), prefill tokens/s (N*B*L
@@ -99,6 +103,11 @@ VARIANTS = {
         Variant("a2a-auto", "the a2a algorithm with the layer's measured choice of mode and "
                 "routing (a decode step's: its decode path, where it has one)", "a2a", "auto",
                 "auto"),
+        Variant("inc-decode", "the in-network algorithm, mode decode: the decode step for "
+                "forwards within the layer's capacity, pipelined otherwise", "inc", "decode",
+                "masked"),
+        Variant("a2a-decode", "the a2a algorithm, mode decode: the decode step for forwards "
+                "within the layer's capacity, pipelined otherwise", "a2a", "decode", "masked"),
     )
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
