@@ -153,8 +153,10 @@ static void recv_done(void *request, ucs_status_t status, size_t length, void *u
     (void)length;
     ll_recv_t *rc = user_data;
     incmoe_comm_t *comm = rc->comm;
-    if (comm->freeing || atomic_load(&comm->error) != 0) {
-        free(rc->buf); /* the communicator is going, or failed: nothing lands */
+    if (comm->freeing || comm->algo == NULL || atomic_load(&comm->error) != 0) {
+        /* The communicator is going (its algorithm closed while the receive was in
+           flight), or failed: nothing lands. */
+        free(rc->buf);
     } else if (status != UCS_OK) {
         free(rc->buf);
         client_fail(comm, inc_ucx_status(status), "receiving an LL_FWD failed: %s",

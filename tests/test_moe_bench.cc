@@ -22,6 +22,7 @@
 
 #include "perf_run.h"
 
+using perf_test::describe;
 using perf_test::RunResult;
 
 static const std::string kBench = TOP_BUILDDIR "/tools/incmoe-moe-bench";
@@ -49,12 +50,6 @@ static std::vector<DecodeRow> decode_rows(const std::string &out)
         rows.push_back(r);
     }
     return rows;
-}
-
-static std::string describe(const RunResult &r)
-{
-    return "exit " + std::to_string(r.status) + "\n--- stdout ---\n" + r.out + "--- stderr ---\n" +
-           r.err;
 }
 
 /* N=4, E=k=4, H=64 fp32 (rows of 256 B), T = 1 and 3, baseline ring and in-network. */

@@ -17,16 +17,11 @@
 
 #include "perf_run.h"
 
+using perf_test::describe;
 using perf_test::RunResult;
 
 static const std::string kMpiDc = TOP_BUILDDIR "/tools/mpi_dc";
 static const std::string kPerf = TOP_BUILDDIR "/tools/incmoe-perf";
-
-static std::string describe(const RunResult &r)
-{
-    return "exit " + std::to_string(r.status) + (r.timed_out ? " (timed out)" : "") +
-           "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
-}
 
 static RunResult mpi_dc(int n, const std::vector<std::string> &args)
 {
