@@ -4,9 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static void verdict_set(inc_dc_verdict_t *v, incmoe_status_t status, int rank, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void verdict_set(inc_dc_verdict_t *v, incmoe_status_t status, int rank, const char *fmt, ...)
+void inc_dc_verdict_set(inc_dc_verdict_t *v, incmoe_status_t status, int rank, const char *fmt, ...)
 {
     v->status = status;
     v->rank = rank;
@@ -29,9 +27,9 @@ static int refused(inc_dc_verdict_t *v, const char *stream, uint64_t epoch, int 
 {
     if (why == NULL)
         return 0;
-    verdict_set(v, INCMOE_ERR_INVALID_ARG, r,
-                "%s epoch %llu: rank %d refused its %s arguments: %.*s", stream,
-                (unsigned long long)epoch, r, stream, INCMOE_REFUSAL_MAX - 1, why);
+    inc_dc_verdict_set(v, INCMOE_ERR_INVALID_ARG, r,
+                       "%s epoch %llu: rank %d refused its %s arguments: %.*s", stream,
+                       (unsigned long long)epoch, r, stream, INCMOE_REFUSAL_MAX - 1, why);
     return 1;
 }
 
@@ -52,18 +50,20 @@ void inc_dc_dispatch_verdict(uint64_t epoch, int nranks, const inc_dc_dispatch_i
             return;
     for (int r = 1; r < nranks; r++) {
         if (in[r].row_bytes != in[0].row_bytes) {
-            verdict_set(v, INCMOE_ERR_MISMATCH, r,
-                        "dispatch epoch %llu: rank %d has rows of %llu bytes, rank 0 of %llu", e, r,
-                        (unsigned long long)in[r].row_bytes, (unsigned long long)in[0].row_bytes);
+            inc_dc_verdict_set(
+                v, INCMOE_ERR_MISMATCH, r,
+                "dispatch epoch %llu: rank %d has rows of %llu bytes, rank 0 of %llu", e, r,
+                (unsigned long long)in[r].row_bytes, (unsigned long long)in[0].row_bytes);
             return;
         }
     }
     for (int d = 0; d < nranks; d++) {
         uint64_t rows = inc_dc_rows_to(nranks, in, d);
         if (rows > in[d].capacity) {
-            verdict_set(v, INCMOE_ERR_NO_MEMORY, d,
-                        "dispatch epoch %llu: rank %d would receive %llu rows, capacity %llu", e, d,
-                        (unsigned long long)rows, (unsigned long long)in[d].capacity);
+            inc_dc_verdict_set(
+                v, INCMOE_ERR_NO_MEMORY, d,
+                "dispatch epoch %llu: rank %d would receive %llu rows, capacity %llu", e, d,
+                (unsigned long long)rows, (unsigned long long)in[d].capacity);
             return;
         }
     }
@@ -79,35 +79,37 @@ void inc_dc_combine_verdict(uint64_t epoch, int nranks, const inc_dc_combine_in_
             return;
     for (int r = 1; r < nranks; r++) {
         if (in[r].dispatch_epoch != in[0].dispatch_epoch) {
-            verdict_set(v, INCMOE_ERR_MISMATCH, r,
-                        "combine epoch %llu: rank %d names dispatch epoch %llu, rank 0 dispatch "
-                        "epoch %llu",
-                        e, r, (unsigned long long)in[r].dispatch_epoch,
-                        (unsigned long long)in[0].dispatch_epoch);
+            inc_dc_verdict_set(
+                v, INCMOE_ERR_MISMATCH, r,
+                "combine epoch %llu: rank %d names dispatch epoch %llu, rank 0 dispatch "
+                "epoch %llu",
+                e, r, (unsigned long long)in[r].dispatch_epoch,
+                (unsigned long long)in[0].dispatch_epoch);
             return;
         }
         if (in[r].row_count != in[0].row_count || in[r].dtype != in[0].dtype ||
             in[r].redop != in[0].redop) {
-            verdict_set(v, INCMOE_ERR_MISMATCH, r,
-                        "combine epoch %llu: rank %d has rows of %llu %s (%s), rank 0 of %llu %s "
-                        "(%s)",
-                        e, r, (unsigned long long)in[r].row_count,
-                        incmoe_dtype_name((incmoe_dtype_t)in[r].dtype),
-                        incmoe_redop_name((incmoe_redop_t)in[r].redop),
-                        (unsigned long long)in[0].row_count,
-                        incmoe_dtype_name((incmoe_dtype_t)in[0].dtype),
-                        incmoe_redop_name((incmoe_redop_t)in[0].redop));
+            inc_dc_verdict_set(
+                v, INCMOE_ERR_MISMATCH, r,
+                "combine epoch %llu: rank %d has rows of %llu %s (%s), rank 0 of %llu %s "
+                "(%s)",
+                e, r, (unsigned long long)in[r].row_count,
+                incmoe_dtype_name((incmoe_dtype_t)in[r].dtype),
+                incmoe_redop_name((incmoe_redop_t)in[r].redop), (unsigned long long)in[0].row_count,
+                incmoe_dtype_name((incmoe_dtype_t)in[0].dtype),
+                incmoe_redop_name((incmoe_redop_t)in[0].redop));
             return;
         }
     }
     for (int s = 0; s < nranks; s++) {
         for (int d = 0; d < nranks; d++) {
             if (in[s].sent[d] != in[d].recvd[s]) {
-                verdict_set(v, INCMOE_ERR_MISMATCH, d,
-                            "combine epoch %llu: rank %d gives %u partial rows for rank %d, which "
-                            "sent it %u rows in dispatch epoch %llu",
-                            e, d, in[d].recvd[s], s, in[s].sent[d],
-                            (unsigned long long)in[0].dispatch_epoch);
+                inc_dc_verdict_set(
+                    v, INCMOE_ERR_MISMATCH, d,
+                    "combine epoch %llu: rank %d gives %u partial rows for rank %d, which "
+                    "sent it %u rows in dispatch epoch %llu",
+                    e, d, in[d].recvd[s], s, in[s].sent[d],
+                    (unsigned long long)in[0].dispatch_epoch);
                 return;
             }
         }

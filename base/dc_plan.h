@@ -45,6 +45,10 @@ typedef struct {
     char reason[INC_DC_REASON];
 } inc_dc_verdict_t;
 
+/* Set a failed verdict: its status, the rank at fault and the reason (printf). */
+void inc_dc_verdict_set(inc_dc_verdict_t *v, incmoe_status_t status, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /*
  * The dispatch of epoch from in[0..nranks-1]: INVALID_ARG for the first rank
  * (ascending) that refused, naming its reason (at most INCMOE_REFUSAL_MAX - 1

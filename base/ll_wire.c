@@ -278,18 +278,6 @@ incmoe_status_t inc_wire_ll_parse(const struct inc_wire_hdr *hdr, int nranks, co
     return INCMOE_OK;
 }
 
-static void verdict_set(inc_dc_verdict_t *v, incmoe_status_t status, int rank, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void verdict_set(inc_dc_verdict_t *v, incmoe_status_t status, int rank, const char *fmt, ...)
-{
-    v->status = status;
-    v->rank = rank;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->reason, sizeof(v->reason), fmt, ap);
-    va_end(ap);
-}
-
 /* The first field in which b differs from a (rank 0's), or NULL. */
 static const char *differs(const struct inc_wire_ll *a, const struct inc_wire_ll *b, int combine)
 {
@@ -319,23 +307,24 @@ void inc_wire_ll_verdict(incmoe_stream_t stream, uint64_t epoch, int nranks,
             continue;
         int len = reason[r] != NULL ? (int)d[r].refused : 0;
         if (d[r].status == INCMOE_ERR_NO_MEMORY)
-            verdict_set(v, INCMOE_ERR_NO_MEMORY, r, "%s epoch %llu: %.*s", sname, e, len,
-                        len > 0 ? reason[r] : "");
+            inc_dc_verdict_set(v, INCMOE_ERR_NO_MEMORY, r, "%s epoch %llu: %.*s", sname, e, len,
+                               len > 0 ? reason[r] : "");
         else
-            verdict_set(v, (incmoe_status_t)d[r].status, r,
-                        "%s epoch %llu: rank %d refused its %s arguments: %.*s", sname, e, r, sname,
-                        len, len > 0 ? reason[r] : "");
+            inc_dc_verdict_set(v, (incmoe_status_t)d[r].status, r,
+                               "%s epoch %llu: rank %d refused its %s arguments: %.*s", sname, e, r,
+                               sname, len, len > 0 ? reason[r] : "");
         return;
     }
     for (int r = 1; r < nranks; r++) {
         const char *field = differs(&d[0], &d[r], stream == INCMOE_STREAM_COMBINE);
         if (field != NULL) {
-            verdict_set(v, INCMOE_ERR_MISMATCH, r,
-                        "%s epoch %llu: rank %d's %s differs from rank 0's (max_tokens %llu/%llu, "
-                        "row_bytes %llu/%llu)",
-                        sname, e, r, field, (unsigned long long)d[r].max_tokens,
-                        (unsigned long long)d[0].max_tokens, (unsigned long long)d[r].row_bytes,
-                        (unsigned long long)d[0].row_bytes);
+            inc_dc_verdict_set(
+                v, INCMOE_ERR_MISMATCH, r,
+                "%s epoch %llu: rank %d's %s differs from rank 0's (max_tokens %llu/%llu, "
+                "row_bytes %llu/%llu)",
+                sname, e, r, field, (unsigned long long)d[r].max_tokens,
+                (unsigned long long)d[0].max_tokens, (unsigned long long)d[r].row_bytes,
+                (unsigned long long)d[0].row_bytes);
             return;
         }
     }

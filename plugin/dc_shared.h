@@ -60,6 +60,19 @@ static inline int client_dc_in_set(const client_dc_t *dc, size_t row, int r)
     return (int)((dc->sets[row * dc->words + (size_t)r / 64] >> ((unsigned)r % 64)) & 1u);
 }
 
+/* Does row's set hold a rank other than me (the row crosses the network)? */
+static inline int client_dc_goes_out(const client_dc_t *dc, size_t row, int me)
+{
+    for (size_t w = 0; w < dc->words; w++) {
+        uint64_t bits = dc->sets[row * dc->words + w];
+        if (w == (size_t)me / 64)
+            bits &= ~((uint64_t)1 << ((unsigned)me % 64));
+        if (bits != 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* How a dispatch or combine that failed alone reads later (incmoe_test, incmoe_req_error). */
 typedef struct client_outcome {
     uint64_t epoch;

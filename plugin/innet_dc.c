@@ -47,19 +47,6 @@ static uint64_t nchunks(uint64_t rows, uint64_t per)
     return (rows + per - 1) / per;
 }
 
-/* Does the row's set hold a rank other than this one (it crosses the network)? */
-static int row_goes_out(const client_dc_t *dc, size_t row, int me)
-{
-    for (size_t w = 0; w < dc->words; w++) {
-        uint64_t bits = dc->sets[row * dc->words + w];
-        if (w == (size_t)me / 64)
-            bits &= ~((uint64_t)1 << ((unsigned)me % 64));
-        if (bits != 0)
-            return 1;
-    }
-    return 0;
-}
-
 /* The first position in the block of s whose source row is at least row. */
 static uint64_t block_lower_bound(const client_dc_t *dc, int s, uint64_t row)
 {
@@ -86,7 +73,7 @@ static void dispatch_piece(const incmoe_comm_t *comm, const coll_op_t *op, uint6
     const uint64_t k = dc->nrows - first < per ? dc->nrows - first : per;
     uint64_t net = 0;
     for (uint64_t j = 0; j < k; j++)
-        net += (uint64_t)row_goes_out(dc, (size_t)(first + j), comm->rank);
+        net += (uint64_t)client_dc_goes_out(dc, (size_t)(first + j), comm->rank);
     *p = (dc_piece_t){.h = {.root = (uint32_t)comm->rank,
                             .chunk = (uint32_t)c,
                             .offset = first,
@@ -105,7 +92,7 @@ static void dispatch_fill(const incmoe_comm_t *comm, const coll_op_t *op, const 
     dst += 8 * dc->words * k;
     for (uint64_t j = 0; j < k; j++) {
         size_t row = (size_t)(first + j);
-        if (!row_goes_out(dc, row, comm->rank))
+        if (!client_dc_goes_out(dc, row, comm->rank))
             continue;
         memcpy(dst, op_send_at(op, row * op->row_bytes), op->row_bytes);
         dst += op->row_bytes;
@@ -436,7 +423,7 @@ static uint64_t combine_rows_with_others(const incmoe_comm_t *comm, const coll_o
 {
     uint64_t rows = 0;
     for (uint64_t j = 0; j < k; j++)
-        rows += (uint64_t)row_goes_out(op->dc, (size_t)(first + j), comm->rank);
+        rows += (uint64_t)client_dc_goes_out(op->dc, (size_t)(first + j), comm->rank);
     return rows;
 }
 
@@ -494,7 +481,7 @@ static void fwd_land(incmoe_comm_t *comm, coll_op_t *op, const struct inc_wire_h
         const uint64_t k = op->dc->nrows - first < per ? op->dc->nrows - first : per;
         const char *row = data;
         for (uint64_t j = 0; j < k; j++) {
-            if (!row_goes_out(op->dc, (size_t)(first + j), comm->rank))
+            if (!client_dc_goes_out(op->dc, (size_t)(first + j), comm->rank))
                 continue;
             client_dc_combine_row(comm, op, (size_t)(first + j), row);
             row += op->row_bytes;

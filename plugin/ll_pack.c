@@ -53,19 +53,6 @@ void client_ll_describe(const incmoe_comm_t *comm, const coll_op_t *op, struct i
     d->redop = (uint8_t)op->redop;
 }
 
-/* Does the row's set hold a rank other than this one? */
-static int goes_out(const client_dc_t *dc, size_t row, int me)
-{
-    for (size_t w = 0; w < dc->words; w++) {
-        uint64_t bits = dc->sets[row * dc->words + w];
-        if (w == (size_t)me / 64)
-            bits &= ~((uint64_t)1 << ((unsigned)me % 64));
-        if (bits != 0)
-            return 1;
-    }
-    return 0;
-}
-
 /* Rows (or partials) after the arrays of op's message msg to peer; none when refused. */
 static uint64_t rows_of(const incmoe_comm_t *comm, const coll_op_t *op, unsigned msg, int peer)
 {
@@ -81,7 +68,7 @@ static uint64_t rows_of(const incmoe_comm_t *comm, const coll_op_t *op, unsigned
         return n;
     }
     for (size_t i = 0; i < dc->nrows; i++)
-        n += (uint64_t)goes_out(dc, i, comm->rank);
+        n += (uint64_t)client_dc_goes_out(dc, i, comm->rank);
     return n;
 }
 
@@ -126,7 +113,7 @@ static void fill_rows(const incmoe_comm_t *comm, const coll_op_t *op, int peer, 
     const uint64_t wrb = wire_row_bytes(dc);
     uint32_t k = 0;
     for (size_t i = 0; i < dc->nrows; i++) {
-        if (peer >= 0 ? !client_dc_in_set(dc, i, peer) : !goes_out(dc, i, comm->rank))
+        if (peer >= 0 ? !client_dc_in_set(dc, i, peer) : !client_dc_goes_out(dc, i, comm->rank))
             continue;
         char *row = rows + (size_t)k * wrb;
         memcpy(row, op_send_at(op, i * dc->row_bytes), dc->row_bytes);
