@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "errors_common.h"
+#include "exact_int.h"
 #include "harness.h"
 #include "raw_client.h"
 
@@ -238,67 +239,6 @@ long long partial_val(const Case &c, int d, int s, size_t i, size_t e)
     return is_unsigned ? (long long)(h % 9) : (long long)(h % 9) - 4;
 }
 
-/* fp16 bits of a small integer (|v| < 2048), written out here. */
-uint16_t half_of_int(long long v)
-{
-    if (v == 0)
-        return 0;
-    uint16_t sign = v < 0 ? 0x8000 : 0;
-    unsigned long long a = (unsigned long long)(v < 0 ? -v : v);
-    int e = 63 - __builtin_clzll(a);
-    uint16_t mant = (uint16_t)((a << (10 - e)) & 0x3ff);
-    return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | mant);
-}
-
-/* The bytes of an exact integer value as an element of dtype (integers wrap as the C types
-   do: -1 is all ones). */
-void put_val(incmoe_dtype_t dtype, long long v, void *dst)
-{
-    switch (dtype) {
-    case INCMOE_INT8:
-    case INCMOE_UINT8: {
-        uint8_t x = (uint8_t)v;
-        memcpy(dst, &x, 1);
-        break;
-    }
-    case INCMOE_INT32:
-    case INCMOE_UINT32: {
-        uint32_t x = (uint32_t)v;
-        memcpy(dst, &x, 4);
-        break;
-    }
-    case INCMOE_INT64:
-    case INCMOE_UINT64: {
-        uint64_t x = (uint64_t)v;
-        memcpy(dst, &x, 8);
-        break;
-    }
-    case INCMOE_FLOAT16: {
-        uint16_t x = half_of_int(v);
-        memcpy(dst, &x, 2);
-        break;
-    }
-    case INCMOE_BFLOAT16: {
-        float f = (float)v;
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        uint16_t x = (uint16_t)(u >> 16); /* exact: a small integer needs few mantissa bits */
-        memcpy(dst, &x, 2);
-        break;
-    }
-    case INCMOE_FLOAT32: {
-        float f = (float)v;
-        memcpy(dst, &f, 4);
-        break;
-    }
-    case INCMOE_FLOAT64: {
-        double f = (double)v;
-        memcpy(dst, &f, 8);
-        break;
-    }
-    }
-}
-
 /* What the owner s gets for row i: op over the partials of exactly the ranks in its set
    (zeros for an empty set), as exact integers. */
 std::vector<unsigned char> combined_row(const Case &c, int s, size_t i)
@@ -325,7 +265,7 @@ std::vector<unsigned char> combined_row(const Case &c, int s, size_t i)
             any = true;
         }
         if (any)
-            put_val(c.dtype, acc, &out[e * esize]);
+            exact_int::put(c.dtype, acc, &out[e * esize]);
     }
     return out;
 }
@@ -473,8 +413,8 @@ std::string run_combine(incmoe_comm_t *comm, const Case &c, int me, Buffers &b,
     b.part.assign(std::max<size_t>(1, got.size() * pb), 0);
     for (size_t k = 0; k < got.size(); k++)
         for (size_t e = 0; e < c.row_count; e++)
-            put_val(c.dtype, partial_val(c, me, (int)got[k].first, got[k].second, e),
-                    &b.part[k * pb + e * esize]);
+            exact_int::put(c.dtype, partial_val(c, me, (int)got[k].first, got[k].second, e),
+                           &b.part[k * pb + e * esize]);
     b.out.assign((c.rows[me] + kGuardRows) * pb, kCanary);
     CHECK_OK(incmoe_mem_register(comm, b.part.data(), b.part.size(), &b.m_part));
     CHECK_OK(incmoe_mem_register(comm, b.out.data(), b.out.size(), &b.m_out));

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "exact_int.h"
 #include "harness.h"
 
 extern "C" {
@@ -120,41 +121,6 @@ long long partial_val(const LlCase &c, int d, int s, size_t i, int x, size_t e)
     return is_unsigned ? (long long)(h % 5) : (long long)(h % 5) - 2;
 }
 
-/* fp16 bits of a small integer (|v| < 2048). */
-uint16_t half_of_int(long long v)
-{
-    if (v == 0)
-        return 0;
-    uint16_t sign = v < 0 ? 0x8000 : 0;
-    unsigned long long a = (unsigned long long)(v < 0 ? -v : v);
-    int e = 63 - __builtin_clzll(a);
-    return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | (uint16_t)((a << (10 - e)) & 0x3ff));
-}
-
-/* The bytes of an exact integer as an element of dtype (integers wrap as the C types do). */
-void put_val(incmoe_dtype_t dtype, long long v, void *dst)
-{
-    if (dtype == INCMOE_FLOAT16) {
-        uint16_t x = half_of_int(v);
-        memcpy(dst, &x, 2);
-    } else if (dtype == INCMOE_BFLOAT16) {
-        float f = (float)v;
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        uint16_t x = (uint16_t)(u >> 16);
-        memcpy(dst, &x, 2);
-    } else if (dtype == INCMOE_FLOAT32) {
-        float f = (float)v;
-        memcpy(dst, &f, 4);
-    } else if (dtype == INCMOE_FLOAT64) {
-        double f = (double)v;
-        memcpy(dst, &f, 8);
-    } else {
-        uint64_t x = (uint64_t)v; /* little-endian: the low bytes are the narrower type's */
-        memcpy(dst, &x, incmoe_dtype_size(dtype));
-    }
-}
-
 /* What owner s gets for row i: op over every partial given for it (by source, one per rank
    of its set; by expert, one per local expert each holder's row names), as exact integers;
    zeros when none. */
@@ -181,7 +147,7 @@ std::vector<unsigned char> combined_row(const LlCase &c, int s, size_t i)
                   : c.op == INCMOE_PROD ? acc * vals[k]
                   : c.op == INCMOE_MAX  ? std::max(acc, vals[k])
                                         : std::min(acc, vals[k]);
-        put_val(c.dtype, acc, &out[e * esize]);
+        exact_int::put(c.dtype, acc, &out[e * esize]);
     }
     return out;
 }
@@ -384,8 +350,8 @@ std::string run_combine(incmoe_comm_t *comm, const LlCase &c, int me, Buffers &b
         int x = c.by_expert ? c.locals(me)[j] : -1;
         for (size_t k = 0; k < got.size(); k++)
             for (size_t e = 0; e < c.row_count; e++)
-                put_val(c.dtype, partial_val(c, me, (int)got[k].first, got[k].second, x, e),
-                        &b.part[(j * c.region_rows() + k) * pb + e * esize]);
+                exact_int::put(c.dtype, partial_val(c, me, (int)got[k].first, got[k].second, x, e),
+                               &b.part[(j * c.region_rows() + k) * pb + e * esize]);
     }
     b.out.assign((c.rows[me] + kGuardRows) * pb, kCanary);
     CHECK_OK(incmoe_mem_register(comm, b.part.data(), b.part.size(), &b.m_part));

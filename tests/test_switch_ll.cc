@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "errors_common.h"
+#include "exact_int.h"
 #include "harness.h"
 #include "raw_client.h"
 
@@ -457,48 +458,6 @@ long long small_int(const CombineCase &cc, int d, int o, size_t j, size_t e)
     return uns ? (long long)(h % 9) : (long long)(h % 9) - 4;
 }
 
-/* fp16 bits of a small integer (|v| < 2048), written out here. */
-uint16_t half_of_int(long long v)
-{
-    if (v == 0)
-        return 0;
-    uint16_t sign = v < 0 ? 0x8000 : 0;
-    unsigned long long a = (unsigned long long)(v < 0 ? -v : v);
-    int e = 63 - __builtin_clzll(a);
-    uint16_t mant = (uint16_t)((a << (10 - e)) & 0x3ff);
-    return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | mant);
-}
-
-void store_int(incmoe_dtype_t t, long long v, void *dst)
-{
-    switch (t) {
-    case INCMOE_INT8:
-    case INCMOE_UINT8:
-        *(uint8_t *)dst = (uint8_t)v;
-        break;
-    case INCMOE_INT32:
-    case INCMOE_UINT32:
-        *(uint32_t *)dst = (uint32_t)v;
-        break;
-    case INCMOE_INT64:
-    case INCMOE_UINT64:
-        *(uint64_t *)dst = (uint64_t)v;
-        break;
-    case INCMOE_FLOAT16:
-        *(uint16_t *)dst = half_of_int(v);
-        break;
-    case INCMOE_FLOAT32:
-        *(float *)dst = (float)v;
-        break;
-    case INCMOE_FLOAT64:
-        *(double *)dst = (double)v;
-        break;
-    case INCMOE_BFLOAT16:
-        *(uint16_t *)dst = bf16_of((float)v);
-        break;
-    }
-}
-
 /* Send every rank's combine LL and check the owners' results against ref. */
 void run_combine(
     Ranks &rk, const CombineCase &cc, uint64_t epoch,
@@ -525,7 +484,7 @@ TEST_F(SwitchLL, CombineReducesEveryTypeAndOperationAsTheReferenceFolds)
             cc.op = (incmoe_redop_t)op;
             cc.owners = make_dispatch(4, {3, 5, 0, 6}, 8, (unsigned)(t * 4 + op));
             cc.value = [&cc](int d, int o, size_t j, size_t e, void *dst) {
-                store_int(cc.dtype, small_int(cc, d, o, j, e), dst);
+                exact_int::put(cc.dtype, small_int(cc, d, o, j, e), dst);
             };
             run_combine(rk, cc, epoch++,
                         [&cc](int o, size_t j, size_t e, const std::vector<int> &ds, void *want) {
@@ -537,7 +496,7 @@ TEST_F(SwitchLL, CombineReducesEveryTypeAndOperationAsTheReferenceFolds)
                                       : cc.op == INCMOE_MAX  ? std::max(acc, x)
                                                              : std::min(acc, x);
                             }
-                            store_int(cc.dtype, acc, want);
+                            exact_int::put(cc.dtype, acc, want);
                         });
         }
     }
