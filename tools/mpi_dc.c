@@ -32,6 +32,7 @@
 
 #include <mpi.h>
 
+#include "dc_columns.h"
 #include "route.h"
 
 typedef struct {
@@ -322,20 +323,8 @@ static void print_header(const dc_t *dc)
            inc_placement_names[o->route.placement], (unsigned long long)o->route.seed);
     printf("# rows/bytes: per step, of the network only (own rows stay local), as incmoe-perf "
            "counts a2a; busbw = the busiest rank and direction's bytes / time\n");
-    if (o->link_mbps > 0)
-        printf("# link %.0f Mbit/s per direction; bound = the busiest rank and direction's bytes "
-               "/ link rate\n",
-               o->link_mbps);
     printf("# time: the median over the timed steps of the slowest rank's step\n");
-    printf("#\n#%11s %12s %8s %6s %11s %8s %8s %8s %10s %10s %12s %12s", "size", "count", "type",
-           "redop", "time", "algbw", "busbw", "#wrong", "rows-out", "rows-in", "up", "down");
-    if (o->link_mbps > 0)
-        printf(" %11s %7s", "bound", "t/bound");
-    printf("\n#%11s %12s %8s %6s %11s %8s %8s %8s %10s %10s %12s %12s", "(B)", "(elements)", "", "",
-           "(us)", "(GB/s)", "(GB/s)", "", "(max)", "(max)", "(B, max)", "(B, max)");
-    if (o->link_mbps > 0)
-        printf(" %11s %7s", "(us)", "");
-    printf("\n");
+    dc_print_columns(o->link_mbps);
 }
 
 /* Rank 0's row from the slowest rank's step times (steps[]) and every rank's wrong count. */

@@ -2,7 +2,7 @@
 # Included by tools/Makefile.am.
 
 bin_PROGRAMS += incmoe-perf
-incmoe_perf_SOURCES = perf.c perf.h perf_dc.c
+incmoe_perf_SOURCES = perf.c perf.h perf_dc.c dc_columns.c dc_columns.h
 # Embedded runs start incmoe-switchd found by inc_switchd_find() (INCMOE_SWITCHD, beside
 # the program, or the build tree relative to it).
 incmoe_perf_CPPFLAGS = $(INCMOE_CPPFLAGS)
@@ -27,8 +27,10 @@ if HAVE_MPI
 noinst_DATA = mpi_agrs mpi_dc
 mpi_agrs: $(srcdir)/mpi_agrs.c
 	$(AM_V_CC)$(MPICC) $(filter-out $(SAN_FLAGS),$(AM_CFLAGS)) $(CFLAGS) -o $@ $(srcdir)/mpi_agrs.c
-mpi_dc: $(srcdir)/mpi_dc.c $(srcdir)/route.c $(srcdir)/route.h
+mpi_dc: $(srcdir)/mpi_dc.c $(srcdir)/route.c $(srcdir)/route.h $(srcdir)/dc_columns.c \
+		$(srcdir)/dc_columns.h
 	$(AM_V_CC)$(MPICC) $(filter-out $(SAN_FLAGS),$(AM_CFLAGS)) $(CFLAGS) -I$(top_srcdir)/include \
-		-I$(top_builddir)/include/incmoe -o $@ $(srcdir)/mpi_dc.c $(srcdir)/route.c -lm
+		-I$(top_builddir)/include/incmoe -o $@ $(srcdir)/mpi_dc.c $(srcdir)/route.c \
+		$(srcdir)/dc_columns.c -lm
 CLEANFILES += mpi_agrs mpi_dc
 endif

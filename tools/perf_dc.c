@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dc_columns.h"
 #include "perf.h"
 
 #include "base/clock.h"
@@ -79,19 +80,7 @@ void dc_print_header(const opts_t *o)
            "# row carries its %zu-byte set up (dispatch, combine) and down (dispatch), as\n"
            "# incmoe-model counts it; busbw = the busiest rank and direction's bytes / time\n",
            8 * (size_t)INCMOE_SET_WORDS(o->nranks));
-    if (o->link_mbps > 0)
-        printf("# link %.0f Mbit/s per direction; bound = the busiest rank and direction's bytes "
-               "/ link rate\n",
-               o->link_mbps);
-    printf("#\n#%11s %12s %8s %6s %11s %8s %8s %8s %10s %10s %12s %12s", "size", "count", "type",
-           "redop", "time", "algbw", "busbw", "#wrong", "rows-out", "rows-in", "up", "down");
-    if (o->link_mbps > 0)
-        printf(" %11s %7s", "bound", "t/bound");
-    printf("\n#%11s %12s %8s %6s %11s %8s %8s %8s %10s %10s %12s %12s", "(B)", "(elements)", "", "",
-           "(us)", "(GB/s)", "(GB/s)", "", "(max)", "(max)", "(B, max)", "(B, max)");
-    if (o->link_mbps > 0)
-        printf(" %11s %7s", "(us)", "");
-    printf("\n");
+    dc_print_columns(o->link_mbps);
     fflush(stdout);
 }
 

@@ -1,0 +1,13 @@
+/*
+ * dc_columns.h - the column heads of a dispatch/combine table, as incmoe-perf
+ * prints them (tools/perf_dc.c) and mpi_dc, its OpenMPI reference, prints
+ * them too, so that one reader (tools/incmoe-model, BENCHMARKS) takes both.
+ */
+#ifndef INCMOE_TOOLS_DC_COLUMNS_H
+#define INCMOE_TOOLS_DC_COLUMNS_H
+
+/* The link line (when link_mbps > 0) and the two heading lines, bound and t/bound among them
+   when link_mbps > 0. */
+void dc_print_columns(double link_mbps);
+
+#endif
