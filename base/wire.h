@@ -370,8 +370,12 @@
  *              as the switch does, its own partial last.  Each takes max(1,
  *              ceil(length / chunk_size)) of the sender's credits toward that
  *              rank and stream (JOIN_ACK's credits), which PEER_CREDIT returns
- *              once the receiver landed it; a message that would take more
- *              than credits is never sent (the rank refuses instead).
+ *              once the receiver's collective decided (every other rank's
+ *              PEER_LL came); a rank sends a collective's PEER_LLs only
+ *              while its credits of the stream toward every rank are back
+ *              (but those the collective took), and a message that would
+ *              take more than credits is never sent (the rank refuses
+ *              instead).
  *              PEER_CREDIT, on the PEER_LL's stream, returns them.
  * The switch counts each job's messages per stream and direction (trips) and
  * logs them at info when the job ends, so a test can count a decode step's:

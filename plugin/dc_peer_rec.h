@@ -43,7 +43,8 @@ typedef struct client_dcp_rec {
     uint32_t *cnt;              /* [nchunks * nranks] rows of chunk c whose set holds d */
     client_dcp_chunk_t *chunks; /* [nchunks] */
     int ll;                     /* the low-latency form (ll_peer.c): sent[r] is 1 once its
-                                   PEER_LL to r went, decided once every other rank's came */
+                                   PEER_LL to r went, cursor[r] the credits r's took (returned
+                                   once decided), decided once every other rank's came */
 } client_dcp_rec_t;
 
 typedef struct client_dcp_recv client_dcp_recv_t;
