@@ -92,6 +92,19 @@ static void in_release(coll_item_t *ci)
     free(in);
 }
 
+/* The per-rank arrays and the collective itself (NULL, or arrays not made yet: nothing). */
+static void coll_free_arrays(ll_coll_t *lc)
+{
+    if (lc == NULL)
+        return;
+    free(lc->in);
+    free(lc->buf);
+    free(lc->len);
+    free(lc->credits);
+    free(lc->v);
+    free(lc);
+}
+
 static void coll_release(coll_item_t *ci)
 {
     ll_coll_t *lc = (ll_coll_t *)ci;
@@ -99,12 +112,7 @@ static void coll_release(coll_item_t *ci)
     for (int r = 0; r < job->nranks; r++)
         job_free_mem(job->members, job, lc->buf[r], lc->len[r]);
     job_free_mem(job->members, job, lc->offset, lc->offset_mem);
-    free(lc->in);
-    free(lc->buf);
-    free(lc->len);
-    free(lc->credits);
-    free(lc->v);
-    free(lc);
+    coll_free_arrays(lc);
 }
 
 /* The collective is going: its LLs leave it (a dispatch's lives on while its forwards go), and
@@ -154,14 +162,7 @@ static ll_coll_t *ll_state(membership_t *m, job_t *job, coll_t *c, int me)
     }
     if (lc == NULL || lc->in == NULL || lc->buf == NULL || lc->len == NULL || lc->credits == NULL ||
         lc->v == NULL) {
-        if (lc != NULL) {
-            free(lc->in);
-            free(lc->buf);
-            free(lc->len);
-            free(lc->credits);
-            free(lc->v);
-        }
-        free(lc);
+        coll_free_arrays(lc);
         job_fail(m, job, INCMOE_ERR_NO_MEMORY, me, "switch out of memory");
         return NULL;
     }

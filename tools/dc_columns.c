@@ -19,3 +19,15 @@ void dc_print_columns(double link_mbps)
         printf(" %11s %7s", "(us)", "");
     printf("\n");
 }
+
+void dc_print_bound(double link_mbps, double busiest_bytes, double t_us)
+{
+    if (link_mbps <= 0)
+        return;
+    double bound_us = busiest_bytes * 8.0 / link_mbps; /* Mbit/s is bits per us */
+    printf(" %11.1f", bound_us);
+    if (bound_us > 0)
+        printf(" %7.3f", t_us / bound_us);
+    else
+        printf(" %7s", "N/A");
+}

@@ -10,4 +10,8 @@
    when link_mbps > 0. */
 void dc_print_columns(double link_mbps);
 
+/* A row's bound and t/bound columns (when link_mbps > 0): busiest_bytes, the busiest rank and
+   direction's, at the link rate, and t_us against it. */
+void dc_print_bound(double link_mbps, double busiest_bytes, double t_us);
+
 #endif

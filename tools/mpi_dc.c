@@ -346,14 +346,7 @@ static void print_row(const dc_t *dc, double *steps, long long wrong)
     printf(" %11.0f %12zu %8s %6s %11.1f %8.4f %8.4f %8lld %10llu %10llu %12.0f %12.0f", size,
            dc->T * dc->H, "float", "sum", t_us, size / t_us * 1e-3, busiest / t_us * 1e-3, wrong,
            (unsigned long long)most[0], (unsigned long long)most[1], most[0] * rb, most[1] * rb);
-    if (o->link_mbps > 0) {
-        double bound_us = busiest * 8 / o->link_mbps; /* Mbit/s is bits per us */
-        printf(" %11.1f", bound_us);
-        if (bound_us > 0)
-            printf(" %7.3f", t_us / bound_us);
-        else
-            printf(" %7s", "N/A");
-    }
+    dc_print_bound(o->link_mbps, busiest, t_us);
     printf("\n# mean step %.1f us (incmoe-perf's time is a mean); min %.1f, max %.1f us\n",
            mean * 1e6, steps[0] * 1e6, steps[o->iters - 1] * 1e6);
     printf("# errors: %lld\n", wrong);

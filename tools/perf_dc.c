@@ -436,14 +436,7 @@ static double print_row(const dc_t *dc, uint64_t t_ns, uint64_t wrong)
         printf(" %8s", "N/A");
     printf(" %10" PRIu64 " %10" PRIu64 " %12" PRIu64 " %12" PRIu64, most.rows_up, most.rows_down,
            most.up, most.down);
-    if (o->link_mbps > 0) {
-        double bound_us = busiest * 8.0 / o->link_mbps; /* Mbit/s is bits per us */
-        printf(" %11.1f", bound_us);
-        if (bound_us > 0)
-            printf(" %7.3f", t_us / bound_us);
-        else
-            printf(" %7s", "N/A");
-    }
+    dc_print_bound(o->link_mbps, (double)busiest, t_us);
     printf("\n");
     for (int r = 0; r < n; r++) {
         traffic_t t = traffic_of(dc, r);
