@@ -431,6 +431,12 @@ ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request
     return st;
 }
 
+ucs_status_t inc_ucx_worker_settle(inc_ucx_node_t *node, int timeout_ms)
+{
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    return inc_ucx_request_wait(node, ucp_worker_flush_nbx(node->worker, &param), timeout_ms);
+}
+
 /* Close ep with the given flags and progress until UCX is done with it, at most timeout_ms. */
 static ucs_status_t ep_close_wait(inc_ucx_node_t *node, ucp_ep_h ep, unsigned flags, int timeout_ms)
 {

@@ -70,6 +70,12 @@ int inc_ucx_node_wait(inc_ucx_node_t *node, int extra_fd, int timeout_ms);
 /* Drive a request to completion (bounded by timeout_ms); frees it. */
 ucs_status_t inc_ucx_request_wait(inc_ucx_node_t *node, ucs_status_ptr_t request, int timeout_ms);
 
+/* Flushes the worker: what UCX itself still has to send on any endpoint (a wire-up reply to a
+   peer that connected last) goes out or fails, within timeout_ms.  Call it before
+   ucp_worker_destroy: UCX 1.13 aborts on an assertion when its worker goes with a wire-up reply
+   still pending (the assertion was removed upstream, openucx/ucx pull request 8175). */
+ucs_status_t inc_ucx_worker_settle(inc_ucx_node_t *node, int timeout_ms);
+
 /*
  * Close an endpoint so that no request is left queued on it (UCX's worker
  * destroy aborts on one).  Graceful: flush, then close, each bounded by

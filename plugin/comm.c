@@ -214,6 +214,7 @@ static void comm_free(incmoe_comm_t *comm)
         if (comm->worker_addr != NULL)
             ucp_worker_release_address(comm->node.worker, comm->worker_addr);
         comm->worker_addr = NULL;
+        inc_ucx_worker_settle(&comm->node, client_close_bound_ms(comm));
         ucp_worker_destroy(comm->node.worker);
         comm->node.worker = NULL;
     }

@@ -20,7 +20,18 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/ucx_util.h"
+
+#define SUBSYS "switch"
+
+/* Keep the longest time the loop spent on k in one go, from since to now. */
+static void note_step(parent_link_t *k, double since)
+{
+    double took = inc_now_s() - since;
+    if (took > k->longest_step)
+        k->longest_step = took;
+}
 
 /* Fail a link that could not start; done runs before the caller returns. */
 static void start_failed(parent_links_t *l, switch_parent_cb_t done, void *arg, incmoe_status_t st,
@@ -35,6 +46,7 @@ static void start_failed(parent_links_t *l, switch_parent_cb_t done, void *arg, 
 void parent_link_start(parent_links_t *l, uint64_t job, switch_parent_cb_t done, void *arg)
 {
     const switch_settings_t *set = l->set;
+    const double started = inc_now_s();
     struct sockaddr_storage ss;
     socklen_t sslen;
     if (inc_ucx_parse_hostport(set->parent, &ss, &sslen, 0) != INCMOE_OK) {
@@ -63,7 +75,9 @@ void parent_link_start(parent_links_t *l, uint64_t job, switch_parent_cb_t done,
     }
     int ms = set->timeout_ms < 5000 ? set->timeout_ms : 5000;
     k->deadline_ms = ms > 100 ? ms : 100;
-    k->deadline = inc_now_s() + k->deadline_ms / 1000.0;
+    k->deadline = started + k->deadline_ms / 1000.0;
+    k->started = started;
+    note_step(k, started);
     k->events = POLLOUT;
     k->job = job;
     k->done = done;
@@ -123,6 +137,7 @@ static void link_finish(parent_links_t *l, parent_link_t *k, incmoe_status_t st)
 {
     char why[1024];
     conn_t *conn = NULL;
+    const double since = inc_now_s();
     close(k->fd);
     if (st == INCMOE_OK && (conn = l->finish(l->server, &k->boot, k->job)) == NULL) {
         st = INCMOE_ERR_UNREACHABLE;
@@ -132,6 +147,14 @@ static void link_finish(parent_links_t *l, parent_link_t *k, incmoe_status_t st)
                  incmoe_strerror(st));
     }
     inc_boot_clear(&k->boot);
+    note_step(k, since);
+    /* What issue 30 asks of a join: how long the loop stopped serving other jobs for it (the
+       link's own work, not the time the loop waited for a CPU between its passes). */
+    log_info(SUBSYS,
+             "job %llu: the link to the parent switch %s %s after %.1f ms; the longest "
+             "the loop spent on it in one go: %.3f ms",
+             (unsigned long long)k->job, l->set->parent, conn != NULL ? "is up" : "failed",
+             (inc_now_s() - k->started) * 1e3, k->longest_step * 1e3);
     switch_parent_cb_t done = k->done;
     void *arg = k->arg;
     free(k);
@@ -148,7 +171,9 @@ void parent_links_service(parent_links_t *l, const struct pollfd *fds, int n)
     for (parent_link_t **pp = &l->head; *pp != NULL; i++) {
         parent_link_t *k = *pp;
         short revents = i < n ? fds[i].revents : 0;
+        const double since = inc_now_s();
         incmoe_status_t st = link_step(k, revents, now);
+        note_step(k, since);
         if (st == INCMOE_IN_PROGRESS) {
             pp = &k->next;
             continue;

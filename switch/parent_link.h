@@ -28,6 +28,8 @@ typedef struct parent_link {
     switch_parent_cb_t done;
     void *arg;
     inc_boot_t boot;
+    double started;      /* when the link was asked for */
+    double longest_step; /* the longest the loop spent on this link in one go, seconds */
 } parent_link_t;
 
 typedef struct {

@@ -8,12 +8,14 @@ ranks on the child, a job wholly beneath it, running small AllReduces back to
 back and timing each.  Once A runs, the root is stopped (SIGSTOP: the kernel
 still accepts its TCP connections, nothing answers the handshake) and job B's
 rank joins the child, which must open a link to the root for B.  Printed: the
-longest of A's AllReduces while B's link waits, against the median before.
+longest of A's AllReduces while B's link waits, against the median before, and
+(once the root goes on and B's link is up) the child's own figure from its log:
+the longest the loop spent on B's link in one go.
 
 usage: join_stall.py SWITCHD [SECONDS [control]]   (INCMOE_BUILD_DIR: the libraries)
 control: the same run with nobody joining (the loop's own noise).
 """
-import json, os, signal, subprocess, sys, time
+import json, os, re, signal, subprocess, sys, tempfile, time
 
 SWITCHD = sys.argv[1]
 WINDOW = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
@@ -57,17 +59,18 @@ except Exception as e:
 """ % PY
 
 
-def switchd(*args):
+def switchd(*args, log=None):
     p = subprocess.Popen([SWITCHD, "--listen", "127.0.0.1:0", "--timeout-ms", "60000",
-                          "--log-level", "warn"] + list(args),
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                          "--log-level", "info" if log else "warn"] + list(args),
+                         stdout=subprocess.PIPE, stderr=log or subprocess.DEVNULL, text=True)
     line = p.stdout.readline().split()
     return p, line[-1]
 
 
 def main():
     root, raddr = switchd()
-    child, caddr = switchd("--parent", raddr)
+    child_log = tempfile.TemporaryFile(mode="w+")
+    child, caddr = switchd("--parent", raddr, log=child_log)
     procs = [root, child]
     try:
         ranks = [subprocess.Popen([sys.executable, "-c", RANK, caddr, "1", str(r), "2"],
@@ -96,13 +99,26 @@ def main():
         out = [json.loads(p.stdout.readlines()[-1]) for p in ranks]
         for p in ranks:
             p.wait(30)
+        # The root goes on, so B's link comes up and the child says how long the loop spent on
+        # the link in one go: the join's own share of any stall, apart from CPU waits.
+        os.kill(root.pid, signal.SIGCONT)
+        longest = None
+        for _ in range(100):
+            child_log.seek(0)
+            m = re.search(r"the longest the loop spent on it in one go: ([0-9.]+) ms",
+                          child_log.read())
+            if m or not JOIN_B:
+                longest = float(m.group(1)) if m else None
+                break
+            time.sleep(0.1)
         lat = sorted(out[0] + out[1])
         before = sorted(l for t, l in lat if t < t_join)
         during = [l for t, l in lat if t >= t_join]
         print(json.dumps({"switchd": SWITCHD, "b_joins": JOIN_B, "ops_before": len(before),
                           "median_before_ms": 1000 * before[len(before) // 2],
                           "ops_during": len(during),
-                          "max_during_ms": 1000 * max(during) if during else None}))
+                          "max_during_ms": 1000 * max(during) if during else None,
+                          "child_longest_link_step_ms": longest}))
     finally:
         try:
             os.kill(root.pid, signal.SIGCONT)
