@@ -69,6 +69,7 @@ void replica_choose(const incmoe_moe_placement_t *p, const int32_t *ids, int k, 
 void replica_choose_all(const incmoe_moe_placement_t *p, int N, const int *counts,
                         const int32_t *ids, int k, int64_t *load, int32_t *out)
 {
+    int32_t scratch[INCMOE_MOE_MAX_TOPK];
     int most = 0;
     for (int r = 0; r < N; r++)
         most = counts[r] > most ? counts[r] : most;
@@ -79,7 +80,7 @@ void replica_choose_all(const incmoe_moe_placement_t *p, int N, const int *count
             if (t >= counts[r])
                 continue;
             size_t row = (first + (size_t)t) * (size_t)k;
-            replica_choose(p, ids + row, k, r, load, out + row);
+            replica_choose(p, ids + row, k, r, load, out != NULL ? out + row : scratch);
         }
     }
 }

@@ -29,7 +29,8 @@ void replica_choose(const incmoe_moe_placement_t *p, const int32_t *ids, int k, 
 
 /*
  * replica_choose over one forward's tokens: counts[N] tokens per rank, ids [sum of counts][k]
- * every rank's tokens in rank order (rank 0's first), out the same shape.  The tokens are
+ * every rank's tokens in rank order (rank 0's first), out the same shape (NULL: only load is
+ * wanted).  The tokens are
  * taken round-robin over the ranks (token 0 of ranks 0 .. N-1, then token 1 of each, ...),
  * so no rank's tokens see all the others' load before theirs.  load[N] is zeroed first and
  * ends as the rows each rank receives.
