@@ -439,10 +439,13 @@ typedef enum {
  * step tries every replica of an expert held by a busiest rank onto every
  * rank with a free slot, replays the sample through the rule, and keeps the
  * one that most lowers the ranks' rows compared busiest first (the maximum,
- * then the next, ...; the lowest expert, then rank, of equals); it stops when
- * no slot is left or no replica lowers them, so a slot may stay empty.  The
- * replay sees which experts a rank's tokens pick together, so a replica lands
- * where the tokens that need it already go.  INCMOE_ERR_INVALID_ARG with the
+ * then the next, ...; the lowest expert, then rank, of equals), until no slot
+ * is left or no replica lowers them (a slot may stay empty); then each replica
+ * in turn is taken out and the best one put back where that lowers the rows
+ * (up to 8 passes, the greedy refilling freed slots).  The replay sees which
+ * experts a rank's tokens pick together, so a replica lands where the tokens
+ * that need it already go.  Each step replays the sample about (E/N + extra)
+ * x N times: E=64, k=8, N=16, 4,096 tokens take about half a CPU second.  INCMOE_ERR_INVALID_ARG with the
  * reason in why[0 .. why_len) (why may be NULL) for a bad sample or
  * extra_slots, INCMOE_ERR_NO_MEMORY when its scratch (E * N bytes and a
  * few arrays of N) could not be allocated; nothing is written then.
