@@ -445,10 +445,11 @@ typedef enum {
  * (up to 8 passes, the greedy refilling freed slots).  The replay sees which
  * experts a rank's tokens pick together, so a replica lands where the tokens
  * that need it already go.  Each step replays the sample about (E/N + extra)
- * x N times: E=64, k=8, N=16, 4,096 tokens take about half a CPU second.  INCMOE_ERR_INVALID_ARG with the
- * reason in why[0 .. why_len) (why may be NULL) for a bad sample or
- * extra_slots, INCMOE_ERR_NO_MEMORY when its scratch (E * N bytes and a
- * few arrays of N) could not be allocated; nothing is written then.
+ * x N times: E=64, k=8, N=16, 4,096 tokens take about half a CPU second.
+ * INCMOE_ERR_INVALID_ARG with the reason in why[0 .. why_len) (why may be
+ * NULL) for a bad sample, extra_slots or a NULL array, INCMOE_ERR_NO_MEMORY
+ * when its scratch (E * N bytes and a few arrays of N) could not be
+ * allocated; offsets and ranks are not written then.
  */
 incmoe_status_t incmoe_moe_placement_choose(const incmoe_moe_routing_sample_t *sample,
                                             int extra_slots, int *offsets, int *ranks, char *why,
