@@ -40,9 +40,9 @@ test_moe_decode_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_decode_LDADD = $(MOE_TEST_LIBS)
 # Choosing a placement with replicas: the per-token rule (compiled in: the library hides it),
 # the rows, the chooser against EPLB's greedy on incmoe-moe-bench's routing (both tools'
-# files compiled in).
-test_moe_placement_SOURCES = test_moe_placement.cc ../moe/replica_choice.c ../tools/eplb.c \
-	../tools/moe_bench_data.c
+# files compiled in), and incmoe-replica-rows run as a user runs it.
+test_moe_placement_SOURCES = test_moe_placement.cc test_perf_run.cc perf_run.h \
+	../moe/replica_choice.c ../tools/eplb.c ../tools/moe_bench_data.c
 test_moe_placement_CPPFLAGS = $(MOE_TEST_CPPFLAGS) -I$(top_srcdir)/tools
 test_moe_placement_LDADD = $(MOE_TEST_LIBS) -lm
 test_moe_errors_SOURCES = test_moe_errors.cc moe_ref.cc moe_ref.h

@@ -10,10 +10,13 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "perf_run.h"
 
 extern "C" {
 #include "eplb.h"
@@ -324,29 +327,71 @@ Placement room(int E, int cap)
 
 } // namespace
 
-/* Issue 29's comparison (tools/replica_rows.c prints it): placements chosen on one sample,
-   measured on another; the chooser with the per-token rule receives no more rows on its
-   busiest rank than EPLB's placement with a static split, and fewer than no replicas. */
+namespace
+{
+
+/* incmoe-replica-rows's columns for N ranks, computed here: the busiest rank's rows with no
+   replicas, EPLB static and per-token, ours static and per-token; chosen on the sample of
+   seed 1, measured on that of seed 2. */
+std::vector<int64_t> columns(int E, int k, int N, int T, int extra)
+{
+    Sample c = bench_sample(E, k, N, T, 1.0, 1), m = bench_sample(E, k, N, T, 1.0, 2);
+    auto cv = c.view();
+    Placement ours = room(E, E + N * extra), eplb = room(E, E + N * extra);
+    char why[256] = "";
+    EXPECT_EQ(INCMOE_OK, incmoe_moe_placement_choose(&cv, extra, ours.offsets.data(),
+                                                     ours.ranks.data(), why, sizeof(why)))
+        << why;
+    std::vector<int64_t> load(E);
+    eplb_expert_load(&cv, load.data());
+    EXPECT_EQ(0, eplb_place(load.data(), E, N, extra, eplb.offsets.data(), eplb.ranks.data()));
+    return {busiest(rows_of(m, Placement(home(E, N)), INCMOE_MOE_SPLIT_PER_TOKEN)),
+            busiest(rows_of(m, eplb, INCMOE_MOE_SPLIT_STATIC)),
+            busiest(rows_of(m, eplb, INCMOE_MOE_SPLIT_PER_TOKEN)),
+            busiest(rows_of(m, ours, INCMOE_MOE_SPLIT_STATIC)),
+            busiest(rows_of(m, ours, INCMOE_MOE_SPLIT_PER_TOKEN))};
+}
+
+} // namespace
+
+/* Issue 29's comparison (tools/replica_rows.c prints it): the chooser with the per-token
+   rule receives no more rows on its busiest rank than EPLB's placement with a static split,
+   and fewer than no replicas. */
 TEST(MoePlacement, ChooserWithPerTokenRuleBeatsEplbOnZipf)
 {
     for (int N : {8, 16}) {
-        const int E = 64, k = 8, T = 256, extra = 1;
-        Sample c = bench_sample(E, k, N, T, 1.0, 1), m = bench_sample(E, k, N, T, 1.0, 2);
-        auto cv = c.view();
-        Placement ours = room(E, E + N * extra), eplb = room(E, E + N * extra);
-        char why[256] = "";
-        ASSERT_EQ(INCMOE_OK, incmoe_moe_placement_choose(&cv, extra, ours.offsets.data(),
-                                                         ours.ranks.data(), why, sizeof(why)))
-            << why;
-        std::vector<int64_t> load(E);
-        eplb_expert_load(&cv, load.data());
-        ASSERT_EQ(0, eplb_place(load.data(), E, N, extra, eplb.offsets.data(), eplb.ranks.data()));
-        int64_t none = busiest(rows_of(m, Placement(home(E, N)), INCMOE_MOE_SPLIT_PER_TOKEN));
-        int64_t mine = busiest(rows_of(m, ours, INCMOE_MOE_SPLIT_PER_TOKEN));
-        int64_t theirs = busiest(rows_of(m, eplb, INCMOE_MOE_SPLIT_STATIC));
-        EXPECT_LE(mine, theirs) << "N=" << N;
-        EXPECT_LT(mine, none) << "N=" << N;
+        std::vector<int64_t> col = columns(64, 8, N, 256, 1);
+        EXPECT_LE(col[4], col[1]) << "N=" << N << ": ours+per-token against EPLB+static";
+        EXPECT_LT(col[4], col[0]) << "N=" << N << ": ours+per-token against no replicas";
     }
+}
+
+/* The tool prints what the library and EPLB give for the same samples. */
+TEST(MoePlacement, ReplicaRowsToolPrintsTheseFigures)
+{
+    static const std::string tool = TOP_BUILDDIR "/tools/incmoe-replica-rows";
+    perf_test::RunResult r = perf_test::run_cmd(
+        {tool, "-N", "4,8", "-E", "32", "-k", "4", "-t", "64", "--extra", "2"}, 120);
+    ASSERT_EQ("", perf_test::failed_run(r));
+    std::istringstream lines(r.out);
+    std::string line;
+    int seen = 0;
+    while (std::getline(lines, line)) {
+        std::istringstream f(line);
+        int N;
+        std::vector<int64_t> got(5);
+        double ratio;
+        if (!(f >> N >> got[0] >> got[1] >> got[2] >> got[3] >> got[4] >> ratio))
+            continue;
+        std::vector<int64_t> want = columns(32, 4, N, 64, 2);
+        EXPECT_EQ(want, got) << line;
+        EXPECT_NEAR((double)want[4] / (double)want[1], ratio, 0.0005) << line;
+        seen++;
+    }
+    EXPECT_EQ(2, seen) << r.out;
+    perf_test::RunResult bad = perf_test::run_cmd({tool, "-N", "5", "-E", "32"}, 60);
+    EXPECT_EQ(2, bad.status) << perf_test::describe(bad);
+    EXPECT_NE(std::string::npos, bad.err.find("a multiple of N (5)")) << bad.err;
 }
 
 namespace
