@@ -1,11 +1,12 @@
 /*
  * placement_choose.c - a placement with replicas for a routing sample's load
- * (incmoe_moe.h, "Choosing a placement"): greedy, each step adding the
- * replica that most lowers the ranks' rows under the layer's per-token rule,
- * replayed on the sample (placement_rows.h), then moves of single replicas.
- * A beam of 8 placements per step and candidates beyond the busiest ranks'
- * experts were tried on tools/replica_rows.c's zipf cases and lowered the
- * busiest rank by 1% at most, for 4-8 times the replays, so neither is here.
+ * (incmoe_moe.h, "Choosing a placement"): a balanced packing of the
+ * per-expert load (placement_pack.h), then a local search that moves, swaps,
+ * adds and drops replicas of the busiest rank's experts while that lowers
+ * the ranks' rows under the layer's per-token rule, replayed on the sample
+ * (placement_rows.h).  The replay is what sees which experts a rank's tokens
+ * pick together: a replica that lands where those tokens already go costs no
+ * row, which the packing's per-expert load cannot tell.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,58 +14,86 @@
 #include <string.h>
 
 #include "placement_check.h"
+#include "placement_pack.h"
 #include "placement_rows.h"
 
 #include "incmoe/incmoe_moe.h"
 
-/* Passes of moves after the greedy fill, at most. */
-#define CHOOSER_MAX_PASSES 8
+/* Kept moves, at most: each replays the sample up to a few hundred times. */
+#define CHOOSER_MAX_MOVES 256
 
-/* The search's state: which expert is on which rank, the free slots, and the rows of the
-   placement so far (cur), of the best step found (best) and of the one tried (try). */
-#define CHOOSER_ARRAYS 6
+/* The search's state: which expert is on which rank, the replicas of each expert and on
+   each rank, and the rows of the placement so far (cur) and of the one tried (try). */
+#define CHOOSER_ARRAYS 4
 typedef struct {
     const incmoe_moe_routing_sample_t *s;
-    int E, N;
-    uint8_t *on; /* [E][N] */
-    int *slots;  /* [N] free extra slots */
+    int E, N, per; /* per: slots a rank, E/N + extra_slots */
+    uint8_t *on;   /* [E][N] */
+    int *cnt;      /* [E] replicas of each expert */
+    int *used;     /* [N] replicas on each rank */
+    int *order;    /* [N] the ranks by rows, fewest first */
     int *offsets, *ranks;
-    int64_t *cur, *best, *try, *prev; /* [N] each; prev: cur before a move */
-    int64_t *sa, *sb;                 /* [N] each: sorted copies for lower() */
+    int64_t *cur, *try; /* [N] each */
+    int64_t *sa, *sb;   /* [N] each: sorted copies for lower() */
 } chooser_t;
+
+/* One change to the placement: the cells (expert e on rank r) taken out, then put in. */
+typedef struct {
+    int nout, nin;
+    struct {
+        int e, r;
+    } out[2], in[2];
+} chooser_move_t;
 
 static void chooser_free(chooser_t *c)
 {
     free(c->on);
-    free(c->slots);
+    free(c->cnt);
+    free(c->used);
+    free(c->order);
     free(c->cur); /* the [N] arrays are one allocation */
 }
 
-/* The base placement (E/N contiguous experts per rank) with extra free slots per rank. */
-static int chooser_init(chooser_t *c, const incmoe_moe_routing_sample_t *s, int extra, int *offsets,
-                        int *ranks)
+static int chooser_alloc(chooser_t *c, const incmoe_moe_routing_sample_t *s, int extra,
+                         int *offsets, int *ranks)
 {
-    *c = (chooser_t){.s = s, .E = s->num_experts, .N = s->nranks};
-    c->offsets = offsets;
-    c->ranks = ranks;
+    *c = (chooser_t){
+        .s = s, .E = s->num_experts, .N = s->nranks, .offsets = offsets, .ranks = ranks};
+    c->per = c->E / c->N + extra;
     c->on = calloc((size_t)c->E * (size_t)c->N, 1);
-    c->slots = malloc(sizeof(int) * (size_t)c->N);
+    c->cnt = calloc((size_t)c->E, sizeof(int));
+    c->used = calloc((size_t)c->N, sizeof(int));
+    c->order = calloc((size_t)c->N, sizeof(int));
     c->cur = malloc(sizeof(int64_t) * CHOOSER_ARRAYS * (size_t)c->N);
-    if (c->on == NULL || c->slots == NULL || c->cur == NULL) {
+    if (c->on == NULL || c->cnt == NULL || c->used == NULL || c->order == NULL || c->cur == NULL) {
         chooser_free(c);
         return -1;
     }
-    c->best = c->cur + c->N;
-    c->try = c->best + c->N;
-    c->prev = c->try + c->N;
-    c->sa = c->prev + c->N;
+    c->try = c->cur + c->N;
+    c->sa = c->try + c->N;
     c->sb = c->sa + c->N;
-    int per = c->E / c->N;
-    for (int e = 0; e < c->E; e++)
-        c->on[(size_t)e * c->N + e / per] = 1;
-    for (int r = 0; r < c->N; r++)
-        c->slots[r] = extra;
     return 0;
+}
+
+/* The packing of the sample's per-expert load, with the counts that follow it.  0, or -1
+   out of memory. */
+static int chooser_start(chooser_t *c)
+{
+    int64_t *load = calloc((size_t)c->E, sizeof(int64_t));
+    if (load == NULL)
+        return -1;
+    size_t pairs = placement_sample_tokens(c->s) * (size_t)c->s->top_k;
+    for (size_t i = 0; i < pairs; i++)
+        load[c->s->topk_ids[i]]++;
+    int rc = placement_pack(load, c->E, c->N, c->per, c->on);
+    free(load);
+    for (int e = 0; e < c->E; e++) {
+        for (int r = 0; r < c->N; r++) {
+            c->cnt[e] += c->on[(size_t)e * c->N + r];
+            c->used[r] += c->on[(size_t)e * c->N + r];
+        }
+    }
+    return rc;
 }
 
 /* The placement c->on says, into the caller's offsets and ranks (ranks ascending). */
@@ -102,94 +131,86 @@ static int lower(chooser_t *c, const int64_t *a, const int64_t *b)
     return 0;
 }
 
-/* Does a busiest rank (rows max) hold expert e? */
-static int on_busiest(const chooser_t *c, int e, int64_t max)
+static void chooser_set(chooser_t *c, int e, int r, int v)
 {
-    for (int r = 0; r < c->N; r++) {
-        if (c->on[(size_t)e * c->N + r] && c->cur[r] == max)
+    c->on[(size_t)e * c->N + r] = (uint8_t)v;
+    c->cnt[e] += v ? 1 : -1;
+    c->used[r] += v ? 1 : -1;
+}
+
+/* Makes the change m (the caller has checked it leaves a valid placement within the slots)
+   and keeps it if it lowers the rows: 1, c->cur following; else undoes it: 0. */
+static int chooser_attempt(chooser_t *c, const chooser_move_t *m)
+{
+    for (int i = 0; i < m->nout; i++)
+        chooser_set(c, m->out[i].e, m->out[i].r, 0);
+    for (int i = 0; i < m->nin; i++)
+        chooser_set(c, m->in[i].e, m->in[i].r, 1);
+    incmoe_moe_placement_t p = chooser_write(c);
+    placement_rows_per_token(c->s, &p, c->try);
+    if (lower(c, c->try, c->cur)) {
+        memcpy(c->cur, c->try, sizeof(int64_t) * (size_t)c->N);
+        return 1;
+    }
+    for (int i = 0; i < m->nin; i++)
+        chooser_set(c, m->in[i].e, m->in[i].r, 0);
+    for (int i = 0; i < m->nout; i++)
+        chooser_set(c, m->out[i].e, m->out[i].r, 1);
+    return 0;
+}
+
+/* The changes that give expert e (on rank b) a replica on rank r2, which lacks one, in
+   order: added in a free slot, moved from b, replacing an expert with another replica, or
+   swapped with an expert b lacks.  1 when one was kept. */
+static int chooser_toward(chooser_t *c, int e, int b, int r2)
+{
+    chooser_move_t add = {0, 1, .in = {{e, r2}}}, move = {1, 1, {{e, b}}, {{e, r2}}};
+    if (c->used[r2] < c->per && (chooser_attempt(c, &add) || chooser_attempt(c, &move)))
+        return 1;
+    for (int e2 = 0; e2 < c->E; e2++) {
+        if (!c->on[(size_t)e2 * c->N + r2])
+            continue;
+        chooser_move_t replace = {1, 1, {{e2, r2}}, {{e, r2}}};
+        chooser_move_t swap = {2, 2, {{e, b}, {e2, r2}}, {{e, r2}, {e2, b}}};
+        if (c->cnt[e2] > 1 && chooser_attempt(c, &replace))
+            return 1;
+        if (!c->on[(size_t)e2 * c->N + b] && chooser_attempt(c, &swap))
             return 1;
     }
     return 0;
 }
 
-/* One greedy step: the replica (expert *e_p on rank *r_p) that most lowers the rows; 0, or
-   -1 when none lowers them. */
-static int chooser_step(chooser_t *c, int *e_p, int *r_p)
+/* One kept change to a replica on a busiest rank, the first found (experts, then ranks, in
+   ascending order): 1, or 0 when none lowers the rows. */
+static int chooser_improve(chooser_t *c)
 {
     int64_t max = 0;
     for (int r = 0; r < c->N; r++)
         max = c->cur[r] > max ? c->cur[r] : max;
-    memcpy(c->best, c->cur, sizeof(int64_t) * (size_t)c->N);
-    *e_p = -1;
-    for (int e = 0; e < c->E; e++) {
-        if (!on_busiest(c, e, max))
+    /* The least loaded ranks first: where a replica most likely lowers the rows. */
+    for (int i = 0; i < c->N; i++) {
+        int j = i;
+        for (; j > 0 && c->cur[c->order[j - 1]] > c->cur[i]; j--)
+            c->order[j] = c->order[j - 1];
+        c->order[j] = i;
+    }
+    for (int b = 0; b < c->N; b++) {
+        if (c->cur[b] != max)
             continue;
-        for (int r = 0; r < c->N; r++) {
-            uint8_t *cell = &c->on[(size_t)e * c->N + r];
-            if (c->slots[r] == 0 || *cell)
+        for (int e = 0; e < c->E; e++) {
+            if (!c->on[(size_t)e * c->N + b])
                 continue;
-            *cell = 1;
-            incmoe_moe_placement_t p = chooser_write(c);
-            placement_rows_per_token(c->s, &p, c->try);
-            *cell = 0;
-            if (lower(c, c->try, c->best)) {
-                memcpy(c->best, c->try, sizeof(int64_t) * (size_t)c->N);
-                *e_p = e;
-                *r_p = r;
+            chooser_move_t drop = {1, 0, {{e, b}}};
+            if (c->cnt[e] > 1 && chooser_attempt(c, &drop))
+                return 1;
+            for (int i = 0; i < c->N; i++) {
+                int r2 = c->order[i];
+                if (!c->on[(size_t)e * c->N + r2] && chooser_toward(c, e, b, r2))
+                    return 1;
             }
         }
     }
-    return *e_p < 0 ? -1 : 0;
-}
-
-/* The rows of the placement c->on says, into rows. */
-static void chooser_rows(chooser_t *c, int64_t *rows)
-{
-    incmoe_moe_placement_t p = chooser_write(c);
-    placement_rows_per_token(c->s, &p, rows);
-}
-
-/* Greedy: adds the best replica while one lowers the rows (c->cur follows). */
-static void chooser_fill(chooser_t *c)
-{
-    int e, r;
-    while (chooser_step(c, &e, &r) == 0) {
-        c->on[(size_t)e * c->N + r] = 1;
-        c->slots[r]--;
-        memcpy(c->cur, c->best, sizeof(int64_t) * (size_t)c->N);
-    }
-}
-
-/* One pass of moves: each replica in turn taken out and the best one put back (the greedy
-   step's choice, itself possibly); a move is kept where the rows end lower than before it.
-   1 when a move was kept. */
-static int chooser_moves(chooser_t *c)
-{
-    int64_t *before = c->prev;
-    int moved = 0, per = c->E / c->N;
-    for (int e = 0; e < c->E; e++) {
-        for (int r = 0; r < c->N; r++) {
-            uint8_t *cell = &c->on[(size_t)e * c->N + r];
-            if (!*cell || r == e / per)
-                continue;
-            memcpy(before, c->cur, sizeof(int64_t) * (size_t)c->N);
-            *cell = 0;
-            c->slots[r]++;
-            chooser_rows(c, c->cur);
-            int e2, r2;
-            if (chooser_step(c, &e2, &r2) == 0 && lower(c, c->best, before)) {
-                c->on[(size_t)e2 * c->N + r2] = 1;
-                c->slots[r2]--;
-                memcpy(c->cur, c->best, sizeof(int64_t) * (size_t)c->N);
-                moved = 1;
-            } else {
-                *cell = 1;
-                c->slots[r]--;
-                memcpy(c->cur, before, sizeof(int64_t) * (size_t)c->N);
-            }
-        }
-    }
-    return moved;
+    return 0;
 }
 
 incmoe_status_t incmoe_moe_placement_choose(const incmoe_moe_routing_sample_t *sample,
@@ -208,17 +229,21 @@ incmoe_status_t incmoe_moe_placement_choose(const incmoe_moe_routing_sample_t *s
     if (offsets == NULL || ranks == NULL)
         return placement_refuse(why, why_len, "offsets or ranks is NULL");
     chooser_t c;
-    if (chooser_init(&c, sample, extra_slots, offsets, ranks) != 0) {
+    int ok = chooser_alloc(&c, sample, extra_slots, offsets, ranks) == 0;
+    if (ok && chooser_start(&c) != 0) {
+        chooser_free(&c);
+        ok = 0;
+    }
+    if (!ok) {
         if (why != NULL && why_len > 0)
             snprintf(why, why_len, "no memory for the chooser's scratch (%d x %d)", E, N);
         return INCMOE_ERR_NO_MEMORY;
     }
-    chooser_rows(&c, c.cur);
-    chooser_fill(&c);
-    /* Moves, then the greedy again for slots a move freed; each kept move lowers the rows,
-       so this ends, and the passes are bounded besides (each replays the sample often). */
-    for (int pass = 0; pass < CHOOSER_MAX_PASSES && chooser_moves(&c); pass++)
-        chooser_fill(&c);
+    incmoe_moe_placement_t p = chooser_write(&c);
+    placement_rows_per_token(sample, &p, c.cur);
+    /* Each kept change lowers the rows, so this ends; the bound keeps its time known. */
+    for (int moves = 0; moves < CHOOSER_MAX_MOVES && chooser_improve(&c); moves++)
+        ;
     chooser_write(&c);
     chooser_free(&c);
     return INCMOE_OK;

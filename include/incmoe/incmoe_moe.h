@@ -391,8 +391,9 @@ const char *incmoe_moe_routing_name(incmoe_moe_routing_t routing);
  * Choosing a placement.  Where routing is skewed, the rank holding the popular
  * experts receives the most rows and sets every step's time; a few extra
  * expert slots per rank, holding replicas of the experts that load it, split
- * its rows.  incmoe_moe_placement_choose picks those replicas from a sample of
- * the layer's routing; incmoe_moe_placement_rows says what a placement does
+ * its rows, and moving experts between ranks spreads them.
+ * incmoe_moe_placement_choose picks a whole placement (which expert on which
+ * ranks) from a sample of the layer's routing; incmoe_moe_placement_rows says what a placement does
  * with a sample.  Both are pure (no communicator, no layer): run them anywhere,
  * alike on every rank.
  *
@@ -430,25 +431,34 @@ typedef enum {
 } incmoe_moe_split_t;
 
 /*
- * A placement for the sample's load with up to extra_slots (0 .. E - E/N)
- * replicas per rank besides its base experts (E/N contiguous ones: expert e
- * on rank e / (E/N), which it keeps): written to offsets[E + 1] and ranks
- * (room for E + N * extra_slots entries; offsets[E] says how many were
- * used), an incmoe_moe_placement_t over them valid as that type says.
- * Greedy on the busiest rank's rows under INCMOE_MOE_SPLIT_PER_TOKEN: each
- * step tries every replica of an expert held by a busiest rank onto every
- * rank with a free slot, replays the sample through the rule, and keeps the
- * one that most lowers the ranks' rows compared busiest first (the maximum,
- * then the next, ...; the lowest expert, then rank, of equals), until no slot
- * is left or no replica lowers them (a slot may stay empty); then each replica
- * in turn is taken out and the best one put back where that lowers the rows
- * (up to 8 passes, the greedy refilling freed slots).  The replay sees which
- * experts a rank's tokens pick together, so a replica lands where the tokens
- * that need it already go.  Each step replays the sample about (E/N + extra)
- * x N times: E=64, k=8, N=16, 4,096 tokens take about half a CPU second.
+ * A placement for the sample's load: every expert on at least one rank, each
+ * rank holding at most E/N + extra_slots experts (extra_slots 0 .. E - E/N),
+ * experts free to move off their contiguous base ranks (a rebalance moves
+ * weights).  Written to offsets[E + 1] and ranks (room for E + N *
+ * extra_slots entries; offsets[E] says how many were used), an
+ * incmoe_moe_placement_t over them valid as that type says.  Chosen to lower
+ * the busiest rank's rows under INCMOE_MOE_SPLIT_PER_TOKEN:
+ * - a balanced packing of the per-expert pairs: the slots are shared out one
+ *   replica at a time to the expert with the most pairs per replica (each
+ *   expert one first, at most N each), and the replicas, heaviest first, go
+ *   each to the lightest rank with a free slot and no replica of that expert
+ *   (DeepSeek's EPLB greedy, except that it lets two replicas share a rank);
+ * - then a local search: in turn for each expert on a busiest rank (the
+ *   lowest expert first) and each rank lacking it (the fewest rows first),
+ *   drop it where it has another replica, or give that rank a replica (in a
+ *   free slot, moved from the busiest rank, replacing an expert with another
+ *   replica, or swapped with one the busiest rank lacks), replaying the
+ *   sample through the rule and keeping the first change that lowers the
+ *   ranks' rows compared busiest first (the maximum, then the next, ...),
+ *   until none does or 256 were kept.
+ * The replay sees which experts a rank's tokens pick together, so a replica
+ * lands where the tokens that need it already go.  The same sample gives the
+ * same placement on every machine (integers only).  Each change tried
+ * replays the sample once: E=64, k=8, 256 tokens on each of N=8 ranks take
+ * about 6 CPU seconds, N=16 about 4.  A slot may stay empty.
  * INCMOE_ERR_INVALID_ARG with the reason in why[0 .. why_len) (why may be
  * NULL) for a bad sample, extra_slots or a NULL array, INCMOE_ERR_NO_MEMORY
- * when its scratch (E * N bytes and a few arrays of N) could not be
+ * when its scratch (E * N bytes and a few arrays of E and N) could not be
  * allocated; offsets and ranks are not written then.
  */
 incmoe_status_t incmoe_moe_placement_choose(const incmoe_moe_routing_sample_t *sample,
@@ -457,7 +467,7 @@ incmoe_status_t incmoe_moe_placement_choose(const incmoe_moe_routing_sample_t *s
 
 /*
  * rows[N]: the rows each rank receives when the sample runs on placement
- * (any valid one: home ranks are not required) with the split.  The busiest
+ * (any valid one) with the split.  The busiest
  * rank's rows are their maximum.  INCMOE_ERR_INVALID_ARG with the reason in
  * why (may be NULL) for a bad sample, placement or split; INCMOE_ERR_NO_MEMORY
  * if the static split's counters (E ints) could not be allocated.
