@@ -8,8 +8,9 @@
 load is a routing sample: one entry per rank, each that rank's tokens' expert
 ids ([T_r][k]: lists, tuples, a numpy array or a CPU tensor; T_r may differ
 and be 0), as the layer's forwards take them.  A placement is a list, per
-expert, of the ranks holding it, ascending and distinct (the base placement:
-expert e on rank e // (E // N) alone).  Both calls are pure (no communicator):
+expert, of the ranks holding it, ascending and distinct, at least one (the
+base placement: expert e on rank e // (E // N) alone; a chosen one may move
+experts off it).  Both calls are pure (no communicator):
 every rank given the same sample gets the same answer.  Bad input raises
 IncmoeError with the library's reason (ERR_INVALID_ARG), or ValueError where
 the shape is wrong before the library sees it.
@@ -57,9 +58,11 @@ def _failed(call, st, why):
 
 
 def choose_placement(load, nranks, extra_slots, num_experts):
-    """A placement with up to extra_slots replicas per rank besides each rank's base experts
-    (kept), chosen for load's routing to lower the busiest rank's received rows under the
-    layer's per-token rule (incmoe_moe_placement_choose).  load has nranks entries."""
+    """A placement of every expert on at least one rank, at most num_experts // nranks +
+    extra_slots experts a rank (experts may move off their base ranks), chosen for load's
+    routing to lower the busiest rank's received rows under the layer's per-token rule
+    (incmoe_moe_placement_choose: a balanced packing, then a local search replaying load).
+    The same load gives the same placement.  load has nranks entries."""
     if len(load) != nranks:
         raise ValueError("load has %d ranks' samples, nranks is %d" % (len(load), nranks))
     s, keep = _sample(load, num_experts)
