@@ -442,7 +442,8 @@ typedef enum {
  *   replica at a time to the expert with the most pairs per replica (each
  *   expert one first, at most N each), and the replicas, heaviest first, go
  *   each to the lightest rank with a free slot and no replica of that expert
- *   (DeepSeek's EPLB greedy, except that it lets two replicas share a rank);
+ *   (DeepSeek's EPLB greedy, which may put two replicas of one expert on
+ *   one rank; here they never share one);
  * - then a local search: in turn for each expert on a busiest rank (the
  *   lowest expert first) and each rank lacking it (the fewest rows first),
  *   drop it where it has another replica, or give that rank a replica (in a
