@@ -20,6 +20,11 @@ libincmoe_moe_la_SOURCES = \
 	exchange.c \
 	plan.c \
 	routing.c routing.h \
+	replica_choice.c replica_choice.h \
+	placement_check.c placement_check.h \
+	placement_rows.c placement_rows.h \
+	placement_pack.c placement_pack.h \
+	placement_choose.c \
 	names.c \
 	choices.c \
 	autotune.c \

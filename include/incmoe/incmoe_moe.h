@@ -152,6 +152,13 @@ typedef enum {
                                       measured where the forward measures its path (below) */
 } incmoe_moe_routing_t;
 
+/* Expert placement with replicas: expert e lives on ranks[offsets[e] .. offsets[e + 1]),
+   distinct ranks in ascending order, at least one; the same on every rank. */
+typedef struct {
+    const int *offsets; /* num_experts + 1 entries, offsets[0] = 0 */
+    const int *ranks;   /* offsets[num_experts] entries */
+} incmoe_moe_placement_t;
+
 typedef struct incmoe_moe incmoe_moe_t;
 
 /* Fills params with defaults (automatic configuration, contiguous placement,
@@ -379,6 +386,97 @@ const char *incmoe_moe_mode_name(incmoe_moe_mode_t mode);
 
 /* "full", "masked", "auto" or "unknown".  Pure. */
 const char *incmoe_moe_routing_name(incmoe_moe_routing_t routing);
+
+/*
+ * Choosing a placement.  Where routing is skewed, the rank holding the popular
+ * experts receives the most rows and sets every step's time; a few extra
+ * expert slots per rank, holding replicas of the experts that load it, split
+ * its rows, and moving experts between ranks spreads them.
+ * incmoe_moe_placement_choose picks a whole placement (which expert on which
+ * ranks) from a sample of the layer's routing; incmoe_moe_placement_rows says what a placement does
+ * with a sample.  Both are pure (no communicator, no layer): run them anywhere,
+ * alike on every rank.
+ *
+ * The load is a routing sample, the expert ids of tokens as a forward takes
+ * them, each token on the rank that owns it: it gives the per-expert counts
+ * and which experts are picked together, and also which rank each token
+ * starts on, which a co-occurrence matrix loses (a token's own rank receives
+ * no row from it).
+ *
+ * Rows: a token sends one row to each rank it visits other than its own,
+ * however many of its experts that rank serves.  Which replica serves a
+ * (token, expert) pair:
+ * - INCMOE_MOE_SPLIT_PER_TOKEN, the layer's rule over one forward's tokens:
+ *   the tokens are taken round-robin over the ranks (token 0 of every rank in
+ *   rank order, then token 1, ...); a pair whose expert has one replica goes
+ *   there; each other pair, in the order of the token's ids, takes a replica
+ *   on a rank the token already visits (its own, or one chosen before; the
+ *   lowest of several), else the replica on the rank that has received the
+ *   fewest rows so far (the lowest of equals).
+ * - INCMOE_MOE_SPLIT_STATIC, as EPLB-style systems split statically: on each
+ *   rank, its i-th token (0-based, in its own order) that picks expert e goes
+ *   to e's replica i mod (e's replicas), in the placement's order.
+ */
+typedef struct {
+    int num_experts;         /* E: a multiple of nranks */
+    int top_k;               /* k: 1 .. min(E, INCMOE_MOE_MAX_TOPK) */
+    int nranks;              /* N: 1 .. INCMOE_MAX_RANKS */
+    const int *counts;       /* [N]: each rank's tokens in the sample, >= 0 */
+    const int32_t *topk_ids; /* [sum of counts][k]: distinct ids in [0, E), rank 0's first */
+} incmoe_moe_routing_sample_t;
+
+typedef enum {
+    INCMOE_MOE_SPLIT_PER_TOKEN = 0, /* the layer's per-token rule */
+    INCMOE_MOE_SPLIT_STATIC = 1,    /* each expert's tokens split evenly by token index */
+} incmoe_moe_split_t;
+
+/*
+ * A placement for the sample's load: every expert on at least one rank, each
+ * rank holding at most E/N + extra_slots experts (extra_slots 0 .. E - E/N),
+ * experts free to move off their contiguous base ranks (a rebalance moves
+ * weights).  Written to offsets[E + 1] and ranks (room for E + N *
+ * extra_slots entries; offsets[E] says how many were used), an
+ * incmoe_moe_placement_t over them valid as that type says.  Chosen to lower
+ * the busiest rank's rows under INCMOE_MOE_SPLIT_PER_TOKEN:
+ * - a balanced packing of the per-expert pairs: the slots are shared out one
+ *   replica at a time to the expert with the most pairs per replica (each
+ *   expert one first, at most N each), and the replicas, heaviest first, go
+ *   each to the lightest rank with a free slot and no replica of that expert
+ *   (DeepSeek's EPLB greedy, which may put two replicas of one expert on
+ *   one rank; here they never share one);
+ * - then a local search: in turn for each expert on a busiest rank (the
+ *   lowest expert first) and each rank lacking it (the fewest rows first),
+ *   drop it where it has another replica, or give that rank a replica (in a
+ *   free slot, moved from the busiest rank, replacing an expert with another
+ *   replica, or swapped with one the busiest rank lacks), replaying the
+ *   sample through the rule and keeping the first change that lowers the
+ *   ranks' rows compared busiest first (the maximum, then the next, ...),
+ *   until none does or 256 were kept.
+ * The replay sees which experts a rank's tokens pick together, so a replica
+ * lands where the tokens that need it already go.  The same sample gives the
+ * same placement on every machine (integers only).  Each change tried
+ * replays the sample once: E=64, k=8, 256 tokens on each of N=8 ranks take
+ * about 6 CPU seconds, N=16 about 4.  A slot may stay empty.
+ * INCMOE_ERR_INVALID_ARG with the reason in why[0 .. why_len) (why may be
+ * NULL) for a bad sample, extra_slots or a NULL array, INCMOE_ERR_NO_MEMORY
+ * when its scratch (E * N bytes and a few arrays of E and N) could not be
+ * allocated; offsets and ranks are not written then.
+ */
+incmoe_status_t incmoe_moe_placement_choose(const incmoe_moe_routing_sample_t *sample,
+                                            int extra_slots, int *offsets, int *ranks, char *why,
+                                            size_t why_len);
+
+/*
+ * rows[N]: the rows each rank receives when the sample runs on placement
+ * (any valid one) with the split.  The busiest
+ * rank's rows are their maximum.  INCMOE_ERR_INVALID_ARG with the reason in
+ * why (may be NULL) for a bad sample, placement or split; INCMOE_ERR_NO_MEMORY
+ * if the static split's counters (E ints) could not be allocated.
+ */
+incmoe_status_t incmoe_moe_placement_rows(const incmoe_moe_routing_sample_t *sample,
+                                          const incmoe_moe_placement_t *placement,
+                                          incmoe_moe_split_t split, int64_t *rows, char *why,
+                                          size_t why_len);
 
 #ifdef __cplusplus
 }

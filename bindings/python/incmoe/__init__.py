@@ -7,6 +7,8 @@ libincmoe_moe (the band-pipelined expert-parallel MoE layer).
     incmoe.Dispatch       what Communicator.dispatch returns (needs torch)
     incmoe.MoE            torch.nn.Module over libincmoe_moe (needs torch)
     incmoe.Switch         starts an incmoe-switchd on this machine
+    incmoe.choose_placement  a placement with replicas for a routing sample's load
+    incmoe.placement_rows    the rows each rank receives on a placement
     incmoe.IncmoeError    what a failed C call raises
     incmoe.Status         incmoe_status_t as an IntEnum (IncmoeError.status)
 
@@ -17,6 +19,7 @@ backend "incmoe" (see incmoe.distributed).
 from ._errors import IncmoeError
 from ._lib import LibraryNotFound, Status, version
 from .communicator import Communicator, Work
+from .placement import choose_placement, placement_rows
 from .switch import Switch, find_switchd
 
 __all__ = [
@@ -28,7 +31,9 @@ __all__ = [
     "Status",
     "Switch",
     "Work",
+    "choose_placement",
     "find_switchd",
+    "placement_rows",
     "version",
 ]
 

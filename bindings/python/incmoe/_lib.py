@@ -110,6 +110,8 @@ MOE_PARAM_ALL = MOE_PARAM_PATH | MOE_PARAM_DECODE
 MOE_DECODE_TOKENS = 32  # the decode capacity's default bound
 MOE_ALGO_AUTO = -1
 MOE_ALGO_COMM = -2
+# incmoe_moe_split_t ("Choosing a placement")
+MOE_SPLITS = {"per_token": 0, "static": 1}
 
 
 class comm_params_t(ctypes.Structure):
@@ -253,6 +255,23 @@ class moe_params_ext_t(ctypes.Structure):
     ]
 
 
+class moe_placement_t(ctypes.Structure):
+    _fields_ = [
+        ("offsets", ctypes.POINTER(ctypes.c_int)),
+        ("ranks", ctypes.POINTER(ctypes.c_int)),
+    ]
+
+
+class moe_routing_sample_t(ctypes.Structure):
+    _fields_ = [
+        ("num_experts", ctypes.c_int),
+        ("top_k", ctypes.c_int),
+        ("nranks", ctypes.c_int),
+        ("counts", ctypes.POINTER(ctypes.c_int)),
+        ("topk_ids", ctypes.POINTER(ctypes.c_int32)),
+    ]
+
+
 _c = ctypes
 _P = ctypes.c_void_p
 _SZ = ctypes.c_size_t
@@ -296,6 +315,16 @@ _MOE_PROTOS = {
     "incmoe_moe_config_for": (_ST, [_P, _c.POINTER(_c.c_int), _c.POINTER(moe_config_t)]),
     "incmoe_moe_config_str": (_c.c_int, [_c.POINTER(moe_config_t), _c.c_char_p, _SZ]),
     "incmoe_moe_last_timing_ex": (_ST, [_P, _c.POINTER(moe_timing_t), _SZ]),
+    "incmoe_moe_placement_choose": (
+        _ST,
+        [_c.POINTER(moe_routing_sample_t), _c.c_int, _c.POINTER(_c.c_int), _c.POINTER(_c.c_int),
+         _c.c_char_p, _SZ],
+    ),
+    "incmoe_moe_placement_rows": (
+        _ST,
+        [_c.POINTER(moe_routing_sample_t), _c.POINTER(moe_placement_t), _c.c_int,
+         _c.POINTER(_c.c_int64), _c.c_char_p, _SZ],
+    ),
 }
 
 

@@ -34,6 +34,7 @@ ENUM_DICTS = {
     "REDOPS": ("incmoe_redop_t", "INCMOE_"),
     "ALGOS": ("incmoe_algo_t", "INCMOE_ALGO_"),
     "MOE_MODES": ("incmoe_moe_mode_t", "INCMOE_MOE_"),
+    "MOE_SPLITS": ("incmoe_moe_split_t", "INCMOE_MOE_SPLIT_"),
 }
 
 
