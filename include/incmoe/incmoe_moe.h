@@ -176,10 +176,12 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_
  * shorter struct) runs unchanged.  A bit this library does not know fails
  * create on every rank with INCMOE_ERR_INVALID_ARG, naming the bits.
  */
-#define INCMOE_MOE_PARAM_PATH   (1ull << 0) /* path: which algorithm, mode and routing to run */
-#define INCMOE_MOE_PARAM_DECODE (1ull << 1) /* decode_tokens: the decode step's capacity */
+#define INCMOE_MOE_PARAM_PATH      (1ull << 0) /* path: which algorithm, mode and routing to run */
+#define INCMOE_MOE_PARAM_DECODE    (1ull << 1) /* decode_tokens: the decode step's capacity */
+#define INCMOE_MOE_PARAM_PLACEMENT (1ull << 2) /* placement: experts on several ranks */
 /* Every bit this version knows. */
-#define INCMOE_MOE_PARAM_ALL (INCMOE_MOE_PARAM_PATH | INCMOE_MOE_PARAM_DECODE)
+#define INCMOE_MOE_PARAM_ALL                                                                       \
+    (INCMOE_MOE_PARAM_PATH | INCMOE_MOE_PARAM_DECODE | INCMOE_MOE_PARAM_PLACEMENT)
 
 /* incmoe_moe_path_t.algo: measured among in-network, ring and a2a. */
 #define INCMOE_MOE_ALGO_AUTO (-1)
@@ -261,10 +263,26 @@ typedef struct {
  */
 #define INCMOE_MOE_DECODE_TOKENS 32
 
+/*
+ * Replicas: with INCMOE_MOE_PARAM_PLACEMENT an expert may live on several ranks, each
+ * replica holding its weights.  Expert e lives on ranks[offsets[e] .. offsets[e + 1]),
+ * distinct ranks in ascending order, at least one; the same table on every rank (create
+ * compares a hash of it and fails with INCMOE_ERR_MISMATCH otherwise).  params->expert_owner
+ * must then be NULL, and each rank's w_gate, w_up and w_down hold every expert it hosts
+ * (replicas included), in ascending expert id.  Create checks the table on every rank and
+ * fails with INCMOE_ERR_INVALID_ARG naming the expert and the offending value.  The arrays
+ * are read during create only.
+ */
 typedef struct {
-    uint64_t field_mask;    /* INCMOE_MOE_PARAM_* of the fields set below */
-    incmoe_moe_path_t path; /* INCMOE_MOE_PARAM_PATH */
-    int decode_tokens;      /* INCMOE_MOE_PARAM_DECODE (see "Decode" above) */
+    const int *offsets; /* num_experts + 1 entries, offsets[0] = 0 */
+    const int *ranks;   /* offsets[num_experts] entries */
+} incmoe_moe_placement_t;
+
+typedef struct {
+    uint64_t field_mask;                     /* INCMOE_MOE_PARAM_* of the fields set below */
+    incmoe_moe_path_t path;                  /* INCMOE_MOE_PARAM_PATH */
+    int decode_tokens;                       /* INCMOE_MOE_PARAM_DECODE (see "Decode" above) */
+    const incmoe_moe_placement_t *placement; /* INCMOE_MOE_PARAM_PLACEMENT (see "Replicas") */
 } incmoe_moe_params_ext_t;
 
 /* incmoe_moe_create with the extension's fields (ext NULL: none). */
