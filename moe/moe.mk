@@ -20,6 +20,7 @@ libincmoe_moe_la_SOURCES = \
 	exchange.c \
 	plan.c \
 	routing.c routing.h \
+	replica_choice.c replica_choice.h \
 	names.c \
 	choices.c \
 	autotune.c \

@@ -152,6 +152,13 @@ typedef enum {
                                       measured where the forward measures its path (below) */
 } incmoe_moe_routing_t;
 
+/* Expert placement with replicas: expert e lives on ranks[offsets[e] .. offsets[e + 1]),
+   distinct ranks in ascending order, at least one; the same on every rank. */
+typedef struct {
+    const int *offsets; /* num_experts + 1 entries, offsets[0] = 0 */
+    const int *ranks;   /* offsets[num_experts] entries */
+} incmoe_moe_placement_t;
+
 typedef struct incmoe_moe incmoe_moe_t;
 
 /* Fills params with defaults (automatic configuration, contiguous placement,
