@@ -21,6 +21,8 @@ libincmoe_moe_la_SOURCES = \
 	plan.c \
 	routing.c routing.h \
 	replica_choice.c replica_choice.h \
+	replica_plan.c replica_plan.h \
+	replicas.c replicas.h \
 	names.c \
 	choices.c \
 	autotune.c \

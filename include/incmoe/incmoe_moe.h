@@ -271,20 +271,15 @@ typedef struct {
 #define INCMOE_MOE_DECODE_TOKENS 32
 
 /*
- * Replicas: with INCMOE_MOE_PARAM_PLACEMENT an expert may live on several ranks, each
- * replica holding its weights.  Expert e lives on ranks[offsets[e] .. offsets[e + 1]),
- * distinct ranks in ascending order, at least one; the same table on every rank (create
- * compares a hash of it and fails with INCMOE_ERR_MISMATCH otherwise).  params->expert_owner
+ * Replicas: with INCMOE_MOE_PARAM_PLACEMENT (incmoe_moe_placement_t, above) an expert
+ * may live on several ranks, each replica holding its weights.  Expert e lives on ranks[offsets[e]
+ * .. offsets[e + 1]), distinct ranks in ascending order, at least one; the same table on every rank
+ * (create compares a hash of it and fails with INCMOE_ERR_MISMATCH otherwise). params->expert_owner
  * must then be NULL, and each rank's w_gate, w_up and w_down hold every expert it hosts
  * (replicas included), in ascending expert id.  Create checks the table on every rank and
  * fails with INCMOE_ERR_INVALID_ARG naming the expert and the offending value.  The arrays
  * are read during create only.
  */
-typedef struct {
-    const int *offsets; /* num_experts + 1 entries, offsets[0] = 0 */
-    const int *ranks;   /* offsets[num_experts] entries */
-} incmoe_moe_placement_t;
-
 typedef struct {
     uint64_t field_mask;                     /* INCMOE_MOE_PARAM_* of the fields set below */
     incmoe_moe_path_t path;                  /* INCMOE_MOE_PARAM_PATH */
