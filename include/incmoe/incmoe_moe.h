@@ -271,14 +271,50 @@ typedef struct {
 #define INCMOE_MOE_DECODE_TOKENS 32
 
 /*
- * Replicas: with INCMOE_MOE_PARAM_PLACEMENT (incmoe_moe_placement_t, above) an expert
- * may live on several ranks, each replica holding its weights.  Expert e lives on ranks[offsets[e]
- * .. offsets[e + 1]), distinct ranks in ascending order, at least one; the same table on every rank
- * (create compares a hash of it and fails with INCMOE_ERR_MISMATCH otherwise). params->expert_owner
- * must then be NULL, and each rank's w_gate, w_up and w_down hold every expert it hosts
- * (replicas included), in ascending expert id.  Create checks the table on every rank and
- * fails with INCMOE_ERR_INVALID_ARG naming the expert and the offending value.  The arrays
- * are read during create only.
+ * Replicas: with INCMOE_MOE_PARAM_PLACEMENT (incmoe_moe_placement_t, above) an
+ * expert may live on several ranks, each replica holding its weights.  Expert e
+ * lives on ranks[offsets[e] .. offsets[e + 1]), distinct ranks in ascending
+ * order, at least one (E need not divide by N); the same table on every rank
+ * (create compares a hash of it and fails with INCMOE_ERR_MISMATCH otherwise).
+ * params->expert_owner must then be NULL, and each rank's w_gate, w_up and
+ * w_down hold every expert it hosts (replicas included), in ascending expert
+ * id.  Create checks the table on every rank and fails with
+ * INCMOE_ERR_INVALID_ARG naming the expert and the offending value.  The
+ * arrays are read during create only.  Replicated experts (some expert on two
+ * ranks or more) run on the CPU backend only: the CUDA backend's create fails
+ * with INCMOE_ERR_UNSUPPORTED.
+ *
+ * Each (token, expert) pair is served by one replica, chosen per token by one
+ * rule (the library's replica_choice): the pairs of experts with one replica
+ * first, then each other pair takes a replica on a rank the token already
+ * visits (its own rank or one chosen before: no extra row), else the replica
+ * on the rank with the fewest rows so far (ties: the lowest rank).  The choice
+ * rides in the row: a pair's expert id on the wire is e + E * slot (slot: the
+ * replica's index in ranks[offsets[e] ..)), so every receiver of a multicast
+ * row knows which pairs it serves; the combine then adds each token's
+ * partials from the ranks that served it.  The outputs equal the unreplicated
+ * layer's up to the order of those sums (fp32: within the 2e-5 relative bound
+ * of tests/test_moe_replicas.cc, cosine >= 0.99999 to the unreplicated
+ * layer's outputs).
+ *
+ * "Rows so far" on the bulk path (masked and full routing): the forward's
+ * header exchange carries, besides the pair totals, each rank's forced rows
+ * (N counts: rows its tokens must send to each other rank for experts with one
+ * replica, 4 N bytes more per rank, only in a layer with replicas); each rank
+ * starts from the average rank's share of everyone's forced rows and adds its
+ * own choices, so the ranks spread their replicated pairs alike without
+ * exchanging their tokens' ids.  On the decode step (no exchange) each rank
+ * starts from no load and balances its own rows only: a rank does not see the
+ * others' forced rows, so a replica on a rank other ranks' single-replica
+ * experts already load is taken as readily as an idle one; the visited-rank
+ * preference, which costs nothing, is kept whole.  Routing auto judges the
+ * bytes from each rank's decode-step choice (made before the exchange).
+ *
+ * Memory: a rank's weights are its n_local experts', replicas included;
+ * the row buffers are unchanged (a rank still receives at most one row per
+ * token and source, whatever the replicas), so the dispatch sizes the switch
+ * admits are the unreplicated layer's; the layer adds [max_tokens][k] ids of
+ * the chosen replicas and E * (most replicas of one expert) ints of tables.
  */
 typedef struct {
     uint64_t field_mask;                     /* INCMOE_MOE_PARAM_* of the fields set below */
