@@ -83,12 +83,12 @@ struct incmoe_moe {
     int slots;
     int replicated;
     /* With replicas: the forward's ids with their replicas ([max_tokens][k] wire ids), this
-       rank's forced rows for the header ([N], padded), every rank's summed, and the load the
-       choice starts from. */
+       rank's forced rows for the header ([N], padded), every rank's summed, and the choice's
+       load and its correction ([N] each, replica_plan.h). */
     int32_t *chosen;
     uint32_t *hdr_forced;
     uint64_t *forced_sum;
-    int64_t *seed;
+    int64_t *load, *corr;
     size_t hdr_bytes; /* a rank's block in the current header exchange (replicas.h) */
     size_t grow;      /* bytes of a gather row: H elements, k ids, k weights (16-byte multiple) */
     size_t zrow;      /* bytes of a reduce row: H elements */

@@ -27,18 +27,31 @@ void replica_forced(const incmoe_moe_placement_t *p, int N, int self, const int3
     }
 }
 
-void replica_seed(int N, const uint64_t *sum, const uint32_t *own, int64_t *load)
+void replica_correction(int N, const uint64_t *sum, const uint32_t *own, int64_t *corr)
 {
     for (int r = 0; r < N; r++)
-        load[r] = (int64_t)((sum[r] + (uint64_t)N / 2) / (uint64_t)N) - (int64_t)own[r];
+        corr[r] = (int64_t)((sum[r] + (uint64_t)N / 2) / (uint64_t)N) - (int64_t)own[r];
 }
 
-void replica_assign(const incmoe_moe_placement_t *p, int E, int self, const int32_t *ids, int k,
-                    size_t T, int64_t *load, int32_t *out)
+/* Before token t of T: load gains corr's share of tokens [t, t + 1) (floor(corr t / T) in
+   all after t tokens), so the correction grows with the rows it corrects. */
+static void correct(int N, const int64_t *corr, size_t t, size_t T, int64_t *load)
+{
+    for (int r = 0; r < N; r++) {
+        int64_t c = corr[r], lo = c * (int64_t)t, hi = c * (int64_t)(t + 1), n = (int64_t)T;
+        load[r] +=
+            (hi >= 0 ? hi / n : -((-hi + n - 1) / n)) - (lo >= 0 ? lo / n : -((-lo + n - 1) / n));
+    }
+}
+
+void replica_assign(const incmoe_moe_placement_t *p, int E, int N, int self, const int32_t *ids,
+                    int k, size_t T, const int64_t *corr, int64_t *load, int32_t *out)
 {
     int32_t rank[INCMOE_MOE_MAX_TOPK];
     for (size_t t = 0; t < T; t++) {
         const int32_t *id = ids + t * (size_t)k;
+        if (corr != NULL)
+            correct(N, corr, t, T, load);
         replica_choose(p, id, k, self, load, rank);
         for (int a = 0; a < k; a++) {
             int slot = 0;

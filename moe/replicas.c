@@ -70,9 +70,10 @@ incmoe_status_t replicas_read(incmoe_moe_t *L, const incmoe_moe_params_t *params
     int *offsets = malloc(((size_t)E + 1) * sizeof(int)), *ranks = malloc((size_t)n * sizeof(int));
     L->hdr_forced = calloc(replicas_hdr_bytes(L->N, 1) - MOE_HDR_BYTES, 1);
     L->forced_sum = calloc((size_t)L->N, sizeof(uint64_t));
-    L->seed = calloc((size_t)L->N, sizeof(int64_t));
+    L->load = calloc((size_t)L->N, sizeof(int64_t));
+    L->corr = calloc((size_t)L->N, sizeof(int64_t));
     L->placement = (incmoe_moe_placement_t){offsets, ranks};
-    if (!offsets || !ranks || !L->hdr_forced || !L->forced_sum || !L->seed)
+    if (!offsets || !ranks || !L->hdr_forced || !L->forced_sum || !L->load || !L->corr)
         return INCMOE_ERR_NO_MEMORY;
     memcpy(offsets, p->offsets, ((size_t)E + 1) * sizeof(int));
     memcpy(ranks, p->ranks, (size_t)n * sizeof(int));
@@ -101,8 +102,8 @@ void replicas_local(incmoe_moe_t *L, const int32_t *ids, size_t T)
     if (!L->replicated)
         return;
     replica_forced(&L->placement, L->N, L->rank, ids, L->k, T, L->hdr_forced);
-    memset(L->seed, 0, (size_t)L->N * sizeof(int64_t));
-    replica_assign(&L->placement, L->E, L->rank, ids, L->k, T, L->seed, L->chosen);
+    memset(L->load, 0, (size_t)L->N * sizeof(int64_t));
+    replica_assign(&L->placement, L->E, L->N, L->rank, ids, L->k, T, NULL, L->load, L->chosen);
 }
 
 void replicas_bulk(incmoe_moe_t *L, const int32_t *ids, size_t T)
@@ -118,8 +119,9 @@ void replicas_bulk(incmoe_moe_t *L, const int32_t *ids, size_t T)
             L->forced_sum[r] += v;
         }
     }
-    replica_seed(L->N, L->forced_sum, L->hdr_forced, L->seed);
-    replica_assign(&L->placement, L->E, L->rank, ids, L->k, T, L->seed, L->chosen);
+    replica_correction(L->N, L->forced_sum, L->hdr_forced, L->corr);
+    memset(L->load, 0, (size_t)L->N * sizeof(int64_t));
+    replica_assign(&L->placement, L->E, L->N, L->rank, ids, L->k, T, L->corr, L->load, L->chosen);
 }
 
 void replicas_free(incmoe_moe_t *L)
@@ -128,7 +130,8 @@ void replicas_free(incmoe_moe_t *L)
     free((void *)L->placement.ranks);
     free(L->hdr_forced);
     free(L->forced_sum);
-    free(L->seed);
+    free(L->load);
+    free(L->corr);
     free(L->chosen);
     memset(&L->placement, 0, sizeof(L->placement));
 }

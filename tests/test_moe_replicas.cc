@@ -396,8 +396,8 @@ namespace
 {
 
 /* The rows each rank receives in one bulk forward of ids (per rank [T][k]) under P, every
-   rank choosing as the layer does (replica_plan.h: forced rows from every rank's header, its
-   own choice from their average share), counted from the wire ids' ranks. */
+   rank choosing as the layer does (replica_plan.h: its own rows, corrected by every rank's
+   forced rows from the headers), counted from the wire ids' ranks. */
 std::vector<long> received_rows(const Placement &P, int E, int N, int k,
                                 const std::vector<std::vector<int32_t>> &ids)
 {
@@ -413,10 +413,11 @@ std::vector<long> received_rows(const Placement &P, int E, int N, int k,
     std::vector<long> rows((size_t)N, 0);
     for (int s = 0; s < N; s++) {
         const size_t T = ids[(size_t)s].size() / (size_t)k;
-        std::vector<int64_t> load((size_t)N);
+        std::vector<int64_t> load((size_t)N, 0), corr((size_t)N);
         std::vector<int32_t> wire(T * (size_t)k);
-        replica_seed(N, sum.data(), forced[(size_t)s].data(), load.data());
-        replica_assign(&view, E, s, ids[(size_t)s].data(), k, T, load.data(), wire.data());
+        replica_correction(N, sum.data(), forced[(size_t)s].data(), corr.data());
+        replica_assign(&view, E, N, s, ids[(size_t)s].data(), k, T, corr.data(), load.data(),
+                       wire.data());
         for (size_t t = 0; t < T; t++) {
             std::vector<bool> visits((size_t)N, false);
             for (int a = 0; a < k; a++) {

@@ -297,18 +297,18 @@ typedef struct {
  * of tests/test_moe_replicas.cc, cosine >= 0.99999 to the unreplicated
  * layer's outputs).
  *
- * "Rows so far" on the bulk path (masked and full routing): the forward's
- * header exchange carries, besides the pair totals, each rank's forced rows
+ * "Rows so far": each rank runs the rule over its own tokens in order, counting
+ * the rows they sent so far, so where the ranks' tokens are alike, balancing
+ * its own rows balances everyone's.  On the bulk path (masked and full
+ * routing) the forward's header exchange also carries each rank's forced rows
  * (N counts: rows its tokens must send to each other rank for experts with one
- * replica, 4 N bytes more per rank, only in a layer with replicas); each rank
- * starts from the average rank's share of everyone's forced rows and adds its
- * own choices, so the ranks spread their replicated pairs alike without
- * exchanging their tokens' ids.  On the decode step (no exchange) each rank
- * starts from no load and balances its own rows only: a rank does not see the
- * others' forced rows, so a replica on a rank other ranks' single-replica
- * experts already load is taken as readily as an idle one; the visited-rank
- * preference, which costs nothing, is kept whole.  Routing auto judges the
- * bytes from each rank's decode-step choice (made before the exchange).
+ * replica; 4 N bytes more per rank, only in a layer with replicas), and a rank
+ * whose forced rows differ from the average rank's corrects its count by the
+ * difference, spread over its tokens: no rank exchanges its tokens' ids.  The
+ * decode step (no exchange) runs the rule without the correction: a rank whose
+ * routing differs from the others' balances by its own rows only (where the
+ * ranks' tokens are alike that costs nothing).  Routing auto judges the bytes
+ * from the decode step's choice (made before the exchange).
  *
  * Memory: a rank's weights are its n_local experts', replicas included;
  * the row buffers are unchanged (a rank still receives at most one row per
