@@ -11,11 +11,12 @@
  * expert), every expert on two ranks, every expert also on a token's own rank,
  * the popular experts' replicas spread out; routings: uniform, skewed (zipf
  * 1.0, the popular experts on rank 0) and empty; on the in-network, ring and
- * a2a algorithms; pipelined and baseline masked, full routing and the decode
- * step.  Bad placements fail create on every rank with the reason.  The
- * balance check is a count, not a timing: on a zipf:1.0 routing of E=64, k=8,
- * N=8 the busiest rank's received rows with one extra slot per rank are fewer
- * than without replicas.
+ * a2a algorithms; pipelined and baseline masked, full routing, the decode
+ * step and the measured choice among them (mode and routing auto).  Bad
+ * placements fail create on every rank with the reason.  The balance check is
+ * a count, not a timing: on a zipf:1.0 routing of E=64, k=8, N=8 the busiest
+ * rank's received rows with one extra slot per rank are fewer than without
+ * replicas.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -154,7 +155,8 @@ struct Path {
 const Path kPaths[] = {{INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_MASKED},
                        {INCMOE_MOE_BASELINE, INCMOE_MOE_ROUTING_MASKED},
                        {INCMOE_MOE_PIPELINED, INCMOE_MOE_ROUTING_FULL},
-                       {INCMOE_MOE_DECODE, INCMOE_MOE_ROUTING_MASKED}};
+                       {INCMOE_MOE_DECODE, INCMOE_MOE_ROUTING_MASKED},
+                       {INCMOE_MOE_AUTO, INCMOE_MOE_ROUTING_AUTO}};
 
 std::string path_name(const Path &x)
 {
