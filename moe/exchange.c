@@ -29,12 +29,17 @@ _Static_assert(sizeof(moe_hdr_t) <= MOE_HDR_BYTES, "header fits its block");
 incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
 {
     mine->magic = HDR_MAGIC;
-    memset(L->hdr + (size_t)L->rank * MOE_HDR_BYTES, 0, MOE_HDR_BYTES);
-    memcpy(L->hdr + (size_t)L->rank * MOE_HDR_BYTES, mine, sizeof(*mine));
-    incmoe_layout_t layout = {MOE_HDR_BYTES, 0, sizeof(moe_hdr_t), NULL};
+    const size_t B = L->hdr_bytes;
+    uint8_t *block = L->hdr + (size_t)L->rank * B;
+    memset(block, 0, B);
+    memcpy(block, mine, sizeof(*mine));
+    /* A replicated layer's forwards: this rank's forced rows after the header (replicas.h). */
+    if (B > MOE_HDR_BYTES)
+        memcpy(block + MOE_HDR_BYTES, L->hdr_forced, B - MOE_HDR_BYTES);
+    incmoe_layout_t layout = {B, 0, B > MOE_HDR_BYTES ? B : sizeof(moe_hdr_t), NULL};
     incmoe_req_t req;
-    incmoe_status_t st = incmoe_allgather(L->comm, L->hdr_mr, (size_t)L->rank * MOE_HDR_BYTES,
-                                          L->hdr_mr, 0, &layout, &req);
+    incmoe_status_t st =
+        incmoe_allgather(L->comm, L->hdr_mr, (size_t)L->rank * B, L->hdr_mr, 0, &layout, &req);
     if (st == INCMOE_OK)
         st = moe_wait_bounded(L->comm, L->timeout_ms, &req);
     if (st != INCMOE_OK) {
@@ -47,7 +52,7 @@ incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
     incmoe_status_t verdict = INCMOE_OK;
     for (int s = 0; s < L->N; s++) {
         moe_hdr_t h;
-        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        memcpy(&h, L->hdr + (size_t)s * B, sizeof(h));
         if (h.magic != HDR_MAGIC || h.phase != mine->phase || h.nranks != mine->nranks) {
             log_error(SUBSYS,
                       "rank %d: %s: rank %d is not in the same call (phase %u, %u ranks; "
@@ -66,7 +71,7 @@ incmoe_status_t exchange(incmoe_moe_t *L, moe_hdr_t *mine, const char *what)
         return verdict;
     for (int s = 0; s < L->N; s++) {
         moe_hdr_t h;
-        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        memcpy(&h, L->hdr + (size_t)s * B, sizeof(h));
         /* Compare everything but the per-rank status. */
         if (h.seq != mine->seq || h.hash != mine->hash || h.E != mine->E || h.k != mine->k ||
             h.H != mine->H || h.I != mine->I || h.dtype != mine->dtype ||

@@ -17,6 +17,7 @@
 #include "ext.h"
 #include "lanes.h"
 #include "plan.h"
+#include "replicas.h"
 #include "routing.h"
 
 #include "base/clock.h"
@@ -41,7 +42,8 @@ void incmoe_moe_params_init(incmoe_moe_params_t *p)
 
 /* -------------------------------------------------------------- creation */
 
-static incmoe_status_t check_params(const incmoe_moe_params_t *p, int N, int rank)
+/* placed: the extension gives a placement (replicas.c checks it). */
+static incmoe_status_t check_params(const incmoe_moe_params_t *p, int N, int rank, int placed)
 {
 #define BAD(fmt, ...)                                                                              \
     do {                                                                                           \
@@ -61,7 +63,7 @@ static incmoe_status_t check_params(const incmoe_moe_params_t *p, int N, int ran
     if (p->max_tokens < 0 || p->max_tokens > MOE_MAX_TOKENS)
         BAD("max_tokens is %d, expected 0..%d", p->max_tokens, MOE_MAX_TOKENS);
     if (p->expert_owner == NULL) {
-        if (p->num_experts % N != 0)
+        if (!placed && p->num_experts % N != 0)
             BAD("%d experts cannot be placed contiguously on %d ranks (not divisible)",
                 p->num_experts, N);
     } else {
@@ -102,9 +104,11 @@ static const moe_backend_ops_t *backend_ops(incmoe_moe_backend_t b)
 }
 
 /* Shape, placement and the backend's buffers; this rank's verdict. */
-static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p)
+static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p,
+                             const incmoe_moe_params_ext_t *ext)
 {
-    incmoe_status_t st = check_params(p, L->N, L->rank);
+    int placed = ext != NULL && (ext->field_mask & INCMOE_MOE_PARAM_PLACEMENT);
+    incmoe_status_t st = check_params(p, L->N, L->rank, placed);
     if (st != INCMOE_OK)
         return st;
     L->E = p->num_experts;
@@ -117,6 +121,8 @@ static incmoe_status_t setup(incmoe_moe_t *L, const incmoe_moe_params_t *p)
     L->override = p->config;
     L->grow = ((size_t)L->H * L->esize + (size_t)L->k * 8 + 15) & ~(size_t)15;
     L->zrow = (size_t)L->H * L->esize;
+    if ((st = replicas_read(L, p, ext)) != INCMOE_OK)
+        return st;
     if ((st = plan_place_experts(L, p->expert_owner)) != INCMOE_OK)
         return st;
     if (L->n_local > 0 && (p->w_gate == NULL || p->w_up == NULL || p->w_down == NULL)) {
@@ -164,10 +170,14 @@ incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *p,
     L->comm = p->comm;
     L->N = incmoe_comm_nranks(p->comm);
     L->rank = incmoe_comm_rank(p->comm);
-    L->hdr = calloc((size_t)L->N, MOE_HDR_BYTES);
+    /* Room for the forced rows a replicated placement's forwards add (replicas.h). */
+    size_t hdr_most = replicas_hdr_bytes(
+        L->N, ext != NULL && (ext->field_mask & INCMOE_MOE_PARAM_PLACEMENT) != 0);
+    L->hdr_bytes = MOE_HDR_BYTES;
+    L->hdr = calloc((size_t)L->N, hdr_most);
     incmoe_status_t st = L->hdr ? INCMOE_OK : INCMOE_ERR_NO_MEMORY;
     if (st == INCMOE_OK)
-        st = incmoe_mem_register(L->comm, L->hdr, (size_t)L->N * MOE_HDR_BYTES, &L->hdr_mr);
+        st = incmoe_mem_register(L->comm, L->hdr, (size_t)L->N * hdr_most, &L->hdr_mr);
     if (st != INCMOE_OK) {
         free(L->hdr);
         free(L);
@@ -178,7 +188,7 @@ incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *p,
     long long timeout_ms;
     (void)inc_config_get_int("INCMOE_TIMEOUT_MS", &timeout_ms);
     L->timeout_ms = p->timeout_ms > 0 ? p->timeout_ms : 2 * (int)timeout_ms;
-    incmoe_status_t local = setup(L, p);
+    incmoe_status_t local = setup(L, p, ext);
     if (local == INCMOE_OK)
         local = ext_read(L, ext);
     if (local == INCMOE_OK)
@@ -205,6 +215,8 @@ incmoe_status_t incmoe_moe_create_ex(const incmoe_moe_params_t *p,
             memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
             calib |= h.calib;
         }
+        /* Every rank has this placement: the forwards' blocks are alike. */
+        L->hdr_bytes = replicas_hdr_bytes(L->N, L->replicated);
         st = calib_agree(L, calib != 0);
     }
     if (st == INCMOE_OK)
@@ -233,6 +245,7 @@ incmoe_status_t incmoe_moe_destroy(incmoe_moe_t *L)
         incmoe_mem_deregister(L->comm, L->hdr_mr);
     free(L->hdr);
     decode_free(L);
+    replicas_free(L);
     free(L->local_ids);
     free(L->owner);
     free(L);
@@ -315,7 +328,9 @@ static incmoe_status_t check_forward(incmoe_moe_t *L, const incmoe_moe_forward_p
                     BAD("token %d lists expert %d twice (choices %d and %d)", t, id[a], b, a);
         }
     }
-    routing_count(L->owner, L->N, L->rank, ids, L->k, (size_t)T, &hdr->pairs, &hdr->routed);
+    replicas_local(L, ids, (size_t)T);
+    routing_count(L->owner, L->N, L->rank, L->replicated ? L->chosen : ids, L->k, (size_t)T,
+                  &hdr->pairs, &hdr->routed);
     return INCMOE_OK;
 #undef BAD
 }
@@ -357,7 +372,7 @@ static void fwd_load(const incmoe_moe_t *L, routing_load_t *load_p)
     routing_load_t load = {.N = L->N, .grow = L->grow, .zrow = L->zrow};
     for (int s = 0; s < L->N; s++) {
         moe_hdr_t h;
-        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        memcpy(&h, L->hdr + (size_t)s * L->hdr_bytes, sizeof(h));
         load.tokens += L->counts[s];
         load.pairs += h.pairs;
         load.routed += h.routed;
@@ -372,7 +387,7 @@ static void fwd_agree_band_seen(incmoe_moe_t *L)
     double most = 0;
     for (int s = 0; s < L->N; s++) {
         moe_hdr_t h;
-        memcpy(&h, L->hdr + (size_t)s * MOE_HDR_BYTES, sizeof(h));
+        memcpy(&h, L->hdr + (size_t)s * L->hdr_bytes, sizeof(h));
         if (h.band_seen_s > most)
             most = h.band_seen_s;
     }
@@ -508,6 +523,10 @@ static incmoe_status_t fwd_bulk(incmoe_moe_t *L, double t_start, moe_hdr_t *mine
         L->counts[s] = (size_t)in->counts[s];
     fwd_load(L, &in->load);
     fwd_agree_band_seen(L);
+    if (L->replicated) {
+        replicas_bulk(L, in->ids, L->counts[L->rank]);
+        in->ids = L->chosen;
+    }
     L->timing.exchange_ms = inc_now_ms() - t_start;
     return fwd_run(L, in, (incmoe_moe_mode_t)mine->mode, (incmoe_moe_routing_t)mine->routing,
                    path_p, ran_p, runs_p, again_p);
@@ -536,6 +555,8 @@ static incmoe_status_t forward_once(incmoe_moe_t *L, const incmoe_moe_forward_pa
     *again_p = 0;
     incmoe_status_t st = fwd_decode_first(L, &in, &mine, &path, &decode);
     if (st == INCMOE_OK && decode) {
+        if (L->replicated)
+            in.ids = L->chosen; /* the decode step's choice: replicas_local's */
         st = decode_run(L, path.lane, &in, mine.status != INCMOE_OK ? why : NULL, again_p);
         if (st == INCMOE_OK && mine.status != INCMOE_OK)
             st = (incmoe_status_t)mine.status; /* only a library that lost the refusal */

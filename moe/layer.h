@@ -72,10 +72,26 @@ struct incmoe_moe {
     uint64_t placement_hash;
 
     int n_local;
-    int *local_ids; /* [n_local] global ids, ascending */
-    int32_t *owner; /* [E] the rank hosting each expert */
-    size_t grow;    /* bytes of a gather row: H elements, k ids, k weights (16-byte multiple) */
-    size_t zrow;    /* bytes of a reduce row: H elements */
+    int *local_ids; /* [n_local] global ids, ascending (replicas included) */
+    /* [E * slots] the rank serving each wire id e + E * slot (replica_plan.h), -1 for a slot
+       expert e does not have; without replicas slots is 1 and owner[e] hosts e. */
+    int32_t *owner;
+
+    /* Replicas (replicas.c): the placement (offsets NULL: one rank per expert, as owner
+       says), the most replicas of one expert, and whether any expert has two or more. */
+    incmoe_moe_placement_t placement;
+    int slots;
+    int replicated;
+    /* With replicas: the forward's ids with their replicas ([max_tokens][k] wire ids), this
+       rank's forced rows for the header ([N], padded), every rank's summed, and the choice's
+       load and its correction ([N] each, replica_plan.h). */
+    int32_t *chosen;
+    uint32_t *hdr_forced;
+    uint64_t *forced_sum;
+    int64_t *load, *corr;
+    size_t hdr_bytes; /* a rank's block in the current header exchange (replicas.h) */
+    size_t grow;      /* bytes of a gather row: H elements, k ids, k weights (16-byte multiple) */
+    size_t zrow;      /* bytes of a reduce row: H elements */
 
     uint8_t *hdr; /* N header blocks */
     incmoe_mr_t *hdr_mr;
@@ -156,7 +172,8 @@ void calib_ffn_measured(incmoe_moe_t *L, double flop_s);
 /* --- plan.c --- */
 /* The rank hosting expert e (placement NULL: contiguous E/N per rank). */
 int plan_owner(const int *placement, int E, int N, int e);
-/* Fills L->local_ids / n_local and L->placement_hash from the placement. */
+/* Fills L->owner, L->local_ids / n_local and L->placement_hash from L->placement's replicas
+   (replicas_read), else from expert_owner (NULL: contiguous). */
 incmoe_status_t plan_place_experts(incmoe_moe_t *L, const int *placement);
 /* Fills the plan fields of L->ctx for one forward of the given counts (and with masked
    routing its dispatch blocks). */

@@ -25,6 +25,8 @@ libincmoe_moe_la_SOURCES = \
 	placement_rows.c placement_rows.h \
 	placement_pack.c placement_pack.h \
 	placement_choose.c \
+	replica_plan.c replica_plan.h \
+	replicas.c replicas.h \
 	names.c \
 	choices.c \
 	autotune.c \

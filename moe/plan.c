@@ -17,14 +17,38 @@ int plan_owner(const int *placement, int E, int N, int e)
     return placement ? placement[e] : e / (E / N);
 }
 
+/* Expert e's replicas into L->owner (wire ids e + E * slot), and e into the local ids if
+   this rank holds one; the placement's hash continued with them. */
+static uint64_t plan_place_replicas(incmoe_moe_t *L, int e, uint64_t h)
+{
+    const incmoe_moe_placement_t *p = &L->placement;
+    int n = p->offsets[e + 1] - p->offsets[e];
+    h = inc_fnv1a(h, &n, sizeof(n));
+    for (int slot = 0; slot < n; slot++) {
+        int r = p->ranks[p->offsets[e] + slot];
+        h = inc_fnv1a(h, &r, sizeof(r));
+        L->owner[e + L->E * slot] = r;
+        if (r == L->rank)
+            L->local_ids[L->n_local++] = e;
+    }
+    return h;
+}
+
 incmoe_status_t plan_place_experts(incmoe_moe_t *L, const int *placement)
 {
+    const size_t ids = (size_t)L->E * (size_t)L->slots;
     L->local_ids = malloc((size_t)L->E * sizeof(int));
-    L->owner = malloc((size_t)L->E * sizeof(int32_t));
+    L->owner = malloc(ids * sizeof(int32_t));
     if (L->local_ids == NULL || L->owner == NULL)
         return INCMOE_ERR_NO_MEMORY;
+    for (size_t id = 0; id < ids; id++)
+        L->owner[id] = -1;
     uint64_t h = 1469598103934665603ull;
     for (int e = 0; e < L->E; e++) {
+        if (L->placement.offsets != NULL) {
+            h = plan_place_replicas(L, e, h);
+            continue;
+        }
         int owner = plan_owner(placement, L->E, L->N, e);
         h = inc_fnv1a(h, &owner, sizeof(owner));
         L->owner[e] = owner;

@@ -7,7 +7,7 @@ MOE_TEST_LIBS = $(top_builddir)/moe/libincmoe_moe.la libharness.la $(BASE_LIBS) 
 
 check_PROGRAMS += test_moe_fifo test_moe_band test_moe_routing test_moe_layer test_moe_errors \
 	test_moe_stress test_moe_cuda_proto test_moe_ffn test_moe_auto test_moe_decode \
-	test_moe_placement
+	test_moe_placement test_moe_replicas
 test_moe_fifo_SOURCES = test_moe_fifo.cc
 test_moe_fifo_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 # The FIFO suite drives the FIFO's internal transport seam, so it links the
@@ -45,6 +45,13 @@ test_moe_placement_SOURCES = test_moe_placement.cc test_perf_run.cc perf_run.h \
 	../moe/replica_choice.c ../tools/eplb.c ../tools/moe_bench_data.c
 test_moe_placement_CPPFLAGS = $(MOE_TEST_CPPFLAGS) -I$(top_srcdir)/tools
 test_moe_placement_LDADD = $(MOE_TEST_LIBS) -lm
+# Expert replicas (incmoe_moe.h, "Replicas"): the layer against the reference and the
+# unreplicated layer, bad placements, and the choice's balance (its pure functions compiled
+# in: the library hides them).
+test_moe_replicas_SOURCES = test_moe_replicas.cc moe_ref.cc moe_ref.h ../moe/replica_plan.c \
+	../moe/replica_choice.c
+test_moe_replicas_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
+test_moe_replicas_LDADD = $(MOE_TEST_LIBS)
 test_moe_errors_SOURCES = test_moe_errors.cc moe_ref.cc moe_ref.h
 test_moe_errors_CPPFLAGS = $(MOE_TEST_CPPFLAGS)
 test_moe_errors_LDADD = $(MOE_TEST_LIBS)

@@ -144,7 +144,7 @@ std::vector<uint8_t> run(const Problem &p, size_t r0, size_t n, int C, size_t ch
     mp.w_up = f32 ? (const void *)p.wu.data() : p.wu16.data();
     mp.w_down = f32 ? (const void *)p.wd.data() : p.wd16.data();
     EXPECT_EQ(ffn_weights_load(&cs, &mp, p.es), INCMOE_OK);
-    EXPECT_EQ(ffn_team_create(&cs, p.E, p.k, n), INCMOE_OK);
+    EXPECT_EQ(ffn_team_create(&cs, p.E, 1, NULL, 0, p.k, n), INCMOE_OK);
     if (chunk > 0 && chunk < cs.team.chunk)
         cs.team.chunk = chunk;
     EXPECT_EQ(ffn_scratch_reserve(&cs, C), INCMOE_OK);
@@ -240,7 +240,7 @@ std::vector<uint8_t> run_regions(const Problem &p, const std::vector<size_t> &pe
     mp.w_up = f32 ? (const void *)p.wu.data() : p.wu16.data();
     mp.w_down = f32 ? (const void *)p.wd.data() : p.wd16.data();
     EXPECT_EQ(ffn_weights_load(&cs, &mp, p.es), INCMOE_OK);
-    EXPECT_EQ(ffn_team_create(&cs, p.E, p.k, N * region), INCMOE_OK);
+    EXPECT_EQ(ffn_team_create(&cs, p.E, 1, NULL, 0, p.k, N * region), INCMOE_OK);
     EXPECT_EQ(ffn_scratch_reserve(&cs, C), INCMOE_OK);
     ffn_team_reset(&cs);
     std::vector<incmoe_status_t> st(C, INCMOE_OK);

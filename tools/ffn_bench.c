@@ -137,7 +137,7 @@ static void bench_init(bench_t *b, const opts_t *o)
     p.w_up = rand_array(&seed, mat, 1.0f / sqrtf((float)s->H), o->dtype, es);
     p.w_down = rand_array(&seed, mat, 1.0f / sqrtf((float)s->I), o->dtype, es);
     if (ffn_weights_load(cs, &p, es) != INCMOE_OK ||
-        ffn_team_create(cs, s->E, s->k, x->tmax) != INCMOE_OK ||
+        ffn_team_create(cs, s->E, 1, NULL, 0, s->k, x->tmax) != INCMOE_OK ||
         ffn_scratch_reserve(cs, INCMOE_MOE_MAX_WORKERS) != INCMOE_OK) {
         fprintf(stderr, "incmoe-ffn-bench: out of memory\n");
         exit(1);

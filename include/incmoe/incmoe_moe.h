@@ -183,10 +183,12 @@ incmoe_status_t incmoe_moe_create(const incmoe_moe_params_t *params, incmoe_moe_
  * shorter struct) runs unchanged.  A bit this library does not know fails
  * create on every rank with INCMOE_ERR_INVALID_ARG, naming the bits.
  */
-#define INCMOE_MOE_PARAM_PATH   (1ull << 0) /* path: which algorithm, mode and routing to run */
-#define INCMOE_MOE_PARAM_DECODE (1ull << 1) /* decode_tokens: the decode step's capacity */
+#define INCMOE_MOE_PARAM_PATH      (1ull << 0) /* path: which algorithm, mode and routing to run */
+#define INCMOE_MOE_PARAM_DECODE    (1ull << 1) /* decode_tokens: the decode step's capacity */
+#define INCMOE_MOE_PARAM_PLACEMENT (1ull << 2) /* placement: experts on several ranks */
 /* Every bit this version knows. */
-#define INCMOE_MOE_PARAM_ALL (INCMOE_MOE_PARAM_PATH | INCMOE_MOE_PARAM_DECODE)
+#define INCMOE_MOE_PARAM_ALL                                                                       \
+    (INCMOE_MOE_PARAM_PATH | INCMOE_MOE_PARAM_DECODE | INCMOE_MOE_PARAM_PLACEMENT)
 
 /* incmoe_moe_path_t.algo: measured among in-network, ring and a2a. */
 #define INCMOE_MOE_ALGO_AUTO (-1)
@@ -268,10 +270,57 @@ typedef struct {
  */
 #define INCMOE_MOE_DECODE_TOKENS 32
 
+/*
+ * Replicas: with INCMOE_MOE_PARAM_PLACEMENT (incmoe_moe_placement_t, above) an
+ * expert may live on several ranks, each replica holding its weights.  Expert e
+ * lives on ranks[offsets[e] .. offsets[e + 1]), distinct ranks in ascending
+ * order, at least one (E need not divide by N); the same table on every rank
+ * (create compares a hash of it and fails with INCMOE_ERR_MISMATCH otherwise).
+ * params->expert_owner must then be NULL, and each rank's w_gate, w_up and
+ * w_down hold every expert it hosts (replicas included), in ascending expert
+ * id.  Create checks the table on every rank and fails with
+ * INCMOE_ERR_INVALID_ARG naming the expert and the offending value.  The
+ * arrays are read during create only.  Replicated experts (some expert on two
+ * ranks or more) run on the CPU backend only: the CUDA backend's create fails
+ * with INCMOE_ERR_UNSUPPORTED.
+ *
+ * Each (token, expert) pair is served by one replica, chosen per token by one
+ * rule (the library's replica_choice): the pairs of experts with one replica
+ * first, then each other pair takes a replica on a rank the token already
+ * visits (its own rank or one chosen before: no extra row), else the replica
+ * on the rank with the fewest rows so far (ties: the lowest rank).  The choice
+ * rides in the row: a pair's expert id on the wire is e + E * slot (slot: the
+ * replica's index in ranks[offsets[e] ..)), so every receiver of a multicast
+ * row knows which pairs it serves; the combine then adds each token's
+ * partials from the ranks that served it.  The outputs equal the unreplicated
+ * layer's up to the order of those sums (fp32: within the 2e-5 relative bound
+ * of tests/test_moe_replicas.cc, cosine >= 0.99999 to the unreplicated
+ * layer's outputs).
+ *
+ * "Rows so far": each rank runs the rule over its own tokens in order, counting
+ * the rows they sent so far, so where the ranks' tokens are alike, balancing
+ * its own rows balances everyone's.  On the bulk path (masked and full
+ * routing) the forward's header exchange also carries each rank's forced rows
+ * (N counts: rows its tokens must send to each other rank for experts with one
+ * replica; 4 N bytes more per rank, only in a layer with replicas), and a rank
+ * whose forced rows differ from the average rank's corrects its count by the
+ * difference, spread over its tokens: no rank exchanges its tokens' ids.  The
+ * decode step (no exchange) runs the rule without the correction: a rank whose
+ * routing differs from the others' balances by its own rows only (where the
+ * ranks' tokens are alike that costs nothing).  Routing auto judges the bytes
+ * from the decode step's choice (made before the exchange).
+ *
+ * Memory: a rank's weights are its n_local experts', replicas included;
+ * the row buffers are unchanged (a rank still receives at most one row per
+ * token and source, whatever the replicas), so the dispatch sizes the switch
+ * admits are the unreplicated layer's; the layer adds [max_tokens][k] ids of
+ * the chosen replicas and E * (most replicas of one expert) ints of tables.
+ */
 typedef struct {
-    uint64_t field_mask;    /* INCMOE_MOE_PARAM_* of the fields set below */
-    incmoe_moe_path_t path; /* INCMOE_MOE_PARAM_PATH */
-    int decode_tokens;      /* INCMOE_MOE_PARAM_DECODE (see "Decode" above) */
+    uint64_t field_mask;                     /* INCMOE_MOE_PARAM_* of the fields set below */
+    incmoe_moe_path_t path;                  /* INCMOE_MOE_PARAM_PATH */
+    int decode_tokens;                       /* INCMOE_MOE_PARAM_DECODE (see "Decode" above) */
+    const incmoe_moe_placement_t *placement; /* INCMOE_MOE_PARAM_PLACEMENT (see "Replicas") */
 } incmoe_moe_params_ext_t;
 
 /* incmoe_moe_create with the extension's fields (ext NULL: none). */
@@ -406,9 +455,12 @@ const char *incmoe_moe_routing_name(incmoe_moe_routing_t routing);
  * Rows: a token sends one row to each rank it visits other than its own,
  * however many of its experts that rank serves.  Which replica serves a
  * (token, expert) pair:
- * - INCMOE_MOE_SPLIT_PER_TOKEN, the layer's rule over one forward's tokens:
- *   the tokens are taken round-robin over the ranks (token 0 of every rank in
- *   rank order, then token 1, ...); a pair whose expert has one replica goes
+ * - INCMOE_MOE_SPLIT_PER_TOKEN, the layer's per-token rule, replayed as one
+ *   pass that sees every rank's tokens: they are taken round-robin over the
+ *   ranks (token 0 of every rank in rank order, then token 1, ...).  (The
+ *   layer itself, where no rank sees another's ids, runs the rule over each
+ *   rank's own tokens with a correction for the others' forced rows: see
+ *   "Replicas"; the two land close, not equal.)  A pair whose expert has one replica goes
  *   there; each other pair, in the order of the token's ids, takes a replica
  *   on a rank the token already visits (its own, or one chosen before; the
  *   lowest of several), else the replica on the rank that has received the

@@ -93,7 +93,7 @@ static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
         return st;
     size_t tokens = cpu_tokens(L);
     size_t rows = (size_t)L->N * tokens;
-    if ((st = ffn_team_create(cs, L->E, L->k, rows)) != INCMOE_OK)
+    if ((st = ffn_team_create(cs, L->E, L->slots, L->owner, L->rank, L->k, rows)) != INCMOE_OK)
         return st;
     size_t gsize = rows * L->grow, zsize = rows * L->zrow;
     size_t words = INCMOE_SET_WORDS(L->N);
@@ -105,13 +105,14 @@ static incmoe_status_t cpu_create(incmoe_moe_t *L, const incmoe_moe_params_t *p)
     cs->sets = calloc(tokens * words, sizeof(uint64_t));
     cs->dcb = calloc(INCMOE_MOE_MAX_BANDS, sizeof(incmoe_fifo_dispatch_t));
     cs->src = calloc(rows * 2, sizeof(uint32_t));
-    cs->owner = malloc((size_t)L->E * sizeof(int32_t));
+    const size_t ids = (size_t)L->E * (size_t)L->slots; /* wire ids (replica_plan.h) */
+    cs->owner = malloc(ids * sizeof(int32_t));
     if (cs->xg == NULL || cs->z == NULL || cs->own == NULL || cs->xs == NULL || cs->zo == NULL ||
         cs->sets == NULL || cs->dcb == NULL || cs->src == NULL || cs->owner == NULL)
         return INCMOE_ERR_NO_MEMORY;
     memset(cs->xg, 0, gsize);
     memset(cs->z, 0, zsize);
-    memcpy(cs->owner, L->owner, (size_t)L->E * sizeof(int32_t));
+    memcpy(cs->owner, L->owner, ids * sizeof(int32_t));
     void *home;
     if ((st = cpu_lane_open(L, L->comm, &home)) != INCMOE_OK)
         return st;

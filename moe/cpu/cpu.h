@@ -33,11 +33,11 @@ typedef struct {
    worker starts the next chunk's first GEMMs while another still reads this one's), the
    weighted sums (each worker its own columns of H), and the team's barrier counters. */
 typedef struct {
-    size_t chunk;                          /* rows of a band's list per chunk */
-    int kk;                                /* most local experts of one row: min(k, n_local) */
-    int32_t *le_of;                        /* [E] local index of each expert, -1 if remote */
-    float *act[2];                         /* [chunk * kk][I] */
-    float *acc;                            /* [chunk][H] */
+    size_t chunk;   /* rows of a band's list per chunk */
+    int kk;         /* most local experts of one row: min(k, n_local) */
+    int32_t *le_of; /* [E * slots] local index of each wire id's expert, -1 if not served here */
+    float *act[2];  /* [chunk * kk][I] */
+    float *acc;     /* [chunk][H] */
     uint64_t step[INCMOE_MOE_MAX_WORKERS]; /* barriers passed this forward */
 } ffn_team_t;
 
@@ -73,8 +73,11 @@ typedef struct {
 /* Copies the local experts' weights (dtype, layout of incmoe_moe_params_t), packed, kept in
    dtype. */
 incmoe_status_t ffn_weights_load(cpu_state_t *cs, const incmoe_moe_params_t *p, size_t esize);
-/* The team's shared buffers for E experts, top-k, bands of at most max_rows rows. */
-incmoe_status_t ffn_team_create(cpu_state_t *cs, int E, int k, size_t max_rows);
+/* The team's shared buffers for E experts, top-k, bands of at most max_rows rows; the wire
+   ids e + E * slot (replica_plan.h) this rank serves are those owner[id] names it for
+   (owner NULL: slots 1, every local expert). */
+incmoe_status_t ffn_team_create(cpu_state_t *cs, int E, int slots, const int32_t *owner, int rank,
+                                int k, size_t max_rows);
 void ffn_team_destroy(cpu_state_t *cs);
 /* Scratch for workers [0, C) (those not yet made); before a forward runs them. */
 incmoe_status_t ffn_scratch_reserve(cpu_state_t *cs, int C);

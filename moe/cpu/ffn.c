@@ -49,7 +49,8 @@ incmoe_status_t ffn_weights_load(cpu_state_t *cs, const incmoe_moe_params_t *p, 
     return INCMOE_OK;
 }
 
-incmoe_status_t ffn_team_create(cpu_state_t *cs, int E, int k, size_t max_rows)
+incmoe_status_t ffn_team_create(cpu_state_t *cs, int E, int slots, const int32_t *owner, int rank,
+                                int k, size_t max_rows)
 {
     ffn_team_t *t = &cs->team;
     const size_t H = (size_t)cs->H, I = (size_t)cs->I;
@@ -62,16 +63,22 @@ incmoe_status_t ffn_team_create(cpu_state_t *cs, int E, int k, size_t max_rows)
     if (chunk < MOE_FFN_GEMM_ROWS)
         chunk = MOE_FFN_GEMM_ROWS;
     t->chunk = chunk < max_rows ? chunk : (max_rows > 0 ? max_rows : 1);
-    t->le_of = malloc((size_t)E * sizeof(int32_t));
+    const size_t ids = (size_t)E * (size_t)slots;
+    t->le_of = malloc(ids * sizeof(int32_t));
     t->act[0] = malloc(t->chunk * (size_t)t->kk * I * sizeof(float));
     t->act[1] = malloc(t->chunk * (size_t)t->kk * I * sizeof(float));
     t->acc = malloc(t->chunk * H * sizeof(float));
     if (t->le_of == NULL || t->act[0] == NULL || t->act[1] == NULL || t->acc == NULL)
         return INCMOE_ERR_NO_MEMORY;
-    for (int e = 0; e < E; e++)
-        t->le_of[e] = -1;
+    for (size_t id = 0; id < ids; id++)
+        t->le_of[id] = -1;
+    /* A wire id e + E * slot is this rank's to serve where its slot's replica is here. */
     for (int le = 0; le < cs->n_local; le++)
-        t->le_of[cs->local_ids[le]] = le;
+        for (int slot = 0; slot < slots; slot++) {
+            size_t id = (size_t)cs->local_ids[le] + (size_t)E * (size_t)slot;
+            if (owner == NULL ? slot == 0 : owner[id] == rank)
+                t->le_of[id] = le;
+        }
     return INCMOE_OK;
 }
 

@@ -181,8 +181,10 @@ static incmoe_status_t masked_setup(cuda_be_t *cb, incmoe_moe_t *L, size_t token
         (st = mapped_pair_alloc((size_t)L->N * tokens * 2 * sizeof(uint32_t), (void **)&cb->src_h,
                                 &src_d)) != INCMOE_OK)
         return st;
-    CU(cudaMalloc((void **)&cb->owner_d, (size_t)L->E * sizeof(int32_t)));
-    CU(cudaMemcpy(cb->owner_d, L->owner, (size_t)L->E * sizeof(int32_t), cudaMemcpyHostToDevice));
+    /* The wire ids' ranks (replica_plan.h); one slot here: replicas run on the CPU only. */
+    const size_t ids = (size_t)L->E * (size_t)L->slots;
+    CU(cudaMalloc((void **)&cb->owner_d, ids * sizeof(int32_t)));
+    CU(cudaMemcpy(cb->owner_d, L->owner, ids * sizeof(int32_t), cudaMemcpyHostToDevice));
     x->E = L->E;
     x->words = words;
     x->owner = cb->owner_d;

@@ -106,7 +106,8 @@ MOE_ROUTINGS = {"full": 0, "masked": 1, "auto": 2}
 # incmoe_moe_params_ext_t
 MOE_PARAM_PATH = 1 << 0
 MOE_PARAM_DECODE = 1 << 1
-MOE_PARAM_ALL = MOE_PARAM_PATH | MOE_PARAM_DECODE
+MOE_PARAM_PLACEMENT = 1 << 2
+MOE_PARAM_ALL = MOE_PARAM_PATH | MOE_PARAM_DECODE | MOE_PARAM_PLACEMENT
 MOE_DECODE_TOKENS = 32  # the decode capacity's default bound
 MOE_ALGO_AUTO = -1
 MOE_ALGO_COMM = -2
@@ -247,11 +248,19 @@ class moe_path_t(ctypes.Structure):
     ]
 
 
+class moe_placement_t(ctypes.Structure):
+    _fields_ = [
+        ("offsets", ctypes.POINTER(ctypes.c_int)),
+        ("ranks", ctypes.POINTER(ctypes.c_int)),
+    ]
+
+
 class moe_params_ext_t(ctypes.Structure):
     _fields_ = [
         ("field_mask", ctypes.c_uint64),
         ("path", moe_path_t),
         ("decode_tokens", ctypes.c_int),
+        ("placement", ctypes.POINTER(moe_placement_t)),
     ]
 
 

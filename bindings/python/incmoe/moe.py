@@ -74,6 +74,26 @@ def _check_decode_tokens(decode_tokens, max_tokens):
     return decode_tokens
 
 
+def _check_placement(placement, E, N):
+    """placement as (offsets, ranks) lists: None, or E lists of ranks each (the ranks holding
+    that expert).  Their order and distinctness are the C library's to check (it names the
+    expert and the value); this checks what ctypes needs."""
+    if placement is None:
+        return None
+    if not isinstance(placement, (list, tuple)) or len(placement) != E:
+        raise ValueError("placement must be None or a list of num_experts = %d lists of ranks"
+                         % E)
+    offsets, ranks = [0], []
+    for e, rs in enumerate(placement):
+        if not isinstance(rs, (list, tuple)) or not rs or \
+                not all(isinstance(r, int) and 0 <= r < N for r in rs):
+            raise ValueError("placement[%d] is %r: expected a non-empty list of ranks in 0..%d"
+                             % (e, rs, N - 1))
+        ranks.extend(rs)
+        offsets.append(len(ranks))
+    return offsets, ranks
+
+
 def _cpu_tensor(x, what):
     if not isinstance(x, torch.Tensor):
         raise ValueError("%s is a %s: expected a torch.Tensor" % (what, type(x).__name__))
@@ -95,6 +115,12 @@ class MoE(torch.nn.Module):
     runs the layer owns comm's AllGather, ReduceScatter, barrier, dispatch
     and combine streams).
     Rank r hosts experts [r*E/N, (r+1)*E/N); E must be divisible by N.
+    placement: None (that), or replicas: a list of E lists, placement[e] the
+    ranks holding expert e (ascending, distinct, at least one; the same on
+    every rank; any E).  Each (token, expert) pair is then served by one
+    replica chosen per token (the C header's "Replicas"); the outputs equal
+    the unreplicated layer's up to the order of their sums; w13 and w2 hold
+    every expert this rank holds, ascending (E_local of them).
     w13 [E/N, 2I, H] (gate rows, then up rows), w2 [E/N, H, I]: CPU tensors,
     converted to dtype (default w13's) once.  mode: "pipelined" (bands of
     tokens, AllGather and ReduceScatter in flight together) or "baseline"
@@ -155,6 +181,7 @@ class MoE(torch.nn.Module):
         routing=None,
         algo=None,
         decode_tokens=None,
+        placement=None,
     ):
         super().__init__()
         lib = _lib.moe_lib()
@@ -167,10 +194,14 @@ class MoE(torch.nn.Module):
         self.routing = None
         self.algo = None
         self.decode_tokens = decode_tokens
+        self.placement = placement
+        self._placed = None
         p = _lib.moe_params_t()
         lib.incmoe_moe_params_init(ctypes.byref(p))
         problem = None
         try:
+            self._placed = _check_placement(placement, num_experts, comm.nranks) \
+                if isinstance(num_experts, int) else None
             weights = self._check_init(
                 num_experts, top_k, hidden_size, intermediate_size, w13, w2, dtype, mode, max_tokens
             )
@@ -223,6 +254,14 @@ class MoE(torch.nn.Module):
         ext = _lib.moe_params_ext_t()
         ext.field_mask = _lib.MOE_PARAM_DECODE
         ext.decode_tokens = self.decode_tokens if self.decode_tokens > 0 else -1
+        if self._placed is not None:
+            offsets, ranks = self._placed
+            # Read during create only; kept on ext, which lives until create returns.
+            ext._arrays = ((ctypes.c_int * len(offsets))(*offsets),
+                           (ctypes.c_int * max(1, len(ranks)))(*ranks))
+            ext._placement = _lib.moe_placement_t(ext._arrays[0], ext._arrays[1])
+            ext.placement = ctypes.pointer(ext._placement)
+            ext.field_mask |= _lib.MOE_PARAM_PLACEMENT
         if self.algo is None:
             return ctypes.byref(ext)
         ext.field_mask |= _lib.MOE_PARAM_PATH
@@ -242,7 +281,7 @@ class MoE(torch.nn.Module):
                 raise ValueError("%s is %r: expected a positive integer" % (name, v))
         if k > E:
             raise ValueError("top_k is %d: at most num_experts = %d" % (k, E))
-        if E % N != 0:
+        if E % N != 0 and self._placed is None:
             raise ValueError("num_experts %d is not divisible by the %d ranks" % (E, N))
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError("max_tokens is %r: expected an integer >= 0" % (max_tokens,))
@@ -256,6 +295,8 @@ class MoE(torch.nn.Module):
             raise ValueError("dtype is %s: expected torch.float32, float16 or bfloat16" % dtype)
         self.dtype = dtype
         el = E // N
+        if self._placed is not None:
+            el = sum(1 for rs in self.placement if self.comm.rank in rs)
         if tuple(w13.shape) != (el, 2 * I, H):
             raise ValueError(
                 "w13 has shape %s, expected [E_local, 2*I, H] = [%d, %d, %d]"
