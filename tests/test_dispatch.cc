@@ -337,6 +337,21 @@ struct Buffers {
     }
 };
 
+/* A dispatch of rank me's first nrows rows of c (row_bytes each) from b's send buffer into
+   b's receive buffer, capacity rows. */
+incmoe_dispatch_params_t dispatch_params(const Case &c, int me, const Buffers &b, size_t nrows,
+                                         size_t row_bytes, size_t capacity)
+{
+    incmoe_dispatch_params_t p = {};
+    p.send_mr = b.m_send;
+    p.nrows = nrows;
+    p.row_bytes = row_bytes;
+    p.sets = c.sets[me].empty() ? nullptr : c.sets[me].data();
+    p.recv_mr = b.m_recv;
+    p.capacity = capacity;
+    return p;
+}
+
 /* Dispatch: post and (if wait) wait; the status (failures alone are the caller's). */
 incmoe_status_t post_dispatch(incmoe_comm_t *comm, const Case &c, int me, Buffers &b,
                               incmoe_req_t *req, bool wait = true)
@@ -353,13 +368,7 @@ incmoe_status_t post_dispatch(incmoe_comm_t *comm, const Case &c, int me, Buffer
         st = incmoe_mem_register(comm, b.recv.data(), b.recv.size(), &b.m_recv);
     if (st != INCMOE_OK)
         return st;
-    incmoe_dispatch_params_t p = {};
-    p.send_mr = b.m_send;
-    p.nrows = c.rows[me];
-    p.row_bytes = rb;
-    p.sets = c.sets[me].empty() ? nullptr : c.sets[me].data();
-    p.recv_mr = b.m_recv;
-    p.capacity = cap;
+    incmoe_dispatch_params_t p = dispatch_params(c, me, b, c.rows[me], rb, cap);
     st = incmoe_dispatch(comm, &p, req);
     return st != INCMOE_OK || !wait ? st : incmoe_wait(comm, req);
 }
@@ -659,6 +668,20 @@ TEST_P(Dc, CapacityOverflowFailsEveryRankAlikeAndWritesNothing)
     }
 }
 
+/* A combine of p that every rank must see fail as a mismatch with reason want: "" or what
+   came instead, after what. */
+std::string combine_mismatch(incmoe_comm_t *comm, const incmoe_combine_params_t &p,
+                             const char *what, const std::string &want)
+{
+    incmoe_req_t r;
+    CHECK_OK(incmoe_combine(comm, &p, &r));
+    incmoe_status_t st = incmoe_wait(comm, &r);
+    std::string reason = req_why(comm, &r);
+    if (st != INCMOE_ERR_MISMATCH || reason != want)
+        return std::string(what) + ": " + incmoe_strerror(st) + " '" + reason + "'";
+    return "";
+}
+
 /* Ranks that disagree on row_bytes, or on a combine's rows or dispatch, fail that collective
    on every rank with one reason; the communicator, and a dispatch whose combine failed, carry
    on. */
@@ -694,25 +717,22 @@ TEST_P(Dc, ShapesThatDisagreeFailEveryRankWithOneReason)
         p.dtype = INCMOE_FLOAT32;
         p.op = INCMOE_SUM;
         p.dispatch = me == 0 ? d1 : d2;
-        incmoe_req_t r;
-        CHECK_OK(incmoe_combine(comm, &p, &r));
-        st = incmoe_wait(comm, &r);
-        reason = req_why(comm, &r);
-        if (st != INCMOE_ERR_MISMATCH ||
-            reason != "combine epoch 1: rank 1 names dispatch epoch 3, rank 0 dispatch epoch 2")
-            return std::string("dispatches: ") + incmoe_strerror(st) + " '" + reason + "'";
+        std::string e = combine_mismatch(
+            comm, p, "dispatches",
+            "combine epoch 1: rank 1 names dispatch epoch 3, rank 0 dispatch epoch 2");
+        if (!e.empty())
+            return e;
         p.dispatch = d1;
         p.row_count = me == 1 ? 4 : 8;
-        CHECK_OK(incmoe_combine(comm, &p, &r));
-        st = incmoe_wait(comm, &r);
-        reason = req_why(comm, &r);
-        if (st != INCMOE_ERR_MISMATCH ||
-            reason != "combine epoch 2: rank 1 has rows of 4 float (sum), rank 0 of 8 float (sum)")
-            return std::string("row_count: ") + incmoe_strerror(st) + " '" + reason + "'";
+        e = combine_mismatch(
+            comm, p, "row_count",
+            "combine epoch 2: rank 1 has rows of 4 float (sum), rank 0 of 8 float (sum)");
+        if (!e.empty())
+            return e;
         CHECK_OK(incmoe_mem_deregister(comm, mp));
         CHECK_OK(incmoe_mem_deregister(comm, mo));
         /* both dispatches are still kept: combine them for real */
-        std::string e = run_combine(comm, c1, me, b1, &d1);
+        e = run_combine(comm, c1, me, b1, &d1);
         if (e.empty())
             e = run_combine(comm, c2, me, b2, &d2);
         return e;
@@ -729,13 +749,7 @@ TEST_P(Dc, KeptDispatchesAreBoundedAndReleased)
         incmoe_req_t first;
         incmoe_status_t st = post_dispatch(comm, c, me, b, &first);
         CHECK_OK(st);
-        incmoe_dispatch_params_t p = {};
-        p.send_mr = b.m_send;
-        p.nrows = 2;
-        p.row_bytes = 8;
-        p.sets = c.sets[me].data();
-        p.recv_mr = b.m_recv;
-        p.capacity = 4;
+        incmoe_dispatch_params_t p = dispatch_params(c, me, b, 2, 8, 4);
         incmoe_req_t req;
         for (int k = 1; k < INCMOE_STREAM_WINDOW; k++) {
             CHECK_OK(incmoe_dispatch(comm, &p, &req));
@@ -969,13 +983,7 @@ TEST_P(Dc, ARankReceivingNothingForTenThousandDispatchesStaysInTheWindow)
             incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
             CHECK_OK(st);
             CHECK_OK(incmoe_dispatch_release(comm, &req));
-            incmoe_dispatch_params_t p = {};
-            p.send_mr = b.m_send;
-            p.nrows = 1;
-            p.row_bytes = 8;
-            p.sets = c.sets[me].data();
-            p.recv_mr = b.m_recv;
-            p.capacity = c.cap(me);
+            incmoe_dispatch_params_t p = dispatch_params(c, me, b, 1, 8, c.cap(me));
             std::vector<incmoe_req_t> kept;
             for (int k = 1; k < 10000; k++) {
                 incmoe_req_t r;
