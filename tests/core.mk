@@ -33,13 +33,13 @@ test_ucx_addr_LDADD = $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
 # Dispatch and combine: the plan's verdict, and the collectives on every algorithm; a raw rank
 # that breaks a dispatch is the error suites' (errors_common).
 check_PROGRAMS += test_dispatch
-test_dispatch_SOURCES = test_dispatch.cc exact_int.h
+test_dispatch_SOURCES = test_dispatch.cc exact_int.h dc_ref.h
 test_dispatch_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
 test_dispatch_LDADD = $(ERRORS_LIBS)
 
 # The low-latency form of dispatch and combine on every algorithm, by source and by expert.
 check_PROGRAMS += test_ll
-test_ll_SOURCES = test_ll.cc exact_int.h
+test_ll_SOURCES = test_ll.cc exact_int.h dc_ref.h
 test_ll_CPPFLAGS = $(AM_CPPFLAGS)
 test_ll_LDADD = $(ERRORS_LIBS)
 
