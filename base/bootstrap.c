@@ -12,6 +12,7 @@
 #include <openssl/rand.h>
 
 #include "ucx_addr.h"
+#include "vformat.h"
 
 enum {
     CLIENT_WAIT_CHALLENGE = 1,
@@ -183,10 +184,7 @@ static incmoe_status_t fail(inc_boot_t *b, incmoe_status_t st, const char *fmt, 
     __attribute__((format(printf, 3, 4)));
 static incmoe_status_t fail(inc_boot_t *b, incmoe_status_t st, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->why, sizeof(b->why), fmt, ap);
-    va_end(ap);
+    INC_VFORMAT(b->why, sizeof(b->why), fmt);
     b->state = BOOT_FAILED;
     b->status = st;
     return st;

@@ -1,17 +1,15 @@
 /* dc_plan.c - the shared verdict of a dispatch or combine (see dc_plan.h). */
 #include "dc_plan.h"
 
-#include <stdarg.h>
 #include <stdio.h>
+
+#include "vformat.h"
 
 void inc_dc_verdict_set(inc_dc_verdict_t *v, incmoe_status_t status, int rank, const char *fmt, ...)
 {
     v->status = status;
     v->rank = rank;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->reason, sizeof(v->reason), fmt, ap);
-    va_end(ap);
+    INC_VFORMAT(v->reason, sizeof(v->reason), fmt);
 }
 
 static void verdict_ok(inc_dc_verdict_t *v)

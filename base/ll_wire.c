@@ -1,7 +1,6 @@
 /* ll_wire.c - layout, parser and verdict of the low-latency payloads (see ll_wire.h). */
 #include "ll_wire.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "dtype.h"
@@ -49,12 +48,7 @@ int inc_wire_ll_layout(unsigned msg, unsigned stream, int nranks, const struct i
     return 0;
 }
 
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (why != NULL)                                                                           \
-            snprintf(why, why_len, __VA_ARGS__);                                                   \
-        return INCMOE_ERR_PROTOCOL;                                                                \
-    } while (0)
+#define FAIL(...) return inc_wire_reject(why, why_len, __VA_ARGS__)
 
 static int all_zero(const char *p, uint64_t n)
 {

@@ -9,6 +9,7 @@
 #include <sys/time.h>
 
 #include "config.h"
+#include "vformat.h"
 
 int inc_log_current_level = LOG_LEVEL_WARN;
 
@@ -58,10 +59,7 @@ __attribute__((constructor)) static void log_init_from_env(void)
 void inc_log_emit(int level, const char *subsys, const char *file, int line, const char *fmt, ...)
 {
     char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
+    INC_VFORMAT(text, sizeof(text), fmt);
 
     if (log_sink != NULL) {
         char full[1200];

@@ -26,7 +26,10 @@
 #define OP_MAX(a, b)  ((a) > (b) ? (a) : (b))
 #define OP_MIN(a, b)  ((a) < (b) ? (a) : (b))
 
-#define DEFINE_NATIVE(name, T, OP)                                                                 \
+/* acc[i] = OP(acc[i], src[i]) over n elements of T, computed in UT: T itself, or (the acc_w*
+   functions) an unsigned type, whose arithmetic wraps (two's complement) where a signed
+   type's overflow would be undefined. */
+#define DEFINE_ACC(name, T, UT, OP)                                                                \
     __attribute__((unused)) static void name(void *restrict accv, const void *restrict srcv,       \
                                              size_t n)                                             \
     {                                                                                              \
@@ -34,8 +37,9 @@
         unaligned_t *acc = accv;                                                                   \
         const unaligned_t *src = srcv;                                                             \
         for (size_t i = 0; i < n; i++)                                                             \
-            acc[i] = OP(acc[i], src[i]);                                                           \
+            acc[i] = (T)OP((UT)acc[i], (UT)src[i]);                                                \
     }
+#define DEFINE_NATIVE(name, T, OP) DEFINE_ACC(name, T, T, OP)
 
 #define DEFINE_NATIVE_OPS(tname, T)                                                                \
     DEFINE_NATIVE(acc_sum_##tname, T, OP_SUM)                                                      \
@@ -52,63 +56,38 @@ DEFINE_NATIVE_OPS(u64, uint64_t)
 DEFINE_NATIVE_OPS(f32, float)
 DEFINE_NATIVE_OPS(f64, double)
 
-/* Signed integer sum/prod wrap (two's complement) instead of being undefined. */
-#define DEFINE_WRAP(name, T, UT, OP)                                                               \
-    __attribute__((unused)) static void name(void *restrict accv, const void *restrict srcv,       \
-                                             size_t n)                                             \
-    {                                                                                              \
-        typedef T unaligned_t __attribute__((aligned(1)));                                         \
-        unaligned_t *acc = accv;                                                                   \
-        const unaligned_t *src = srcv;                                                             \
-        for (size_t i = 0; i < n; i++)                                                             \
-            acc[i] = (T)OP((UT)acc[i], (UT)src[i]);                                                \
-    }
-DEFINE_WRAP(acc_wsum_i8, int8_t, uint8_t, OP_SUM)
-DEFINE_WRAP(acc_wprod_i8, int8_t, uint32_t, OP_PROD)
-DEFINE_WRAP(acc_wsum_i32, int32_t, uint32_t, OP_SUM)
-DEFINE_WRAP(acc_wprod_i32, int32_t, uint32_t, OP_PROD)
-DEFINE_WRAP(acc_wsum_i64, int64_t, uint64_t, OP_SUM)
-DEFINE_WRAP(acc_wprod_i64, int64_t, uint64_t, OP_PROD)
-DEFINE_WRAP(acc_wprod_u8, uint8_t, uint32_t, OP_PROD)
+DEFINE_ACC(acc_wsum_i8, int8_t, uint8_t, OP_SUM)
+DEFINE_ACC(acc_wprod_i8, int8_t, uint32_t, OP_PROD)
+DEFINE_ACC(acc_wsum_i32, int32_t, uint32_t, OP_SUM)
+DEFINE_ACC(acc_wprod_i32, int32_t, uint32_t, OP_PROD)
+DEFINE_ACC(acc_wsum_i64, int64_t, uint64_t, OP_SUM)
+DEFINE_ACC(acc_wprod_i64, int64_t, uint64_t, OP_PROD)
+DEFINE_ACC(acc_wprod_u8, uint8_t, uint32_t, OP_PROD)
 
 typedef void (*acc_fn_t)(void *acc, const void *src, size_t n);
 
 static acc_fn_t native_fn(incmoe_dtype_t dtype, incmoe_redop_t op)
 {
-#define PICK(tname, sum, prod)                                                                     \
-    switch (op) {                                                                                  \
-    case INCMOE_SUM:                                                                               \
-        return (acc_fn_t)sum;                                                                      \
-    case INCMOE_PROD:                                                                              \
-        return (acc_fn_t)prod;                                                                     \
-    case INCMOE_MAX:                                                                               \
-        return (acc_fn_t)acc_max_##tname;                                                          \
-    case INCMOE_MIN:                                                                               \
-        return (acc_fn_t)acc_min_##tname;                                                          \
-    default:                                                                                       \
-        return NULL;                                                                               \
+    /* [dtype][op], in incmoe_redop_t's order; the products and signed sums named acc_w* are
+       computed in an unsigned type (DEFINE_ACC). */
+#define FNS(t, sum, prod)                                                                          \
+    {                                                                                              \
+        sum, prod, acc_max_##t, acc_min_##t                                                        \
     }
-    switch (dtype) {
-    case INCMOE_INT8:
-        PICK(i8, acc_wsum_i8, acc_wprod_i8);
-    case INCMOE_UINT8:
-        PICK(u8, acc_sum_u8, acc_wprod_u8);
-    case INCMOE_INT32:
-        PICK(i32, acc_wsum_i32, acc_wprod_i32);
-    case INCMOE_UINT32:
-        PICK(u32, acc_sum_u32, acc_prod_u32);
-    case INCMOE_INT64:
-        PICK(i64, acc_wsum_i64, acc_wprod_i64);
-    case INCMOE_UINT64:
-        PICK(u64, acc_sum_u64, acc_prod_u64);
-    case INCMOE_FLOAT32:
-        PICK(f32, acc_sum_f32, acc_prod_f32);
-    case INCMOE_FLOAT64:
-        PICK(f64, acc_sum_f64, acc_prod_f64);
-    default:
+    static const acc_fn_t table[][INC_REDOP_COUNT] = {
+        [INCMOE_INT8] = FNS(i8, acc_wsum_i8, acc_wprod_i8),
+        [INCMOE_UINT8] = FNS(u8, acc_sum_u8, acc_wprod_u8),
+        [INCMOE_INT32] = FNS(i32, acc_wsum_i32, acc_wprod_i32),
+        [INCMOE_UINT32] = FNS(u32, acc_sum_u32, acc_prod_u32),
+        [INCMOE_INT64] = FNS(i64, acc_wsum_i64, acc_wprod_i64),
+        [INCMOE_UINT64] = FNS(u64, acc_sum_u64, acc_prod_u64),
+        [INCMOE_FLOAT32] = FNS(f32, acc_sum_f32, acc_prod_f32),
+        [INCMOE_FLOAT64] = FNS(f64, acc_sum_f64, acc_prod_f64),
+    };
+#undef FNS
+    if ((unsigned)dtype >= sizeof(table) / sizeof(table[0]) || (unsigned)op >= INC_REDOP_COUNT)
         return NULL;
-    }
-#undef PICK
+    return table[dtype][op];
 }
 
 static void reduce_ordered_16(uint16_t *dst, const void *const *srcs, int nsrc, size_t count,

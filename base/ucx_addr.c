@@ -35,10 +35,11 @@
 #include "ucx_addr.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "vformat.h"
 
 enum {
     HDR_DEBUG_INFO = 1u << 0, /* the worker's name is packed */
@@ -90,10 +91,7 @@ static incmoe_status_t bad(walk_t *w, const char *fmt, ...)
 {
     if (w->why != NULL && w->why_len > 0) {
         char what[200];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(what, sizeof(what), fmt, ap);
-        va_end(ap);
+        INC_VFORMAT(what, sizeof(what), fmt);
         snprintf(w->why, w->why_len, "%sUCX worker address (%zu bytes): %s at byte %zu", w->whose,
                  w->len, what, w->pos);
     }

@@ -16,6 +16,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "wire.h"
 
 /* How long a node without an event fd sleeps between two progress calls. */
 #define NODE_NAP_US 100
@@ -461,20 +462,45 @@ void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_
         log_debug("ucx", "endpoint close: %s", ucs_status_string(st));
 }
 
+/* The parameters of an active message's send or receive that completes through a callback
+   with arg, never within the call that posts it; over memh when it is not NULL.  The caller
+   sets the callback. */
+static ucp_request_param_t callback_param(void *arg, ucp_mem_h memh)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .user_data = arg,
+    };
+    if (memh != NULL) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh = memh;
+    }
+    return param;
+}
+
+ucs_status_t inc_ucx_am_send(ucp_ep_h ep, const void *hdr, size_t hdr_len, const void *payload,
+                             size_t length, uint32_t flags, ucp_mem_h memh,
+                             ucp_send_nbx_callback_t cb, void *arg)
+{
+    ucp_request_param_t param = callback_param(arg, memh);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send = cb;
+    param.flags = flags;
+    ucs_status_ptr_t req = ucp_am_send_nbx(ep, INCMOE_AM_ID, hdr, hdr_len, payload, length, &param);
+    if (!UCS_PTR_IS_ERR(req))
+        return UCS_OK;
+    cb(NULL, UCS_PTR_STATUS(req), arg);
+    return UCS_PTR_STATUS(req);
+}
+
 void inc_ucx_am_recv_data(ucp_worker_h worker, void *desc, void *buf, size_t length, ucp_mem_h memh,
                           ucp_am_recv_data_nbx_callback_t cb, void *arg)
 {
-    ucp_request_param_t rp = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.recv_am = cb,
-        .user_data = arg,
-        .datatype = ucp_dt_make_contig(1),
-    };
-    if (memh != NULL) {
-        rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        rp.memh = memh;
-    }
+    ucp_request_param_t rp = callback_param(arg, memh);
+    rp.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    rp.cb.recv_am = cb;
+    rp.datatype = ucp_dt_make_contig(1);
     ucs_status_ptr_t req = ucp_am_recv_data_nbx(worker, desc, buf, length, &rp);
     if (UCS_PTR_IS_ERR(req))
         cb(NULL, UCS_PTR_STATUS(req), 0, arg);

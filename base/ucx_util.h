@@ -85,6 +85,18 @@ ucs_status_t inc_ucx_worker_settle(inc_ucx_node_t *node, int timeout_ms);
 void inc_ucx_ep_close(inc_ucx_node_t *node, ucp_ep_h ep, int force, int timeout_ms);
 
 /*
+ * Send an incmoe message to ep as active message INCMOE_AM_ID: hdr (hdr_len bytes, left in
+ * place until cb), then payload (length bytes, registered as memh when memh is not NULL),
+ * with flags (UCP_AM_SEND_FLAG_*).  cb runs exactly once: from UCX when the send completed
+ * or failed, never within this call when it is posted; at once with the error when it cannot
+ * be posted (then with request NULL).  cb frees a non-NULL request.  Returns UCS_OK when the
+ * send was posted, else the error cb was given.
+ */
+ucs_status_t inc_ucx_am_send(ucp_ep_h ep, const void *hdr, size_t hdr_len, const void *payload,
+                             size_t length, uint32_t flags, ucp_mem_h memh,
+                             ucp_send_nbx_callback_t cb, void *arg);
+
+/*
  * Receive the data of an active message (desc, from the receive callback) into
  * buf, registered as memh when memh is not NULL.  cb runs exactly once: from
  * UCX when the data has landed or failed, or at once with the error when the

@@ -6,6 +6,7 @@
 
 #include "dtype.h"
 #include "hash.h"
+#include "vformat.h"
 
 static const char *const wire_msg_names[] = {
     [WIRE_MSG_JOIN] = "JOIN",
@@ -57,12 +58,14 @@ void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t jo
     hdr->job = job;
 }
 
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (why != NULL)                                                                           \
-            snprintf(why, why_len, __VA_ARGS__);                                                   \
-        return INCMOE_ERR_PROTOCOL;                                                                \
-    } while (0)
+incmoe_status_t inc_wire_reject(char *why, size_t why_len, const char *fmt, ...)
+{
+    if (why != NULL && why_len > 0)
+        INC_VFORMAT(why, why_len, fmt);
+    return INCMOE_ERR_PROTOCOL;
+}
+
+#define FAIL(...) return inc_wire_reject(why, why_len, __VA_ARGS__)
 
 /* The byte range of a data message (DATA, FWD, RING_REDUCE, RING_GATHER): what it carries,
    inside its window, and for a reduction, whole elements of a known datatype. */

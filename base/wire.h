@@ -548,6 +548,11 @@ void inc_wire_hdr_init(struct inc_wire_hdr *hdr, inc_wire_msg_t msg, uint64_t jo
 incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
                                    char *why, size_t why_len);
 
+/* Writes why a message is malformed to why (when not NULL), as snprintf; returns
+   INCMOE_ERR_PROTOCOL, so a check can end with `return inc_wire_reject(...)`. */
+incmoe_status_t inc_wire_reject(char *why, size_t why_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 const char *inc_wire_msg_name(unsigned msg);
 const char *inc_wire_stream_name(unsigned stream);
 

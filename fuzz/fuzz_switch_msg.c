@@ -103,6 +103,22 @@ typedef struct pending_recv {
     switch_rx_t *rx;
 } pending_recv_t;
 
+/* The pending sends and receives are queues, first in first out: head is the first entry,
+   tail the next field of the last (&head when empty). */
+#define QUEUE_PUSH(tail, p)                                                                        \
+    do {                                                                                           \
+        *(tail) = (p);                                                                             \
+        (tail) = &(p)->next;                                                                       \
+    } while (0)
+/* p = the first entry, taken off the queue (which must not be empty). */
+#define QUEUE_POP(head, tail, p)                                                                   \
+    do {                                                                                           \
+        (p) = (head);                                                                              \
+        (head) = (p)->next;                                                                        \
+        if ((head) == NULL)                                                                        \
+            (tail) = &(head);                                                                      \
+    } while (0)
+
 /* Eager payloads the switch kept (UCS_INPROGRESS) and must give back with release_data. */
 typedef struct kept {
     struct kept *next;
@@ -259,8 +275,7 @@ static void queue_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
                           .arg = arg,
                           .owned = owned};
     conn->refs++;
-    *H.sends_tail = p;
-    H.sends_tail = &p->next;
+    QUEUE_PUSH(H.sends_tail, p);
 }
 
 static void rec_send(void *server, conn_t *conn, const struct inc_wire_hdr *hdr,
@@ -360,8 +375,7 @@ static void rec_recv_data(void *server, void *desc, void *buf, size_t length, sw
     pending_recv_t *p = calloc(1, sizeof(*p));
     CHECK(p != NULL, "out of memory");
     *p = (pending_recv_t){.desc = d, .buf = buf, .length = length, .rx = rx};
-    *H.recvs_tail = p;
-    H.recvs_tail = &p->next;
+    QUEUE_PUSH(H.recvs_tail, p);
     H.recv_posted++;
 }
 
@@ -398,10 +412,8 @@ static int complete_sends(int n, ucs_status_t status)
 {
     int done = 0;
     while (H.sends != NULL && done < n) {
-        pending_send_t *p = H.sends;
-        H.sends = p->next;
-        if (H.sends == NULL)
-            H.sends_tail = &H.sends;
+        pending_send_t *p;
+        QUEUE_POP(H.sends, H.sends_tail, p);
         (void)touch(p->payload, p->length); /* still alive until the completion */
         p->conn->refs--;
         if (p->cb != NULL)
@@ -417,10 +429,8 @@ static int complete_recvs(int n, ucs_status_t status)
 {
     int done = 0;
     while (H.recvs != NULL && done < n) {
-        pending_recv_t *p = H.recvs;
-        H.recvs = p->next;
-        if (H.recvs == NULL)
-            H.recvs_tail = &H.recvs;
+        pending_recv_t *p;
+        QUEUE_POP(H.recvs, H.recvs_tail, p);
         if (status == UCS_OK)
             memcpy(p->buf, p->desc->bytes, p->length);
         free(p->desc);

@@ -5,7 +5,6 @@
  */
 #include "dc_peer_rec.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,6 +13,8 @@
 #include "mesh.h"
 #include "notify.h"
 #include "send.h"
+
+#include "base/vformat.h"
 
 void client_dcp_init_credits(incmoe_comm_t *comm, client_dc_peer_t *dcp)
 {
@@ -69,10 +70,7 @@ client_dcp_rec_t *client_dcp_rec_find(client_dc_peer_t *dcp, unsigned stream, ui
 void client_dcp_fail(incmoe_comm_t *comm, incmoe_status_t st, const char *fmt, ...)
 {
     char text[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
+    INC_VFORMAT(text, sizeof(text), fmt);
     client_fail_job(comm, st, text);
 }
 

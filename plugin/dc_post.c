@@ -61,6 +61,26 @@ static incmoe_status_t algo_check(incmoe_comm_t *comm, coll_op_t *op)
     return INCMOE_OK;
 }
 
+/* A dispatch's or combine's signature names only its stream: the plan compares the shapes,
+   dtype and op included, so a disagreement fails this collective alone. */
+static uint64_t stream_signature(incmoe_comm_t *comm, const coll_op_t *op)
+{
+    return inc_wire_signature(op->stream, INCMOE_UINT8, INCMOE_SUM, op->bytes, comm->nranks);
+}
+
+/* The end of posting a dispatch or combine whose shape op holds: its buffers' offsets, its
+   signature, the algorithm's checks and the low-latency form's bound, then submission. */
+static incmoe_status_t dc_submit(incmoe_comm_t *comm, coll_op_t *op, size_t send_offset,
+                                 size_t recv_offset, incmoe_req_t *req_p)
+{
+    client_op_set_buffers(op, send_offset, recv_offset);
+    op->sig = stream_signature(comm, op);
+    incmoe_status_t st = algo_check(comm, op);
+    if (st == INCMOE_OK && op->dc->ll)
+        st = client_ll_post_bound(comm, op);
+    return st != INCMOE_OK ? st : client_post_submit(comm, op, req_p);
+}
+
 /* ------------------------------------------------------------------------ */
 /* a refusal (incmoe.h, "A refusal")                                         */
 
@@ -79,7 +99,7 @@ static incmoe_status_t post_refused(incmoe_comm_t *comm, coll_op_t *op, const ch
         return client_post_reject(comm, op, INCMOE_ERR_NO_MEMORY, "%s: out of memory", name);
     op->dtype = INCMOE_UINT8;
     op->redop = INCMOE_SUM;
-    op->sig = inc_wire_signature(op->stream, INCMOE_UINT8, INCMOE_SUM, op->bytes, comm->nranks);
+    op->sig = stream_signature(comm, op);
     return client_post_submit(comm, op, req_p);
 }
 
@@ -184,21 +204,12 @@ incmoe_status_t incmoe_dispatch(incmoe_comm_t *comm, const incmoe_dispatch_param
     }
     if (st != INCMOE_OK)
         return st;
-    client_op_set_buffers(op, params->send_offset, params->recv_offset);
     op->rows = op->dc->nrows;
     op->row_bytes = params->row_bytes;
     op->capacity = params->capacity;
     op->dtype = INCMOE_UINT8;
     op->redop = INCMOE_SUM;
-    /* The shapes are the plan's to compare (a disagreement fails this dispatch alone), so the
-       signature names only the stream. */
-    op->sig =
-        inc_wire_signature(INCMOE_STREAM_DISPATCH, op->dtype, op->redop, op->bytes, comm->nranks);
-    if ((st = algo_check(comm, op)) != INCMOE_OK)
-        return st;
-    if (op->dc->ll && (st = client_ll_post_bound(comm, op)) != INCMOE_OK)
-        return st;
-    return client_post_submit(comm, op, req_p);
+    return dc_submit(comm, op, params->send_offset, params->recv_offset, req_p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -290,19 +301,11 @@ incmoe_status_t incmoe_combine(incmoe_comm_t *comm, const incmoe_combine_params_
         check_combine(comm, op, params, dc->ll ? client_ll_partial_rows(dc) : dc->nrecv, dc->nrows);
     if (st != INCMOE_OK)
         return st;
-    client_op_set_buffers(op, params->send_offset, params->recv_offset);
     op->rows = dc->nrecv;
     op->row_bytes = params->row_count * incmoe_dtype_size(params->dtype);
     op->dtype = params->dtype;
     op->redop = params->op;
-    /* As for dispatch: the plan compares the shapes, dtype and op included. */
-    op->sig = inc_wire_signature(INCMOE_STREAM_COMBINE, INCMOE_UINT8, INCMOE_SUM, op->bytes,
-                                 comm->nranks);
-    if ((st = algo_check(comm, op)) != INCMOE_OK)
-        return st;
-    if (dc->ll && (st = client_ll_post_bound(comm, op)) != INCMOE_OK)
-        return st;
-    return client_post_submit(comm, op, req_p);
+    return dc_submit(comm, op, params->send_offset, params->recv_offset, req_p);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -10,7 +10,6 @@
  */
 #include "ll_post.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include "submit.h"
 
 #include "base/hash.h"
+#include "base/vformat.h"
 
 /* This rank refuses op in the form with status and the reason the verdict prints after
    "<stream> epoch E: ": it sends no row. */
@@ -29,10 +29,7 @@ static incmoe_status_t refuse(coll_op_t *op, incmoe_status_t status, const char 
 static incmoe_status_t refuse(coll_op_t *op, incmoe_status_t status, const char *fmt, ...)
 {
     char text[INCMOE_REFUSAL_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
+    INC_VFORMAT(text, sizeof(text), fmt);
     free(op->refused);
     op->refused = strdup(text);
     op->refused_status = status;

@@ -8,7 +8,6 @@
 #include "notify.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,16 +16,14 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/vformat.h"
 
 #define SUBSYS "client"
 
 void client_fail(incmoe_comm_t *comm, incmoe_status_t status, const char *fmt, ...)
 {
     char text[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
+    INC_VFORMAT(text, sizeof(text), fmt);
     pthread_mutex_lock(&comm->lock);
     if (atomic_load(&comm->error) == 0) {
         snprintf(comm->error_text, sizeof(comm->error_text), "%s", text);

@@ -9,7 +9,6 @@
 #include "post.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -22,6 +21,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/vformat.h"
 
 size_t incmoe_layout_bytes(const incmoe_layout_t *layout, int r)
 {
@@ -110,10 +110,7 @@ incmoe_status_t client_post_reject(incmoe_comm_t *comm, coll_op_t *op, incmoe_st
                                    const char *fmt, ...)
 {
     char text[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
+    INC_VFORMAT(text, sizeof(text), fmt);
     if (op != NULL)
         client_op_free(comm, op);
     client_fail_job(comm, st, text);

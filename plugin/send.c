@@ -68,26 +68,14 @@ void client_send_ep(incmoe_comm_t *comm, ucp_ep_h ep, send_ctx_t *ctx, const voi
         send_done_cb(NULL, UCS_ERR_CANCELED, ctx);
         return;
     }
-    ucp_request_param_t param = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.send = send_done_cb,
-        .user_data = ctx,
-        /* REPLY names our endpoint at the switch, which is how it knows who sent it. */
-        .flags = UCP_AM_SEND_FLAG_REPLY |
-                 (length >= comm->rndv_thresh && !ctx->eager ? UCP_AM_SEND_FLAG_RNDV
-                                                             : UCP_AM_SEND_FLAG_EAGER),
-    };
-    if (memh != NULL) {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh = memh;
-    }
+    /* REPLY names our endpoint at the switch, which is how it knows who sent it. */
+    const uint32_t flags = UCP_AM_SEND_FLAG_REPLY |
+                           (length >= comm->rndv_thresh && !ctx->eager ? UCP_AM_SEND_FLAG_RNDV
+                                                                       : UCP_AM_SEND_FLAG_EAGER);
     int msg = ctx->hdr.msg; /* ctx may be gone once the send is posted */
-    ucs_status_ptr_t req =
-        ucp_am_send_nbx(ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr), payload, length, &param);
-    if (UCS_PTR_IS_ERR(req))
-        send_done_cb(NULL, UCS_PTR_STATUS(req), ctx);
-    else if (client_test_sent != NULL)
+    if (inc_ucx_am_send(ep, &ctx->hdr, sizeof(ctx->hdr), payload, length, flags, memh, send_done_cb,
+                        ctx) == UCS_OK &&
+        client_test_sent != NULL)
         client_test_sent(msg, length);
     if (ep == comm->ep)
         comm->last_tx = inc_now_s();

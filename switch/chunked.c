@@ -82,6 +82,17 @@ static int port_receives(const job_t *job, int stream, int down, int p, int root
 /* items and collectives: lifetime                                           */
 
 /* The item's last hold is gone (coll_item.c): the one place it is freed. */
+/* The item's memory of its own (NULL: nothing), as item_new made it. */
+static void item_free(item_t *it)
+{
+    if (it == NULL)
+        return;
+    free(it->contrib);
+    free(it->arrived);
+    free(it->ucx_owned);
+    free(it);
+}
+
 static void item_release(coll_item_t *ci)
 {
     item_t *it = (item_t *)ci;
@@ -96,10 +107,7 @@ static void item_release(coll_item_t *ci)
         }
     }
     job_free_mem(job->members, job, it->out, it->length);
-    free(it->contrib);
-    free(it->arrived);
-    free(it->ucx_owned);
-    free(it);
+    item_free(it);
 }
 
 /* The item leaves its collective's list, and the collective's hold goes with it. */
@@ -479,12 +487,7 @@ static item_t *item_new(reduce_pool_t *pool, job_t *job, coll_t *c, int down,
         it->ucx_owned = calloc((size_t)job->nranks, 1);
     }
     if (it == NULL || it->contrib == NULL || it->arrived == NULL || it->ucx_owned == NULL) {
-        if (it != NULL) {
-            free(it->contrib);
-            free(it->arrived);
-            free(it->ucx_owned);
-        }
-        free(it);
+        item_free(it);
         return NULL;
     }
     coll_item_init(&it->ci, &item_ops, job, c); /* the collective's hold: its list below */

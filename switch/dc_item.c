@@ -115,6 +115,16 @@ void dc_credit_put(membership_t *m, job_t *job, dc_credit_t *cr)
 }
 
 /* The item's last hold is gone (coll_item.c): the one place it is freed. */
+/* The item's memory of its own (NULL: nothing), as dc_item_new made it. */
+static void item_free(dc_item_t *it)
+{
+    if (it == NULL)
+        return;
+    free(it->contrib);
+    free(it->kd);
+    free(it);
+}
+
 static void item_release(coll_item_t *ci)
 {
     dc_item_t *it = (dc_item_t *)ci;
@@ -127,9 +137,7 @@ static void item_release(coll_item_t *ci)
             dc_credit_put(m, job, k->credit); /* without a CREDIT unless its job is active */
     }
     job_free_mem(m, job, it->out, it->out_len);
-    free(it->contrib);
-    free(it->kd);
-    free(it);
+    item_free(it);
 }
 
 static void item_arrived(coll_item_t *ci, int from)
@@ -162,11 +170,7 @@ dc_item_t *dc_item_new(job_t *job, coll_t *c, uint32_t root, uint32_t chunk)
         it->kd = calloc((size_t)job->nranks, sizeof(uint32_t));
     }
     if (it == NULL || it->contrib == NULL || it->kd == NULL) {
-        if (it != NULL) {
-            free(it->contrib);
-            free(it->kd);
-        }
-        free(it);
+        item_free(it);
         return NULL;
     }
     coll_item_init(&it->ci, &item_ops, job, c); /* the collective's hold: the list below */

@@ -320,24 +320,15 @@ static void server_post(server_t *srv, send_ctx_t *ctx)
         send_cb(NULL, UCS_ERR_NOT_CONNECTED, ctx);
         return;
     }
-    ucp_request_param_t param = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.send = send_cb,
-        .user_data = ctx,
-        /* Only bulk data (through the output queue) goes rendezvous: ranks and switches take
-           nothing else so (the client's on_message, member_screen), and a control message
-           may pass --rndv-thresh (a JOIN_ACK with N addresses, a PLAN of 4 N counts, a relayed
-           POST). */
-        .flags = (egress > 0 && length >= srv->set->rndv_thresh ? UCP_AM_SEND_FLAG_RNDV
-                                                                : UCP_AM_SEND_FLAG_EAGER) |
-                 /* another switch finds the link by the endpoint, as this one does a rank's */
-                 (conn->role != CONN_RANK ? UCP_AM_SEND_FLAG_REPLY : 0),
-    };
-    ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, INCMOE_AM_ID, &ctx->hdr, sizeof(ctx->hdr),
-                                           ctx->payload, length, &param);
-    if (UCS_PTR_IS_ERR(req))
-        send_cb(NULL, UCS_PTR_STATUS(req), ctx);
+    /* Only bulk data (through the output queue) goes rendezvous: ranks and switches take
+       nothing else so (the client's on_message, member_screen), and a control message may pass
+       --rndv-thresh (a JOIN_ACK with N addresses, a PLAN of 4 N counts, a relayed POST).
+       Another switch finds the link by the endpoint (REPLY), as this one does a rank's. */
+    const int rndv = egress > 0 && length >= srv->set->rndv_thresh;
+    const uint32_t flags = (rndv ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER) |
+                           (conn->role != CONN_RANK ? UCP_AM_SEND_FLAG_REPLY : 0);
+    inc_ucx_am_send(conn->ep, &ctx->hdr, sizeof(ctx->hdr), ctx->payload, length, flags, NULL,
+                    send_cb, ctx);
 }
 
 static void server_send(server_t *srv, conn_t *conn, const struct inc_wire_hdr *hdr,

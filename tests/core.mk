@@ -2,7 +2,7 @@
 # what the libraries export.
 check_PROGRAMS += test_reduce test_wire test_collectives
 
-test_reduce_SOURCES = test_reduce.cc
+test_reduce_SOURCES = test_reduce.cc ref_half.h ref_op.h
 test_reduce_LDADD = $(BASE_LIBS) $(TEST_LIBS)
 
 test_wire_SOURCES = test_wire.cc
@@ -20,7 +20,7 @@ test_collectives_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS)
 # tree's reduction order, and the faults of a leaf, the root, the link between them and a switch
 # port that breaks the protocol (a fake child switch, raw_client).
 check_PROGRAMS += test_tree
-test_tree_SOURCES = test_tree.cc raw_client.cc raw_client.h
+test_tree_SOURCES = test_tree.cc raw_client.cc raw_client.h ref_half.h ref_op.h
 test_tree_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
 test_tree_LDADD = libharness.la $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
 
@@ -33,13 +33,13 @@ test_ucx_addr_LDADD = $(BASE_LIBS) $(TEST_LIBS) $(UCX_LIBS)
 # Dispatch and combine: the plan's verdict, and the collectives on every algorithm; a raw rank
 # that breaks a dispatch is the error suites' (errors_common).
 check_PROGRAMS += test_dispatch
-test_dispatch_SOURCES = test_dispatch.cc exact_int.h
+test_dispatch_SOURCES = test_dispatch.cc exact_int.h dc_ref.h
 test_dispatch_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
 test_dispatch_LDADD = $(ERRORS_LIBS)
 
 # The low-latency form of dispatch and combine on every algorithm, by source and by expert.
 check_PROGRAMS += test_ll
-test_ll_SOURCES = test_ll.cc exact_int.h
+test_ll_SOURCES = test_ll.cc exact_int.h dc_ref.h
 test_ll_CPPFLAGS = $(AM_CPPFLAGS)
 test_ll_LDADD = $(ERRORS_LIBS)
 

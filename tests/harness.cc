@@ -260,6 +260,24 @@ incmoe_status_t comm_create(const std::string &addr, unsigned long long job, int
     return incmoe_comm_create(&p, comm);
 }
 
+std::string with_comm(const std::string &addr, unsigned long long job, int rank, int nranks,
+                      const CommOptions &opt,
+                      const std::function<std::string(incmoe_comm_t *comm)> &body,
+                      bool body_destroys)
+{
+    incmoe_comm_t *comm;
+    incmoe_status_t st = comm_create(addr, job, rank, nranks, &comm, opt);
+    if (st != INCMOE_OK)
+        return std::string("comm_create: ") + incmoe_strerror(st);
+    std::string err = body(comm);
+    if (body_destroys)
+        return err;
+    st = incmoe_comm_destroy(comm);
+    if (err.empty() && st != INCMOE_OK)
+        err = std::string("comm_destroy: ") + incmoe_strerror(st);
+    return err;
+}
+
 std::string comm_text(incmoe_comm_t *comm)
 {
     char text[512] = "";

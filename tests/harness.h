@@ -114,6 +114,15 @@ struct CommOptions {
 incmoe_status_t comm_create(const std::string &addr, unsigned long long job, int rank, int nranks,
                             incmoe_comm_t **comm, const CommOptions &opt = CommOptions());
 
+/* Rank `rank` of `nranks` in job `job` at addr: creates its communicator, runs body on it and
+   destroys it; "" or what went wrong, the body's failure first.  A body whose collectives may
+   fail destroys the communicator itself (what did not complete stays the library's until
+   then) and passes body_destroys. */
+std::string with_comm(const std::string &addr, unsigned long long job, int rank, int nranks,
+                      const CommOptions &opt,
+                      const std::function<std::string(incmoe_comm_t *comm)> &body,
+                      bool body_destroys = false);
+
 /* The communicator's reason for its failure, "" while it is healthy. */
 std::string comm_text(incmoe_comm_t *comm);
 /* "what: STATUS REASON": a call that failed, and why. */

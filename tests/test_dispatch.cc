@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dc_ref.h"
 #include "errors_common.h"
 #include "exact_int.h"
 #include "harness.h"
@@ -182,26 +183,13 @@ TEST(CombinePlan, ARefusalComesBeforeTheDispatchAndTheShapes)
 /* ------------------------------------------------------------------------ */
 /* the reference                                                             */
 
-/* One dispatch and combine, the same in every process (made from a seed). */
-struct Case {
-    int n = 1;
-    size_t row_bytes = 64;
-    std::vector<size_t> rows;                /* T of each rank */
-    std::vector<std::vector<uint64_t>> sets; /* [s][i * W + w] */
-    std::vector<size_t> capacity;            /* of each rank; SIZE_MAX: exactly R */
-    size_t row_count = 8;                    /* elements of a partial row */
-    incmoe_dtype_t dtype = INCMOE_FLOAT32;
-    incmoe_redop_t op = INCMOE_SUM;
-    unsigned seed = 1;
+using namespace dc_ref;
 
-    size_t words() const
-    {
-        return INCMOE_SET_WORDS(n);
-    }
-    bool in_set(int s, size_t i, int d) const
-    {
-        return (sets[s][i * words() + (size_t)d / 64] >> (d % 64)) & 1;
-    }
+/* One dispatch and combine, the same in every process (made from a seed). */
+struct Case : dc_ref::Sets {
+    size_t row_bytes = 64;
+    std::vector<size_t> capacity; /* of each rank; SIZE_MAX: exactly R */
+
     /* (source rank, source row) of each row rank d receives, in order. */
     std::vector<std::pair<uint32_t, uint32_t>> received(int d) const
     {
@@ -218,61 +206,28 @@ struct Case {
     }
 };
 
-/* Row contents: byte j of row i of rank s. */
-unsigned char row_byte(const Case &c, int s, size_t i, size_t j)
-{
-    return (unsigned char)(s * 131 + i * 7 + j * 13 + c.seed);
-}
-
 /* A partial's element as an exact small integer: rank d's partial of row i of rank s.
    Sums of up to 8 stay exact in every type; products are of +-1. */
 long long partial_val(const Case &c, int d, int s, size_t i, size_t e)
 {
-    unsigned h = (unsigned)(d * 1000003 + s * 7919 + (int)i * 131 + (int)e * 17 + (int)c.seed);
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    bool is_unsigned =
-        c.dtype == INCMOE_UINT8 || c.dtype == INCMOE_UINT32 || c.dtype == INCMOE_UINT64;
-    if (c.op == INCMOE_PROD)
-        return (h & 1) ? 1 : -1;
-    return is_unsigned ? (long long)(h % 9) : (long long)(h % 9) - 4;
+    return dc_ref::small_exact(
+        (unsigned)(d * 1000003 + s * 7919 + (int)i * 131 + (int)e * 17 + (int)c.seed), c, 9);
 }
 
 /* What the owner s gets for row i: op over the partials of exactly the ranks in its set
    (zeros for an empty set), as exact integers. */
 std::vector<unsigned char> combined_row(const Case &c, int s, size_t i)
 {
-    const size_t esize = incmoe_dtype_size(c.dtype);
-    std::vector<unsigned char> out(c.row_count * esize, 0);
-    for (size_t e = 0; e < c.row_count; e++) {
-        bool any = false;
-        long long acc = 0;
-        for (int d = 0; d < c.n; d++) {
-            if (!c.in_set(s, i, d))
-                continue;
-            long long v = partial_val(c, d, s, i, e);
-            if (!any)
-                acc = v;
-            else if (c.op == INCMOE_SUM)
-                acc += v;
-            else if (c.op == INCMOE_PROD)
-                acc *= v;
-            else if (c.op == INCMOE_MAX)
-                acc = std::max(acc, v);
-            else
-                acc = std::min(acc, v);
-            any = true;
-        }
-        if (any)
-            exact_int::put(c.dtype, acc, &out[e * esize]);
-    }
-    return out;
+    return dc_ref::exact_row(c, [&](size_t e) {
+        std::vector<long long> vals;
+        for (int d = 0; d < c.n; d++)
+            if (c.in_set(s, i, d))
+                vals.push_back(partial_val(c, d, s, i, e));
+        return vals;
+    });
 }
 
 /* A case of n ranks with rows[r] rows each and sets drawn with the given shape. */
-enum SetShape { RANDOM, EMPTY, ALL_RANKS, OWN_ONLY, OTHERS_ONLY, MIXED };
-
 Case make_case(int n, std::vector<size_t> rows, size_t row_bytes, SetShape shape, unsigned seed,
                double density = 0.4)
 {
@@ -284,22 +239,7 @@ Case make_case(int n, std::vector<size_t> rows, size_t row_bytes, SetShape shape
     c.capacity.assign(n, SIZE_MAX);
     std::mt19937_64 rng(seed);
     std::bernoulli_distribution bit(density);
-    for (int s = 0; s < n; s++) {
-        std::vector<uint64_t> sets(rows[s] * c.words(), 0);
-        for (size_t i = 0; i < rows[s]; i++) {
-            SetShape sh = shape == MIXED ? (SetShape)(rng() % 5) : shape;
-            for (int d = 0; d < n; d++) {
-                bool on = sh == RANDOM        ? bit(rng)
-                          : sh == ALL_RANKS   ? true
-                          : sh == OWN_ONLY    ? d == s
-                          : sh == OTHERS_ONLY ? d != s
-                                              : false;
-                if (on)
-                    sets[i * c.words() + (size_t)d / 64] |= (uint64_t)1 << (d % 64);
-            }
-        }
-        c.sets.push_back(sets);
-    }
+    dc_ref::draw_sets(c, shape, rng, 5, [&] { return bit(rng); });
     return c;
 }
 
@@ -307,35 +247,23 @@ Case make_case(int n, std::vector<size_t> rows, size_t row_bytes, SetShape shape
 /* one rank's run                                                            */
 
 const size_t kGuardRows = 3;
-const unsigned char kCanary = 0xA5;
 
 using harness::why;
 
-std::string req_why(incmoe_comm_t *comm, const incmoe_req_t *req)
+/* A dispatch of rank me's first nrows rows of c (row_bytes each) from b's send buffer into
+   b's receive buffer, capacity rows. */
+incmoe_dispatch_params_t dispatch_params(const Case &c, int me, const Buffers &b, size_t nrows,
+                                         size_t row_bytes, size_t capacity)
 {
-    char text[300] = "";
-    incmoe_req_error(comm, req, text, sizeof(text));
-    return text;
+    incmoe_dispatch_params_t p = {};
+    p.send_mr = b.m_send;
+    p.nrows = nrows;
+    p.row_bytes = row_bytes;
+    p.sets = c.sets[me].empty() ? nullptr : c.sets[me].data();
+    p.recv_mr = b.m_recv;
+    p.capacity = capacity;
+    return p;
 }
-
-/* Registered buffers of one rank for a case, canaries in every receive range. */
-struct Buffers {
-    std::vector<unsigned char> send, recv, part, out;
-    incmoe_mr_t *m_send = nullptr, *m_recv = nullptr, *m_part = nullptr, *m_out = nullptr;
-    incmoe_comm_t *comm = nullptr;
-
-    /* The communicator went (destroy deregisters what is left): nothing to deregister. */
-    void forget()
-    {
-        m_send = m_recv = m_part = m_out = nullptr;
-    }
-    ~Buffers()
-    {
-        for (incmoe_mr_t *m : {m_send, m_recv, m_part, m_out})
-            if (m != nullptr)
-                incmoe_mem_deregister(comm, m);
-    }
-};
 
 /* Dispatch: post and (if wait) wait; the status (failures alone are the caller's). */
 incmoe_status_t post_dispatch(incmoe_comm_t *comm, const Case &c, int me, Buffers &b,
@@ -353,13 +281,7 @@ incmoe_status_t post_dispatch(incmoe_comm_t *comm, const Case &c, int me, Buffer
         st = incmoe_mem_register(comm, b.recv.data(), b.recv.size(), &b.m_recv);
     if (st != INCMOE_OK)
         return st;
-    incmoe_dispatch_params_t p = {};
-    p.send_mr = b.m_send;
-    p.nrows = c.rows[me];
-    p.row_bytes = rb;
-    p.sets = c.sets[me].empty() ? nullptr : c.sets[me].data();
-    p.recv_mr = b.m_recv;
-    p.capacity = cap;
+    incmoe_dispatch_params_t p = dispatch_params(c, me, b, c.rows[me], rb, cap);
     st = incmoe_dispatch(comm, &p, req);
     return st != INCMOE_OK || !wait ? st : incmoe_wait(comm, req);
 }
@@ -415,63 +337,12 @@ std::string run_combine(incmoe_comm_t *comm, const Case &c, int me, Buffers &b,
         for (size_t e = 0; e < c.row_count; e++)
             exact_int::put(c.dtype, partial_val(c, me, (int)got[k].first, got[k].second, e),
                            &b.part[k * pb + e * esize]);
-    b.out.assign((c.rows[me] + kGuardRows) * pb, kCanary);
-    CHECK_OK(incmoe_mem_register(comm, b.part.data(), b.part.size(), &b.m_part));
-    CHECK_OK(incmoe_mem_register(comm, b.out.data(), b.out.size(), &b.m_out));
-    incmoe_combine_params_t p = {};
-    p.dispatch = *dispatch;
-    p.send_mr = b.m_part;
-    p.recv_mr = b.m_out;
-    p.row_count = c.row_count;
-    p.dtype = c.dtype;
-    p.op = c.op;
-    incmoe_req_t req;
-    CHECK_OK(incmoe_combine(comm, &p, &req));
-    CHECK_OK(incmoe_wait(comm, &req));
-    std::ostringstream err;
-    for (size_t i = 0; i < c.rows[me]; i++) {
-        auto want = combined_row(c, me, i);
-        if (memcmp(&b.out[i * pb], want.data(), pb) != 0) {
-            err << "combined row " << i << " (" << incmoe_dtype_name(c.dtype) << " "
-                << incmoe_redop_name(c.op) << ") differs at byte ";
-            for (size_t j = 0; j < pb; j++)
-                if (b.out[i * pb + j] != want[j]) {
-                    err << j << ": got " << (int)b.out[i * pb + j] << " want " << (int)want[j];
-                    break;
-                }
-            return err.str();
-        }
-    }
-    for (size_t at = c.rows[me] * pb; at < b.out.size(); at++)
-        if (b.out[at] != kCanary)
-            return "combine wrote past the owner's rows";
-    /* The combine released its dispatch. */
-    if (incmoe_dispatch_release(comm, dispatch) != INCMOE_ERR_INVALID_ARG)
-        return "a combined dispatch was still kept";
-    return "";
-}
-
-/* Dispatch, check, combine, check. */
-std::string dc_case(incmoe_comm_t *comm, const Case &c, int me)
-{
-    Buffers b;
-    incmoe_req_t req;
-    incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
-    if (st != INCMOE_OK)
-        return why(comm, st, "dispatch") + " / " + req_why(comm, &req);
-    std::string e = check_dispatch(comm, c, me, b, &req);
-    if (e.empty())
-        e = run_combine(comm, c, me, b, &req);
-    return e;
+    return dc_ref::combine_and_check(comm, c, me, b, dispatch, kGuardRows,
+                                     [&](size_t i) { return combined_row(c, me, i); });
 }
 
 /* ------------------------------------------------------------------------ */
 /* across processes                                                          */
-
-struct Variant {
-    incmoe_algo_t algo;
-    bool rndv;
-};
 
 /* Small chunks, so a few rows span several of them: [rndv]. */
 harness::SwitchProc g_switch[2];
@@ -508,18 +379,9 @@ class Dc : public ::testing::TestWithParam<Variant>
                 setenv("INCMOE_RNDV_THRESH", v.rndv ? "512" : "0", 1);
                 harness::CommOptions opt;
                 opt.algo = v.algo;
-                incmoe_comm_t *comm;
-                incmoe_status_t st =
-                    harness::comm_create(g_switch[v.rndv].addr, job, rank, n, &comm, opt);
-                if (st != INCMOE_OK)
-                    return std::string("comm_create: ") + incmoe_strerror(st);
-                std::string err = body(comm, rank);
-                if (!expect_destroy_ok)
-                    return err; /* the body destroyed comm */
-                st = incmoe_comm_destroy(comm);
-                if (err.empty() && st != INCMOE_OK)
-                    err = std::string("comm_destroy: ") + incmoe_strerror(st);
-                return err;
+                return harness::with_comm(
+                    g_switch[v.rndv].addr, job, rank, n, opt,
+                    [&](incmoe_comm_t *comm) { return body(comm, rank); }, !expect_destroy_ok);
             },
             timeout_s);
     }
@@ -547,7 +409,7 @@ TEST_P(Dc, RandomSetsEveryRankCountMatchTheFold)
             unsigned seed = 100;
             for (auto &k : cases) {
                 Case c = make_case(n, rows_for(n, k.t, k.shape), k.rb, RANDOM, seed++);
-                std::string e = dc_case(comm, c, me);
+                std::string e = dispatch_then_combine(comm, c, me);
                 if (!e.empty())
                     return "T " + std::to_string(k.t) + " row " + std::to_string(k.rb) + ": " + e;
             }
@@ -564,7 +426,7 @@ TEST_P(Dc, EmptyAllRanksOwnOnlyAndMixedSets)
             for (SetShape sh : {EMPTY, ALL_RANKS, OWN_ONLY, OTHERS_ONLY, MIXED}) {
                 for (size_t t : {(size_t)1, (size_t)30}) {
                     Case c = make_case(n, rows_for(n, t, 1), 48, sh, seed++);
-                    std::string e = dc_case(comm, c, me);
+                    std::string e = dispatch_then_combine(comm, c, me);
                     if (!e.empty())
                         return "shape " + std::to_string(sh) + " T " + std::to_string(t) + ": " + e;
                 }
@@ -578,22 +440,18 @@ TEST_P(Dc, EveryDatatypeAndOperation)
 {
     EXPECT_RANKS(run(3, [&](incmoe_comm_t *comm, int me) -> std::string {
         unsigned seed = 300;
-        for (int dt = INCMOE_INT8; dt <= INCMOE_BFLOAT16; dt++) {
-            for (int op = INCMOE_SUM; op <= INCMOE_MIN; op++) {
-                if (!incmoe_reduce_supported((incmoe_dtype_t)dt, (incmoe_redop_t)op))
-                    continue;
-                for (size_t t : {(size_t)4, (size_t)60}) { /* small, then chunked */
-                    Case c = make_case(3, rows_for(3, t, 0), 64, MIXED, seed++);
-                    c.dtype = (incmoe_dtype_t)dt;
-                    c.op = (incmoe_redop_t)op;
-                    c.row_count = 24;
-                    std::string e = dc_case(comm, c, me);
-                    if (!e.empty())
-                        return e;
-                }
+        return each_reduction([&](incmoe_dtype_t dt, incmoe_redop_t op) -> std::string {
+            for (size_t t : {(size_t)4, (size_t)60}) { /* small, then chunked */
+                Case c = make_case(3, rows_for(3, t, 0), 64, MIXED, seed++);
+                c.dtype = dt;
+                c.op = op;
+                c.row_count = 24;
+                std::string e = dispatch_then_combine(comm, c, me);
+                if (!e.empty())
+                    return e;
             }
-        }
-        return "";
+            return "";
+        });
     }));
 }
 
@@ -609,7 +467,7 @@ TEST_P(Dc, BothSidesOfTheSmallLimit)
             for (SetShape sh : {ALL_RANKS, OTHERS_ONLY}) {
                 Case c = make_case(4, rows_for(4, t, 0), rb, sh, seed++);
                 c.row_count = rb / 4; /* partials as large as the rows */
-                std::string e = dc_case(comm, c, me);
+                std::string e = dispatch_then_combine(comm, c, me);
                 if (!e.empty())
                     return "T " + std::to_string(t) + ": " + e;
             }
@@ -654,9 +512,23 @@ TEST_P(Dc, CapacityOverflowFailsEveryRankAlikeAndWritesNothing)
             /* Retry with room, as a caller would. */
             c.capacity[1] = SIZE_MAX;
             c.seed = 10;
-            return dc_case(comm, c, me);
+            return dispatch_then_combine(comm, c, me);
         }));
     }
+}
+
+/* A combine of p that every rank must see fail as a mismatch with reason want: "" or what
+   came instead, after what. */
+std::string combine_mismatch(incmoe_comm_t *comm, const incmoe_combine_params_t &p,
+                             const char *what, const std::string &want)
+{
+    incmoe_req_t r;
+    CHECK_OK(incmoe_combine(comm, &p, &r));
+    incmoe_status_t st = incmoe_wait(comm, &r);
+    std::string reason = req_why(comm, &r);
+    if (st != INCMOE_ERR_MISMATCH || reason != want)
+        return std::string(what) + ": " + incmoe_strerror(st) + " '" + reason + "'";
+    return "";
 }
 
 /* Ranks that disagree on row_bytes, or on a combine's rows or dispatch, fail that collective
@@ -694,25 +566,22 @@ TEST_P(Dc, ShapesThatDisagreeFailEveryRankWithOneReason)
         p.dtype = INCMOE_FLOAT32;
         p.op = INCMOE_SUM;
         p.dispatch = me == 0 ? d1 : d2;
-        incmoe_req_t r;
-        CHECK_OK(incmoe_combine(comm, &p, &r));
-        st = incmoe_wait(comm, &r);
-        reason = req_why(comm, &r);
-        if (st != INCMOE_ERR_MISMATCH ||
-            reason != "combine epoch 1: rank 1 names dispatch epoch 3, rank 0 dispatch epoch 2")
-            return std::string("dispatches: ") + incmoe_strerror(st) + " '" + reason + "'";
+        std::string e = combine_mismatch(
+            comm, p, "dispatches",
+            "combine epoch 1: rank 1 names dispatch epoch 3, rank 0 dispatch epoch 2");
+        if (!e.empty())
+            return e;
         p.dispatch = d1;
         p.row_count = me == 1 ? 4 : 8;
-        CHECK_OK(incmoe_combine(comm, &p, &r));
-        st = incmoe_wait(comm, &r);
-        reason = req_why(comm, &r);
-        if (st != INCMOE_ERR_MISMATCH ||
-            reason != "combine epoch 2: rank 1 has rows of 4 float (sum), rank 0 of 8 float (sum)")
-            return std::string("row_count: ") + incmoe_strerror(st) + " '" + reason + "'";
+        e = combine_mismatch(
+            comm, p, "row_count",
+            "combine epoch 2: rank 1 has rows of 4 float (sum), rank 0 of 8 float (sum)");
+        if (!e.empty())
+            return e;
         CHECK_OK(incmoe_mem_deregister(comm, mp));
         CHECK_OK(incmoe_mem_deregister(comm, mo));
         /* both dispatches are still kept: combine them for real */
-        std::string e = run_combine(comm, c1, me, b1, &d1);
+        e = run_combine(comm, c1, me, b1, &d1);
         if (e.empty())
             e = run_combine(comm, c2, me, b2, &d2);
         return e;
@@ -729,13 +598,7 @@ TEST_P(Dc, KeptDispatchesAreBoundedAndReleased)
         incmoe_req_t first;
         incmoe_status_t st = post_dispatch(comm, c, me, b, &first);
         CHECK_OK(st);
-        incmoe_dispatch_params_t p = {};
-        p.send_mr = b.m_send;
-        p.nrows = 2;
-        p.row_bytes = 8;
-        p.sets = c.sets[me].data();
-        p.recv_mr = b.m_recv;
-        p.capacity = 4;
+        incmoe_dispatch_params_t p = dispatch_params(c, me, b, 2, 8, 4);
         incmoe_req_t req;
         for (int k = 1; k < INCMOE_STREAM_WINDOW; k++) {
             CHECK_OK(incmoe_dispatch(comm, &p, &req));
@@ -861,7 +724,8 @@ TEST_P(Dc, ARefusalFailsTheCollectiveOnEveryRankWithItsReason)
                 if (!e.empty())
                     return std::string(combine ? "combine" : "dispatch") + ": " + e;
                 /* The communicator carries on: a whole dispatch and combine, exact. */
-                if (!(e = dc_case(comm, make_case(n, rows_for(n, 9, 0), 40, MIXED, seed++), me))
+                if (!(e = dispatch_then_combine(
+                          comm, make_case(n, rows_for(n, 9, 0), 40, MIXED, seed++), me))
                          .empty())
                     return "after a refusal: " + e;
             }
@@ -969,13 +833,7 @@ TEST_P(Dc, ARankReceivingNothingForTenThousandDispatchesStaysInTheWindow)
             incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
             CHECK_OK(st);
             CHECK_OK(incmoe_dispatch_release(comm, &req));
-            incmoe_dispatch_params_t p = {};
-            p.send_mr = b.m_send;
-            p.nrows = 1;
-            p.row_bytes = 8;
-            p.sets = c.sets[me].data();
-            p.recv_mr = b.m_recv;
-            p.capacity = c.cap(me);
+            incmoe_dispatch_params_t p = dispatch_params(c, me, b, 1, 8, c.cap(me));
             std::vector<incmoe_req_t> kept;
             for (int k = 1; k < 10000; k++) {
                 incmoe_req_t r;
@@ -1048,16 +906,8 @@ class DcTight : public ::testing::TestWithParam<Variant>
             setenv("INCMOE_RNDV_THRESH", v.rndv ? "1024" : "0", 1);
             harness::CommOptions opt;
             opt.algo = v.algo;
-            incmoe_comm_t *comm;
-            incmoe_status_t st =
-                harness::comm_create(g_small_chunks.addr, job, rank, n, &comm, opt);
-            if (st != INCMOE_OK)
-                return std::string("create: ") + incmoe_strerror(st);
-            std::string err = body(comm, rank, n);
-            st = incmoe_comm_destroy(comm);
-            if (err.empty() && st != INCMOE_OK)
-                err = std::string("destroy: ") + incmoe_strerror(st);
-            return err;
+            return harness::with_comm(g_small_chunks.addr, job, rank, n, opt,
+                                      [&](incmoe_comm_t *comm) { return body(comm, rank, n); });
         });
         EXPECT_EQ(harness::failures(res), "") << "N=" << n;
     }
@@ -1308,12 +1158,7 @@ TEST_P(DcTight, ManyInFlightAreExact)
     });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Algos, DcTight,
-    ::testing::Values(Variant{INCMOE_ALGO_INC, false}, Variant{INCMOE_ALGO_INC, true},
-                      Variant{INCMOE_ALGO_RING, false}, Variant{INCMOE_ALGO_RING, true},
-                      Variant{INCMOE_ALGO_A2A, false}, Variant{INCMOE_ALGO_A2A, true}),
-    variant_name);
+INSTANTIATE_TEST_SUITE_P(Algos, DcTight, ::testing::ValuesIn(all_variants()), variant_name);
 
 /* ------------------------------------------------------------------------ */
 /* malformed messages                                                        */
@@ -1402,7 +1247,7 @@ void expect_raw_breaks_dispatch(incmoe_status_t want, const std::string &what,
         incmoe_status_t st = harness::comm_create(g_raw_switch.addr, next, rank, 2, &comm);
         if (st != INCMOE_OK)
             return std::string("create after: ") + incmoe_strerror(st);
-        std::string e = dc_case(comm, make_case(2, {20, 30}, 200, RANDOM, 72), rank);
+        std::string e = dispatch_then_combine(comm, make_case(2, {20, 30}, 200, RANDOM, 72), rank);
         st = incmoe_comm_destroy(comm);
         return e.empty() && st != INCMOE_OK ? std::string("destroy: ") + incmoe_strerror(st) : e;
     });

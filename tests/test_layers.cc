@@ -43,16 +43,9 @@ struct Plant {
 /* A copy of the tree's checked directories in a fresh folder; "" when it could not be made. */
 std::string copy_tree()
 {
-    char dir[] = "/tmp/incmoe-layers-XXXXXX";
-    if (mkdtemp(dir) == nullptr)
-        return "";
-    const std::string copy = dir;
-    std::string cmd = "mkdir -p '" + copy + "/bindings/python' && cp -r";
-    for (const char *d : {"base", "include", "plugin", "switch", "moe", "tools"})
-        cmd += " '" + kTop + "/" + d + "'";
-    cmd += " '" + copy + "/' && cp -r '" + kTop + "/bindings/python/incmoe' '" + copy +
-           "/bindings/python/'";
-    return system(cmd.c_str()) == 0 ? copy : "";
+    return text_file::copy_tree(
+        kTop, "layers",
+        {"base", "include", "plugin", "switch", "moe", "tools", "bindings/python/incmoe"});
 }
 
 /* The check's output on the copy with text added at the end of file; the file is put back. */

@@ -61,15 +61,7 @@ struct Plant {
 /* A copy of the checked directories in a fresh folder; "" when it could not be made. */
 std::string copy_tree()
 {
-    char dir[] = "/tmp/incmoe-length-XXXXXX";
-    if (mkdtemp(dir) == nullptr)
-        return "";
-    const std::string copy = dir;
-    std::string cmd = "cp -r";
-    for (const char *d : {"base", "plugin", "switch", "moe", "tools"})
-        cmd += " '" + kTop + "/" + d + "'";
-    cmd += " '" + copy + "/'";
-    return system(cmd.c_str()) == 0 ? copy : "";
+    return text_file::copy_tree(kTop, "length", {"base", "plugin", "switch", "moe", "tools"});
 }
 
 TEST(Length, EachLongFunctionPlantedInACopyIsNamed)

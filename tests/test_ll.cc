@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dc_ref.h"
 #include "exact_int.h"
 #include "harness.h"
 
@@ -31,34 +32,20 @@ namespace
 {
 
 using harness::why;
+using namespace dc_ref;
 
 /* ------------------------------------------------------------------------ */
 /* the case and its reference                                                */
 
 /* One low-latency dispatch and combine, the same in every process (made from a seed). */
-struct LlCase {
-    int n = 1;
+struct LlCase : dc_ref::Sets { /* by expert, the sets are made from experts */
     size_t row_bytes = 24;
     size_t max_tokens = 4;
-    std::vector<size_t> rows;                /* T of each rank */
-    std::vector<std::vector<uint64_t>> sets; /* [s][i * W + w]; by expert made from experts */
     bool by_expert = false;
     int topk = 0, num_experts = 0;
     std::vector<int32_t> expert_rank;          /* [e] */
     std::vector<std::vector<int32_t>> experts; /* [s][i * topk + j] */
-    size_t row_count = 8;
-    incmoe_dtype_t dtype = INCMOE_FLOAT32;
-    incmoe_redop_t op = INCMOE_SUM;
-    unsigned seed = 1;
 
-    size_t words() const
-    {
-        return INCMOE_SET_WORDS(n);
-    }
-    bool in_set(int s, size_t i, int d) const
-    {
-        return (sets[s][i * words() + (size_t)d / 64] >> (d % 64)) & 1;
-    }
     /* The experts of rank d, ascending: its local experts. */
     std::vector<int> locals(int d) const
     {
@@ -99,26 +86,13 @@ struct LlCase {
     }
 };
 
-/* Byte j of row i of rank s. */
-unsigned char row_byte(const LlCase &c, int s, size_t i, size_t j)
-{
-    return (unsigned char)(s * 131 + i * 7 + j * 13 + c.seed);
-}
-
 /* Rank d's partial element e of row i of rank s for expert x (by source x = -1), an exact small
    integer: sums of a few stay exact in every type, products are of +-1. */
 long long partial_val(const LlCase &c, int d, int s, size_t i, int x, size_t e)
 {
-    unsigned h =
-        (unsigned)(d * 1000003 + s * 7919 + (int)i * 131 + (int)e * 17 + x * 31 + (int)c.seed);
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    bool is_unsigned =
-        c.dtype == INCMOE_UINT8 || c.dtype == INCMOE_UINT32 || c.dtype == INCMOE_UINT64;
-    if (c.op == INCMOE_PROD)
-        return (h & 1) ? 1 : -1;
-    return is_unsigned ? (long long)(h % 5) : (long long)(h % 5) - 2;
+    return dc_ref::small_exact(
+        (unsigned)(d * 1000003 + s * 7919 + (int)i * 131 + (int)e * 17 + x * 31 + (int)c.seed), c,
+        5);
 }
 
 /* What owner s gets for row i: op over every partial given for it (by source, one per rank
@@ -126,9 +100,7 @@ long long partial_val(const LlCase &c, int d, int s, size_t i, int x, size_t e)
    zeros when none. */
 std::vector<unsigned char> combined_row(const LlCase &c, int s, size_t i)
 {
-    const size_t esize = incmoe_dtype_size(c.dtype);
-    std::vector<unsigned char> out(c.row_count * esize, 0);
-    for (size_t e = 0; e < c.row_count; e++) {
+    return dc_ref::exact_row(c, [&](size_t e) {
         std::vector<long long> vals;
         for (int d = 0; d < c.n; d++) {
             if (!c.in_set(s, i, d))
@@ -139,20 +111,9 @@ std::vector<unsigned char> combined_row(const LlCase &c, int s, size_t i)
                 if (c.names(s, i, x))
                     vals.push_back(partial_val(c, d, s, i, x, e));
         }
-        if (vals.empty())
-            continue;
-        long long acc = vals[0];
-        for (size_t k = 1; k < vals.size(); k++)
-            acc = c.op == INCMOE_SUM    ? acc + vals[k]
-                  : c.op == INCMOE_PROD ? acc * vals[k]
-                  : c.op == INCMOE_MAX  ? std::max(acc, vals[k])
-                                        : std::min(acc, vals[k]);
-        exact_int::put(c.dtype, acc, &out[e * esize]);
-    }
-    return out;
+        return vals;
+    });
 }
-
-enum SetShape { RANDOM, EMPTY, ALL_RANKS, OWN_ONLY, MIXED };
 
 /* A case of n ranks, rows[r] rows each, by source, sets of the given shape. */
 LlCase make_case(int n, std::vector<size_t> rows, size_t max_tokens, SetShape shape, unsigned seed)
@@ -162,22 +123,8 @@ LlCase make_case(int n, std::vector<size_t> rows, size_t max_tokens, SetShape sh
     c.rows = rows;
     c.max_tokens = max_tokens;
     c.seed = seed;
-    std::mt19937_64 rng(seed);
-    for (int s = 0; s < n; s++) {
-        std::vector<uint64_t> sets(rows[s] * c.words(), 0);
-        for (size_t i = 0; i < rows[s]; i++) {
-            SetShape sh = shape == MIXED ? (SetShape)(rng() % 4) : shape;
-            for (int d = 0; d < n; d++) {
-                bool on = sh == RANDOM      ? rng() % 5 < 2
-                          : sh == ALL_RANKS ? true
-                          : sh == OWN_ONLY  ? d == s
-                                            : false;
-                if (on)
-                    sets[i * c.words() + (size_t)d / 64] |= (uint64_t)1 << (d % 64);
-            }
-        }
-        c.sets.push_back(sets);
-    }
+    std::mt19937_64 rng(seed); /* MIXED: one of the first four shapes */
+    draw_sets(c, shape, rng, 4, [&] { return rng() % 5 < 2; });
     return c;
 }
 
@@ -212,31 +159,7 @@ LlCase make_expert_case(int n, std::vector<size_t> rows, size_t max_tokens, int 
 /* ------------------------------------------------------------------------ */
 /* one rank's run                                                            */
 
-const size_t kGuardRows = 2;
-const unsigned char kCanary = 0xA5;
-
-std::string req_why(incmoe_comm_t *comm, const incmoe_req_t *req)
-{
-    char text[300] = "";
-    incmoe_req_error(comm, req, text, sizeof(text));
-    return text;
-}
-
-/* One rank's registered buffers for a case: the receive range (and the combine's) between
-   guard rows of canaries. */
-struct Buffers {
-    std::vector<unsigned char> send, recv, part, out;
-    incmoe_mr_t *m_send = nullptr, *m_recv = nullptr, *m_part = nullptr, *m_out = nullptr;
-    incmoe_comm_t *comm = nullptr;
-    size_t capacity = 0;
-
-    ~Buffers()
-    {
-        for (incmoe_mr_t *m : {m_send, m_recv, m_part, m_out})
-            if (m != nullptr && comm != nullptr)
-                incmoe_mem_deregister(comm, m);
-    }
-};
+const size_t kGuardRows = 2; /* canary rows before and after the receive range */
 
 /* The dispatch's params of rank me for case c over b (registered here); nrows may differ
    from the case's (over max_tokens). */
@@ -353,45 +276,8 @@ std::string run_combine(incmoe_comm_t *comm, const LlCase &c, int me, Buffers &b
                 exact_int::put(c.dtype, partial_val(c, me, (int)got[k].first, got[k].second, x, e),
                                &b.part[(j * c.region_rows() + k) * pb + e * esize]);
     }
-    b.out.assign((c.rows[me] + kGuardRows) * pb, kCanary);
-    CHECK_OK(incmoe_mem_register(comm, b.part.data(), b.part.size(), &b.m_part));
-    CHECK_OK(incmoe_mem_register(comm, b.out.data(), b.out.size(), &b.m_out));
-    incmoe_combine_params_t p = {};
-    p.dispatch = *dispatch;
-    p.send_mr = b.m_part;
-    p.recv_mr = b.m_out;
-    p.row_count = c.row_count;
-    p.dtype = c.dtype;
-    p.op = c.op;
-    incmoe_req_t req;
-    CHECK_OK(incmoe_combine(comm, &p, &req));
-    incmoe_status_t st = incmoe_wait(comm, &req);
-    if (st != INCMOE_OK)
-        return why(comm, st, "combine") + " / " + req_why(comm, &req);
-    for (size_t i = 0; i < c.rows[me]; i++) {
-        auto want = combined_row(c, me, i);
-        if (memcmp(&b.out[i * pb], want.data(), pb) != 0)
-            return "combined row " + std::to_string(i) + " (" + incmoe_dtype_name(c.dtype) + " " +
-                   incmoe_redop_name(c.op) + ") differs";
-    }
-    for (size_t at = c.rows[me] * pb; at < b.out.size(); at++)
-        if (b.out[at] != kCanary)
-            return "combine wrote past the owner's rows";
-    if (incmoe_dispatch_release(comm, dispatch) != INCMOE_ERR_INVALID_ARG)
-        return "a combined dispatch was still kept";
-    return "";
-}
-
-/* Dispatch, check, combine, check. */
-std::string ll_case(incmoe_comm_t *comm, const LlCase &c, int me)
-{
-    Buffers b;
-    incmoe_req_t req;
-    incmoe_status_t st = post_dispatch(comm, c, me, b, &req);
-    if (st != INCMOE_OK)
-        return why(comm, st, "dispatch") + " / " + req_why(comm, &req);
-    std::string e = check_dispatch(comm, c, me, b, &req);
-    return e.empty() ? run_combine(comm, c, me, b, &req) : e;
+    return combine_and_check(comm, c, me, b, dispatch, kGuardRows,
+                             [&](size_t i) { return combined_row(c, me, i); });
 }
 
 /* ------------------------------------------------------------------------ */
@@ -403,11 +289,6 @@ const char *const kChunk = "4096";
 const char *const kCredits = "8";
 
 /* An algorithm, and whether payloads past 512 bytes go rendezvous (else eager). */
-struct Variant {
-    incmoe_algo_t algo;
-    bool rndv;
-};
-
 class Ll : public ::testing::TestWithParam<Variant>
 {
   protected:
@@ -436,17 +317,9 @@ class Ll : public ::testing::TestWithParam<Variant>
                 harness::CommOptions opt;
                 opt.algo = GetParam().algo;
                 opt.timeout_ms = comm_timeout_ms;
-                incmoe_comm_t *comm;
-                incmoe_status_t st = harness::comm_create(g_switch.addr, job, rank, n, &comm, opt);
-                if (st != INCMOE_OK)
-                    return std::string("comm_create: ") + incmoe_strerror(st);
-                std::string err = body(comm, rank);
-                if (!expect_destroy_ok)
-                    return err;
-                st = incmoe_comm_destroy(comm);
-                if (err.empty() && st != INCMOE_OK)
-                    err = std::string("comm_destroy: ") + incmoe_strerror(st);
-                return err;
+                return harness::with_comm(
+                    g_switch.addr, job, rank, n, opt,
+                    [&](incmoe_comm_t *comm) { return body(comm, rank); }, !expect_destroy_ok);
             },
             timeout_s);
     }
@@ -473,7 +346,7 @@ TEST_P(Ll, RandomSetsOnOneToEightRanksMatchTheFold)
                                  for (size_t t : {(size_t)1, (size_t)5}) {
                                      LlCase c = make_case(n, rows_for(n, t, some_empty), 5, RANDOM,
                                                           seed++);
-                                     std::string e = ll_case(comm, c, me);
+                                     std::string e = dispatch_then_combine(comm, c, me);
                                      if (!e.empty())
                                          return "T " + std::to_string(t) + ": " + e;
                                  }
@@ -492,7 +365,7 @@ TEST_P(Ll, EmptyAllRanksOwnOnlyAndMixedSets)
                              unsigned seed = 7;
                              for (SetShape sh : {EMPTY, ALL_RANKS, OWN_ONLY, MIXED}) {
                                  LlCase c = make_case(n, rows_for(n, 6, true), 6, sh, seed++);
-                                 std::string e = ll_case(comm, c, me);
+                                 std::string e = dispatch_then_combine(comm, c, me);
                                  if (!e.empty())
                                      return "shape " + std::to_string(sh) + ": " + e;
                              }
@@ -508,7 +381,7 @@ TEST_P(Ll, AtMaxTokensWorksAndOverItFailsEveryRankAlike)
 {
     EXPECT_RANKS(run(3, [&](incmoe_comm_t *comm, int me) -> std::string {
         LlCase c = make_case(3, {4, 4, 4}, 4, ALL_RANKS, 11);
-        std::string e = ll_case(comm, c, me);
+        std::string e = dispatch_then_combine(comm, c, me);
         if (!e.empty())
             return "at max_tokens: " + e;
         Buffers b;
@@ -525,7 +398,7 @@ TEST_P(Ll, AtMaxTokensWorksAndOverItFailsEveryRankAlike)
             if (b.recv[at] != kCanary)
                 return "the failed dispatch wrote byte " + std::to_string(at);
         CHECK_OK(incmoe_dispatch_release(comm, &req));
-        return ll_case(comm, make_case(3, {4, 0, 3}, 4, MIXED, 12), me);
+        return dispatch_then_combine(comm, make_case(3, {4, 0, 3}, 4, MIXED, 12), me);
     }));
 }
 
@@ -546,7 +419,7 @@ TEST_P(Ll, AMessageBeyondTheCreditsFailsEveryRankAlike)
         for (size_t at = 0; at < b.recv.size(); at++)
             if (b.recv[at] != kCanary)
                 return "the refused dispatch wrote byte " + std::to_string(at);
-        return ll_case(comm, make_case(2, {3, 2}, 4, RANDOM, 14), me);
+        return dispatch_then_combine(comm, make_case(2, {3, 2}, 4, RANDOM, 14), me);
     }));
 }
 
@@ -554,20 +427,13 @@ TEST_P(Ll, EveryDatatypeAndOperationOfCombine)
 {
     EXPECT_RANKS(run(3, [&](incmoe_comm_t *comm, int me) -> std::string {
         unsigned seed = 300;
-        for (int dt = INCMOE_INT8; dt <= INCMOE_BFLOAT16; dt++) {
-            for (int op = INCMOE_SUM; op <= INCMOE_MIN; op++) {
-                if (!incmoe_reduce_supported((incmoe_dtype_t)dt, (incmoe_redop_t)op))
-                    continue;
-                LlCase c = make_case(3, rows_for(3, 4, false), 4, MIXED, seed++);
-                c.dtype = (incmoe_dtype_t)dt;
-                c.op = (incmoe_redop_t)op;
-                c.row_count = 12;
-                std::string e = ll_case(comm, c, me);
-                if (!e.empty())
-                    return e;
-            }
-        }
-        return "";
+        return each_reduction([&](incmoe_dtype_t dt, incmoe_redop_t op) {
+            LlCase c = make_case(3, rows_for(3, 4, false), 4, MIXED, seed++);
+            c.dtype = dt;
+            c.op = op;
+            c.row_count = 12;
+            return dispatch_then_combine(comm, c, me);
+        });
     }));
 }
 
@@ -602,7 +468,7 @@ TEST_P(Ll, DisagreeingMaxTokensOrRowBytesFailEveryRankWithOneReason)
                     return "a failed dispatch wrote byte " + std::to_string(at);
             CHECK_OK(incmoe_dispatch_release(comm, &req));
         }
-        return ll_case(comm, make_case(3, {2, 3, 1}, 4, MIXED, 23), me);
+        return dispatch_then_combine(comm, make_case(3, {2, 3, 1}, 4, MIXED, 23), me);
     }));
 }
 
@@ -895,7 +761,7 @@ TEST_P(Ll, ByExpertRegionsAndTheFoldedCombineMatchTheFold)
                                                              2 * n + 1, topk, seed++);
                                  c.dtype = k.dtype;
                                  c.op = k.op;
-                                 std::string e = ll_case(comm, c, me);
+                                 std::string e = dispatch_then_combine(comm, c, me);
                                  if (!e.empty())
                                      return "topk " + std::to_string(topk) + ": " + e;
                              }
@@ -1008,11 +874,6 @@ std::string variant_name(const ::testing::TestParamInfo<Variant> &info)
            (info.param.rndv ? "_rndv" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Algos, Ll,
-    ::testing::Values(Variant{INCMOE_ALGO_INC, false}, Variant{INCMOE_ALGO_INC, true},
-                      Variant{INCMOE_ALGO_A2A, false}, Variant{INCMOE_ALGO_A2A, true},
-                      Variant{INCMOE_ALGO_RING, false}, Variant{INCMOE_ALGO_RING, true}),
-    variant_name);
+INSTANTIATE_TEST_SUITE_P(Algos, Ll, ::testing::ValuesIn(all_variants()), variant_name);
 
 } // namespace

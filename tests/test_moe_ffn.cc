@@ -112,6 +112,41 @@ Problem make_problem(int H, int I, int E, int k, size_t T, incmoe_dtype_t dt, un
     return p;
 }
 
+/* p's weights loaded into a CPU backend's state, a team for team_rows rows (its chunk `chunk`
+   rows where smaller; 0: as many as the team holds), and each of its C workers' ffn_band over
+   band_rows rows of x on a thread of its own, each of which must succeed; then freed. */
+void run_team(moe_ctx_t &x, const Problem &p, int C, size_t team_rows, size_t band_rows,
+              size_t chunk)
+{
+    cpu_state_t cs;
+    memset(&cs, 0, sizeof(cs));
+    cs.H = p.H, cs.I = p.I, cs.n_local = (int)p.local.size(), cs.local_ids = p.local.data();
+    incmoe_moe_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.dtype = p.dt;
+    bool f32 = p.dt == INCMOE_FLOAT32;
+    mp.w_gate = f32 ? (const void *)p.wg.data() : p.wg16.data();
+    mp.w_up = f32 ? (const void *)p.wu.data() : p.wu16.data();
+    mp.w_down = f32 ? (const void *)p.wd.data() : p.wd16.data();
+    EXPECT_EQ(ffn_weights_load(&cs, &mp, p.es), INCMOE_OK);
+    EXPECT_EQ(ffn_team_create(&cs, p.E, 1, NULL, 0, p.k, team_rows), INCMOE_OK);
+    if (chunk > 0 && chunk < cs.team.chunk)
+        cs.team.chunk = chunk;
+    EXPECT_EQ(ffn_scratch_reserve(&cs, C), INCMOE_OK);
+    ffn_team_reset(&cs);
+    std::vector<incmoe_status_t> st(C, INCMOE_OK);
+    std::vector<std::thread> team;
+    for (int c = 0; c < C; c++)
+        team.emplace_back([&, c] { st[c] = ffn_band(&x, &cs, c, 0, band_get(band_rows, 1, 0)); });
+    for (auto &t : team)
+        t.join();
+    for (int c = 0; c < C; c++)
+        EXPECT_EQ(st[c], INCMOE_OK) << "worker " << c;
+    ffn_team_destroy(&cs);
+    free(cs.w_gu);
+    free(cs.w_down);
+}
+
 /* Rows [r0, r0 + n) of p through ffn_band on C workers in chunks of `chunk` rows (0: as
    many as the team holds); the outputs as stored (dt), [n][H]. */
 std::vector<uint8_t> run(const Problem &p, size_t r0, size_t n, int C, size_t chunk)
@@ -133,33 +168,7 @@ std::vector<uint8_t> run(const Problem &p, size_t r0, size_t n, int C, size_t ch
     x.grow = grow, x.zrow = hb, x.C = C, x.tmax = n, x.nb = 1, x.counts = counts;
     x.xg = xg.data(), x.z = z.data(), x.E = p.E, x.cnt = &cnt, x.timeout_ms = 20000;
 
-    cpu_state_t cs;
-    memset(&cs, 0, sizeof(cs));
-    cs.H = p.H, cs.I = p.I, cs.n_local = (int)p.local.size(), cs.local_ids = p.local.data();
-    incmoe_moe_params_t mp;
-    memset(&mp, 0, sizeof(mp));
-    mp.dtype = p.dt;
-    bool f32 = p.dt == INCMOE_FLOAT32;
-    mp.w_gate = f32 ? (const void *)p.wg.data() : p.wg16.data();
-    mp.w_up = f32 ? (const void *)p.wu.data() : p.wu16.data();
-    mp.w_down = f32 ? (const void *)p.wd.data() : p.wd16.data();
-    EXPECT_EQ(ffn_weights_load(&cs, &mp, p.es), INCMOE_OK);
-    EXPECT_EQ(ffn_team_create(&cs, p.E, 1, NULL, 0, p.k, n), INCMOE_OK);
-    if (chunk > 0 && chunk < cs.team.chunk)
-        cs.team.chunk = chunk;
-    EXPECT_EQ(ffn_scratch_reserve(&cs, C), INCMOE_OK);
-    ffn_team_reset(&cs);
-    std::vector<incmoe_status_t> st(C, INCMOE_OK);
-    std::vector<std::thread> team;
-    for (int c = 0; c < C; c++)
-        team.emplace_back([&, c] { st[c] = ffn_band(&x, &cs, c, 0, band_get(n, 1, 0)); });
-    for (auto &t : team)
-        t.join();
-    for (int c = 0; c < C; c++)
-        EXPECT_EQ(st[c], INCMOE_OK) << "worker " << c;
-    ffn_team_destroy(&cs);
-    free(cs.w_gu);
-    free(cs.w_down);
+    run_team(x, p, C, n, n, chunk);
     return z;
 }
 
@@ -229,31 +238,7 @@ std::vector<uint8_t> run_regions(const Problem &p, const std::vector<size_t> &pe
     x.dcb = &dcb;
     x.xg = xg.data(), x.z = z.data(), x.E = p.E, x.cnt = &cnt, x.timeout_ms = 20000;
 
-    cpu_state_t cs;
-    memset(&cs, 0, sizeof(cs));
-    cs.H = p.H, cs.I = p.I, cs.n_local = (int)p.local.size(), cs.local_ids = p.local.data();
-    incmoe_moe_params_t mp;
-    memset(&mp, 0, sizeof(mp));
-    mp.dtype = p.dt;
-    bool f32 = p.dt == INCMOE_FLOAT32;
-    mp.w_gate = f32 ? (const void *)p.wg.data() : p.wg16.data();
-    mp.w_up = f32 ? (const void *)p.wu.data() : p.wu16.data();
-    mp.w_down = f32 ? (const void *)p.wd.data() : p.wd16.data();
-    EXPECT_EQ(ffn_weights_load(&cs, &mp, p.es), INCMOE_OK);
-    EXPECT_EQ(ffn_team_create(&cs, p.E, 1, NULL, 0, p.k, N * region), INCMOE_OK);
-    EXPECT_EQ(ffn_scratch_reserve(&cs, C), INCMOE_OK);
-    ffn_team_reset(&cs);
-    std::vector<incmoe_status_t> st(C, INCMOE_OK);
-    std::vector<std::thread> team;
-    for (int c = 0; c < C; c++)
-        team.emplace_back([&, c] { st[c] = ffn_band(&x, &cs, c, 0, band_get(region, 1, 0)); });
-    for (auto &th : team)
-        th.join();
-    for (int c = 0; c < C; c++)
-        EXPECT_EQ(st[c], INCMOE_OK) << "worker " << c;
-    ffn_team_destroy(&cs);
-    free(cs.w_gu);
-    free(cs.w_down);
+    run_team(x, p, C, N * region, region, 0);
     return z;
 }
 

@@ -151,9 +151,23 @@ const incmoe_fifo_op_t kOps[3] = {INCMOE_FIFO_OP_ALLGATHER, INCMOE_FIFO_OP_REDUC
 
 } // namespace
 
+/* A test of the FIFO over a fake transport: net, whose failures the test sets before create,
+   and the FIFO create makes over it (the test destroys it, checking the status). */
+class MoeFifo : public ::testing::Test
+{
+  protected:
+    FakeNet net;
+    incmoe_fifo_t *f = nullptr;
+
+    incmoe_status_t create(uint32_t capacity)
+    {
+        return fifo_create_with(&fake_transport, &net, capacity, &f);
+    }
+};
+
 /* The descriptor is 64 bytes, and the trigger and the slot keep the layout programs built
    before dispatch and combine use: the dispatch block shares valid[]'s word. */
-TEST(MoeFifo, DescriptorIs64BytesAndTheSlotKeepsItsLayout)
+TEST_F(MoeFifo, DescriptorIs64BytesAndTheSlotKeepsItsLayout)
 {
     EXPECT_EQ(sizeof(incmoe_fifo_desc_t), 64u);
     EXPECT_EQ(sizeof(incmoe_fifo_trigger_t), 72u);
@@ -163,13 +177,11 @@ TEST(MoeFifo, DescriptorIs64BytesAndTheSlotKeepsItsLayout)
     EXPECT_EQ(offsetof(incmoe_fifo_slot_t, trigger), 16u);
 }
 
-TEST(MoeFifo, RejectsBadCapacityAndOp)
+TEST_F(MoeFifo, RejectsBadCapacityAndOp)
 {
-    FakeNet net;
-    incmoe_fifo_t *f = nullptr;
-    EXPECT_EQ(fifo_create_with(&fake_transport, &net, 3, &f), INCMOE_ERR_INVALID_ARG);
-    EXPECT_EQ(fifo_create_with(&fake_transport, &net, 0, &f), INCMOE_ERR_INVALID_ARG);
-    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 4, &f), INCMOE_OK);
+    EXPECT_EQ(create(3), INCMOE_ERR_INVALID_ARG);
+    EXPECT_EQ(create(0), INCMOE_ERR_INVALID_ARG);
+    ASSERT_EQ(create(4), INCMOE_OK);
     uint64_t ticket = 0;
     auto bad = trig((incmoe_fifo_op_t)99, 0);
     EXPECT_EQ(incmoe_fifo_push(f, &bad, &ticket, 1000), INCMOE_ERR_INVALID_ARG);
@@ -210,12 +222,10 @@ incmoe_fifo_trigger_t combine_trig(uint64_t dispatch_ticket)
    producer reads them after its wait and nothing else: TSan sees a late write), and a combine
    pushed at once behind its dispatch names that dispatch's request and is posted only after
    it completed. */
-TEST(MoeFifo, DispatchResultAndCombineByTicket)
+TEST_F(MoeFifo, DispatchResultAndCombineByTicket)
 {
     const int M = 300;
-    FakeNet net;
-    incmoe_fifo_t *f = nullptr;
-    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    ASSERT_EQ(create(8), INCMOE_OK);
     std::vector<incmoe_fifo_dispatch_t> blocks(M);
     std::vector<std::vector<uint32_t>> sources(M);
     int errors = 0;
@@ -268,12 +278,10 @@ TEST(MoeFifo, DispatchResultAndCombineByTicket)
 
 /* A dispatch short of capacity completes with its status and R, is released, and leaves the
    FIFO usable; a combine naming it then fails the FIFO. */
-TEST(MoeFifo, DispatchShortOfCapacityCompletesWithItsStatus)
+TEST_F(MoeFifo, DispatchShortOfCapacityCompletesWithItsStatus)
 {
-    FakeNet net;
     net.short_dispatch = 2;
-    incmoe_fifo_t *f = nullptr;
-    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    ASSERT_EQ(create(8), INCMOE_OK);
     incmoe_fifo_dispatch_t blocks[3] = {};
     uint64_t t = 0;
     for (int i = 0; i < 3; i++) {
@@ -301,7 +309,7 @@ TEST(MoeFifo, DispatchShortOfCapacityCompletesWithItsStatus)
 }
 
 /* A combine naming a dispatch this FIFO never posted fails the FIFO, posting nothing. */
-TEST(MoeFifo, CombineOfAnUnknownDispatchFailsTheFifo)
+TEST_F(MoeFifo, CombineOfAnUnknownDispatchFailsTheFifo)
 {
     for (uint64_t ticket : {0ull, 2ull}) {
         FakeNet net;
@@ -375,12 +383,10 @@ INSTANTIATE_TEST_SUITE_P(Capacities, MoeFifoContention, ::testing::Values(2u, 8u
 
 /* Many producers on one stream, serialised by a ticket the way the reduce
    workers serialise their ReduceScatter parts. */
-TEST(MoeFifo, SerialisedProducersOfOneStreamKeepTheirOrder)
+TEST_F(MoeFifo, SerialisedProducersOfOneStreamKeepTheirOrder)
 {
     const int P = 4, M = 1500;
-    FakeNet net;
-    incmoe_fifo_t *f = nullptr;
-    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 4, &f), INCMOE_OK);
+    ASSERT_EQ(create(4), INCMOE_OK);
     std::atomic<uint64_t> turn{0};
     std::vector<std::thread> th;
     std::atomic<int> errors{0};
@@ -411,12 +417,10 @@ TEST(MoeFifo, SerialisedProducersOfOneStreamKeepTheirOrder)
     EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
 }
 
-TEST(MoeFifo, PostFailureReachesEveryWaiterWithoutHanging)
+TEST_F(MoeFifo, PostFailureReachesEveryWaiterWithoutHanging)
 {
-    FakeNet net;
     net.fail_post_at = 5;
-    incmoe_fifo_t *f = nullptr;
-    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    ASSERT_EQ(create(8), INCMOE_OK);
     uint64_t last = 0;
     incmoe_status_t st = INCMOE_OK;
     for (int i = 0; i < 20 && st == INCMOE_OK; i++) {
@@ -432,12 +436,10 @@ TEST(MoeFifo, PostFailureReachesEveryWaiterWithoutHanging)
     EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_ERR_TRANSPORT);
 }
 
-TEST(MoeFifo, CompletionFailureReachesWaiters)
+TEST_F(MoeFifo, CompletionFailureReachesWaiters)
 {
-    FakeNet net;
     net.fail_wait_at = 3;
-    incmoe_fifo_t *f = nullptr;
-    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    ASSERT_EQ(create(8), INCMOE_OK);
     uint64_t ticket = 0;
     for (int i = 0; i < 5; i++) {
         auto t = trig(INCMOE_FIFO_OP_BARRIER, i);
@@ -448,18 +450,16 @@ TEST(MoeFifo, CompletionFailureReachesWaiters)
     EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_ERR_PEER_FAILED);
 }
 
-TEST(MoeFifo, WaitTimesOutWhenNothingCompletes)
+TEST_F(MoeFifo, WaitTimesOutWhenNothingCompletes)
 {
-    FakeNet net;
-    incmoe_fifo_t *f = nullptr;
-    ASSERT_EQ(fifo_create_with(&fake_transport, &net, 8, &f), INCMOE_OK);
+    ASSERT_EQ(create(8), INCMOE_OK);
     /* Ticket 1 was never pushed: the counter cannot reach it. */
     EXPECT_EQ(incmoe_fifo_wait(f, INCMOE_STREAM_ALLGATHER, 1, 50), INCMOE_ERR_TIMEOUT);
     EXPECT_EQ(incmoe_fifo_destroy(f), INCMOE_OK);
 }
 
 /* Through a real switch: two ranks post AllGathers and ReduceScatters via the FIFO. */
-TEST(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
+TEST_F(MoeFifo, RealCommunicatorAllGatherAndReduceScatter)
 {
     harness::SwitchProc sw;
     ASSERT_TRUE(harness::switch_start(&sw));
@@ -693,7 +693,7 @@ INSTANTIATE_TEST_SUITE_P(Algos, MoeFifoDc,
 /* The shared block comes from the allocator hook, and a producer pushing
    through the plain-old-data device handle (the code a GPU block runs) is
    drained and completed like a host push. */
-TEST(MoeFifo, DeviceHandlePushThroughAllocatorHook)
+TEST_F(MoeFifo, DeviceHandlePushThroughAllocatorHook)
 {
     struct Hook {
         int allocs = 0, frees = 0;
@@ -718,8 +718,6 @@ TEST(MoeFifo, DeviceHandlePushThroughAllocatorHook)
             h->frees++;
         free(ptr);
     };
-    FakeNet net;
-    incmoe_fifo_t *f = nullptr;
     ASSERT_EQ(fifo_create_full(&fake_transport, &net, &p, &f), INCMOE_OK);
     EXPECT_EQ(hook.allocs, 1);
     incmoe_fifo_device_t dev;
@@ -777,7 +775,7 @@ static bool await_sleep(int phase)
    the bell (the library's test hook says when), and the waiter must return within a tenth of
    its timeout: woken by the abort's ring, not by finding the abort word when the timeout ran
    out.  The bound tells those two apart; it is no speed figure. */
-TEST(MoeFifo, CounterWaitWakesOnAbort)
+TEST_F(MoeFifo, CounterWaitWakesOnAbort)
 {
     using clock = std::chrono::steady_clock;
     const int timeout_ms = 60000;

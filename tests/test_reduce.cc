@@ -6,26 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include "ref_half.h"
+#include "ref_op.h"
+
 extern "C" {
 #include "base/dtype.h"
 #include "base/reduce.h"
 #include "incmoe/incmoe.h"
-}
-
-/* Reference conversions through the compiler's own _Float16. */
-static uint16_t ref_half(float f)
-{
-    _Float16 h = (_Float16)f;
-    uint16_t u;
-    memcpy(&u, &h, 2);
-    return u;
-}
-
-static float ref_half_to_float(uint16_t u)
-{
-    _Float16 h;
-    memcpy(&h, &u, 2);
-    return (float)h;
 }
 
 /* bf16 reference: pick the nearer of the two truncations, ties to even, via double arithmetic. */
@@ -47,40 +34,44 @@ static uint16_t ref_bf16(float f)
     return (lo & 1) ? hi : lo;
 }
 
+/* n floats of random bits from seed, NaNs included (each test passes over what it must). */
+static std::vector<float> random_bit_floats(unsigned seed, int n)
+{
+    std::mt19937 rng(seed);
+    std::vector<float> out(n);
+    for (float &f : out) {
+        uint32_t u = rng();
+        memcpy(&f, &u, 4);
+    }
+    return out;
+}
+
 TEST(Dtype, HalfRoundTripsEveryValue)
 {
     for (uint32_t u = 0; u < 0x10000; u++) {
         uint16_t h = (uint16_t)u;
         float f = inc_dtype_half_to_float(h);
-        if (std::isnan(ref_half_to_float(h))) {
+        if (std::isnan(ref_half::to_float(h))) {
             EXPECT_TRUE(std::isnan(f)) << std::hex << u;
             continue;
         }
-        ASSERT_EQ(f, ref_half_to_float(h)) << std::hex << u;
+        ASSERT_EQ(f, ref_half::to_float(h)) << std::hex << u;
         ASSERT_EQ(inc_dtype_float_to_half(f), h) << std::hex << u;
     }
 }
 
 TEST(Dtype, FloatToHalfRoundsLikeTheCompiler)
 {
-    std::mt19937 rng(1);
-    for (int i = 0; i < 2000000; i++) {
-        uint32_t u = rng();
-        float f;
-        memcpy(&f, &u, 4);
+    for (float f : random_bit_floats(1, 2000000)) {
         if (std::isnan(f))
             continue;
-        ASSERT_EQ(inc_dtype_float_to_half(f), ref_half(f)) << f;
+        ASSERT_EQ(inc_dtype_float_to_half(f), ref_half::from_float(f)) << f;
     }
 }
 
 TEST(Dtype, FloatToBf16RoundsToNearestEven)
 {
-    std::mt19937 rng(2);
-    for (int i = 0; i < 1000000; i++) {
-        uint32_t u = rng();
-        float f;
-        memcpy(&f, &u, 4);
+    for (float f : random_bit_floats(2, 1000000)) {
         if (std::isnan(f) || std::fabs(f) > 3.38e38f)
             continue;
         ASSERT_EQ(inc_dtype_float_to_bf16(f), ref_bf16(f)) << f;
@@ -89,19 +80,17 @@ TEST(Dtype, FloatToBf16RoundsToNearestEven)
     EXPECT_TRUE(std::isnan(inc_dtype_bf16_to_float(inc_dtype_float_to_bf16(NAN))));
 }
 
-/* Independent reference: element by element, in the given order, in the type (or fp32). */
-template <typename T> static T apply(int op, T a, T b)
+/* The sources' reduction by the library, in their order. */
+template <typename T>
+static std::vector<T> reduced(const std::vector<std::vector<T>> &src, incmoe_dtype_t dt, int op)
 {
-    switch (op) {
-    case INCMOE_SUM:
-        return (T)(a + b);
-    case INCMOE_PROD:
-        return (T)(a * b);
-    case INCMOE_MAX:
-        return a > b ? a : b;
-    default:
-        return a < b ? a : b;
-    }
+    std::vector<const void *> ptrs;
+    for (auto &v : src)
+        ptrs.push_back(v.data());
+    std::vector<T> out(src[0].size());
+    inc_reduce_ordered(out.data(), ptrs.data(), (int)src.size(), out.size(), dt,
+                       (incmoe_redop_t)op);
+    return out;
 }
 
 template <typename T>
@@ -111,15 +100,11 @@ static void check_native(incmoe_dtype_t dt, int op, int nsrc, size_t count, std:
     for (auto &v : src)
         for (auto &x : v)
             x = (T)(rng() % 7) - (std::is_signed<T>::value ? (T)3 : (T)0);
-    std::vector<const void *> ptrs;
-    for (auto &v : src)
-        ptrs.push_back(v.data());
-    std::vector<T> out(count);
-    inc_reduce_ordered(out.data(), ptrs.data(), nsrc, count, dt, (incmoe_redop_t)op);
+    std::vector<T> out = reduced(src, dt, op);
     for (size_t i = 0; i < count; i++) {
         T want = src[0][i];
         for (int s = 1; s < nsrc; s++)
-            want = apply<T>(op, want, src[s][i]);
+            want = ref_op::apply<T>(op, want, src[s][i]);
         ASSERT_EQ(out[i], want) << incmoe_dtype_name(dt) << " "
                                 << incmoe_redop_name((incmoe_redop_t)op) << " i=" << i;
     }
@@ -155,20 +140,18 @@ TEST(Reduce, SixteenBitAccumulatesInFp32AndRoundsOnce)
             std::vector<std::vector<uint16_t>> src(nsrc, std::vector<uint16_t>(count));
             for (auto &v : src)
                 for (auto &x : v)
-                    x = dt == INCMOE_FLOAT16 ? ref_half(dist(rng)) : ref_bf16(dist(rng));
-            std::vector<const void *> ptrs;
-            for (auto &v : src)
-                ptrs.push_back(v.data());
-            std::vector<uint16_t> out(count);
-            inc_reduce_ordered(out.data(), ptrs.data(), nsrc, count, dt, (incmoe_redop_t)op);
+                    x = dt == INCMOE_FLOAT16 ? ref_half::from_float(dist(rng))
+                                             : ref_bf16(dist(rng));
+            std::vector<uint16_t> out = reduced(src, dt, op);
             for (size_t i = 0; i < count; i++) {
                 auto wide = [&](uint16_t x) {
-                    return dt == INCMOE_FLOAT16 ? ref_half_to_float(x) : inc_dtype_bf16_to_float(x);
+                    return dt == INCMOE_FLOAT16 ? ref_half::to_float(x)
+                                                : inc_dtype_bf16_to_float(x);
                 };
                 float acc = wide(src[0][i]);
                 for (int s = 1; s < nsrc; s++)
-                    acc = apply<float>(op, acc, wide(src[s][i]));
-                uint16_t want = dt == INCMOE_FLOAT16 ? ref_half(acc) : ref_bf16(acc);
+                    acc = ref_op::apply<float>(op, acc, wide(src[s][i]));
+                uint16_t want = dt == INCMOE_FLOAT16 ? ref_half::from_float(acc) : ref_bf16(acc);
                 ASSERT_EQ(out[i], want) << incmoe_dtype_name(dt) << " op " << op << " i=" << i;
             }
         }
@@ -183,11 +166,11 @@ TEST(Reduce, PairInPlaceOnEitherSide)
     inc_reduce_pair(b2.data(), a.data(), b2.data(), 3, INCMOE_FLOAT32, INCMOE_SUM);
     EXPECT_EQ(a2, (std::vector<float>{11, 22, 33}));
     EXPECT_EQ(b2, (std::vector<float>{11, 22, 33}));
-    std::vector<uint16_t> h = {ref_half(1.5f), ref_half(-2.0f)},
-                          g = {ref_half(0.25f), ref_half(8.0f)};
+    std::vector<uint16_t> h = {ref_half::from_float(1.5f), ref_half::from_float(-2.0f)},
+                          g = {ref_half::from_float(0.25f), ref_half::from_float(8.0f)};
     inc_reduce_pair(g.data(), h.data(), g.data(), 2, INCMOE_FLOAT16, INCMOE_MAX);
-    EXPECT_EQ(ref_half_to_float(g[0]), 1.5f);
-    EXPECT_EQ(ref_half_to_float(g[1]), 8.0f);
+    EXPECT_EQ(ref_half::to_float(g[0]), 1.5f);
+    EXPECT_EQ(ref_half::to_float(g[1]), 8.0f);
 }
 
 TEST(Reduce, SupportTable)

@@ -35,6 +35,8 @@
 
 #include "harness.h"
 #include "raw_client.h"
+#include "ref_half.h"
+#include "ref_op.h"
 
 extern "C" {
 #include "base/clock.h"
@@ -143,16 +145,7 @@ template <typename E, typename A> struct ArithBase {
     using Acc = A; /* what a reduction accumulates in */
     static A apply(incmoe_redop_t op, A a, A b)
     {
-        switch (op) {
-        case INCMOE_SUM:
-            return a + b;
-        case INCMOE_PROD:
-            return a * b;
-        case INCMOE_MAX:
-            return a > b ? a : b;
-        default:
-            return a < b ? a : b;
-        }
+        return ref_op::apply<A>(op, a, b);
     }
 };
 
@@ -257,16 +250,11 @@ struct F16 : ArithBase<uint16_t, float> {
     static constexpr double unit_roundoff = 0x1p-11;
     static float widen(uint16_t x)
     {
-        _Float16 h;
-        memcpy(&h, &x, 2);
-        return (float)h;
+        return ref_half::to_float(x);
     }
     static uint16_t narrow(float a)
     {
-        _Float16 h = (_Float16)a;
-        uint16_t u;
-        memcpy(&u, &h, 2);
-        return u;
+        return ref_half::from_float(a);
     }
     static uint16_t input(uint64_t h)
     {
@@ -987,6 +975,19 @@ std::string check_barrier(Rank &r, int late_rank)
     return "";
 }
 
+/* check_reduction_forms of type A for each op in turn, the seeds 10 apart from seed. */
+template <class A>
+std::string check_ops(Rank &r, std::initializer_list<incmoe_redop_t> ops, uint64_t seed)
+{
+    for (incmoe_redop_t op : ops) {
+        std::string e = check_reduction_forms<A>(r, op, seed);
+        if (!e.empty())
+            return e;
+        seed += 10;
+    }
+    return "";
+}
+
 /* Every collective in both forms: AllGather; ReduceScatter and AllReduce of float32 (sum,
    max), float64 sum, int32 (sum, max), bfloat16 and float16 sum; the barrier. */
 std::string every_collective(Rank &r, int late_rank)
@@ -995,19 +996,15 @@ std::string every_collective(Rank &r, int late_rank)
     if (e.empty())
         e = check_allgather(r, 3 * r.chunk + 13, false, 12);
     if (e.empty())
-        e = check_reduction_forms<F32>(r, INCMOE_SUM, 20);
+        e = check_ops<F32>(r, {INCMOE_SUM, INCMOE_MAX}, 20);
     if (e.empty())
-        e = check_reduction_forms<F32>(r, INCMOE_MAX, 30);
+        e = check_ops<F64>(r, {INCMOE_SUM}, 40);
     if (e.empty())
-        e = check_reduction_forms<F64>(r, INCMOE_SUM, 40);
+        e = check_ops<I32>(r, {INCMOE_SUM, INCMOE_MAX}, 50);
     if (e.empty())
-        e = check_reduction_forms<I32>(r, INCMOE_SUM, 50);
+        e = check_ops<BF16>(r, {INCMOE_SUM}, 70);
     if (e.empty())
-        e = check_reduction_forms<I32>(r, INCMOE_MAX, 60);
-    if (e.empty())
-        e = check_reduction_forms<BF16>(r, INCMOE_SUM, 70);
-    if (e.empty())
-        e = check_reduction_forms<F16>(r, INCMOE_SUM, 80);
+        e = check_ops<F16>(r, {INCMOE_SUM}, 80);
     if (e.empty())
         e = check_barrier(r, late_rank);
     return e;

@@ -1,9 +1,12 @@
-/* text_file.h - a file's whole text in and out, for the suites that check the tree's sources
-   by planting text in a copy of them (test_layers, test_length). */
+/* text_file.h - a file's whole text in and out, and a copy of the tree, for the suites that check
+   the tree's sources by planting text in a copy of them (test_layers, test_length). */
 #ifndef INCMOE_TESTS_TEXT_FILE_H
 #define INCMOE_TESTS_TEXT_FILE_H
 
+#include <stdlib.h>
+
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -33,6 +36,23 @@ inline int count_lines(const std::string &text)
     for (char c : text)
         n += c == '\n';
     return n;
+}
+
+/* A copy of dirs of the tree top (tree-relative, each at its own path in the copy) in a fresh
+   folder /tmp/incmoe-<name>-XXXXXX; "" when it could not be made. */
+inline std::string copy_tree(const std::string &top, const std::string &name,
+                             std::initializer_list<std::string> dirs)
+{
+    std::string dir = "/tmp/incmoe-" + name + "-XXXXXX";
+    if (mkdtemp(&dir[0]) == nullptr)
+        return "";
+    std::string cmd = "true";
+    for (const std::string &d : dirs) {
+        const size_t slash = d.rfind('/');
+        const std::string into = dir + (slash == std::string::npos ? "" : "/" + d.substr(0, slash));
+        cmd += " && mkdir -p '" + into + "' && cp -r '" + top + "/" + d + "' '" + into + "/'";
+    }
+    return system(cmd.c_str()) == 0 ? dir : "";
 }
 
 } // namespace text_file

@@ -74,26 +74,14 @@ static ncclResult_t net_set_attr_v11(void *ctx, ncclNetAttr_t *attr)
 }
 
 PLUGIN_EXPORT ncclNet_v11_t ncclNetPlugin_v11 = {
-    .name = PLUGIN_NAME,
+    PLUGIN_NET_SHARED_ENTRIES,
     .init = net_init_v11,
-    .devices = net_devices,
     .getProperties = net_props_v11,
     .listen = net_listen_v11,
     .connect = net_connect_v11,
     .accept = net_accept_v10, /* accept, isend and irecv are v10's */
-    .regMr = net_reg_mr,
-    .regMrDmaBuf = net_reg_mr_dmabuf,
-    .deregMr = net_dereg_mr,
     .isend = net_isend_v10,
     .irecv = net_irecv_v10,
-    .iflush = net_iflush,
-    .test = net_test,
-    .closeSend = net_close_send,
-    .closeRecv = net_close_recv,
-    .closeListen = net_close_listen,
-    .getDeviceMr = NULL,
-    .irecvConsumed = NULL,
-    .makeVDevice = plugin_make_vdevice,
     .finalize = net_finalize_v11,
     .setNetAttr = net_set_attr_v11,
 };
@@ -122,23 +110,7 @@ static ncclResult_t collnet_finalize_v11(void *ctx)
 }
 
 PLUGIN_EXPORT ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
-    .name = PLUGIN_NAME,
-    .init = collnet_init_v11,
-    .devices = collnet_devices,
-    .getProperties = collnet_props_v11,
-    .listen = collnet_listen_v11,
-    .connect = collnet_connect,
-    .reduceSupport = collnet_reduce_support,
-    .regMr = collnet_reg_mr,
-    .regMrDmaBuf = collnet_reg_mr_dmabuf,
-    .deregMr = collnet_dereg_mr,
-    .iallreduce = collnet_iallreduce,
-    .iallgather = collnet_iallgather,
-    .ireducescatter = collnet_ireducescatter,
-    .iflush = collnet_iflush,
-    .test = collnet_test,
-    .closeColl = collnet_close_coll,
-    .closeListen = collnet_close_listen,
-    .makeVDevice = plugin_make_vdevice,
+    PLUGIN_COLLNET_SHARED_ENTRIES,      .init = collnet_init_v11,
+    .getProperties = collnet_props_v11, .listen = collnet_listen_v11,
     .finalize = collnet_finalize_v11,
 };

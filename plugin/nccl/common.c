@@ -8,7 +8,6 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/ucx_util.h"
+#include "base/vformat.h"
 
 static ncclDebugLogger_t plugin_logger;
 
@@ -26,10 +26,7 @@ void plugin_log(ncclDebugLogLevel level, unsigned long flags, const char *file, 
                 const char *fmt, ...)
 {
     char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
+    INC_VFORMAT(text, sizeof(text), fmt);
     ncclDebugLogger_t logger = plugin_logger;
     if (logger != NULL)
         logger(level, flags, file, line, "NET/" PLUGIN_NAME ": %s", text);

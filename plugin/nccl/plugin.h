@@ -58,8 +58,35 @@ ncclResult_t net_isend_v10(void *send_comm, void *data, size_t size, int tag, vo
 ncclResult_t net_irecv_v10(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                            void **mhandles, void **phandles, void **request);
 
+/* ---- adapt_v9.c: the CollNet calls whose form v10 keeps (its struct is v9's) - */
+
+ncclResult_t collnet_init_v9(ncclDebugLogger_t logger);
+ncclResult_t collnet_props_v9(int dev, ncclNetProperties_v9_t *props);
+ncclResult_t collnet_listen_v9(int dev, void *handle, void **listen_comm);
+
 /* Make the struct visible past -fvisibility=hidden; exports.map has the final say. */
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
+
+/* The entries of the net struct whose form no version since v9 changed; each adapt_v*.c
+   adds those that differ (init, getProperties, listen, connect, accept, isend, irecv, ...).
+   getDeviceMr is NULL: a host-side net has no device offload. */
+#define PLUGIN_NET_SHARED_ENTRIES                                                                  \
+    .name = PLUGIN_NAME, .devices = net_devices, .regMr = net_reg_mr,                              \
+    .regMrDmaBuf = net_reg_mr_dmabuf, .deregMr = net_dereg_mr, .iflush = net_iflush,               \
+    .test = net_test, .closeSend = net_close_send, .closeRecv = net_close_recv,                    \
+    .closeListen = net_close_listen, .getDeviceMr = NULL, .irecvConsumed = NULL,                   \
+    .makeVDevice = plugin_make_vdevice
+
+/* Likewise the CollNet struct's: v10's is v9's, v11 changed init, getProperties and listen and
+   added finalize. */
+#define PLUGIN_COLLNET_SHARED_ENTRIES                                                              \
+    .name = PLUGIN_NAME, .devices = collnet_devices, .connect = collnet_connect,                   \
+    .reduceSupport = collnet_reduce_support, .regMr = collnet_reg_mr,                              \
+    .regMrDmaBuf = collnet_reg_mr_dmabuf, .deregMr = collnet_dereg_mr,                             \
+    .iallreduce = collnet_iallreduce, .iallgather = collnet_iallgather,                            \
+    .ireducescatter = collnet_ireducescatter, .iflush = collnet_iflush, .test = collnet_test,      \
+    .closeColl = collnet_close_coll, .closeListen = collnet_close_listen,                          \
+    .makeVDevice = plugin_make_vdevice
 
 /* The IPv4/IPv6 address our listeners advertise (port 0). */
 int plugin_local_addr(struct sockaddr_storage *addr, unsigned *addr_len);
