@@ -47,12 +47,8 @@ static int proto_error(char *why, size_t why_len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int proto_error(char *why, size_t why_len, const char *fmt, ...)
 {
-    if (why != NULL && why_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-    }
+    if (why != NULL && why_len > 0)
+        INC_VFORMAT(why, why_len, fmt);
     return INCMOE_ERR_PROTOCOL;
 }
 

@@ -4,17 +4,12 @@
  */
 #include "placement_check.h"
 
-#include <stdarg.h>
-#include <stdio.h>
+#include "base/vformat.h"
 
 incmoe_status_t placement_refuse(char *why, size_t why_len, const char *fmt, ...)
 {
-    if (why != NULL && why_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-    }
+    if (why != NULL && why_len > 0)
+        INC_VFORMAT(why, why_len, fmt);
     return INCMOE_ERR_INVALID_ARG;
 }
 
@@ -87,33 +82,40 @@ incmoe_status_t placement_check_sample(const incmoe_moe_routing_sample_t *s, cha
     return INCMOE_OK;
 }
 
-incmoe_status_t placement_check(const incmoe_moe_routing_sample_t *s,
-                                const incmoe_moe_placement_t *p, char *why, size_t why_len)
+incmoe_status_t placement_check_table(const incmoe_moe_placement_t *p, int E, int N, char *why,
+                                      size_t why_len)
 {
     if (p == NULL || p->offsets == NULL || p->ranks == NULL)
-        return placement_refuse(why, why_len, "the placement or its offsets or ranks is NULL");
+        return placement_refuse(why, why_len, "the placement, its offsets or its ranks is NULL");
     if (p->offsets[0] != 0)
-        return placement_refuse(why, why_len, "placement offsets[0] is %d, not 0", p->offsets[0]);
-    for (int e = 0; e < s->num_experts; e++) {
+        return placement_refuse(why, why_len, "offsets[0] is %d, expected 0", p->offsets[0]);
+    for (int e = 0; e < E; e++) {
         int lo = p->offsets[e], hi = p->offsets[e + 1];
-        /* At most N replicas: more cannot be distinct ranks, and this bounds the reads. */
-        if (hi <= lo || hi - lo > s->nranks)
+        if (hi <= lo)
             return placement_refuse(why, why_len,
-                                    "placement: expert %d has %d replicas, not 1 .. %d", e, hi - lo,
-                                    s->nranks);
+                                    "expert %d has no replica (offsets[%d] = %d, offsets[%d] = %d)",
+                                    e, e, lo, e + 1, hi);
+        /* At most N replicas: more cannot be distinct ranks, and this bounds the reads. */
+        if (hi - lo > N)
+            return placement_refuse(
+                why, why_len, "expert %d has %d replicas, more than the %d ranks", e, hi - lo, N);
         for (int i = lo; i < hi; i++) {
-            int r = p->ranks[i];
-            if (r < 0 || r >= s->nranks)
-                return placement_refuse(why, why_len,
-                                        "placement: expert %d on rank %d, not in [0, %d)", e, r,
-                                        s->nranks);
-            if (i > lo && r <= p->ranks[i - 1])
+            if (p->ranks[i] < 0 || p->ranks[i] >= N)
+                return placement_refuse(
+                    why, why_len, "expert %d: replica %d is rank %d (ranks[%d]), expected 0..%d", e,
+                    i - lo, p->ranks[i], i, N - 1);
+            if (i > lo && p->ranks[i] <= p->ranks[i - 1])
                 return placement_refuse(
                     why, why_len,
-                    "placement: expert %d's ranks are not ascending and distinct (%d "
-                    "after %d)",
-                    e, r, p->ranks[i - 1]);
+                    "expert %d: ranks %d then %d (ranks[%d]) are not distinct and ascending", e,
+                    p->ranks[i - 1], p->ranks[i], i);
         }
     }
     return INCMOE_OK;
+}
+
+incmoe_status_t placement_check(const incmoe_moe_routing_sample_t *s,
+                                const incmoe_moe_placement_t *p, char *why, size_t why_len)
+{
+    return placement_check_table(p, s->num_experts, s->nranks, why, why_len);
 }

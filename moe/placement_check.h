@@ -16,6 +16,13 @@
 incmoe_status_t placement_check_sample(const incmoe_moe_routing_sample_t *s, char *why,
                                        size_t why_len);
 
+/* p as a placement of E experts over N ranks: offsets[0] = 0, every expert on 1 .. N ranks, its
+   ranks in [0, N), ascending and distinct.  INCMOE_OK, or INCMOE_ERR_INVALID_ARG with the reason
+   (naming the expert and the offending entry).  The layer's create and the sample's checks
+   share it. */
+incmoe_status_t placement_check_table(const incmoe_moe_placement_t *p, int E, int N, char *why,
+                                      size_t why_len);
+
 /* p as a placement of s->num_experts experts over s->nranks ranks (the sample checked): every
    expert on at least one rank, its ranks in [0, N), ascending and distinct.  INCMOE_OK, or
    INCMOE_ERR_INVALID_ARG with the reason. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "placement_check.h"
 #include "replica_plan.h"
 
 #include "base/log.h"
@@ -18,41 +19,14 @@
         return INCMOE_ERR_INVALID_ARG;                                                             \
     } while (0)
 
-/* Expert e's replicas: ranks in range, distinct and ascending. */
-static incmoe_status_t check_expert(const incmoe_moe_t *L, const incmoe_moe_placement_t *p, int e)
-{
-    int lo = p->offsets[e], hi = p->offsets[e + 1];
-    if (hi <= lo)
-        BAD(L, "expert %d has no replica (offsets[%d] = %d, offsets[%d] = %d)", e, e, lo, e + 1,
-            hi);
-    if (hi - lo > L->N)
-        BAD(L, "expert %d has %d replicas, more than the %d ranks", e, hi - lo, L->N);
-    for (int i = lo; i < hi; i++) {
-        if (p->ranks[i] < 0 || p->ranks[i] >= L->N)
-            BAD(L, "expert %d: replica %d is rank %d (ranks[%d]), expected 0..%d", e, i - lo,
-                p->ranks[i], i, L->N - 1);
-        if (i > lo && p->ranks[i] <= p->ranks[i - 1])
-            BAD(L, "expert %d: ranks %d then %d (ranks[%d]) are not distinct and ascending", e,
-                p->ranks[i - 1], p->ranks[i], i);
-    }
-    return INCMOE_OK;
-}
-
 static incmoe_status_t check_placement(const incmoe_moe_t *L, const incmoe_moe_params_t *params,
                                        const incmoe_moe_placement_t *p)
 {
     if (params->expert_owner != NULL)
         BAD(L, "both expert_owner and the extension's placement are set: give one");
-    if (p == NULL || p->offsets == NULL || p->ranks == NULL)
-        BAD(L, "INCMOE_MOE_PARAM_PLACEMENT is set but the placement, its offsets or its ranks "
-               "is NULL");
-    if (p->offsets[0] != 0)
-        BAD(L, "offsets[0] is %d, expected 0", p->offsets[0]);
-    for (int e = 0; e < params->num_experts; e++) {
-        incmoe_status_t st = check_expert(L, p, e);
-        if (st != INCMOE_OK)
-            return st;
-    }
+    char why[256];
+    if (placement_check_table(p, params->num_experts, L->N, why, sizeof(why)) != INCMOE_OK)
+        BAD(L, "%s", why);
     return INCMOE_OK;
 }
 

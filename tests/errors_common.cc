@@ -80,11 +80,6 @@ std::string destroy_expecting(incmoe_comm_t *comm, incmoe_status_t st, incmoe_st
     return "";
 }
 
-std::string algo_param_name(const ::testing::TestParamInfo<incmoe_algo_t> &info)
-{
-    return info.param == INCMOE_ALGO_INC ? "inc" : info.param == INCMOE_ALGO_RING ? "ring" : "a2a";
-}
-
 /* A small AllGather on a fresh job proves the switch still serves. */
 void expect_switch_serves(const std::string &addr, int n)
 {

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "algo_param.h"
 #include "harness.h"
 #include "raw_client.h"
 
@@ -101,9 +102,6 @@ class Errors : public ::testing::Test
 class ErrorsByAlgo : public Errors, public ::testing::WithParamInterface<incmoe_algo_t>
 {
 };
-
-/* A test's name suffix for an algorithm: inc, ring or a2a. */
-std::string algo_param_name(const ::testing::TestParamInfo<incmoe_algo_t> &info);
 
 } // namespace errtest
 

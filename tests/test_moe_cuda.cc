@@ -44,6 +44,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "algo_param.h"
 #include "harness.h"
 #include "moe_ref.h"
 
@@ -424,9 +425,7 @@ TEST_P(MoeCudaAlgo, TwoRanksUnequalAndEmpty)
 }
 
 INSTANTIATE_TEST_SUITE_P(Algos, MoeCudaAlgo, ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING),
-                         [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
-                             return std::string(i.param == INCMOE_ALGO_INC ? "inc" : "ring");
-                         });
+                         algo_param_name);
 
 namespace
 {

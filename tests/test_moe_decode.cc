@@ -26,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include "algo_param.h"
 #include "harness.h"
 #include "moe_ref.h"
 
@@ -243,11 +244,7 @@ TEST_P(MoeDecode, RefusalOnOneRankFailsEveryRank)
 
 INSTANTIATE_TEST_SUITE_P(Algos, MoeDecode,
                          ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING, INCMOE_ALGO_A2A),
-                         [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
-                             return std::string(i.param == INCMOE_ALGO_INC    ? "inc"
-                                                : i.param == INCMOE_ALGO_RING ? "ring"
-                                                                              : "a2a");
-                         });
+                         algo_param_name);
 
 namespace
 {

@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include "algo_param.h"
 #include "harness.h"
 
 #include "base/wire.h"
@@ -684,11 +685,7 @@ TEST_P(MoeFifoDc, DispatchAndCombineThroughTheFifo)
 
 INSTANTIATE_TEST_SUITE_P(Algos, MoeFifoDc,
                          ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING, INCMOE_ALGO_A2A),
-                         [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
-                             return std::string(i.param == INCMOE_ALGO_INC    ? "inc"
-                                                : i.param == INCMOE_ALGO_RING ? "ring"
-                                                                              : "a2a");
-                         });
+                         algo_param_name);
 
 /* The shared block comes from the allocator hook, and a producer pushing
    through the plain-old-data device handle (the code a GPU block runs) is

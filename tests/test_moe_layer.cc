@@ -24,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include "algo_param.h"
 #include "harness.h"
 #include "moe_ref.h"
 
@@ -255,9 +256,7 @@ TEST_P(MoeLayer, DepthKeepsResultsBitwise)
 }
 
 INSTANTIATE_TEST_SUITE_P(Algos, MoeLayer, ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING),
-                         [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
-                             return std::string(i.param == INCMOE_ALGO_INC ? "inc" : "ring");
-                         });
+                         algo_param_name);
 
 namespace
 {
@@ -486,11 +485,7 @@ TEST_P(MoeLayerRouting, AutoPicksByBytes)
 
 INSTANTIATE_TEST_SUITE_P(Algos, MoeLayerRouting,
                          ::testing::Values(INCMOE_ALGO_INC, INCMOE_ALGO_RING, INCMOE_ALGO_A2A),
-                         [](const ::testing::TestParamInfo<incmoe_algo_t> &i) {
-                             return std::string(i.param == INCMOE_ALGO_INC    ? "inc"
-                                                : i.param == INCMOE_ALGO_RING ? "ring"
-                                                                              : "a2a");
-                         });
+                         algo_param_name);
 
 /* The automatic choice follows the token count, obeys the settings and the
    parameters (parameters first), and prints every field. */

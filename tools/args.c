@@ -73,6 +73,16 @@ int inc_arg_read(const char *prog, const inc_arg_t *a, const char *spelled, cons
         return 0;
     case INC_ARG_HELP:
         return 0;
+    case INC_ARG_ZIPF:
+        if (strcmp(text, "uniform") == 0) {
+            *(double *)a->dst = 0;
+            return 0;
+        }
+        if (strncmp(text, "zipf:", 5) == 0 && inc_arg_double(text + 5, 0, 100, a->dst) == 0)
+            return 0;
+        fprintf(stderr, "%s: bad value '%s' for %s: want uniform or zipf:S with 0 < S <= 100\n",
+                prog, text, spelled);
+        return -1;
     case INC_ARG_FN:
         return a->fn(a->dst, spelled, text);
     }

@@ -17,6 +17,7 @@ typedef enum {
     INC_ARG_TEXT, /* a const char *: the value itself */
     INC_ARG_SET,  /* no value: the int becomes lo */
     INC_ARG_HELP, /* no value: the caller prints its usage */
+    INC_ARG_ZIPF, /* a double: "uniform" as 0, "zipf:S" as S (0 < S <= 100): --route's value */
     INC_ARG_FN,   /* fn reads the value */
 } inc_arg_kind_t;
 

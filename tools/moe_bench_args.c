@@ -169,22 +169,6 @@ static int routing_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
-static int route_arg(void *dst, const char *flag, const char *text)
-{
-    double *zipf = dst;
-    if (strcmp(text, "uniform") == 0) {
-        *zipf = 0;
-        return 0;
-    }
-    if (strncmp(text, "zipf:", 5) == 0 && inc_arg_double(text + 5, 0, 100, zipf) == 0)
-        return 0;
-    fprintf(stderr,
-            "incmoe-moe-bench: bad value '%s' for --route: want uniform or zipf:S with "
-            "0 < S <= 100\n",
-            text);
-    return -1;
-}
-
 static int seed_arg(void *dst, const char *flag, const char *text)
 {
     if (inc_arg_u64(text, dst) != 0) {
@@ -264,7 +248,7 @@ int mb_parse_args(int argc, char **argv, opts_t *o)
         {"--algo", NULL, INC_ARG_FN, .dst = o, .fn = algo_arg},
         {"--routing", NULL, INC_ARG_FN, .dst = o, .fn = routing_arg},
         {"--mode", NULL, INC_ARG_FN, .dst = o, .fn = mode_arg},
-        {"--route", NULL, INC_ARG_FN, .dst = &o->zipf, .fn = route_arg},
+        {"--route", NULL, INC_ARG_ZIPF, .dst = &o->zipf},
         {"--seed", NULL, INC_ARG_FN, .dst = &o->seed, .fn = seed_arg},
         {"--switch", NULL, INC_ARG_TEXT, .dst = &o->switch_addr},
         {"--rank", NULL, INC_ARG_INT, 0, MAX_RANKS - 1, &o->rank},

@@ -72,22 +72,6 @@ static int ns_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
-static int route_arg(void *dst, const char *flag, const char *text)
-{
-    double *zipf = dst;
-    if (strcmp(text, "uniform") == 0) {
-        *zipf = 0;
-        return 0;
-    }
-    if (strncmp(text, "zipf:", 5) == 0 && inc_arg_double(text + 5, 0, 100, zipf) == 0)
-        return 0;
-    fprintf(stderr,
-            "incmoe-replica-rows: bad value '%s' for %s: want uniform or zipf:S with "
-            "0 < S <= 100\n",
-            text, flag);
-    return -1;
-}
-
 static int seed_arg(void *dst, const char *flag, const char *text)
 {
     if (inc_arg_u64(text, dst) != 0) {
@@ -106,7 +90,7 @@ static int parse(rr_opts_t *r, int argc, char **argv)
         {"-N", NULL, INC_ARG_FN, .dst = r, .fn = ns_arg},
         {"-E", NULL, INC_ARG_INT, 1, 1 << 16, &r->o.E},
         {"-k", NULL, INC_ARG_INT, 1, INCMOE_MOE_MAX_TOPK, &r->o.k},
-        {"--route", NULL, INC_ARG_FN, .dst = &r->o.zipf, .fn = route_arg},
+        {"--route", NULL, INC_ARG_ZIPF, .dst = &r->o.zipf},
         {"-t", NULL, INC_ARG_INT, 0, 1 << 20, &r->tokens},
         {"--extra", NULL, INC_ARG_INT, 0, 1 << 16, &r->extra},
         {"--seed", NULL, INC_ARG_FN, .dst = &r->o.seed, .fn = seed_arg},

@@ -153,8 +153,8 @@ def _choose(load, extra, E):
         (lambda: _choose([[[0, 0]], [[1, 2]]], 1, 4), "picked twice"),
         (lambda: _choose([[[0, 1]], [[1, 2]]], 1, 3), "num_experts 3"),
         (lambda: _choose([[[0, 1]], [[1, 2]]], 5, 4), "extra_slots 5"),
-        (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], [2]]), "expert 1 on rank 2"),
-        (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], [1, 0]]), "not ascending"),
+        (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], [2]]), "expert 1: replica 0 is rank 2"),
+        (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], [1, 0]]), "not distinct and ascending"),
         (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], []]), "expert 1 has 0 replicas"),
     ],
 )
