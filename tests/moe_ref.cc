@@ -235,6 +235,28 @@ incmoe_comm_t *comm_create(const std::string &addr, unsigned long long job, int 
     return comm;
 }
 
+incmoe_moe_forward_params_t forward_params(const Problem &p, int rank, incmoe_moe_mode_t mode,
+                                           incmoe_moe_routing_t routing)
+{
+    incmoe_moe_forward_params_t f;
+    memset(&f, 0, sizeof(f));
+    f.field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_ROUTING | INCMOE_MOE_FWD_X |
+                   INCMOE_MOE_FWD_TOPK_IDS | INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS;
+    f.mode = mode;
+    f.routing = routing;
+    f.x = p.x[(size_t)rank].data();
+    f.topk_ids = p.ids[(size_t)rank].data();
+    f.topk_weights = p.w[(size_t)rank].data();
+    f.counts = p.counts.data();
+    return f;
+}
+
+void copy_output(const Problem &p, int rank, const void *view, std::vector<uint8_t> *out)
+{
+    size_t bytes = (size_t)p.counts[(size_t)rank] * p.s.H * incmoe_dtype_size(p.s.dtype);
+    out->assign(static_cast<const uint8_t *>(view), static_cast<const uint8_t *>(view) + bytes);
+}
+
 incmoe_moe_params_t layer_params(const Shape &s, incmoe_comm_t *comm, const std::vector<uint8_t> &g,
                                  const std::vector<uint8_t> &u, const std::vector<uint8_t> &d,
                                  int max_tokens)

@@ -72,6 +72,14 @@ incmoe_moe_params_t layer_params(const Shape &s, incmoe_comm_t *comm, const std:
                                  const std::vector<uint8_t> &u, const std::vector<uint8_t> &d,
                                  int max_tokens = 64);
 
+/* A forward of rank's part of p (x, its topk ids and weights, every rank's counts) with mode
+   and routing; the caller adds what else it sets. */
+incmoe_moe_forward_params_t forward_params(const Problem &p, int rank, incmoe_moe_mode_t mode,
+                                           incmoe_moe_routing_t routing);
+
+/* rank's output rows of p from a forward's view, copied into *out. */
+void copy_output(const Problem &p, int rank, const void *view, std::vector<uint8_t> *out);
+
 /* Destroys L; *err, when still "", gets destroy's failure. */
 void destroy_layer(incmoe_moe_t *L, std::string *err);
 

@@ -68,26 +68,17 @@ struct Fwd {
 incmoe_status_t forward(incmoe_moe_t *L, const moeref::Problem &p, int rank, const Fwd &a,
                         std::vector<uint8_t> *out, incmoe_moe_timing_t *t)
 {
-    incmoe_moe_forward_params_t f;
-    memset(&f, 0, sizeof(f));
-    f.field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_ROUTING | INCMOE_MOE_FWD_X |
-                   INCMOE_MOE_FWD_TOPK_IDS | INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS;
-    f.mode = a.mode;
-    f.routing = a.routing;
-    f.x = p.x[rank].data();
-    f.topk_ids = a.ids != nullptr ? a.ids : p.ids[rank].data();
-    f.topk_weights = p.w[rank].data();
-    f.counts = p.counts.data();
+    incmoe_moe_forward_params_t f = moeref::forward_params(p, rank, a.mode, a.routing);
+    if (a.ids != nullptr)
+        f.topk_ids = a.ids;
     if (a.refused != nullptr)
         f.field_mask |= INCMOE_MOE_FWD_REFUSED, f.refused = a.refused;
     void *view = nullptr;
     incmoe_status_t st = incmoe_moe_forward_ex(L, &f, &view);
     memset(t, 0xab, sizeof(*t));
     incmoe_moe_last_timing_ex(L, t, sizeof(*t));
-    if (st == INCMOE_OK) {
-        size_t bytes = (size_t)p.counts[rank] * p.s.H * incmoe_dtype_size(p.s.dtype);
-        out->assign(static_cast<uint8_t *>(view), static_cast<uint8_t *>(view) + bytes);
-    }
+    if (st == INCMOE_OK)
+        moeref::copy_output(p, rank, view, out);
     return st;
 }
 

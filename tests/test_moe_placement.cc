@@ -373,6 +373,33 @@ TEST(MoePlacement, ChooserWithPerTokenRuleBeatsEplbOnZipf)
     }
 }
 
+namespace
+{
+
+/* incmoe-replica-rows's table rows in out: N, the five columns, the ratio. */
+struct ToolRow {
+    int N;
+    std::vector<int64_t> col;
+    double ratio;
+    std::string line;
+};
+
+std::vector<ToolRow> tool_rows(const std::string &out)
+{
+    std::vector<ToolRow> rows;
+    std::istringstream lines(out);
+    std::string line;
+    while (std::getline(lines, line)) {
+        std::istringstream f(line);
+        ToolRow r{0, std::vector<int64_t>(5), 0, line};
+        if (f >> r.N >> r.col[0] >> r.col[1] >> r.col[2] >> r.col[3] >> r.col[4] >> r.ratio)
+            rows.push_back(r);
+    }
+    return rows;
+}
+
+} // namespace
+
 /* The tool prints what the library and EPLB give for the same samples. */
 TEST(MoePlacement, ReplicaRowsToolPrintsTheseFigures)
 {
@@ -380,22 +407,13 @@ TEST(MoePlacement, ReplicaRowsToolPrintsTheseFigures)
     perf_test::RunResult r = perf_test::run_cmd(
         {tool, "-N", "4,8", "-E", "32", "-k", "4", "-t", "64", "--extra", "2"}, 120);
     ASSERT_EQ("", perf_test::failed_run(r));
-    std::istringstream lines(r.out);
-    std::string line;
-    int seen = 0;
-    while (std::getline(lines, line)) {
-        std::istringstream f(line);
-        int N;
-        std::vector<int64_t> got(5);
-        double ratio;
-        if (!(f >> N >> got[0] >> got[1] >> got[2] >> got[3] >> got[4] >> ratio))
-            continue;
-        std::vector<int64_t> want = columns(32, 4, N, 64, 2, 1);
-        EXPECT_EQ(want, got) << line;
-        EXPECT_NEAR((double)want[4] / (double)want[1], ratio, 0.0005) << line;
-        seen++;
+    std::vector<ToolRow> rows = tool_rows(r.out);
+    for (const ToolRow &row : rows) {
+        std::vector<int64_t> want = columns(32, 4, row.N, 64, 2, 1);
+        EXPECT_EQ(want, row.col) << row.line;
+        EXPECT_NEAR((double)want[4] / (double)want[1], row.ratio, 0.0005) << row.line;
     }
-    EXPECT_EQ(2, seen) << r.out;
+    EXPECT_EQ(2u, rows.size()) << r.out;
     perf_test::RunResult bad = perf_test::run_cmd({tool, "-N", "5", "-E", "32"}, 60);
     EXPECT_EQ(2, bad.status) << perf_test::describe(bad);
     EXPECT_NE(std::string::npos, bad.err.find("a multiple of N (5)")) << bad.err;
@@ -410,23 +428,14 @@ TEST(MoePlacement, ReplicaRowsRatioIsAtMostNinetyPercentAtEightRanks)
         perf_test::RunResult r =
             perf_test::run_cmd({tool, "-N", "8", "--seed", std::to_string(seed)}, 300);
         ASSERT_EQ("", perf_test::failed_run(r));
-        std::istringstream lines(r.out);
-        std::string line;
-        int seen = 0;
-        while (std::getline(lines, line)) {
-            std::istringstream f(line);
-            int N;
-            int64_t col[5];
-            double ratio;
-            if (!(f >> N >> col[0] >> col[1] >> col[2] >> col[3] >> col[4] >> ratio))
-                continue;
-            EXPECT_EQ(8, N) << line;
+        std::vector<ToolRow> rows = tool_rows(r.out);
+        for (const ToolRow &row : rows) {
+            EXPECT_EQ(8, row.N) << row.line;
             /* In integers: the printed ratio is rounded. */
-            EXPECT_LE(col[4] * 10, col[1] * 9) << "seed " << seed << ": " << line;
-            EXPECT_NEAR((double)col[4] / (double)col[1], ratio, 0.0005) << line;
-            seen++;
+            EXPECT_LE(row.col[4] * 10, row.col[1] * 9) << "seed " << seed << ": " << row.line;
+            EXPECT_NEAR((double)row.col[4] / (double)row.col[1], row.ratio, 0.0005) << row.line;
         }
-        EXPECT_EQ(1, seen) << r.out;
+        EXPECT_EQ(1u, rows.size()) << r.out;
     }
 }
 

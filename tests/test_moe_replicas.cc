@@ -168,16 +168,7 @@ std::string path_name(const Path &x)
 std::string forward(incmoe_moe_t *L, const moeref::Problem &p, int rank, const Path &x,
                     std::vector<uint8_t> *out, incmoe_moe_mode_t *ran)
 {
-    incmoe_moe_forward_params_t f;
-    memset(&f, 0, sizeof(f));
-    f.field_mask = INCMOE_MOE_FWD_MODE | INCMOE_MOE_FWD_ROUTING | INCMOE_MOE_FWD_X |
-                   INCMOE_MOE_FWD_TOPK_IDS | INCMOE_MOE_FWD_TOPK_WEIGHTS | INCMOE_MOE_FWD_COUNTS;
-    f.mode = x.mode;
-    f.routing = x.routing;
-    f.x = p.x[(size_t)rank].data();
-    f.topk_ids = p.ids[(size_t)rank].data();
-    f.topk_weights = p.w[(size_t)rank].data();
-    f.counts = p.counts.data();
+    incmoe_moe_forward_params_t f = moeref::forward_params(p, rank, x.mode, x.routing);
     void *view = nullptr;
     incmoe_status_t st = incmoe_moe_forward_ex(L, &f, &view);
     if (st != INCMOE_OK)
@@ -185,8 +176,7 @@ std::string forward(incmoe_moe_t *L, const moeref::Problem &p, int rank, const P
     incmoe_moe_timing_t t;
     incmoe_moe_last_timing_ex(L, &t, sizeof(t));
     *ran = t.mode;
-    size_t bytes = (size_t)p.counts[(size_t)rank] * p.s.H * incmoe_dtype_size(p.s.dtype);
-    out->assign(static_cast<uint8_t *>(view), static_cast<uint8_t *>(view) + bytes);
+    moeref::copy_output(p, rank, view, out);
     return "";
 }
 
