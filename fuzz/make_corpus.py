@@ -9,7 +9,7 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 7
+MAGIC, VERSION = 0x4D434E49, 8
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, PEER_HELLO,
  RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD, PLAN, PEER_PLAN, PEER_ROWS, PEER_PARTIALS,
  PEER_CREDIT, TREE_JOIN, TREE_POST, LL, LL_FWD, PEER_LL) = range(1, 26)
@@ -516,9 +516,10 @@ def client_seeds():
     write("client_msg", "small_collectives", s)
 
 
-def tree_join(conn, job, nranks, ranks, addr=WORKER_ADDR):
+def tree_join(conn, job, nranks, ranks, addr=WORKER_ADDR, window=64):
     """TREE_JOIN from a child switch: struct inc_wire_tree_join, then (rank, length, address)."""
     payload = struct.pack("<IIII", nranks, len(ranks), 0, 0) + bytes(16)
+    payload += struct.pack("<II", window, 0)
     for r in ranks:
         payload += struct.pack("<II", r, len(addr)) + addr
     return smsg(conn, hdr(TREE_JOIN, job, rank=ranks[0], length=len(payload)), payload)

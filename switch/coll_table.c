@@ -254,7 +254,13 @@ int coll_post(job_t *job, coll_t *c, int me, uint64_t total)
 
 int coll_credit_left(membership_t *m, job_t *job, int me, int stream)
 {
-    if (job->inflight[me][stream] >= m->set->credits) {
+    if (me == job->parent_rep && job->inflight[me][stream] >= m->set->link_window) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                "the parent switch exceeded this switch's window of %u on %s", m->set->link_window,
+                inc_wire_stream_name(stream));
+        return 0;
+    }
+    if (me != job->parent_rep && job->inflight[me][stream] >= m->set->credits) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "rank %d exceeded its %u credits on %s", me,
                 m->set->credits, inc_wire_stream_name(stream));
         return 0;
