@@ -277,6 +277,16 @@ const coll_t *coll_owed(const job_t *job, int r)
     return NULL;
 }
 
+/* The key of a child switch port whose window (tree.c) is spent with FWDs of the stream
+   waiting for it, or -1. */
+static int window_full(const job_t *job, int stream)
+{
+    for (int p = 0; job->down != NULL && p < job->nranks; p++)
+        if (job->rep[p] == p && job->down[p].head[stream] != NULL && job->down[p].left[stream] == 0)
+            return p;
+    return -1;
+}
+
 /*
  * The progress timeout, when every rank posted: a collective that every rank
  * posted and that is not done here while no message of its stream came and
@@ -297,13 +307,16 @@ static void stream_check_stall(membership_t *m, job_t *job, int stream, double n
         since = job->moved_at[stream];
     if (now - since <= bound_s)
         return;
-    char why[160] = "";
+    char why[160] = "", window[80] = "";
     if (c->form != NULL && c->form->stalled != NULL)
         c->form->stalled(c, why, sizeof(why));
+    const int p = window_full(job, stream);
+    if (p >= 0)
+        snprintf(window, sizeof(window), "; the window of the switch port of rank %d is spent", p);
     job_fail(m, job, INCMOE_ERR_TIMEOUT, 0,
              "%s epoch %llu: every rank posted it, and none of its messages came to this switch "
-             "within %.1f s%s",
-             inc_wire_stream_name(stream), (unsigned long long)c->epoch, bound_s, why);
+             "within %.1f s%s%s",
+             inc_wire_stream_name(stream), (unsigned long long)c->epoch, bound_s, window, why);
 }
 
 /*

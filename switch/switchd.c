@@ -91,7 +91,8 @@ static void usage(FILE *out)
             "\n"
             "The first line on stdout is 'incmoe-switchd listening on HOST:PORT'.\n"
             "Each job may buffer at most credits x ((chunk-size + 8N) x 3N + 6 x chunk-size)\n"
-            "bytes.\n");
+            "bytes; with --parent, 2 x link-window x chunk-size + credits x (chunk-size + 8N) x N\n"
+            "more.\n");
 }
 
 #define PROG "incmoe-switchd"

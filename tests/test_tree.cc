@@ -2360,6 +2360,7 @@ TEST(TreeFaults, AJobJoiningThroughAStoppedRootFailsAndTheLeafServesOnceItResume
 struct FakeChild {
     RawClient raw;
     uint64_t job;
+    uint32_t window = 64; /* announced in its TREE_JOIN: what the root may send it ahead */
 
     bool join(const std::string &root_addr, uint64_t job_id)
     {
@@ -2370,7 +2371,7 @@ struct FakeChild {
         tj.nranks = 4;
         tj.count = 2;
         tj.timeout_ms = 10000;
-        tj.window = 64;
+        tj.window = window;
         memcpy(tj.token, raw.token_, sizeof(tj.token));
         std::string payload((const char *)&tj, sizeof(tj));
         for (uint32_t r : {2u, 3u}) {
@@ -2430,7 +2431,8 @@ struct FakeChild {
    ranks 2 and 3, which misbehaves once it has the real ranks' POSTs: both real ranks fail with
    a reason that names what the switch port did, and the root serves the next job. */
 void expect_switch_port_breaks_dispatch(const harness::SwitchProc &root, const std::string &what,
-                                        const std::function<void(FakeChild &)> &misbehave)
+                                        const std::function<void(FakeChild &)> &misbehave,
+                                        uint32_t window = 64)
 {
     const unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(
@@ -2438,6 +2440,7 @@ void expect_switch_port_breaks_dispatch(const harness::SwitchProc &root, const s
         [&](int proc) -> std::string {
             if (proc == 2) {
                 FakeChild child;
+                child.window = window;
                 if (!child.join(root.addr, job))
                     return "the fake child switch got no JOIN_ACK";
                 if (!child.raw.wait_for(WIRE_MSG_POST, nullptr, 5000))
@@ -2659,6 +2662,18 @@ TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
             c.post(3);
             c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
         });
+    /* A child switch that never returns its window of 1: the root's second chunk toward it
+       waits, and the progress timeout ends the stall naming the spent window. */
+    expect_switch_port_breaks_dispatch(
+        root,
+        "every rank posted it, and none of its messages came to this switch within 5.0 s; the "
+        "window of the switch port of rank 2 is spent",
+        [](FakeChild &c) {
+            c.post(2);
+            c.post(3);
+            c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
+        },
+        1);
     expect_switch_port_breaks_dispatch(
         root, "the switch port of rank 2 sent SMALL", [](FakeChild &c) {
             std::string junk(64, '\0');
