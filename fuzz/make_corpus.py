@@ -586,6 +586,20 @@ def tree_child_seeds():
     s += complete() + bytes([7, 1])
     write("switch_child", "tree_child_two_ranks_and_parent", s)
 
+    # The parent sends a third AllGather chunk while the child's window of 2 (the harness's
+    # --link-window) is spent: the child fails the job.
+    s = join(0, job, 0, 3, WORKER_ADDR) + join(1, job, 1, 3, WORKER_ADDR) + complete()
+    s += join_ack(5, job, 3) + complete()
+    sizes = [0, 0, 192]
+    sig = signature(AG, UINT8, SUM, sizes)
+    s += post(0, job, 0, AG, 1, 0, sig=sig) + post(1, job, 1, AG, 1, 0, sig=sig)
+    s += tree_post(5, job, 2, AG, 1, [0, 0, 192], sig)
+    for off, n in chunks(192):
+        s += smsg(5, hdr(FWD, job, rank=0, stream=AG, epoch=1, root=2, offset=off, length=n,
+                         total=192, sig=sig, chunk=off // CHUNK, dtype=UINT8), bytes(n))
+    s += complete() + complete() + bytes([7, 1])
+    write("switch_child", "tree_child_parent_past_its_window", s)
+
 
 if __name__ == "__main__":
     switch_seeds()
