@@ -244,13 +244,14 @@
  *   the root adds its own partial last); an AllReduce is reduced up (each
  *   switch over its ports but the parent, ascending key) and the root's result
  *   goes down unchanged.  A child sends DATA up under the credits its parent's
- *   JOIN_ACK granted and gets FWD, CREDIT and SMALL_FWD down.  A FWD down (an
- *   AllGather block, a ReduceScatter or AllReduce result, a dispatch chunk)
- *   takes one of the window the child's TREE_JOIN announced, per stream: the
- *   child answers each with a CREDIT (hdr.rank its key, length 1) once it has
- *   gone on, so what a child holds from its parent is at most window chunks
- *   per stream (a SMALL_FWD answers the child's own SMALL, which took a
- *   credit; the combine's chunks between switches take neither); a SMALL between
+ *   JOIN_ACK granted and gets FWD, CREDIT and SMALL_FWD down.  A FWD down of
+ *   an AllGather block, an AllReduce result or a dispatch chunk takes one of
+ *   the window the child's TREE_JOIN announced, per stream: the child answers
+ *   each with a CREDIT (hdr.rank its key, length 1) once it has gone on, so
+ *   the child holds at most window such chunks per stream.  A ReduceScatter
+ *   partial and the combine's chunks between switches take neither credit nor
+ *   window (they wait for the child's own ranks: switch/tree.c), and a
+ *   SMALL_FWD answers the child's own SMALL, which took a credit; a SMALL between
  *   switches carries the sender side's contribution in the same layouts as a
  *   rank's, over the ranks it covers (AllGather: their blocks, ascending rank;
  *   ReduceScatter: its reduced partial of every root it does not cover,

@@ -13,9 +13,9 @@
  * port's output queue takes it (tx.h, send_built), so the copies toward a
  * port are bounded by its queue, not by the number of ports a chunk goes to;
  * a chunk going up takes the parent's credits, one going down the child's
- * window (tree.c).  A source that sends
- * one of this switch's ranks more or fewer rows than its plan said fails the
- * job: the receiver's buffer is bounded by the plan.
+ * window (tree.c).  A source that sends one of this switch's ranks more or
+ * fewer rows than its plan said fails the job: the receiver's buffer is
+ * bounded by the plan.
  */
 #include <string.h>
 

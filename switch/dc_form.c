@@ -16,8 +16,9 @@
  * too, and the parent's, under this switch's window: tree.c); a SMALL one,
  * which a CREDIT returns once the last item holding one of its pieces is done
  * (or at the plan, if none does).  Relayed POSTs and the combine's chunks
- * between switches take none (see job_dc_memory_bound).  Memory: the first dispatch or combine of a
- * job grows its bound (membership.c, job_admit_dc); everything here is job memory.
+ * between switches take none (see job_dc_memory_bound).  Memory: the first
+ * dispatch or combine of a job grows its bound (membership.c, job_admit_dc);
+ * everything here is job memory.
  */
 #include "dc_form.h"
 

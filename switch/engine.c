@@ -9,9 +9,9 @@
  * entry for the message kind takes it; a message no form takes fails the job.
  * The router keeps what is not a collective's: HEARTBEAT, LEAVE, ERROR
  * (membership.c), a JOIN, a child's TREE_JOIN and the parent's JOIN_ACK
- * (tree_join.c), the parent's and a child's CREDIT (tree.c), liveness and the progress
- * timeout, and the reductions the workers hand back (chunked.c's, the one
- * form that uses them).
+ * (tree_join.c), the parent's and a child's CREDIT (tree.c), liveness and
+ * the progress timeout, and the reductions the workers hand back (chunked.c's,
+ * the one form that uses them).
  *
  * Anything malformed, out of range or inconsistent fails the job with a
  * reason sent to every rank, never the switch: other jobs carry on.

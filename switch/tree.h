@@ -1,9 +1,9 @@
 /*
  * tree.h - what a tree of switches (base/wire.h, "Switch trees") adds to the
  * collectives: the credits of the sends up, the child's window for the sends
- * down, and the TREE_POST that tells a
- * switch port everything on this side posted (joining is tree_join.h's).  The collectives
- * themselves run on ports (coll_form.h): this file is what only a tree has.
+ * down, and the TREE_POST that tells a switch port everything on this side
+ * posted (joining is tree_join.h's).  The collectives themselves run on ports
+ * (coll_form.h): this file is what only a tree has.
  */
 #ifndef INCMOE_SWITCH_TREE_H
 #define INCMOE_SWITCH_TREE_H
