@@ -50,7 +50,8 @@
  *              partials (ReduceScatter, sent to the root only) or of all N
  *              (AllReduce, sent to everyone).  Same root/offset/length/total.
  *   CREDIT     switch -> client: hdr.length = number of credits of hdr.stream
- *              returned (the switch freed that many of the rank's chunks).
+ *              returned (the switch freed that many of the rank's chunks); in
+ *              a tree also child -> parent (its window, "Switch trees").
  *   DONE       switch -> client: the barrier of hdr.epoch is complete.
  *
  * Small collectives (one message each way per rank).  A collective is small
@@ -243,7 +244,14 @@
  *   the root adds its own partial last); an AllReduce is reduced up (each
  *   switch over its ports but the parent, ascending key) and the root's result
  *   goes down unchanged.  A child sends DATA up under the credits its parent's
- *   JOIN_ACK granted and gets FWD, CREDIT and SMALL_FWD down; a SMALL between
+ *   JOIN_ACK granted and gets FWD, CREDIT and SMALL_FWD down.  A FWD down of
+ *   an AllGather block, an AllReduce result or a dispatch chunk takes one of
+ *   the window the child's TREE_JOIN announced, per stream: the child answers
+ *   each with a CREDIT (hdr.rank its key, length 1) once it has gone on, so
+ *   the child holds at most window such chunks per stream.  A ReduceScatter
+ *   partial and the combine's chunks between switches take neither credit nor
+ *   window (they wait for the child's own ranks: switch/tree.c), and a
+ *   SMALL_FWD answers the child's own SMALL, which took a credit; a SMALL between
  *   switches carries the sender side's contribution in the same layouts as a
  *   rank's, over the ranks it covers (AllGather: their blocks, ascending rank;
  *   ReduceScatter: its reduced partial of every root it does not cover,
@@ -273,7 +281,7 @@
  *     that side's rows, the root's last chunk (perhaps with no row) to every
  *     other switch port: a switch knows a root is done when its last chunk
  *     came.  Up it takes the parent's credits, as a rank's DATA does at its
- *     switch; down none.
+ *     switch; down the child's window.
  *   combine, the owner's set chunk: its k sets, taken in chunk order from the
  *     port covering the owner and sent on like a dispatch chunk without rows.
  *   combine, a partial: offset and total as the set chunk's, dtype/redop the
@@ -400,12 +408,13 @@
 /* How many streams a job has (incmoe_stream_t). */
 #define INC_STREAM_COUNT ((int)INCMOE_STREAM_COMBINE + 1)
 
-#define INCMOE_AM_ID         7
-#define INCMOE_WIRE_MAGIC    0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION  7           /* 7: the low-latency form (LL, LL_FWD, PEER_LL) */
-#define INCMOE_WIRE_MAX_ADDR 4096        /* bytes of one rank address in JOIN */
-#define INCMOE_WIRE_TOKEN    16          /* bytes of a session or ring token */
-#define INCMOE_WIRE_MAX_TEXT 256         /* bytes of an ERROR reason */
+#define INCMOE_AM_ID           7
+#define INCMOE_WIRE_MAGIC      0x4d434e49u /* "INCM" little-endian */
+#define INCMOE_WIRE_VERSION    8           /* 8: a child switch's window (TREE_JOIN, CREDIT up) */
+#define INCMOE_WIRE_MAX_ADDR   4096        /* bytes of one rank address in JOIN */
+#define INCMOE_WIRE_TOKEN      16          /* bytes of a session or ring token */
+#define INCMOE_WIRE_MAX_TEXT   256         /* bytes of an ERROR reason */
+#define INCMOE_WIRE_MAX_WINDOW 4096        /* a child switch's window (TREE_JOIN) */
 /* Epochs of one stream the switch keeps open per job (see "Epoch window" above). */
 #define INCMOE_WIRE_OPEN_EPOCHS (4 * INCMOE_STREAM_WINDOW)
 
@@ -484,6 +493,8 @@ struct inc_wire_tree_join {
     uint32_t timeout_ms;          /* the largest liveness timeout asked below the sender */
     uint32_t progress_timeout_ms; /* the largest progress timeout asked below the sender */
     uint8_t token[INCMOE_WIRE_TOKEN];
+    uint32_t window;   /* FWDs of each windowed stream the parent may send ahead, 1..MAX_WINDOW */
+    uint32_t reserved; /* 0 */
 };
 
 /* What a rank says of a dispatch or combine: the payload of POST (and head of SMALL) on the

@@ -45,7 +45,7 @@
  *
  * Switch trees (switch/tree.c): as built, the switch is a root, and a
  * connection whose first message is a TREE_JOIN is a child switch (TREE_POST,
- * its DATA and SMALL for the ranks beneath it).  Built with FUZZ_SWITCH_CHILD
+ * its DATA and SMALL for the ranks beneath it, CREDIT of its window).  Built with FUZZ_SWITCH_CHILD
  * (fuzz_switch_child.c) the switch is a child: its link to the parent, opened
  * when a job's first rank joins, is connection NCONN - 1 from then on, so the
  * input speaks as the parent there (JOIN_ACK, FWD, CREDIT, TREE_POST,
@@ -163,7 +163,11 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
                   hdr->msg == WIRE_MSG_DATA || hdr->msg == WIRE_MSG_SMALL ||
                   (hdr->msg == WIRE_MSG_POST && inc_wire_is_dc(hdr->stream)) ||
                   hdr->msg == WIRE_MSG_ERROR || hdr->msg == WIRE_MSG_HEARTBEAT ||
-                  hdr->msg == WIRE_MSG_LEAVE,
+                  hdr->msg == WIRE_MSG_LEAVE ||
+                  /* the parent's FWDs of the streams with a window (switch/tree.c) */
+                  (hdr->msg == WIRE_MSG_CREDIT && (hdr->stream == INCMOE_STREAM_ALLGATHER ||
+                                                   hdr->stream == INCMOE_STREAM_ALLREDUCE ||
+                                                   hdr->stream == INCMOE_STREAM_DISPATCH)),
               "the switch sent its parent %s", inc_wire_msg_name(hdr->msg));
         CHECK(hdr->msg == WIRE_MSG_TREE_JOIN || hdr->msg == WIRE_MSG_ERROR ||
                   hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_LEAVE ||
@@ -584,6 +588,7 @@ static void setup(void)
        room for a few small jobs, so admission refuses big ones. */
     H.set.chunk_size = 64;
     H.set.credits = 3;
+    H.set.link_window = 2;    /* as a child: the parent's FWDs reach the window soon */
     H.set.max_memory = 32768; /* a job of 3 that dispatches fits */
     H.set.timeout_ms = 10000;
     H.set.progress_timeout_ms = 60000;

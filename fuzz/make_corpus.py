@@ -9,7 +9,7 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 7
+MAGIC, VERSION = 0x4D434E49, 8
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, PEER_HELLO,
  RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD, PLAN, PEER_PLAN, PEER_ROWS, PEER_PARTIALS,
  PEER_CREDIT, TREE_JOIN, TREE_POST, LL, LL_FWD, PEER_LL) = range(1, 26)
@@ -516,9 +516,10 @@ def client_seeds():
     write("client_msg", "small_collectives", s)
 
 
-def tree_join(conn, job, nranks, ranks, addr=WORKER_ADDR):
+def tree_join(conn, job, nranks, ranks, addr=WORKER_ADDR, window=64):
     """TREE_JOIN from a child switch: struct inc_wire_tree_join, then (rank, length, address)."""
     payload = struct.pack("<IIII", nranks, len(ranks), 0, 0) + bytes(16)
+    payload += struct.pack("<II", window, 0)
     for r in ranks:
         payload += struct.pack("<II", r, len(addr)) + addr
     return smsg(conn, hdr(TREE_JOIN, job, rank=ranks[0], length=len(payload)), payload)
@@ -584,6 +585,20 @@ def tree_child_seeds():
                      sig=signature(AR, INT32, SUM, sizes), dtype=INT32), bytes(8))
     s += complete() + bytes([7, 1])
     write("switch_child", "tree_child_two_ranks_and_parent", s)
+
+    # The parent sends a third AllGather chunk while the child's window of 2 (the harness's
+    # --link-window) is spent: the child fails the job.
+    s = join(0, job, 0, 3, WORKER_ADDR) + join(1, job, 1, 3, WORKER_ADDR) + complete()
+    s += join_ack(5, job, 3) + complete()
+    sizes = [0, 0, 192]
+    sig = signature(AG, UINT8, SUM, sizes)
+    s += post(0, job, 0, AG, 1, 0, sig=sig) + post(1, job, 1, AG, 1, 0, sig=sig)
+    s += tree_post(5, job, 2, AG, 1, [0, 0, 192], sig)
+    for off, n in chunks(192):
+        s += smsg(5, hdr(FWD, job, rank=0, stream=AG, epoch=1, root=2, offset=off, length=n,
+                         total=192, sig=sig, chunk=off // CHUNK, dtype=UINT8), bytes(n))
+    s += complete() + complete() + bytes([7, 1])
+    write("switch_child", "tree_child_parent_past_its_window", s)
 
 
 if __name__ == "__main__":

@@ -144,12 +144,15 @@ static void item_return_credits(item_t *it)
     job_t *job = it->ci.job;
     coll_t *c = it->ci.coll;
     for (int r = 0; r < job->nranks; r++) {
-        if (!it->arrived[r] || r == job->parent_rep) /* the parent's took no credit */
+        /* The parent's took one of this switch's window, or on a stream without one nothing */
+        if (!it->arrived[r] || (r == job->parent_rep && !tree_windowed(c->stream)))
             continue;
         job->inflight[r][c->stream]--;
         struct inc_wire_hdr h;
         coll_hdr_init(&h, WIRE_MSG_CREDIT, job, c);
         h.length = 1;
+        if (r == job->parent_rep)
+            h.rank = (uint32_t)job->up_rank; /* a child speaks for its port */
         send_control(job->members, job->conns[r], &h);
     }
 }
@@ -202,6 +205,10 @@ static void forward_copy(coll_item_t *ci, int p, void *arg)
         return;
     }
     f->h.rank = (uint32_t)p;
+    if (job->conns[p]->role == CONN_CHILD && tree_windowed(f->stream)) {
+        tree_send_down(job->members, job, p, ci, f->cls, &f->h, f->payload, NULL);
+        return;
+    }
     coll_item_send(ci, job->conns[p], f->cls, &f->h, f->payload);
 }
 
@@ -453,7 +460,7 @@ static const coll_item_ops_t item_ops = {
 };
 
 /* May the port with key me send this chunk: its role for the root, the chunking, its credits
-   (the parent's take none)? */
+   (the parent's: this switch's window, on the streams that have one)? */
 static int data_allowed(job_t *job, int me, int down, const struct inc_wire_hdr *h)
 {
     const int stream = h->stream;
@@ -474,7 +481,9 @@ static int data_allowed(job_t *job, int me, int down, const struct inc_wire_hdr 
                 (unsigned long long)h->total, (unsigned long long)chunk);
         return 0;
     }
-    return me == job->parent_rep || coll_credit_left(job->members, job, me, stream);
+    if (me == job->parent_rep && !tree_windowed(stream))
+        return 1; /* the parent's take no window on this stream (tree.c) */
+    return coll_credit_left(job->members, job, me, stream);
 }
 
 static item_t *item_new(reduce_pool_t *pool, job_t *job, coll_t *c, int down,
@@ -548,7 +557,7 @@ static ucs_status_t data_keep_eager(item_t *it, int me, void *data, size_t lengt
     it->contrib[me] = data;
     it->ucx_owned[me] = 1;
     job_account(job->members, job, length);
-    if (me != job->parent_rep)
+    if (me != job->parent_rep || tree_windowed(it->ci.coll->stream))
         job->inflight[me][it->ci.coll->stream]++;
     job->members->stats->bytes_in += length;
     coll_item_hold(&it->ci); /* its forward, or a failure, may take the item out of the table */
@@ -602,7 +611,7 @@ static ucs_status_t on_data(const coll_env_t *env, job_t *job, conn_t *conn,
         job_fail(job->members, job, INCMOE_ERR_NO_MEMORY, me, "switch memory bound reached");
         return UCS_ERR_NO_MEMORY;
     }
-    if (!from_parent)
+    if (!from_parent || tree_windowed(h->stream))
         job->inflight[me][h->stream]++;
     job->members->stats->bytes_in += length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)

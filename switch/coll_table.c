@@ -254,7 +254,13 @@ int coll_post(job_t *job, coll_t *c, int me, uint64_t total)
 
 int coll_credit_left(membership_t *m, job_t *job, int me, int stream)
 {
-    if (job->inflight[me][stream] >= m->set->credits) {
+    if (me == job->parent_rep && job->inflight[me][stream] >= m->set->link_window) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me,
+                "the parent switch exceeded this switch's window of %u on %s", m->set->link_window,
+                inc_wire_stream_name(stream));
+        return 0;
+    }
+    if (me != job->parent_rep && job->inflight[me][stream] >= m->set->credits) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, me, "rank %d exceeded its %u credits on %s", me,
                 m->set->credits, inc_wire_stream_name(stream));
         return 0;
@@ -269,6 +275,16 @@ const coll_t *coll_owed(const job_t *job, int r)
             if (!c->done && !c->posted[r])
                 return c;
     return NULL;
+}
+
+/* The key of a child switch port whose window (tree.c) is spent with FWDs of the stream
+   waiting for it, or -1. */
+static int window_full(const job_t *job, int stream)
+{
+    for (int p = 0; job->down != NULL && p < job->nranks; p++)
+        if (job->rep[p] == p && job->down[p].head[stream] != NULL && job->down[p].left[stream] == 0)
+            return p;
+    return -1;
 }
 
 /*
@@ -291,13 +307,16 @@ static void stream_check_stall(membership_t *m, job_t *job, int stream, double n
         since = job->moved_at[stream];
     if (now - since <= bound_s)
         return;
-    char why[160] = "";
+    char why[160] = "", window[80] = "";
     if (c->form != NULL && c->form->stalled != NULL)
         c->form->stalled(c, why, sizeof(why));
+    const int p = window_full(job, stream);
+    if (p >= 0)
+        snprintf(window, sizeof(window), "; the window of the switch port of rank %d is spent", p);
     job_fail(m, job, INCMOE_ERR_TIMEOUT, 0,
              "%s epoch %llu: every rank posted it, and none of its messages came to this switch "
-             "within %.1f s%s",
-             inc_wire_stream_name(stream), (unsigned long long)c->epoch, bound_s, why);
+             "within %.1f s%s%s",
+             inc_wire_stream_name(stream), (unsigned long long)c->epoch, bound_s, window, why);
 }
 
 /*

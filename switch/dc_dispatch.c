@@ -12,9 +12,10 @@
  * (dc_advance).  What goes to a port is built from the chunk only when that
  * port's output queue takes it (tx.h, send_built), so the copies toward a
  * port are bounded by its queue, not by the number of ports a chunk goes to;
- * a chunk going up takes the parent's credits (tree.c).  A source that sends
- * one of this switch's ranks more or fewer rows than its plan said fails the
- * job: the receiver's buffer is bounded by the plan.
+ * a chunk going up takes the parent's credits, one going down the child's
+ * window (tree.c).  A source that sends one of this switch's ranks more or
+ * fewer rows than its plan said fails the job: the receiver's buffer is
+ * bounded by the plan.
  */
 #include <string.h>
 
@@ -134,8 +135,8 @@ static void send_chunk(coll_t *c, dc_item_t *it, int p)
         tree_send_up(job->members, job, &it->ci, EGRESS_FORWARD, &h, NULL, build_chunk);
         return;
     }
-    h.rank = (uint32_t)p;
-    coll_item_send_built(&it->ci, job->conns[p], EGRESS_FORWARD, &h, build_chunk);
+    h.rank = (uint32_t)p; /* down: under the child's window */
+    tree_send_down(job->members, job, p, &it->ci, EGRESS_FORWARD, &h, NULL, build_chunk);
 }
 
 /* A taken chunk's copies: what the loop may read without the collective. */

@@ -13,11 +13,12 @@
  *
  * Credits: a rank's POST takes one, which its PLAN returns; a DATA one, which
  * a CREDIT returns once its item is done (a child switch's dispatch chunks
- * too); a SMALL one, which a CREDIT returns once the last item holding one of
- * its pieces is done (or at the plan, if none does).  Relayed POSTs, the
- * parent's chunks and the combine's chunks between switches take none (see
- * job_dc_memory_bound).  Memory: the first dispatch or combine of a job grows
- * its bound (membership.c, job_admit_dc); everything here is job memory.
+ * too, and the parent's, under this switch's window: tree.c); a SMALL one,
+ * which a CREDIT returns once the last item holding one of its pieces is done
+ * (or at the plan, if none does).  Relayed POSTs and the combine's chunks
+ * between switches take none (see job_dc_memory_bound).  Memory: the first
+ * dispatch or combine of a job grows its bound (membership.c, job_admit_dc);
+ * everything here is job memory.
  */
 #include "dc_form.h"
 
@@ -564,14 +565,14 @@ static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm)
 /*
  * A chunk from port me: a rank's DATA, a child switch's DATA or the parent's FWD.  A rank's
  * takes one of its credits, and so does a child's dispatch chunk (the child sends it under the
- * credits of this switch's JOIN_ACK); the parent's chunks and the combine's chunks between
- * switches take none (job_dc_memory_bound in membership.c says why and what bounds them).
+ * credits of this switch's JOIN_ACK); the parent's dispatch chunks take one of this switch's
+ * window (tree.c); the combine's chunks between switches take none (job_dc_memory_bound in
+ * membership.c says why and what bounds them).
  */
 static ucs_status_t on_data(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
                             void *data, size_t length, const ucp_am_recv_param_t *param, int me)
 {
-    const int credited = conn->role == CONN_RANK ||
-                         (conn->role == CONN_CHILD && h->stream == INCMOE_STREAM_DISPATCH);
+    const int credited = conn->role == CONN_RANK || h->stream == INCMOE_STREAM_DISPATCH;
     coll_t *c = coll_get(m, job, conn, h->stream, h->epoch);
     const struct inc_wire_dc_piece p = {.root = h->root,
                                         .chunk = h->chunk,

@@ -89,6 +89,8 @@ void dc_send_credit(membership_t *m, job_t *job, int r, int stream, uint64_t epo
     h.stream = (uint8_t)stream;
     h.epoch = epoch;
     h.length = 1;
+    if (r == job->parent_rep)
+        h.rank = (uint32_t)job->up_rank; /* a child speaks for its port */
     m->tx.ops->send(m->tx.server, job->conns[r], &h, NULL, 0, NULL, NULL);
 }
 

@@ -9,9 +9,9 @@
  * entry for the message kind takes it; a message no form takes fails the job.
  * The router keeps what is not a collective's: HEARTBEAT, LEAVE, ERROR
  * (membership.c), a JOIN, a child's TREE_JOIN and the parent's JOIN_ACK
- * (tree_join.c), the parent's CREDIT (tree.c), liveness and the progress
- * timeout, and the reductions the workers hand back (chunked.c's, the one
- * form that uses them).
+ * (tree_join.c), the parent's and a child's CREDIT (tree.c), liveness and
+ * the progress timeout, and the reductions the workers hand back (chunked.c's,
+ * the one form that uses them).
  *
  * Anything malformed, out of range or inconsistent fails the job with a
  * reason sent to every rank, never the switch: other jobs carry on.
@@ -34,7 +34,7 @@
 static void drop_collectives(void *engine, job_t *job)
 {
     (void)engine;
-    tree_drop_up_queue(job); /* what waits for the parent's credits never goes */
+    tree_drop_queues(job); /* what waits for a link's credits never goes */
     coll_drop_job(job);
 }
 
@@ -163,6 +163,11 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
         if (conn->role != CONN_CHILD)
             break;
         member_tree_join(&eng->members, conn, h, data, length);
+        return UCS_OK;
+    case WIRE_MSG_CREDIT: /* a child switch's window (tree.c) */
+        if (conn->role != CONN_CHILD)
+            break;
+        tree_down_credit(&eng->members, job, conn->rank, h->stream, h->length);
         return UCS_OK;
     default: {
         coll_msg_fn fn = member_entry(conn, h);

@@ -90,11 +90,12 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
        with its result: credits more chunks per stream. */
     const size_t c = set->chunk_size, n = (size_t)nranks;
     size_t bound = (size_t)set->credits * ((c + 8 * n) * n * 3 + c * 3 + c * 3);
-    /* Below a parent (tree.c) the parent port's chunks take no credit of this switch's: what
-       the parent sends ahead of this switch's own ranks is bounded by its credits toward the
-       ranks' partials this switch owes it, counted here as N more ranks' worth. */
+    /* Below a parent (tree.c) its AllGather blocks and AllReduce results take this switch's
+       window, a window of chunks per stream.  Its ReduceScatter partials take none: what it
+       sends ahead of this switch's own ranks is bounded by its credits toward the ranks'
+       partials this switch owes it, counted here as N more ranks' worth. */
     if (set->parent[0] != '\0')
-        bound += (size_t)set->credits * (c + 8 * n) * n * 3;
+        bound += (size_t)set->link_window * c * 2 + (size_t)set->credits * (c + 8 * n) * n;
     return bound;
 }
 
@@ -113,9 +114,9 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
  * as it holds a credit of every rank until they went, at most credits such combines at once.
  *
  * Over a tree (its job has switch ports) a child's dispatch chunks take its credits here as a
- * rank's do, but the parent's take none: counted as N more ranks' worth, as for the other
- * streams (job_memory_bound).  The combine's chunks between switches take no credit either,
- * as credits there could deadlock: a child's credits at its parent are shared by every owner
+ * rank's do, and the parent's this switch's window (tree.c): a window of chunks.  The
+ * combine's chunks between switches take no credit, as credits there could deadlock (nor a
+ * window, tree.c says why): a child's credits at its parent are shared by every owner
  * beneath it, and an item at the parent holds the one its set chunk or partial took until the
  * other ports' partials are in; a rank beyond, its own credits spent on partials for items that
  * wait for an earlier owner's set chunk, may owe one of those partials while that set chunk
@@ -138,7 +139,7 @@ static size_t job_dc_memory_bound(const switch_settings_t *set, const job_t *job
     if (switch_ports > 0)
         bound += (size_t)set->credits * n * c * (switch_ports + 1);
     if (job->parent_rep >= 0)
-        bound += (size_t)set->credits * n * c;
+        bound += (size_t)set->link_window * c;
     return bound;
 }
 
@@ -220,6 +221,7 @@ static void job_free(job_t *job)
     free(job->ack_payload);
     free(job->conns);
     free(job->inflight);
+    free(job->down);
     free(job->rep);
     free(job);
 }

@@ -16,6 +16,14 @@ struct coll;
 
 typedef enum { JOB_FORMING = 0, JOB_ACTIVE, JOB_FAILED } job_state_t;
 
+/* One direction of a link between switches (tree.c): per stream, the messages that may go
+   before the far side returns credits, and those that wait for them, in order. */
+typedef struct link_window {
+    uint32_t left[INC_STREAM_COUNT];
+    uint32_t granted; /* per stream */
+    struct link_send *head[INC_STREAM_COUNT], *tail[INC_STREAM_COUNT];
+} link_window_t;
+
 typedef struct job {
     struct job *next;
     struct membership *members; /* the table it belongs to, for completions that release it */
@@ -49,12 +57,13 @@ typedef struct job {
     int tree;                /* some data goes through a switch port: the tree rules apply */
     conn_t *parent;          /* this switch's link to its parent for the job; NULL at the root */
     uint64_t parent_pending; /* the link is being made (tree_join.c): its serial, else 0 */
-    int parent_rep; /* the parent port's key; -1 when it covers no rank (or there is none) */
-    int up_rank;    /* the key of this switch's port at its parent: its lowest rank */
-    int nlocal;     /* ranks beneath this switch (all N at the root) */
-    uint32_t up_credits[INC_STREAM_COUNT]; /* DATA or SMALL this switch may send up now */
-    uint32_t up_granted;                   /* per stream, by the parent's JOIN_ACK */
-    struct up_send *up_head[INC_STREAM_COUNT], *up_tail[INC_STREAM_COUNT]; /* waiting, in order */
+    int parent_rep;   /* the parent port's key; -1 when it covers no rank (or there is none) */
+    int up_rank;      /* the key of this switch's port at its parent: its lowest rank */
+    int nlocal;       /* ranks beneath this switch (all N at the root) */
+    link_window_t up; /* DATA and SMALL up: the credits of the parent's JOIN_ACK */
+    /* [nranks], by a child switch port's key: the window its TREE_JOIN announced for the FWDs
+       down (tree.c); NULL without child switches. */
+    link_window_t *down;
     trips_t trips; /* its ranks' messages (trips.c), logged when it is released */
 } job_t;
 

@@ -14,6 +14,9 @@
 typedef struct {
     uint64_t chunk_size;
     uint32_t credits;
+    /* --link-window: below a parent, the chunks of each stream the parent may send this switch
+       ahead of its CREDITs (tree.c); what this switch holds from its parent. */
+    uint32_t link_window;
     size_t max_memory;
     int timeout_ms;
     /* A posted collective's laggards, or one every rank posted that stops moving here, fail

@@ -68,6 +68,9 @@ static void usage(FILE *out)
             "                         (default INCMOE_CHUNK_SIZE, 128K)\n"
             "  --credits N            chunks a rank may have in flight per stream, 1..4096\n"
             "                         (default INCMOE_CREDITS, 64)\n"
+            "  --link-window N        with --parent: chunks of each stream the parent may\n"
+            "                         send this switch ahead of its credits, 1..4096\n"
+            "                         (default: --credits)\n"
             "  --timeout-ms MS        floor of every job's liveness timeout, 1..86400000\n"
             "                         (default INCMOE_TIMEOUT_MS, 10000); ranks may ask a\n"
             "                         longer one, never a shorter\n"
@@ -88,7 +91,8 @@ static void usage(FILE *out)
             "\n"
             "The first line on stdout is 'incmoe-switchd listening on HOST:PORT'.\n"
             "Each job may buffer at most credits x ((chunk-size + 8N) x 3N + 6 x chunk-size)\n"
-            "bytes.\n");
+            "bytes; with --parent, 2 x link-window x chunk-size + credits x (chunk-size + 8N) x N\n"
+            "more.\n");
 }
 
 #define PROG "incmoe-switchd"
@@ -161,6 +165,16 @@ static int apply_log_level(const char *arg)
     return -1;
 }
 
+/* --link-window N: -1 to go on, or the exit status. */
+static int apply_link_window(switch_settings_t *set, const char *arg)
+{
+    long long v;
+    if (inc_parse_arg(PROG, "--link-window", arg, 1, INCMOE_WIRE_MAX_WINDOW, 0, &v))
+        return 2;
+    set->link_window = (uint32_t)v;
+    return -1;
+}
+
 /* One option from getopt_long: -1 to go on, or the exit status. */
 static int apply_option(int c, switch_settings_t *set, args_t *a)
 {
@@ -197,6 +211,8 @@ static int apply_option(int c, switch_settings_t *set, args_t *a)
             return 2;
         set->credits = (uint32_t)v;
         return -1;
+    case 'W':
+        return apply_link_window(set, optarg);
     case 'T':
         if (inc_parse_arg(PROG, "--timeout-ms", optarg, 1, INC_TIMEOUT_MS_MAX, 0, &v))
             return 2;
@@ -243,6 +259,7 @@ static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
         {"max-memory", required_argument, NULL, 'm'},
         {"chunk-size", required_argument, NULL, 'c'},
         {"credits", required_argument, NULL, 'r'},
+        {"link-window", required_argument, NULL, 'W'},
         {"timeout-ms", required_argument, NULL, 'T'},
         {"progress-timeout-ms", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'L'},
@@ -270,6 +287,8 @@ static int parse_args(int argc, char **argv, switch_settings_t *set, args_t *a)
     }
     if (check_hostport("--listen", a->listen) != 0)
         return 2;
+    if (set->link_window == 0)
+        set->link_window = set->credits;
     /* The 16-bit reductions work in element pairs: keep chunks element-aligned for all types. */
     if (set->chunk_size % 8 != 0) {
         fprintf(stderr, "incmoe-switchd: the chunk size (--chunk-size or INCMOE_CHUNK_SIZE) must "

@@ -14,14 +14,15 @@
 
 #include <stdlib.h>
 
-typedef struct up_send {
-    struct up_send *next;
+/* A send that waits for the far side's credits, in order. */
+typedef struct link_send {
+    struct link_send *next;
     coll_item_t *ci;
     egress_class_t cls;
     struct inc_wire_hdr h;
     const void *payload;
     switch_tx_build_t build;
-} up_send_t;
+} link_send_t;
 
 /* ------------------------------------------------------------------------ */
 /* joining                                                                   */
@@ -33,73 +34,139 @@ static void free_payload_cb(void *arg, ucs_status_t status)
 }
 
 /* ------------------------------------------------------------------------ */
-/* sends up                                                                  */
+/* sends under a window: up the parent's credits, down a child's window      */
 
-static void up_go(membership_t *m, job_t *job, coll_item_t *ci, egress_class_t cls,
-                  const struct inc_wire_hdr *h, const void *payload, switch_tx_build_t build)
+static void link_go(link_window_t *w, conn_t *to, coll_item_t *ci, egress_class_t cls,
+                    const struct inc_wire_hdr *h, const void *payload, switch_tx_build_t build)
 {
-    (void)m;
-    job->up_credits[h->stream]--;
+    w->left[h->stream]--;
     if (build != NULL)
-        coll_item_send_built(ci, job->parent, cls, h, build);
+        coll_item_send_built(ci, to, cls, h, build);
     else
-        coll_item_send(ci, job->parent, cls, h, payload);
+        coll_item_send(ci, to, cls, h, payload);
 }
 
-void tree_send_up(membership_t *m, job_t *job, coll_item_t *ci, egress_class_t cls,
-                  const struct inc_wire_hdr *h, const void *payload, switch_tx_build_t build)
+/* Send now if the window has room and nothing waits before it, else queue in order (the item
+   held until it goes).  port: the key named if the switch runs out of memory. */
+static void link_send(membership_t *m, job_t *job, link_window_t *w, conn_t *to, int port,
+                      coll_item_t *ci, egress_class_t cls, const struct inc_wire_hdr *h,
+                      const void *payload, switch_tx_build_t build)
 {
     const int s = h->stream;
-    if (job->up_head[s] == NULL && job->up_credits[s] > 0) {
-        up_go(m, job, ci, cls, h, payload, build);
+    if (w->head[s] == NULL && w->left[s] > 0) {
+        link_go(w, to, ci, cls, h, payload, build);
         return;
     }
-    up_send_t *q = malloc(sizeof(*q));
+    link_send_t *q = malloc(sizeof(*q));
     if (q == NULL) {
-        job_fail(m, job, INCMOE_ERR_NO_MEMORY, job->up_rank, "switch out of memory");
+        job_fail(m, job, INCMOE_ERR_NO_MEMORY, port, "switch out of memory");
         return;
     }
-    *q = (up_send_t){.ci = ci, .cls = cls, .h = *h, .payload = payload, .build = build};
+    *q = (link_send_t){.ci = ci, .cls = cls, .h = *h, .payload = payload, .build = build};
     coll_item_hold(ci); /* until it goes */
-    if (job->up_tail[s] != NULL)
-        job->up_tail[s]->next = q;
+    if (w->tail[s] != NULL)
+        w->tail[s]->next = q;
     else
-        job->up_head[s] = q;
-    job->up_tail[s] = q;
+        w->head[s] = q;
+    w->tail[s] = q;
 }
 
-void tree_up_credit(membership_t *m, job_t *job, int stream, uint64_t n)
+/* n credits came back (checked): what waits goes while the window has room. */
+static void link_credit(job_t *job, link_window_t *w, conn_t *to, int stream, uint64_t n)
 {
-    if (n > job->up_granted - job->up_credits[stream]) {
-        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, 0,
-                "the parent switch returned %llu %s credits; %u were out", (unsigned long long)n,
-                inc_wire_stream_name(stream), job->up_granted - job->up_credits[stream]);
-        return;
-    }
-    job->up_credits[stream] += (uint32_t)n;
-    while (job->up_head[stream] != NULL && job->up_credits[stream] > 0 &&
-           job->state == JOB_ACTIVE) {
-        up_send_t *q = job->up_head[stream];
-        job->up_head[stream] = q->next;
+    w->left[stream] += (uint32_t)n;
+    while (w->head[stream] != NULL && w->left[stream] > 0 && job->state == JOB_ACTIVE) {
+        link_send_t *q = w->head[stream];
+        w->head[stream] = q->next;
         if (q->next == NULL)
-            job->up_tail[stream] = NULL;
-        up_go(m, job, q->ci, q->cls, &q->h, q->payload, q->build);
+            w->tail[stream] = NULL;
+        link_go(w, to, q->ci, q->cls, &q->h, q->payload, q->build);
         coll_item_put(q->ci);
         free(q);
     }
 }
 
-void tree_drop_up_queue(job_t *job)
+static void link_drop(link_window_t *w)
 {
     for (int s = 0; s < INC_STREAM_COUNT; s++) {
-        while (job->up_head[s] != NULL) {
-            up_send_t *q = job->up_head[s];
-            job->up_head[s] = q->next;
+        while (w->head[s] != NULL) {
+            link_send_t *q = w->head[s];
+            w->head[s] = q->next;
             coll_item_put(q->ci);
             free(q);
         }
-        job->up_tail[s] = NULL;
+        w->tail[s] = NULL;
     }
+}
+
+void tree_send_up(membership_t *m, job_t *job, coll_item_t *ci, egress_class_t cls,
+                  const struct inc_wire_hdr *h, const void *payload, switch_tx_build_t build)
+{
+    link_send(m, job, &job->up, job->parent, job->up_rank, ci, cls, h, payload, build);
+}
+
+/*
+ * Why a child's window cannot deadlock: an AllGather block, an AllReduce result or a dispatch
+ * chunk that comes down is an item of the child that needs nothing more from its ports, only
+ * the POSTs (TREE_POSTs and relayed POSTs, which take no window): it goes on to the child's
+ * ports, and its CREDIT follows.  So a FWD waiting here for the window, and the credits of
+ * this switch's ports its item holds, wait only for sends already out.  Not so a
+ * ReduceScatter partial or a combine chunk: the child's item waits for its own ranks'
+ * partials, whose credits may be held by items that wait for a FWD queued behind the window
+ * (job_memory_bound and job_dc_memory_bound bound those by the job's credits instead).
+ */
+int tree_windowed(int stream)
+{
+    return stream == INCMOE_STREAM_ALLGATHER || stream == INCMOE_STREAM_ALLREDUCE ||
+           stream == INCMOE_STREAM_DISPATCH;
+}
+
+void tree_send_down(membership_t *m, job_t *job, int p, coll_item_t *ci, egress_class_t cls,
+                    const struct inc_wire_hdr *h, const void *payload, switch_tx_build_t build)
+{
+    link_send(m, job, &job->down[p], job->conns[p], p, ci, cls, h, payload, build);
+}
+
+void tree_up_credit(membership_t *m, job_t *job, int stream, uint64_t n)
+{
+    const link_window_t *w = &job->up;
+    if (n > w->granted - w->left[stream]) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, 0,
+                "the parent switch returned %llu %s credits; %u were out", (unsigned long long)n,
+                inc_wire_stream_name(stream), w->granted - w->left[stream]);
+        return;
+    }
+    link_credit(job, &job->up, job->parent, stream, n);
+}
+
+void tree_down_credit(membership_t *m, job_t *job, int p, int stream, uint64_t n)
+{
+    const link_window_t *w = &job->down[p];
+    if (!tree_windowed(stream) || n > w->granted - w->left[stream]) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, p,
+                "the child switch port of rank %d returned %llu %s credits; %u were out", p,
+                (unsigned long long)n, inc_wire_stream_name(stream),
+                tree_windowed(stream) ? w->granted - w->left[stream] : 0);
+        return;
+    }
+    link_credit(job, &job->down[p], job->conns[p], stream, n);
+}
+
+int tree_window_set(job_t *job, int r, uint32_t window)
+{
+    if (job->down == NULL && (job->down = calloc((size_t)job->nranks, sizeof(*job->down))) == NULL)
+        return 0;
+    job->down[r].granted = window;
+    for (int s = 0; s < INC_STREAM_COUNT; s++)
+        job->down[r].left[s] = window;
+    return 1;
+}
+
+void tree_drop_queues(job_t *job)
+{
+    link_drop(&job->up);
+    for (int p = 0; job->down != NULL && p < job->nranks; p++)
+        link_drop(&job->down[p]);
 }
 
 /* ------------------------------------------------------------------------ */

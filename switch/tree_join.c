@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tree.h"
+
 #include "base/config.h"
 #include "base/log.h"
 #include "base/ucx_addr.h"
@@ -109,7 +111,8 @@ static void tree_join_send(membership_t *m, job_t *job, const int *ranks, int co
     struct inc_wire_tree_join tj = {.nranks = (uint32_t)job->nranks,
                                     .count = (uint32_t)count,
                                     .timeout_ms = (uint32_t)job->timeout_ms,
-                                    .progress_timeout_ms = (uint32_t)job->progress_timeout_ms};
+                                    .progress_timeout_ms = (uint32_t)job->progress_timeout_ms,
+                                    .window = m->set->link_window};
     memcpy(tj.token, job->parent->token, sizeof(tj.token)); /* binds the first; later: unread */
     memcpy(payload, &tj, sizeof(tj));
     size_t pos = sizeof(tj);
@@ -240,9 +243,9 @@ void tree_on_parent_ack(membership_t *m, job_t *job, const struct inc_wire_hdr *
     if ((int)ack.timeout_ms > job->timeout_ms)
         job->timeout_ms = (int)ack.timeout_ms;
     memcpy(job->ring_token, ack.ring_token, sizeof(job->ring_token));
-    job->up_granted = ack.credits;
+    job->up.granted = ack.credits;
     for (int s = 0; s < INC_STREAM_COUNT; s++)
-        job->up_credits[s] = ack.credits;
+        job->up.left[s] = ack.credits;
     job->up_rank = -1;
     for (int r = 0; r < job->nranks; r++) {
         if (job->conns[r] == NULL)
@@ -299,6 +302,11 @@ static int tree_join_records(const struct inc_wire_tree_join *tj, const char *pa
     if (tj->nranks < 1 || tj->nranks > INCMOE_MAX_RANKS || tj->count < 1 ||
         tj->count > tj->nranks) {
         snprintf(text, text_len, "TREE_JOIN of %u ranks for a job of %u", tj->count, tj->nranks);
+        return 0;
+    }
+    if (tj->window < 1 || tj->window > INCMOE_WIRE_MAX_WINDOW) {
+        snprintf(text, text_len, "TREE_JOIN announces a window of %u chunks, not 1..%d", tj->window,
+                 INCMOE_WIRE_MAX_WINDOW);
         return 0;
     }
     size_t pos = sizeof(*tj);
@@ -388,6 +396,10 @@ static int tree_join_take(membership_t *m, job_t *job, conn_t *conn,
         }
         memcpy(job->addr[rec[0]], payload + pos, rec[1]);
         job->addr_len[rec[0]] = rec[1];
+        if (!tree_window_set(job, (int)rec[0], tj->window)) {
+            job_fail(m, job, INCMOE_ERR_NO_MEMORY, (int)rec[0], "switch out of memory");
+            return 0;
+        }
         job->conns[rec[0]] = conn;
         if (conn->rank < 0 || (int)rec[0] < conn->rank)
             conn->rank = (int)rec[0];

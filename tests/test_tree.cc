@@ -1205,6 +1205,57 @@ TEST(Tree, HundredsOfBackToBackCollectives)
     tree_stop(&tree);
 }
 
+/* An AllGather and a ReduceScatter of `block` floats per rank in flight together, then an
+   AllReduce of `vector` floats, each checked against the references. */
+std::string big_rounds(Rank &r, size_t block, size_t vector)
+{
+    const uint64_t ag_seed = 110, rs_seed = 111, ar_seed = 112;
+    auto &own = buffer<float>(block);
+    auto &gathered = buffer<float>(block * r.n);
+    auto &partial = buffer<float>(block * r.n);
+    auto &reduced = buffer<float>(block);
+    auto &vec = buffer<float>(vector);
+    for (size_t i = 0; i < block; i++)
+        own[i] = F32::input(input_hash(ag_seed, r.me, 0, i));
+    for (int b = 0; b < r.n; b++)
+        for (size_t i = 0; i < block; i++)
+            partial[b * block + i] = F32::input(input_hash(rs_seed, r.me, b, i));
+    for (size_t i = 0; i < vector; i++)
+        vec[i] = F32::input(input_hash(ar_seed, r.me, 0, i));
+    incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, own.data(), block * 4, &mo));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, gathered.data(), block * r.n * 4, &mg));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, partial.data(), block * r.n * 4, &mp));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, reduced.data(), block * 4, &mr));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), vector * 4, &mv));
+    incmoe_layout_t l = {block * 4, 0, block * 4, nullptr};
+    incmoe_req_t ag, rs, ar;
+    CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &ag));
+    CHECK_OK_ON(r.comm,
+                incmoe_reducescatter(r.comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32, INCMOE_SUM, &rs));
+    CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ag));
+    CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &rs));
+    CHECK_OK_ON(r.comm,
+                incmoe_allreduce(r.comm, mv, 0, mv, 0, vector, INCMOE_FLOAT32, INCMOE_SUM, &ar));
+    CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ar));
+    for (int b = 0; b < r.n; b++)
+        for (size_t i = 0; i < block; i++)
+            if (gathered[b * block + i] != F32::input(input_hash(ag_seed, b, 0, i)))
+                return "allgather block " + std::to_string(b) + " element " + std::to_string(i) +
+                       " wrong";
+    for (size_t i = 0; i < block; i++) {
+        std::string e = check_rs_element<F32>(r, reduced[i], rs_seed, i, INCMOE_SUM);
+        if (!e.empty())
+            return e;
+    }
+    for (size_t i = 0; i < vector; i++) {
+        std::string e = check_ar_element<F32>(r, vec[i], ar_seed, i, INCMOE_SUM);
+        if (!e.empty())
+            return e;
+    }
+    return "";
+}
+
 /*
  * 4 MiB collectives through 8 KiB chunks with 2 credits per stream on every link: an AllGather
  * of 1 MiB blocks and a ReduceScatter of 1 MiB blocks in flight together, then a 4 MiB
@@ -1216,56 +1267,42 @@ TEST(Tree, FourMebibytesThroughManyChunksAndTwoCredits)
     const uint64_t chunk = 8192;
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, {"--credits", "2"})));
-    auto res = run_job(tree, topo, chunk, [](Rank &r) -> std::string {
-        const size_t block = (1u << 20) / 4, vector = 1u << 20; /* floats */
-        const uint64_t ag_seed = 110, rs_seed = 111, ar_seed = 112;
-        auto &own = buffer<float>(block);
-        auto &gathered = buffer<float>(block * r.n);
-        auto &partial = buffer<float>(block * r.n);
-        auto &reduced = buffer<float>(block);
-        auto &vec = buffer<float>(vector);
-        for (size_t i = 0; i < block; i++)
-            own[i] = F32::input(input_hash(ag_seed, r.me, 0, i));
-        for (int b = 0; b < r.n; b++)
-            for (size_t i = 0; i < block; i++)
-                partial[b * block + i] = F32::input(input_hash(rs_seed, r.me, b, i));
-        for (size_t i = 0; i < vector; i++)
-            vec[i] = F32::input(input_hash(ar_seed, r.me, 0, i));
-        incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, own.data(), block * 4, &mo));
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, gathered.data(), block * r.n * 4, &mg));
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, partial.data(), block * r.n * 4, &mp));
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, reduced.data(), block * 4, &mr));
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), vector * 4, &mv));
-        incmoe_layout_t l = {block * 4, 0, block * 4, nullptr};
-        incmoe_req_t ag, rs, ar;
-        CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &ag));
-        CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32,
-                                                 INCMOE_SUM, &rs));
-        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ag));
-        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &rs));
-        CHECK_OK_ON(r.comm, incmoe_allreduce(r.comm, mv, 0, mv, 0, vector, INCMOE_FLOAT32,
-                                             INCMOE_SUM, &ar));
-        CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ar));
-        for (int b = 0; b < r.n; b++)
-            for (size_t i = 0; i < block; i++)
-                if (gathered[b * block + i] != F32::input(input_hash(ag_seed, b, 0, i)))
-                    return "allgather block " + std::to_string(b) + " element " +
-                           std::to_string(i) + " wrong";
-        for (size_t i = 0; i < block; i++) {
-            std::string e = check_rs_element<F32>(r, reduced[i], rs_seed, i, INCMOE_SUM);
-            if (!e.empty())
-                return e;
-        }
-        for (size_t i = 0; i < vector; i++) {
-            std::string e = check_ar_element<F32>(r, vec[i], ar_seed, i, INCMOE_SUM);
-            if (!e.empty())
-                return e;
-        }
-        return "";
-    });
+    auto res =
+        run_job(tree, topo, chunk, [](Rank &r) { return big_rounds(r, (1u << 20) / 4, 1u << 20); });
     EXPECT_EQ(harness::failures(res), "");
     tree_stop(&tree);
+}
+
+/*
+ * The parent's AllGather blocks and AllReduce results go down under each child's window
+ * (--link-window; switch/tree.c): with a window of `window` chunks and the ranks' 64 credits,
+ * hundreds of chunks per collective move down only as the children send CREDITs back up, and
+ * every element is still exact.
+ */
+void window_rounds(const Topology &topo, const char *window)
+{
+    const uint64_t chunk = 4096;
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, {"--link-window", window})));
+    auto res = run_job(tree, topo, chunk,
+                       [](Rank &r) { return big_rounds(r, (256u << 10) / 4, 1u << 18); });
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
+TEST(Tree, ManyChunksThroughAWindowOfOneOnTwoLevels)
+{
+    window_rounds(two_leaves_of_two(), "1");
+}
+
+TEST(Tree, ManyChunksThroughAWindowOfTwoOnThreeLevels)
+{
+    window_rounds(three_levels(), "2");
+}
+
+TEST(Tree, ManyChunksThroughAWindowOfOneOnThreeLevels)
+{
+    window_rounds(three_levels(), "1");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1649,13 +1686,12 @@ TEST(TreeDc, CapacityOverflowIsRefusedAlikeAndTheCommunicatorCarriesOn)
  * of three levels, three of each in flight together: every chunk moves only as credits come
  * back, the combine's items wait on partials from every side, and every row is still exact.
  * With rendezvous (both the switches' and the ranks') chunks land out of the order they came
- * in, which the switches must take them in.
+ * in, which the switches must take them in.  topo and more: another tree, other options.
  */
-void dc_many_chunks(bool rndv)
+void dc_many_chunks(bool rndv, const Topology &topo = three_levels(),
+                    std::vector<std::string> more = {"--credits", "2"})
 {
-    const Topology topo = three_levels();
     const uint64_t chunk = 1024;
-    std::vector<std::string> more = {"--credits", "2"};
     if (rndv)
         more.insert(more.end(), {"--rndv-thresh", "256"});
     Tree tree;
@@ -1687,6 +1723,18 @@ TEST(TreeDc, ManyChunksThroughTwoCreditsOnThreeLevels)
 TEST(TreeDc, RendezvousChunksLandingOutOfOrderStayExact)
 {
     dc_many_chunks(true);
+}
+
+/* The parent's dispatch chunks go down under each child's window (switch/tree.c): one chunk at a
+   time per link, and the combines that follow them, stay exact. */
+TEST(TreeDc, ManyChunksThroughAWindowOfOneOnThreeLevels)
+{
+    dc_many_chunks(false, three_levels(), {"--link-window", "1"});
+}
+
+TEST(TreeDc, ManyChunksThroughAWindowOfTwoOnTwoLevels)
+{
+    dc_many_chunks(false, two_leaves_of_two(), {"--link-window", "2"});
 }
 
 /*
@@ -2124,6 +2172,47 @@ TEST(TreeFaults, ParentWithoutMemoryForTheJobRefusesItOnEveryRank)
     tree_stop(&tree);
 }
 
+/*
+ * What a leaf admits holds what its parent may send it: a window of chunks per stream
+ * (--link-window), not N ranks' worth of credits.  At 4 ranks, 4 KiB chunks and 2 credits a
+ * leaf's bound (switch/membership.c, job_memory_bound) is 181,248 bytes plus 2 x window x 4 KiB
+ * for the AllGather and AllReduce chunks from its parent: 189,440 bytes with a window of 1,
+ * 705,536 with 64 (and 247,296 when the parent's chunks counted as N ranks' worth).  Leaves with
+ * 256 KiB refuse the job with a window of 64 and run it, exact, with a window of 1, where its
+ * chunks then move one at a time down each link.
+ */
+TEST(TreeFaults, ALeafAdmitsAJobByItsWindowFromTheParent)
+{
+    const Topology topo = two_leaves_of_two();
+    const uint64_t chunk = 4096;
+    for (const char *window : {"64", "1"}) {
+        harness::ExpectErrors errors_expected("a leaf refuses the job its window does not fit");
+        const std::vector<std::string> leaf = {"--max-memory",  "256K", "--credits", "2",
+                                               "--link-window", window};
+        Tree tree;
+        ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk), {{}, leaf, leaf}));
+        if (std::string(window) == "64") {
+            unsigned long long job = harness::unique_job_id();
+            auto res = harness::run_ranks(
+                4,
+                [&](int me) -> std::string {
+                    Refusal f = join_refused(tree, topo, job, me);
+                    if (f.st != INCMOE_ERR_NO_MEMORY)
+                        return std::string("a job a leaf cannot hold gave ") +
+                               incmoe_strerror(f.st) + " (" + f.reason + ")";
+                    return "";
+                },
+                30);
+            EXPECT_EQ(harness::failures(res), "") << "window " << window;
+        } else {
+            auto res = run_job(tree, topo, chunk,
+                               [](Rank &r) { return big_rounds(r, (64u << 10) / 4, 1u << 16); });
+            EXPECT_EQ(harness::failures(res), "") << "window " << window;
+        }
+        tree_stop(&tree);
+    }
+}
+
 /* A key file with `key` as its first line; removed when the test ends. */
 class KeyFile
 {
@@ -2268,6 +2357,7 @@ TEST(TreeFaults, AJobJoiningThroughAStoppedRootFailsAndTheLeafServesOnceItResume
 struct FakeChild {
     RawClient raw;
     uint64_t job;
+    uint32_t window = 64; /* announced in its TREE_JOIN: what the root may send it ahead */
 
     bool join(const std::string &root_addr, uint64_t job_id)
     {
@@ -2278,6 +2368,7 @@ struct FakeChild {
         tj.nranks = 4;
         tj.count = 2;
         tj.timeout_ms = 10000;
+        tj.window = window;
         memcpy(tj.token, raw.token_, sizeof(tj.token));
         std::string payload((const char *)&tj, sizeof(tj));
         for (uint32_t r : {2u, 3u}) {
@@ -2337,7 +2428,8 @@ struct FakeChild {
    ranks 2 and 3, which misbehaves once it has the real ranks' POSTs: both real ranks fail with
    a reason that names what the switch port did, and the root serves the next job. */
 void expect_switch_port_breaks_dispatch(const harness::SwitchProc &root, const std::string &what,
-                                        const std::function<void(FakeChild &)> &misbehave)
+                                        const std::function<void(FakeChild &)> &misbehave,
+                                        uint32_t window = 64)
 {
     const unsigned long long job = harness::unique_job_id();
     auto res = harness::run_ranks(
@@ -2345,6 +2437,7 @@ void expect_switch_port_breaks_dispatch(const harness::SwitchProc &root, const s
         [&](int proc) -> std::string {
             if (proc == 2) {
                 FakeChild child;
+                child.window = window;
                 if (!child.join(root.addr, job))
                     return "the fake child switch got no JOIN_ACK";
                 if (!child.raw.wait_for(WIRE_MSG_POST, nullptr, 5000))
@@ -2566,6 +2659,18 @@ TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
             c.post(3);
             c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
         });
+    /* A child switch that never returns its window of 1: the root's second chunk toward it
+       waits, and the progress timeout ends the stall naming the spent window. */
+    expect_switch_port_breaks_dispatch(
+        root,
+        "every rank posted it, and none of its messages came to this switch within 5.0 s; the "
+        "window of the switch port of rank 2 is spent",
+        [](FakeChild &c) {
+            c.post(2);
+            c.post(3);
+            c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
+        },
+        1);
     expect_switch_port_breaks_dispatch(
         root, "the switch port of rank 2 sent SMALL", [](FakeChild &c) {
             std::string junk(64, '\0');
