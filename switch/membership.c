@@ -20,6 +20,7 @@
 #include <openssl/rand.h>
 
 #include "coll_table.h"
+#include "shrink.h"
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -221,6 +222,7 @@ static void job_free(job_t *job)
     free(job->conns);
     free(job->inflight);
     free(job->rep);
+    shrink_free(job);
     free(job);
 }
 
@@ -464,6 +466,10 @@ void job_form(membership_t *m, job_t *job)
 job_t *member_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, uint32_t nranks)
 {
     char text[200];
+    if (shrink_refuses_join(m, hdr->job, text, sizeof(text))) {
+        member_refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
+        return NULL;
+    }
     job_t *job = job_find(m, hdr->job);
     if (job == NULL) {
         size_t bound = job_memory_bound(m->set, (int)nranks);
@@ -504,6 +510,8 @@ job_t *member_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hd
 ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, int rndv)
 {
     job_t *job = conn->job;
+    if (h->msg == WIRE_MSG_SHRINK)
+        return UCS_OK; /* shrink.c checks it: a failed job's survivors ask it most */
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
     /* A child speaks for its port (its key, once the job formed), but relays the dispatch and
@@ -577,6 +585,8 @@ void member_conn_lost(membership_t *m, conn_t *conn, const char *why)
     if (job->parent == conn)
         job->parent = NULL;
     conn->job = NULL;
+    if (conn->role == CONN_RANK && !conn->left)
+        shrink_on_lost(m, job, conn->rank);
     /* A LEAVE makes a loss orderly only once the job formed: before that the job can never
        form, and the ranks that joined hear why now.  The parent's link is never left. */
     if (job->state != JOB_FAILED &&
