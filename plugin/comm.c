@@ -501,3 +501,8 @@ int incmoe_comm_nranks(const incmoe_comm_t *comm)
 {
     return comm->nranks;
 }
+
+uint64_t incmoe_comm_job_id(const incmoe_comm_t *comm)
+{
+    return comm->job_id;
+}

@@ -269,6 +269,9 @@ incmoe_status_t incmoe_comm_release(incmoe_comm_t *comm);
 incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len);
 int incmoe_comm_rank(const incmoe_comm_t *comm);
 int incmoe_comm_nranks(const incmoe_comm_t *comm);
+/* The job the communicator is in: its params' job_id, or for one incmoe_comm_shrink made, the
+   id the switch gave the shrunk job. */
+uint64_t incmoe_comm_job_id(const incmoe_comm_t *comm);
 
 /*
  * Shrink: the ranks that survive a lost rank keep working on a new
