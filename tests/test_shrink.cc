@@ -368,6 +368,16 @@ TEST_P(Shrink, OneLostRankAtFour)
     report("one lost", 4, survivors(4, {1}), b, res);
 }
 
+/* The same at N=8, rank 5 lost (RELIABILITY.md's figure takes both sizes' printed times). */
+TEST_P(Shrink, OneLostRankAtEight)
+{
+    harness::ExpectErrors errors_expected("rank 5 is killed");
+    harness::SharedBoard<Board> shared;
+    Board *b = shared.get();
+    auto res = lose_ranks(this, 8, {5}, b);
+    report("one lost", 8, survivors(8, {5}), b, res);
+}
+
 TEST_P(Shrink, TwoLostRanksAtSix)
 {
     harness::ExpectErrors errors_expected("ranks 0 and 3 are killed");
