@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "raw_client.h"
 
 extern "C" {
 #include "base/clock.h"
@@ -496,6 +497,44 @@ TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
     g_shrinks_sent = nullptr;
     for (int r = 0; r < 2; r++)
         EXPECT_EQ(res[r], "") << "rank " << r;
+}
+
+/* A connection asks to shrink a job it is not a member of (as a lost rank that came back and
+   joined some job would): refused with a reason; asking for its own job of one rank works. */
+TEST(ShrinkRefusal, ShrinkOfAnotherJobIsRefusedWithAReason)
+{
+    harness::SwitchProc sw;
+    ASSERT_TRUE(harness::switch_start(&sw, {"--timeout-ms", "1000"}));
+    const uint64_t job = harness::unique_job_id(), other = job + 1;
+    {
+        RawClient raw;
+        ASSERT_TRUE(raw.connect(sw.addr));
+        raw.join(job, 0, 1);
+        RawMsg ack;
+        ASSERT_TRUE(raw.wait_for(WIRE_MSG_JOIN_ACK, &ack, 5000));
+        inc_wire_hdr h;
+        inc_wire_hdr_init(&h, WIRE_MSG_SHRINK, other);
+        raw.send(h);
+        RawMsg refused;
+        ASSERT_TRUE(raw.wait_for(WIRE_MSG_SHRINK_ACK, &refused, 5000));
+        EXPECT_EQ(refused.hdr.status, INCMOE_ERR_PROTOCOL);
+        ASSERT_EQ(refused.payload.size(), sizeof(inc_wire_shrink_ack));
+        inc_wire_shrink_ack a;
+        memcpy(&a, refused.payload.data(), sizeof(a));
+        EXPECT_NE(std::string(a.reason).find(std::to_string(other)), std::string::npos) << a.reason;
+        raw.received.clear();
+        inc_wire_hdr_init(&h, WIRE_MSG_SHRINK, job);
+        raw.send(h);
+        RawMsg granted;
+        ASSERT_TRUE(raw.wait_for(WIRE_MSG_SHRINK_ACK, &granted, 5000));
+        EXPECT_EQ(granted.hdr.status, INCMOE_OK);
+        memcpy(&a, granted.payload.data(), sizeof(a));
+        EXPECT_EQ(a.rank, 0u);
+        EXPECT_EQ(a.nranks, 1u);
+        EXPECT_NE(a.job, job);
+    }
+    int status = harness::switch_stop(&sw);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the switch crashed";
 }
 
 std::string algo_name(const ::testing::TestParamInfo<incmoe_algo_t> &info)
