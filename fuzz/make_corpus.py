@@ -539,6 +539,11 @@ def shrink_switch_seeds():
     # A SHRINK before the job formed.
     s = join(0, job, 0, 2) + smsg(0, hdr(SHRINK, job, rank=0)) + complete()
     write("switch_msg", "shrink_forming", s)
+    # A job over a tree: its rank's SHRINK is unsupported, the child switch's breaks the job.
+    s = join(0, job, 0, 2, WORKER_ADDR) + tree_join(5, job, 2, [1]) + complete()
+    s += smsg(0, hdr(SHRINK, job, rank=0)) + complete()
+    s += smsg(5, hdr(SHRINK, job, rank=1)) + complete() + complete()
+    write("switch_msg", "shrink_over_a_tree", s)
 
 
 def shrink_client_seeds():
