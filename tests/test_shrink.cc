@@ -499,6 +499,53 @@ TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
         EXPECT_EQ(res[r], "") << "rank " << r;
 }
 
+/* Rank 3 is lost; ranks 0 and 1 ask to shrink, rank 2 lives on but never asks: after the
+   job's timeout the shrink fails on ranks 0 and 1 with INCMOE_ERR_TIMEOUT naming rank 2. */
+TEST_P(Shrink, MemberThatNeverAsksFailsTheShrinkAfterTheTimeout)
+{
+    harness::ExpectErrors errors_expected("rank 3 is killed, rank 2 never asks to shrink");
+    harness::SharedBoard<Board> shared;
+    Board *b = shared.get();
+    unsigned long long job = harness::unique_job_id();
+    const int n = 4;
+    auto res = harness::run_ranks(n, [&](int rank) -> std::string {
+        harness::store(&b->pid[rank], (int)getpid());
+        incmoe_comm_t *comm;
+        incmoe_status_t st = create(job, rank, n, &comm);
+        if (st != INCMOE_OK)
+            return "create: " + std::string(incmoe_strerror(st));
+        CHECK_OK(harness::barrier_wait(comm));
+        if (rank == 3)
+            _exit(0);
+        st = harness::barrier_wait(comm);
+        if (st != INCMOE_ERR_PEER_FAILED)
+            return why(comm, st, "the barrier without rank 3");
+        if (rank == 2) { /* alive (its communicator heartbeats), until the others are done */
+            harness::await_at_least(&b->shrunk, 2, 4 * kTimeoutMs / 1000.0 + 10);
+            harness::destroy_then_free(comm);
+            return "";
+        }
+        double t0 = inc_now_s();
+        incmoe_comm_t *fresh = nullptr;
+        st = incmoe_comm_shrink(comm, &fresh);
+        double took = inc_now_s() - t0;
+        std::string text = harness::comm_text(comm);
+        harness::bump(&b->shrunk);
+        harness::destroy_then_free(comm);
+        if (st == INCMOE_OK) {
+            incmoe_comm_destroy(fresh);
+            return "the shrink succeeded without rank 2";
+        }
+        if (st != INCMOE_ERR_TIMEOUT || text.find("rank(s) 2 never asked") == std::string::npos)
+            return "failed with " + std::string(incmoe_strerror(st)) + ": " + text;
+        if (took > 2 * kTimeoutMs / 1000.0 + 3)
+            return "failed only after " + std::to_string(took) + " s";
+        return "";
+    });
+    for (int r = 0; r < 3; r++)
+        EXPECT_EQ(res[r], "") << "rank " << r;
+}
+
 /* A connection asks to shrink a job it is not a member of (as a lost rank that came back and
    joined some job would): refused with a reason; asking for its own job of one rank works. */
 TEST(ShrinkRefusal, ShrinkOfAnotherJobIsRefusedWithAReason)
