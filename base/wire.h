@@ -41,10 +41,11 @@
  *              status 0: the new job's id, this rank's number in it (the
  *              askers renumbered densely in ascending old rank order) and
  *              its size; the ranks then JOIN that job as any job.  status
- *              not 0: the shrink failed for good (a member lost while it was
- *              under way, the job's timeout passed with members that never
- *              asked, a sender that is not a member); reason says why, and
- *              every asker hears it.  A JOIN naming a job that was shrunk
+ *              not 0: the shrink failed for good (a member lost after it
+ *              asked and before the answer, the job's timeout passed with
+ *              members that never asked, a sender that is not a member);
+ *              reason says why, and every asker hears it.  A member lost
+ *              without asking is left out.  A JOIN naming a job that was shrunk
  *              (of the last INC_SHRUNK_IDS the switch remembers) is refused.
  *
  * Collectives (hdr.stream, hdr.epoch name one collective of a job):

@@ -530,15 +530,26 @@ def shrink_switch_seeds():
     s += smsg(1, hdr(SHRINK, job, rank=1)) + smsg(0, hdr(SHRINK, job, rank=0)) + complete()
     s += smsg(0, hdr(LEAVE, job, rank=0)) + smsg(1, hdr(LEAVE, job, rank=1)) + complete()
     write("switch_msg", "shrink_on_request", s)
-    # A second loss while the shrink is under way, a SHRINK naming another rank, a tick.
+    # A rank lost without asking while the shrink is under way (left out), a SHRINK naming
+    # another rank, a tick.
     s = join(0, job, 0, 4) + join(1, job, 1, 4) + join(2, job, 2, 4) + join(3, job, 3, 4)
     s += complete() + bytes([3 * 8 + 6]) + smsg(0, hdr(SHRINK, job, rank=0))
     s += bytes([2 * 8 + 6]) + smsg(1, hdr(SHRINK, job, rank=0)) + complete()
     s += smsg(1, hdr(SHRINK, job, rank=1)) + bytes([7, 1]) + complete() + complete()
     write("switch_msg", "shrink_second_loss", s)
+    # An asker lost before the answer: the shrink fails for good, a later ask hears why.
+    s = join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3) + complete()
+    s += smsg(0, hdr(SHRINK, job, rank=0)) + bytes([0 * 8 + 6]) + complete()
+    s += smsg(1, hdr(SHRINK, job, rank=1)) + complete() + bytes([7, 1]) + complete()
+    write("switch_msg", "shrink_asker_lost", s)
     # A SHRINK before the job formed.
     s = join(0, job, 0, 2) + smsg(0, hdr(SHRINK, job, rank=0)) + complete()
     write("switch_msg", "shrink_forming", s)
+    # A job over a tree: its rank's SHRINK is unsupported, the child switch's breaks the job.
+    s = join(0, job, 0, 2, WORKER_ADDR) + tree_join(5, job, 2, [1]) + complete()
+    s += smsg(0, hdr(SHRINK, job, rank=0)) + complete()
+    s += smsg(5, hdr(SHRINK, job, rank=1)) + complete() + complete()
+    write("switch_msg", "shrink_over_a_tree", s)
 
 
 def shrink_client_seeds():

@@ -2,9 +2,9 @@
  * shrink.c - a rank asks the switch to shrink its job (base/wire.h, SHRINK): one SHRINK on the
  * communicator's connection to the switch, then a bounded wait for the SHRINK_ACK, which the
  * proxy thread hands over here.  The switch answers once every member it still sees alive asked,
- * or fails the shrink (a member lost meanwhile, the job's timeout passed); the wait's own bound
- * covers a switch that never answers.  A failed communicator keeps heartbeating (comm.c), so the
- * switch keeps its connection for this.
+ * or fails the shrink (a member lost after it asked, the job's timeout passed); the wait's own
+ * bound covers a switch that never answers.  A failed communicator keeps heartbeating (comm.c), so
+ * the switch keeps its connection for this.
  */
 #include "shrink.h"
 

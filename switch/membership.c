@@ -510,7 +510,7 @@ job_t *member_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hd
 ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, int rndv)
 {
     job_t *job = conn->job;
-    if (h->msg == WIRE_MSG_SHRINK)
+    if (h->msg == WIRE_MSG_SHRINK && conn->role == CONN_RANK)
         return UCS_OK; /* shrink.c checks it: a failed job's survivors ask it most */
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
@@ -530,6 +530,11 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
                 "%s %d sent a message claiming job %llu rank %u",
                 conn->role == CONN_RANK ? "rank" : "the switch port of rank", conn->rank,
                 (unsigned long long)h->job, h->rank);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (h->msg == WIRE_MSG_SHRINK) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
+                "the switch port of rank %d sent SHRINK, which only ranks send", conn->rank);
         return UCS_ERR_INVALID_PARAM;
     }
     int forming_ok =

@@ -1,12 +1,15 @@
 /*
  * shrink.c - the switch's side of incmoe_comm_shrink (shrink.h, base/wire.h "SHRINK").
  *
- * Who survives is what the switch's liveness says: a member whose connection still lives when
- * every such member asked.  A rank lost before the first SHRINK is simply not among them (two
- * ranks dying together both are); one lost after it fails the shrink, as the survivors could
- * not tell whether it had asked.  The new job's id is mixed from the old one and a serial of
- * this switch, drawn again while a live job or a remembered shrunk id has it: it cannot clash
- * with a live job, and a user's own id would have to hit the same 64-bit value.
+ * Who survives is what the switch's liveness says: the members that asked, once every member
+ * whose connection lives asked.  A rank lost without asking is left out whenever it is found,
+ * before the first SHRINK or during the shrink: ranks that die together are found some
+ * milliseconds apart (or a timeout apart when silent), and the survivors, woken by the first,
+ * cannot know of the others.  A rank lost after it asked, before the answer, is a second
+ * failure: it had joined the survivors, so the shrink fails for good on every one of them.
+ * The new job's id is mixed from the old one and a serial of this switch, drawn again while a
+ * live job or a remembered shrunk id has it: it cannot clash with a live job, and a user's own
+ * id would have to hit the same 64-bit value.
  */
 #include "shrink.h"
 
@@ -198,8 +201,13 @@ void shrink_on_lost(membership_t *m, job_t *job, int rank)
     job_shrink_t *js = job->shrink;
     if (js == NULL || js->done || js->status != INCMOE_OK)
         return;
+    if (!js->asked[rank]) { /* left out: one member fewer to wait for */
+        shrink_finish(m, job);
+        return;
+    }
     char why[INCMOE_WIRE_MAX_TEXT];
-    snprintf(why, sizeof(why), "rank %d of job %llu was lost while the job shrank", rank,
+    snprintf(why, sizeof(why),
+             "rank %d of job %llu, which had asked to shrink it, was lost before the answer", rank,
              (unsigned long long)job->id);
     shrink_fail(m, job, INCMOE_ERR_PEER_FAILED, why);
 }

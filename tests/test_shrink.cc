@@ -4,10 +4,12 @@
  * renumbered densely in ascending old rank order, and run AllReduce, AllGather and a dispatch
  * with its combine on it, each checked exactly against a reference computed here from the old
  * ranks alone; a shrink on request with nobody lost; a lost rank that comes back is refused; a
- * survivor lost while the others shrink fails the shrink on each of them with a reason, within
- * a bound.  Each case also prints the survivors' first result's time from the kill.
+ * survivor lost after it asked to shrink fails the shrink on each of the others with a reason,
+ * within a bound, and so does one that never asks, after the job's timeout.  Each case also prints
+ * the survivors' first result's time from the kill.
  */
 #include <poll.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -30,14 +32,19 @@ extern "C" {
 }
 
 /* SHRINK messages this process handed to UCX: plugin/send.c's test hook, which only a test
-   program defines.  Set to a board counter by the test that needs it. */
+   program defines, counts them on a board counter set by the test that needs it; a process
+   that sets g_stop_after_shrink stops itself right after its SHRINK went (alive but silent,
+   its socket open, so the switch reads the SHRINK and then finds it silent). */
 static int *g_shrinks_sent;
+static bool g_stop_after_shrink;
 
 extern "C" void client_test_sent(int msg, size_t length)
 {
     (void)length;
     if (msg == WIRE_MSG_SHRINK && g_shrinks_sent != nullptr)
         harness::bump(g_shrinks_sent);
+    if (msg == WIRE_MSG_SHRINK && g_stop_after_shrink)
+        raise(SIGSTOP);
 }
 
 namespace
@@ -450,8 +457,31 @@ TEST_P(Shrink, LostRankThatComesBackIsRefused)
         EXPECT_EQ(res[r], "") << (r == 4 ? "the lost rank, back" : "rank " + std::to_string(r));
 }
 
-/* Rank 3 is lost; ranks 0 and 1 ask to shrink, and rank 2, once both asks are on their way,
-   dies too: the shrink fails on ranks 0 and 1 with a reason naming rank 2, within a bound. */
+/* A shrink that rank 0 or 1 of a survivors' pair waits in, and its result: "" when it failed
+   with PEER_FAILED naming rank 2 within the bound. */
+std::string expect_shrink_fails_naming_rank2(incmoe_comm_t *comm)
+{
+    double t0 = inc_now_s();
+    incmoe_comm_t *fresh = nullptr;
+    incmoe_status_t st = incmoe_comm_shrink(comm, &fresh);
+    double took = inc_now_s() - t0;
+    std::string text = harness::comm_text(comm);
+    harness::destroy_then_free(comm);
+    if (st == INCMOE_OK) {
+        incmoe_comm_destroy(fresh);
+        return "the shrink succeeded";
+    }
+    if (st != INCMOE_ERR_PEER_FAILED || text.find("rank 2 ") == std::string::npos)
+        return "failed with " + std::string(incmoe_strerror(st)) + ": " + text;
+    if (took > 2 * kTimeoutMs / 1000.0 + 3)
+        return "failed only after " + std::to_string(took) + " s";
+    return "";
+}
+
+/* Rank 3 is lost.  Rank 2 asks to shrink and is lost before the answer (it stops once its
+   SHRINK went: the switch reads it, then finds rank 2 silent), while rank 1 has asked too and
+   rank 0 not yet: the shrink fails on rank 1 with a reason naming rank 2, and on rank 0, which
+   asks once rank 1's ended, with the same reason.  Rank 0 then kills rank 2. */
 TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
 {
     harness::ExpectErrors errors_expected("rank 3 is killed, then rank 2 during the shrink");
@@ -472,30 +502,72 @@ TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
         st = harness::barrier_wait(comm);
         if (st != INCMOE_ERR_PEER_FAILED)
             return why(comm, st, "the barrier without rank 3");
-        if (!await_gone(harness::load(&b->pid[3])))
-            return "rank 3 never ended";
         if (rank == 2) {
-            harness::await_at_least(&b->shrinks_sent, 2);
+            g_stop_after_shrink = true;
+            incmoe_comm_t *fresh = nullptr;
+            incmoe_comm_shrink(comm, &fresh); /* stopped inside, killed by rank 0 */
+            return "rank 2 was not stopped";
+        }
+        if (rank == 1) {
+            harness::await_at_least(&b->shrinks_sent, 1); /* rank 2's */
+            std::string err = expect_shrink_fails_naming_rank2(comm);
+            harness::bump(&b->shrunk);
+            return err;
+        }
+        harness::await_at_least(&b->shrunk, 1, 4 * kTimeoutMs / 1000.0 + 10);
+        std::string err = expect_shrink_fails_naming_rank2(comm);
+        kill(harness::load(&b->pid[2]), SIGKILL);
+        return err;
+    });
+    g_shrinks_sent = nullptr;
+    for (int r = 0; r < 2; r++)
+        EXPECT_EQ(res[r], "") << "rank " << r;
+}
+
+/* Rank 3 is lost; ranks 0 and 1 ask to shrink, rank 2 lives on but never asks: after the
+   job's timeout the shrink fails on ranks 0 and 1 with INCMOE_ERR_TIMEOUT naming rank 2. */
+TEST_P(Shrink, MemberThatNeverAsksFailsTheShrinkAfterTheTimeout)
+{
+    harness::ExpectErrors errors_expected("rank 3 is killed, rank 2 never asks to shrink");
+    harness::SharedBoard<Board> shared;
+    Board *b = shared.get();
+    unsigned long long job = harness::unique_job_id();
+    const int n = 4;
+    auto res = harness::run_ranks(n, [&](int rank) -> std::string {
+        harness::store(&b->pid[rank], (int)getpid());
+        incmoe_comm_t *comm;
+        incmoe_status_t st = create(job, rank, n, &comm);
+        if (st != INCMOE_OK)
+            return "create: " + std::string(incmoe_strerror(st));
+        CHECK_OK(harness::barrier_wait(comm));
+        if (rank == 3)
             _exit(0);
+        st = harness::barrier_wait(comm);
+        if (st != INCMOE_ERR_PEER_FAILED)
+            return why(comm, st, "the barrier without rank 3");
+        if (rank == 2) { /* alive (its communicator heartbeats), until the others are done */
+            harness::await_at_least(&b->shrunk, 2, 4 * kTimeoutMs / 1000.0 + 10);
+            harness::destroy_then_free(comm);
+            return "";
         }
         double t0 = inc_now_s();
         incmoe_comm_t *fresh = nullptr;
         st = incmoe_comm_shrink(comm, &fresh);
         double took = inc_now_s() - t0;
         std::string text = harness::comm_text(comm);
+        harness::bump(&b->shrunk);
         harness::destroy_then_free(comm);
         if (st == INCMOE_OK) {
             incmoe_comm_destroy(fresh);
-            return "the shrink succeeded";
+            return "the shrink succeeded without rank 2";
         }
-        if (st != INCMOE_ERR_PEER_FAILED || text.find("rank 2") == std::string::npos)
+        if (st != INCMOE_ERR_TIMEOUT || text.find("rank(s) 2 never asked") == std::string::npos)
             return "failed with " + std::string(incmoe_strerror(st)) + ": " + text;
         if (took > 2 * kTimeoutMs / 1000.0 + 3)
             return "failed only after " + std::to_string(took) + " s";
         return "";
     });
-    g_shrinks_sent = nullptr;
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < 3; r++)
         EXPECT_EQ(res[r], "") << "rank " << r;
 }
 

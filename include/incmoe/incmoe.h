@@ -290,11 +290,14 @@ uint64_t incmoe_comm_job_id(const incmoe_comm_t *comm);
  * waits for members that have not asked at most the job's timeout from the
  * first ask, a member it is still detecting as dead at most that long again,
  * and the call gives up on the switch after twice the job's timeout and a
- * second.  A rank lost while the shrink is under way (after the switch got
- * the first ask) fails it for good on every survivor (INCMOE_ERR_PEER_FAILED,
- * a reason naming the rank), as does the timeout (INCMOE_ERR_TIMEOUT, naming
- * the ranks that never asked); ranks lost before the first ask, however many,
- * are simply left out.  A failed shrink leaves comm failed, and
+ * second.  A rank that asked and is lost before the answer (a second
+ * failure: it had joined the survivors) fails the shrink for good on every
+ * survivor (INCMOE_ERR_PEER_FAILED, a reason naming the rank), as does the
+ * timeout (INCMOE_ERR_TIMEOUT, naming the ranks that never asked); ranks lost
+ * without asking, however many and whenever the switch finds them (ranks that
+ * die together are found apart), are simply left out.  A rank lost after the
+ * answer fails the new job's join (bounded by the timeout).  A failed shrink
+ * leaves comm failed, and
  * incmoe_comm_error then reports the shrink's reason.  Call it once per
  * communicator (a second call: INCMOE_ERR_INVALID_ARG).
  *

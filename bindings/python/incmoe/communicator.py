@@ -204,7 +204,7 @@ class Communicator:
         densely in ascending old rank order (the new one's rank and nranks say
         how); the same switch, key, algorithm and timeouts.  This communicator
         stays yours to close.  Raises IncmoeError with the reason when the shrink
-        fails (a rank lost meanwhile, the job's timeout, a job over a switch
+        fails (a rank lost after it asked, the job's timeout, a job over a switch
         tree); this communicator then reports that reason."""
         h = self._handle()
         ptr = ctypes.c_void_p()
