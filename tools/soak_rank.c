@@ -25,7 +25,9 @@
  * With --shrink, a step that fails is followed by incmoe_comm_shrink: the
  * survivors go on from that step on the new communicator, each with its new
  * rank and the new N (the data, and so the check, follow the new numbers):
- *   shrunk at step K: rank R of N (was R0 of N0)
+ *   shrunk at step K: rank R of N (was R0 of N0), going on from step J
+ * where J, agreed by an AllReduce (min) on the new communicator, is the lowest
+ * step any survivor failed in.
  * A shrink that fails prints its FAIL line (exit 2).  A failed destroy after
  * the last step is not shrunk: there is nothing left to run.
  */
@@ -321,10 +323,26 @@ static int register_bufs(rank_t *rk, int step)
     return 0;
 }
 
-/* After a failed step: the survivors' communicator replaces rk->comm (the old one is destroyed:
-   it failed, so its result says nothing new), the buffers are registered with it. */
-static int shrink(rank_t *rk, int step)
+/* The survivors' first step on their new communicator: the lowest step any of them failed in (a
+   rank may have finished a step another failed; all must run the same next collective). */
+static int resume_step(rank_t *rk, int *step)
 {
+    incmoe_req_t req;
+    rk->in_small[0] = *step;
+    CALL(rk, *step, "incmoe_allreduce (the step to resume at)",
+         incmoe_allreduce(rk->comm, rk->mr_in_small, 0, rk->mr_out_small, 0, 1, INCMOE_INT32,
+                          INCMOE_MIN, &req));
+    CALL(rk, *step, "incmoe_wait (the step to resume at)", incmoe_wait(rk->comm, &req));
+    *step = rk->out_small[0];
+    return 0;
+}
+
+/* After a failed step: the survivors' communicator replaces rk->comm (the old one is destroyed:
+   it failed, so its result says nothing new), the buffers are registered with it, and *step
+   becomes the step all survivors go on from. */
+static int shrink(rank_t *rk, int *step_p)
+{
+    const int step = *step_p;
     incmoe_comm_t *next = NULL;
     incmoe_status_t st = incmoe_comm_shrink(rk->comm, &next);
     if (st != INCMOE_OK)
@@ -334,10 +352,15 @@ static int shrink(rank_t *rk, int step)
     rk->comm = next;
     rk->rank = incmoe_comm_rank(next);
     rk->nranks = incmoe_comm_nranks(next);
-    printf("shrunk at step %d: rank %d of %d (was %d of %d)\n", step, rk->rank, rk->nranks, was,
-           of);
-    fflush(stdout);
-    return register_bufs(rk, step);
+    int rc = register_bufs(rk, step);
+    if (rc == 0)
+        rc = resume_step(rk, step_p);
+    if (rc == 0) {
+        printf("shrunk at step %d: rank %d of %d (was %d of %d), going on from step %d\n", step,
+               rk->rank, rk->nranks, was, of, *step_p);
+        fflush(stdout);
+    }
+    return rc;
 }
 
 static int run(rank_t *rk)
@@ -369,8 +392,8 @@ static int run(rank_t *rk)
                                                              : STEP_ALLREDUCE;
         rc = run_step(rk, step, kind);
         /* At most N shrinks: one that loses nobody (a fault that only stalled) must not loop. */
-        if (rc == 2 && o->shrink && shrinks++ < o->nranks && (rc = shrink(rk, step)) == 0) {
-            step--; /* the same step again, on the survivors' communicator */
+        if (rc == 2 && o->shrink && shrinks++ < o->nranks && (rc = shrink(rk, &step)) == 0) {
+            step--; /* the loop's step++ comes back to the step to resume at */
             continue;
         }
         if (rc != 0)
