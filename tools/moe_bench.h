@@ -4,8 +4,9 @@
  * or one rank of a job) over moe_bench_rank.c (one rank: the layer, its
  * forwards, their checks), moe_bench_table.c (the table rank 0 prints),
  * moe_bench_ref.c (the fp64 reference), moe_bench_data.c (the problem data
- * and the routing), moe_bench_decode.c (the decode rows' bound) and
- * moe_bench_args.c (the command line).
+ * and the routing), moe_bench_placement.c (the placement with replicas),
+ * moe_bench_decode.c (the decode rows' bound) and moe_bench_args.c (the
+ * command line).
  */
 #ifndef INCMOE_TOOLS_MOE_BENCH_H
 #define INCMOE_TOOLS_MOE_BENCH_H
@@ -46,6 +47,12 @@ typedef struct {
     const char *model;
     incmoe_moe_backend_t backend;
     int in_process; /* ranks as threads of this process */
+    /* --extra-slots: expert slots per rank beyond E/N for replicas, 0: contiguous placement;
+       the placement is chosen from place_tokens tokens per rank of seed place_seed
+       (moe_bench_placement.c) into place_offsets and place_ranks (NULL: contiguous). */
+    int extra_slots, place_tokens, place_seed_set;
+    uint64_t place_seed;
+    int *place_offsets, *place_ranks;
 } opts_t;
 
 /* One measurement: an algorithm, a routing, a token count, a mode. */
@@ -93,6 +100,21 @@ double mb_link_mbps(const opts_t *o);
    a row up once and down to each other rank of its set (the combine's the same): -1 out of
    memory. */
 double mb_decode_rows(const opts_t *o, int T);
+
+/* ---- moe_bench_placement.c: the placement with replicas (--extra-slots) ---- */
+
+/* Chooses the placement of --extra-slots (nothing without): 0; 1 after saying why. */
+int mb_placement_choose(opts_t *o);
+void mb_placement_free(opts_t *o);
+/* The experts rank hosts, ascending, into experts[] (room for E; NULL: only counted): how
+   many. */
+int mb_placement_hosted(const opts_t *o, int rank, int *experts);
+/* The header lines of a placement with replicas (nothing without). */
+void mb_placement_print(const opts_t *o);
+/* The busiest rank's received rows of the timed tokens at T tokens per rank on the placement
+   (with 1; the contiguous one without replicas with 0), as incmoe_moe_placement_rows replays
+   the layer's per-token rule; -1 on a failure (said). */
+int64_t mb_placement_busiest(const opts_t *o, int T, int with);
 
 /* ---- moe_bench_ref.c: the fp64 reference ---- */
 

@@ -1,7 +1,7 @@
 # incmoe-moe-bench, the MoE layer benchmark.  Included by tools/Makefile.am.
 bin_PROGRAMS += incmoe-moe-bench
 incmoe_moe_bench_SOURCES = moe_bench.c moe_bench.h moe_bench_rank.c moe_bench_table.c moe_bench_ref.c \
-	moe_bench_data.c moe_bench_args.c moe_bench_decode.c
+	moe_bench_data.c moe_bench_args.c moe_bench_decode.c moe_bench_placement.c
 incmoe_moe_bench_CPPFLAGS = $(INCMOE_CPPFLAGS)
 incmoe_moe_bench_LDADD = libincmoe_tools.la $(top_builddir)/moe/libincmoe_moe.la \
 	$(top_builddir)/plugin/libincmoe.la -lm -lpthread
