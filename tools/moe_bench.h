@@ -86,9 +86,9 @@ double mb_get(const void *base, size_t i, incmoe_dtype_t dt);
 void mb_fill_weights(const opts_t *o, int e, int which, void *dst);
 /* Token inputs and routing of rank r at token count T (deterministic for the seed). */
 void mb_make_tokens(const opts_t *o, int r, int T, void *x, int32_t *ids, float *w);
-/* This rank's T tokens under the contiguous placement: the other ranks a token goes to, on
-   average (k-bar), and the share of tokens some other rank needs (u). */
-void mb_routing_stats(const opts_t *o, int rank, int T, const int32_t *ids, double *kbar_p,
+/* This rank's T tokens, served by serve[T][k] (mb_serving_ranks): the other ranks a token
+   goes to, on average (k-bar), and the share of tokens some other rank needs (u). */
+void mb_routing_stats(const opts_t *o, int rank, int T, const int32_t *serve, double *kbar_p,
                       double *ufrac_p);
 
 /* ---- moe_bench_decode.c: the decode rows' bound ---- */
@@ -115,6 +115,10 @@ void mb_placement_print(const opts_t *o);
    (with 1; the contiguous one without replicas with 0), as incmoe_moe_placement_rows replays
    the layer's per-token rule; -1 on a failure (said). */
 int64_t mb_placement_busiest(const opts_t *o, int T, int with);
+/* out[T][k]: the rank serving each of rank's T tokens' pairs (ids [T][k]): the expert's
+   contiguous rank, or with replicas the layer's per-token rule over this rank's tokens from
+   zero load (its decode step's). */
+void mb_serving_ranks(const opts_t *o, int rank, int T, const int32_t *ids, int32_t *out);
 
 /* ---- moe_bench_ref.c: the fp64 reference ---- */
 

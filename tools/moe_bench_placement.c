@@ -6,12 +6,16 @@
  * yesterday's load serves today's), so every rank runs the same table; which
  * experts a rank hosts; the header lines that describe it; and the busiest
  * rank's received rows per forward that incmoe_moe_placement_rows replays.
- * Without --extra-slots the experts sit contiguously, as before.
+ * Without --extra-slots the experts sit contiguously, as before.  Which rank
+ * serves each of a rank's (token, expert) pairs is the layer's rule
+ * (moe/replica_choice.c, compiled into the bench as tests/moe.mk takes it)
+ * as the decode step runs it: over the rank's own tokens from zero load.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "moe_bench.h"
+#include "replica_choice.h"
 
 /* Every rank's T tokens of the seed: the sample's ids into *ids_p (the caller frees them).
    0, or -1 out of memory. */
@@ -150,4 +154,22 @@ int64_t mb_placement_busiest(const opts_t *o, int T, int with)
 out:
     free(ids), free(off), free(rk);
     return most;
+}
+
+/* out[T][k]: the rank serving each of rank's T tokens' pairs (ids [T][k]): the expert's
+   contiguous rank, or with replicas the layer's per-token rule over this rank's tokens in
+   order from zero load (its decode step's; the bulk path also corrects for the other ranks'
+   forced rows, incmoe_moe.h "Replicas"). */
+void mb_serving_ranks(const opts_t *o, int rank, int T, const int32_t *ids, int32_t *out)
+{
+    const int per = o->E / o->nranks;
+    if (o->place_offsets == NULL) {
+        for (size_t i = 0; i < (size_t)T * o->k; i++)
+            out[i] = ids[i] / per;
+        return;
+    }
+    const incmoe_moe_placement_t p = {o->place_offsets, o->place_ranks};
+    int64_t load[MAX_RANKS] = {0};
+    for (int t = 0; t < T; t++)
+        replica_choose(&p, ids + (size_t)t * o->k, o->k, rank, load, out + (size_t)t * o->k);
 }

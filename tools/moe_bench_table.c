@@ -269,8 +269,7 @@ static void print_decode(const opts_t *o, const table_t *tb)
     printf("decode %8s %-5s %-13s %-9s %10s %6s %9s %10s %8s\n", "tok/rank", "algo", "routing",
            "mode", "ms", "rows", "ffn_ms", "bound_ms", "t/bound");
     for (int t = 0; t < o->ntokens; t++) {
-        double rows = o->place_offsets != NULL ? (double)mb_placement_busiest(o, o->tokens[t], 1)
-                                               : mb_decode_rows(o, o->tokens[t]);
+        double rows = mb_decode_rows(o, o->tokens[t]);
         for (int ai = 0; ai < o->nalgos; ai++)
             for (int gi = 0; gi < o->nroutings; gi++)
                 for (int mi = 0; mi < o->nmodes; mi++) {
