@@ -201,6 +201,10 @@ TEST(MoeBenchReplicas, BadExtraSlotsAreRefusedWithTheReason)
     EXPECT_EQ(r.status, 2) << describe(r);
     EXPECT_NE(r.err.find("--extra-slots 13 is more than E - E/N = 12"), std::string::npos)
         << describe(r);
+    r = run_replicated({"--placement-seed", "3"});
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_NE(r.err.find("--placement-seed seeds --extra-slots's sample"), std::string::npos)
+        << describe(r);
     r = run_replicated({"--extra-slots", "1", "--placement-tokens", "0"});
     EXPECT_EQ(r.status, 2) << describe(r);
     EXPECT_NE(r.err.find("bad value '0' for --placement-tokens"), std::string::npos) << describe(r);

@@ -333,6 +333,10 @@ int mb_check_opts(const opts_t *o)
                 o->extra_slots, o->E - o->E / o->nranks);
         return -1;
     }
+    if (o->place_seed_set && o->extra_slots == 0) {
+        fprintf(stderr, "incmoe-moe-bench: --placement-seed seeds --extra-slots's sample\n");
+        return -1;
+    }
     if (o->extra_slots > 0 && o->backend != INCMOE_MOE_BACKEND_CPU) {
         fprintf(stderr, "incmoe-moe-bench: --extra-slots: replicated experts run on the cpu "
                         "backend only (incmoe_moe.h, \"Replicas\")\n");
