@@ -7,8 +7,8 @@
 # a2a; then the MoE layer (incmoe-moe-bench, pipelined masked in-network, 1024 tokens per rank)
 # under uniform routing, zipf:1.0, and zipf:1.0 with one extra slot.  Three rounds, every
 # configuration alternating within a round on one testbed.
-#   bench/data/issue29/dc/run.sh BUILD N RATE TESTBED_ID OUTDIR [layer]
-# e.g. run.sh $PWD/build 8 100mbit 76 out layer     and    run.sh $PWD/build 16 50mbit 76 out
+#   [ALGOS="inc a2a"] bench/data/issue29/dc/run.sh BUILD N RATE TESTBED_ID OUTDIR [layer]
+# e.g. run.sh $PWD/build 8 100mbit 76 out layer     and    ALGOS=inc run.sh $PWD/build 16 50mbit 76 out
 set -u
 B=$1 N=$2 RATE=$3 ID=$4 OUT=$5 LAYER=${6:-}
 mkdir -p "$OUT"
@@ -20,7 +20,7 @@ run() { # NAME CMD...: one run on the testbed, output into OUT/nN-NAME-rR.txt
         > "$OUT/n$N-$name-r$r.txt" 2>&1
 }
 for r in 1 2 3; do
-    for algo in inc a2a; do
+    for algo in ${ALGOS:-inc a2a}; do
         for cfg in uniform zipf zipf-rep1; do
             route=zipf:1.0 extra=()
             [ "$cfg" = uniform ] && route=uniform
