@@ -1308,6 +1308,74 @@ TEST(Tree, ManyChunksThroughAWindowOfOneOnThreeLevels)
     window_rounds(three_levels(), "1");
 }
 
+TEST(Tree, ManyChunksThroughAWindowOfTwoOnTwoLevels)
+{
+    window_rounds(two_leaves_of_two(), "2");
+}
+
+/* Epoch k of reduce_scatter_epochs: owner b's block holds valid(k, b) floats, none for every
+   third owner (shifted by k), else 1 to 4 chunks of 4 KiB and a part. */
+size_t rs_epoch_valid(int k, int b)
+{
+    return (b + k) % 3 == 0 ? 0 : (size_t)((b + 2 * k) % 4) * 1024 + 100 + 7 * b;
+}
+
+/*
+ * ReduceScatter partials go down each link under a window per owner, in (epoch, chunk) order
+ * (switch/tree.c): eight ReduceScatters of unequal blocks, some empty, all posted before any
+ * is waited for, through a window of 1 on three levels.  Each owner's partials of later epochs
+ * wait for its earlier ones (and pass its empty blocks); every element is exact (the tree
+ * order) and nothing past a block's valid floats is written.
+ */
+TEST(Tree, ReduceScatterEpochsOfUnequalBlocksThroughAWindowOfOne)
+{
+    const Topology topo = three_levels();
+    const uint64_t chunk = 4096;
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, {"--link-window", "1"})));
+    auto res = run_job(tree, topo, chunk, [](Rank &r) -> std::string {
+        const int epochs = 8;
+        const size_t stride = 4 * 1024 + 200; /* floats: the largest valid block fits */
+        const float canary = -7.0f;
+        std::vector<std::vector<float> *> partial(epochs), reduced(epochs);
+        std::vector<incmoe_req_t> reqs(epochs);
+        for (int k = 0; k < epochs; k++) {
+            partial[k] = &buffer<float>(stride * r.n);
+            reduced[k] = &buffer<float>(stride, canary);
+            std::vector<size_t> valid(r.n);
+            for (int b = 0; b < r.n; b++) {
+                valid[b] = rs_epoch_valid(k, b) * 4;
+                for (size_t i = 0; i < stride; i++)
+                    (*partial[k])[b * stride + i] = F32::input(input_hash(300 + k, r.me, b, i));
+            }
+            incmoe_mr_t *mp, *mr;
+            CHECK_OK_ON(r.comm,
+                        incmoe_mem_register(r.comm, partial[k]->data(), stride * r.n * 4, &mp));
+            CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, reduced[k]->data(), stride * 4, &mr));
+            incmoe_layout_t l = {stride * 4, 0, stride * 4, valid.data()};
+            CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32,
+                                                     INCMOE_SUM, &reqs[k]));
+        }
+        for (auto &q : reqs)
+            CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &q));
+        for (int k = 0; k < epochs; k++) {
+            const size_t valid = rs_epoch_valid(k, r.me);
+            for (size_t i = 0; i < stride; i++) {
+                std::string e =
+                    i < valid ? check_rs_element<F32>(r, (*reduced[k])[i], 300 + k, i, INCMOE_SUM)
+                    : (*reduced[k])[i] == canary ? ""
+                                                 : "written past its valid floats";
+                if (!e.empty())
+                    return "epoch " + std::to_string(k) + " element " + std::to_string(i) + ": " +
+                           e;
+            }
+        }
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
+}
+
 /* ------------------------------------------------------------------------ */
 /* dispatch and combine over a tree                                          */
 
@@ -2192,12 +2260,14 @@ TEST(TreeFaults, ParentWithoutMemoryForTheJobRefusesItOnEveryRank)
 
 /*
  * What a leaf admits holds what its parent may send it: a window of chunks per stream
- * (--link-window), not N ranks' worth of credits.  At 4 ranks, 4 KiB chunks and 2 credits a
- * leaf's bound (switch/membership.c, job_memory_bound) is 181,248 bytes plus 2 x window x 4 KiB
- * for the AllGather and AllReduce chunks from its parent: 189,440 bytes with a window of 1,
- * 705,536 with 64 (and 247,296 when the parent's chunks counted as N ranks' worth).  Leaves with
- * 256 KiB refuse the job with a window of 64 and run it, exact, with a window of 1, where its
- * chunks then move one at a time down each link.
+ * (--link-window), and for the ReduceScatter partials one per owner, not N ranks' worth of
+ * credits.  At 4 ranks, 4 KiB chunks and 2 credits a leaf's bound (switch/membership.c,
+ * job_memory_bound) is 148,224 bytes plus (2 + 4) x window x 4 KiB for the AllGather and
+ * AllReduce chunks and the 4 owners' partials from its parent: 172,800 bytes with a window of
+ * 1, 1,721,088 with 64 (and 247,296 when the parent's chunks counted as N ranks' worth).
+ * Leaves with 256 KiB refuse the job with a window of 64 and run it, exact, with a window of 1,
+ * where its chunks then move one at a time down each link; the switch fails a job whose memory
+ * would pass its bound (job_alloc), so exact results mean the bound held.
  */
 TEST(TreeFaults, ALeafAdmitsAJobByItsWindowFromTheParent)
 {
