@@ -1808,6 +1808,16 @@ TEST(TreeDc, ManyChunksThroughAWindowOfTwoOnTwoLevels)
     dc_many_chunks(false, two_leaves_of_two(), {"--link-window", "2"});
 }
 
+TEST(TreeDc, ManyChunksThroughAWindowOfOneOnTwoLevels)
+{
+    dc_many_chunks(false, two_leaves_of_two(), {"--link-window", "1"});
+}
+
+TEST(TreeDc, ManyChunksThroughAWindowOfTwoOnThreeLevels)
+{
+    dc_many_chunks(false, three_levels(), {"--link-window", "2"});
+}
+
 /*
  * Dispatch and combine rounds of `rows` rows per rank of `row_bytes` bytes through 64 KiB chunks
  * on two leaves whose links fill (UCX's TCP buffers at 8 KiB, so sends wait in UCX's pending
