@@ -5,8 +5,10 @@
  * tree is tree_join.c's.  What only a tree adds: sends up take the parent's
  * credits (a DATA or SMALL waits in order while none is left, holding its
  * item; a failed job's waiting sends go through the engine's drop hook,
- * tree_drop_up_queue), and every switch sees every rank's POST through the
- * TREE_POSTs relayed across each link once the far side posted.  One link per
+ * tree_drop_up_queue), sends down a child's window (per stream, and for the
+ * ReduceScatter partials per owner, in chunk order), and every switch sees
+ * every rank's POST through the TREE_POSTs relayed across each link once the
+ * far side posted.  One link per
  * job keeps the jobs apart at the parent exactly as ranks are: isolation,
  * memory admission and timeouts hold at every level.
  */
