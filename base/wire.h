@@ -268,8 +268,10 @@
  *   the window the child's TREE_JOIN announced, per stream: the child answers
  *   each with a CREDIT (hdr.rank its key, length 1) once it has gone on, so
  *   the child holds at most window such chunks per stream.  A ReduceScatter
- *   partial and the combine's chunks between switches take neither credit nor
- *   window (they wait for the child's own ranks: switch/tree.c), and a
+ *   partial down takes one of that window of its owner (hdr.root), per owner,
+ *   sent in (epoch, chunk) order; its CREDIT names the owner in hdr.root.  The
+ *   combine's chunks between switches take neither credit nor window (they
+ *   wait for the child's own ranks: switch/tree.c), and a
  *   SMALL_FWD answers the child's own SMALL, which took a credit; a SMALL between
  *   switches carries the sender side's contribution in the same layouts as a
  *   rank's, over the ranks it covers (AllGather: their blocks, ascending rank;
@@ -427,14 +429,13 @@
 /* How many streams a job has (incmoe_stream_t). */
 #define INC_STREAM_COUNT ((int)INCMOE_STREAM_COMBINE + 1)
 
-#define INCMOE_AM_ID      7
-#define INCMOE_WIRE_MAGIC 0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION                                                                        \
-    8 /* 8: a child switch's window (TREE_JOIN, CREDIT up); SHRINK, SHRINK_ACK */
-#define INCMOE_WIRE_MAX_ADDR   4096 /* bytes of one rank address in JOIN */
-#define INCMOE_WIRE_TOKEN      16   /* bytes of a session or ring token */
-#define INCMOE_WIRE_MAX_TEXT   256  /* bytes of an ERROR reason */
-#define INCMOE_WIRE_MAX_WINDOW 4096 /* a child switch's window (TREE_JOIN) */
+#define INCMOE_AM_ID           7
+#define INCMOE_WIRE_MAGIC      0x4d434e49u /* "INCM" little-endian */
+#define INCMOE_WIRE_VERSION    9           /* 9: RS partials down a window per owner */
+#define INCMOE_WIRE_MAX_ADDR   4096        /* bytes of one rank address in JOIN */
+#define INCMOE_WIRE_TOKEN      16          /* bytes of a session or ring token */
+#define INCMOE_WIRE_MAX_TEXT   256         /* bytes of an ERROR reason */
+#define INCMOE_WIRE_MAX_WINDOW 4096        /* a child switch's window (TREE_JOIN) */
 /* Epochs of one stream the switch keeps open per job (see "Epoch window" above). */
 #define INCMOE_WIRE_OPEN_EPOCHS (4 * INCMOE_STREAM_WINDOW)
 

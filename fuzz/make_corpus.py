@@ -9,7 +9,7 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 8
+MAGIC, VERSION = 0x4D434E49, 9
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, PEER_HELLO,
  RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD, PLAN, PEER_PLAN, PEER_ROWS, PEER_PARTIALS,
  PEER_CREDIT, TREE_JOIN, TREE_POST, LL, LL_FWD, PEER_LL, SHRINK, SHRINK_ACK) = range(1, 28)
@@ -652,6 +652,21 @@ def tree_child_seeds():
                          total=192, sig=sig, chunk=off // CHUNK, dtype=UINT8), bytes(n))
     s += complete() + complete() + bytes([7, 1])
     write("switch_child", "tree_child_parent_past_its_window", s)
+
+    # The parent sends a third ReduceScatter partial of rank 0 while that owner's window of 2
+    # is spent (wire 9: a window per owner): the child fails the job.
+    s = join(0, job, 0, 3, WORKER_ADDR) + join(1, job, 1, 3, WORKER_ADDR) + complete()
+    s += join_ack(5, job, 3) + complete()
+    sizes = [192, 192, 192]
+    sig = signature(RS, FLOAT32, SUM, sizes)
+    s += post(0, job, 0, RS, 1, 192, dtype=FLOAT32, sig=sig)
+    s += post(1, job, 1, RS, 1, 192, dtype=FLOAT32, sig=sig)
+    s += tree_post(5, job, 2, RS, 1, [0, 0, 192], sig, dtype=FLOAT32)
+    for off, n in chunks(192):
+        s += smsg(5, hdr(FWD, job, rank=0, stream=RS, epoch=1, root=0, offset=off, length=n,
+                         total=192, sig=sig, chunk=off // CHUNK, dtype=FLOAT32), bytes(n))
+    s += complete() + complete() + bytes([7, 1])
+    write("switch_child", "tree_child_parent_partials_past_the_owners_window", s)
 
 
 if __name__ == "__main__":

@@ -144,13 +144,20 @@ static void item_return_credits(item_t *it)
     job_t *job = it->ci.job;
     coll_t *c = it->ci.coll;
     for (int r = 0; r < job->nranks; r++) {
-        /* The parent's took one of this switch's window, or on a stream without one nothing */
-        if (!it->arrived[r] || (r == job->parent_rep && !tree_windowed(c->stream)))
+        /* The parent's took one of this switch's window (a ReduceScatter's, its owner's), or
+           on a stream without one nothing */
+        const int partial = r == job->parent_rep && c->stream == INCMOE_STREAM_REDUCESCATTER;
+        if (!it->arrived[r] || (r == job->parent_rep && !tree_windowed(c->stream) && !partial))
             continue;
-        job->inflight[r][c->stream]--;
+        if (partial)
+            tree_parent_partial_done(job, it->root);
+        else
+            job->inflight[r][c->stream]--;
         struct inc_wire_hdr h;
         coll_hdr_init(&h, WIRE_MSG_CREDIT, job, c);
         h.length = 1;
+        if (partial)
+            h.root = it->root; /* whose window */
         if (r == job->parent_rep)
             h.rank = (uint32_t)job->up_rank; /* a child speaks for its port */
         send_control(job->members, job->conns[r], &h);
@@ -205,6 +212,10 @@ static void forward_copy(coll_item_t *ci, int p, void *arg)
         return;
     }
     f->h.rank = (uint32_t)p;
+    if (job->conns[p]->role == CONN_CHILD && f->stream == INCMOE_STREAM_REDUCESCATTER) {
+        tree_send_partial_down(job->members, job, p, ci, f->cls, &f->h, f->payload);
+        return;
+    }
     if (job->conns[p]->role == CONN_CHILD && tree_windowed(f->stream)) {
         tree_send_down(job->members, job, p, ci, f->cls, &f->h, f->payload, NULL);
         return;
@@ -481,6 +492,8 @@ static int data_allowed(job_t *job, int me, int down, const struct inc_wire_hdr 
                 (unsigned long long)h->total, (unsigned long long)chunk);
         return 0;
     }
+    if (me == job->parent_rep && stream == INCMOE_STREAM_REDUCESCATTER)
+        return tree_parent_partial_in(job->members, job, h->root); /* its owner's window */
     if (me == job->parent_rep && !tree_windowed(stream))
         return 1; /* the parent's take no window on this stream (tree.c) */
     return coll_credit_left(job->members, job, me, stream);

@@ -171,7 +171,7 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
     case WIRE_MSG_CREDIT: /* a child switch's window (tree.c) */
         if (conn->role != CONN_CHILD)
             break;
-        tree_down_credit(&eng->members, job, conn->rank, h->stream, h->length);
+        tree_down_credit(&eng->members, job, conn->rank, h->stream, h->root, h->length);
         return UCS_OK;
     default: {
         coll_msg_fn fn = member_entry(conn, h);

@@ -92,11 +92,10 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
     const size_t c = set->chunk_size, n = (size_t)nranks;
     size_t bound = (size_t)set->credits * ((c + 8 * n) * n * 3 + c * 3 + c * 3);
     /* Below a parent (tree.c) its AllGather blocks and AllReduce results take this switch's
-       window, a window of chunks per stream.  Its ReduceScatter partials take none: what it
-       sends ahead of this switch's own ranks is bounded by its credits toward the ranks'
-       partials this switch owes it, counted here as N more ranks' worth. */
+       window, a window of chunks per stream, and its ReduceScatter partials a window per
+       owner beneath this switch (at most N owners). */
     if (set->parent[0] != '\0')
-        bound += (size_t)set->link_window * c * 2 + (size_t)set->credits * (c + 8 * n) * n;
+        bound += (size_t)set->link_window * c * (2 + n);
     return bound;
 }
 
@@ -223,6 +222,7 @@ static void job_free(job_t *job)
     free(job->conns);
     free(job->inflight);
     free(job->down);
+    free(job->owners);
     free(job->rep);
     shrink_free(job);
     free(job);

@@ -24,7 +24,18 @@ typedef struct link_window {
     uint32_t left[INC_STREAM_COUNT];
     uint32_t granted; /* per stream */
     struct link_send *head[INC_STREAM_COUNT], *tail[INC_STREAM_COUNT];
+    struct link_send *partials; /* ReduceScatter partials down, waiting for their owner's window
+                                   or turn (tree.c), in no order */
 } link_window_t;
+
+/* A rank as the owner of ReduceScatter blocks over a tree (tree.c): its partials go down each
+   link under a window of their own, in (epoch, chunk) order. */
+typedef struct tree_owner {
+    uint32_t left;        /* the window left toward the child switch port covering it */
+    uint32_t from_parent; /* below a parent: its partials the parent sent, not yet credited */
+    uint64_t next_epoch;  /* the next of its partials to go down: (next_epoch, next_chunk) */
+    uint32_t next_chunk;
+} tree_owner_t;
 
 typedef struct job {
     struct job *next;
@@ -66,6 +77,7 @@ typedef struct job {
     /* [nranks], by a child switch port's key: the window its TREE_JOIN announced for the FWDs
        down (tree.c); NULL without child switches. */
     link_window_t *down;
+    tree_owner_t *owners;      /* [nranks] by owner (tree.c); NULL until a tree needs it */
     trips_t trips;             /* its ranks' messages (trips.c), logged when it is released */
     struct job_shrink *shrink; /* shrink.c's, from the first SHRINK; NULL before */
 } job_t;

@@ -307,6 +307,17 @@ typename A::T side_partial(const TreeOrder &t, int s, int toward, const typename
     return fold<A>(op, vals, n);
 }
 
+/* A ReduceScatter root's block: the others' n partials folded, then the root's own applied last
+   (its own alone where there are no others). */
+template <class A>
+typename A::T root_last(const typename A::T *others, int n, typename A::T own, incmoe_redop_t op)
+{
+    if (n == 0)
+        return own;
+    typename A::T last[2] = {fold<A>(op, others, n), own};
+    return fold<A>(op, last, 2);
+}
+
 /* Rule "ReduceScatter over a tree": root r's block is reduced at r's switch over its ports but
    r's own, in ascending key order, then r applies its own partial last. */
 template <class A>
@@ -318,10 +329,7 @@ typename A::T rs_tree(const TreeOrder &t, int r, const typename A::T *in, incmoe
     for (const Port &p : t.ports(s))
         if (!(p.kind == RANK_PORT && p.peer == r))
             vals[n++] = port_partial<A>(t, s, p, in, op);
-    if (n == 0)
-        return in[r];
-    typename A::T last[2] = {fold<A>(op, vals, n), in[r]};
-    return fold<A>(op, last, 2);
+    return root_last<A>(vals, n, in[r], op);
 }
 
 /* Rule "AllReduce up": switch s reduces its ports but the parent, in ascending key order: a
@@ -356,10 +364,7 @@ template <class A> typename A::T rs_flat(int r, int n, const typename A::T *in, 
     for (int q = 0; q < n; q++)
         if (q != r)
             others[k++] = in[q];
-    if (k == 0)
-        return in[r];
-    typename A::T last[2] = {fold<A>(op, others, k), in[r]};
-    return fold<A>(op, last, 2);
+    return root_last<A>(others, k, in[r], op);
 }
 
 template <class A> typename A::T ar_flat(int n, const typename A::T *in, incmoe_redop_t op)
@@ -415,6 +420,22 @@ bool dc_far_side(const TreeOrder &t, int sw, int toward, uint64_t set, const typ
     return true;
 }
 
+/* Owner s's combined row from the others' n values: folded, then s's own partial op them last if
+   the set holds s; s's own partial, or zeros, where there are no others. */
+template <class A>
+typename A::T owner_last(int s, uint64_t set, const typename A::T *others, int n,
+                         const typename A::T *in, incmoe_redop_t op)
+{
+    const bool own = (set >> s) & 1;
+    if (n == 0)
+        return own ? in[s] : typename A::T();
+    typename A::T folded = fold<A>(op, others, n);
+    if (!own)
+        return folded;
+    typename A::T last[2] = {in[s], folded}; /* the owner: its own partial op the others' */
+    return fold<A>(op, last, 2);
+}
+
 /* Rule "a combined row over a tree": owner s's row whose set is `set`, from in[d], rank d's
    partial of it: s's switch reduces, in ascending key order, its ports but s's own whose side
    holds a rank of the set (a rank port its partial, a switch port its far side), and s applies
@@ -435,14 +456,7 @@ typename A::T dc_tree(const TreeOrder &t, int s, uint64_t set, const typename A:
         else if (dc_far_side<A>(t, p.peer, sw, set, in, op, &vals[n]))
             n++;
     }
-    const bool own = (set >> s) & 1;
-    if (n == 0)
-        return own ? in[s] : typename A::T();
-    typename A::T others = fold<A>(op, vals, n);
-    if (!own)
-        return others;
-    typename A::T last[2] = {in[s], others}; /* the owner: its own partial op the switch's */
-    return fold<A>(op, last, 2);
+    return owner_last<A>(s, set, vals, n, in, op);
 }
 
 /* The one-switch order: the others in the set in ascending rank order, the owner's last. */
@@ -454,14 +468,7 @@ typename A::T dc_flat(int s, int n, uint64_t set, const typename A::T *in, incmo
     for (int d = 0; d < n; d++)
         if (d != s && ((set >> d) & 1))
             others[k++] = in[d];
-    const bool own = (set >> s) & 1;
-    if (k == 0)
-        return own ? in[s] : typename A::T();
-    typename A::T r = fold<A>(op, others, k);
-    if (!own)
-        return r;
-    typename A::T last[2] = {in[s], r};
-    return fold<A>(op, last, 2);
+    return owner_last<A>(s, set, others, k, in, op);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1071,6 +1078,59 @@ TEST(Tree, AJobWhollyUnderOneLeafGivesTheOneSwitchResults)
     every_collective_on({{-1, 0, 0}, {2, 2, 2}}, 1);
 }
 
+/* One rank's buffers for an AllGather and a ReduceScatter of `block` floats per rank and an
+   AllReduce of `vector` floats, their inputs drawn from the three seeds. */
+struct Rounds {
+    size_t block, vector;
+    uint64_t ag_seed, rs_seed, ar_seed;
+    std::vector<float> *own, *gathered, *partial, *reduced, *vec;
+    incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
+};
+
+/* Fills b's buffers with their inputs and registers them; "" or why not. */
+std::string rounds_prepare(Rank &r, Rounds &b)
+{
+    b.own = &buffer<float>(b.block);
+    b.gathered = &buffer<float>(b.block * r.n);
+    b.partial = &buffer<float>(b.block * r.n);
+    b.reduced = &buffer<float>(b.block);
+    b.vec = &buffer<float>(b.vector);
+    for (size_t i = 0; i < b.block; i++)
+        (*b.own)[i] = F32::input(input_hash(b.ag_seed, r.me, 0, i));
+    for (int q = 0; q < r.n; q++)
+        for (size_t i = 0; i < b.block; i++)
+            (*b.partial)[q * b.block + i] = F32::input(input_hash(b.rs_seed, r.me, q, i));
+    for (size_t i = 0; i < b.vector; i++)
+        (*b.vec)[i] = F32::input(input_hash(b.ar_seed, r.me, 0, i));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, b.own->data(), b.block * 4, &b.mo));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, b.gathered->data(), b.block * r.n * 4, &b.mg));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, b.partial->data(), b.block * r.n * 4, &b.mp));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, b.reduced->data(), b.block * 4, &b.mr));
+    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, b.vec->data(), b.vector * 4, &b.mv));
+    return "";
+}
+
+/* Every result in b against the references; "" or the first that is wrong. */
+std::string rounds_check(Rank &r, const Rounds &b)
+{
+    for (int q = 0; q < r.n; q++)
+        for (size_t i = 0; i < b.block; i++)
+            if ((*b.gathered)[q * b.block + i] != F32::input(input_hash(b.ag_seed, q, 0, i)))
+                return "allgather block " + std::to_string(q) + " element " + std::to_string(i) +
+                       " wrong";
+    for (size_t i = 0; i < b.block; i++) {
+        std::string e = check_rs_element<F32>(r, (*b.reduced)[i], b.rs_seed, i, INCMOE_SUM);
+        if (!e.empty())
+            return e;
+    }
+    for (size_t i = 0; i < b.vector; i++) {
+        std::string e = check_ar_element<F32>(r, (*b.vec)[i], b.ar_seed, i, INCMOE_SUM);
+        if (!e.empty())
+            return e;
+    }
+    return "";
+}
+
 /*
  * AllGather and ReduceScatter band by band and an AllReduce, all posted before any is waited
  * for, each band over several chunks: the streams interleave across the tree and every result
@@ -1084,55 +1144,28 @@ TEST(Tree, AllGatherAndReduceScatterInFlightTogether)
     auto res = run_job(tree, topo, kSmallChunk, [](Rank &r) -> std::string {
         const size_t rows = 40, row = 301, bands = 5, band_rows = rows / bands; /* floats */
         const size_t stride = rows * row * 4, count = rows * row;
-        const uint64_t ag_seed = 90, rs_seed = 91, ar_seed = 92;
-        auto &own = buffer<float>(count);
-        auto &gathered = buffer<float>(count * r.n);
-        auto &partial = buffer<float>(count * r.n);
-        auto &reduced = buffer<float>(count);
-        auto &vec = buffer<float>(count);
-        for (size_t i = 0; i < count; i++) {
-            own[i] = F32::input(input_hash(ag_seed, r.me, 0, i));
-            vec[i] = F32::input(input_hash(ar_seed, r.me, 0, i));
-        }
-        for (int b = 0; b < r.n; b++)
-            for (size_t i = 0; i < count; i++)
-                partial[b * count + i] = F32::input(input_hash(rs_seed, r.me, b, i));
-        incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, own.data(), count * 4, &mo));
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, gathered.data(), count * r.n * 4, &mg));
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, partial.data(), count * r.n * 4, &mp));
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, reduced.data(), count * 4, &mr));
-        CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), count * 4, &mv));
+        Rounds b = {count, count, 90, 91, 92};
+        std::string e = rounds_prepare(r, b);
+        if (!e.empty())
+            return e;
         std::vector<incmoe_req_t> reqs;
         for (size_t band = 0; band < bands; band++) {
             size_t off = band * band_rows * row * 4;
             incmoe_layout_t l = {stride, off, band_rows * row * 4, nullptr};
             incmoe_req_t ag, rs;
-            CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, mo, off, mg, 0, &l, &ag));
-            CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, mp, 0, mr, off, &l, INCMOE_FLOAT32,
+            CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, b.mo, off, b.mg, 0, &l, &ag));
+            CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, b.mp, 0, b.mr, off, &l, INCMOE_FLOAT32,
                                                      INCMOE_SUM, &rs));
             reqs.push_back(ag);
             reqs.push_back(rs);
         }
         incmoe_req_t ar;
-        CHECK_OK_ON(r.comm,
-                    incmoe_allreduce(r.comm, mv, 0, mv, 0, count, INCMOE_FLOAT32, INCMOE_SUM, &ar));
+        CHECK_OK_ON(r.comm, incmoe_allreduce(r.comm, b.mv, 0, b.mv, 0, count, INCMOE_FLOAT32,
+                                             INCMOE_SUM, &ar));
         reqs.push_back(ar);
         for (auto &q : reqs)
             CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &q));
-        for (int b = 0; b < r.n; b++)
-            for (size_t i = 0; i < count; i++)
-                if (gathered[b * count + i] != F32::input(input_hash(ag_seed, b, 0, i)))
-                    return "allgather block " + std::to_string(b) + " element " +
-                           std::to_string(i) + " wrong";
-        for (size_t i = 0; i < count; i++) {
-            std::string e = check_rs_element<F32>(r, reduced[i], rs_seed, i, INCMOE_SUM);
-            if (e.empty())
-                e = check_ar_element<F32>(r, vec[i], ar_seed, i, INCMOE_SUM);
-            if (!e.empty())
-                return e;
-        }
-        return "";
+        return rounds_check(r, b);
     });
     EXPECT_EQ(harness::failures(res), "");
     tree_stop(&tree);
@@ -1209,51 +1242,21 @@ TEST(Tree, HundredsOfBackToBackCollectives)
    AllReduce of `vector` floats, each checked against the references. */
 std::string big_rounds(Rank &r, size_t block, size_t vector)
 {
-    const uint64_t ag_seed = 110, rs_seed = 111, ar_seed = 112;
-    auto &own = buffer<float>(block);
-    auto &gathered = buffer<float>(block * r.n);
-    auto &partial = buffer<float>(block * r.n);
-    auto &reduced = buffer<float>(block);
-    auto &vec = buffer<float>(vector);
-    for (size_t i = 0; i < block; i++)
-        own[i] = F32::input(input_hash(ag_seed, r.me, 0, i));
-    for (int b = 0; b < r.n; b++)
-        for (size_t i = 0; i < block; i++)
-            partial[b * block + i] = F32::input(input_hash(rs_seed, r.me, b, i));
-    for (size_t i = 0; i < vector; i++)
-        vec[i] = F32::input(input_hash(ar_seed, r.me, 0, i));
-    incmoe_mr_t *mo, *mg, *mp, *mr, *mv;
-    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, own.data(), block * 4, &mo));
-    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, gathered.data(), block * r.n * 4, &mg));
-    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, partial.data(), block * r.n * 4, &mp));
-    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, reduced.data(), block * 4, &mr));
-    CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, vec.data(), vector * 4, &mv));
+    Rounds b = {block, vector, 110, 111, 112};
+    std::string e = rounds_prepare(r, b);
+    if (!e.empty())
+        return e;
     incmoe_layout_t l = {block * 4, 0, block * 4, nullptr};
     incmoe_req_t ag, rs, ar;
-    CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, mo, 0, mg, 0, &l, &ag));
-    CHECK_OK_ON(r.comm,
-                incmoe_reducescatter(r.comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32, INCMOE_SUM, &rs));
+    CHECK_OK_ON(r.comm, incmoe_allgather(r.comm, b.mo, 0, b.mg, 0, &l, &ag));
+    CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, b.mp, 0, b.mr, 0, &l, INCMOE_FLOAT32,
+                                             INCMOE_SUM, &rs));
     CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ag));
     CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &rs));
-    CHECK_OK_ON(r.comm,
-                incmoe_allreduce(r.comm, mv, 0, mv, 0, vector, INCMOE_FLOAT32, INCMOE_SUM, &ar));
+    CHECK_OK_ON(r.comm, incmoe_allreduce(r.comm, b.mv, 0, b.mv, 0, vector, INCMOE_FLOAT32,
+                                         INCMOE_SUM, &ar));
     CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &ar));
-    for (int b = 0; b < r.n; b++)
-        for (size_t i = 0; i < block; i++)
-            if (gathered[b * block + i] != F32::input(input_hash(ag_seed, b, 0, i)))
-                return "allgather block " + std::to_string(b) + " element " + std::to_string(i) +
-                       " wrong";
-    for (size_t i = 0; i < block; i++) {
-        std::string e = check_rs_element<F32>(r, reduced[i], rs_seed, i, INCMOE_SUM);
-        if (!e.empty())
-            return e;
-    }
-    for (size_t i = 0; i < vector; i++) {
-        std::string e = check_ar_element<F32>(r, vec[i], ar_seed, i, INCMOE_SUM);
-        if (!e.empty())
-            return e;
-    }
-    return "";
+    return rounds_check(r, b);
 }
 
 /*
@@ -1303,6 +1306,74 @@ TEST(Tree, ManyChunksThroughAWindowOfTwoOnThreeLevels)
 TEST(Tree, ManyChunksThroughAWindowOfOneOnThreeLevels)
 {
     window_rounds(three_levels(), "1");
+}
+
+TEST(Tree, ManyChunksThroughAWindowOfTwoOnTwoLevels)
+{
+    window_rounds(two_leaves_of_two(), "2");
+}
+
+/* Epoch k of reduce_scatter_epochs: owner b's block holds valid(k, b) floats, none for every
+   third owner (shifted by k), else 1 to 4 chunks of 4 KiB and a part. */
+size_t rs_epoch_valid(int k, int b)
+{
+    return (b + k) % 3 == 0 ? 0 : (size_t)((b + 2 * k) % 4) * 1024 + 100 + 7 * b;
+}
+
+/*
+ * ReduceScatter partials go down each link under a window per owner, in (epoch, chunk) order
+ * (switch/tree.c): eight ReduceScatters of unequal blocks, some empty, all posted before any
+ * is waited for, through a window of 1 on three levels.  Each owner's partials of later epochs
+ * wait for its earlier ones (and pass its empty blocks); every element is exact (the tree
+ * order) and nothing past a block's valid floats is written.
+ */
+TEST(Tree, ReduceScatterEpochsOfUnequalBlocksThroughAWindowOfOne)
+{
+    const Topology topo = three_levels();
+    const uint64_t chunk = 4096;
+    Tree tree;
+    ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, {"--link-window", "1"})));
+    auto res = run_job(tree, topo, chunk, [](Rank &r) -> std::string {
+        const int epochs = 8;
+        const size_t stride = 4 * 1024 + 200; /* floats: the largest valid block fits */
+        const float canary = -7.0f;
+        std::vector<std::vector<float> *> partial(epochs), reduced(epochs);
+        std::vector<incmoe_req_t> reqs(epochs);
+        for (int k = 0; k < epochs; k++) {
+            partial[k] = &buffer<float>(stride * r.n);
+            reduced[k] = &buffer<float>(stride, canary);
+            std::vector<size_t> valid(r.n);
+            for (int b = 0; b < r.n; b++) {
+                valid[b] = rs_epoch_valid(k, b) * 4;
+                for (size_t i = 0; i < stride; i++)
+                    (*partial[k])[b * stride + i] = F32::input(input_hash(300 + k, r.me, b, i));
+            }
+            incmoe_mr_t *mp, *mr;
+            CHECK_OK_ON(r.comm,
+                        incmoe_mem_register(r.comm, partial[k]->data(), stride * r.n * 4, &mp));
+            CHECK_OK_ON(r.comm, incmoe_mem_register(r.comm, reduced[k]->data(), stride * 4, &mr));
+            incmoe_layout_t l = {stride * 4, 0, stride * 4, valid.data()};
+            CHECK_OK_ON(r.comm, incmoe_reducescatter(r.comm, mp, 0, mr, 0, &l, INCMOE_FLOAT32,
+                                                     INCMOE_SUM, &reqs[k]));
+        }
+        for (auto &q : reqs)
+            CHECK_OK_ON(r.comm, incmoe_wait(r.comm, &q));
+        for (int k = 0; k < epochs; k++) {
+            const size_t valid = rs_epoch_valid(k, r.me);
+            for (size_t i = 0; i < stride; i++) {
+                std::string e =
+                    i < valid ? check_rs_element<F32>(r, (*reduced[k])[i], 300 + k, i, INCMOE_SUM)
+                    : (*reduced[k])[i] == canary ? ""
+                                                 : "written past its valid floats";
+                if (!e.empty())
+                    return "epoch " + std::to_string(k) + " element " + std::to_string(i) + ": " +
+                           e;
+            }
+        }
+        return "";
+    });
+    EXPECT_EQ(harness::failures(res), "");
+    tree_stop(&tree);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1737,6 +1808,16 @@ TEST(TreeDc, ManyChunksThroughAWindowOfTwoOnTwoLevels)
     dc_many_chunks(false, two_leaves_of_two(), {"--link-window", "2"});
 }
 
+TEST(TreeDc, ManyChunksThroughAWindowOfOneOnTwoLevels)
+{
+    dc_many_chunks(false, two_leaves_of_two(), {"--link-window", "1"});
+}
+
+TEST(TreeDc, ManyChunksThroughAWindowOfTwoOnThreeLevels)
+{
+    dc_many_chunks(false, three_levels(), {"--link-window", "2"});
+}
+
 /*
  * Dispatch and combine rounds of `rows` rows per rank of `row_bytes` bytes through 64 KiB chunks
  * on two leaves whose links fill (UCX's TCP buffers at 8 KiB, so sends wait in UCX's pending
@@ -1946,29 +2027,35 @@ void kill_mid_collective(const Tree &tree, const Topology &topo, int victim)
     EXPECT_EQ(harness::failures(res), "");
 }
 
-TEST(TreeFaults, LeafKilledMidCollectiveFailsEveryRankAndTheOthersServeOn)
+/* On a root over two leaves of two ranks, switch `victim` is killed mid-collective
+   (kill_mid_collective); the other two stay up, and the leaf that is left (if a leaf was
+   killed) serves a new job. */
+void kill_one_of_two_leaves_tree(int victim)
 {
-    harness::ExpectErrors errors_expected("a leaf is killed");
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
-    kill_mid_collective(tree, topo, 1);
-    EXPECT_TRUE(still_running(tree.sw[0])) << "the root died with its leaf";
-    EXPECT_TRUE(still_running(tree.sw[2])) << "the other leaf died with its sibling";
-    expect_serves(tree, topo.parent, 2);
-    tree_stop(&tree, {1});
+    kill_mid_collective(tree, topo, victim);
+    for (int sw = 0; sw < 3; sw++) {
+        if (sw == victim)
+            continue;
+        EXPECT_TRUE(still_running(tree.sw[sw])) << "switch " << sw << " died with " << victim;
+    }
+    if (victim != 0)
+        expect_serves(tree, topo.parent, 3 - victim);
+    tree_stop(&tree, {victim});
+}
+
+TEST(TreeFaults, LeafKilledMidCollectiveFailsEveryRankAndTheOthersServeOn)
+{
+    harness::ExpectErrors errors_expected("a leaf is killed");
+    kill_one_of_two_leaves_tree(1);
 }
 
 TEST(TreeFaults, RootKilledMidCollectiveFailsEveryRank)
 {
     harness::ExpectErrors errors_expected("the root is killed");
-    const Topology topo = two_leaves_of_two();
-    Tree tree;
-    ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk)));
-    kill_mid_collective(tree, topo, 0);
-    EXPECT_TRUE(still_running(tree.sw[1])) << "a leaf died with the root";
-    EXPECT_TRUE(still_running(tree.sw[2])) << "a leaf died with the root";
-    tree_stop(&tree, {0});
+    kill_one_of_two_leaves_tree(0);
 }
 
 /*
@@ -2144,6 +2231,26 @@ Refusal join_refused(const Tree &tree, const Topology &topo, unsigned long long 
     return out;
 }
 
+/* Every rank of a fresh job placed by topo has its join refused with `want` (and, with
+   needs_reason, with a reason where it joined); what went otherwise, "" if nothing. */
+std::string refused_on_every_rank(const Tree &tree, const Topology &topo, incmoe_status_t want,
+                                  const std::string &what, bool needs_reason = false)
+{
+    unsigned long long job = harness::unique_job_id();
+    auto res = harness::run_ranks((int)topo.at.size(),
+                                  [&](int me) -> std::string {
+                                      Refusal f = join_refused(tree, topo, job, me);
+                                      if (f.st != want)
+                                          return what + " gave " + incmoe_strerror(f.st) + " (" +
+                                                 f.reason + ")";
+                                      if (needs_reason && f.joined && f.reason.empty())
+                                          return "the refusal came without a reason";
+                                      return "";
+                                  },
+                                  30);
+    return harness::failures(res);
+}
+
 /* A root whose --max-memory cannot hold the job refuses it: every rank fails with
    INCMOE_ERR_NO_MEMORY (with a reason where the failure reaches a communicator), and the
    switches stay up. */
@@ -2153,20 +2260,9 @@ TEST(TreeFaults, ParentWithoutMemoryForTheJobRefusesItOnEveryRank)
     const Topology topo = two_leaves_of_two();
     Tree tree;
     ASSERT_TRUE(tree_start(&tree, topo, tree_args(kSmallChunk), {{"--max-memory", "4K"}}));
-    unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(
-        4,
-        [&](int me) -> std::string {
-            Refusal f = join_refused(tree, topo, job, me);
-            if (f.st != INCMOE_ERR_NO_MEMORY)
-                return std::string("a job the root cannot hold gave ") + incmoe_strerror(f.st) +
-                       " (" + f.reason + ")";
-            if (f.joined && f.reason.empty())
-                return "the refusal came without a reason";
-            return "";
-        },
-        30);
-    EXPECT_EQ(harness::failures(res), "");
+    EXPECT_EQ(
+        refused_on_every_rank(tree, topo, INCMOE_ERR_NO_MEMORY, "a job the root cannot hold", true),
+        "");
     for (auto &sw : tree.sw)
         EXPECT_TRUE(still_running(sw));
     tree_stop(&tree);
@@ -2174,12 +2270,14 @@ TEST(TreeFaults, ParentWithoutMemoryForTheJobRefusesItOnEveryRank)
 
 /*
  * What a leaf admits holds what its parent may send it: a window of chunks per stream
- * (--link-window), not N ranks' worth of credits.  At 4 ranks, 4 KiB chunks and 2 credits a
- * leaf's bound (switch/membership.c, job_memory_bound) is 181,248 bytes plus 2 x window x 4 KiB
- * for the AllGather and AllReduce chunks from its parent: 189,440 bytes with a window of 1,
- * 705,536 with 64 (and 247,296 when the parent's chunks counted as N ranks' worth).  Leaves with
- * 256 KiB refuse the job with a window of 64 and run it, exact, with a window of 1, where its
- * chunks then move one at a time down each link.
+ * (--link-window), and for the ReduceScatter partials one per owner, not N ranks' worth of
+ * credits.  At 4 ranks, 4 KiB chunks and 2 credits a leaf's bound (switch/membership.c,
+ * job_memory_bound) is 148,224 bytes plus (2 + 4) x window x 4 KiB for the AllGather and
+ * AllReduce chunks and the 4 owners' partials from its parent: 172,800 bytes with a window of
+ * 1, 1,721,088 with 64 (and 247,296 when the parent's chunks counted as N ranks' worth).
+ * Leaves with 256 KiB refuse the job with a window of 64 and run it, exact, with a window of 1,
+ * where its chunks then move one at a time down each link; the switch fails a job whose memory
+ * would pass its bound (job_alloc), so exact results mean the bound held.
  */
 TEST(TreeFaults, ALeafAdmitsAJobByItsWindowFromTheParent)
 {
@@ -2192,18 +2290,10 @@ TEST(TreeFaults, ALeafAdmitsAJobByItsWindowFromTheParent)
         Tree tree;
         ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk), {{}, leaf, leaf}));
         if (std::string(window) == "64") {
-            unsigned long long job = harness::unique_job_id();
-            auto res = harness::run_ranks(
-                4,
-                [&](int me) -> std::string {
-                    Refusal f = join_refused(tree, topo, job, me);
-                    if (f.st != INCMOE_ERR_NO_MEMORY)
-                        return std::string("a job a leaf cannot hold gave ") +
-                               incmoe_strerror(f.st) + " (" + f.reason + ")";
-                    return "";
-                },
-                30);
-            EXPECT_EQ(harness::failures(res), "") << "window " << window;
+            EXPECT_EQ(
+                refused_on_every_rank(tree, topo, INCMOE_ERR_NO_MEMORY, "a job a leaf cannot hold"),
+                "")
+                << "window " << window;
         } else {
             auto res = run_job(tree, topo, chunk,
                                [](Rank &r) { return big_rounds(r, (64u << 10) / 4, 1u << 16); });
@@ -2331,19 +2421,10 @@ TEST(TreeFaults, AJobJoiningThroughAStoppedRootFailsAndTheLeafServesOnceItResume
     expect_serves(tree, parent, 1);
     ASSERT_EQ(kill(tree.sw[0].pid, SIGSTOP), 0);
     const Topology on_leaf = {parent, {1, 1}};
-    unsigned long long job = harness::unique_job_id();
-    auto res = harness::run_ranks(
-        2,
-        [&](int me) -> std::string {
-            Refusal f = join_refused(tree, on_leaf, job, me);
-            if (f.st != INCMOE_ERR_TIMEOUT)
-                return std::string("joining through a stopped root gave ") + incmoe_strerror(f.st) +
-                       " (" + f.reason + ")";
-            return "";
-        },
-        30);
+    const std::string failures =
+        refused_on_every_rank(tree, on_leaf, INCMOE_ERR_TIMEOUT, "joining through a stopped root");
     ASSERT_EQ(kill(tree.sw[0].pid, SIGCONT), 0);
-    EXPECT_EQ(harness::failures(res), "");
+    EXPECT_EQ(failures, "");
     EXPECT_TRUE(still_running(tree.sw[1])) << "the leaf died while its root was stopped";
     expect_serves(tree, parent, 1);
     tree_stop(&tree);
@@ -2393,20 +2474,20 @@ struct FakeChild {
         h.length = length;
         return h;
     }
-    /* Rank r's dispatch POST, relayed: one row of 16 bytes for ranks 0 and 1. */
-    void post(uint32_t r)
+    /* Rank r's dispatch POST, relayed: `rows` rows of row_bytes bytes, each for ranks 0 and 1. */
+    void post(uint32_t r, uint64_t rows = 1, uint64_t row_bytes = 16, uint64_t capacity = 10)
     {
         inc_wire_dc_post p = {};
-        p.rows = 1;
-        p.row_bytes = 16;
-        p.capacity = 10;
+        p.rows = rows;
+        p.row_bytes = row_bytes;
+        p.capacity = capacity;
         p.nranks = 4;
-        uint32_t count[4] = {1, 1, 0, 0};
+        uint32_t count[4] = {(uint32_t)rows, (uint32_t)rows, 0, 0};
         std::string payload((const char *)&p, sizeof(p));
         payload.append((const char *)count, sizeof(count));
         inc_wire_hdr h = header(WIRE_MSG_POST, payload.size());
         h.rank = r;
-        h.total = 1;
+        h.total = rows;
         h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
                                    std::vector<uint64_t>(4, 0).data(), 4);
         raw.send(h, payload.data(), payload.size());
@@ -2423,6 +2504,43 @@ struct FakeChild {
         raw.send(h, payload.data(), payload.size());
     }
 };
+
+/* Rank `proc` of a four-rank job on the switch at `root` dispatches its one row to the ranks of
+   `set` into recv, of room for `capacity` rows, and waits for it.  *comm is then the caller's
+   to read and destroy; null where comm_create failed, with its status. */
+incmoe_status_t dispatch_one_row(const std::string &root, unsigned long long job, int proc,
+                                 std::vector<unsigned char> &row, std::vector<unsigned char> &recv,
+                                 uint64_t capacity, uint64_t set, incmoe_comm_t **comm)
+{
+    incmoe_comm_params_t p = {};
+    p.switch_addr = root.c_str();
+    p.job_id = job;
+    p.rank = proc;
+    p.nranks = 4;
+    incmoe_status_t st = incmoe_comm_create(&p, comm);
+    if (st != INCMOE_OK) {
+        *comm = nullptr;
+        return st;
+    }
+    incmoe_mr_t *ms, *mr;
+    incmoe_req_t req;
+    st = incmoe_mem_register(*comm, row.data(), row.size(), &ms);
+    if (st == INCMOE_OK)
+        st = incmoe_mem_register(*comm, recv.data(), recv.size(), &mr);
+    if (st == INCMOE_OK) {
+        incmoe_dispatch_params_t dp = {};
+        dp.send_mr = ms;
+        dp.nrows = 1;
+        dp.row_bytes = row.size();
+        dp.sets = &set;
+        dp.recv_mr = mr;
+        dp.capacity = capacity;
+        st = incmoe_dispatch(*comm, &dp, &req);
+    }
+    if (st == INCMOE_OK)
+        st = incmoe_wait(*comm, &req);
+    return st;
+}
 
 /* Ranks 0 and 1 on the root dispatch a row to every rank next to a fake child switch covering
    ranks 2 and 3, which misbehaves once it has the real ranks' POSTs: both real ranks fail with
@@ -2448,34 +2566,11 @@ void expect_switch_port_breaks_dispatch(const harness::SwitchProc &root, const s
                     return "the fake child switch got no ERROR";
                 return "";
             }
-            incmoe_comm_params_t p = {};
-            p.switch_addr = root.addr.c_str();
-            p.job_id = job;
-            p.rank = proc;
-            p.nranks = 4;
-            incmoe_comm_t *comm;
-            incmoe_status_t st = incmoe_comm_create(&p, &comm);
-            if (st != INCMOE_OK)
-                return std::string("comm_create: ") + incmoe_strerror(st);
             std::vector<unsigned char> rows(16, 'x'), recv(16 * 10);
-            uint64_t set = 0xf;
-            incmoe_mr_t *ms, *mr;
-            incmoe_req_t req;
-            st = incmoe_mem_register(comm, rows.data(), rows.size(), &ms);
-            if (st == INCMOE_OK)
-                st = incmoe_mem_register(comm, recv.data(), recv.size(), &mr);
-            if (st == INCMOE_OK) {
-                incmoe_dispatch_params_t dp = {};
-                dp.send_mr = ms;
-                dp.nrows = 1;
-                dp.row_bytes = 16;
-                dp.sets = &set;
-                dp.recv_mr = mr;
-                dp.capacity = 10;
-                st = incmoe_dispatch(comm, &dp, &req);
-            }
-            if (st == INCMOE_OK)
-                st = incmoe_wait(comm, &req);
+            incmoe_comm_t *comm;
+            incmoe_status_t st = dispatch_one_row(root.addr, job, proc, rows, recv, 10, 0xf, &comm);
+            if (!comm)
+                return std::string("comm_create: ") + incmoe_strerror(st);
             std::string text = comm_text(comm);
             incmoe_comm_destroy(comm);
             if (st == INCMOE_OK || text.find(what) == std::string::npos)
@@ -2502,21 +2597,8 @@ uint64_t flood_rows_per_chunk()
 std::string fake_child_floods_then_fails(FakeChild &child)
 {
     const uint64_t per = flood_rows_per_chunk(), rows = per * kFloodChunks;
-    for (uint32_t r : {2u, 3u}) {
-        inc_wire_dc_post p = {};
-        p.rows = r == 2 ? rows : 0;
-        p.row_bytes = kFloodRowBytes;
-        p.nranks = 4;
-        uint32_t count[4] = {(uint32_t)p.rows, (uint32_t)p.rows, 0, 0};
-        std::string payload((const char *)&p, sizeof(p));
-        payload.append((const char *)count, sizeof(count));
-        inc_wire_hdr h = child.header(WIRE_MSG_POST, payload.size());
-        h.rank = r;
-        h.total = p.rows;
-        h.sig = inc_wire_signature(INCMOE_STREAM_DISPATCH, INCMOE_UINT8, INCMOE_SUM,
-                                   std::vector<uint64_t>(4, 0).data(), 4);
-        child.raw.send(h, payload.data(), payload.size());
-    }
+    for (uint32_t r : {2u, 3u})
+        child.post(r, r == 2 ? rows : 0, kFloodRowBytes, 0);
     if (!child.raw.wait_for(WIRE_MSG_POST, nullptr, 5000))
         return "the root relayed no POST to the fake child switch";
     child.raw.progress(200); /* the other real rank's POST too */
@@ -2552,33 +2634,10 @@ std::string rank_sees_no_rows_after_failing(const std::string &root, unsigned lo
     const uint64_t rows = flood_rows_per_chunk() * kFloodChunks + 2;
     std::vector<unsigned char> row(kFloodRowBytes, (unsigned char)('a' + proc));
     std::vector<unsigned char> recv(rows * kFloodRowBytes, kCanary);
-    uint64_t set = 0x3;
-    incmoe_comm_params_t p = {};
-    p.switch_addr = root.c_str();
-    p.job_id = job;
-    p.rank = proc;
-    p.nranks = 4;
     incmoe_comm_t *comm;
-    incmoe_status_t st = incmoe_comm_create(&p, &comm);
-    if (st != INCMOE_OK)
+    incmoe_status_t st = dispatch_one_row(root, job, proc, row, recv, rows, 0x3, &comm);
+    if (!comm)
         return std::string("comm_create: ") + incmoe_strerror(st);
-    incmoe_mr_t *ms, *mr;
-    incmoe_req_t req;
-    st = incmoe_mem_register(comm, row.data(), row.size(), &ms);
-    if (st == INCMOE_OK)
-        st = incmoe_mem_register(comm, recv.data(), recv.size(), &mr);
-    if (st == INCMOE_OK) {
-        incmoe_dispatch_params_t dp = {};
-        dp.send_mr = ms;
-        dp.nrows = 1;
-        dp.row_bytes = kFloodRowBytes;
-        dp.sets = &set;
-        dp.recv_mr = mr;
-        dp.capacity = rows;
-        st = incmoe_dispatch(comm, &dp, &req);
-    }
-    if (st == INCMOE_OK)
-        st = incmoe_wait(comm, &req);
     const std::vector<unsigned char> failed_with(recv);
     const std::string text = comm_text(comm);
     usleep(300 * 1000); /* what the root queued toward this rank keeps coming */
@@ -2630,6 +2689,14 @@ TEST(TreeDc, RowsComingAfterADispatchFailedAreNeverWritten)
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the root did not exit cleanly";
 }
 
+/* The fake child posts for ranks 2 and 3, then sends nothing until the root's ERROR. */
+void posts_and_sends_nothing(FakeChild &c)
+{
+    c.post(2);
+    c.post(3);
+    c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
+}
+
 /* Each is a message a switch port may not send, or sends out of shape: the job fails at once
    with a reason naming the port and what it did, and the switch lives on. */
 TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
@@ -2654,23 +2721,14 @@ TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
         root,
         "every rank posted it, and none of its messages came to this switch within 5.0 s; "
         "chunk 0 of rank 2 from the switch port of rank 2 next",
-        [](FakeChild &c) {
-            c.post(2);
-            c.post(3);
-            c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
-        });
+        posts_and_sends_nothing);
     /* A child switch that never returns its window of 1: the root's second chunk toward it
        waits, and the progress timeout ends the stall naming the spent window. */
     expect_switch_port_breaks_dispatch(
         root,
         "every rank posted it, and none of its messages came to this switch within 5.0 s; the "
         "window of the switch port of rank 2 is spent",
-        [](FakeChild &c) {
-            c.post(2);
-            c.post(3);
-            c.raw.wait_for(WIRE_MSG_ERROR, nullptr, 3 * kProgressMs);
-        },
-        1);
+        posts_and_sends_nothing, 1);
     expect_switch_port_breaks_dispatch(
         root, "the switch port of rank 2 sent SMALL", [](FakeChild &c) {
             std::string junk(64, '\0');
