@@ -34,6 +34,8 @@ static const char *const wire_msg_names[] = {
     [WIRE_MSG_LL] = "LL",
     [WIRE_MSG_LL_FWD] = "LL_FWD",
     [WIRE_MSG_PEER_LL] = "PEER_LL",
+    [WIRE_MSG_SHRINK] = "SHRINK",
+    [WIRE_MSG_SHRINK_ACK] = "SHRINK_ACK",
 };
 
 static const char *const wire_stream_names[] = {"allgather", "reducescatter", "allreduce",
@@ -256,6 +258,20 @@ static incmoe_status_t check_ll_msg(const struct inc_wire_hdr *h, size_t payload
     return INCMOE_OK;
 }
 
+static incmoe_status_t check_tree_post(const struct inc_wire_hdr *h, size_t payload_length,
+                                       char *why, size_t why_len)
+{
+    if (h->stream >= INC_STREAM_COUNT || inc_wire_is_dc(h->stream))
+        FAIL("TREE_POST for stream %u", h->stream);
+    if (h->epoch == 0)
+        FAIL("TREE_POST with epoch 0");
+    if (h->length != payload_length || payload_length == 0 || payload_length % 8 != 0 ||
+        payload_length > 8 * (size_t)INCMOE_MAX_RANKS)
+        FAIL("TREE_POST of %zu payload bytes (header says %llu)", payload_length,
+             (unsigned long long)h->length);
+    return INCMOE_OK;
+}
+
 incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, size_t payload_length,
                                    char *why, size_t why_len)
 {
@@ -314,17 +330,15 @@ incmoe_status_t inc_wire_hdr_check(const void *header, size_t header_length, siz
             FAIL("TREE_JOIN payload of %zu bytes is truncated", payload_length);
         break;
     case WIRE_MSG_TREE_POST:
-        if (h.stream >= INC_STREAM_COUNT || inc_wire_is_dc(h.stream))
-            FAIL("TREE_POST for stream %u", h.stream);
-        if (h.epoch == 0)
-            FAIL("TREE_POST with epoch 0");
-        if (h.length != payload_length || payload_length == 0 || payload_length % 8 != 0 ||
-            payload_length > 8 * (size_t)INCMOE_MAX_RANKS)
-            FAIL("TREE_POST of %zu payload bytes (header says %llu)", payload_length,
-                 (unsigned long long)h.length);
+        return check_tree_post(&h, payload_length, why, why_len);
+    case WIRE_MSG_SHRINK_ACK:
+        if (payload_length != sizeof(struct inc_wire_shrink_ack))
+            FAIL("SHRINK_ACK payload of %zu bytes, not %zu", payload_length,
+                 sizeof(struct inc_wire_shrink_ack));
         break;
     case WIRE_MSG_HEARTBEAT:
     case WIRE_MSG_LEAVE:
+    case WIRE_MSG_SHRINK:
         if (payload_length != 0)
             FAIL("%s carries %zu payload bytes", inc_wire_msg_name(h.msg), payload_length);
         break;

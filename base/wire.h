@@ -28,6 +28,25 @@
  *              JOIN, the job takes the largest asked, and JOIN_ACK announces
  *              it to every rank.
  *   LEAVE      client -> switch: orderly goodbye, the rank owes nothing more.
+ *   SHRINK     client -> switch, no payload, on the connection of the job it
+ *              names (hdr.job, hdr.rank: the old job and the sender's rank
+ *              in it), also after that job failed: this rank asks to go on
+ *              without the ranks the job lost (incmoe_comm_shrink).  The
+ *              switch's first SHRINK of a job starts the shrink; it ends once
+ *              every member whose connection lives asked.  Only on one
+ *              switch: a job over a switch tree is answered
+ *              INCMOE_ERR_UNSUPPORTED.
+ *   SHRINK_ACK switch -> each rank that asked, hdr.job the old job.  payload:
+ *              struct inc_wire_shrink_ack (base/shrink_wire.h checks it).
+ *              status 0: the new job's id, this rank's number in it (the
+ *              askers renumbered densely in ascending old rank order) and
+ *              its size; the ranks then JOIN that job as any job.  status
+ *              not 0: the shrink failed for good (a member lost after it
+ *              asked and before the answer, the job's timeout passed with
+ *              members that never asked, a sender that is not a member);
+ *              reason says why, and every asker hears it.  A member lost
+ *              without asking is left out.  A JOIN naming a job that was shrunk
+ *              (of the last INC_SHRUNK_IDS the switch remembers) is refused.
  *
  * Collectives (hdr.stream, hdr.epoch name one collective of a job):
  *   POST       client -> switch, one per rank and collective, no payload:
@@ -410,7 +429,7 @@
 
 #define INCMOE_AM_ID           7
 #define INCMOE_WIRE_MAGIC      0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION    8           /* 8: a child switch's window (TREE_JOIN, CREDIT up) */
+#define INCMOE_WIRE_VERSION    8           /* 8: a child switch's window; SHRINK */
 #define INCMOE_WIRE_MAX_ADDR   4096        /* bytes of one rank address in JOIN */
 #define INCMOE_WIRE_TOKEN      16          /* bytes of a session or ring token */
 #define INCMOE_WIRE_MAX_TEXT   256         /* bytes of an ERROR reason */
@@ -444,7 +463,9 @@ typedef enum {
     WIRE_MSG_LL,
     WIRE_MSG_LL_FWD,
     WIRE_MSG_PEER_LL,
-    WIRE_MSG_LAST = WIRE_MSG_PEER_LL
+    WIRE_MSG_SHRINK,
+    WIRE_MSG_SHRINK_ACK,
+    WIRE_MSG_LAST = WIRE_MSG_SHRINK_ACK
 } inc_wire_msg_t;
 
 struct inc_wire_hdr {
@@ -483,6 +504,14 @@ struct inc_wire_join_ack {
     uint32_t timeout_ms;                   /* the job's liveness timeout (see HEARTBEAT) */
     uint32_t reserved;                     /* 0 */
     uint8_t ring_token[INCMOE_WIRE_TOKEN]; /* random per job: ranks show it in PEER_HELLO */
+};
+
+/* Payload of SHRINK_ACK (fixed size). */
+struct inc_wire_shrink_ack {
+    uint64_t job;                      /* the new job (status 0) */
+    uint32_t rank;                     /* the receiver's number in it */
+    uint32_t nranks;                   /* its size */
+    char reason[INCMOE_WIRE_MAX_TEXT]; /* status not 0: why, NUL-terminated */
 };
 
 /* Payload of TREE_JOIN: fixed part, then count x (uint32 rank, uint32 address length, address

@@ -62,6 +62,7 @@
 #include "base/clock.h"
 #include "base/ll_wire.h"
 #include "base/log.h"
+#include "base/shrink_wire.h"
 #include "switch/coll_table.h"
 #include "switch/demux.h"
 #include "switch/engine.h"
@@ -181,7 +182,8 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
               hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_FWD ||
               hdr->msg == WIRE_MSG_CREDIT || hdr->msg == WIRE_MSG_DONE ||
               hdr->msg == WIRE_MSG_SMALL_FWD || hdr->msg == WIRE_MSG_PLAN ||
-              (conn->role == CONN_RANK && hdr->msg == WIRE_MSG_LL_FWD) ||
+              (conn->role == CONN_RANK &&
+               (hdr->msg == WIRE_MSG_LL_FWD || hdr->msg == WIRE_MSG_SHRINK_ACK)) ||
               (conn->role == CONN_CHILD &&
                (hdr->msg == WIRE_MSG_TREE_POST ||
                 /* a rank's dispatch or combine POST, relayed to every other switch port */
@@ -221,6 +223,12 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
               "combined rows of rank %u went to rank %u", hdr->root, hdr->rank);
         CHECK(hdr->length <= H.set.chunk_size, "FWD of %llu bytes, chunks are %llu",
               (unsigned long long)hdr->length, (unsigned long long)H.set.chunk_size);
+    }
+    if (hdr->msg == WIRE_MSG_SHRINK_ACK) {
+        struct inc_wire_shrink_ack ack;
+        char bad[160];
+        CHECK(inc_wire_shrink_ack_parse(hdr, payload, length, &ack, bad, sizeof(bad)) == INCMOE_OK,
+              "the switch sent a SHRINK_ACK its ranks refuse: %s", bad);
     }
     if (hdr->msg == WIRE_MSG_SMALL_FWD) {
         CHECK(hdr->rank == (uint32_t)conn->rank, "SMALL_FWD names rank %u, sent to rank %d",

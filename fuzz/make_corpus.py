@@ -12,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC, VERSION = 0x4D434E49, 8
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, PEER_HELLO,
  RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD, PLAN, PEER_PLAN, PEER_ROWS, PEER_PARTIALS,
- PEER_CREDIT, TREE_JOIN, TREE_POST, LL, LL_FWD, PEER_LL) = range(1, 26)
+ PEER_CREDIT, TREE_JOIN, TREE_POST, LL, LL_FWD, PEER_LL, SHRINK, SHRINK_ACK) = range(1, 28)
 AG, RS, AR, BARRIER, DISPATCH, COMBINE = range(6)
 UINT8, INT32, FLOAT32 = 1, 2, 7
 SUM = 0
@@ -516,6 +516,53 @@ def client_seeds():
     write("client_msg", "small_collectives", s)
 
 
+# --- shrink (wire.h, SHRINK and SHRINK_ACK) ------------------------------------------------
+def shrink_switch_seeds():
+    job = 7
+    # Rank 2 of 3 lost, the others shrink; sends complete; the lost rank's slot joins again.
+    s = join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3) + complete()
+    s += bytes([2 * 8 + 6]) + complete()
+    s += smsg(0, hdr(SHRINK, job, rank=0)) + smsg(1, hdr(SHRINK, job, rank=1)) + complete()
+    s += join(2, job, 2, 3) + complete() + smsg(0, hdr(SHRINK, job, rank=0)) + complete()
+    write("switch_msg", "shrink_after_loss", s)
+    # On request with nobody lost, then everyone leaves.
+    s = join(0, job, 0, 2) + join(1, job, 1, 2) + complete()
+    s += smsg(1, hdr(SHRINK, job, rank=1)) + smsg(0, hdr(SHRINK, job, rank=0)) + complete()
+    s += smsg(0, hdr(LEAVE, job, rank=0)) + smsg(1, hdr(LEAVE, job, rank=1)) + complete()
+    write("switch_msg", "shrink_on_request", s)
+    # A rank lost without asking while the shrink is under way (left out), a SHRINK naming
+    # another rank, a tick.
+    s = join(0, job, 0, 4) + join(1, job, 1, 4) + join(2, job, 2, 4) + join(3, job, 3, 4)
+    s += complete() + bytes([3 * 8 + 6]) + smsg(0, hdr(SHRINK, job, rank=0))
+    s += bytes([2 * 8 + 6]) + smsg(1, hdr(SHRINK, job, rank=0)) + complete()
+    s += smsg(1, hdr(SHRINK, job, rank=1)) + bytes([7, 1]) + complete() + complete()
+    write("switch_msg", "shrink_second_loss", s)
+    # An asker lost before the answer: the shrink fails for good, a later ask hears why.
+    s = join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3) + complete()
+    s += smsg(0, hdr(SHRINK, job, rank=0)) + bytes([0 * 8 + 6]) + complete()
+    s += smsg(1, hdr(SHRINK, job, rank=1)) + complete() + bytes([7, 1]) + complete()
+    write("switch_msg", "shrink_asker_lost", s)
+    # A SHRINK before the job formed.
+    s = join(0, job, 0, 2) + smsg(0, hdr(SHRINK, job, rank=0)) + complete()
+    write("switch_msg", "shrink_forming", s)
+    # A job over a tree: its rank's SHRINK is unsupported, the child switch's breaks the job.
+    s = join(0, job, 0, 2, WORKER_ADDR) + tree_join(5, job, 2, [1]) + complete()
+    s += smsg(0, hdr(SHRINK, job, rank=0)) + complete()
+    s += smsg(5, hdr(SHRINK, job, rank=1)) + complete() + complete()
+    write("switch_msg", "shrink_over_a_tree", s)
+
+
+def shrink_client_seeds():
+    job = 0x1234
+    ok = struct.pack("<QII", 0x77, 0, 2) + bytes(256)
+    reason = b"rank 2 of job 4660 was lost while the job shrank"
+    failed = struct.pack("<QII", 0, 0, 0) + reason + bytes(256 - len(reason))
+    s = bytes([0, 0, 1, 7, 0, 0])
+    s += cmsg(hdr(SHRINK_ACK, job, length=len(ok)), ok)
+    s += cmsg(hdr(SHRINK_ACK, job, length=len(failed), status=-3), failed)
+    write("client_msg", "shrink_ack_unasked", s)
+
+
 def tree_join(conn, job, nranks, ranks, addr=WORKER_ADDR, window=64):
     """TREE_JOIN from a child switch: struct inc_wire_tree_join, then (rank, length, address)."""
     payload = struct.pack("<IIII", nranks, len(ranks), 0, 0) + bytes(16)
@@ -605,8 +652,10 @@ if __name__ == "__main__":
     switch_seeds()
     dc_switch_seeds()
     ll_switch_seeds()
+    shrink_switch_seeds()
     tree_seeds()
     tree_child_seeds()
     client_seeds()
     dc_client_seeds()
     ll_client_seeds()
+    shrink_client_seeds()

@@ -152,6 +152,12 @@ typedef struct client_call {
     int done;
 } client_call_t;
 
+typedef enum {
+    CLIENT_SHRINK_IDLE = 0, /* never asked */
+    CLIENT_SHRINK_WAITING,  /* SHRINK sent, no answer yet */
+    CLIENT_SHRINK_ANSWERED, /* over: shrink_status and shrink_ack hold the answer */
+} client_shrink_state_t;
+
 struct incmoe_comm {
     int rank, nranks;
     uint64_t job_id;
@@ -196,6 +202,18 @@ struct incmoe_comm {
     uint8_t peer_token[INCMOE_WIRE_TOKEN]; /* the ranks show it each other in PEER_HELLO */
     ucp_address_t *worker_addr;            /* this rank's, for the bootstrap and JOIN */
     size_t worker_addr_len;
+
+    /* What incmoe_comm_shrink needs to join the new job as this one was joined: the switch's
+       address as given, the key as resolved (cleansed when freed), the algorithm. */
+    char *switch_addr;
+    char secret[INCMOE_MAX_SECRET];
+    size_t secret_len;
+    incmoe_algo_t algo_id;
+    /* shrink.c's, under lock: the SHRINK asked and the switch's answer. */
+    client_shrink_state_t shrink_state;
+    incmoe_status_t shrink_status;
+    struct inc_wire_shrink_ack shrink_ack;
+    int switch_lost; /* the endpoint to the switch failed */
 
     double last_rx, last_tx;       /* liveness, proxy thread */
     client_completion_t ctrl_sent; /* control sends in flight (no func: only counted) */

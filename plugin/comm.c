@@ -18,6 +18,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "algo.h"
 #include "coll.h"
 #include "dc_shared.h"
@@ -25,6 +27,7 @@
 #include "mr.h"
 #include "notify.h"
 #include "send.h"
+#include "shrink.h"
 
 #include "base/clock.h"
 #include "base/config.h"
@@ -54,7 +57,8 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header, s
         return UCS_ERR_INVALID_PARAM;
     }
     int common = h.msg == WIRE_MSG_JOIN_ACK || h.msg == WIRE_MSG_ERROR ||
-                 h.msg == WIRE_MSG_HEARTBEAT || h.msg == WIRE_MSG_DONE;
+                 h.msg == WIRE_MSG_HEARTBEAT || h.msg == WIRE_MSG_DONE ||
+                 h.msg == WIRE_MSG_SHRINK_ACK; /* after a failure most of all */
     /* Once the communicator failed, every collective of it failed: their callers may have
        freed the buffers it would land in, and the switch's data already on its way (UCX may even
        deliver it after the ERROR) is dropped, never written. */
@@ -77,6 +81,8 @@ static ucs_status_t client_on_message(incmoe_comm_t *comm, const void *header, s
         client_fail(comm, st, "switch: %s", text);
     } else if (h.msg == WIRE_MSG_DONE) {
         client_on_done(comm, &h);
+    } else if (h.msg == WIRE_MSG_SHRINK_ACK) {
+        client_on_shrink_ack(comm, &h, data, length);
     }
     return UCS_OK;
 }
@@ -116,12 +122,16 @@ void client_drain_submissions(incmoe_comm_t *comm)
     }
 }
 
+/* The heartbeat goes on after a failure too, while the switch is there: the switch keeps a
+   failed job's survivors for their shrink (shrink.c) only while it hears from them. */
 static void check_liveness(incmoe_comm_t *comm)
 {
     double now = inc_now_s();
     double interval = comm->timeout_ms / 4000.0;
-    if (now - comm->last_tx > interval)
+    if (now - comm->last_tx > interval && !comm->switch_lost)
         client_send_ctrl(comm, WIRE_MSG_HEARTBEAT);
+    if (atomic_load(&comm->error) != 0)
+        return;
     if (now - comm->last_rx > comm->timeout_ms / 1000.0)
         client_fail(comm, INCMOE_ERR_PEER_FAILED, "the switch has been silent for %.1f s",
                     now - comm->last_rx);
@@ -157,11 +167,9 @@ static void *proxy_main(void *arg)
         client_proxy_run_calls(comm);
         send_pending_abort(comm);
         client_drain_submissions(comm);
-        if (atomic_load(&comm->error) == 0) {
-            if (comm->ops->progress != NULL)
-                comm->ops->progress(comm);
-            check_liveness(comm);
-        }
+        if (atomic_load(&comm->error) == 0 && comm->ops->progress != NULL)
+            comm->ops->progress(comm);
+        check_liveness(comm);
         if (!did) {
             int wait_ms = comm->timeout_ms / 8 > 0 ? comm->timeout_ms / 8 : 1;
             inc_ucx_node_wait(&comm->node, comm->wake_fd, wait_ms);
@@ -224,6 +232,8 @@ static void comm_free(incmoe_comm_t *comm)
             free(comm->peer_addr[r]);
     free(comm->peer_addr);
     free(comm->peer_addr_len);
+    free(comm->switch_addr);
+    OPENSSL_cleanse(comm->secret, sizeof(comm->secret));
     inc_ucx_node_close(&comm->node);
     if (comm->wake_fd >= 0)
         close(comm->wake_fd);
@@ -318,8 +328,8 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     comm->nranks = params->nranks;
     comm->job_id = params->job_id;
     const char *name;
-    comm->ops = client_algo_find(
-        (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC, &name);
+    comm->algo_id = (params->field_mask & INCMOE_COMM_PARAM_ALGO) ? params->algo : INCMOE_ALGO_INC;
+    comm->ops = client_algo_find(comm->algo_id, &name);
     comm->timeout_ms = (params->field_mask & INCMOE_COMM_PARAM_TIMEOUT) && params->timeout_ms > 0
                            ? params->timeout_ms
                            : (int)set->timeout_ms;
@@ -329,7 +339,8 @@ static incmoe_status_t comm_open(const incmoe_comm_params_t *params, const comm_
     comm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
-    if (comm->wake_fd < 0)
+    comm->switch_addr = strdup(params->switch_addr);
+    if (comm->wake_fd < 0 || comm->switch_addr == NULL)
         return INCMOE_ERR_NO_MEMORY;
     incmoe_status_t st =
         inc_ucx_parse_hostport(params->switch_addr, &comm->switch_ss, &comm->switch_ss_len, 0);
@@ -452,6 +463,36 @@ incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len
     return st;
 }
 
+incmoe_status_t incmoe_comm_shrink(incmoe_comm_t *comm, incmoe_comm_t **new_comm)
+{
+    if (comm == NULL || new_comm == NULL) {
+        log_error(SUBSYS, "incmoe_comm_shrink: comm and new_comm must not be NULL");
+        return INCMOE_ERR_INVALID_ARG;
+    }
+    *new_comm = NULL;
+    struct inc_wire_shrink_ack ack;
+    incmoe_status_t st = client_shrink_ask(comm, &ack);
+    if (st != INCMOE_OK)
+        return st;
+    /* The new job as this one was joined: the same switch, key, algorithm and timeouts. */
+    incmoe_comm_params_t p = {
+        .field_mask = INCMOE_COMM_PARAM_SECRET | INCMOE_COMM_PARAM_ALGO |
+                      INCMOE_COMM_PARAM_TIMEOUT | INCMOE_COMM_PARAM_PROGRESS_TIMEOUT,
+        .switch_addr = comm->switch_addr,
+        .job_id = ack.job,
+        .rank = (int)ack.rank,
+        .nranks = (int)ack.nranks,
+        .secret = comm->secret,
+        .secret_len = comm->secret_len,
+        .algo = comm->algo_id,
+        .timeout_ms = comm->timeout_ms,
+        .progress_timeout_ms = comm->progress_timeout_ms,
+    };
+    log_info(SUBSYS, "rank %d of job %llu shrinks to rank %u of %u in job %llu", comm->rank,
+             (unsigned long long)comm->job_id, ack.rank, ack.nranks, (unsigned long long)ack.job);
+    return incmoe_comm_create(&p, new_comm);
+}
+
 int incmoe_comm_rank(const incmoe_comm_t *comm)
 {
     return comm->rank;
@@ -460,4 +501,9 @@ int incmoe_comm_rank(const incmoe_comm_t *comm)
 int incmoe_comm_nranks(const incmoe_comm_t *comm)
 {
     return comm->nranks;
+}
+
+uint64_t incmoe_comm_job_id(const incmoe_comm_t *comm)
+{
+    return comm->job_id;
 }

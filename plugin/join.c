@@ -33,6 +33,9 @@
 static void client_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     incmoe_comm_t *comm = arg;
+    pthread_mutex_lock(&comm->lock);
+    comm->switch_lost = 1; /* a shrink's wait for the switch ends too */
+    pthread_mutex_unlock(&comm->lock);
     client_fail(comm, INCMOE_ERR_PEER_FAILED, "lost the connection to the switch: %s",
                 ucs_status_string(status));
 }
@@ -152,6 +155,10 @@ incmoe_status_t client_join(incmoe_comm_t *comm, const incmoe_comm_params_t *par
     size_t secret_len = 0;
     uint8_t token[INCMOE_WIRE_TOKEN];
     incmoe_status_t st = join_secret(params, secret, &secret_len);
+    if (st == INCMOE_OK) { /* kept for incmoe_comm_shrink's join of the new job */
+        memcpy(comm->secret, secret, secret_len);
+        comm->secret_len = secret_len;
+    }
     if (st == INCMOE_OK)
         st = join_bootstrap(comm, &comm->switch_ss, comm->switch_ss_len, params->switch_addr,
                             secret, secret_len, token);

@@ -24,6 +24,7 @@
 #include "coll_table.h"
 #include "dc_form.h"
 #include "ll_form.h"
+#include "shrink.h"
 #include "small.h"
 #include "tree.h"
 #include "tree_join.h"
@@ -156,6 +157,9 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
     case WIRE_MSG_LEAVE:
         on_leave(eng, job, conn);
         return UCS_OK;
+    case WIRE_MSG_SHRINK:
+        shrink_on_request(&eng->members, conn, h);
+        return UCS_OK;
     case WIRE_MSG_ERROR:
         member_on_error(&eng->members, conn, h, data, length);
         return UCS_OK;
@@ -236,6 +240,7 @@ static void on_tick(void *engine, conn_t *conns)
 {
     engine_t *eng = engine;
     member_tick(&eng->members, conns);
+    shrink_tick(&eng->members);
     check_progress(eng);
 }
 

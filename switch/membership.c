@@ -20,6 +20,7 @@
 #include <openssl/rand.h>
 
 #include "coll_table.h"
+#include "shrink.h"
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -223,6 +224,7 @@ static void job_free(job_t *job)
     free(job->inflight);
     free(job->down);
     free(job->rep);
+    shrink_free(job);
     free(job);
 }
 
@@ -466,6 +468,10 @@ void job_form(membership_t *m, job_t *job)
 job_t *member_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, uint32_t nranks)
 {
     char text[200];
+    if (shrink_refuses_join(m, hdr->job, text, sizeof(text))) {
+        member_refuse(m, conn, hdr->job, INCMOE_ERR_JOB, text);
+        return NULL;
+    }
     job_t *job = job_find(m, hdr->job);
     if (job == NULL) {
         size_t bound = job_memory_bound(m->set, (int)nranks);
@@ -506,6 +512,8 @@ job_t *member_admit(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hd
 ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_hdr *h, int rndv)
 {
     job_t *job = conn->job;
+    if (h->msg == WIRE_MSG_SHRINK && conn->role == CONN_RANK)
+        return UCS_OK; /* shrink.c checks it: a failed job's survivors ask it most */
     if (job->state == JOB_FAILED)
         return UCS_ERR_CANCELED; /* the ranks already know; drop what is still coming */
     /* A child speaks for its port (its key, once the job formed), but relays the dispatch and
@@ -524,6 +532,11 @@ ucs_status_t member_screen(membership_t *m, conn_t *conn, const struct inc_wire_
                 "%s %d sent a message claiming job %llu rank %u",
                 conn->role == CONN_RANK ? "rank" : "the switch port of rank", conn->rank,
                 (unsigned long long)h->job, h->rank);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (h->msg == WIRE_MSG_SHRINK) {
+        JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, conn->rank,
+                "the switch port of rank %d sent SHRINK, which only ranks send", conn->rank);
         return UCS_ERR_INVALID_PARAM;
     }
     int forming_ok =
@@ -579,6 +592,8 @@ void member_conn_lost(membership_t *m, conn_t *conn, const char *why)
     if (job->parent == conn)
         job->parent = NULL;
     conn->job = NULL;
+    if (conn->role == CONN_RANK && !conn->left)
+        shrink_on_lost(m, job, conn->rank);
     /* A LEAVE makes a loss orderly only once the job formed: before that the job can never
        form, and the ranks that joined hear why now.  The parent's link is never left. */
     if (job->state != JOB_FAILED &&

@@ -12,6 +12,8 @@
 #include "trips.h"
 #include "tx.h"
 
+#include "base/shrink_wire.h"
+
 struct coll;
 
 typedef enum { JOB_FORMING = 0, JOB_ACTIVE, JOB_FAILED } job_state_t;
@@ -64,7 +66,8 @@ typedef struct job {
     /* [nranks], by a child switch port's key: the window its TREE_JOIN announced for the FWDs
        down (tree.c); NULL without child switches. */
     link_window_t *down;
-    trips_t trips; /* its ranks' messages (trips.c), logged when it is released */
+    trips_t trips;             /* its ranks' messages (trips.c), logged when it is released */
+    struct job_shrink *shrink; /* shrink.c's, from the first SHRINK; NULL before */
 } job_t;
 
 typedef struct membership {
@@ -76,6 +79,10 @@ typedef struct membership {
     size_t mem_reserved; /* sum of the admitted jobs' bounds */
     size_t mem_used;
     uint64_t link_serial; /* the last link to a parent asked for (tree_join.c) */
+    /* shrink.c's: the last INC_SHRUNK_IDS jobs shrunk (a ring), the serial new ids mix in. */
+    uint64_t shrunk[INC_SHRUNK_IDS];
+    unsigned shrunk_next;
+    uint64_t shrink_serial;
     /* The engine's: free a retiring job's collectives. */
     void (*drop_collectives)(void *engine, job_t *job);
     void *engine;

@@ -43,6 +43,12 @@ test_ll_SOURCES = test_ll.cc exact_int.h dc_ref.h
 test_ll_CPPFLAGS = $(AM_CPPFLAGS)
 test_ll_LDADD = $(ERRORS_LIBS)
 
+# Shrink: the survivors of lost ranks go on in a new job, on every algorithm.
+check_PROGRAMS += test_shrink
+test_shrink_SOURCES = test_shrink.cc
+test_shrink_CPPFLAGS = $(AM_CPPFLAGS)
+test_shrink_LDADD = $(ERRORS_LIBS)
+
 # Every failure the switch and the client must survive, one suite per subsystem; what they
 # share (the Errors fixture, a communicator on it, raw messages that break a job) is built once.
 ERRORS_SUITES = test_errors_auth test_errors_protocol test_errors_admission \

@@ -269,6 +269,48 @@ incmoe_status_t incmoe_comm_release(incmoe_comm_t *comm);
 incmoe_status_t incmoe_comm_error(incmoe_comm_t *comm, char *msg, size_t msg_len);
 int incmoe_comm_rank(const incmoe_comm_t *comm);
 int incmoe_comm_nranks(const incmoe_comm_t *comm);
+/* The job the communicator is in: its params' job_id, or for one incmoe_comm_shrink made, the
+   id the switch gave the shrunk job. */
+uint64_t incmoe_comm_job_id(const incmoe_comm_t *comm);
+
+/*
+ * Shrink: the ranks that survive a lost rank keep working on a new
+ * communicator without it (after a failure, or on request with none).  Every
+ * survivor calls incmoe_comm_shrink on its communicator of the old job; the
+ * switch, which knows from its liveness which ranks it lost, answers once
+ * every member it still hears from asked.  Each gets *new_comm: a new job of
+ * the survivors, renumbered densely in ascending old rank order
+ * (incmoe_comm_rank / incmoe_comm_nranks tell the new numbers), on the same
+ * switch with the same key, algorithm (inc, ring, a2a: their peer mesh is
+ * built anew) and timeouts.  comm stays the caller's to destroy (before or
+ * after the new one; its collectives in flight stay failed).
+ *
+ * Bounds and failures.  Survivors that ask right after the failure get the
+ * new communicator within milliseconds plus the new job's join; the switch
+ * waits for members that have not asked at most the job's timeout from the
+ * first ask, a member it is still detecting as dead at most that long again,
+ * and the call gives up on the switch after twice the job's timeout and a
+ * second.  A rank that asked and is lost before the answer (a second
+ * failure: it had joined the survivors) fails the shrink for good on every
+ * survivor (INCMOE_ERR_PEER_FAILED, a reason naming the rank), as does the
+ * timeout (INCMOE_ERR_TIMEOUT, naming the ranks that never asked); ranks lost
+ * without asking, however many and whenever the switch finds them (ranks that
+ * die together are found apart), are simply left out.  A rank lost after the
+ * answer fails the new job's join (bounded by the timeout).  A failed shrink
+ * leaves comm failed, and
+ * incmoe_comm_error then reports the shrink's reason.  Call it once per
+ * communicator (a second call: INCMOE_ERR_INVALID_ARG).
+ *
+ * A lost rank cannot come back: the switch refuses a JOIN to a job it shrank
+ * (INCMOE_ERR_JOB, of the last 256 shrunk job ids it remembers), and a SHRINK
+ * from anyone but a live member.  The new job's id is the old one mixed with
+ * a serial of the switch, drawn again while a live job has it (it never
+ * clashes with a live job; a user's own id would have to be the same 64-bit
+ * value).  A job that spans a tree of switches (--parent) cannot shrink:
+ * INCMOE_ERR_UNSUPPORTED.  The NCCL plugin and the torch.distributed backend
+ * do not shrink: a lost rank fails their communicator as before.
+ */
+incmoe_status_t incmoe_comm_shrink(incmoe_comm_t *comm, incmoe_comm_t **new_comm);
 
 incmoe_status_t incmoe_mem_register(incmoe_comm_t *comm, void *base, size_t length,
                                     incmoe_mr_t **mr_p);

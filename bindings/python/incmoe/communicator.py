@@ -181,13 +181,49 @@ class Communicator:
         ptr = ctypes.c_void_p()
         st = _lib.lib().incmoe_comm_create(ctypes.byref(p), ctypes.byref(ptr))
         _errors.check("incmoe_comm_create", st)
+        self._attach(ptr, p, keybuf, switch, algo, mr_cache)
+
+    def _attach(self, ptr, p, keybuf, switch, algo, mr_cache):
+        """Own ptr, a communicator made from p (its job, rank and size read back)."""
         self._ptr = ptr
         # What the MoE layer's other-algorithm communicators are made from (incmoe_moe_path_t).
         self._params = (p, keybuf)
-        self.switch, self.job, self.rank, self.nranks, self.algo = switch, job, rank, nranks, algo
+        self._mr_cache = mr_cache
+        self.switch, self.algo = switch, algo
+        self.job = _lib.lib().incmoe_comm_job_id(ptr)
+        self.rank = _lib.lib().incmoe_comm_rank(ptr)
+        self.nranks = _lib.lib().incmoe_comm_nranks(ptr)
         self._mrs = _registry.Registry(ptr, mr_cache)
         self._dc_capacity = 0  # the rows the last dispatch delivered: the next one's guess
         self._dc_pending = None  # the dispatch (incmoe.dispatch) in flight, if any
+
+    def shrink(self):
+        """A new Communicator of the ranks that survive this one's lost ranks
+        (incmoe_comm_shrink): every survivor calls it, after a collective raised
+        for a lost rank or on request with none lost.  Survivors are renumbered
+        densely in ascending old rank order (the new one's rank and nranks say
+        how); the same switch, key, algorithm and timeouts.  This communicator
+        stays yours to close.  Raises IncmoeError with the reason when the shrink
+        fails (a rank lost after it asked, the job's timeout, a job over a switch
+        tree); this communicator then reports that reason."""
+        h = self._handle()
+        ptr = ctypes.c_void_p()
+        st = _lib.lib().incmoe_comm_shrink(h, ctypes.byref(ptr))
+        _errors.check("incmoe_comm_shrink", st, h)
+        new = Communicator.__new__(Communicator)
+        new._close_lock = threading.Lock()
+        new._children = _children.Children()
+        new._ptr = None
+        old = self._params[0]
+        p = _lib.comm_params_t()  # the old one's fields, each set anew (its pointers kept alive)
+        p.switch_addr = self.switch.encode()
+        for f in ("field_mask", "secret", "secret_len", "algo", "timeout_ms", "progress_timeout_ms"):
+            setattr(p, f, getattr(old, f))
+        p.job_id = _lib.lib().incmoe_comm_job_id(ptr)
+        p.rank = _lib.lib().incmoe_comm_rank(ptr)
+        p.nranks = _lib.lib().incmoe_comm_nranks(ptr)
+        new._attach(ptr, p, self._params[1], self.switch, self.algo, self._mr_cache)
+        return new
 
     # ------------------------------------------------------------ lifecycle
 
