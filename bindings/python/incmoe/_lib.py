@@ -264,13 +264,6 @@ class moe_params_ext_t(ctypes.Structure):
     ]
 
 
-class moe_placement_t(ctypes.Structure):
-    _fields_ = [
-        ("offsets", ctypes.POINTER(ctypes.c_int)),
-        ("ranks", ctypes.POINTER(ctypes.c_int)),
-    ]
-
-
 class moe_routing_sample_t(ctypes.Structure):
     _fields_ = [
         ("num_experts", ctypes.c_int),
