@@ -25,7 +25,7 @@ models.preload()
 
 FP32_TOL = 1e-4
 GEN = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=None)
-LAYER = dict(mode="pipelined", algo=None, timeout_ms=4000)  # one path: no measuring
+LAYER = dict(mode="pipelined", algo=None, timeout_ms=20000)  # one path: no measuring
 
 
 def _rel(got, ref):
@@ -130,10 +130,13 @@ def test_rebalance_keeps_the_tokens(switch):
 VICTIM = 2
 
 
-def survive_body(rank, n, addr, job, placement, lost_expert):
+def survive_body(rank, n, addr, job, placement, lost_expert, layer_kw=LAYER):
     model, x, ref, ref_gen = _reference(rank)
-    comm = incmoe.Communicator(addr, job, rank, n, timeout_ms=2000)
-    incmoe.hf.expert_parallel(model, comm, placement=placement, keep_weights=True, **LAYER)
+    # A killed process's connection fails at once: the timeouts only bound joins and waits on
+    # a loaded machine (the layers' choice opens three communicators of its own, again after
+    # the shrink).
+    comm = incmoe.Communicator(addr, job, rank, n, timeout_ms=10000)
+    incmoe.hf.expert_parallel(model, comm, placement=placement, keep_weights=True, **layer_kw)
     calls = []
 
     def die_mid_generate(mod, args):
@@ -168,11 +171,16 @@ def survive_body(rank, n, addr, job, placement, lost_expert):
 
 
 @pytest.mark.expect_errors("rank 2 is killed mid-generate")
-def test_generation_survives_a_lost_rank(switch):
+@pytest.mark.parametrize("path", ["forced", "layers' choice"])
+def test_generation_survives_a_lost_rank(switch, path):
     """N=4, every expert on two ranks, rank 2 killed in the middle of generate: the survivors'
     generate raises naming it, recover() shrinks and re-shards, and the re-run prompts give
-    the single-process model's tokens."""
-    run_ranks(survive_body, 4, switch.address, new_job(), _two_each(64, 4), None, lost={VICTIM})
+    the single-process model's tokens.  On one forced path (comm's algorithm, pipelined), and
+    with every path left to the layers (they measure the three algorithms on communicators of
+    their own, before the kill and again on the survivors)."""
+    layer_kw = LAYER if path == "forced" else dict(timeout_ms=20000)
+    run_ranks(survive_body, 4, switch.address, new_job(), _two_each(64, 4), None, layer_kw,
+              lost={VICTIM})
 
 
 @pytest.mark.expect_errors("rank 2 is killed mid-generate")

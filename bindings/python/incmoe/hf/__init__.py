@@ -12,8 +12,10 @@ are sharded over the ranks and run on incmoe.MoE.  Families: OLMoE, Mixtral,
 Qwen2-MoE, Qwen3-MoE (transformers 5.x: the versions the [hf] extra names).
 Inference only.
 
-    expert_parallel(model, comm, routing, mode, max_tokens, timeout_ms, algo)
-                           shard, in place; each layer's path measured (auto) unless forced
+    expert_parallel(model, comm, routing, mode, max_tokens, timeout_ms, algo, placement,
+                    keep_weights)
+                           shard, in place; each layer's path measured (auto) unless forced;
+                           placement: experts on several ranks (replicas)
     finish(model)          a rank with no forward left serves the others' until all are done
     rebalance(model, sample, extra_slots)
                            between batches: a placement with replicas chosen from the routing

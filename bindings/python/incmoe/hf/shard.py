@@ -3,9 +3,10 @@ the ranks of an incmoe Communicator.
 
 Sharding is collective.  Before any call whose shapes depend on the model,
 the ranks swap one row of two integers: whether this rank refused (a family
-incmoe.hf does not know, E not divisible by N, a model sharded already, a
-setting it does not know) and a hash of what every rank must agree on (family,
-sparse blocks, E, k, H, I, dtype, N, mode, routing, max_tokens, algorithm).
+incmoe.hf does not know, E not divisible by N without a placement, a model
+sharded already, a setting it does not know) and a hash of what every rank
+must agree on (family, sparse blocks, E, k, H, I, dtype, N, mode, routing,
+max_tokens, algorithm, placement, keep_weights).
 A refusal or a difference is then an error on every rank, and none of them
 has changed its model or waits for the others.
 """
@@ -92,7 +93,8 @@ def shard(model, peers, settings, check, make):
     """The sharding every backend shares.  settings: what besides the model
     the ranks must agree on; check(blocks): the backend's own local checks,
     returning what make needs; make(step, index, blocks, block, checked): the
-    ShardedExperts module for one block.  Returns the model."""
+    ShardedExperts module for one block.  Returns what check returned and
+    the experts modules the blocks had (the caller keeps them or not)."""
     problem = summary = None
     try:
         blocks = find_blocks(model, lambda e: isinstance(e, ShardedExperts))
@@ -102,8 +104,8 @@ def shard(model, peers, settings, check, make):
         problem = e
     _agree(peers, summary, problem)
     originals = [block.experts for block in blocks.blocks]
-    step = install(model, peers, blocks, lambda step, i, block: make(step, i, blocks, block, checked))
-    return step, originals
+    install(model, peers, blocks, lambda step, i, block: make(step, i, blocks, block, checked))
+    return checked, originals
 
 
 def install(model, peers, blocks, make):
@@ -172,7 +174,7 @@ def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=20
     5.x, on the CPU, every rank the same config and weights).  comm: an
     incmoe.Communicator, or a torch.distributed process group of the
     "incmoe" backend (None: the default group).  Rank r keeps experts
-    [r*E/N, (r+1)*E/N) of every sparse block, in an incmoe.MoE layer
+    [r*E/N, (r+1)*E/N) of every sparse block (or placement's), in an incmoe.MoE layer
     (max_tokens per rank per layer call; longer forwards run as several
     calls); the others are freed.
 
@@ -218,7 +220,6 @@ def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=20
     settings = {"routing": routing, "mode": mode, "max_tokens": max_tokens, "algo": comm.algo,
                 "path_algo": algo, "placement": placement, "keep_weights": bool(keep_weights)}
     layer_kw = dict(mode=mode, max_tokens=max_tokens, timeout_ms=timeout_ms, algo=algo)
-    checked = {}
 
     def check(blocks):
         if mode not in MODES:
@@ -229,14 +230,12 @@ def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=20
         placements = placements_of(placement, blocks)
         if placements is None:
             even_split(blocks, CommPeers(comm))
-        checked["sharding"] = Sharding(comm, blocks, layer_kw, placements, None)
-        return checked["sharding"]
+        return Sharding(comm, blocks, layer_kw, placements, None)
 
     def make(step, index, blocks, block, sharding):
         return sharding.make(step, index, block.experts)
 
-    _, originals = shard(model, CommPeers(comm), settings, check, make)
-    sharding = checked["sharding"]
+    sharding, originals = shard(model, CommPeers(comm), settings, check, make)
     if keep_weights:
         sharding.weights = originals
     model._incmoe_sharding = sharding
