@@ -542,6 +542,12 @@ def shrink_switch_seeds():
     s += smsg(0, hdr(SHRINK, job, rank=0)) + bytes([0 * 8 + 6]) + complete()
     s += smsg(1, hdr(SHRINK, job, rank=1)) + complete() + bytes([7, 1]) + complete()
     write("switch_msg", "shrink_asker_lost", s)
+    # An asker leaves in order and goes before the others asked: not numbered (fuzzing found
+    # its slot answered through a connection that was gone).
+    s = join(0, job, 0, 3) + join(1, job, 1, 3) + join(2, job, 2, 3) + complete()
+    s += smsg(0, hdr(SHRINK, job, rank=0)) + smsg(0, hdr(LEAVE, job, rank=0)) + bytes([0 * 8 + 6])
+    s += smsg(1, hdr(SHRINK, job, rank=1)) + smsg(2, hdr(SHRINK, job, rank=2)) + complete()
+    write("switch_msg", "shrink_asker_left", s)
     # A SHRINK before the job formed.
     s = join(0, job, 0, 2) + smsg(0, hdr(SHRINK, job, rank=0)) + complete()
     write("switch_msg", "shrink_forming", s)

@@ -107,11 +107,15 @@ static void shrink_finish(membership_t *m, job_t *job)
 {
     job_shrink_t *js = job->shrink;
     int n = 0;
-    for (int r = 0; r < job->nranks; r++) {
+    for (int r = 0; r < job->nranks; r++)
         if (live(job, r) && !js->asked[r])
             return;
+    for (int r = 0; r < job->nranks; r++) {
+        js->asked[r] = (uint8_t)(js->asked[r] && live(job, r)); /* left since: not numbered */
         n += js->asked[r];
     }
+    if (n == 0)
+        return;
     js->new_id = new_job_id(m, job->id);
     js->new_nranks = n;
     js->done = 1;
