@@ -59,6 +59,14 @@ def replicas_body(rank, n, addr, job):
     first = [[e % n] if e % 4 else sorted({e % n, (e + 1) % n}) for e in range(E)]
     second = [sorted({0, (e + 2) % n}) for e in range(E)]
     with incmoe.Communicator(addr, job, rank, n) as comm:
+        # Refusals: every rank raises, naming what is wrong, and the model is unchanged.
+        with pytest.raises(ValueError, match="3 blocks' placements: the model has 2 sparse"):
+            incmoe.hf.expert_parallel(model, comm, placement=[first, second, first], **LAYER)
+        with pytest.raises(ValueError, match="placement\\[5\\] is \\[0, 7\\]"):
+            incmoe.hf.expert_parallel(model, comm, placement=[first[:5] + [[0, 7]] + first[6:],
+                                                              second], **LAYER)
+        with pytest.raises(ValueError, match="64 experts cannot be split evenly over 3 ranks"):
+            incmoe.hf.expert_parallel(model, comm, **LAYER)
         incmoe.hf.expert_parallel(model, comm, placement=[first, second], **LAYER)
         layers = _layers(model)
         assert [ly.placement for ly in layers] == [first, second]

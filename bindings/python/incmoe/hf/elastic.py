@@ -31,7 +31,8 @@ def _rebuild(model, sh, comm, placements):
     """Every block's layer again on comm with placements; then the old ones closed."""
     old = model._incmoe_step.experts
     new = Sharding(comm, sh.blocks, sh.layer_kw, placements, sh.weights)
-    install(model, CommPeers(comm), sh.blocks, lambda step, i, block: new.make(step, i, sh.weights[i]))
+    install(model, CommPeers(comm), sh.blocks,
+            lambda step, i, block: new.make(step, i, sh.weights[i]))
     model._incmoe_sharding = new
     for ex in old:
         close_layer(ex)

@@ -39,7 +39,7 @@ class IncmoeExperts(ShardedExperts):
         return super().forward(hidden_states, top_k_index, top_k_weights)
 
     def _remember(self, ids):
-        ids = ids.detach().reshape(-1, self.top_k).to(torch.int64)
+        ids = ids.detach().reshape(-1, self.top_k).to(torch.int64, copy=True)  # not the router's
         self._recent.append(ids)
         self._recent_rows += ids.shape[0]
         while self._recent_rows - self._recent[0].shape[0] >= SAMPLE_TOKENS:

@@ -227,7 +227,7 @@ def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=20
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError("max_tokens is %r: expected a positive integer" % (max_tokens,))
         layer_kw.update(_routing_kwargs(routing))
-        placements = placements_of(placement, blocks)
+        placements = placements_of(placement, blocks, comm.nranks)
         if placements is None:
             even_split(blocks, CommPeers(comm))
         return Sharding(comm, blocks, layer_kw, placements, None)

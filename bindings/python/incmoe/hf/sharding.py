@@ -6,11 +6,11 @@ communicator."""
 
 import torch
 
-from ..moe import MoE
+from ..moe import MoE, _check_placement
 from .experts import IncmoeExperts
 
 
-def placements_of(placement, blocks):
+def placements_of(placement, blocks, nranks):
     """placement as one list of E rank lists per sparse block (None: the even split).
     Given once it serves every block; a list of such lists is one per block."""
     if placement is None:
@@ -32,7 +32,13 @@ def placements_of(placement, blocks):
                 isinstance(rs, (list, tuple)) for rs in p):
             raise ValueError("placement of sparse block %d (%s): expected a list of E = %d rank "
                              "lists" % (b, blocks.names[b], E))
-        out.append([[int(r) for r in rs] for rs in p])
+        p = [[int(r) for r in rs] for rs in p]
+        try:  # ranks in range here, before the agreement; their order the layer's create checks
+            _check_placement(p, E, nranks)
+        except ValueError as e:
+            raise ValueError("incmoe.hf: sparse block %d (%s): %s"
+                             % (b, blocks.names[b], e)) from None
+        out.append(p)
     return out
 
 
