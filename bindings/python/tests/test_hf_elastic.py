@@ -168,7 +168,8 @@ def survive_body(rank, n, addr, job, placement, lost_expert, layer_kw=LAYER):
     new = incmoe.hf.recover(model)
     olds = [r for r in range(n) if r != VICTIM]
     assert (new.rank, new.nranks) == (olds.index(rank), n - 1)
-    assert all(ly.comm is new for ly in _layers(model))
+    less = [[olds.index(r) for r in rs if r != VICTIM] for rs in placement]
+    assert all(ly.comm is new and ly.placement == less for ly in _layers(model))
     with torch.no_grad():  # the interrupted prompts again, on the survivors
         assert torch.equal(model.generate(x, **GEN), ref_gen)
         assert _rel(model(x).logits, ref) <= FP32_TOL
