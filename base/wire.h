@@ -427,13 +427,14 @@
 /* How many streams a job has (incmoe_stream_t). */
 #define INC_STREAM_COUNT ((int)INCMOE_STREAM_COMBINE + 1)
 
-#define INCMOE_AM_ID           7
-#define INCMOE_WIRE_MAGIC      0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION    8           /* 8: a child switch's window; SHRINK */
-#define INCMOE_WIRE_MAX_ADDR   4096        /* bytes of one rank address in JOIN */
-#define INCMOE_WIRE_TOKEN      16          /* bytes of a session or ring token */
-#define INCMOE_WIRE_MAX_TEXT   256         /* bytes of an ERROR reason */
-#define INCMOE_WIRE_MAX_WINDOW 4096        /* a child switch's window (TREE_JOIN) */
+#define INCMOE_AM_ID      7
+#define INCMOE_WIRE_MAGIC 0x4d434e49u /* "INCM" little-endian */
+#define INCMOE_WIRE_VERSION                                                                        \
+    8 /* 8: a child switch's window (TREE_JOIN, CREDIT up); SHRINK, SHRINK_ACK */
+#define INCMOE_WIRE_MAX_ADDR   4096 /* bytes of one rank address in JOIN */
+#define INCMOE_WIRE_TOKEN      16   /* bytes of a session or ring token */
+#define INCMOE_WIRE_MAX_TEXT   256  /* bytes of an ERROR reason */
+#define INCMOE_WIRE_MAX_WINDOW 4096 /* a child switch's window (TREE_JOIN) */
 /* Epochs of one stream the switch keeps open per job (see "Epoch window" above). */
 #define INCMOE_WIRE_OPEN_EPOCHS (4 * INCMOE_STREAM_WINDOW)
 

@@ -126,6 +126,23 @@ TEST_F(FaultsoakTestbed, BoundedRunHasNoViolation)
     EXPECT_NE(r.out.find("# summary: seed 11, 6 rounds"), std::string::npos) << describe(r);
 }
 
+/* Kill-then-shrink rounds on every algorithm: the survivors shrink and finish every step with
+   every byte right, by the tool's rules (--shrink in its --help). */
+TEST_F(FaultsoakTestbed, KillThenShrinkRoundsFinish)
+{
+    RunResult r =
+        soak({"--rounds", "6", "--seed", "5", "-N", "4", "--faults", "kill", "--shrink", "--algo",
+              "mix", "--steps", "60", "--bytes", "1M", "--timeout-ms", "1000", "--margin", "10"},
+             150);
+    EXPECT_EQ(r.status, 0) << describe(r);
+    EXPECT_NE(r.out.find("# OK: no violations"), std::string::npos) << describe(r);
+    size_t shrunk = 0;
+    for (size_t at = 0; (at = r.out.find(" shrunk 3,", at)) != std::string::npos; at++)
+        shrunk++;
+    /* A kill after the job's last step would need no shrink; seed 5 draws none so late. */
+    EXPECT_EQ(shrunk, 6u) << "rounds where all three survivors shrank\n" << describe(r);
+}
+
 TEST_F(FaultsoakTestbed, KeyNeverCrossesTheWire)
 {
     if (!testbed_probe::exists("/usr/bin/tcpdump") && !testbed_probe::exists("/usr/sbin/tcpdump"))

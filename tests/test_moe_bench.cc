@@ -1,5 +1,10 @@
 /*
- * test_moe_bench.cc - incmoe-moe-bench's decode rows as a user runs them (an
+ * test_moe_bench.cc - incmoe-moe-bench as a user runs it: its decode rows, and
+ * its placement with replicas (--extra-slots: the outputs still pass the
+ * bench's fp64 and cosine checks, the busiest rank's received rows fall on
+ * zipf:1, bad values are refused with the reason).
+ *
+ * The decode rows as a user runs them (an
  * embedded run: a real switch and N rank processes on loopback): each row's
  * bound is the busiest rank's rows at the link rate both ways plus the FFN the
  * row reports, its t/bound the layer time over it; the link rate comes from
@@ -14,6 +19,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -127,4 +133,79 @@ TEST(MoeBenchDecode, ATestbedRateThatIsNoRateIsAClearError)
     EXPECT_NE(r.err.find("TESTBED_MBPS='fast' is not a link rate"), std::string::npos)
         << describe(r);
     EXPECT_TRUE(decode_rows(r.out).empty()) << r.out;
+}
+
+/* ---- replicas (--extra-slots) ---- */
+
+/* N=4, E=16, k=4, zipf:1 (the popular experts on rank 0 without replicas), T = 64, in-network
+   and a2a, masked and full routing, baseline and pipelined: the pipelined rows are checked
+   against fp64 (ref_err) and the baseline's outputs (min_cos). */
+static RunResult run_replicated(const std::vector<std::string> &more)
+{
+    std::vector<std::string> argv{
+        kBench,    "-N",        "4",           "-E",      "16",     "-k",
+        "4",       "-H",        "32",          "-I",      "16",     "-t",
+        "64",      "-n",        "1",           "-w",      "0",      "--algo",
+        "inc,a2a", "--routing", "masked,full", "--route", "zipf:1", "--ranks-in-process"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return perf_test::run_cmd(argv, 120);
+}
+
+TEST(MoeBenchReplicas, OneExtraSlotRunsVerifiedAndLowersTheBusiestRanksRows)
+{
+    RunResult r = run_replicated({"--extra-slots", "1"});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    EXPECT_NE(r.out.find("experts placed with replicas"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("placement: --extra-slots 1, chosen by incmoe_moe_placement_choose "
+                         "from 256 tok/rank of seed 1; experts per rank: 5 5 5 5"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("incmoe-moe-bench: outputs verified"), std::string::npos) << r.out;
+    /* Every pipelined row's fp64 error, as the bench's own check bounds it (float: 1e-4). */
+    int rows = 0;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+        std::istringstream f(line);
+        std::string t, algo, routing, c[12];
+        if (!(f >> t >> algo >> routing) || t != "64" || (algo != "inc" && algo != "a2a"))
+            continue;
+        for (std::string &x : c)
+            f >> x;
+        SCOPED_TRACE(line);
+        EXPECT_LE(std::stod(c[11]), 1e-4);    /* ref_err */
+        EXPECT_GE(std::stod(c[10]), 0.99999); /* min_cos */
+        rows++;
+    }
+    EXPECT_EQ(rows, 4) << r.out; /* 2 algorithms x 2 routings */
+    long long with = -1, without = -1;
+    size_t at = r.out.find("busiest rank's received rows per forward at 64 tok/rank: ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    ASSERT_EQ(std::sscanf(r.out.c_str() + at,
+                          "busiest rank's received rows per forward at 64 tok/rank: %lld with "
+                          "replicas, %lld contiguous without",
+                          &with, &without),
+              2)
+        << r.out;
+    EXPECT_GT(without, 0);
+    EXPECT_LT(with, without);
+}
+
+TEST(MoeBenchReplicas, BadExtraSlotsAreRefusedWithTheReason)
+{
+    RunResult r = run_replicated({"--extra-slots", "-1"});
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_NE(r.err.find("bad value '-1' for --extra-slots: out of range (allowed: 0..65536)"),
+              std::string::npos)
+        << describe(r);
+    r = run_replicated({"--extra-slots", "13"});
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_NE(r.err.find("--extra-slots 13 is more than E - E/N = 12"), std::string::npos)
+        << describe(r);
+    r = run_replicated({"--placement-seed", "3"});
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_NE(r.err.find("--placement-seed seeds --extra-slots's sample"), std::string::npos)
+        << describe(r);
+    r = run_replicated({"--extra-slots", "1", "--placement-tokens", "0"});
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_NE(r.err.find("bad value '0' for --placement-tokens"), std::string::npos) << describe(r);
 }

@@ -4,7 +4,9 @@
  * must check every byte and report #wrong 0; the table must parse, and the
  * routed ops' traffic columns must follow from their rows; a corrupted result
  * must be caught; bad flags must give a clear error and a non-zero exit, and
- * so must the switch's and the other tools' out-of-range numbers.  A run on an
+ * so must the switch's and the other tools' out-of-range numbers.  With
+ * replicas (--extra-slots) the routed ops stay exact and the busiest rank's
+ * received rows fall on skewed routing.  A run on an
  * algorithm this build does not have yet (or without dispatch and combine) is
  * skipped, saying so.
  */
@@ -477,6 +479,80 @@ TEST(PerfOutput, RoutedHeaderStatesTheRoutingAndTheColumns)
     }
 }
 
+/* ---- replicas (--extra-slots) ------------------------------------------------ */
+
+/* N=4, E=16, k=4, zipf:1: the popular experts sit on rank 0 without replicas. */
+static RunResult replicated(const std::string &op, const std::string &algo, int slots)
+{
+    return perf({"-N",
+                 "4",
+                 "--op",
+                 op,
+                 "--algo",
+                 algo,
+                 "--tokens",
+                 "128",
+                 "--hidden",
+                 "5",
+                 "-E",
+                 "16",
+                 "-k",
+                 "4",
+                 "--route",
+                 "zipf:1",
+                 "-n",
+                 "2",
+                 "-w",
+                 "1",
+                 "--extra-slots",
+                 std::to_string(slots),
+                 "--link-mbps",
+                 "100"});
+}
+
+class PerfReplicas : public ::testing::TestWithParam<std::tuple<const char *, const char *>>
+{
+};
+
+/* The replicated sets run checked (every row and reduction right: #wrong 0) and their traffic
+   columns follow from the ranks' rows as without replicas; the header names the placement. */
+TEST_P(PerfReplicas, ReplicatedSetsRunCheckedAndCounted)
+{
+    std::string op = std::get<0>(GetParam()), algo = std::get<1>(GetParam());
+    RunResult r = replicated(op, algo, 1);
+    ASSERT_EQ(r.status, 0) << describe(r);
+    EXPECT_EQ(check_routed(r, {op, algo, "float", "sum", 4, 4, 128, 5, 100}), "") << describe(r);
+    EXPECT_NE(r.out.find("# replicas: --extra-slots 1, placement chosen by "
+                         "incmoe_moe_placement_choose from 256 tokens/rank of seed 2"),
+              std::string::npos)
+        << describe(r);
+    EXPECT_NE(r.out.find("experts per rank: 5 5 5 5"), std::string::npos) << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, PerfReplicas,
+                         ::testing::Combine(::testing::Values("dispatch", "combine", "dc"),
+                                            ::testing::Values("inc", "ring", "a2a")),
+                         [](const auto &info) {
+                             return std::string(std::get<0>(info.param)) + "_" +
+                                    std::get<1>(info.param);
+                         });
+
+/* On zipf:1 one extra slot per rank lowers the busiest rank's received rows (rows-in, max):
+   a count of the same tokens, with and without replicas. */
+TEST(PerfReplicasRows, OneExtraSlotLowersTheBusiestRanksRowsOnZipf)
+{
+    RunResult without = replicated("dispatch", "inc", 0), with = replicated("dispatch", "inc", 1);
+    ASSERT_EQ(without.status, 0) << describe(without);
+    ASSERT_EQ(with.status, 0) << describe(with);
+    auto a = perf_test::table_rows(without.out), b = perf_test::table_rows(with.out);
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(b.size(), 1u);
+    unsigned long long rows_without = std::stoull(a[0][9]), rows_with = std::stoull(b[0][9]);
+    EXPECT_GT(rows_without, 0u);
+    EXPECT_LT(rows_with, rows_without) << describe(with) << describe(without);
+    EXPECT_EQ(without.out.find("# replicas:"), std::string::npos) << describe(without);
+}
+
 /* ---- bad command lines ------------------------------------------------------ */
 
 struct BadArgs {
@@ -542,8 +618,24 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{{"--hidden", "99999999"}, "bad value '99999999' for --hidden: out of range"},
         BadArgs{{"-k", "0"}, "bad value '0' for -k: out of range (allowed: 1..65536)"},
         BadArgs{{"--op", "agrs", "-E", "8"},
-                "-E, -k, --route, --placement and --seed route dispatch, combine and dc, not "
-                "--op agrs"},
+                "-E, -k, --route, --placement, --seed, --extra-slots and --placement-seed route "
+                "dispatch, combine and dc, not --op agrs"},
+        BadArgs{{"--op", "agrs", "--extra-slots", "1"}, "not --op agrs"},
+        BadArgs{{"--op", "dc", "--extra-slots", "-1"},
+                "bad value '-1' for --extra-slots: out of range (allowed: 0..65536)"},
+        BadArgs{{"--op", "dc", "-N", "4", "-E", "16", "--extra-slots", "13"},
+                "--extra-slots 13 is more than E - E/N = 12"},
+        BadArgs{{"--op", "dc", "-N", "3", "-E", "16", "--extra-slots", "1"},
+                "--extra-slots needs -E (16) a multiple of -N (3)"},
+        BadArgs{
+            {"--op", "dc", "-N", "4", "-E", "16", "--extra-slots", "1", "--placement", "strided"},
+            "--extra-slots chooses the placement; drop --placement"},
+        BadArgs{{"--op", "dc", "-N", "4", "-E", "128", "-k", "65", "--extra-slots", "1"},
+                "--extra-slots takes -k up to 64, the layer's (got 65)"},
+        BadArgs{{"--op", "dc", "--placement-seed", "3"},
+                "--placement-seed seeds --extra-slots's sample"},
+        BadArgs{{"--op", "dc", "--extra-slots", "1", "--placement-seed", "x"},
+                "bad value 'x' for --placement-seed (allowed: 0..2^62)"},
         BadArgs{{"--op", "allgather", "--route", "uniform"}, "not --op allgather"},
         BadArgs{{"--op", "agrs", "--tokens", "8"},
                 "--op agrs takes --tokens and --hidden together, instead of -b and -e"},

@@ -4,7 +4,8 @@
  *   incmoe-moe-bench [-N 4] [-t 64,256,1024] [-E 16] [-k 4] [-H 512] [-I 256] [-d float]
  *                    [-b BANDS] [--model olmoe] [--algo inc,ring,a2a,auto]
  *                    [--mode baseline,pipelined,auto] [--routing full,masked,auto]
- *                    [--route uniform|zipf:S] [--seed S] [-n 5] [-w 2] [--link-mbps BW]
+ *                    [--route uniform|zipf:S] [--seed S] [--extra-slots S]
+ *                    [--placement-seed S] [--placement-tokens T] [-n 5] [-w 2] [--link-mbps BW]
  *                    [--depth D] [--no-verify] [--backend cpu|cuda] [--ranks-in-process]
  *   incmoe-moe-bench --switch HOST:PORT --rank R -N N [--job ID] ...  (one rank of a job)
  *
@@ -30,7 +31,13 @@
  * experts uniformly; zipf:S draws them without replacement in proportion to
  * expert e's popularity (e+1)^-S.  The experts are placed contiguously (rank r
  * holds experts r*E/N ... (r+1)*E/N - 1, so rank 0 holds the most popular):
- * tools/incmoe-model's --placement contiguous.
+ * tools/incmoe-model's --placement contiguous.  --extra-slots S gives each
+ * rank S expert slots more for replicas: the placement is chosen once, before
+ * the ranks start, from a sample of the same generator on another seed
+ * (moe_bench_placement.c), every rank holds the weights of every expert it
+ * hosts (an expert's weights are the same wherever it lives, so the fp64
+ * reference is unchanged), and the table's header names the placement and the
+ * busiest rank's received rows with and without it.
  *
  * Layer time is the median over the timed forwards of the slowest rank.
  *
@@ -205,5 +212,11 @@ int main(int argc, char **argv)
     if (mb_check_opts(&o) != 0)
         return 2;
     mb_set_environment(&o);
-    return o.rank < 0 ? run_embedded(&o) : run_job_rank(&o);
+    if (!o.place_seed_set)
+        o.place_seed = o.seed + 1;
+    if (mb_placement_choose(&o) != 0)
+        return 1;
+    int rc = o.rank < 0 ? run_embedded(&o) : run_job_rank(&o);
+    mb_placement_free(&o);
+    return rc;
 }

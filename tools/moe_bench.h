@@ -4,8 +4,9 @@
  * or one rank of a job) over moe_bench_rank.c (one rank: the layer, its
  * forwards, their checks), moe_bench_table.c (the table rank 0 prints),
  * moe_bench_ref.c (the fp64 reference), moe_bench_data.c (the problem data
- * and the routing), moe_bench_decode.c (the decode rows' bound) and
- * moe_bench_args.c (the command line).
+ * and the routing), moe_bench_placement.c (the placement with replicas),
+ * moe_bench_decode.c (the decode rows' bound) and moe_bench_args.c (the
+ * command line).
  */
 #ifndef INCMOE_TOOLS_MOE_BENCH_H
 #define INCMOE_TOOLS_MOE_BENCH_H
@@ -46,6 +47,12 @@ typedef struct {
     const char *model;
     incmoe_moe_backend_t backend;
     int in_process; /* ranks as threads of this process */
+    /* --extra-slots: expert slots per rank beyond E/N for replicas, 0: contiguous placement;
+       the placement is chosen from place_tokens tokens per rank of seed place_seed
+       (moe_bench_placement.c) into place_offsets and place_ranks (NULL: contiguous). */
+    int extra_slots, place_tokens, place_seed_set;
+    uint64_t place_seed;
+    int *place_offsets, *place_ranks;
 } opts_t;
 
 /* One measurement: an algorithm, a routing, a token count, a mode. */
@@ -79,9 +86,9 @@ double mb_get(const void *base, size_t i, incmoe_dtype_t dt);
 void mb_fill_weights(const opts_t *o, int e, int which, void *dst);
 /* Token inputs and routing of rank r at token count T (deterministic for the seed). */
 void mb_make_tokens(const opts_t *o, int r, int T, void *x, int32_t *ids, float *w);
-/* This rank's T tokens under the contiguous placement: the other ranks a token goes to, on
-   average (k-bar), and the share of tokens some other rank needs (u). */
-void mb_routing_stats(const opts_t *o, int rank, int T, const int32_t *ids, double *kbar_p,
+/* This rank's T tokens, served by serve[T][k] (mb_serving_ranks): the other ranks a token
+   goes to, on average (k-bar), and the share of tokens some other rank needs (u). */
+void mb_routing_stats(const opts_t *o, int rank, int T, const int32_t *serve, double *kbar_p,
                       double *ufrac_p);
 
 /* ---- moe_bench_decode.c: the decode rows' bound ---- */
@@ -93,6 +100,25 @@ double mb_link_mbps(const opts_t *o);
    a row up once and down to each other rank of its set (the combine's the same): -1 out of
    memory. */
 double mb_decode_rows(const opts_t *o, int T);
+
+/* ---- moe_bench_placement.c: the placement with replicas (--extra-slots) ---- */
+
+/* Chooses the placement of --extra-slots (nothing without): 0; 1 after saying why. */
+int mb_placement_choose(opts_t *o);
+void mb_placement_free(opts_t *o);
+/* The experts rank hosts, ascending, into experts[] (room for E; NULL: only counted): how
+   many. */
+int mb_placement_hosted(const opts_t *o, int rank, int *experts);
+/* The header lines of a placement with replicas (nothing without). */
+void mb_placement_print(const opts_t *o);
+/* The busiest rank's received rows of the timed tokens at T tokens per rank on the placement
+   (with 1; the contiguous one without replicas with 0), as incmoe_moe_placement_rows replays
+   the layer's per-token rule; -1 on a failure (said). */
+int64_t mb_placement_busiest(const opts_t *o, int T, int with);
+/* out[T][k]: the rank serving each of rank's T tokens' pairs (ids [T][k]): the expert's
+   contiguous rank, or with replicas the layer's per-token rule over this rank's tokens from
+   zero load (its decode step's). */
+void mb_serving_ranks(const opts_t *o, int rank, int T, const int32_t *ids, int32_t *out);
 
 /* ---- moe_bench_ref.c: the fp64 reference ---- */
 

@@ -35,6 +35,12 @@ void mb_usage(void)
            "  --route R          expert choice: uniform, or zipf:S (popularity (e+1)^-S);\n"
            "                     experts placed contiguously, rank 0 holding the most popular\n"
            "  --seed S           seed of the tokens and their routing (default 0)\n"
+           "  --extra-slots S    expert slots per rank beyond E/N for replicas, 0..E-E/N\n"
+           "                     (default 0: contiguous, no replicas); the placement is\n"
+           "                     chosen by incmoe_moe_placement_choose from a routing sample\n"
+           "                     of every rank's tokens on another seed, the same on every rank\n"
+           "  --placement-seed S the sample's seed (default --seed + 1)\n"
+           "  --placement-tokens T  the sample's tokens per rank, 1..1048576 (default 256)\n"
            "  -n ITERS, -w WARM  timed and warm-up forwards per point (default 5, 2)\n"
            "  --link-mbps BW     per-rank link rate for the configuration model (default:\n"
            "                     measured when the layer is created, INCMOE_MOE_CALIBRATE)\n"
@@ -178,6 +184,17 @@ static int seed_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
+static int place_seed_arg(void *dst, const char *flag, const char *text)
+{
+    opts_t *o = dst;
+    if (inc_arg_u64(text, &o->place_seed) != 0) {
+        fprintf(stderr, "incmoe-moe-bench: bad value '%s' for %s: want 0..2^64-1\n", text, flag);
+        return -1;
+    }
+    o->place_seed_set = 1;
+    return 0;
+}
+
 static int job_arg(void *dst, const char *flag, const char *text)
 {
     if (inc_arg_u64(text, dst) != 0) {
@@ -231,7 +248,8 @@ int mb_parse_args(int argc, char **argv, opts_t *o)
                   .routings = {INCMOE_MOE_ROUTING_FULL},
                   .nroutings = 1,
                   .modes = {INCMOE_MOE_BASELINE, INCMOE_MOE_PIPELINED},
-                  .nmodes = 2};
+                  .nmodes = 2,
+                  .place_tokens = 256};
     const inc_arg_t args[] = {
         {"-N", NULL, INC_ARG_INT, 1, MAX_RANKS, &o->nranks},
         {"-t", NULL, INC_ARG_FN, .dst = o, .fn = tokens_arg},
@@ -250,6 +268,9 @@ int mb_parse_args(int argc, char **argv, opts_t *o)
         {"--mode", NULL, INC_ARG_FN, .dst = o, .fn = mode_arg},
         {"--route", NULL, INC_ARG_ZIPF, .dst = &o->zipf},
         {"--seed", NULL, INC_ARG_FN, .dst = &o->seed, .fn = seed_arg},
+        {"--extra-slots", NULL, INC_ARG_INT, 0, 1 << 16, &o->extra_slots},
+        {"--placement-seed", NULL, INC_ARG_FN, .dst = o, .fn = place_seed_arg},
+        {"--placement-tokens", NULL, INC_ARG_INT, 1, 1 << 20, &o->place_tokens},
         {"--switch", NULL, INC_ARG_TEXT, .dst = &o->switch_addr},
         {"--rank", NULL, INC_ARG_INT, 0, MAX_RANKS - 1, &o->rank},
         {"--job", NULL, INC_ARG_FN, .dst = &o->job, .fn = job_arg},
@@ -303,6 +324,22 @@ int mb_check_opts(const opts_t *o)
                 "incmoe-moe-bench: TESTBED_MBPS='%s' is not a link rate (0 < Mbit/s <= 1e9); "
                 "give --link-mbps\n",
                 getenv("TESTBED_MBPS"));
+        return -1;
+    }
+    if (o->extra_slots > o->E - o->E / o->nranks) {
+        fprintf(stderr,
+                "incmoe-moe-bench: --extra-slots %d is more than E - E/N = %d (a rank "
+                "holds at most all E experts)\n",
+                o->extra_slots, o->E - o->E / o->nranks);
+        return -1;
+    }
+    if (o->place_seed_set && o->extra_slots == 0) {
+        fprintf(stderr, "incmoe-moe-bench: --placement-seed seeds --extra-slots's sample\n");
+        return -1;
+    }
+    if (o->extra_slots > 0 && o->backend != INCMOE_MOE_BACKEND_CPU) {
+        fprintf(stderr, "incmoe-moe-bench: --extra-slots: replicated experts run on the cpu "
+                        "backend only (incmoe_moe.h, \"Replicas\")\n");
         return -1;
     }
     if (o->in_process && o->rank >= 0) {

@@ -2,7 +2,7 @@
  * moe_bench_data.c - incmoe-moe-bench's problem data: weights and token inputs
  * any rank can recompute from (stream, index), and the routing (--route:
  * uniform, or zipf:S by popularity (e+1)^-S, seeded by --seed), with the
- * routing's statistics under the contiguous placement.
+ * routing's statistics given the rank serving each pair.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -125,18 +125,17 @@ void mb_make_tokens(const opts_t *o, int r, int T, void *x, int32_t *ids, float 
     }
 }
 
-/* This rank's T tokens under the contiguous placement: the other ranks a token goes to, on
-   average (k-bar), and the share of tokens some other rank needs (u). */
-void mb_routing_stats(const opts_t *o, int rank, int T, const int32_t *ids, double *kbar_p,
+/* This rank's T tokens, served by serve[T][k] (mb_serving_ranks): the other ranks a token
+   goes to, on average (k-bar), and the share of tokens some other rank needs (u). */
+void mb_routing_stats(const opts_t *o, int rank, int T, const int32_t *serve, double *kbar_p,
                       double *ufrac_p)
 {
     uint64_t pairs = 0, routed = 0;
-    int per = o->E / o->nranks;
     for (int t = 0; t < T; t++) {
         char seen[MAX_RANKS] = {0};
         int others = 0;
         for (int a = 0; a < o->k; a++) {
-            int r = ids[(size_t)t * o->k + a] / per;
+            int r = serve[(size_t)t * o->k + a];
             if (r != rank && !seen[r])
                 seen[r] = 1, others++;
         }

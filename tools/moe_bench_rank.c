@@ -56,11 +56,13 @@ typedef struct {
     const opts_t *o;
     int rank;
     FILE *out;             /* the "result ..." lines */
-    int maxT, nl;          /* the largest token count; this rank's experts */
+    int maxT, nl;          /* the largest token count; this rank's experts (replicas too) */
+    int *experts;          /* [nl] their ids, ascending */
     size_t es, wsz;        /* bytes of an element; of one expert matrix */
     uint8_t *wg, *wu, *wd; /* this rank's experts' gate, up and down matrices */
     void *x;               /* the current token count's inputs, in host memory */
     int32_t *ids;
+    int32_t *serve; /* [maxT][k]: the rank serving each pair (mb_serving_ranks) */
     float *w;
     void *base;    /* the baseline's output, for the pipelined mode's check */
     void *outh;    /* the last forward's output, copied to host memory */
@@ -83,13 +85,15 @@ static void bench_free(bench_t *b)
     for (int i = 0; i < 4; i++)
         free(b->ph[i]);
     free(b->times), free(b->outh), free(b->base);
-    free(b->w), free(b->ids), free(b->x);
-    free(b->wd), free(b->wu), free(b->wg);
+    free(b->w), free(b->serve), free(b->ids), free(b->x);
+    free(b->wd), free(b->wu), free(b->wg), free(b->experts);
 }
 
 static int bench_alloc(const opts_t *o, int rank, FILE *out, bench_t *b)
 {
-    *b = (bench_t){.o = o, .rank = rank, .out = out, .nl = o->E / o->nranks};
+    *b = (bench_t){.o = o, .rank = rank, .out = out};
+    b->experts = buf_alloc(sizeof(int) * (size_t)o->E);
+    b->nl = b->experts != NULL ? mb_placement_hosted(o, rank, b->experts) : 0;
     b->es = incmoe_dtype_size(o->dtype);
     b->wsz = (size_t)o->H * o->I * b->es;
     for (int i = 0; i < o->ntokens; i++)
@@ -99,6 +103,7 @@ static int bench_alloc(const opts_t *o, int rank, FILE *out, bench_t *b)
     b->wg = buf_alloc(b->wsz * b->nl), b->wu = buf_alloc(b->wsz * b->nl);
     b->wd = buf_alloc(b->wsz * b->nl);
     b->x = buf_alloc(xs), b->ids = buf_alloc(sizeof(int32_t) * ks);
+    b->serve = buf_alloc(sizeof(int32_t) * ks);
     b->w = buf_alloc(sizeof(float) * ks);
     b->base = buf_alloc(xs), b->outh = buf_alloc(xs), b->times = buf_alloc(ts);
     for (int i = 0; i < 4; i++)
@@ -106,9 +111,10 @@ static int bench_alloc(const opts_t *o, int rank, FILE *out, bench_t *b)
     b->ref = buf_alloc(sizeof(double) * (size_t)o->H);
     b->scratch = (ref_scratch_t){buf_alloc(b->wsz), buf_alloc(sizeof(double) * (size_t)o->I),
                                  buf_alloc(sizeof(double) * (size_t)o->I)};
-    const void *all[] = {b->wg,    b->wu,   b->wd,        b->x,         b->ids,      b->w,
-                         b->base,  b->outh, b->times,     b->ph[0],     b->ph[1],    b->ph[2],
-                         b->ph[3], b->ref,  b->scratch.m, b->scratch.g, b->scratch.a};
+    const void *all[] = {b->experts, b->serve,     b->wg,        b->wu,       b->wd,
+                         b->x,       b->ids,       b->w,         b->base,     b->outh,
+                         b->times,   b->ph[0],     b->ph[1],     b->ph[2],    b->ph[3],
+                         b->ref,     b->scratch.m, b->scratch.g, b->scratch.a};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         if (all[i] == NULL) {
             fprintf(stderr, "rank %d: out of memory\n", rank);
@@ -119,11 +125,12 @@ static int bench_alloc(const opts_t *o, int rank, FILE *out, bench_t *b)
     return 0;
 }
 
-/* This rank's experts' weights, as every rank and the reference derive them. */
+/* This rank's experts' weights, as every rank and the reference derive them (a replica's
+   the same as its expert's on any other rank). */
 static void bench_fill_weights(bench_t *b)
 {
     for (int le = 0; le < b->nl; le++) {
-        int e = b->rank * b->nl + le;
+        int e = b->experts[le];
         mb_fill_weights(b->o, e, 0, b->wg + b->wsz * le);
         mb_fill_weights(b->o, e, 1, b->wu + b->wsz * le);
         mb_fill_weights(b->o, e, 2, b->wd + b->wsz * le);
@@ -265,6 +272,11 @@ static incmoe_moe_t *layer_create(const bench_t *b, incmoe_comm_t *comm, int alg
     if (o->decode_tokens > 0) {
         ext.field_mask |= INCMOE_MOE_PARAM_DECODE;
         ext.decode_tokens = o->decode_tokens;
+    }
+    incmoe_moe_placement_t pl = {o->place_offsets, o->place_ranks};
+    if (o->place_offsets != NULL) {
+        ext.field_mask |= INCMOE_MOE_PARAM_PLACEMENT;
+        ext.placement = &pl;
     }
     incmoe_moe_t *L;
     incmoe_status_t st = incmoe_moe_create_ex(&p, ext.field_mask != 0 ? &ext : NULL, &L);
@@ -434,7 +446,7 @@ static int run_routing(bench_t *b, incmoe_moe_t *L, int algo, int routing, int t
                         .mode = o->modes[mi],
                         .cos_min = 1,
                         .ref_err = 0};
-        mb_routing_stats(o, b->rank, T, b->ids, &res.kbar, &res.ufrac);
+        mb_routing_stats(o, b->rank, T, b->serve, &res.kbar, &res.ufrac);
         void *out_p = NULL;
         f.mode = (incmoe_moe_mode_t)res.mode;
         int rc = time_forwards(b, L, &f, &res, &out_p);
@@ -461,6 +473,7 @@ static int run_routing(bench_t *b, incmoe_moe_t *L, int algo, int routing, int t
 static int run_point(bench_t *b, incmoe_moe_t *L, int algo, int ti)
 {
     mb_make_tokens(b->o, b->rank, b->o->tokens[ti], b->x, b->ids, b->w);
+    mb_serving_ranks(b->o, b->rank, b->o->tokens[ti], b->ids, b->serve);
     if (inputs_stage(b, b->o->tokens[ti]) != 0)
         return 1;
     int rc = 0;

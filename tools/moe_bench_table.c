@@ -114,14 +114,22 @@ static double ideal_ms(int algo, int masked, int N, double kbar, double ufrac, c
 
 static void table_header(const opts_t *o)
 {
-    printf(
-        "\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, %s backend%s, route %s (experts "
-        "placed contiguously), median of %d forwards (slowest rank)\n",
-        o->nranks, o->E, o->k, o->H, o->I, incmoe_dtype_name(o->dtype), o->model ? ", model " : "",
-        o->model ? o->model : "", o->backend == INCMOE_MOE_BACKEND_CUDA ? "cuda" : "cpu",
-        o->in_process ? ", ranks in one process" : "", o->zipf > 0 ? "zipf" : "uniform", o->iters);
+    printf("\nincmoe-moe-bench: N=%d E=%d k=%d H=%d I=%d %s%s%s, %s backend%s, route %s (experts "
+           "placed %s), median of %d forwards (slowest rank)\n",
+           o->nranks, o->E, o->k, o->H, o->I, incmoe_dtype_name(o->dtype),
+           o->model ? ", model " : "", o->model ? o->model : "",
+           o->backend == INCMOE_MOE_BACKEND_CUDA ? "cuda" : "cpu",
+           o->in_process ? ", ranks in one process" : "", o->zipf > 0 ? "zipf" : "uniform",
+           o->place_offsets != NULL ? "with replicas" : "contiguously", o->iters);
     if (o->zipf > 0)
         printf("route zipf:%g, seed %llu\n", o->zipf, (unsigned long long)o->seed);
+    mb_placement_print(o);
+    for (int t = 0; t < o->ntokens && o->place_offsets != NULL; t++)
+        printf("busiest rank's received rows per forward at %d tok/rank: %lld with replicas, "
+               "%lld contiguous without (the layer's per-token rule as "
+               "incmoe_moe_placement_rows replays it)\n",
+               o->tokens[t], (long long)mb_placement_busiest(o, o->tokens[t], 1),
+               (long long)mb_placement_busiest(o, o->tokens[t], 0));
     printf("%8s %-5s %-13s %10s %10s %10s %11s %11s %9s %9s %6s %9s %10s %10s %9s  %s\n",
            "tok/rank", "algo", "routing", "base_ms", "pipe_ms", "auto_ms", "base_tok/s",
            "pipe_tok/s", "pipe/base", "vs_ring_b", "k-bar", "ideal_ms", "pipe/ideal", "min_cos",

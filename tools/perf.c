@@ -80,6 +80,14 @@ static void usage(FILE *f)
                "                        popular) or strided (expert e on rank e %% N); default\n"
                "                        contiguous, as incmoe-model's\n"
                "      --seed S          the routing's seed, 0..2^62 (default 1)\n"
+               "      --extra-slots S   expert slots per rank beyond E/N for replicas,\n"
+               "                        0..E-E/N (default 0: none); the placement is chosen by\n"
+               "                        incmoe_moe_placement_choose from 256 tokens per rank of\n"
+               "                        the routing on another seed, and each token goes to the\n"
+               "                        ranks the MoE layer's per-token rule picks among its\n"
+               "                        experts' replicas (contiguous base placement; E a\n"
+               "                        multiple of N, k <= 64)\n"
+               "      --placement-seed S  the sample's seed (default --seed + 1)\n"
                "      --low-latency     the low-latency form (decode): receive regions sized by\n"
                "                        max_tokens = --tokens, one message per rank and peer, no\n"
                "                        plan; checked as the bulk form is\n"
@@ -181,6 +189,15 @@ static int seed_arg(void *dst, const char *flag, const char *text)
     return 0;
 }
 
+static int place_seed_arg(void *dst, const char *flag, const char *text)
+{
+    opts_t *o = dst;
+    o->place_seed_set = 1;
+    if (inc_arg_u64(text, &o->place_seed) != 0 || o->place_seed > (1ull << 62))
+        return bad_value(flag, text, "allowed: 0..2^62");
+    return 0;
+}
+
 static int job_arg(void *dst, const char *flag, const char *text)
 {
     if (inc_arg_u64(text, dst) != 0)
@@ -242,10 +259,11 @@ static int check_full(opts_t *o)
                 op_names[o->op]);
         return -1;
     }
-    if (o->routing_given || o->route.experts != 0 || o->route.k != 0) {
+    if (o->routing_given || o->route.experts != 0 || o->route.k != 0 || o->extra_slots != 0 ||
+        o->place_seed_set) {
         fprintf(stderr,
-                "incmoe-perf: -E, -k, --route, --placement and --seed route dispatch, combine "
-                "and dc, not --op %s\n",
+                "incmoe-perf: -E, -k, --route, --placement, --seed, --extra-slots and "
+                "--placement-seed route dispatch, combine and dc, not --op %s\n",
                 op_names[o->op]);
         return -1;
     }
@@ -302,7 +320,7 @@ static int check_opts(opts_t *o)
                 incmoe_dtype_name(o->dtype), incmoe_redop_name(o->redop));
         return -1;
     }
-    return 0;
+    return op_routed(o->op) ? dc_placement_choose(o) : 0;
 }
 
 /* Returns 0 to run, 1 after --help, -1 on a bad command line (already reported). */
@@ -347,6 +365,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"--route", NULL, INC_ARG_FN, .dst = o, .fn = route_arg},
         {"--placement", NULL, INC_ARG_FN, .dst = o, .fn = placement_arg},
         {"--seed", NULL, INC_ARG_FN, .dst = o, .fn = seed_arg},
+        {"--extra-slots", NULL, INC_ARG_INT, 0, 1 << 16, &o->extra_slots},
+        {"--placement-seed", NULL, INC_ARG_FN, .dst = o, .fn = place_seed_arg},
         {"--low-latency", NULL, INC_ARG_SET, 1, .dst = &o->low_latency},
         {"-h", "--help", INC_ARG_HELP},
     };
@@ -876,9 +896,13 @@ int main(int argc, char **argv)
     int p = parse_args(argc, argv, &o);
     if (p != 0)
         return p > 0 ? 0 : 2;
+    int rc;
     if (o.rank >= 0) {
         int st = run_rank(&o, o.rank);
-        return st == 0 ? 0 : st > 0 ? 1 : 2;
+        rc = st == 0 ? 0 : st > 0 ? 1 : 2;
+    } else {
+        rc = run_embedded(&o);
     }
-    return run_embedded(&o);
+    dc_placement_free(&o);
+    return rc;
 }

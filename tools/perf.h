@@ -52,6 +52,12 @@ typedef struct {
     inc_route_spec_t route;
     int routing_given; /* -E, -k, --route, --placement or --seed */
     int low_latency;   /* --low-latency: the routed ops' low-latency form, max_tokens = --tokens */
+    /* --extra-slots: expert slots per rank beyond E/N for replicas (0: none), the placement
+       chosen from a sample of seed place_seed (perf_replicas.c) into place_offsets and
+       place_ranks (NULL: the --placement one). */
+    int extra_slots, place_seed_set;
+    uint64_t place_seed;
+    int *place_offsets, *place_ranks;
 } opts_t;
 
 typedef struct {
@@ -99,5 +105,17 @@ void dc_print_header(const opts_t *o);
 /* One rank's run of a routed collective: its buffers, the measurement, the check and rank
    0's row.  0 when every result was right, 1 when one was not, -1 when a call failed. */
 int dc_run(rank_t *rk);
+
+/* --- perf_replicas.c: the routed collectives on a placement with replicas --- */
+
+/* --extra-slots checked against the routing and its placement chosen into o (nothing
+   without): 0, or -1 (said). */
+int dc_placement_choose(opts_t *o);
+void dc_placement_free(opts_t *o);
+/* The header lines of a placement with replicas (nothing without). */
+void dc_placement_print(const opts_t *o);
+/* The route's destination sets redrawn as the layer's per-token rule chooses the replicas
+   of each token's experts (nothing without a placement). */
+void dc_route_replicate(const opts_t *o, inc_route_t *route);
 
 #endif

@@ -2,11 +2,15 @@
 # Included by tools/Makefile.am.
 
 bin_PROGRAMS += incmoe-perf
-incmoe_perf_SOURCES = perf.c perf.h perf_dc.c dc_columns.c dc_columns.h
+# --extra-slots: the MoE layer's per-token replica rule (moe/replica_choice.c, internal to
+# libincmoe_moe) compiled in, as tests/moe.mk takes it; the placement from libincmoe_moe.
+incmoe_perf_SOURCES = perf.c perf.h perf_dc.c dc_columns.c dc_columns.h perf_replicas.c \
+	../moe/replica_choice.c
 # Embedded runs start incmoe-switchd found by inc_switchd_find() (INCMOE_SWITCHD, beside
 # the program, or the build tree relative to it).
-incmoe_perf_CPPFLAGS = $(INCMOE_CPPFLAGS)
-incmoe_perf_LDADD = libincmoe_tools.la $(top_builddir)/plugin/libincmoe.la
+incmoe_perf_CPPFLAGS = $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe
+incmoe_perf_LDADD = libincmoe_tools.la $(top_builddir)/moe/libincmoe_moe.la \
+	$(top_builddir)/plugin/libincmoe.la
 
 # tools/testbed up|run|down is installed as incmoe-testbed: bindir holds only
 # incmoe and incmoe-* names.  The OpenMPI run on the testbed (it needs mpi_agrs

@@ -76,6 +76,7 @@ void dc_print_header(const opts_t *o)
            "\n",
            o->tokens, o->hidden, rb, o->route.experts, o->route.k, route,
            inc_placement_names[o->route.placement], o->route.seed);
+    dc_placement_print(o);
     printf("# rows/bytes: per step, of the network only (own rows are copied locally); on inc a\n"
            "# row carries its %zu-byte set up (dispatch, combine) and down (dispatch), as\n"
            "# incmoe-model counts it; busbw = the busiest rank and direction's bytes / time\n",
@@ -144,6 +145,7 @@ static int make_reference(dc_t *dc)
     const int n = dc->rk->n, me = dc->rk->rank;
     if (inc_route_make(&dc->o->route, dc->T, &dc->route) != 0)
         return -1;
+    dc_route_replicate(dc->o, &dc->route);
     dc->count = calloc((size_t)n * n, sizeof(uint64_t));
     if (dc->count == NULL)
         return -1;

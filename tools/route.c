@@ -140,12 +140,13 @@ int inc_route_make(const inc_route_spec_t *spec, size_t tokens, inc_route_t *rou
     *route = (inc_route_t){.spec = *spec, .tokens = tokens, .words = INCMOE_SET_WORDS(N)};
     route->owner = calloc((size_t)E, sizeof(int));
     route->sets = calloc((size_t)N * tokens * route->words + 1, sizeof(uint64_t));
+    route->ids = calloc((size_t)N * tokens * (size_t)spec->k + 1, sizeof(int32_t));
     double *w = calloc((size_t)E, sizeof(double)), *cum = calloc((size_t)E, sizeof(double));
     int *chosen = calloc((size_t)spec->k, sizeof(int));
     unsigned char *taken = calloc((size_t)E, 1);
     int rc = -1;
-    if (route->owner == NULL || route->sets == NULL || w == NULL || cum == NULL || chosen == NULL ||
-        taken == NULL)
+    if (route->owner == NULL || route->sets == NULL || route->ids == NULL || w == NULL ||
+        cum == NULL || chosen == NULL || taken == NULL)
         goto out;
     place(spec, route->owner);
     double acc = 0;
@@ -159,8 +160,10 @@ int inc_route_make(const inc_route_spec_t *spec, size_t tokens, inc_route_t *rou
                                  mix(((uint64_t)i << 20) ^ 0x5851f42d4c957f2dull));
             draw_experts(spec, w, cum, state, chosen, taken);
             uint64_t *set = &route->sets[((size_t)s * tokens + i) * route->words];
+            int32_t *ids = &route->ids[((size_t)s * tokens + i) * (size_t)spec->k];
             for (int j = 0; j < spec->k; j++) {
                 int d = route->owner[chosen[j]];
+                ids[j] = chosen[j];
                 set[d / 64] |= (uint64_t)1 << (d % 64);
             }
         }
@@ -180,6 +183,8 @@ void inc_route_free(inc_route_t *route)
 {
     free(route->owner);
     free(route->sets);
+    free(route->ids);
     route->owner = NULL;
     route->sets = NULL;
+    route->ids = NULL;
 }

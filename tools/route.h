@@ -47,6 +47,7 @@ typedef struct {
     size_t tokens;  /* per rank */
     size_t words;   /* INCMOE_SET_WORDS(N) */
     int *owner;     /* [E]: the rank of each expert */
+    int32_t *ids;   /* [N * tokens * k]: rank s's token i's experts at (s * tokens + i) * k */
     uint64_t *sets; /* [N * tokens * words]: rank s's token i at (s * tokens + i) * words */
 } inc_route_t;
 

@@ -3,6 +3,7 @@
  *
  *   incmoe-soak-rank --switch HOST:PORT --rank R -N N --job ID [--steps S] [--bytes B]
  *                    [--op mix|agrs|allreduce] [--algo inc|ring|a2a] [--seed X] [--timeout-ms MS]
+ *                    [--shrink]
  *
  * Runs S steps; each step fills fresh int32 data (a hash of seed, step, rank
  * and element, so no step can pass on a previous step's bytes), poisons every
@@ -20,6 +21,15 @@
  *                             step 0 is the join; after step S, CALL "destroy: ..."
  *                             is the teardown
  *   DONE S steps              every step right and the communicator closed (exit 0)
+ *
+ * With --shrink, a step that fails is followed by incmoe_comm_shrink: the
+ * survivors go on from that step on the new communicator, each with its new
+ * rank and the new N (the data, and so the check, follow the new numbers):
+ *   shrunk at step K: rank R of N (was R0 of N0), going on from step J
+ * where J, agreed by an AllReduce (min) on the new communicator, is the lowest
+ * step any survivor failed in.
+ * A shrink that fails prints its FAIL line (exit 2).  A failed destroy after
+ * the last step is not shrunk: there is nothing left to run.
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -42,12 +52,14 @@ typedef struct {
     uint64_t job_id, seed;
     const char *op; /* mix, agrs, allreduce */
     incmoe_algo_t algo;
+    int shrink; /* --shrink: go on without lost ranks */
 } opts_t;
 
 typedef struct {
     const opts_t *o;
     incmoe_comm_t *comm;
-    size_t blk; /* elements of one rank's block */
+    int rank, nranks; /* in comm: the command line's until a shrink renumbers them */
+    size_t blk;       /* elements of one rank's block (kept through a shrink) */
     int32_t *in_small, *out_small, *in_big, *out_big;
     incmoe_mr_t *mr_in_small, *mr_out_small, *mr_in_big, *mr_out_big;
 } rank_t;
@@ -63,6 +75,8 @@ static void usage(FILE *f)
                "  --seed X         data seed, 0..2^62 (default 1)\n"
                "  --timeout-ms MS  join bound and the liveness timeout asked of the switch,\n"
                "                   1..86400000 (default INCMOE_TIMEOUT_MS)\n"
+               "  --shrink         after a failed step, shrink the communicator to the survivors\n"
+               "                   and go on from that step ('shrunk at step K: ...')\n"
                "Prints 'joined', 'step K ok' per verified step and 'DONE S steps'; a failure\n"
                "prints 'FAIL step K: ...' (exit 2), wrong data 'WRONG step K: ...' (exit 1).\n");
 }
@@ -135,6 +149,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
             usage(stdout);
             return 1;
         }
+        if (strcmp(a, "--shrink") == 0) {
+            o->shrink = 1;
+            continue;
+        }
         if (strcmp(a, "--algos") == 0) { /* tools/faultsoak's --algo mix draws from these */
             for (int k = 0; k < inc_arg_algo_count(); k++)
                 printf("%s\n", inc_arg_algo_name(k));
@@ -168,10 +186,10 @@ static int32_t value(const opts_t *o, int step, int r, size_t j)
     return (int32_t)(x & 0xffff);
 }
 
-static int32_t sum_of(const opts_t *o, int step, size_t j)
+static int32_t sum_of(const opts_t *o, int nranks, int step, size_t j)
 {
     int32_t s = 0;
-    for (int r = 0; r < o->nranks; r++)
+    for (int r = 0; r < nranks; r++)
         s += value(o, step, r, j);
     return s;
 }
@@ -187,13 +205,15 @@ static int fail(rank_t *rk, int step, const char *what, incmoe_status_t st)
 }
 
 /* Counts wrong elements of out[0..n) against want(j + base); reports the first. */
-static size_t count_wrong(const int32_t *out, size_t n, size_t first_j, int step, const opts_t *o,
-                          int gathered, size_t blk, size_t *at, int32_t *got, int32_t *want)
+static size_t count_wrong(const rank_t *rk, const int32_t *out, size_t n, size_t first_j, int step,
+                          int gathered, size_t *at, int32_t *got, int32_t *want)
 {
+    const opts_t *o = rk->o;
+    const size_t blk = rk->blk;
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) {
         size_t j = first_j + i;
-        int32_t w = gathered ? value(o, step, (int)(j / blk), j) : sum_of(o, step, j);
+        int32_t w = gathered ? value(o, step, (int)(j / blk), j) : sum_of(o, rk->nranks, step, j);
         if (out[i] != w && wrong++ == 0) {
             *at = i;
             *got = out[i];
@@ -223,8 +243,8 @@ static int wrong_line(int step, const char *what, size_t wrong, size_t n, size_t
 static int run_step(rank_t *rk, int step, step_kind_t kind)
 {
     const opts_t *o = rk->o;
-    size_t blk = rk->blk, all = blk * (size_t)o->nranks, es = sizeof(int32_t);
-    int r = o->rank;
+    size_t blk = rk->blk, all = blk * (size_t)rk->nranks, es = sizeof(int32_t);
+    int r = rk->rank;
     incmoe_req_t req[2];
     int nreq = 0;
     if (kind == STEP_AGRS) {
@@ -255,14 +275,14 @@ static int run_step(rank_t *rk, int step, step_kind_t kind)
     size_t at = 0, wrong;
     int32_t got = 0, want = 0;
     if (kind == STEP_AGRS) {
-        wrong = count_wrong(rk->out_big, all, 0, step, o, 1, blk, &at, &got, &want);
+        wrong = count_wrong(rk, rk->out_big, all, 0, step, 1, &at, &got, &want);
         if (wrong)
             return wrong_line(step, "allgather", wrong, all, at, got, want);
-        wrong = count_wrong(rk->out_small, blk, (size_t)r * blk, step, o, 0, blk, &at, &got, &want);
+        wrong = count_wrong(rk, rk->out_small, blk, (size_t)r * blk, step, 0, &at, &got, &want);
         if (wrong)
             return wrong_line(step, "reducescatter", wrong, blk, at, got, want);
     } else {
-        wrong = count_wrong(rk->out_big, all, 0, step, o, 0, blk, &at, &got, &want);
+        wrong = count_wrong(rk, rk->out_big, all, 0, step, 0, &at, &got, &want);
         if (wrong)
             return wrong_line(step, "allreduce", wrong, all, at, got, want);
     }
@@ -271,17 +291,76 @@ static int run_step(rank_t *rk, int step, step_kind_t kind)
     return 0;
 }
 
-static int alloc_reg(rank_t *rk, size_t elems, int32_t **buf_p, incmoe_mr_t **mr_p)
+static size_t buf_bytes(size_t elems)
 {
-    size_t bytes = (elems * sizeof(int32_t) + 4095) & ~(size_t)4095;
+    return (elems * sizeof(int32_t) + 4095) & ~(size_t)4095;
+}
+
+static int alloc_buf(size_t elems, int32_t **buf_p)
+{
+    size_t bytes = buf_bytes(elems);
     if (posix_memalign((void **)buf_p, 4096, bytes) != 0) {
         printf("FAIL step 0: cannot allocate %zu bytes\n", bytes);
         fflush(stdout);
         return 2;
     }
     memset(*buf_p, 0, bytes);
-    CALL(rk, 0, "incmoe_mem_register", incmoe_mem_register(rk->comm, *buf_p, bytes, mr_p));
     return 0;
+}
+
+/* The four buffers, sized for the command line's N, registered with rk->comm. */
+static int register_bufs(rank_t *rk, int step)
+{
+    size_t all = rk->blk * (size_t)rk->o->nranks;
+    CALL(rk, step, "incmoe_mem_register",
+         incmoe_mem_register(rk->comm, rk->in_small, buf_bytes(rk->blk), &rk->mr_in_small));
+    CALL(rk, step, "incmoe_mem_register",
+         incmoe_mem_register(rk->comm, rk->out_small, buf_bytes(rk->blk), &rk->mr_out_small));
+    CALL(rk, step, "incmoe_mem_register",
+         incmoe_mem_register(rk->comm, rk->in_big, buf_bytes(all), &rk->mr_in_big));
+    CALL(rk, step, "incmoe_mem_register",
+         incmoe_mem_register(rk->comm, rk->out_big, buf_bytes(all), &rk->mr_out_big));
+    return 0;
+}
+
+/* The survivors' first step on their new communicator: the lowest step any of them failed in (a
+   rank may have finished a step another failed; all must run the same next collective). */
+static int resume_step(rank_t *rk, int *step)
+{
+    incmoe_req_t req;
+    rk->in_small[0] = *step;
+    CALL(rk, *step, "incmoe_allreduce (the step to resume at)",
+         incmoe_allreduce(rk->comm, rk->mr_in_small, 0, rk->mr_out_small, 0, 1, INCMOE_INT32,
+                          INCMOE_MIN, &req));
+    CALL(rk, *step, "incmoe_wait (the step to resume at)", incmoe_wait(rk->comm, &req));
+    *step = rk->out_small[0];
+    return 0;
+}
+
+/* After a failed step: the survivors' communicator replaces rk->comm (the old one is destroyed:
+   it failed, so its result says nothing new), the buffers are registered with it, and *step
+   becomes the step all survivors go on from. */
+static int shrink(rank_t *rk, int *step_p)
+{
+    const int step = *step_p;
+    incmoe_comm_t *next = NULL;
+    incmoe_status_t st = incmoe_comm_shrink(rk->comm, &next);
+    if (st != INCMOE_OK)
+        return fail(rk, step, "incmoe_comm_shrink", st);
+    int was = rk->rank, of = rk->nranks;
+    incmoe_comm_destroy(rk->comm);
+    rk->comm = next;
+    rk->rank = incmoe_comm_rank(next);
+    rk->nranks = incmoe_comm_nranks(next);
+    int rc = register_bufs(rk, step);
+    if (rc == 0)
+        rc = resume_step(rk, step_p);
+    if (rc == 0) {
+        printf("shrunk at step %d: rank %d of %d (was %d of %d), going on from step %d\n", step,
+               rk->rank, rk->nranks, was, of, *step_p);
+        fflush(stdout);
+    }
+    return rc;
 }
 
 static int run(rank_t *rk)
@@ -301,18 +380,23 @@ static int run(rank_t *rk)
     printf("joined\n");
     fflush(stdout);
     size_t all = rk->blk * (size_t)o->nranks;
-    int rc;
-    if ((rc = alloc_reg(rk, rk->blk, &rk->in_small, &rk->mr_in_small)) != 0 ||
-        (rc = alloc_reg(rk, rk->blk, &rk->out_small, &rk->mr_out_small)) != 0 ||
-        (rc = alloc_reg(rk, all, &rk->in_big, &rk->mr_in_big)) != 0 ||
-        (rc = alloc_reg(rk, all, &rk->out_big, &rk->mr_out_big)) != 0)
+    int rc, shrinks = 0;
+    if ((rc = alloc_buf(rk->blk, &rk->in_small)) != 0 ||
+        (rc = alloc_buf(rk->blk, &rk->out_small)) != 0 || (rc = alloc_buf(all, &rk->in_big)) != 0 ||
+        (rc = alloc_buf(all, &rk->out_big)) != 0 || (rc = register_bufs(rk, 0)) != 0)
         return rc;
     for (int step = 1; step <= o->steps; step++) {
         step_kind_t kind = strcmp(o->op, "agrs") == 0        ? STEP_AGRS
                            : strcmp(o->op, "allreduce") == 0 ? STEP_ALLREDUCE
                            : step % 2                        ? STEP_AGRS
                                                              : STEP_ALLREDUCE;
-        if ((rc = run_step(rk, step, kind)) != 0)
+        rc = run_step(rk, step, kind);
+        /* At most N shrinks: one that loses nobody (a fault that only stalled) must not loop. */
+        if (rc == 2 && o->shrink && shrinks++ < o->nranks && (rc = shrink(rk, &step)) == 0) {
+            step--; /* the loop's step++ comes back to the step to resume at */
+            continue;
+        }
+        if (rc != 0)
             return rc;
     }
     return 0;
@@ -324,7 +408,10 @@ int main(int argc, char **argv)
     int p = parse_args(argc, argv, &o);
     if (p != 0)
         return p > 0 ? 0 : 2;
-    rank_t rk = {.o = &o, .blk = (size_t)o.bytes / sizeof(int32_t) / (size_t)o.nranks};
+    rank_t rk = {.o = &o,
+                 .rank = o.rank,
+                 .nranks = o.nranks,
+                 .blk = (size_t)o.bytes / sizeof(int32_t) / (size_t)o.nranks};
     int rc = run(&rk);
     if (rk.comm != NULL) {
         /* Destroy deregisters every region still registered; the buffers

@@ -155,7 +155,7 @@ def _choose(load, extra, E):
         (lambda: _choose([[[0, 1]], [[1, 2]]], 5, 4), "extra_slots 5"),
         (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], [2]]), "expert 1: replica 0 is rank 2"),
         (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], [1, 0]]), "not distinct and ascending"),
-        (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], []]), "expert 1 has 0 replicas"),
+        (lambda: incmoe.placement_rows([[[0]], [[1]]], [[0], []]), "expert 1 has no replica"),
     ],
 )
 def test_bad_input_raises_with_the_reason(call, reason):
