@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..hf.peers import GroupPeers
-from ..hf.shard import shard
+from ..hf.shard import even_split, shard
 from ..hf.step import ShardedExperts
 
 
@@ -85,7 +85,8 @@ def agrs_parallel(model, group=None):
     same per-forward agreement, over the group)."""
     peers = GroupPeers(group)
 
-    def make(step, index, blocks, block, lo, hi, _):
-        return AgRsExperts(step, index, block.experts, lo, hi, blocks.top_k, group)
+    def make(step, index, blocks, block, split):
+        return AgRsExperts(step, index, block.experts, *split, blocks.top_k, group)
 
-    return shard(model, peers, {"path": "agrs"}, lambda: None, make)
+    shard(model, peers, {"path": "agrs"}, lambda blocks: even_split(blocks, peers), make)
+    return model

@@ -9,6 +9,9 @@ from .step import ShardedExperts
 # incmoe.MoE.last_timing()); a pipelined forward overlaps them with the experts.
 _COLLECTIVE_MS = ("exchange_ms", "allgather_ms", "reducescatter_ms", "dispatch_ms", "combine_ms")
 
+# The routing sample each block keeps for incmoe.hf.rebalance: its last tokens' expert ids.
+SAMPLE_TOKENS = 4096
+
 
 class IncmoeExperts(ShardedExperts):
     """Replaces transformers' fused experts with an incmoe.MoE layer.
@@ -29,6 +32,24 @@ class IncmoeExperts(ShardedExperts):
         super().__init__(step, index, layer.hidden_size, layer.top_k, layer.dtype)
         self.layer = layer
         self._decode_out = torch.empty(layer.decode_tokens, layer.hidden_size, dtype=layer.dtype)
+        self._recent, self._recent_rows = [], 0  # this rank's last forwards' top-k ids
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        self._remember(top_k_index)
+        return super().forward(hidden_states, top_k_index, top_k_weights)
+
+    def _remember(self, ids):
+        ids = ids.detach().reshape(-1, self.top_k).to(torch.int64, copy=True)  # not the router's
+        self._recent.append(ids)
+        self._recent_rows += ids.shape[0]
+        while self._recent_rows - self._recent[0].shape[0] >= SAMPLE_TOKENS:
+            self._recent_rows -= self._recent.pop(0).shape[0]
+
+    def routing_sample(self):
+        """[T, k]: the expert ids of this rank's last (up to SAMPLE_TOKENS) tokens in this block."""
+        if not self._recent:
+            return torch.empty(0, self.top_k, dtype=torch.int64)
+        return torch.cat(self._recent)[-SAMPLE_TOKENS:]
 
     def _run(self, hidden, ids, weights, counts):
         layer, mt = self.layer, self.layer.max_tokens

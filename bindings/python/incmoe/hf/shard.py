@@ -3,9 +3,10 @@ the ranks of an incmoe Communicator.
 
 Sharding is collective.  Before any call whose shapes depend on the model,
 the ranks swap one row of two integers: whether this rank refused (a family
-incmoe.hf does not know, E not divisible by N, a model sharded already, a
-setting it does not know) and a hash of what every rank must agree on (family,
-sparse blocks, E, k, H, I, dtype, N, mode, routing, max_tokens, algorithm).
+incmoe.hf does not know, E not divisible by N without a placement, a model
+sharded already, a setting it does not know) and a hash of what every rank
+must agree on (family, sparse blocks, E, k, H, I, dtype, N, mode, routing,
+max_tokens, algorithm, placement, keep_weights).
 A refusal or a difference is then an error on every rank, and none of them
 has changed its model or waits for the others.
 """
@@ -16,10 +17,9 @@ import json
 import weakref
 
 from ..communicator import Communicator
-from ..moe import MoE
-from .experts import IncmoeExperts
 from .families import find_blocks
 from .peers import CommPeers
+from .sharding import Sharding, placements_of
 from .step import ShardedExperts, Step
 
 MODES = ("pipelined", "baseline", "auto", "decode")
@@ -78,52 +78,69 @@ def _agree(peers, summary, problem):
         )
 
 
+def even_split(blocks, peers):
+    """[lo, hi): the experts rank peers.rank hosts without a placement (E/N each)."""
+    if blocks.num_experts % peers.nranks:
+        raise ValueError(
+            "incmoe.hf: %d experts cannot be split evenly over %d ranks"
+            % (blocks.num_experts, peers.nranks)
+        )
+    el = blocks.num_experts // peers.nranks
+    return peers.rank * el, (peers.rank + 1) * el
+
+
 def shard(model, peers, settings, check, make):
     """The sharding every backend shares.  settings: what besides the model
-    the ranks must agree on; check(): the backend's own local checks,
-    returning what make needs; make(step, index, blocks, block, lo, hi,
-    checked): the ShardedExperts module for one block, hosting experts
-    [lo, hi).  Returns the model."""
+    the ranks must agree on; check(blocks): the backend's own local checks,
+    returning what make needs; make(step, index, blocks, block, checked): the
+    ShardedExperts module for one block.  Returns what check returned and
+    the experts modules the blocks had (the caller keeps them or not)."""
     problem = summary = None
     try:
-        checked = check()
         blocks = find_blocks(model, lambda e: isinstance(e, ShardedExperts))
-        if blocks.num_experts % peers.nranks:
-            raise ValueError(
-                "incmoe.hf: %d experts cannot be split evenly over %d ranks"
-                % (blocks.num_experts, peers.nranks)
-            )
+        checked = check(blocks)
         summary = dict(blocks.summary(), nranks=peers.nranks, **settings)
     except Exception as e:  # any refusal still reaches the agreement: nobody waits
         problem = e
     _agree(peers, summary, problem)
+    originals = [block.experts for block in blocks.blocks]
+    install(model, peers, blocks, lambda step, i, block: make(step, i, blocks, block, checked))
+    return checked, originals
 
+
+def install(model, peers, blocks, make):
+    """Makes every block's sharded experts (make(step, index, block)), then
+    puts them in the model with a new Step; on a failure nothing changes."""
     step = Step(peers)
-    el = blocks.num_experts // peers.nranks
-    lo = peers.rank * el
     made = []
     try:
         for i, block in enumerate(blocks.blocks):
-            made.append(make(step, i, blocks, block, lo, lo + el, checked))
+            made.append(make(step, i, block))
     except BaseException:
         for ex in made:
-            close = getattr(getattr(ex, "layer", None), "close", None)
-            if close is not None:
-                close()
+            close_layer(ex)
         raise
-    # Only now the model changes: the full experts go, and with them (once
-    # nothing else holds them) the other ranks' weights.
+    # Only now the model changes: the experts it had go, and with them (once
+    # nothing else holds them) the weights they held.
     for block, ex in zip(blocks.blocks, made):
         block.experts = ex
     step.experts = made
     model._incmoe_step = step
-    _finish_after_generate(model, step)
-    return model
+    if not hasattr(model, "_incmoe_generate"):
+        _finish_after_generate(model)
+    return step
 
 
-def _finish_after_generate(model, step):
+def close_layer(ex):
+    close = getattr(getattr(ex, "layer", None), "close", None)
+    if close is not None:
+        close()
+
+
+def _finish_after_generate(model):
     """model.generate() then finish(): the class's generate, so that the
-    instance does not hold itself (a cycle would outlive `del model`)."""
+    instance does not hold itself (a cycle would outlive `del model`).  The
+    step is looked up at each call: recover() and rebalance() replace it."""
     generate = getattr(type(model), "generate", None)
     if generate is None:
         return
@@ -131,6 +148,7 @@ def _finish_after_generate(model, step):
 
     @functools.wraps(generate)
     def generate_then_finish(*args, **kwargs):
+        step = model_ref()._incmoe_step
         try:
             out = generate(model_ref(), *args, **kwargs)
         except BaseException:
@@ -145,17 +163,18 @@ def _finish_after_generate(model, step):
         return out
 
     model.generate = generate_then_finish
+    model._incmoe_generate = True
 
 
 def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=2048,
-                    timeout_ms=None, algo="auto"):
+                    timeout_ms=None, algo="auto", placement=None, keep_weights=False):
     """Shard a transformers MoE model's experts over comm's ranks, in place.
 
     model: a loaded OLMoE, Mixtral, Qwen2-MoE or Qwen3-MoE model (transformers
     5.x, on the CPU, every rank the same config and weights).  comm: an
     incmoe.Communicator, or a torch.distributed process group of the
     "incmoe" backend (None: the default group).  Rank r keeps experts
-    [r*E/N, (r+1)*E/N) of every sparse block, in an incmoe.MoE layer
+    [r*E/N, (r+1)*E/N) of every sparse block (or placement's), in an incmoe.MoE layer
     (max_tokens per rank per layer call; longer forwards run as several
     calls); the others are freed.
 
@@ -187,27 +206,40 @@ def expert_parallel(model, comm=None, routing="auto", mode="auto", max_tokens=20
     forward after it.  model.generate() then finishes (see incmoe.hf.finish)
     before it returns; a rank that runs its own forwards calls
     incmoe.hf.finish(model) after its last.  Returns the model.
+
+    placement: None (the even split above), or replicas as incmoe.MoE takes
+    them: a list of E lists, placement[e] the ranks holding expert e
+    (ascending, distinct, at least one), for every sparse block, or a list
+    of such lists, one per block; E need not divide by N.  Each rank's layer
+    then holds the weights of every expert it holds.  keep_weights: keep
+    every expert's weights (the model's own experts modules, as loaded) on
+    every rank, which incmoe.hf.rebalance and incmoe.hf.recover need to
+    build the layers again; without it they are freed.
     """
     comm = _communicator(comm)
     settings = {"routing": routing, "mode": mode, "max_tokens": max_tokens, "algo": comm.algo,
-                "path_algo": algo}
+                "path_algo": algo, "placement": placement, "keep_weights": bool(keep_weights)}
+    layer_kw = dict(mode=mode, max_tokens=max_tokens, timeout_ms=timeout_ms, algo=algo)
 
-    def check():
+    def check(blocks):
         if mode not in MODES:
             raise ValueError("mode is %r: expected one of %s" % (mode, ", ".join(MODES)))
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError("max_tokens is %r: expected a positive integer" % (max_tokens,))
-        return _routing_kwargs(routing)
+        layer_kw.update(_routing_kwargs(routing))
+        placements = placements_of(placement, blocks, comm.nranks)
+        if placements is None:
+            even_split(blocks, CommPeers(comm))
+        return Sharding(comm, blocks, layer_kw, placements, None)
 
-    def make(step, index, blocks, block, lo, hi, routing_kw):
-        ex = block.experts
-        layer = MoE(comm, blocks.num_experts, blocks.top_k, blocks.hidden_size,
-                    blocks.intermediate_size, ex.gate_up_proj.detach()[lo:hi],
-                    ex.down_proj.detach()[lo:hi], mode=mode, max_tokens=max_tokens,
-                    timeout_ms=timeout_ms, algo=algo, **routing_kw)
-        return IncmoeExperts(step, index, layer)
+    def make(step, index, blocks, block, sharding):
+        return sharding.make(step, index, block.experts)
 
-    return shard(model, CommPeers(comm), settings, check, make)
+    sharding, originals = shard(model, CommPeers(comm), settings, check, make)
+    if keep_weights:
+        sharding.weights = originals
+    model._incmoe_sharding = sharding
+    return model
 
 
 def finish(model):
