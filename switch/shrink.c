@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/shrink_wire.h"
 
@@ -84,20 +85,11 @@ static int id_taken(const membership_t *m, uint64_t id)
     return 0;
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t new_job_id(membership_t *m, uint64_t old)
 {
     uint64_t id;
     do
-        id = mix64(old ^ mix64(++m->shrink_serial));
+        id = inc_mix64(old ^ inc_mix64(++m->shrink_serial));
     while (id == 0 || id == old || id_taken(m, id));
     return id;
 }

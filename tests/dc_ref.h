@@ -119,6 +119,23 @@ inline void draw_sets(Sets &c, SetShape shape, std::mt19937_64 &rng, int mixed,
     }
 }
 
+/* A combine of dispatch's rows, row_count elements each, from send into recv (fp32 sum unless
+   given). */
+inline incmoe_combine_params_t combine_params(const incmoe_req_t &dispatch, incmoe_mr_t *send,
+                                              incmoe_mr_t *recv, size_t row_count,
+                                              incmoe_dtype_t dtype = INCMOE_FLOAT32,
+                                              incmoe_redop_t op = INCMOE_SUM)
+{
+    incmoe_combine_params_t p = {};
+    p.dispatch = dispatch;
+    p.send_mr = send;
+    p.recv_mr = recv;
+    p.row_count = row_count;
+    p.dtype = dtype;
+    p.op = op;
+    return p;
+}
+
 /* A request's reason for its failure, "" when it has none. */
 inline std::string req_why(incmoe_comm_t *comm, const incmoe_req_t *req)
 {

@@ -664,12 +664,7 @@ std::string refuse_round(incmoe_comm_t *comm, int me, const std::vector<std::str
             p.field_mask = INCMOE_COMBINE_PARAM_REFUSED;
             p.refused = reasons[me].c_str();
         } else {
-            p.dispatch = d;
-            p.send_mr = mp;
-            p.recv_mr = mo;
-            p.row_count = 8;
-            p.dtype = INCMOE_FLOAT32;
-            p.op = INCMOE_SUM;
+            p = dc_ref::combine_params(d, mp, mo, 8);
         }
         st = incmoe_combine(comm, &p, &req);
         if (st == INCMOE_OK)

@@ -619,13 +619,8 @@ TEST_P(Ll, Fp32ResultsAreBitwiseTheBulkForms)
         CHECK_OK(incmoe_mem_register(comm, obulk.data(), obulk.size() * 4, &m[2]));
         CHECK_OK(incmoe_mem_register(comm, oll.data(), oll.size() * 4, &m[3]));
         for (int form = 0; form < 2; form++) {
-            incmoe_combine_params_t cp = {};
-            cp.dispatch = form == 0 ? dbulk : dll;
-            cp.send_mr = m[form];
-            cp.recv_mr = m[2 + form];
-            cp.row_count = cnt;
-            cp.dtype = INCMOE_FLOAT32;
-            cp.op = INCMOE_SUM;
+            incmoe_combine_params_t cp =
+                dc_ref::combine_params(form == 0 ? dbulk : dll, m[form], m[2 + form], cnt);
             incmoe_req_t r;
             CHECK_OK(incmoe_combine(comm, &cp, &r));
             CHECK_OK(incmoe_wait(comm, &r));

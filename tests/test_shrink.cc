@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dc_ref.h"
 #include "harness.h"
 #include "raw_client.h"
 
@@ -169,13 +170,7 @@ std::string check_combine(incmoe_comm_t *comm, const Shrunk &s, const incmoe_req
     incmoe_mr_t *mp, *mo;
     CHECK_OK(incmoe_mem_register(comm, part.data(), part.size() * sizeof(float), &mp));
     CHECK_OK(incmoe_mem_register(comm, out.data(), out.size() * sizeof(float), &mo));
-    incmoe_combine_params_t p = {};
-    p.dispatch = *dispatch;
-    p.send_mr = mp;
-    p.recv_mr = mo;
-    p.row_count = kCount;
-    p.dtype = INCMOE_FLOAT32;
-    p.op = INCMOE_SUM;
+    incmoe_combine_params_t p = dc_ref::combine_params(*dispatch, mp, mo, kCount);
     incmoe_req_t req;
     CHECK_OK(incmoe_combine(comm, &p, &req));
     CHECK_OK(incmoe_wait(comm, &req));
@@ -367,32 +362,32 @@ void report(const char *what, int n, const std::vector<int> &olds, const Board *
     EXPECT_LT(worst, 2 * kTimeoutMs / 1000.0 + 5) << "the shrink took too long";
 }
 
+/* Ranks lost of n killed, the survivors shrink and work; their results and times reported. */
+void lose_and_report(Shrink *t, const char *what, int n, const std::vector<int> &lost)
+{
+    harness::SharedBoard<Board> shared;
+    Board *b = shared.get();
+    auto res = lose_ranks(t, n, lost, b);
+    report(what, n, survivors(n, lost), b, res);
+}
+
 TEST_P(Shrink, OneLostRankAtFour)
 {
     harness::ExpectErrors errors_expected("rank 1 is killed");
-    harness::SharedBoard<Board> shared;
-    Board *b = shared.get();
-    auto res = lose_ranks(this, 4, {1}, b);
-    report("one lost", 4, survivors(4, {1}), b, res);
+    lose_and_report(this, "one lost", 4, {1});
 }
 
 /* The same at N=8, rank 5 lost (RELIABILITY.md's figure takes both sizes' printed times). */
 TEST_P(Shrink, OneLostRankAtEight)
 {
     harness::ExpectErrors errors_expected("rank 5 is killed");
-    harness::SharedBoard<Board> shared;
-    Board *b = shared.get();
-    auto res = lose_ranks(this, 8, {5}, b);
-    report("one lost", 8, survivors(8, {5}), b, res);
+    lose_and_report(this, "one lost", 8, {5});
 }
 
 TEST_P(Shrink, TwoLostRanksAtSix)
 {
     harness::ExpectErrors errors_expected("ranks 0 and 3 are killed");
-    harness::SharedBoard<Board> shared;
-    Board *b = shared.get();
-    auto res = lose_ranks(this, 6, {0, 3}, b);
-    report("two lost", 6, survivors(6, {0, 3}), b, res);
+    lose_and_report(this, "two lost", 6, {0, 3});
 }
 
 /* Nobody lost: every rank asks, and keeps its number in the new job. */

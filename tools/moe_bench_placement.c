@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "moe_bench.h"
+#include "placement_text.h"
 #include "replica_choice.h"
 
 /* Every rank's T tokens of the seed: the sample's ids into *ids_p (the caller frees them).
@@ -111,16 +112,7 @@ void mb_placement_print(const opts_t *o)
     for (int r = 0; r < o->nranks; r++)
         printf(" %d", mb_placement_hosted(o, r, NULL));
     printf("\nreplicas (expert: ranks):");
-    int any = 0;
-    for (int e = 0; e < o->E; e++) {
-        if (o->place_offsets[e + 1] - o->place_offsets[e] < 2)
-            continue;
-        printf(" %d:", e);
-        for (int i = o->place_offsets[e]; i < o->place_offsets[e + 1]; i++)
-            printf("%s%d", i > o->place_offsets[e] ? "," : "", o->place_ranks[i]);
-        any = 1;
-    }
-    printf("%s\n", any ? "" : " none");
+    inc_print_replicas(o->E, o->place_offsets, o->place_ranks);
 }
 
 /* The busiest rank's received rows of the timed tokens at T tokens per rank on the placement

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "perf.h"
+#include "placement_text.h"
 #include "replica_choice.h"
 
 #include "incmoe/incmoe_moe.h"
@@ -125,16 +126,7 @@ void dc_placement_print(const opts_t *o)
         printf(" %d", n);
     }
     printf("\n# replicated (expert: ranks):");
-    int any = 0;
-    for (int e = 0; e < E; e++) {
-        if (o->place_offsets[e + 1] - o->place_offsets[e] < 2)
-            continue;
-        printf(" %d:", e);
-        for (int i = o->place_offsets[e]; i < o->place_offsets[e + 1]; i++)
-            printf("%s%d", i > o->place_offsets[e] ? "," : "", o->place_ranks[i]);
-        any = 1;
-    }
-    printf("%s\n", any ? "" : " none");
+    inc_print_replicas(E, o->place_offsets, o->place_ranks);
 }
 
 void dc_route_replicate(const opts_t *o, inc_route_t *route)

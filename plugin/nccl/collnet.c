@@ -37,6 +37,7 @@
 #include "window.h"
 
 #include "base/config.h"
+#include "base/hash.h"
 #include "base/keyfile.h"
 #include "plugin/post.h"
 
@@ -161,15 +162,6 @@ ncclResult_t collnet_listen(uint64_t comm_id, int dev, void *handle, void **list
     return ncclSuccess;
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* The shared secret: INCMOE_AUTH_KEY, else the first line of INCMOE_AUTH_KEY_FILE. */
 static ncclResult_t read_secret(char *buf, size_t *len)
 {
@@ -217,7 +209,7 @@ ncclResult_t collnet_connect(void *handles[], int nranks, int rank, void *listen
         return ncclSystemError;
     }
     const collnet_handle_t *h0 = handles[0];
-    uint64_t job_id = mix64(h0->nonce ^ mix64(h0->comm_id + 0x9e3779b97f4a7c15ull));
+    uint64_t job_id = inc_mix64(h0->nonce ^ inc_mix64(h0->comm_id + 0x9e3779b97f4a7c15ull));
     const char *job = inc_config_get_str("INCMOE_JOB_ID");
     if (job != NULL) {
         char *end;
