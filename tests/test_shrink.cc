@@ -473,6 +473,26 @@ std::string expect_shrink_fails_naming_rank2(incmoe_comm_t *comm)
     return "";
 }
 
+/* Rank `rank` of n joins job on t's switch and records its pid; rank 3 exits after a first barrier,
+   and the others' second barrier must fail for it: "" then, with *comm_p theirs, else why not. */
+std::string join_then_lose_rank3(Shrink *t, Board *b, unsigned long long job, int rank, int n,
+                                 incmoe_comm_t **comm_p)
+{
+    harness::store(&b->pid[rank], (int)getpid());
+    incmoe_comm_t *comm;
+    incmoe_status_t st = t->create(job, rank, n, &comm);
+    if (st != INCMOE_OK)
+        return "create: " + std::string(incmoe_strerror(st));
+    *comm_p = comm;
+    CHECK_OK(harness::barrier_wait(comm));
+    if (rank == 3)
+        _exit(0);
+    st = harness::barrier_wait(comm);
+    if (st != INCMOE_ERR_PEER_FAILED)
+        return why(comm, st, "the barrier without rank 3");
+    return "";
+}
+
 /* Rank 3 is lost.  Rank 2 asks to shrink and is lost before the answer (it stops once its
    SHRINK went: the switch reads it, then finds rank 2 silent), while rank 1 has asked too and
    rank 0 not yet: the shrink fails on rank 1 with a reason naming rank 2, and on rank 0, which
@@ -486,17 +506,10 @@ TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
     unsigned long long job = harness::unique_job_id();
     const int n = 4;
     auto res = harness::run_ranks(n, [&](int rank) -> std::string {
-        harness::store(&b->pid[rank], (int)getpid());
         incmoe_comm_t *comm;
-        incmoe_status_t st = create(job, rank, n, &comm);
-        if (st != INCMOE_OK)
-            return "create: " + std::string(incmoe_strerror(st));
-        CHECK_OK(harness::barrier_wait(comm));
-        if (rank == 3)
-            _exit(0);
-        st = harness::barrier_wait(comm);
-        if (st != INCMOE_ERR_PEER_FAILED)
-            return why(comm, st, "the barrier without rank 3");
+        std::string err = join_then_lose_rank3(this, b, job, rank, n, &comm);
+        if (!err.empty())
+            return err;
         if (rank == 2) {
             g_stop_after_shrink = true;
             incmoe_comm_t *fresh = nullptr;
@@ -505,12 +518,12 @@ TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
         }
         if (rank == 1) {
             harness::await_at_least(&b->shrinks_sent, 1); /* rank 2's */
-            std::string err = expect_shrink_fails_naming_rank2(comm);
+            err = expect_shrink_fails_naming_rank2(comm);
             harness::bump(&b->shrunk);
             return err;
         }
         harness::await_at_least(&b->shrunk, 1, 4 * kTimeoutMs / 1000.0 + 10);
-        std::string err = expect_shrink_fails_naming_rank2(comm);
+        err = expect_shrink_fails_naming_rank2(comm);
         kill(harness::load(&b->pid[2]), SIGKILL);
         return err;
     });
@@ -529,17 +542,10 @@ TEST_P(Shrink, MemberThatNeverAsksFailsTheShrinkAfterTheTimeout)
     unsigned long long job = harness::unique_job_id();
     const int n = 4;
     auto res = harness::run_ranks(n, [&](int rank) -> std::string {
-        harness::store(&b->pid[rank], (int)getpid());
         incmoe_comm_t *comm;
-        incmoe_status_t st = create(job, rank, n, &comm);
-        if (st != INCMOE_OK)
-            return "create: " + std::string(incmoe_strerror(st));
-        CHECK_OK(harness::barrier_wait(comm));
-        if (rank == 3)
-            _exit(0);
-        st = harness::barrier_wait(comm);
-        if (st != INCMOE_ERR_PEER_FAILED)
-            return why(comm, st, "the barrier without rank 3");
+        std::string err = join_then_lose_rank3(this, b, job, rank, n, &comm);
+        if (!err.empty())
+            return err;
         if (rank == 2) { /* alive (its communicator heartbeats), until the others are done */
             harness::await_at_least(&b->shrunk, 2, 4 * kTimeoutMs / 1000.0 + 10);
             harness::destroy_then_free(comm);
@@ -547,7 +553,7 @@ TEST_P(Shrink, MemberThatNeverAsksFailsTheShrinkAfterTheTimeout)
         }
         double t0 = inc_now_s();
         incmoe_comm_t *fresh = nullptr;
-        st = incmoe_comm_shrink(comm, &fresh);
+        incmoe_status_t st = incmoe_comm_shrink(comm, &fresh);
         double took = inc_now_s() - t0;
         std::string text = harness::comm_text(comm);
         harness::bump(&b->shrunk);

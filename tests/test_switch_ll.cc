@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dc_ref.h"
 #include "errors_common.h"
 #include "exact_int.h"
 #include "harness.h"
@@ -824,13 +825,7 @@ std::string library_step(incmoe_comm_t *comm, int me, int n)
     incmoe_req_t dreq, creq;
     CHECK_OK(incmoe_dispatch(comm, &d, &dreq));
     CHECK_OK(incmoe_wait(comm, &dreq));
-    incmoe_combine_params_t c = {};
-    c.dispatch = dreq;
-    c.send_mr = m_part;
-    c.recv_mr = m_out;
-    c.row_count = count;
-    c.dtype = INCMOE_FLOAT32;
-    c.op = INCMOE_SUM;
+    incmoe_combine_params_t c = dc_ref::combine_params(dreq, m_part, m_out, count);
     CHECK_OK(incmoe_combine(comm, &c, &creq));
     CHECK_OK(incmoe_wait(comm, &creq));
     const float want[2] = {(float)n, 1.0f};
