@@ -452,9 +452,9 @@ TEST_P(Shrink, LostRankThatComesBackIsRefused)
         EXPECT_EQ(res[r], "") << (r == 4 ? "the lost rank, back" : "rank " + std::to_string(r));
 }
 
-/* A shrink that rank 0 or 1 of a survivors' pair waits in, and its result: "" when it failed
-   with PEER_FAILED naming rank 2 within the bound. */
-std::string expect_shrink_fails_naming_rank2(incmoe_comm_t *comm)
+/* A shrink that must fail: "" when it failed with want, its reason containing names, within
+   the bound; comm is destroyed. */
+std::string expect_shrink_fails(incmoe_comm_t *comm, incmoe_status_t want, const std::string &names)
 {
     double t0 = inc_now_s();
     incmoe_comm_t *fresh = nullptr;
@@ -466,7 +466,7 @@ std::string expect_shrink_fails_naming_rank2(incmoe_comm_t *comm)
         incmoe_comm_destroy(fresh);
         return "the shrink succeeded";
     }
-    if (st != INCMOE_ERR_PEER_FAILED || text.find("rank 2 ") == std::string::npos)
+    if (st != want || text.find(names) == std::string::npos)
         return "failed with " + std::string(incmoe_strerror(st)) + ": " + text;
     if (took > 2 * kTimeoutMs / 1000.0 + 3)
         return "failed only after " + std::to_string(took) + " s";
@@ -518,12 +518,12 @@ TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
         }
         if (rank == 1) {
             harness::await_at_least(&b->shrinks_sent, 1); /* rank 2's */
-            err = expect_shrink_fails_naming_rank2(comm);
+            err = expect_shrink_fails(comm, INCMOE_ERR_PEER_FAILED, "rank 2 ");
             harness::bump(&b->shrunk);
             return err;
         }
         harness::await_at_least(&b->shrunk, 1, 4 * kTimeoutMs / 1000.0 + 10);
-        err = expect_shrink_fails_naming_rank2(comm);
+        err = expect_shrink_fails(comm, INCMOE_ERR_PEER_FAILED, "rank 2 ");
         kill(harness::load(&b->pid[2]), SIGKILL);
         return err;
     });
@@ -551,22 +551,9 @@ TEST_P(Shrink, MemberThatNeverAsksFailsTheShrinkAfterTheTimeout)
             harness::destroy_then_free(comm);
             return "";
         }
-        double t0 = inc_now_s();
-        incmoe_comm_t *fresh = nullptr;
-        incmoe_status_t st = incmoe_comm_shrink(comm, &fresh);
-        double took = inc_now_s() - t0;
-        std::string text = harness::comm_text(comm);
+        err = expect_shrink_fails(comm, INCMOE_ERR_TIMEOUT, "rank(s) 2 never asked");
         harness::bump(&b->shrunk);
-        harness::destroy_then_free(comm);
-        if (st == INCMOE_OK) {
-            incmoe_comm_destroy(fresh);
-            return "the shrink succeeded without rank 2";
-        }
-        if (st != INCMOE_ERR_TIMEOUT || text.find("rank(s) 2 never asked") == std::string::npos)
-            return "failed with " + std::string(incmoe_strerror(st)) + ": " + text;
-        if (took > 2 * kTimeoutMs / 1000.0 + 3)
-            return "failed only after " + std::to_string(took) + " s";
-        return "";
+        return err;
     });
     for (int r = 0; r < 3; r++)
         EXPECT_EQ(res[r], "") << "rank " << r;
