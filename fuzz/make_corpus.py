@@ -615,20 +615,32 @@ def tree_seeds():
     write("switch_msg", "tree_root_child_and_rank", s)
 
 
+def child_formed(job):
+    """Ranks 0 and 1 join the child, and the parent (connection 5) acknowledges the job of 3."""
+    s = join(0, job, 0, 3, WORKER_ADDR) + join(1, job, 1, 3, WORKER_ADDR) + complete()
+    return s + join_ack(5, job, 3) + complete()
+
+
+def parent_fwds(job, stream, root, total, sig, dtype):
+    """The parent's FWDs of stream's epoch 1 for root, total bytes in chunks."""
+    s = b""
+    for off, n in chunks(total):
+        s += smsg(5, hdr(FWD, job, rank=0, stream=stream, epoch=1, root=root, offset=off, length=n,
+                         total=total, sig=sig, chunk=off // CHUNK, dtype=dtype), bytes(n))
+    return s
+
+
 def tree_child_seeds():
     """The switch as a child (fuzz_switch_child): ranks 0 and 1 here, rank 2 beyond the parent,
     which speaks on the last connection (5) once the first rank joined."""
     job = 12
-    s = join(0, job, 0, 3, WORKER_ADDR) + join(1, job, 1, 3, WORKER_ADDR) + complete()
-    s += join_ack(5, job, 3) + complete()
+    s = child_formed(job)
     sizes = [80, 80, 80]
     sig = signature(AG, UINT8, SUM, sizes)
     s += post(0, job, 0, AG, 1, 80, sig=sig) + post(1, job, 1, AG, 1, 80, sig=sig)
     s += tree_post(5, job, 2, AG, 1, [0, 0, 80], sig)
     s += data(0, job, 0, AG, 1, 0, 80, sig=sig) + data(1, job, 1, AG, 1, 1, 80, sig=sig)
-    for off, n in chunks(80):
-        s += smsg(5, hdr(FWD, job, rank=0, stream=AG, epoch=1, root=2, offset=off, length=n,
-                         total=80, sig=sig, chunk=off // CHUNK, dtype=UINT8), bytes(n))
+    s += parent_fwds(job, AG, 2, 80, sig, UINT8)
     s += complete() + complete()
     s += smsg(5, hdr(CREDIT, job, stream=AG, epoch=1, length=2)) + complete()
     sizes = [8, 8, 8]
@@ -641,30 +653,24 @@ def tree_child_seeds():
 
     # The parent sends a third AllGather chunk while the child's window of 2 (the harness's
     # --link-window) is spent: the child fails the job.
-    s = join(0, job, 0, 3, WORKER_ADDR) + join(1, job, 1, 3, WORKER_ADDR) + complete()
-    s += join_ack(5, job, 3) + complete()
+    s = child_formed(job)
     sizes = [0, 0, 192]
     sig = signature(AG, UINT8, SUM, sizes)
     s += post(0, job, 0, AG, 1, 0, sig=sig) + post(1, job, 1, AG, 1, 0, sig=sig)
     s += tree_post(5, job, 2, AG, 1, [0, 0, 192], sig)
-    for off, n in chunks(192):
-        s += smsg(5, hdr(FWD, job, rank=0, stream=AG, epoch=1, root=2, offset=off, length=n,
-                         total=192, sig=sig, chunk=off // CHUNK, dtype=UINT8), bytes(n))
+    s += parent_fwds(job, AG, 2, 192, sig, UINT8)
     s += complete() + complete() + bytes([7, 1])
     write("switch_child", "tree_child_parent_past_its_window", s)
 
     # The parent sends a third ReduceScatter partial of rank 0 while that owner's window of 2
     # is spent (wire 9: a window per owner): the child fails the job.
-    s = join(0, job, 0, 3, WORKER_ADDR) + join(1, job, 1, 3, WORKER_ADDR) + complete()
-    s += join_ack(5, job, 3) + complete()
+    s = child_formed(job)
     sizes = [192, 192, 192]
     sig = signature(RS, FLOAT32, SUM, sizes)
     s += post(0, job, 0, RS, 1, 192, dtype=FLOAT32, sig=sig)
     s += post(1, job, 1, RS, 1, 192, dtype=FLOAT32, sig=sig)
     s += tree_post(5, job, 2, RS, 1, [0, 0, 192], sig, dtype=FLOAT32)
-    for off, n in chunks(192):
-        s += smsg(5, hdr(FWD, job, rank=0, stream=RS, epoch=1, root=0, offset=off, length=n,
-                         total=192, sig=sig, chunk=off // CHUNK, dtype=FLOAT32), bytes(n))
+    s += parent_fwds(job, RS, 0, 192, sig, FLOAT32)
     s += complete() + complete() + bytes([7, 1])
     write("switch_child", "tree_child_parent_partials_past_the_owners_window", s)
 
