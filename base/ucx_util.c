@@ -299,8 +299,10 @@ incmoe_status_t inc_ucx_node_open(inc_ucx_node_t *node, const struct sockaddr *s
 
 void inc_ucx_node_close(inc_ucx_node_t *node)
 {
-    if (node->worker != NULL)
+    if (node->worker != NULL) {
+        inc_ucx_worker_settle(node, INC_UCX_CLOSE_SETTLE_MS);
         ucp_worker_destroy(node->worker);
+    }
     if (node->context != NULL)
         ucp_cleanup(node->context);
     node->worker = NULL;

@@ -44,6 +44,14 @@ void inc_ucx_served_devices(const struct sockaddr *served, char *out, size_t out
    throwaway context: the answer depends on the library and its UCX_* settings only.  On
    failure logs why, leaves *types untouched and returns INCMOE_ERR_TRANSPORT. */
 incmoe_status_t inc_ucx_memory_types(uint64_t *types);
+
+/* How long inc_ucx_node_close lets the worker settle (inc_ucx_worker_settle) before
+   destroying it: endpoints the owner already closed have nothing left, so this bounds only a
+   peer that stopped reading. */
+#define INC_UCX_CLOSE_SETTLE_MS 1000
+
+/* Settles and destroys the worker, then the context; either may be NULL (not opened, or
+   destroyed by the owner after its own settle). */
 void inc_ucx_node_close(inc_ucx_node_t *node);
 
 incmoe_status_t inc_ucx_status(ucs_status_t status);

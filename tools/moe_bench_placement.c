@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "moe_bench.h"
-#include "placement_text.h"
 #include "replica_choice.h"
+#include "replica_placement.h"
 
 /* Every rank's T tokens of the seed: the sample's ids into *ids_p (the caller frees them).
    0, or -1 out of memory. */
@@ -54,26 +54,14 @@ int mb_placement_choose(opts_t *o)
     int counts[MAX_RANKS];
     incmoe_moe_routing_sample_t s;
     int32_t *ids = NULL;
-    o->place_offsets = malloc(sizeof(int) * ((size_t)o->E + 1));
-    o->place_ranks = malloc(sizeof(int) * ((size_t)o->E + (size_t)o->nranks * o->extra_slots));
-    if (o->place_offsets == NULL || o->place_ranks == NULL ||
-        sample_make(o, o->place_seed, o->place_tokens, counts, &s, &ids) != 0) {
+    if (sample_make(o, o->place_seed, o->place_tokens, counts, &s, &ids) != 0) {
         fprintf(stderr, "incmoe-moe-bench: out of memory for the placement's sample\n");
-        mb_placement_free(o);
         return 1;
     }
-    char why[256];
-    incmoe_status_t st = incmoe_moe_placement_choose(&s, o->extra_slots, o->place_offsets,
-                                                     o->place_ranks, why, sizeof(why));
+    int rc = inc_choose_replicas("incmoe-moe-bench", &s, o->extra_slots, &o->place_offsets,
+                                 &o->place_ranks);
     free(ids);
-    if (st != INCMOE_OK) {
-        fprintf(stderr, "incmoe-moe-bench: choosing the placement failed: %s%s%s\n",
-                incmoe_strerror(st), st == INCMOE_ERR_INVALID_ARG ? ": " : "",
-                st == INCMOE_ERR_INVALID_ARG ? why : "");
-        mb_placement_free(o);
-        return 1;
-    }
-    return 0;
+    return rc != 0;
 }
 
 void mb_placement_free(opts_t *o)

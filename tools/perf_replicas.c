@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "perf.h"
-#include "placement_text.h"
 #include "replica_choice.h"
+#include "replica_placement.h"
 
 #include "incmoe/incmoe_moe.h"
 
@@ -88,27 +88,15 @@ int dc_placement_choose(opts_t *o)
     inc_route_t sample;
     int counts[INCMOE_MAX_RANKS];
     incmoe_moe_routing_sample_t s;
-    const int E = o->route.experts;
-    o->place_offsets = malloc(sizeof(int) * ((size_t)E + 1));
-    o->place_ranks = malloc(sizeof(int) * ((size_t)E + (size_t)o->nranks * o->extra_slots));
-    if (o->place_offsets == NULL || o->place_ranks == NULL ||
-        inc_route_make(&spec, PLACEMENT_TOKENS, &sample) != 0) {
+    if (inc_route_make(&spec, PLACEMENT_TOKENS, &sample) != 0) {
         fprintf(stderr, "incmoe-perf: out of memory for the placement's sample\n");
-        dc_placement_free(o);
         return -1;
     }
     sample_of(&sample, counts, &s);
-    char why[256];
-    incmoe_status_t st = incmoe_moe_placement_choose(&s, o->extra_slots, o->place_offsets,
-                                                     o->place_ranks, why, sizeof(why));
+    int rc =
+        inc_choose_replicas("incmoe-perf", &s, o->extra_slots, &o->place_offsets, &o->place_ranks);
     inc_route_free(&sample);
-    if (st != INCMOE_OK) {
-        fprintf(stderr, "incmoe-perf: choosing the placement failed: %s%s%s\n", incmoe_strerror(st),
-                st == INCMOE_ERR_INVALID_ARG ? ": " : "", st == INCMOE_ERR_INVALID_ARG ? why : "");
-        dc_placement_free(o);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
 void dc_placement_print(const opts_t *o)
