@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -258,6 +259,10 @@ class Shrink : public ::testing::TestWithParam<incmoe_algo_t>
 {
   public:
     harness::SwitchProc sw;
+    /* Each test's board, shared by its rank processes, and its job. */
+    harness::SharedBoard<Board> shared;
+    Board *b = shared.get();
+    const unsigned long long job = harness::unique_job_id();
     void SetUp() override
     {
         ASSERT_TRUE(harness::switch_start(&sw, {"--timeout-ms", "1000"}));
@@ -318,32 +323,46 @@ std::string shrink_and_work(incmoe_comm_t *comm, int rank, const std::vector<int
     return err;
 }
 
+/* Rank `rank` of n joins t's job and records its pid; the victims leave together after a first
+   barrier, and the others' second barrier must fail for them: "" then, with *comm_p theirs,
+   else why not. */
+std::string join_then_lose(Shrink *t, int rank, int n, const std::vector<int> &victims,
+                           incmoe_comm_t **comm_p)
+{
+    Board *b = t->b;
+    harness::store(&b->pid[rank], (int)getpid());
+    incmoe_comm_t *comm;
+    incmoe_status_t st = t->create(t->job, rank, n, &comm);
+    if (st != INCMOE_OK)
+        return "create: " + std::string(incmoe_strerror(st));
+    *comm_p = comm;
+    CHECK_OK(harness::barrier_wait(comm));
+    if (std::find(victims.begin(), victims.end(), rank) != victims.end()) {
+        if (harness::bump(&b->victims_ready) == (int)victims.size())
+            b->killed_at = inc_now_s();
+        harness::await_at_least(&b->victims_ready, (int)victims.size());
+        _exit(0);
+    }
+    st = harness::barrier_wait(comm);
+    if (st != INCMOE_ERR_PEER_FAILED)
+        return why(comm, st, "the barrier without the victims");
+    return "";
+}
+
 /* The victims die together once the job formed; the survivors see their barrier fail, wait
    until the victims are gone, shrink and work. */
-std::vector<std::string> lose_ranks(Shrink *t, int n, const std::vector<int> &victims, Board *b)
+std::vector<std::string> lose_ranks(Shrink *t, int n, const std::vector<int> &victims)
 {
-    unsigned long long job = harness::unique_job_id();
     const std::vector<int> olds = survivors(n, victims);
     return harness::run_ranks(n, [&](int rank) -> std::string {
-        harness::store(&b->pid[rank], (int)getpid());
         incmoe_comm_t *comm;
-        incmoe_status_t st = t->create(job, rank, n, &comm);
-        if (st != INCMOE_OK)
-            return "create: " + std::string(incmoe_strerror(st));
-        CHECK_OK(harness::barrier_wait(comm));
-        if (std::find(victims.begin(), victims.end(), rank) != victims.end()) {
-            if (harness::bump(&b->victims_ready) == (int)victims.size())
-                b->killed_at = inc_now_s();
-            harness::await_at_least(&b->victims_ready, (int)victims.size());
-            _exit(0);
-        }
-        st = harness::barrier_wait(comm);
-        if (st != INCMOE_ERR_PEER_FAILED)
-            return why(comm, st, "the barrier without the victims");
+        std::string err = join_then_lose(t, rank, n, victims, &comm);
+        if (!err.empty())
+            return err;
         for (int v : victims)
-            if (!await_gone(harness::load(&b->pid[v])))
+            if (!await_gone(harness::load(&t->b->pid[v])))
                 return "victim " + std::to_string(v) + " never ended";
-        return shrink_and_work(comm, rank, olds, b);
+        return shrink_and_work(comm, rank, olds, t->b);
     });
 }
 
@@ -365,10 +384,8 @@ void report(const char *what, int n, const std::vector<int> &olds, const Board *
 /* Ranks lost of n killed, the survivors shrink and work; their results and times reported. */
 void lose_and_report(Shrink *t, const char *what, int n, const std::vector<int> &lost)
 {
-    harness::SharedBoard<Board> shared;
-    Board *b = shared.get();
-    auto res = lose_ranks(t, n, lost, b);
-    report(what, n, survivors(n, lost), b, res);
+    auto res = lose_ranks(t, n, lost);
+    report(what, n, survivors(n, lost), t->b, res);
 }
 
 TEST_P(Shrink, OneLostRankAtFour)
@@ -393,9 +410,6 @@ TEST_P(Shrink, TwoLostRanksAtSix)
 /* Nobody lost: every rank asks, and keeps its number in the new job. */
 TEST_P(Shrink, OnRequestWithNoFailure)
 {
-    harness::SharedBoard<Board> shared;
-    Board *b = shared.get();
-    unsigned long long job = harness::unique_job_id();
     const int n = 4;
     auto res = harness::run_ranks(n, [&](int rank) -> std::string {
         incmoe_comm_t *comm;
@@ -414,9 +428,6 @@ TEST_P(Shrink, OnRequestWithNoFailure)
 TEST_P(Shrink, LostRankThatComesBackIsRefused)
 {
     harness::ExpectErrors errors_expected("rank 2 is killed, then comes back");
-    harness::SharedBoard<Board> shared;
-    Board *b = shared.get();
-    unsigned long long job = harness::unique_job_id();
     const int n = 4;
     const std::vector<int> olds = survivors(n, {2});
     auto res = harness::run_ranks(n + 1, [&](int rank) -> std::string {
@@ -473,24 +484,16 @@ std::string expect_shrink_fails(incmoe_comm_t *comm, incmoe_status_t want, const
     return "";
 }
 
-/* Rank `rank` of n joins job on t's switch and records its pid; rank 3 exits after a first barrier,
-   and the others' second barrier must fail for it: "" then, with *comm_p theirs, else why not. */
-std::string join_then_lose_rank3(Shrink *t, Board *b, unsigned long long job, int rank, int n,
-                                 incmoe_comm_t **comm_p)
+/* Four ranks join t's job and lose rank 3 (join_then_lose); each survivor then runs body with
+   its communicator.  Each rank's result. */
+std::vector<std::string>
+after_losing_rank3(Shrink *t, const std::function<std::string(int rank, incmoe_comm_t *comm)> &body)
 {
-    harness::store(&b->pid[rank], (int)getpid());
-    incmoe_comm_t *comm;
-    incmoe_status_t st = t->create(job, rank, n, &comm);
-    if (st != INCMOE_OK)
-        return "create: " + std::string(incmoe_strerror(st));
-    *comm_p = comm;
-    CHECK_OK(harness::barrier_wait(comm));
-    if (rank == 3)
-        _exit(0);
-    st = harness::barrier_wait(comm);
-    if (st != INCMOE_ERR_PEER_FAILED)
-        return why(comm, st, "the barrier without rank 3");
-    return "";
+    return harness::run_ranks(4, [&](int rank) -> std::string {
+        incmoe_comm_t *comm;
+        std::string err = join_then_lose(t, rank, 4, {3}, &comm);
+        return err.empty() ? body(rank, comm) : err;
+    });
 }
 
 /* Rank 3 is lost.  Rank 2 asks to shrink and is lost before the answer (it stops once its
@@ -500,16 +503,8 @@ std::string join_then_lose_rank3(Shrink *t, Board *b, unsigned long long job, in
 TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
 {
     harness::ExpectErrors errors_expected("rank 3 is killed, then rank 2 during the shrink");
-    harness::SharedBoard<Board> shared;
-    Board *b = shared.get();
     g_shrinks_sent = &b->shrinks_sent;
-    unsigned long long job = harness::unique_job_id();
-    const int n = 4;
-    auto res = harness::run_ranks(n, [&](int rank) -> std::string {
-        incmoe_comm_t *comm;
-        std::string err = join_then_lose_rank3(this, b, job, rank, n, &comm);
-        if (!err.empty())
-            return err;
+    auto res = after_losing_rank3(this, [&](int rank, incmoe_comm_t *comm) -> std::string {
         if (rank == 2) {
             g_stop_after_shrink = true;
             incmoe_comm_t *fresh = nullptr;
@@ -518,12 +513,12 @@ TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
         }
         if (rank == 1) {
             harness::await_at_least(&b->shrinks_sent, 1); /* rank 2's */
-            err = expect_shrink_fails(comm, INCMOE_ERR_PEER_FAILED, "rank 2 ");
+            std::string err = expect_shrink_fails(comm, INCMOE_ERR_PEER_FAILED, "rank 2 ");
             harness::bump(&b->shrunk);
             return err;
         }
         harness::await_at_least(&b->shrunk, 1, 4 * kTimeoutMs / 1000.0 + 10);
-        err = expect_shrink_fails(comm, INCMOE_ERR_PEER_FAILED, "rank 2 ");
+        std::string err = expect_shrink_fails(comm, INCMOE_ERR_PEER_FAILED, "rank 2 ");
         kill(harness::load(&b->pid[2]), SIGKILL);
         return err;
     });
@@ -537,21 +532,13 @@ TEST_P(Shrink, SecondFailureDuringTheShrinkFailsItOnEverySurvivor)
 TEST_P(Shrink, MemberThatNeverAsksFailsTheShrinkAfterTheTimeout)
 {
     harness::ExpectErrors errors_expected("rank 3 is killed, rank 2 never asks to shrink");
-    harness::SharedBoard<Board> shared;
-    Board *b = shared.get();
-    unsigned long long job = harness::unique_job_id();
-    const int n = 4;
-    auto res = harness::run_ranks(n, [&](int rank) -> std::string {
-        incmoe_comm_t *comm;
-        std::string err = join_then_lose_rank3(this, b, job, rank, n, &comm);
-        if (!err.empty())
-            return err;
+    auto res = after_losing_rank3(this, [&](int rank, incmoe_comm_t *comm) -> std::string {
         if (rank == 2) { /* alive (its communicator heartbeats), until the others are done */
             harness::await_at_least(&b->shrunk, 2, 4 * kTimeoutMs / 1000.0 + 10);
             harness::destroy_then_free(comm);
             return "";
         }
-        err = expect_shrink_fails(comm, INCMOE_ERR_TIMEOUT, "rank(s) 2 never asked");
+        std::string err = expect_shrink_fails(comm, INCMOE_ERR_TIMEOUT, "rank(s) 2 never asked");
         harness::bump(&b->shrunk);
         return err;
     });
