@@ -184,9 +184,9 @@ void dc_window_done(membership_t *m, job_t *job, int p, uint32_t owner, uint64_t
 void dc_window_credit(membership_t *m, job_t *job, int p, uint32_t owner, uint64_t n)
 {
     const combine_link_t *l = p >= 0 && job->clinks != NULL ? &job->clinks[p] : NULL;
-    const uint32_t out =
-        l != NULL && l->out != NULL && owner < (uint32_t)job->nranks ? l->out[owner] : 0;
-    if (n > out) {
+    const int known = l != NULL && l->out != NULL && owner < (uint32_t)job->nranks;
+    const uint32_t out = known ? l->out[owner] : 0;
+    if (!known || n > out) { /* none sent there, or not that many */
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, p < 0 ? 0 : p,
                 "the %s switch returned %llu combine credits of rank %u; %u were out",
                 p >= 0 && p == job->parent_rep ? "parent" : "child", (unsigned long long)n, owner,
