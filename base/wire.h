@@ -438,7 +438,7 @@
 
 #define INCMOE_AM_ID           7
 #define INCMOE_WIRE_MAGIC      0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION    10          /* 10: the combine's set chunks between switches under a window */
+#define INCMOE_WIRE_VERSION    10          /* 10: combine set chunks under a window */
 #define INCMOE_WIRE_MAX_ADDR   4096        /* bytes of one rank address in JOIN */
 #define INCMOE_WIRE_TOKEN      16          /* bytes of a session or ring token */
 #define INCMOE_WIRE_MAX_TEXT   256         /* bytes of an ERROR reason */
