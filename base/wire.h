@@ -269,9 +269,16 @@
  *   each with a CREDIT (hdr.rank its key, length 1) once it has gone on, so
  *   the child holds at most window such chunks per stream.  A ReduceScatter
  *   partial down takes one of that window of its owner (hdr.root), per owner,
- *   sent in (epoch, chunk) order; its CREDIT names the owner in hdr.root.  The
- *   combine's chunks between switches take neither credit nor window (they
- *   wait for the child's own ranks: switch/tree.c), and a
+ *   sent in (epoch, chunk) order; its CREDIT names the owner in hdr.root.  A
+ *   combine set chunk between switches, either way, takes one of a window of
+ *   its owner (hdr.root) on that link, the size the child's TREE_JOIN
+ *   announced: the receiver answers it with a CREDIT on the combine stream
+ *   (hdr.rank its key, hdr.root the owner, length 1) once its item of that
+ *   chunk is done, and fails the job when a peer sends an owner more than
+ *   the window; a switch sends an owner's set chunks in (epoch, chunk) order,
+ *   a combine's only once every earlier combine finished there
+ *   (switch/dc_window.c).  The combine's partials between switches take
+ *   neither: each answers a set chunk the receiver sent.  A
  *   SMALL_FWD answers the child's own SMALL, which took a credit; a SMALL between
  *   switches carries the sender side's contribution in the same layouts as a
  *   rank's, over the ranks it covers (AllGather: their blocks, ascending rank;
@@ -431,7 +438,7 @@
 
 #define INCMOE_AM_ID           7
 #define INCMOE_WIRE_MAGIC      0x4d434e49u /* "INCM" little-endian */
-#define INCMOE_WIRE_VERSION    9           /* 9: RS partials down a window per owner */
+#define INCMOE_WIRE_VERSION    10          /* 10: combine set chunks under a window */
 #define INCMOE_WIRE_MAX_ADDR   4096        /* bytes of one rank address in JOIN */
 #define INCMOE_WIRE_TOKEN      16          /* bytes of a session or ring token */
 #define INCMOE_WIRE_MAX_TEXT   256         /* bytes of an ERROR reason */

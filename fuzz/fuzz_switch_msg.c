@@ -165,12 +165,10 @@ static void check_send(conn_t *conn, const struct inc_wire_hdr *hdr, const void 
                   (hdr->msg == WIRE_MSG_POST && inc_wire_is_dc(hdr->stream)) ||
                   hdr->msg == WIRE_MSG_ERROR || hdr->msg == WIRE_MSG_HEARTBEAT ||
                   hdr->msg == WIRE_MSG_LEAVE ||
-                  /* the parent's FWDs of the streams with a window, and its ReduceScatter
-                     partials under a window per owner (switch/tree.c) */
-                  (hdr->msg == WIRE_MSG_CREDIT && (hdr->stream == INCMOE_STREAM_ALLGATHER ||
-                                                   hdr->stream == INCMOE_STREAM_ALLREDUCE ||
-                                                   hdr->stream == INCMOE_STREAM_DISPATCH ||
-                                                   hdr->stream == INCMOE_STREAM_REDUCESCATTER)),
+                  /* the parent's FWDs of the streams with a window, its ReduceScatter
+                     partials under a window per owner (switch/tree.c) and its combine set
+                     chunks under one per owner too (switch/dc_window.c) */
+                  (hdr->msg == WIRE_MSG_CREDIT && hdr->stream != INCMOE_STREAM_BARRIER),
               "the switch sent its parent %s", inc_wire_msg_name(hdr->msg));
         CHECK(hdr->msg == WIRE_MSG_TREE_JOIN || hdr->msg == WIRE_MSG_ERROR ||
                   hdr->msg == WIRE_MSG_HEARTBEAT || hdr->msg == WIRE_MSG_LEAVE ||

@@ -9,7 +9,7 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x4D434E49, 9
+MAGIC, VERSION = 0x4D434E49, 10
 (JOIN, JOIN_ACK, ERROR, HEARTBEAT, LEAVE, POST, DATA, FWD, CREDIT, DONE, PEER_HELLO,
  RING_REDUCE, RING_GATHER, SMALL, SMALL_FWD, PLAN, PEER_PLAN, PEER_ROWS, PEER_PARTIALS,
  PEER_CREDIT, TREE_JOIN, TREE_POST, LL, LL_FWD, PEER_LL, SHRINK, SHRINK_ACK) = range(1, 28)
@@ -630,6 +630,18 @@ def parent_fwds(job, stream, root, total, sig, dtype):
     return s
 
 
+def parent_set_chunks(job, dc, owner):
+    """The parent's FWDs of owner's combine set chunks (epoch 1), in chunk order."""
+    per, rows, s = dc.per(4 * dc.rc), len(dc.sets[owner]), b""
+    for c in range((rows + per - 1) // per):
+        k = min(per, rows - c * per)
+        data = dc.sets_bytes(owner, c * per, k)
+        s += smsg(5, hdr(FWD, job, rank=0, stream=COMBINE, epoch=1, root=owner, offset=c * per,
+                         length=len(data), total=rows, sig=dc.sig(COMBINE), chunk=c,
+                         dtype=FLOAT32), data)
+    return s
+
+
 def tree_child_seeds():
     """The switch as a child (fuzz_switch_child): ranks 0 and 1 here, rank 2 beyond the parent,
     which speaks on the last connection (5) once the first rank joined."""
@@ -673,6 +685,29 @@ def tree_child_seeds():
     s += parent_fwds(job, RS, 0, 192, sig, FLOAT32)
     s += complete() + complete() + bytes([7, 1])
     write("switch_child", "tree_child_parent_partials_past_the_owners_window", s)
+
+    # A combine through the child (wire 10): rank 2's set chunks come down from the parent,
+    # the child reduces its ranks' partials of them and sends the parent each partial and a
+    # CREDIT naming rank 2; its own ranks' last set chunks go up, the parent's CREDITs return.
+    s = child_formed(job)
+    dc = Dc(3, [[0b001], [0b010], [0b001, 0b011, 0b010, 0b001, 0b011]], 8, 2, CHUNK)
+    s += dc.post_msg(0, job, 0, True) + dc.post_msg(1, job, 1, True)
+    s += dc.post_msg(5, job, 2, True) + complete()
+    s += parent_set_chunks(job, dc, 2) + complete()
+    s += dc.data_msgs(0, job, 0, True) + dc.data_msgs(1, job, 1, True) + complete() + complete()
+    for owner in (0, 1):
+        s += smsg(5, hdr(CREDIT, job, stream=COMBINE, epoch=1, root=owner, length=1))
+    s += complete() + bytes([7, 1])
+    write("switch_child", "tree_child_combine_through_the_window", s)
+
+    # The parent sends a third set chunk of rank 2 while that owner's window of 2 is spent
+    # (its ranks have sent no partials, so the first two are not done): the child fails the job.
+    s = child_formed(job)
+    dc = Dc(3, [[], [], [0b001] * 12], 8, 2, CHUNK)
+    s += dc.post_msg(0, job, 0, True) + dc.post_msg(1, job, 1, True)
+    s += dc.post_msg(5, job, 2, True) + complete()
+    s += parent_set_chunks(job, dc, 2) + complete() + bytes([7, 1])
+    write("switch_child", "tree_child_parent_set_chunks_past_the_owners_window", s)
 
 
 if __name__ == "__main__":

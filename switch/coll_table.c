@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "dc_window.h"
+
 #include "base/clock.h"
 
 /* ------------------------------------------------------------------------ */
@@ -162,6 +164,7 @@ coll_t *coll_get(membership_t *m, job_t *job, conn_t *conn, int stream, uint64_t
 
 static void coll_retire(job_t *job, int stream)
 {
+    const uint64_t was = job->retired[stream];
     while (job->colls[stream] != NULL && job->colls[stream]->done &&
            job->colls[stream]->epoch == job->retired[stream] + 1) {
         coll_t *c = job->colls[stream];
@@ -169,6 +172,8 @@ static void coll_retire(job_t *job, int stream)
         job->retired[stream] = c->epoch;
         coll_free(c);
     }
+    if (stream == INCMOE_STREAM_COMBINE && job->retired[stream] != was)
+        dc_window_pump(job); /* set chunks of the next combines may cross links now */
 }
 
 void coll_check_done(job_t *job, coll_t *c)

@@ -13,13 +13,15 @@
  * base/reduce.c) and the reduced rows go toward s in row order: to s itself,
  * which applies its own partial last, or to the switch port covering s,
  * which takes them as that port's contribution.  On one switch every port is
- * a rank: ascending rank order.  Between switches these messages take no
- * credits (job_dc_memory_bound in membership.c says why and what bounds
- * them).
+ * a rank: ascending rank order.  Between switches the set chunks take a
+ * window per owner and link, and the partials answer them (dc_window.c says
+ * why that cannot deadlock, job_dc_memory_bound in membership.c what it
+ * bounds).
  */
 #include <string.h>
 
 #include "dc_item.h"
+#include "dc_window.h"
 
 #include "base/dtype.h"
 #include "base/reduce.h"
@@ -64,6 +66,8 @@ static int combine_admit(membership_t *m, job_t *job, coll_t *c, int me,
                 s, (unsigned long long)p->offset, (unsigned long long)p->total);
         return 0;
     }
+    if (job->rep[s] == me && switch_port && !dc_window_in(m, job, me, (uint32_t)s))
+        return 0;
     if (job->rep[s] == me || !switch_port)
         *next = p->chunk + 1;
     return 1;
@@ -215,8 +219,7 @@ static void take_copy(coll_item_t *ci, int p, void *arg)
         to.msg = WIRE_MSG_DATA;
         to.rank = (uint32_t)job->up_rank;
     }
-    /* Set chunks let the far side contribute: ahead of multicast copies, like results. */
-    coll_item_send(ci, job->conns[p], EGRESS_RESULT, &to, it->contrib[it->from].data);
+    dc_window_send(job->members, job, p, ci, &to, it->contrib[it->from].data);
 }
 
 /* Forward a set chunk taken in order toward the switch ports it concerns. */

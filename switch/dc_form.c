@@ -15,8 +15,10 @@
  * a CREDIT returns once its item is done (a child switch's dispatch chunks
  * too, and the parent's, under this switch's window: tree.c); a SMALL one,
  * which a CREDIT returns once the last item holding one of its pieces is done
- * (or at the plan, if none does).  Relayed POSTs and the combine's chunks
- * between switches take none (see job_dc_memory_bound).  Memory: the first
+ * (or at the plan, if none does).  Relayed POSTs take none; the combine's set
+ * chunks between switches take a window of their owner on the link
+ * (dc_window.c), and its partials between switches none (each answers a set
+ * chunk; see job_dc_memory_bound).  Memory: the first
  * dispatch or combine of a job grows its bound (membership.c, job_admit_dc);
  * everything here is job memory.
  */
@@ -360,14 +362,15 @@ static coll_t *dc_open(membership_t *m, job_t *job, conn_t *conn, const struct i
 static ucs_status_t on_post(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
                             const void *data, size_t length, int port)
 {
-    const int me = (int)h->rank;
-    if (me >= job->nranks || job->rep[me] != port) { /* a rank's: member_screen checked it */
+    /* A rank's: member_screen checked it; a relayed one's may be any 32 bits. */
+    if (h->rank >= (uint32_t)job->nranks || job->rep[h->rank] != port) {
         JOB_BAD(m, job, INCMOE_ERR_PROTOCOL, port,
                 "the switch port of rank %d relayed a %s POST of rank %u, which it does not "
                 "cover",
                 port, inc_wire_stream_name(h->stream), h->rank);
         return UCS_ERR_INVALID_PARAM;
     }
+    const int me = (int)h->rank;
     coll_t *c = dc_open(m, job, conn, h, me);
     size_t used;
     if (c == NULL || !take_post(m, job, c, me, data, length, h->total, &used))
@@ -566,8 +569,8 @@ static int take_pieces(membership_t *m, job_t *job, coll_t *c, dc_small_t *sm)
  * A chunk from port me: a rank's DATA, a child switch's DATA or the parent's FWD.  A rank's
  * takes one of its credits, and so does a child's dispatch chunk (the child sends it under the
  * credits of this switch's JOIN_ACK); the parent's dispatch chunks take one of this switch's
- * window (tree.c); the combine's chunks between switches take none (job_dc_memory_bound in
- * membership.c says why and what bounds them).
+ * window (tree.c); the combine's set chunks between switches their owner's window on the link
+ * (checked in dc_combine.c's admit, dc_window.c), its partials nothing.
  */
 static ucs_status_t on_data(membership_t *m, job_t *job, conn_t *conn, const struct inc_wire_hdr *h,
                             void *data, size_t length, const ucp_am_recv_param_t *param, int me)

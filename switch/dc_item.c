@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dc_window.h"
+
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                             */
 
@@ -202,6 +204,10 @@ void dc_item_try_finish(dc_item_t *it)
     for (int r = 0; r < job->nranks; r++)
         if (it->contrib[r].data != NULL && it->contrib[r].credited)
             dc_send_credit(m, job, r, c->stream, c->epoch);
+    /* A set chunk from a switch port took its owner's window on that link (dc_window.c). */
+    if (c->stream == INCMOE_STREAM_COMBINE && dc_switch_port(job, it->from) &&
+        it->contrib[it->from].data != NULL)
+        dc_window_done(m, job, it->from, it->root, c->epoch);
     for (dc_item_t **pp = &dc->items; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == it) {
             *pp = it->next;

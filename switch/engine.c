@@ -23,6 +23,7 @@
 #include "chunked.h"
 #include "coll_table.h"
 #include "dc_form.h"
+#include "dc_window.h"
 #include "ll_form.h"
 #include "shrink.h"
 #include "small.h"
@@ -36,6 +37,7 @@ static void drop_collectives(void *engine, job_t *job)
 {
     (void)engine;
     tree_drop_queues(job); /* what waits for a link's credits never goes */
+    dc_window_drop(job);
     coll_drop_job(job);
 }
 
@@ -121,10 +123,12 @@ static ucs_status_t on_parent_message(engine_t *eng, job_t *job, conn_t *conn,
         tree_on_parent_ack(m, job, h, data, length);
         return UCS_OK;
     case WIRE_MSG_CREDIT:
-        /* The combine's chunks between switches take no credit (dc_combine.c). */
-        if (h->stream == INCMOE_STREAM_COMBINE || h->stream == INCMOE_STREAM_BARRIER)
+        if (h->stream == INCMOE_STREAM_BARRIER)
             break;
-        tree_up_credit(m, job, h->stream, h->length);
+        if (h->stream == INCMOE_STREAM_COMBINE) /* the window of its set chunks (dc_window.c) */
+            dc_window_credit(m, job, job->parent_rep, h->root, h->length);
+        else
+            tree_up_credit(m, job, h->stream, h->length);
         return UCS_OK;
     default: {
         coll_msg_fn fn = parent_entry(h);
@@ -168,10 +172,13 @@ static ucs_status_t on_message(void *engine, conn_t *conn, const struct inc_wire
             break;
         member_tree_join(&eng->members, conn, h, data, length);
         return UCS_OK;
-    case WIRE_MSG_CREDIT: /* a child switch's window (tree.c) */
+    case WIRE_MSG_CREDIT: /* a child switch's window (tree.c, dc_window.c) */
         if (conn->role != CONN_CHILD)
             break;
-        tree_down_credit(&eng->members, job, conn->rank, h->stream, h->root, h->length);
+        if (h->stream == INCMOE_STREAM_COMBINE)
+            dc_window_credit(&eng->members, job, conn->rank, h->root, h->length);
+        else
+            tree_down_credit(&eng->members, job, conn->rank, h->stream, h->root, h->length);
         return UCS_OK;
     default: {
         coll_msg_fn fn = member_entry(conn, h);

@@ -103,11 +103,11 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
  * What dispatch and combine add to a job that uses them (dc_form.c): per stream, N ranks x
  * credits of contributions of at most a chunk each (a DATA, or a SMALL's pieces, whose plan
  * fields count with the plans below); combine results, one per item of at most a chunk, and each
- * item holds its owner's set chunk, so at most N x credits of them; and the plans of the open
- * collectives: each rank's POST (fixed fields and 2 N counts), and per collective N x N counts of
- * what went where, for about credits collectives per stream.  While a plan copies the SMALLs'
- * pieces into their items, their N buffers exist twice: one plan at a time.  The dispatch copies
- * toward each rank are built only as its output queue takes them (--egress-chunks bounds
+ * item holds its owner's set chunk, so on one switch at most N x credits of them; and the plans of
+ * the open collectives: each rank's POST (fixed fields and 2 N counts), and per collective N x N
+ * counts of what went where, for about credits collectives per stream.  While a plan copies the
+ * SMALLs' pieces into their items, their N buffers exist twice: one plan at a time.  The dispatch
+ * copies toward each rank are built only as its output queue takes them (--egress-chunks bounds
  * them per connection) and are not charged here.  The low-latency form (ll_form.c) fits the
  * same terms: its LLs take the same credits as the contributions above, its LL_FWDs are built
  * as the queues take them, and a combine whose results go out adds a table of N x N offsets;
@@ -115,15 +115,13 @@ static size_t job_memory_bound(const switch_settings_t *set, int nranks)
  *
  * Over a tree (its job has switch ports) a child's dispatch chunks take its credits here as a
  * rank's do, and the parent's this switch's window (tree.c): a window of chunks.  The
- * combine's chunks between switches take no credit, as credits there could deadlock (nor a
- * window, tree.c says why): a child's credits at its parent are shared by every owner
- * beneath it, and an item at the parent holds the one its set chunk or partial took until the
- * other ports' partials are in; a rank beyond, its own credits spent on partials for items that
- * wait for an earlier owner's set chunk, may owe one of those partials while that set chunk
- * waits in the child for the credit.  What bounds them instead: an item of owner s anywhere in
- * the tree lives about as long as s's item at its own switch, which holds one of s's credits
- * until every other switch's partial of it came; so a switch holds at most about N x credits
- * items per combine stream, each with a set chunk and a partial from each switch port.
+ * combine's set chunks between switches take a window per owner and link (dc_window.c says why
+ * that cannot deadlock): an item takes its owner's set chunk under one of the owner's credits
+ * if the owner is a rank here, else under the window of the link toward the owner, and only
+ * such an item holds a result and a partial of each switch port (a partial answers a set chunk
+ * this switch sent); items that wait for their set chunk hold only their ranks' partials, each
+ * under a credit.  So per item with its set chunk in: a result and a partial per switch port,
+ * and per owner beyond a link, a window of set chunks.
  */
 static size_t job_dc_memory_bound(const switch_settings_t *set, const job_t *job)
 {
@@ -131,13 +129,22 @@ static size_t job_dc_memory_bound(const switch_settings_t *set, const job_t *job
     const size_t plan = n * (sizeof(struct inc_wire_dc_post) + 8 * n) + 12 * n * n + 16 * n + 256 +
                         INCMOE_REFUSAL_MAX; /* + the lowest refusal's reason */
     const size_t ll_offsets = n * n * sizeof(uint64_t);
-    size_t bound = (size_t)set->credits * (2 * n * c + n * c + 2 * plan + ll_offsets) + n * c;
-    size_t switch_ports = 0;
-    for (int r = 0; r < job->nranks; r++)
-        switch_ports +=
-            job->rep[r] == r && job->conns[r] != NULL && job->conns[r]->role != CONN_RANK;
-    if (switch_ports > 0)
-        bound += (size_t)set->credits * n * c * (switch_ports + 1);
+    size_t switch_ports = 0, taken = 0, beyond = 0;
+    for (int r = 0; r < job->nranks; r++) {
+        const int p = job->rep[r];
+        if (job->conns[p] == NULL || job->conns[p]->role == CONN_RANK) {
+            taken += set->credits; /* r's set chunks here, under its credits */
+            continue;
+        }
+        const size_t window = p == job->parent_rep ? set->link_window
+                              : job->down != NULL  ? job->down[p].granted
+                                                   : 0;
+        taken += window;
+        beyond += window;
+        switch_ports += p == r;
+    }
+    size_t bound = (size_t)set->credits * (2 * n * c + 2 * plan + ll_offsets) + n * c;
+    bound += taken * c * (1 + switch_ports) + beyond * c;
     if (job->parent_rep >= 0)
         bound += (size_t)set->link_window * c;
     return bound;
@@ -223,6 +230,9 @@ static void job_free(job_t *job)
     free(job->inflight);
     free(job->down);
     free(job->owners);
+    for (int p = 0; job->clinks != NULL && p < job->nranks; p++)
+        free(job->clinks[p].out);
+    free(job->clinks);
     free(job->rep);
     shrink_free(job);
     free(job);

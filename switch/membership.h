@@ -37,6 +37,15 @@ typedef struct tree_owner {
     uint32_t next_chunk;
 } tree_owner_t;
 
+/* The combine's window of one link between switches, by the far side's port key
+   (dc_window.c): per owner, the set chunks sent there and not yet credited, those that came
+   from there and whose items are not yet done, and the set chunks waiting to go. */
+typedef struct combine_link {
+    uint32_t *out;                /* [nranks] by owner; one block with held */
+    uint32_t *held;               /* [nranks] by owner */
+    struct combine_send *waiting; /* in (epoch, chunk) order */
+} combine_link_t;
+
 typedef struct job {
     struct job *next;
     struct membership *members; /* the table it belongs to, for completions that release it */
@@ -78,6 +87,8 @@ typedef struct job {
        down (tree.c); NULL without child switches. */
     link_window_t *down;
     tree_owner_t *owners;      /* [nranks] by owner (tree.c); NULL until a tree needs it */
+    combine_link_t *clinks;    /* [nranks] by switch port key (dc_window.c); NULL until a
+                                  combine's set chunk crosses a link */
     trips_t trips;             /* its ranks' messages (trips.c), logged when it is released */
     struct job_shrink *shrink; /* shrink.c's, from the first SHRINK; NULL before */
 } job_t;

@@ -68,9 +68,11 @@ static void usage(FILE *out)
             "                         (default INCMOE_CHUNK_SIZE, 128K)\n"
             "  --credits N            chunks a rank may have in flight per stream, 1..4096\n"
             "                         (default INCMOE_CREDITS, 64)\n"
-            "  --link-window N        with --parent: chunks of each stream the parent may\n"
-            "                         send this switch ahead of its credits, 1..4096\n"
-            "                         (default: --credits)\n"
+            "  --link-window N        with --parent: chunks of each stream (and of each owner's\n"
+            "                         ReduceScatter partials and combine set chunks) the\n"
+            "                         parent may send this switch, and of each owner's combine\n"
+            "                         set chunks this switch may send it, ahead of credits,\n"
+            "                         1..4096 (default: --credits)\n"
             "  --timeout-ms MS        floor of every job's liveness timeout, 1..86400000\n"
             "                         (default INCMOE_TIMEOUT_MS, 10000); ranks may ask a\n"
             "                         longer one, never a shorter\n"
@@ -91,8 +93,7 @@ static void usage(FILE *out)
             "\n"
             "The first line on stdout is 'incmoe-switchd listening on HOST:PORT'.\n"
             "Each job may buffer at most credits x ((chunk-size + 8N) x 3N + 6 x chunk-size)\n"
-            "bytes; with --parent, 2 x link-window x chunk-size + credits x (chunk-size + 8N) x N\n"
-            "more.\n");
+            "bytes; with --parent, link-window x chunk-size x (2 + N) more.\n");
 }
 
 #define PROG "incmoe-switchd"

@@ -122,8 +122,8 @@ void tree_send_up(membership_t *m, job_t *job, coll_item_t *ci, egress_class_t c
  * this switch's ports its item holds, wait only for sends already out.  Not so a
  * ReduceScatter partial or a combine chunk: the child's item waits for its own ranks'
  * partials, whose credits may be held by items that wait for a FWD queued behind a shared
- * window.  ReduceScatter partials therefore take a window per owner, below; the combine's
- * chunks take none (job_dc_memory_bound bounds them by the job's credits instead).
+ * window.  ReduceScatter partials therefore take a window per owner, below; the combine's set
+ * chunks one per owner and link, both ways (dc_window.c, with its argument).
  */
 int tree_windowed(int stream)
 {

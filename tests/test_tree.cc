@@ -1796,26 +1796,37 @@ TEST(TreeDc, RendezvousChunksLandingOutOfOrderStayExact)
     dc_many_chunks(true);
 }
 
-/* The parent's dispatch chunks go down under each child's window (switch/tree.c): one chunk at a
-   time per link, and the combines that follow them, stay exact. */
+/* The parent's dispatch chunks go down under each child's window (switch/tree.c), and the
+   combine's set chunks go both ways under a window per owner and link (switch/dc_window.c): one
+   or two chunks at a time per link (and per owner), with 2 credits per rank and port, three
+   combines in flight together, stay exact and never stall (the progress timeout would end a
+   deadlock with an error). */
 TEST(TreeDc, ManyChunksThroughAWindowOfOneOnThreeLevels)
 {
-    dc_many_chunks(false, three_levels(), {"--link-window", "1"});
+    dc_many_chunks(false, three_levels(), {"--credits", "2", "--link-window", "1"});
 }
 
 TEST(TreeDc, ManyChunksThroughAWindowOfTwoOnTwoLevels)
 {
-    dc_many_chunks(false, two_leaves_of_two(), {"--link-window", "2"});
+    dc_many_chunks(false, two_leaves_of_two(), {"--credits", "2", "--link-window", "2"});
 }
 
 TEST(TreeDc, ManyChunksThroughAWindowOfOneOnTwoLevels)
 {
-    dc_many_chunks(false, two_leaves_of_two(), {"--link-window", "1"});
+    dc_many_chunks(false, two_leaves_of_two(), {"--credits", "2", "--link-window", "1"});
 }
 
 TEST(TreeDc, ManyChunksThroughAWindowOfTwoOnThreeLevels)
 {
-    dc_many_chunks(false, three_levels(), {"--link-window", "2"});
+    dc_many_chunks(false, three_levels(), {"--credits", "2", "--link-window", "2"});
+}
+
+/* Rendezvous set chunks land out of the order they came in, so a switch may take a later
+   combine's set chunk of an owner before an earlier one's: through a window of one it must
+   still not let the later one take the owner's window first (switch/dc_window.c). */
+TEST(TreeDc, RendezvousChunksThroughAWindowOfOneOnThreeLevels)
+{
+    dc_many_chunks(true, three_levels(), {"--credits", "2", "--link-window", "1"});
 }
 
 /*
@@ -2739,6 +2750,310 @@ TEST(TreeDc, ASwitchPortThatBreaksTheProtocolFailsTheJobWithAReason)
         });
     int status = harness::switch_stop(&root);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the root did not exit cleanly";
+}
+
+/* ------------------------------------------------------------------------ */
+/* the combine's window between switches (switch/dc_window.c)                */
+
+/* Elements of a partial row in the window tests: 4000-byte partial rows fill a 4 KiB chunk
+   alone, so each of an owner's rows is a set chunk of its own. */
+const uint64_t kWinFloats = 1000;
+
+/* Ranks 0 and 1 as raw clients on the root and a fake child switch covering ranks 2 and 3,
+   announcing a window of 1, in one job of 4: each speaks the wire by hand, so what crosses the
+   link is the test's to send and to see. */
+struct WindowJob {
+    RawClient r[2];
+    FakeChild child;
+    uint64_t job = harness::unique_job_id();
+
+    std::string join(const std::string &root)
+    {
+        child.window = 1;
+        for (uint32_t k = 0; k < 2; k++) {
+            if (!r[k].connect(root))
+                return "a raw rank could not connect";
+            r[k].join(job, k, 4);
+        }
+        if (!child.join(root, job))
+            return "the fake child switch got no JOIN_ACK";
+        for (auto &rk : r)
+            if (!rk.wait_for(WIRE_MSG_JOIN_ACK, nullptr, 5000))
+                return "a raw rank got no JOIN_ACK";
+        return "";
+    }
+    /* Rank `rank`'s combine POST of epoch 1 on `c`: rows rows, sent[d] of them dispatched to d,
+       recvd[s] rows received from s, partials of kWinFloats float32 summed. */
+    void post(RawClient &c, uint32_t rank, uint64_t rows, std::vector<uint32_t> sent,
+              std::vector<uint32_t> recvd)
+    {
+        inc_wire_dc_post p = {};
+        p.rows = rows;
+        p.row_bytes = 4 * kWinFloats;
+        p.dispatch_epoch = 1;
+        p.row_count = kWinFloats;
+        p.nranks = 4;
+        p.dtype = INCMOE_FLOAT32;
+        p.redop = INCMOE_SUM;
+        std::string payload((const char *)&p, sizeof(p));
+        payload.append((const char *)sent.data(), 4 * sent.size());
+        payload.append((const char *)recvd.data(), 4 * recvd.size());
+        inc_wire_hdr h = msg(WIRE_MSG_POST, rank, payload.size());
+        h.total = rows;
+        c.send(h, payload.data(), payload.size());
+    }
+    /* A combine message of epoch 1 from `rank` (a raw rank, or the child's key 2). */
+    inc_wire_hdr msg(inc_wire_msg_t type, uint32_t rank, size_t length)
+    {
+        inc_wire_hdr h;
+        inc_wire_hdr_init(&h, type, job);
+        h.rank = rank;
+        h.stream = INCMOE_STREAM_COMBINE;
+        h.epoch = 1;
+        h.length = length;
+        h.sig = inc_wire_signature(INCMOE_STREAM_COMBINE, INCMOE_UINT8, INCMOE_SUM,
+                                   std::vector<uint64_t>(4, 0).data(), 4);
+        return h;
+    }
+    /* A DATA of owner root's chunk c (its row c) from `rank` on `c`: a set chunk, or a partial
+       row of `value`s (total: the rows its sender's count gives). */
+    void data(RawClient &to, uint32_t rank, uint32_t root, uint32_t c, uint64_t total,
+              const std::string &bytes)
+    {
+        inc_wire_hdr h = msg(WIRE_MSG_DATA, rank, bytes.size());
+        h.root = root;
+        h.chunk = c;
+        h.offset = c;
+        h.total = total;
+        h.dtype = INCMOE_FLOAT32;
+        h.redop = INCMOE_SUM;
+        to.send(h, bytes.data(), bytes.size());
+    }
+    /* The child has both real ranks' POSTs, relayed: its own make the plan. */
+    bool child_has_posts()
+    {
+        return wait_count(child.raw, 5000, [](const RawMsg &m) {
+                   return m.hdr.msg == WIRE_MSG_POST && m.hdr.stream == INCMOE_STREAM_COMBINE;
+               }) >= 2;
+    }
+    /* The k-th (from 0) of c's messages that pass `is`; null if there are not that many. */
+    static const RawMsg *nth(const RawClient &c, const std::function<bool(const RawMsg &)> &is,
+                             size_t k)
+    {
+        for (const RawMsg &m : c.received)
+            if (is(m) && k-- == 0)
+                return &m;
+        return nullptr;
+    }
+    /* How many of c's messages pass `is` once at least `want` do or timeout_ms passed. */
+    static size_t wait_count(RawClient &c, int timeout_ms,
+                             const std::function<bool(const RawMsg &)> &is, size_t want = 2)
+    {
+        const double end = inc_now_s() + timeout_ms / 1000.0;
+        for (;;) {
+            size_t n = 0;
+            for (const RawMsg &m : c.received)
+                n += is(m);
+            if (n >= want || inc_now_s() > end)
+                return n;
+            c.progress(10);
+        }
+    }
+};
+
+std::string set_of(uint64_t set)
+{
+    return std::string((const char *)&set, sizeof(set));
+}
+
+std::string partial_row(float value)
+{
+    std::vector<float> row(kWinFloats, value);
+    return std::string((const char *)row.data(), 4 * row.size());
+}
+
+/* The reason of the first ERROR c got, or what it got instead. */
+std::string error_text(RawClient &c)
+{
+    RawMsg m;
+    if (!c.wait_for(WIRE_MSG_ERROR, &m, 5000))
+        return "no ERROR";
+    return m.payload;
+}
+
+/*
+ * A child switch that announced a window of 1 sends the root two of rank 2's set chunks whose
+ * items wait for rank 0's partials, which never come: the second is past rank 2's window on
+ * that link, and the root fails the job at once with a reason naming it (not an unbounded
+ * queue), every port hears it, and the root serves the next job.
+ */
+TEST(TreeDc, AChildSwitchPastItsCombineWindowFailsTheJobWithAReason)
+{
+    harness::ExpectErrors errors_expected("a child switch overruns its combine window");
+    ASSERT_EQ(inc_wire_dc_rows_per_chunk(4 * kWinFloats, 4, kSmallChunk), 1u);
+    harness::SwitchProc root;
+    ASSERT_TRUE(harness::switch_start(&root, tree_args(kSmallChunk, {"--timeout-ms", "20000"})));
+    {
+        WindowJob w;
+        ASSERT_EQ(w.join(root.addr), "");
+        w.post(w.r[0], 0, 0, {0, 0, 0, 0}, {0, 0, 2, 0});
+        w.post(w.r[1], 1, 0, {0, 0, 0, 0}, {0, 0, 0, 0});
+        ASSERT_TRUE(w.child_has_posts());
+        w.post(w.child.raw, 2, 2, {2, 0, 0, 0}, {0, 0, 0, 0});
+        w.post(w.child.raw, 3, 0, {0, 0, 0, 0}, {0, 0, 0, 0});
+        for (uint32_t c = 0; c < 2; c++)
+            w.data(w.child.raw, 2, 2, c, 2, set_of(0x1)); /* rank 2's rows, for rank 0 */
+        const std::string want = "the child switch exceeded the window of 1 on combine set chunks "
+                                 "of rank 2";
+        for (RawClient *c : {&w.r[0], &w.r[1], &w.child.raw})
+            EXPECT_NE(error_text(*c).find(want), std::string::npos) << error_text(*c);
+    }
+    Tree one;
+    one.sw = {root};
+    expect_serves(one, {-1}, 0);
+}
+
+/*
+ * The root sends a child switch that announced a window of 1 rank 0's three set chunks (each
+ * row's set names rank 2, beyond the child) one at a time: the second only after the child's
+ * CREDIT naming rank 0, and so on; each reduced row goes to rank 0 exactly as the child's partial
+ * gave it.  The check that nothing more comes before a CREDIT watches the link for 300 ms
+ * after rank 0 has the first result, by which time the root had rank 0's other set chunks
+ * (they were sent before the child's partial could be): a root without the window sends them
+ * there at once.
+ */
+TEST(TreeDc, TheRootSendsAChildSwitchSetChunksOnlyWithinItsWindow)
+{
+    harness::ExpectErrors errors_expected("the raw clients leave without finishing the job");
+    harness::SwitchProc root;
+    ASSERT_TRUE(harness::switch_start(&root, tree_args(kSmallChunk, {"--timeout-ms", "20000"})));
+    {
+        WindowJob w;
+        ASSERT_EQ(w.join(root.addr), "");
+        w.post(w.r[0], 0, 3, {0, 0, 3, 0}, {0, 0, 0, 0});
+        w.post(w.r[1], 1, 0, {0, 0, 0, 0}, {0, 0, 0, 0});
+        ASSERT_TRUE(w.child_has_posts());
+        w.post(w.child.raw, 2, 0, {0, 0, 0, 0}, {3, 0, 0, 0});
+        w.post(w.child.raw, 3, 0, {0, 0, 0, 0}, {0, 0, 0, 0});
+        ASSERT_TRUE(w.r[0].wait_for(WIRE_MSG_PLAN, nullptr, 5000));
+        for (uint32_t c = 0; c < 3; c++)
+            w.data(w.r[0], 0, 0, c, 3, set_of(0x4));
+        auto set_chunk = [](const RawMsg &m) {
+            return m.hdr.msg == WIRE_MSG_FWD && m.hdr.stream == INCMOE_STREAM_COMBINE;
+        };
+        auto result = set_chunk;
+        for (uint32_t c = 0; c < 3; c++) {
+            ASSERT_EQ(WindowJob::wait_count(w.child.raw, 5000, set_chunk, c + 1), c + 1)
+                << "set chunk " << c;
+            const RawMsg got = *WindowJob::nth(w.child.raw, set_chunk, c);
+            EXPECT_EQ(got.hdr.root, 0u);
+            EXPECT_EQ(got.hdr.chunk, c);
+            EXPECT_EQ(got.payload, set_of(0x4));
+            w.data(w.child.raw, 2, 0, c, 3, partial_row(1.5f + c));
+            ASSERT_EQ(WindowJob::wait_count(w.r[0], 5000, result, c + 1), c + 1) << "result " << c;
+            const RawMsg res = *WindowJob::nth(w.r[0], result, c);
+            EXPECT_EQ(res.hdr.chunk, c);
+            EXPECT_EQ(res.payload, partial_row(1.5f + c)) << "chunk " << c;
+            w.child.raw.progress(300);
+            EXPECT_EQ(WindowJob::wait_count(w.child.raw, 0, set_chunk, 0), c + 1)
+                << "the root sent set chunk " << c + 1 << " past the window";
+            inc_wire_hdr credit = w.msg(WIRE_MSG_CREDIT, 2, 1);
+            credit.root = 0;
+            w.child.raw.send(credit);
+        }
+        ASSERT_EQ(WindowJob::wait_count(
+                      w.r[0], 5000,
+                      [](const RawMsg &m) {
+                          return m.hdr.msg == WIRE_MSG_CREDIT &&
+                                 m.hdr.stream == INCMOE_STREAM_COMBINE;
+                      },
+                      3),
+                  3u)
+            << "rank 0's set chunks did not all finish";
+    }
+    Tree one;
+    one.sw = {root};
+    expect_serves(one, {-1}, 0);
+}
+
+/* Rank r dispatches one row to every rank: "" if the switch refused it for memory with its
+   reason, else what happened. */
+std::string dispatch_refused_for_memory(Rank &r)
+{
+    std::vector<unsigned char> row(16, 'x'), recv(16 * (size_t)r.n);
+    incmoe_mr_t *ms = nullptr, *mr = nullptr;
+    incmoe_req_t req;
+    uint64_t set = (1ull << r.n) - 1;
+    incmoe_status_t st = incmoe_mem_register(r.comm, row.data(), row.size(), &ms);
+    if (st == INCMOE_OK)
+        st = incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr);
+    if (st == INCMOE_OK) {
+        incmoe_dispatch_params_t dp = {};
+        dp.send_mr = ms;
+        dp.nrows = 1;
+        dp.row_bytes = row.size();
+        dp.sets = &set;
+        dp.recv_mr = mr;
+        dp.capacity = (uint64_t)r.n;
+        st = incmoe_dispatch(r.comm, &dp, &req);
+    }
+    if (st == INCMOE_OK)
+        st = incmoe_wait(r.comm, &req);
+    const std::string text = comm_text(r.comm);
+    if (st != INCMOE_ERR_NO_MEMORY || text.find("dispatch and combine need") == std::string::npos)
+        return std::string("got ") + incmoe_strerror(st) + " '" + text +
+               "', want the root's refusal for memory";
+    return "";
+}
+
+/*
+ * What the root admits for dispatch and combine holds what its children may send it: per owner
+ * beyond a link, that link's window of set chunks, and per item that took one, a partial of
+ * each child (switch/membership.c, job_dc_memory_bound), no longer credits x N chunks per
+ * switch port.  At 4 ranks on two leaves, 4 KiB chunks and 2 credits the root's bounds are
+ * 148,224 bytes (the job's) and 86,016 + 65,536 x window (dispatch and combine's): 299,776
+ * bytes in all with the leaves' window of 1, 4,428,544 with 64 (and 365,312 at any window when
+ * the combine's chunks between switches counted the credits).  A root with 512 KiB refuses the
+ * first dispatch of a job whose leaves announced 64, and runs one whose leaves announced 1,
+ * exact, through many chunks and three combines at once; the switch fails a job whose memory
+ * would pass its bound (job_alloc), so exact results mean the bound held.
+ */
+TEST(TreeDc, TheRootAdmitsDispatchAndCombineByItsLeavesWindows)
+{
+    const Topology topo = two_leaves_of_two();
+    const uint64_t chunk = 4096;
+    for (const char *window : {"64", "1"}) {
+        harness::ExpectErrors errors_expected("the root refuses what its leaves' windows need");
+        const std::vector<std::string> leaf = {"--credits", "2", "--link-window", window};
+        Tree tree;
+        ASSERT_TRUE(tree_start(&tree, topo, tree_args(chunk, {"--credits", "2"}),
+                               {{"--max-memory", "512K"}, leaf, leaf}));
+        const bool refused = std::string(window) == "64";
+        const unsigned long long job = harness::unique_job_id();
+        TreeOrder order(topo);
+        auto res = harness::run_ranks(
+            (int)topo.at.size(),
+            [&](int me) {
+                return as_rank(
+                    tree, topo, job, me, kCreateTimeoutMs, &order, chunk, nullptr,
+                    [&](Rank &r) -> std::string {
+                        if (refused)
+                            return dispatch_refused_for_memory(r);
+                        std::vector<DcCase> cases;
+                        uint64_t seed = 950;
+                        for (DcSets sh : {DC_MIXED, DC_RANDOM, DC_REMOTE})
+                            cases.push_back(
+                                dc_case(*r.order, dc_rows(r.n, 200, true), 64, sh, seed++));
+                        return dc_rounds<F32>(r, cases, 32, INCMOE_SUM);
+                    },
+                    refused);
+            },
+            60);
+        EXPECT_EQ(harness::failures(res), "") << "window " << window;
+        for (auto &sw : tree.sw)
+            EXPECT_TRUE(still_running(sw));
+        tree_stop(&tree);
+    }
 }
 
 } // namespace

@@ -121,7 +121,7 @@ TEST(Wire, RejectsEachKindOfDamage)
    shorter JOIN_ACK, is refused rather than misread. */
 TEST(Wire, JoinAckCarriesTheJobTimeoutAndRingToken)
 {
-    EXPECT_EQ(INCMOE_WIRE_VERSION, 9);
+    EXPECT_EQ(INCMOE_WIRE_VERSION, 10);
     EXPECT_EQ(sizeof(inc_wire_join_ack), 40u);
     EXPECT_EQ(offsetof(inc_wire_join_ack, timeout_ms), 16u);
     EXPECT_EQ(offsetof(inc_wire_join_ack, ring_token), 24u);
