@@ -108,10 +108,12 @@ struct incmoe_moe {
 
     /* The configuration model's inputs, agreed by every rank at create (calibrate.c):
        seconds of a band's fixed cost, of an all-rank synchronisation, of one byte on the
-       link, of one FFN flop; and agreed at each forward's header exchange, a masked band's
-       cost as the slowest rank's last pipelined masked forward showed it (0: none yet). */
+       link, of one FFN flop, and a band's pass over the local experts' weights in routed
+       rows' worth of FFN time (bandmodel.h; 0: free); and agreed at each forward's header
+       exchange, a masked band's cost as the slowest rank's last pipelined masked forward
+       showed it (0: none yet). */
     struct {
-        double band_s, sync_s, byte_s, flop_s;
+        double band_s, sync_s, byte_s, flop_s, pass_rows;
         double masked_band_s;
     } model;
     /* This rank's own masked band cost from its last pipelined masked forward
