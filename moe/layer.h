@@ -168,7 +168,8 @@ int calib_wanted(const incmoe_moe_t *L);
 /* Measures (if measure_costs) and agrees L->model with every rank: collective. */
 incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs);
 /* Takes an FFN rate every rank agreed on (seconds per flop, as the model counts flops) in
-   place of INCMOE_MOE_GFLOPS's default; a set INCMOE_MOE_GFLOPS stays. */
+   place of the one timed at create or INCMOE_MOE_GFLOPS's default; a set INCMOE_MOE_GFLOPS
+   stays.  The weights' pass, in rows' worth of that rate, stays as timed. */
 void calib_ffn_measured(incmoe_moe_t *L, double flop_s);
 
 /* --- plan.c --- */
