@@ -9,7 +9,9 @@
  * (bandmodel.h).  Where INCMOE_MOE_GFLOPS is unset and costs are measured,
  * the backend times its own GEMMs for the last two (ffn_probe: the rate over
  * a full tile of rows, and one row through every local expert); else the
- * setting's rate and a free pass.
+ * setting's rate and a free pass.  The pass agreed is the least any rank
+ * timed, not the slowest's: ranks that share cores probe at once, and one
+ * rank's preempted probe must not stand for the weights' real cost.
  * A setting that is set (INCMOE_MOE_BAND_US, INCMOE_MOE_SYNC_US,
  * INCMOE_MOE_LINK_MBPS, INCMOE_MOE_GFLOPS) gives its cost; an unset link,
  * band or synchronisation cost is measured on the layer's own communicator
@@ -38,7 +40,8 @@
    at N=4). */
 #define PROBE_BULK_BYTES (256u << 10)
 #define FS_PER_S         1e15
-#define ROWS_SCALE       1e6 /* the weights' pass travels in millionths of a row */
+#define ROWS_SCALE       1e6              /* the weights' pass travels in millionths of a row */
+#define ROWS_CAP         ((uint64_t)1e18) /* to_fixed's most */
 
 /* Whether the named setting is set in the environment (not just defaulted). */
 static int setting_is_set(const char *name)
@@ -194,7 +197,9 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     mine[1] = to_fixed(byte_s, FS_PER_S);
     mine[2] = to_fixed(flop_s, FS_PER_S);
     mine[3] = to_fixed(sync_s, FS_PER_S);
-    mine[4] = to_fixed(pass_rows, ROWS_SCALE);
+    /* The pass travels as ROWS_CAP less itself, so the max is the least any rank timed (its
+       fastest run; on shared cores a run only takes longer); 0: this rank timed none. */
+    mine[4] = pass_rows > 0 ? ROWS_CAP - to_fixed(pass_rows, ROWS_SCALE) : 0;
     incmoe_req_t req;
     st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, 5 * sizeof(uint64_t), 5, INCMOE_UINT64,
                           INCMOE_MAX, &req);
@@ -211,7 +216,7 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     L->model.byte_s = (double)all[1] / FS_PER_S;
     L->model.flop_s = (double)all[2] / FS_PER_S;
     L->model.sync_s = (double)all[3] / FS_PER_S;
-    L->model.pass_rows = (double)all[4] / ROWS_SCALE;
+    L->model.pass_rows = all[4] > 0 ? (double)(ROWS_CAP - all[4]) / ROWS_SCALE : 0;
     log_info(SUBSYS,
              "rank %d: configuration model: band %.0f us, sync %.0f us, link %.1f Mbit/s, %.2f "
              "GFLOP/s, weights' pass %.1f rows a band (%s; this rank's: %.0f us, %.0f us, %.1f "

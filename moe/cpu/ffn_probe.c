@@ -5,9 +5,8 @@
  * each, which a band pays whatever its rows (each local expert's GEMMs read all of its
  * weights).  The same GEMMs as ffn.c's (cpu_gemm_packed), without the SwiGLU and the
  * sums, which cost per row and not per band.  Ranks that share cores probe at once (create
- * is collective), so each round interleaves the two until some milliseconds passed, and
- * the round with the fastest tile gives both: its pass beside its tile is the ratio the
- * model takes (a pass in rows' worth of FFN time).
+ * is collective), so the two run in turn for some milliseconds and each one's fastest run
+ * counts; the model takes the pass in rows' worth of the tile's rate.
  */
 #include <stdlib.h>
 
@@ -15,8 +14,8 @@
 #include "cpu/cpu.h"
 #include "cpu/gemm.h"
 
-#define PROBE_ROUNDS 3
-#define ROUND_S      5e-3 /* at least, a round */
+#define PROBE_MIN_RUNS 3
+#define PROBE_S        15e-3 /* at least, all runs */
 
 /* Buffers for GEMMs of at most m rows against one expert (inputs zero: no denormals). */
 typedef struct {
@@ -62,11 +61,12 @@ static void expert_gemms(const cpu_state_t *cs, probe_bufs_t *b, int le, size_t 
     cpu_gemm_packed(0, H, &a, wd, cs->dtype, b->out, H, b->panel);
 }
 
-/* One round: the tile and the pass in turn until ROUND_S passed, so whatever else runs on
-   the cores (the other ranks' probes) falls on both alike; each one's mean seconds. */
-static void probe_round(const cpu_state_t *cs, probe_bufs_t *b, double *tile_p, double *pass_p)
+/* The tile and the pass in turn until PROBE_S passed, so whatever else runs on the cores
+   (the other ranks' probes) falls on both alike; each one's fastest run (a run that was
+   preempted only took longer). */
+static void probe_runs(const cpu_state_t *cs, probe_bufs_t *b, double *tile_p, double *pass_p)
 {
-    double tile = 0, pass = 0, start = inc_now_s();
+    double tile = 1e30, pass = 1e30, start = inc_now_s();
     int n = 0;
     do {
         double t0 = inc_now_s();
@@ -75,12 +75,11 @@ static void probe_round(const cpu_state_t *cs, probe_bufs_t *b, double *tile_p, 
         for (int le = 0; le < cs->n_local; le++)
             expert_gemms(cs, b, le, 1);
         double t2 = inc_now_s();
-        tile += t1 - t0;
-        pass += t2 - t1;
-        n++;
-    } while (inc_now_s() - start < ROUND_S);
-    *tile_p = tile / n;
-    *pass_p = pass / n;
+        tile = t1 - t0 < tile ? t1 - t0 : tile;
+        pass = t2 - t1 < pass ? t2 - t1 : pass;
+    } while (++n < PROBE_MIN_RUNS || inc_now_s() - start < PROBE_S);
+    *tile_p = tile;
+    *pass_p = pass;
 }
 
 incmoe_status_t ffn_probe(const cpu_state_t *cs, double *flop_s_p, double *pass_s_p)
@@ -92,15 +91,10 @@ incmoe_status_t ffn_probe(const cpu_state_t *cs, double *flop_s_p, double *pass_
     incmoe_status_t st = bufs_alloc(cs, MOE_FFN_GEMM_ROWS, &b);
     if (st != INCMOE_OK)
         return st;
-    double tile[PROBE_ROUNDS], pass[PROBE_ROUNDS];
-    int fastest = 0;
-    for (int r = 0; r < PROBE_ROUNDS; r++) {
-        probe_round(cs, &b, &tile[r], &pass[r]);
-        fastest = tile[r] < tile[fastest] ? r : fastest;
-    }
+    double tile, pass;
+    probe_runs(cs, &b, &tile, &pass);
     bufs_free(&b);
-    /* The pass as the fastest round saw it beside its tile: the two are one ratio. */
-    *flop_s_p = tile[fastest] / ((double)MOE_FFN_GEMM_ROWS * 6.0 * cs->H * cs->I);
-    *pass_s_p = pass[fastest];
+    *flop_s_p = tile / ((double)MOE_FFN_GEMM_ROWS * 6.0 * cs->H * cs->I);
+    *pass_s_p = pass;
     return INCMOE_OK;
 }
