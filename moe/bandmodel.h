@@ -9,7 +9,7 @@
  * every local expert over its few rows, and each such GEMM reads all of the
  * expert's weights whatever its rows (a pass over the rank's expert weights
  * a band: at OLMoE's shape with I=2048, 96 MiB in bf16 a rank of 16 experts,
- * as long as ~100 rows' FLOPs; BENCHMARKS.md, "Bands where experts are
+ * as long as ~200 rows' FLOPs; BENCHMARKS.md, "Bands where experts are
  * heavy"), so heavy experts run fewer bands.  Without that pass the minimum
  * is at nb = sqrt(2 * stage / overhead).  Both follow the routing: full routing
  * moves every other rank's rows and pays a small AllGather's and
