@@ -63,8 +63,9 @@ const inc_config_entry_t inc_config_table[] = {
      "MoE layer config model: per-rank link bandwidth, Mbit/s (unset: measured; slowest rank's)",
      INC_CONFIG_INT, 1, 1 << 30},
     {"INCMOE_MOE_GFLOPS", "20",
-     "MoE layer config model: GEMM rate of one compute worker (slowest rank's)", INC_CONFIG_INT, 1,
-     1 << 30},
+     "MoE layer config model: GEMM rate of one compute worker (unset: timed at create by the "
+     "CPU backend; slowest rank's)",
+     INC_CONFIG_INT, 1, 1 << 30},
     {"INCMOE_MOE_BAND_US", "4000",
      "MoE layer config model: fixed cost of one band, microseconds (unset: measured; slowest "
      "rank's)",

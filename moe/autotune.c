@@ -75,7 +75,8 @@ static bandmodel_in_t model_inputs(const incmoe_moe_t *L, size_t tmax, const rou
                          .sync_s = L->model.sync_s,
                          .seen_s = L->model.masked_band_s,
                          .byte_s = L->model.byte_s,
-                         .flop_s = L->model.flop_s};
+                         .flop_s = L->model.flop_s,
+                         .pass_rows = L->model.pass_rows};
     if (load != NULL)
         in.load = *load;
     return in;

@@ -51,6 +51,11 @@ typedef struct {
        partial rows, and returns INCMOE_OK or why it gave up. */
     void (*decode_pack)(incmoe_moe_t *L);
     incmoe_status_t (*decode_experts)(incmoe_moe_t *L);
+    /* The band model's view of the expert compute (bandmodel.h), timed at create: seconds
+       per flop (6 H I a row) of one compute worker, and seconds of a band's pass over the
+       local experts' weights (one row through each); 0 where not known.  NULL: the backend
+       does not time it (the model's rate is INCMOE_MOE_GFLOPS's, its pass free). */
+    incmoe_status_t (*ffn_probe)(incmoe_moe_t *L, double *flop_s_p, double *pass_s_p);
 } moe_backend_ops_t;
 
 extern const moe_backend_ops_t moe_cpu_backend;

@@ -3,9 +3,7 @@
  */
 #include "bandmodel.h"
 
-#include <math.h>
-
-double bandmodel_stage_s(const bandmodel_in_t *in)
+double bandmodel_stage_s(const bandmodel_in_t *in, int nb)
 {
     const routing_load_t *l = &in->load;
     double link_s;
@@ -21,8 +19,10 @@ double bandmodel_stage_s(const bandmodel_in_t *in)
         double row = (double)(l->grow > l->zrow ? l->grow : l->zrow);
         link_s = others * row * in->byte_s;
     }
-    /* Each rank runs its experts over about tmax * k routed rows. */
-    double ffn_s = (double)in->tmax * in->k * in->row_flops * in->flop_s;
+    /* Each rank runs its experts over about tmax * k routed rows, and every band reads their
+       weights once more. */
+    double rows = (double)in->tmax * in->k + (double)(nb > 1 ? nb : 1) * in->pass_rows;
+    double ffn_s = rows * in->row_flops * in->flop_s;
     return link_s > ffn_s ? link_s : ffn_s;
 }
 
@@ -33,21 +33,32 @@ double bandmodel_overhead_s(const bandmodel_in_t *in)
     return in->seen_s > 0 ? in->seen_s : in->band_s + in->sync_s;
 }
 
+double bandmodel_time_s(const bandmodel_in_t *in, int nb)
+{
+    nb = nb > 1 ? nb : 1;
+    return (double)(nb + 2) / nb * bandmodel_stage_s(in, nb) + nb * bandmodel_overhead_s(in);
+}
+
 double bandmodel_seen_s(const bandmodel_in_t *in, int nb, double seconds)
 {
     if (nb < 1)
         return 0;
-    double left = seconds - (double)(nb + 2) / nb * bandmodel_stage_s(in);
+    double left = seconds - (double)(nb + 2) / nb * bandmodel_stage_s(in, nb);
     return left > 0 ? left / nb : 0;
 }
 
 int bandmodel_count(const bandmodel_in_t *in)
 {
-    double ovh = bandmodel_overhead_s(in);
-    double nb = ovh > 0 ? sqrt(2 * bandmodel_stage_s(in) / ovh) : 8;
-    long long most = (long long)((in->tmax + 7) / 8);
-    if (most > 64)
-        most = 64;
-    long long v = llround(nb);
-    return (int)(v < 1 ? 1 : v > most ? (most < 1 ? 1 : most) : v);
+    size_t most = (in->tmax + 7) / 8;
+    most = most > 64 ? 64 : most < 1 ? 1 : most;
+    if (bandmodel_overhead_s(in) <= 0 && in->pass_rows <= 0)
+        return most < 8 ? (int)most : 8;
+    int best = 1;
+    double best_s = bandmodel_time_s(in, 1);
+    for (int nb = 2; nb <= (int)most; nb++) {
+        double t = bandmodel_time_s(in, nb);
+        if (t < best_s)
+            best = nb, best_s = t;
+    }
+    return best;
 }

@@ -4,7 +4,14 @@
  *
  * Each rank brings four costs: a band's fixed cost, an all-rank
  * synchronisation's (a masked band's dispatch waits for a plan that needs
- * every rank's POST), a byte's time on the link and a flop's time in the FFN.
+ * every rank's POST), a byte's time on the link and a flop's time in the FFN;
+ * and a band's pass over its experts' weights, in rows' worth of FFN time
+ * (bandmodel.h).  Where INCMOE_MOE_GFLOPS is unset and costs are measured,
+ * the backend times its own GEMMs for the last two (ffn_probe: the rate over
+ * a full tile of rows, and one row through every local expert); else the
+ * setting's rate and a free pass.  The pass agreed is the least any rank
+ * timed, not the slowest's: ranks that share cores probe at once, and one
+ * rank's preempted probe must not stand for the weights' real cost.
  * A setting that is set (INCMOE_MOE_BAND_US, INCMOE_MOE_SYNC_US,
  * INCMOE_MOE_LINK_MBPS, INCMOE_MOE_GFLOPS) gives its cost; an unset link,
  * band or synchronisation cost is measured on the layer's own communicator
@@ -33,6 +40,8 @@
    at N=4). */
 #define PROBE_BULK_BYTES (256u << 10)
 #define FS_PER_S         1e15
+#define ROWS_SCALE       1e6              /* the weights' pass travels in millionths of a row */
+#define ROWS_CAP         ((uint64_t)1e18) /* to_fixed's most */
 
 /* Whether the named setting is set in the environment (not just defaulted). */
 static int setting_is_set(const char *name)
@@ -119,9 +128,10 @@ static double mbps(double byte_s)
     return byte_s > 0 ? 8e-6 / byte_s : 0;
 }
 
-static uint64_t to_fs(double s)
+/* s * scale as a count (to 1e18), for the AllReduce(max) of costs. */
+static uint64_t to_fixed(double s, double scale)
 {
-    double v = s * FS_PER_S;
+    double v = s * scale;
     return v <= 0 ? 0 : v > 1e18 ? (uint64_t)1e18 : (uint64_t)(v + 0.5);
 }
 
@@ -134,6 +144,29 @@ static double setting_cost(const char *name, double scale)
     if (scale >= 0)
         return scale * (double)v;
     return v > 0 ? -scale / (double)v : 0;
+}
+
+/* The backend's FFN probe (backend.h): *flop_s_p its rate where it timed one, *rows_p its
+   weights' pass in rows' worth of that rate; both left alone where it has none or it
+   failed (logged: the other ranks are already on their way to the agreement below, and
+   the setting's rate only sizes bands). */
+static void probe_ffn(incmoe_moe_t *L, double *flop_s_p, double *rows_p)
+{
+    double flop_s = 0, pass_s = 0;
+    if (L->ops->ffn_probe == NULL)
+        return;
+    incmoe_status_t st = L->ops->ffn_probe(L, &flop_s, &pass_s);
+    if (st != INCMOE_OK) {
+        log_warn(SUBSYS,
+                 "rank %d: create: timing the expert GEMMs failed (%s); the band model takes "
+                 "INCMOE_MOE_GFLOPS's rate",
+                 L->rank, incmoe_strerror(st));
+        return;
+    }
+    if (flop_s <= 0)
+        return;
+    *flop_s_p = flop_s;
+    *rows_p = pass_s / (flop_s * 6.0 * L->H * L->I);
 }
 
 incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
@@ -157,15 +190,20 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     double byte_s = measure_costs && !setting_is_set("INCMOE_MOE_LINK_MBPS")
                         ? byte
                         : setting_cost("INCMOE_MOE_LINK_MBPS", -8e-6);
-    double flop_s = setting_cost("INCMOE_MOE_GFLOPS", -1e-9);
+    double flop_s = setting_cost("INCMOE_MOE_GFLOPS", -1e-9), pass_rows = 0;
+    if (measure_costs && !setting_is_set("INCMOE_MOE_GFLOPS"))
+        probe_ffn(L, &flop_s, &pass_rows);
 
-    uint64_t *mine = (uint64_t *)L->hdr, *all = mine + 4;
-    mine[0] = to_fs(band_s);
-    mine[1] = to_fs(byte_s);
-    mine[2] = to_fs(flop_s);
-    mine[3] = to_fs(sync_s);
+    uint64_t *mine = (uint64_t *)L->hdr, *all = mine + 5;
+    mine[0] = to_fixed(band_s, FS_PER_S);
+    mine[1] = to_fixed(byte_s, FS_PER_S);
+    mine[2] = to_fixed(flop_s, FS_PER_S);
+    mine[3] = to_fixed(sync_s, FS_PER_S);
+    /* The pass travels as ROWS_CAP less itself, so the max is the least any rank timed (its
+       fastest run; on shared cores a run only takes longer); 0: this rank timed none. */
+    mine[4] = pass_rows > 0 ? ROWS_CAP - to_fixed(pass_rows, ROWS_SCALE) : 0;
     incmoe_req_t req;
-    st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, 4 * sizeof(uint64_t), 4, INCMOE_UINT64,
+    st = incmoe_allreduce(L->comm, L->hdr_mr, 0, L->hdr_mr, 5 * sizeof(uint64_t), 5, INCMOE_UINT64,
                           INCMOE_MAX, &req);
     if (st == INCMOE_OK)
         st = moe_wait_bounded(L->comm, L->timeout_ms, &req);
@@ -180,13 +218,15 @@ incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs)
     L->model.byte_s = (double)all[1] / FS_PER_S;
     L->model.flop_s = (double)all[2] / FS_PER_S;
     L->model.sync_s = (double)all[3] / FS_PER_S;
+    L->model.pass_rows = all[4] > 0 ? (double)(ROWS_CAP - all[4]) / ROWS_SCALE : 0;
     log_info(SUBSYS,
              "rank %d: configuration model: band %.0f us, sync %.0f us, link %.1f Mbit/s, %.2f "
-             "GFLOP/s (%s; this rank's: %.0f us, %.0f us, %.1f Mbit/s)",
+             "GFLOP/s, weights' pass %.1f rows a band (%s; this rank's: %.0f us, %.0f us, %.1f "
+             "Mbit/s, %.2f GFLOP/s, %.1f rows)",
              L->rank, L->model.band_s * 1e6, L->model.sync_s * 1e6, mbps(L->model.byte_s),
-             L->model.flop_s > 0 ? 1e-9 / L->model.flop_s : 0.0,
+             L->model.flop_s > 0 ? 1e-9 / L->model.flop_s : 0.0, L->model.pass_rows,
              measure_costs ? "measured where not set, slowest rank" : "settings, slowest rank",
-             band_s * 1e6, sync_s * 1e6, mbps(byte_s));
+             band_s * 1e6, sync_s * 1e6, mbps(byte_s), flop_s > 0 ? 1e-9 / flop_s : 0.0, pass_rows);
     return INCMOE_OK;
 }
 

@@ -108,10 +108,12 @@ struct incmoe_moe {
 
     /* The configuration model's inputs, agreed by every rank at create (calibrate.c):
        seconds of a band's fixed cost, of an all-rank synchronisation, of one byte on the
-       link, of one FFN flop; and agreed at each forward's header exchange, a masked band's
-       cost as the slowest rank's last pipelined masked forward showed it (0: none yet). */
+       link, of one FFN flop, and a band's pass over the local experts' weights in routed
+       rows' worth of FFN time (bandmodel.h; 0: free); and agreed at each forward's header
+       exchange, a masked band's cost as the slowest rank's last pipelined masked forward
+       showed it (0: none yet). */
     struct {
-        double band_s, sync_s, byte_s, flop_s;
+        double band_s, sync_s, byte_s, flop_s, pass_rows;
         double masked_band_s;
     } model;
     /* This rank's own masked band cost from its last pipelined masked forward
@@ -166,7 +168,8 @@ int calib_wanted(const incmoe_moe_t *L);
 /* Measures (if measure_costs) and agrees L->model with every rank: collective. */
 incmoe_status_t calib_agree(incmoe_moe_t *L, int measure_costs);
 /* Takes an FFN rate every rank agreed on (seconds per flop, as the model counts flops) in
-   place of INCMOE_MOE_GFLOPS's default; a set INCMOE_MOE_GFLOPS stays. */
+   place of the one timed at create or INCMOE_MOE_GFLOPS's default; a set INCMOE_MOE_GFLOPS
+   stays.  The weights' pass, in rows' worth of that rate, stays as timed. */
 void calib_ffn_measured(incmoe_moe_t *L, double flop_s);
 
 /* --- plan.c --- */

@@ -37,7 +37,7 @@ libincmoe_moe_la_SOURCES = \
 	cpu/backend.c \
 	cpu/decode.c \
 	cpu/pool.c \
-	cpu/ffn.c cpu/ffn_plan.c \
+	cpu/ffn.c cpu/ffn_plan.c cpu/ffn_probe.c \
 	cpu/gemm.c cpu/gemm_bf16.c cpu/isa.c cpu/gemm.h \
 	cpu/swiglu.c cpu/swiglu.h cpu/swiglu_lanes.h
 libincmoe_moe_la_CPPFLAGS = $(INCMOE_CPPFLAGS) -I$(top_srcdir)/moe

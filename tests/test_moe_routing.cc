@@ -131,8 +131,8 @@ bandmodel_in_t issue27_n8(int masked)
 TEST(MoeRouting, MaskedRunsFewerBandsThanFullAtTheSameShape)
 {
     bandmodel_in_t full = issue27_n8(0), masked = issue27_n8(1);
-    EXPECT_NEAR(bandmodel_stage_s(&full), 1.21110528, 1e-9);
-    EXPECT_NEAR(bandmodel_stage_s(&masked), 0.9895936, 1e-9);
+    EXPECT_NEAR(bandmodel_stage_s(&full, 1), 1.21110528, 1e-9);
+    EXPECT_NEAR(bandmodel_stage_s(&masked, 1), 0.9895936, 1e-9);
     EXPECT_DOUBLE_EQ(bandmodel_overhead_s(&full), 2e-3);
     EXPECT_DOUBLE_EQ(bandmodel_overhead_s(&masked), 14e-3);
     EXPECT_EQ(bandmodel_count(&full), 35);
@@ -164,7 +164,7 @@ TEST(MoeRouting, BandCountBounds)
 {
     bandmodel_in_t in = issue27_n8(1);
     in.flop_s = 1 / 1e9; /* 6.44 s of FFN */
-    EXPECT_NEAR(bandmodel_stage_s(&in), 1024.0 * 8 * 786432 / 1e9, 1e-9);
+    EXPECT_NEAR(bandmodel_stage_s(&in, 1), 1024.0 * 8 * 786432 / 1e9, 1e-9);
     EXPECT_EQ(bandmodel_count(&in), 30); /* sqrt(2 * 6.4425 / 0.014) = 30.3 */
     in.tmax = 20;                        /* at most 3 bands of 8 rows */
     EXPECT_EQ(bandmodel_count(&in), 3);
@@ -173,6 +173,81 @@ TEST(MoeRouting, BandCountBounds)
     EXPECT_EQ(bandmodel_count(&in), 1);
     in.band_s = in.sync_s = 0;
     EXPECT_EQ(bandmodel_count(&in), 8);
+}
+
+namespace
+{
+
+/* The prefill bench's MoE block at N=4 with --intermediate 2048 (E=64 k=8 H=512 bf16,
+   512 tokens a rank, full routing): rows of 512 * 2 + 64 bytes, 100 Mbit/s, 100 GFLOP/s,
+   a band's AllGather and ReduceScatter 2 ms. */
+bandmodel_in_t n4_i2048()
+{
+    bandmodel_in_t in = {};
+    in.load = {4, 4 * 512, 0, 0, 1088, 1024};
+    in.tmax = 512;
+    in.k = 8;
+    in.row_flops = 6.0 * 512 * 2048;
+    in.band_s = 2e-3;
+    in.byte_s = 8e-8;
+    in.flop_s = 1 / 100e9;
+    return in;
+}
+
+/* The least of (nb + 2) / nb * max(link, (rows + nb * pass) * flops) + nb * band over
+   1 .. 64, written out apart from the model. */
+int least_time_bands(double link, double rows, double pass, double flops, double band)
+{
+    int best = 0;
+    double best_t = 0;
+    for (int nb = 1; nb <= 64; nb++) {
+        double ffn = (rows + nb * pass) * flops;
+        double t = (nb + 2.0) / nb * (link > ffn ? link : ffn) + nb * band;
+        if (best == 0 || t < best_t)
+            best = nb, best_t = t;
+    }
+    return best;
+}
+
+} // namespace
+
+/* A band's pass over heavy experts' weights (100 rows' worth of FLOPs a band, as
+   incmoe-ffn-bench --bands shows at this shape) makes the FFN stage grow with the count:
+   0.2577 s of rows' FFN + 6.3 ms a band; the least time is then at 8 bands where the
+   weights read for free would give sqrt(2 * 0.2577 / 0.002) = 16. */
+TEST(MoeRouting, HeavyExpertsRunFewerBands)
+{
+    bandmodel_in_t in = n4_i2048();
+    const double flops = 6.0 * 512 * 2048 / 100e9, link = 3 * 512 * 1088 * 8e-8;
+    EXPECT_NEAR(bandmodel_stage_s(&in, 8), 4096 * flops, 1e-12);
+    EXPECT_EQ(bandmodel_count(&in), 16);
+    in.pass_rows = 100;
+    EXPECT_NEAR(bandmodel_stage_s(&in, 8), (4096 + 800) * flops, 1e-12);
+    EXPECT_NEAR(bandmodel_time_s(&in, 8), 10.0 / 8 * (4096 + 800) * flops + 8 * 2e-3, 1e-12);
+    EXPECT_EQ(least_time_bands(link, 4096, 100, flops, 2e-3), 8);
+    EXPECT_EQ(bandmodel_count(&in), 8);
+    /* Heavier still: fewer; and a pass alone, with free collectives, still bounds the count. */
+    in.pass_rows = 400;
+    EXPECT_EQ(bandmodel_count(&in), least_time_bands(link, 4096, 400, flops, 2e-3));
+    EXPECT_LT(bandmodel_count(&in), 8);
+    in.band_s = 0;
+    EXPECT_EQ(bandmodel_count(&in), least_time_bands(link, 4096, 400, flops, 0));
+    EXPECT_LT(bandmodel_count(&in), 64);
+}
+
+/* Where the link is the slower stage the pass hides behind it: a 2 s link stage gives
+   sqrt(2 * 2 / 0.002) = 44.7, 45 bands, with or without 100 rows a band; and a forward's
+   seen band cost leaves the pass to the stage. */
+TEST(MoeRouting, APassBehindTheLinkCostsNoBands)
+{
+    bandmodel_in_t in = n4_i2048();
+    in.byte_s = 2.0 / (3 * 512 * 1088);
+    EXPECT_EQ(bandmodel_count(&in), 45);
+    in.pass_rows = 100;
+    EXPECT_EQ(bandmodel_count(&in), 45);
+    in.byte_s = 8e-8; /* FFN-bound: 16 bands of 0.2577 + 16 * 6.3 ms took 0.6 s */
+    const double stage = (4096 + 1600) * 6.0 * 512 * 2048 / 100e9;
+    EXPECT_NEAR(bandmodel_seen_s(&in, 16, 0.6), (0.6 - 18.0 / 16 * stage) / 16, 1e-12);
 }
 
 namespace

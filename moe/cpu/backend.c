@@ -200,6 +200,11 @@ static incmoe_status_t cpu_forward(incmoe_moe_t *L, const incmoe_moe_forward_par
     return cpu_pool_run(cs->pool, 1);
 }
 
+static incmoe_status_t cpu_ffn_probe(incmoe_moe_t *L, double *flop_s_p, double *pass_s_p)
+{
+    return ffn_probe(L->be, flop_s_p, pass_s_p);
+}
+
 const moe_backend_ops_t moe_cpu_backend = {.name = "cpu",
                                            .create = cpu_create,
                                            .forward = cpu_forward,
@@ -208,4 +213,5 @@ const moe_backend_ops_t moe_cpu_backend = {.name = "cpu",
                                            .lane_use = cpu_lane_use,
                                            .lane_close = cpu_lane_close,
                                            .decode_pack = cpu_decode_pack,
-                                           .decode_experts = cpu_decode_experts};
+                                           .decode_experts = cpu_decode_experts,
+                                           .ffn_probe = cpu_ffn_probe};

@@ -84,6 +84,10 @@ incmoe_status_t ffn_scratch_reserve(cpu_state_t *cs, int C);
 void ffn_scratch_free(ffn_scratch_t *s);
 /* Before a forward's compute workers start: the team's barriers from zero. */
 void ffn_team_reset(cpu_state_t *cs);
+/* ffn_probe.c: on the calling thread, the GEMMs' seconds per flop (6 H I a row) over
+   MOE_FFN_GEMM_ROWS rows of one expert, and the seconds of one row through every local
+   expert (a band's pass over the weights); both 0 where the rank has no expert. */
+incmoe_status_t ffn_probe(const cpu_state_t *cs, double *flop_s_p, double *pass_s_p);
 /*
  * Compute worker c of x->C: its part of band j's expert FFNs.  The band's row list (rows of
  * all blocks in band b, block after block; masked routing: the received rows among them,
