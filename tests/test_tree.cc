@@ -2516,9 +2516,34 @@ struct FakeChild {
     }
 };
 
-/* Rank `proc` of a four-rank job on the switch at `root` dispatches its one row to the ranks of
-   `set` into recv, of room for `capacity` rows, and waits for it.  *comm is then the caller's
-   to read and destroy; null where comm_create failed, with its status. */
+/* One row dispatched on comm to the ranks of `set` into recv, of room for `capacity` rows, and
+   waited for: its status. */
+incmoe_status_t dispatch_row(incmoe_comm_t *comm, std::vector<unsigned char> &row,
+                             std::vector<unsigned char> &recv, uint64_t capacity, uint64_t set)
+{
+    incmoe_mr_t *ms, *mr;
+    incmoe_req_t req;
+    incmoe_status_t st = incmoe_mem_register(comm, row.data(), row.size(), &ms);
+    if (st == INCMOE_OK)
+        st = incmoe_mem_register(comm, recv.data(), recv.size(), &mr);
+    if (st == INCMOE_OK) {
+        incmoe_dispatch_params_t dp = {};
+        dp.send_mr = ms;
+        dp.nrows = 1;
+        dp.row_bytes = row.size();
+        dp.sets = &set;
+        dp.recv_mr = mr;
+        dp.capacity = capacity;
+        st = incmoe_dispatch(comm, &dp, &req);
+    }
+    if (st == INCMOE_OK)
+        st = incmoe_wait(comm, &req);
+    return st;
+}
+
+/* Rank `proc` of a four-rank job on the switch at `root` dispatches its one row (dispatch_row).
+   *comm is then the caller's to read and destroy; null where comm_create failed, with its
+   status. */
 incmoe_status_t dispatch_one_row(const std::string &root, unsigned long long job, int proc,
                                  std::vector<unsigned char> &row, std::vector<unsigned char> &recv,
                                  uint64_t capacity, uint64_t set, incmoe_comm_t **comm)
@@ -2533,24 +2558,7 @@ incmoe_status_t dispatch_one_row(const std::string &root, unsigned long long job
         *comm = nullptr;
         return st;
     }
-    incmoe_mr_t *ms, *mr;
-    incmoe_req_t req;
-    st = incmoe_mem_register(*comm, row.data(), row.size(), &ms);
-    if (st == INCMOE_OK)
-        st = incmoe_mem_register(*comm, recv.data(), recv.size(), &mr);
-    if (st == INCMOE_OK) {
-        incmoe_dispatch_params_t dp = {};
-        dp.send_mr = ms;
-        dp.nrows = 1;
-        dp.row_bytes = row.size();
-        dp.sets = &set;
-        dp.recv_mr = mr;
-        dp.capacity = capacity;
-        st = incmoe_dispatch(*comm, &dp, &req);
-    }
-    if (st == INCMOE_OK)
-        st = incmoe_wait(*comm, &req);
-    return st;
+    return dispatch_row(*comm, row, recv, capacity, set);
 }
 
 /* Ranks 0 and 1 on the root dispatch a row to every rank next to a fake child switch covering
@@ -2836,6 +2844,20 @@ struct WindowJob {
                    return m.hdr.msg == WIRE_MSG_POST && m.hdr.stream == INCMOE_STREAM_COMBINE;
                }) >= 2;
     }
+    /* Every rank's combine POST: rank 0's and rank 2's (through the child) as given, ranks 1
+       and 3 with no rows; rank 2's after the child had the others'.  "" or why not. */
+    std::string post_all(uint64_t rows0, std::vector<uint32_t> sent0, std::vector<uint32_t> recvd0,
+                         uint64_t rows2, std::vector<uint32_t> sent2, std::vector<uint32_t> recvd2)
+    {
+        const std::vector<uint32_t> none = {0, 0, 0, 0};
+        post(r[0], 0, rows0, sent0, recvd0);
+        post(r[1], 1, 0, none, none);
+        if (!child_has_posts())
+            return "the child switch never had ranks 0 and 1's POSTs";
+        post(child.raw, 2, rows2, sent2, recvd2);
+        post(child.raw, 3, 0, none, none);
+        return "";
+    }
     /* The k-th (from 0) of c's messages that pass `is`; null if there are not that many. */
     static const RawMsg *nth(const RawClient &c, const std::function<bool(const RawMsg &)> &is,
                              size_t k)
@@ -2896,11 +2918,7 @@ TEST(TreeDc, AChildSwitchPastItsCombineWindowFailsTheJobWithAReason)
     {
         WindowJob w;
         ASSERT_EQ(w.join(root.addr), "");
-        w.post(w.r[0], 0, 0, {0, 0, 0, 0}, {0, 0, 2, 0});
-        w.post(w.r[1], 1, 0, {0, 0, 0, 0}, {0, 0, 0, 0});
-        ASSERT_TRUE(w.child_has_posts());
-        w.post(w.child.raw, 2, 2, {2, 0, 0, 0}, {0, 0, 0, 0});
-        w.post(w.child.raw, 3, 0, {0, 0, 0, 0}, {0, 0, 0, 0});
+        ASSERT_EQ(w.post_all(0, {0, 0, 0, 0}, {0, 0, 2, 0}, 2, {2, 0, 0, 0}, {0, 0, 0, 0}), "");
         for (uint32_t c = 0; c < 2; c++)
             w.data(w.child.raw, 2, 2, c, 2, set_of(0x1)); /* rank 2's rows, for rank 0 */
         const std::string want = "the child switch exceeded the window of 1 on combine set chunks "
@@ -2930,11 +2948,7 @@ TEST(TreeDc, TheRootSendsAChildSwitchSetChunksOnlyWithinItsWindow)
     {
         WindowJob w;
         ASSERT_EQ(w.join(root.addr), "");
-        w.post(w.r[0], 0, 3, {0, 0, 3, 0}, {0, 0, 0, 0});
-        w.post(w.r[1], 1, 0, {0, 0, 0, 0}, {0, 0, 0, 0});
-        ASSERT_TRUE(w.child_has_posts());
-        w.post(w.child.raw, 2, 0, {0, 0, 0, 0}, {3, 0, 0, 0});
-        w.post(w.child.raw, 3, 0, {0, 0, 0, 0}, {0, 0, 0, 0});
+        ASSERT_EQ(w.post_all(3, {0, 0, 3, 0}, {0, 0, 0, 0}, 0, {0, 0, 0, 0}, {3, 0, 0, 0}), "");
         ASSERT_TRUE(w.r[0].wait_for(WIRE_MSG_PLAN, nullptr, 5000));
         for (uint32_t c = 0; c < 3; c++)
             w.data(w.r[0], 0, 0, c, 3, set_of(0x4));
@@ -2981,24 +2995,7 @@ TEST(TreeDc, TheRootSendsAChildSwitchSetChunksOnlyWithinItsWindow)
 std::string dispatch_refused_for_memory(Rank &r)
 {
     std::vector<unsigned char> row(16, 'x'), recv(16 * (size_t)r.n);
-    incmoe_mr_t *ms = nullptr, *mr = nullptr;
-    incmoe_req_t req;
-    uint64_t set = (1ull << r.n) - 1;
-    incmoe_status_t st = incmoe_mem_register(r.comm, row.data(), row.size(), &ms);
-    if (st == INCMOE_OK)
-        st = incmoe_mem_register(r.comm, recv.data(), recv.size(), &mr);
-    if (st == INCMOE_OK) {
-        incmoe_dispatch_params_t dp = {};
-        dp.send_mr = ms;
-        dp.nrows = 1;
-        dp.row_bytes = row.size();
-        dp.sets = &set;
-        dp.recv_mr = mr;
-        dp.capacity = (uint64_t)r.n;
-        st = incmoe_dispatch(r.comm, &dp, &req);
-    }
-    if (st == INCMOE_OK)
-        st = incmoe_wait(r.comm, &req);
+    incmoe_status_t st = dispatch_row(r.comm, row, recv, (uint64_t)r.n, (1ull << r.n) - 1);
     const std::string text = comm_text(r.comm);
     if (st != INCMOE_ERR_NO_MEMORY || text.find("dispatch and combine need") == std::string::npos)
         return std::string("got ") + incmoe_strerror(st) + " '" + text +
