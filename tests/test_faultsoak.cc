@@ -132,7 +132,7 @@ TEST_F(FaultsoakTestbed, KillThenShrinkRoundsFinish)
 {
     RunResult r =
         soak({"--rounds", "6", "--seed", "5", "-N", "4", "--faults", "kill", "--shrink", "--algo",
-              "mix", "--steps", "60", "--bytes", "1M", "--timeout-ms", "1000", "--margin", "10"},
+              "mix", "--steps", "30", "--bytes", "1M", "--timeout-ms", "1000", "--margin", "10"},
              150);
     EXPECT_EQ(r.status, 0) << describe(r);
     EXPECT_NE(r.out.find("# OK: no violations"), std::string::npos) << describe(r);
