@@ -263,6 +263,12 @@ void member_join(membership_t *m, conn_t *conn, const struct inc_wire_hdr *hdr, 
         member_tree_join(m, conn, hdr, payload, length);
         return;
     }
+    if (conn->role != CONN_RANK) { /* its TREE_JOIN made it a child switch's link, refused or not */
+        member_refuse(m, conn, hdr->job, INCMOE_ERR_PROTOCOL,
+                      "a JOIN on a link that sent TREE_JOIN: a child switch joins its ranks with "
+                      "TREE_JOIN only");
+        return;
+    }
     struct inc_wire_join join;
     memcpy(&join, payload, sizeof(join));
     const char *addr = payload + sizeof(join);
